@@ -1,0 +1,249 @@
+#include "client/cpp/sampler_client.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "grpcpp/grpcpp.h"
+
+namespace samplerd {
+namespace {
+
+// Writes `values` as chunks of at most `chunk_size` to an upload stream, then finishes it.
+// `add(chunk, value)` appends one value to a chunk (weights or labels).
+template <typename Chunk, typename T, typename AddFn>
+grpc::Status WriteChunks(grpc::ClientWriter<Chunk>* writer, const std::string& job,
+                         absl::Span<const T> values, size_t chunk_size, AddFn add) {
+  for (size_t offset = 0; offset < values.size(); offset += chunk_size) {
+    Chunk chunk;
+    chunk.set_job(job);
+    chunk.set_offset(offset);
+    const size_t end = std::min(values.size(), offset + chunk_size);
+    for (size_t i = offset; i < end; ++i) add(&chunk, values[i]);
+    if (!writer->Write(chunk)) break;  // The server ended the stream; Finish() says why.
+  }
+  writer->WritesDone();
+  return writer->Finish();
+}
+
+}  // namespace
+
+absl::Status FromGrpcStatus(const grpc::Status& status) {
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+absl::StatusOr<std::unique_ptr<SamplerClient>> SamplerClient::Create(const std::string& address,
+                                                                     ClientOptions options) {
+  if (address.empty()) return absl::InvalidArgumentError("address = \"\": expected host:port");
+  if (options.max_retries < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_retries = ", options.max_retries, ": must be >= 0"));
+  }
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
+  auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  return std::unique_ptr<SamplerClient>(new SamplerClient(std::move(channel), options));
+}
+
+SamplerClient::SamplerClient(std::shared_ptr<grpc::Channel> channel, ClientOptions options)
+    : channel_(std::move(channel)),
+      stub_(v1::Sampler::NewStub(channel_)),
+      options_(options) {}
+
+void SamplerClient::PrepareContext(grpc::ClientContext* context) const {
+  context->set_deadline(absl::ToChronoTime(absl::Now() + options_.timeout));
+}
+
+absl::Status SamplerClient::WithRetries(
+    const std::function<grpc::Status(grpc::ClientContext*)>& call) {
+  absl::Duration backoff = options_.initial_backoff;
+  for (int attempt = 0;; ++attempt) {
+    grpc::ClientContext context;
+    PrepareContext(&context);
+    grpc::Status status = call(&context);
+    if (status.error_code() != grpc::StatusCode::UNAVAILABLE || attempt >= options_.max_retries) {
+      return FromGrpcStatus(status);
+    }
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, options_.max_backoff);
+  }
+}
+
+absl::StatusOr<v1::Job> SamplerClient::CreateJob(const std::string& name,
+                                                 const v1::JobSpec& spec) {
+  v1::CreateJobRequest request;
+  request.set_name(name);
+  *request.mutable_spec() = spec;
+  v1::Job job;
+  absl::Status s = WithRetries(
+      [&](grpc::ClientContext* c) { return stub_->CreateJob(c, request, &job); });
+  if (!s.ok()) return s;
+  return job;
+}
+
+absl::StatusOr<v1::Job> SamplerClient::GetJob(const std::string& name) {
+  v1::GetJobRequest request;
+  request.set_name(name);
+  v1::Job job;
+  absl::Status s =
+      WithRetries([&](grpc::ClientContext* c) { return stub_->GetJob(c, request, &job); });
+  if (!s.ok()) return s;
+  return job;
+}
+
+absl::StatusOr<std::vector<v1::Job>> SamplerClient::ListJobs() {
+  v1::ListJobsResponse response;
+  absl::Status s = WithRetries([&](grpc::ClientContext* c) {
+    return stub_->ListJobs(c, v1::ListJobsRequest(), &response);
+  });
+  if (!s.ok()) return s;
+  return std::vector<v1::Job>(response.jobs().begin(), response.jobs().end());
+}
+
+absl::Status SamplerClient::DeleteJob(const std::string& name) {
+  v1::DeleteJobRequest request;
+  request.set_name(name);
+  v1::DeleteJobResponse response;
+  return WithRetries(
+      [&](grpc::ClientContext* c) { return stub_->DeleteJob(c, request, &response); });
+}
+
+absl::StatusOr<v1::JobStatus> SamplerClient::GetJobStatus(const std::string& name) {
+  v1::GetJobStatusRequest request;
+  request.set_name(name);
+  v1::JobStatus status;
+  absl::Status s = WithRetries(
+      [&](grpc::ClientContext* c) { return stub_->GetJobStatus(c, request, &status); });
+  if (!s.ok()) return s;
+  return status;
+}
+
+absl::StatusOr<v1::EndEpochResponse> SamplerClient::EndEpoch(const std::string& job,
+                                                             uint64_t epoch, uint32_t rank) {
+  v1::EndEpochRequest request;
+  request.set_job(job);
+  request.set_epoch(epoch);
+  request.set_rank(rank);
+  v1::EndEpochResponse response;
+  absl::Status s = WithRetries(
+      [&](grpc::ClientContext* c) { return stub_->EndEpoch(c, request, &response); });
+  if (!s.ok()) return s;
+  return response;
+}
+
+absl::Status SamplerClient::UploadWeights(const std::string& job, absl::Span<const float> weights,
+                                          size_t chunk_size) {
+  if (chunk_size == 0) return absl::InvalidArgumentError("chunk_size = 0: must be >= 1");
+  return WithRetries([&](grpc::ClientContext* c) {
+    v1::UploadSummary summary;
+    auto writer = stub_->UploadWeights(c, &summary);
+    return WriteChunks<v1::UploadWeightsChunk, float>(
+        writer.get(), job, weights, chunk_size,
+        [](v1::UploadWeightsChunk* chunk, float w) { chunk->add_weights(w); });
+  });
+}
+
+absl::Status SamplerClient::UploadLabels(const std::string& job, absl::Span<const uint32_t> labels,
+                                         size_t chunk_size) {
+  if (chunk_size == 0) return absl::InvalidArgumentError("chunk_size = 0: must be >= 1");
+  return WithRetries([&](grpc::ClientContext* c) {
+    v1::UploadSummary summary;
+    auto writer = stub_->UploadLabels(c, &summary);
+    return WriteChunks<v1::UploadLabelsChunk, uint32_t>(
+        writer.get(), job, labels, chunk_size,
+        [](v1::UploadLabelsChunk* chunk, uint32_t label) { chunk->add_labels(label); });
+  });
+}
+
+absl::Status SamplerClient::StreamShard(
+    const std::string& job, uint64_t epoch, uint32_t rank, uint32_t world_size,
+    uint64_t start_offset, bool with_is_weights,
+    const std::function<absl::Status(const ShardSlice&)>& on_slice) {
+  uint64_t next = start_offset;  // First shard position not yet delivered.
+  absl::Duration backoff = options_.initial_backoff;
+  std::vector<uint64_t> widened;  // indices32 widened to 64 bits for the callback.
+  for (int attempt = 0;; ++attempt) {
+    v1::StreamShardRequest request;
+    request.set_job(job);
+    request.set_epoch(epoch);
+    request.set_rank(rank);
+    request.set_world_size(world_size);
+    request.set_start_offset(next);
+    request.set_with_is_weights(with_is_weights);
+    grpc::ClientContext context;
+    PrepareContext(&context);
+    std::unique_ptr<grpc::ClientReader<v1::ShardChunk>> reader =
+        stub_->StreamShard(&context, request);
+    v1::ShardChunk chunk;
+    bool finished = false;
+    absl::Status callback_status;
+    while (reader->Read(&chunk)) {
+      if (chunk.offset() != next) {
+        context.TryCancel();
+        reader->Finish();
+        return absl::InternalError(absl::StrCat("shard chunk offset = ", chunk.offset(),
+                                                ": expected ", next));
+      }
+      ShardSlice slice;
+      slice.offset = chunk.offset();
+      slice.shard_length = chunk.shard_length();
+      if (chunk.indices64_size() > 0) {
+        slice.indices = absl::MakeConstSpan(chunk.indices64().data(), chunk.indices64_size());
+      } else {
+        widened.assign(chunk.indices32().begin(), chunk.indices32().end());
+        slice.indices = absl::MakeConstSpan(widened);
+      }
+      slice.is_weights = absl::MakeConstSpan(chunk.is_weights().data(), chunk.is_weights_size());
+      callback_status = on_slice(slice);
+      if (!callback_status.ok()) {
+        context.TryCancel();
+        reader->Finish();
+        return callback_status;
+      }
+      next += slice.indices.size();
+      finished = chunk.last();
+    }
+    grpc::Status status = reader->Finish();
+    if (status.ok() || finished) return absl::OkStatus();
+    const bool retryable = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                           status.error_code() == grpc::StatusCode::CANCELLED;
+    if (!retryable || attempt >= options_.max_retries) return FromGrpcStatus(status);
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, options_.max_backoff);
+  }
+}
+
+absl::StatusOr<std::vector<uint64_t>> SamplerClient::ReadShard(const std::string& job,
+                                                               uint64_t epoch, uint32_t rank,
+                                                               uint32_t world_size) {
+  std::vector<uint64_t> shard;
+  absl::Status s = StreamShard(job, epoch, rank, world_size, /*start_offset=*/0,
+                               /*with_is_weights=*/false, [&](const ShardSlice& slice) {
+                                 if (shard.empty()) shard.reserve(slice.shard_length);
+                                 shard.insert(shard.end(), slice.indices.begin(),
+                                              slice.indices.end());
+                                 return absl::OkStatus();
+                               });
+  if (!s.ok()) return s;
+  return shard;
+}
+
+absl::StatusOr<v1::LossReportSummary> SamplerClient::ReportLosses(
+    absl::Span<const v1::LossBatch> batches) {
+  v1::LossReportSummary summary;
+  // Retrying the whole stream is safe: the server drops batches it already applied (by seq).
+  absl::Status s = WithRetries([&](grpc::ClientContext* c) {
+    summary.Clear();
+    std::unique_ptr<grpc::ClientWriter<v1::LossBatch>> writer = stub_->ReportLosses(c, &summary);
+    for (const v1::LossBatch& batch : batches) {
+      if (!writer->Write(batch)) break;
+    }
+    writer->WritesDone();
+    return writer->Finish();
+  });
+  if (!s.ok()) return s;
+  return summary;
+}
+
+}  // namespace samplerd

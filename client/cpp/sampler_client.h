@@ -1,0 +1,104 @@
+// SamplerClient: the C++ client of samplerd (proto/samplerd.proto), for C++ trainers and tools.
+//
+// A thin typed wrapper over the generated stub: every call has a deadline, UNAVAILABLE is retried
+// with exponential backoff, and gRPC statuses come back as absl::Status with the server's message.
+// Streaming a shard resumes transparently after a broken stream (StreamShard's start_offset), so a
+// caller sees every index of its shard exactly once, in order.
+//
+// Thread-safety: a SamplerClient is safe for concurrent use from many threads (the channel and
+// stub are); LossReporter is not (one per reporting thread).
+#ifndef SAMPLERD_CLIENT_CPP_SAMPLER_CLIENT_H_
+#define SAMPLERD_CLIENT_CPP_SAMPLER_CLIENT_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "proto/samplerd.grpc.pb.h"
+#include "proto/samplerd.pb.h"
+
+namespace samplerd {
+
+struct ClientOptions {
+  // Deadline of each unary call and of each attempt to stream a shard.
+  absl::Duration timeout = absl::Seconds(30);
+  // Attempts after the first for UNAVAILABLE (and, for shards, broken streams).
+  int max_retries = 5;
+  // First backoff; doubles each retry, capped at max_backoff.
+  absl::Duration initial_backoff = absl::Milliseconds(50);
+  absl::Duration max_backoff = absl::Seconds(2);
+  // Largest message accepted from the server.
+  int max_receive_message_bytes = 64 << 20;
+};
+
+// One shard chunk as delivered to a StreamShard callback.
+struct ShardSlice {
+  uint64_t offset = 0;                  // Shard position of indices[0].
+  uint64_t shard_length = 0;            // Total length of the shard.
+  absl::Span<const uint64_t> indices;   // Valid only during the callback.
+  absl::Span<const float> is_weights;   // Empty unless requested.
+};
+
+class SamplerClient {
+ public:
+  // Connects (lazily) to `address` ("host:port"), insecure credentials.
+  static absl::StatusOr<std::unique_ptr<SamplerClient>> Create(const std::string& address,
+                                                               ClientOptions options = {});
+
+  absl::StatusOr<v1::Job> CreateJob(const std::string& name, const v1::JobSpec& spec);
+  absl::StatusOr<v1::Job> GetJob(const std::string& name);
+  absl::StatusOr<std::vector<v1::Job>> ListJobs();
+  absl::Status DeleteJob(const std::string& name);
+  absl::StatusOr<v1::JobStatus> GetJobStatus(const std::string& name);
+  absl::StatusOr<v1::EndEpochResponse> EndEpoch(const std::string& job, uint64_t epoch,
+                                                uint32_t rank);
+
+  // Uploads N static weights (or labels) in chunks of `chunk_size`.
+  absl::Status UploadWeights(const std::string& job, absl::Span<const float> weights,
+                             size_t chunk_size = 1 << 18);
+  absl::Status UploadLabels(const std::string& job, absl::Span<const uint32_t> labels,
+                            size_t chunk_size = 1 << 18);
+
+  // Streams rank `rank`'s shard of `epoch` from `start_offset`, calling `on_slice` for each chunk
+  // in order. A stream that breaks (UNAVAILABLE, or the connection drops) is reopened at the next
+  // undelivered position, up to max_retries times; no index is delivered twice. Returns the first
+  // non-retryable error, or the callback's error (which stops the stream).
+  absl::Status StreamShard(const std::string& job, uint64_t epoch, uint32_t rank,
+                           uint32_t world_size, uint64_t start_offset, bool with_is_weights,
+                           const std::function<absl::Status(const ShardSlice&)>& on_slice);
+
+  // Convenience: the whole shard in memory.
+  absl::StatusOr<std::vector<uint64_t>> ReadShard(const std::string& job, uint64_t epoch,
+                                                  uint32_t rank, uint32_t world_size);
+
+  // Sends `batches` on one ReportLosses stream. Batches must be valid LossBatch messages.
+  absl::StatusOr<v1::LossReportSummary> ReportLosses(absl::Span<const v1::LossBatch> batches);
+
+  v1::Sampler::Stub* stub() { return stub_.get(); }
+  const ClientOptions& options() const { return options_; }
+
+ private:
+  SamplerClient(std::shared_ptr<grpc::Channel> channel, ClientOptions options);
+
+  // Runs `call` (one attempt, given a fresh context) until it succeeds, fails with a code other
+  // than UNAVAILABLE, or retries run out.
+  absl::Status WithRetries(const std::function<grpc::Status(grpc::ClientContext*)>& call);
+  void PrepareContext(grpc::ClientContext* context) const;
+
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Sampler::Stub> stub_;
+  const ClientOptions options_;
+};
+
+// Converts a gRPC status to the absl::Status with the same code and message.
+absl::Status FromGrpcStatus(const grpc::Status& status);
+
+}  // namespace samplerd
+
+#endif  // SAMPLERD_CLIENT_CPP_SAMPLER_CLIENT_H_
