@@ -1,0 +1,159 @@
+#include "kernels/compute_backend.h"
+
+#include <cmath>
+#include <limits>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/det_math.h"
+
+namespace samplerd {
+namespace {
+
+absl::Status CheckRank(const ShardSpec& spec, uint32_t rank) {
+  if (spec.world_size == 0) {
+    return absl::InvalidArgumentError("world_size = 0: must be >= 1");
+  }
+  if (rank >= spec.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("rank = ", rank, " is outside [0, world_size = ",
+                                                   spec.world_size, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckRange(const char* field, double value, double lo, double hi, bool lo_open) {
+  const bool ok = std::isfinite(value) && (lo_open ? value > lo : value >= lo) && value <= hi;
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("policy.", field, " = ", value, " is outside ",
+                                                 lo_open ? "(" : "[", lo, ", ", hi, "]"));
+}
+
+}  // namespace
+
+absl::StatusOr<uint64_t> ShardLength(uint64_t plan_length, const ShardSpec& spec, uint32_t rank) {
+  if (absl::Status s = CheckRank(spec, rank); !s.ok()) return s;
+  const uint64_t r = spec.world_size;
+  switch (spec.uneven) {
+    case UnevenMode::kPad:
+      return (plan_length + r - 1) / r;
+    case UnevenMode::kDropLast:
+      return plan_length / r;
+    case UnevenMode::kUneven:
+      return plan_length / r + (rank < plan_length % r ? 1 : 0);
+  }
+  return absl::InvalidArgumentError("uneven: unknown mode");
+}
+
+uint64_t ShardToPlanPosition(uint64_t plan_length, const ShardSpec& spec, uint32_t rank,
+                             uint64_t shard_pos) {
+  const uint64_t r = spec.world_size;
+  uint64_t p;
+  if (spec.partition == PartitionMode::kInterleaved) {
+    p = rank + shard_pos * r;
+  } else if (spec.uneven == UnevenMode::kUneven) {
+    const uint64_t base = plan_length / r, extra = plan_length % r;
+    p = rank * base + std::min<uint64_t>(rank, extra) + shard_pos;
+  } else {
+    const uint64_t len =
+        spec.uneven == UnevenMode::kPad ? (plan_length + r - 1) / r : plan_length / r;
+    p = rank * len + shard_pos;
+  }
+  // Only kPad reaches past the plan; it wraps around like DistributedSampler's padding.
+  return p < plan_length ? p : p % plan_length;
+}
+
+absl::Status ValidatePolicy(const WeightPolicyParams& p) {
+  if (!(p.class_balance_beta >= 0 && p.class_balance_beta < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "policy.class_balance_beta = ", p.class_balance_beta, " is outside [0, 1)"));
+  }
+  if (!(p.ema_decay >= 0 && p.ema_decay < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("policy.ema_decay = ", p.ema_decay, " is outside [0, 1)"));
+  }
+  for (absl::Status s : {CheckRange("alpha", p.alpha, 0, 8, false),
+                         CheckRange("epsilon", p.epsilon, 0, 1e6, true),
+                         CheckRange("mix", p.mix, 0, 1, false),
+                         CheckRange("clamp_lo", p.clamp_lo, 0, 1, true),
+                         CheckRange("clamp_hi", p.clamp_hi, 1, 1e6, false),
+                         CheckRange("eta", p.eta, 0, 100, true)}) {
+    if (!s.ok()) return s;
+  }
+  if (p.prior_loss.has_value() && !(std::isfinite(*p.prior_loss) && *p.prior_loss >= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("policy.prior_loss = ", *p.prior_loss, ": must be finite and >= 0"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateWeights(absl::Span<const float> weights) {
+  if (weights.empty()) return absl::InvalidArgumentError("weights: empty");
+  bool any_positive = false;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const float w = weights[i];
+    if (!(std::isfinite(w) && w >= 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("weights[", i, "] = ", w, ": weights must be finite and >= 0"));
+    }
+    any_positive |= w > 0;
+  }
+  if (!any_positive) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weights: all ", weights.size(), " weights are 0; at least one must be > 0"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ClassBalancedWeights(absl::Span<const uint32_t> labels, double beta,
+                                  absl::Span<float> out) {
+  if (labels.size() != out.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("labels: ", labels.size(),
+                                                   " values for num_samples ", out.size()));
+  }
+  if (labels.empty()) return absl::InvalidArgumentError("labels: empty");
+  if (!(beta >= 0 && beta < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("policy.class_balance_beta = ", beta, " is outside [0, 1)"));
+  }
+  absl::flat_hash_map<uint32_t, uint64_t> counts;
+  for (uint32_t label : labels) ++counts[label];
+  absl::flat_hash_map<uint32_t, double> class_weight;
+  for (const auto& [label, n] : counts) {
+    class_weight[label] = beta == 0
+                              ? 1.0 / static_cast<double>(n)
+                              : (1.0 - beta) / (1.0 - det::Pow(beta, static_cast<double>(n)));
+  }
+  // Mean of the per-sample weights = sum over classes of n_c * w_c / N, in label order.
+  std::vector<uint32_t> sorted_labels;
+  sorted_labels.reserve(counts.size());
+  for (const auto& [label, n] : counts) sorted_labels.push_back(label);
+  std::sort(sorted_labels.begin(), sorted_labels.end());
+  double sum = 0;
+  for (uint32_t label : sorted_labels) sum += static_cast<double>(counts[label]) * class_weight[label];
+  const double mean = sum / static_cast<double>(labels.size());
+  for (size_t i = 0; i < labels.size(); ++i) {
+    out[i] = static_cast<float>(class_weight[labels[i]] / mean);
+  }
+  return absl::OkStatus();
+}
+
+WeightSummary SummarizeWeights(absl::Span<const float> weights) {
+  WeightSummary s;
+  if (weights.empty()) return s;
+  double sum = 0, sum_sq = 0;
+  s.min = std::numeric_limits<double>::infinity();
+  s.max = -std::numeric_limits<double>::infinity();
+  for (float wf : weights) {
+    const double w = wf;
+    sum += w;
+    sum_sq += w * w;
+    s.min = std::min(s.min, w);
+    s.max = std::max(s.max, w);
+    s.zero_count += w == 0;
+  }
+  s.mean = sum / static_cast<double>(weights.size());
+  s.effective_sample_size = sum_sq > 0 ? sum * sum / sum_sq : 0;
+  return s;
+}
+
+}  // namespace samplerd

@@ -1,0 +1,146 @@
+// Sampling primitives of the CPU backend. Each is a pure function of its arguments; results do
+// not depend on `threads`. A CUDA backend must reproduce them exactly (same Philox streams, same
+// integer arithmetic, same tie-breaking), which the golden hashes in the tests pin down.
+#ifndef SAMPLERD_KERNELS_INTERNAL_SAMPLING_H_
+#define SAMPLERD_KERNELS_INTERNAL_SAMPLING_H_
+
+#include <algorithm>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "kernels/internal/parallel.h"
+#include "kernels/philox.h"
+
+namespace samplerd {
+namespace internal {
+
+// ---- With replacement -------------------------------------------------------------------------
+
+// Draw at plan position `j` with uniform weights: floor(r * N / 2^64), r = Philox(seed, e, j).
+inline uint64_t UniformDraw(uint64_t seed, uint64_t epoch, uint64_t n, uint64_t j) {
+  return MulHi64(RandomBits64(seed, epoch, RandomStream::kDraw, j), n);
+}
+
+// out[k] = UniformDraw(..., first_position + k).
+void DrawUniform(int threads, uint64_t seed, uint64_t epoch, uint64_t n, uint64_t first_position,
+                 absl::Span<uint64_t> out);
+
+// Integer weights and their exact prefix sums, plus a guide table that turns the search for a
+// draw into one lookup and a short scan (Chen and Asau's indexed search).
+//
+// Draw j: r = Philox(seed, e, j); t = floor(r * total / 2^64); the result is the unique i with
+// prefix[i] <= t < prefix[i + 1], i.e. exactly what a binary search over `prefix` returns (a GPU
+// does that). guide[k] is that i for the smallest t of the r-bucket k = r >> guide_shift.
+struct DrawTable {
+  std::vector<uint64_t> prefix;  // N + 1 exclusive prefix sums of the quantised weights.
+  std::vector<uint64_t> guide;   // 2^guide_bits entries.
+  int guide_shift = 64;          // 64 - guide_bits.
+  uint64_t total = 0;            // prefix[N] < 2^63.
+  uint64_t num_samples = 0;
+};
+
+// Quantises `weights` (finite, >= 0, not all zero; validated by the caller) to integers: q_i =
+// floor(w_i * 2^s) with the power of two 2^s chosen from the largest weight so that the total
+// stays below 2^63; every positive weight gets q_i >= 1 (never silently dropped). Exact: scaling
+// by a power of two and truncation give the same integers on every IEEE machine.
+std::vector<uint64_t> QuantiseWeights(int threads, absl::Span<const float> weights);
+
+DrawTable BuildDrawTable(int threads, absl::Span<const float> weights);
+
+// The draw of plan position j, by the guide table.
+inline uint64_t WeightedDraw(const DrawTable& table, uint64_t seed, uint64_t epoch, uint64_t j) {
+  const uint64_t r = RandomBits64(seed, epoch, RandomStream::kDraw, j);
+  const uint64_t t = MulHi64(r, table.total);
+  uint64_t i = table.guide[table.guide_shift == 64 ? 0 : r >> table.guide_shift];
+  while (table.prefix[i + 1] <= t) ++i;
+  return i;
+}
+
+// The same draw by binary search over the prefix sums (the reference the guide table must match).
+uint64_t WeightedDrawBinarySearch(const DrawTable& table, uint64_t seed, uint64_t epoch,
+                                  uint64_t j);
+
+// out[k] = WeightedDraw(table, seed, epoch, first_position + k).
+void DrawWeighted(int threads, const DrawTable& table, uint64_t seed, uint64_t epoch,
+                  uint64_t first_position, absl::Span<uint64_t> out);
+
+// ---- Without replacement ----------------------------------------------------------------------
+
+// Efraimidis-Spirakis key of sample i as comparable bits: key = -log2(U_i) / w_i with U_i from
+// Philox(seed, e, i, kEsKey) and the deterministic Log2; weight 0 gives +inf (never selected).
+// Keys are positive doubles, whose IEEE bit patterns order like the values.
+uint64_t EsKeyBits(uint64_t seed, uint64_t epoch, uint64_t i, double weight);
+
+// The indices of the m smallest keys (ties broken by the smaller index), in increasing index
+// order. weights empty = all 1. Requires m <= number of positive weights, m < n.
+std::vector<uint64_t> SelectEfraimidisSpirakis(int threads, uint64_t seed, uint64_t epoch,
+                                               uint64_t n, uint64_t m,
+                                               absl::Span<const float> weights);
+
+// Sort key of index `idx` in the uniform shuffle: the plan lists the selected indices by
+// increasing (ShuffleKey, idx).
+inline uint64_t ShuffleKey(uint64_t seed, uint64_t epoch, uint64_t idx) {
+  return RandomBits64(seed, epoch, RandomStream::kShuffle, idx);
+}
+
+// Writes the m indices get(0..m-1) to `out` ordered by (ShuffleKey, index): a uniformly random
+// permutation. Bucket sort: the top bits of the key pick one of ~m/32 buckets (per-thread
+// histograms, a scatter), then each small bucket is sorted by (key, index). The result does not
+// depend on the thread count because the final order is a total order on (key, index).
+template <typename GetIndex>
+void ShuffleInto(int threads, uint64_t seed, uint64_t epoch, uint64_t m, const GetIndex& get,
+                 absl::Span<uint64_t> out) {
+  if (m == 0) return;
+  int bucket_bits = 0;
+  while (bucket_bits < 26 && (uint64_t{32} << bucket_bits) < m) ++bucket_bits;
+  const uint64_t buckets = uint64_t{1} << bucket_bits;
+  const int shift = 64 - bucket_bits;
+  auto bucket_of = [&](uint64_t idx) -> uint64_t {
+    return bucket_bits == 0 ? 0 : ShuffleKey(seed, epoch, idx) >> shift;
+  };
+  const int t_count = static_cast<int>(std::max<uint64_t>(1, std::min<uint64_t>(threads, m)));
+  std::vector<std::vector<uint64_t>> hist(t_count, std::vector<uint64_t>(buckets, 0));
+  ParallelForThreads(t_count, m, [&](int t, uint64_t b, uint64_t e) {
+    for (uint64_t k = b; k < e; ++k) ++hist[t][bucket_of(get(k))];
+  });
+  // Exclusive scan over (bucket, thread): hist[t][b] becomes thread t's write cursor in bucket b.
+  std::vector<uint64_t> bucket_start(buckets + 1, 0);
+  uint64_t running = 0;
+  for (uint64_t b = 0; b < buckets; ++b) {
+    bucket_start[b] = running;
+    for (int t = 0; t < t_count; ++t) {
+      const uint64_t c = hist[t][b];
+      hist[t][b] = running;
+      running += c;
+    }
+  }
+  bucket_start[buckets] = running;
+  ParallelForThreads(t_count, m, [&](int t, uint64_t b, uint64_t e) {
+    std::vector<uint64_t>& cursor = hist[t];
+    for (uint64_t k = b; k < e; ++k) {
+      const uint64_t idx = get(k);
+      out[cursor[bucket_of(idx)]++] = idx;
+    }
+  });
+  hist.clear();
+  hist.shrink_to_fit();
+  // Sort each bucket by (key, index).
+  ParallelForChunks(threads, buckets, 1024, [&](uint64_t, uint64_t b0, uint64_t b1) {
+    std::vector<std::pair<uint64_t, uint64_t>> items;
+    for (uint64_t b = b0; b < b1; ++b) {
+      const uint64_t lo = bucket_start[b], hi = bucket_start[b + 1];
+      if (hi - lo < 2) continue;
+      items.clear();
+      for (uint64_t p = lo; p < hi; ++p) items.emplace_back(ShuffleKey(seed, epoch, out[p]), out[p]);
+      std::sort(items.begin(), items.end());
+      for (uint64_t p = lo; p < hi; ++p) out[p] = items[p - lo].second;
+    }
+  });
+}
+
+}  // namespace internal
+}  // namespace samplerd
+
+#endif  // SAMPLERD_KERNELS_INTERNAL_SAMPLING_H_
