@@ -44,7 +44,10 @@ void ParallelForChunks(int num_threads, uint64_t n, uint64_t grain, const Fn& fn
 // the final result does not depend on the split.
 template <typename Fn>
 void ParallelForThreads(int num_threads, uint64_t n, const Fn& fn) {
-  const int threads = static_cast<int>(std::max<uint64_t>(1, std::min<uint64_t>(num_threads, n)));
+  // Small inputs are not worth a thread each (kMinPerThread items at least).
+  constexpr uint64_t kMinPerThread = 1 << 15;
+  const int threads = static_cast<int>(
+      std::max<uint64_t>(1, std::min<uint64_t>(num_threads, n / kMinPerThread)));
   std::vector<std::thread> pool;
   for (int t = 1; t < threads; ++t) {
     pool.emplace_back([&, t] { fn(t, n * t / threads, n * (t + 1) / threads); });

@@ -9,6 +9,8 @@ namespace internal {
 namespace {
 
 constexpr uint64_t kGrain = 1 << 16;
+// Below this many samples a selection uses nth_element instead of the parallel radix select.
+constexpr uint64_t kSmallSelect = 1 << 16;
 
 // Number of bits needed to write n: n < 2^BitWidth(n).
 int BitWidth(uint64_t n) {
@@ -130,6 +132,17 @@ std::vector<uint64_t> SelectEfraimidisSpirakis(int threads, uint64_t seed, uint6
       keys[i] = EsKeyBits(seed, epoch, i, weights.empty() ? 1.0 : double{weights[i]});
     }
   });
+
+  if (n <= kSmallSelect) {
+    // Small inputs: a plain selection on (key, index), the same total order as below.
+    std::vector<std::pair<uint64_t, uint64_t>> items(n);
+    for (uint64_t i = 0; i < n; ++i) items[i] = {keys[i], i};
+    std::nth_element(items.begin(), items.begin() + (m - 1), items.end());
+    std::vector<uint64_t> selected(m);
+    for (uint64_t k = 0; k < m; ++k) selected[k] = items[k].second;
+    std::sort(selected.begin(), selected.end());
+    return selected;
+  }
 
   // Radix select, 16 bits per pass from the top: find the m-th smallest key K and how many keys
   // equal to K are taken (the ones with the smallest indices).

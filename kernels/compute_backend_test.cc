@@ -1,0 +1,211 @@
+// Shard arithmetic and input validation (the free functions of compute_backend.h).
+#include "kernels/compute_backend.h"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace samplerd {
+namespace {
+
+using ::testing::HasSubstr;
+
+// torch.utils.data.DistributedSampler(shuffle=False), as documented in its source:
+//   num_samples = ceil((N - R) / R) if drop_last and N % R else ceil(N / R)
+//   total_size = num_samples * R
+//   indices = list(range(N)); pad: indices += (indices * ceil(pad / N))[:pad]; drop: [:total]
+//   return indices[rank:total_size:R]
+std::vector<uint64_t> TorchDistributedSampler(uint64_t n, uint64_t r, uint64_t rank,
+                                              bool drop_last) {
+  uint64_t num_samples;
+  if (drop_last && n % r != 0) {
+    // math.ceil((N - R) / R) in Python, where (N - R) may be negative.
+    const double x = (static_cast<double>(n) - static_cast<double>(r)) / static_cast<double>(r);
+    num_samples = static_cast<uint64_t>(std::max(0.0, std::ceil(x)));
+  } else {
+    num_samples = (n + r - 1) / r;
+  }
+  const uint64_t total = num_samples * r;
+  std::vector<uint64_t> indices;
+  for (uint64_t i = 0; i < n; ++i) indices.push_back(i);
+  if (!drop_last) {
+    const uint64_t pad = total - n;
+    std::vector<uint64_t> repeated;
+    const uint64_t copies = (pad + n - 1) / n;
+    for (uint64_t c = 0; c < copies; ++c) repeated.insert(repeated.end(), indices.begin(), indices.end());
+    indices.insert(indices.end(), repeated.begin(), repeated.begin() + pad);
+  } else {
+    indices.resize(total);
+  }
+  std::vector<uint64_t> out;
+  for (uint64_t p = rank; p < total; p += r) out.push_back(indices[p]);
+  return out;
+}
+
+TEST(ShardTest, SequentialMatchesTorchDistributedSampler) {
+  auto backend = NewCpuBackend(2);
+  for (uint64_t n : {1, 2, 5, 7, 10, 13, 64, 101}) {
+    for (uint32_t r : {1u, 2u, 3u, 4u, 8u, 16u}) {
+      for (bool drop_last : {false, true}) {
+        PlanSpec spec{n, n, 0, false, SampleOrder::kSequential};
+        auto plan = backend->PlanEpoch(spec, 0, {});
+        ASSERT_TRUE(plan.ok()) << plan.status();
+        ShardSpec shard{r, PartitionMode::kInterleaved,
+                        drop_last ? UnevenMode::kDropLast : UnevenMode::kPad};
+        for (uint32_t rank = 0; rank < r; ++rank) {
+          const std::vector<uint64_t> want = TorchDistributedSampler(n, r, rank, drop_last);
+          auto len = ShardLength(n, shard, rank);
+          ASSERT_TRUE(len.ok());
+          ASSERT_EQ(*len, want.size()) << "n=" << n << " r=" << r << " drop=" << drop_last;
+          std::vector<uint64_t> got(*len);
+          ASSERT_TRUE(backend->ExtractShard(*plan, shard, rank, 0, absl::MakeSpan(got)).ok());
+          EXPECT_EQ(got, want) << "n=" << n << " r=" << r << " rank=" << rank
+                               << " drop=" << drop_last;
+        }
+      }
+    }
+  }
+}
+
+// Every mode: equal lengths (pad, drop) or lengths within one (uneven), positions disjoint,
+// union of positions = [0, M) for pad/uneven (pad adds only wrapped positions), ⊆ for drop.
+TEST(ShardTest, PositionsPartitionThePlan) {
+  for (uint64_t m : {1, 2, 3, 7, 10, 16, 33, 100}) {
+    for (uint32_t r : {1u, 2u, 3u, 5u, 8u, 40u}) {
+      for (PartitionMode part : {PartitionMode::kInterleaved, PartitionMode::kContiguous}) {
+        for (UnevenMode uneven : {UnevenMode::kPad, UnevenMode::kDropLast, UnevenMode::kUneven}) {
+          ShardSpec spec{r, part, uneven};
+          std::vector<int> uses(m, 0);
+          uint64_t min_len = ~uint64_t{0}, max_len = 0, total = 0;
+          // Positions before the wrap: each plan position served at most once.
+          for (uint32_t rank = 0; rank < r; ++rank) {
+            const uint64_t len = *ShardLength(m, spec, rank);
+            min_len = std::min(min_len, len);
+            max_len = std::max(max_len, len);
+            total += len;
+            for (uint64_t k = 0; k < len; ++k) {
+              const uint64_t p = ShardToPlanPosition(m, spec, rank, k);
+              ASSERT_LT(p, m);
+              ++uses[p];
+            }
+          }
+          SCOPED_TRACE(testing::Message() << "m=" << m << " r=" << r << " part="
+                                          << static_cast<int>(part)
+                                          << " uneven=" << static_cast<int>(uneven));
+          switch (uneven) {
+            case UnevenMode::kPad:
+              EXPECT_EQ(min_len, max_len);
+              EXPECT_EQ(total, (m + r - 1) / r * r);
+              for (uint64_t p = 0; p < m; ++p) EXPECT_GE(uses[p], 1) << p;
+              // Wrapped positions are the only repeats: total extra uses = total - m.
+              break;
+            case UnevenMode::kDropLast:
+              EXPECT_EQ(min_len, max_len);
+              EXPECT_EQ(total, m / r * r);
+              for (uint64_t p = 0; p < m; ++p) EXPECT_LE(uses[p], 1) << p;
+              break;
+            case UnevenMode::kUneven:
+              EXPECT_LE(max_len - min_len, 1u);
+              EXPECT_EQ(total, m);
+              for (uint64_t p = 0; p < m; ++p) EXPECT_EQ(uses[p], 1) << p;
+              break;
+          }
+          uint64_t uses_total = 0;
+          for (int u : uses) uses_total += u;
+          EXPECT_EQ(uses_total, total);
+        }
+      }
+    }
+  }
+}
+
+TEST(ShardTest, RankOutsideWorldIsRejected) {
+  auto s = ShardLength(10, ShardSpec{4}, 4);
+  ASSERT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.status().message()), HasSubstr("rank = 4"));
+  EXPECT_THAT(std::string(s.status().message()), HasSubstr("world_size = 4"));
+  auto z = ShardLength(10, ShardSpec{0}, 0);
+  ASSERT_EQ(z.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(z.status().message()), HasSubstr("world_size = 0"));
+}
+
+TEST(ValidateTest, WeightsNameTheBadValue) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  struct Case {
+    std::vector<float> w;
+    std::string want;
+  } cases[] = {
+      {{1, nan, 2}, "weights[1] = nan"},
+      {{1, 2, -1}, "weights[2] = -1"},
+      {{INFINITY}, "weights[0] = inf"},
+      {{0, 0, 0}, "all 3 weights are 0"},
+  };
+  for (const Case& c : cases) {
+    absl::Status s = ValidateWeights(c.w);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.want));
+  }
+  EXPECT_TRUE(ValidateWeights({0, 1}).ok());
+}
+
+TEST(ValidateTest, PolicyRangesNameFieldAndValue) {
+  struct Case {
+    void (*mutate)(WeightPolicyParams*);
+    std::string want;
+  } cases[] = {
+      {[](WeightPolicyParams* p) { p->alpha = -1; }, "policy.alpha = -1"},
+      {[](WeightPolicyParams* p) { p->alpha = 9; }, "policy.alpha = 9"},
+      {[](WeightPolicyParams* p) { p->ema_decay = 1; }, "policy.ema_decay = 1"},
+      {[](WeightPolicyParams* p) { p->epsilon = 0; }, "policy.epsilon = 0"},
+      {[](WeightPolicyParams* p) { p->mix = 1.5; }, "policy.mix = 1.5"},
+      {[](WeightPolicyParams* p) { p->clamp_lo = 2; }, "policy.clamp_lo = 2"},
+      {[](WeightPolicyParams* p) { p->clamp_hi = 0.5; }, "policy.clamp_hi = 0.5"},
+      {[](WeightPolicyParams* p) { p->eta = NAN; }, "policy.eta = nan"},
+      {[](WeightPolicyParams* p) { p->class_balance_beta = 1; }, "policy.class_balance_beta = 1"},
+      {[](WeightPolicyParams* p) { p->prior_loss = -2; }, "policy.prior_loss = -2"},
+  };
+  for (const Case& c : cases) {
+    WeightPolicyParams p;
+    c.mutate(&p);
+    absl::Status s = ValidatePolicy(p);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.want;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.want));
+  }
+  EXPECT_TRUE(ValidatePolicy(WeightPolicyParams()).ok());
+}
+
+TEST(ClassBalancedTest, InverseCountAndEffectiveNumber) {
+  // Labels: class 0 x3, class 7 x1.
+  const std::vector<uint32_t> labels = {0, 0, 7, 0};
+  std::vector<float> w(4);
+  ASSERT_TRUE(ClassBalancedWeights(labels, 0.0, absl::MakeSpan(w)).ok());
+  // Raw 1/3,1/3,1,1/3; mean 0.5 -> 2/3, 2/3, 2, 2/3.
+  EXPECT_FLOAT_EQ(w[0], 2.0f / 3);
+  EXPECT_FLOAT_EQ(w[2], 2.0f);
+  // Effective number, beta 0.5: class 0: 0.5 / (1 - 0.125) = 4/7; class 7: 0.5 / 0.5 = 1.
+  ASSERT_TRUE(ClassBalancedWeights(labels, 0.5, absl::MakeSpan(w)).ok());
+  const double mean = (3 * 4.0 / 7 + 1) / 4;
+  EXPECT_NEAR(w[0], 4.0 / 7 / mean, 1e-6);
+  EXPECT_NEAR(w[2], 1.0 / mean, 1e-6);
+
+  std::vector<float> out = {9, 9, 9};
+  absl::Status s = ClassBalancedWeights(labels, 0.0, absl::MakeSpan(out));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("labels: 4 values for num_samples 3"));
+  EXPECT_EQ(out, (std::vector<float>{9, 9, 9}));  // Untouched.
+}
+
+TEST(SummaryTest, EffectiveSampleSize) {
+  const WeightSummary s = SummarizeWeights({1, 1, 0, 2});
+  EXPECT_DOUBLE_EQ(s.min, 0);
+  EXPECT_DOUBLE_EQ(s.max, 2);
+  EXPECT_DOUBLE_EQ(s.mean, 1);
+  EXPECT_DOUBLE_EQ(s.effective_sample_size, 16.0 / 6.0);
+  EXPECT_EQ(s.zero_count, 1u);
+}
+
+}  // namespace
+}  // namespace samplerd

@@ -1,0 +1,454 @@
+// Properties, statistics, golden hashes and sizes of the CPU backend's plans and weights.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/compute_backend.h"
+#include "kernels/internal/sampling.h"
+
+namespace samplerd {
+namespace {
+
+using ::testing::HasSubstr;
+
+// FNV-1a over the little-endian bytes of the indices: the plan hash of the golden tests.
+uint64_t Fnv1a(const std::vector<uint64_t>& v) {
+  uint64_t h = 1469598103934665603ull;
+  for (uint64_t x : v) {
+    for (int b = 0; b < 8; ++b) {
+      h ^= (x >> (8 * b)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  }
+  return h;
+}
+
+std::vector<float> RandomWeights(uint64_t n, uint64_t seed, double zero_share = 0.0) {
+  std::vector<float> w(n);
+  uint64_t s = seed;
+  for (uint64_t i = 0; i < n; ++i) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    const double u = static_cast<double>(s >> 11) / 9007199254740992.0;
+    w[i] = u < zero_share ? 0.0f : static_cast<float>(0.1 + 4.0 * u);
+  }
+  return w;
+}
+
+// Upper tail of the chi-square distribution, P(X >= x) for k degrees of freedom, by the
+// regularised incomplete gamma function (series for x < a + 1, continued fraction otherwise).
+double ChiSquarePValue(double x, double k) {
+  const double a = k / 2, z = x / 2;
+  if (z <= 0) return 1.0;
+  const double log_prefix = a * std::log(z) - z - std::lgamma(a);
+  if (z < a + 1) {
+    double sum = 1.0 / a, term = sum;
+    for (int n = 1; n < 100000; ++n) {
+      term *= z / (a + n);
+      sum += term;
+      if (term < sum * 1e-15) break;
+    }
+    return 1.0 - std::exp(log_prefix) * sum;
+  }
+  // Lentz's continued fraction for Q(a, z).
+  double b = z + 1 - a, c = 1e300, d = 1 / b, h = d;
+  for (int i = 1; i < 100000; ++i) {
+    const double an = -i * (i - a);
+    b += 2;
+    d = an * d + b;
+    if (std::fabs(d) < 1e-300) d = 1e-300;
+    c = b + an / c;
+    if (std::fabs(c) < 1e-300) c = 1e-300;
+    d = 1 / d;
+    const double del = d * c;
+    h *= del;
+    if (std::fabs(del - 1) < 1e-15) break;
+  }
+  return std::exp(log_prefix) * h;
+}
+
+TEST(ChiSquareTest, PValueOfKnownQuantiles) {
+  // Textbook quantiles: chi2(0.95; 10) = 18.307, chi2(0.999; 100) = 149.449.
+  EXPECT_NEAR(ChiSquarePValue(18.307, 10), 0.05, 1e-4);
+  EXPECT_NEAR(ChiSquarePValue(149.449, 100), 0.001, 1e-5);
+}
+
+struct Case {
+  uint64_t n, m;
+  bool replacement;
+  bool weighted;
+};
+
+class PlanPropertiesTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(PlanPropertiesTest, InvariantsHold) {
+  const Case c = GetParam();
+  auto backend = NewCpuBackend(3);
+  for (uint64_t seed : {0ull, 1ull, 987654321ull}) {
+    const std::vector<float> w = c.weighted ? RandomWeights(c.n, seed, 0.2) : std::vector<float>();
+    uint64_t positive = c.n;
+    if (c.weighted) positive = std::count_if(w.begin(), w.end(), [](float x) { return x > 0; });
+    PlanSpec spec{c.n, c.m, seed, c.replacement, SampleOrder::kWeightedRandom};
+    auto plan = backend->PlanEpoch(spec, 3, w);
+    if (positive == 0) {  // All weights zero: a bad input, whatever the mode.
+      EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+      continue;
+    }
+    if (!c.replacement && positive < c.m) {
+      EXPECT_EQ(plan.status().code(), absl::StatusCode::kFailedPrecondition);
+      continue;
+    }
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_EQ(plan->indices.size(), c.m);
+    for (uint64_t idx : plan->indices) {
+      ASSERT_LT(idx, c.n);
+      if (c.weighted) ASSERT_GT(w[idx], 0.0f) << "zero-weight sample " << idx << " drawn";
+    }
+    if (!c.replacement) {
+      std::vector<uint64_t> sorted = plan->indices;
+      std::sort(sorted.begin(), sorted.end());
+      EXPECT_EQ(std::adjacent_find(sorted.begin(), sorted.end()), sorted.end()) << "repeat";
+      if (c.m == c.n) {
+        for (uint64_t i = 0; i < c.n; ++i) ASSERT_EQ(sorted[i], i);  // A permutation.
+      }
+    }
+    // Same inputs, any thread count: the same plan.
+    auto again = NewCpuBackend(1)->PlanEpoch(spec, 3, w);
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(Fnv1a(again->indices), Fnv1a(plan->indices));
+    // Another epoch: another plan (for plans with room to differ).
+    if (c.n >= 8 && !(c.weighted == false && c.m == 1 && c.n < 8)) {
+      auto next = backend->PlanEpoch(spec, 4, w);
+      ASSERT_TRUE(next.ok());
+      EXPECT_NE(next->indices, plan->indices);
+    }
+    // Shards of every mode partition the plan's positions; their multiset union is the plan.
+    for (uint32_t r : {1u, 3u, 8u}) {
+      for (PartitionMode part : {PartitionMode::kInterleaved, PartitionMode::kContiguous}) {
+        ShardSpec shard{r, part, UnevenMode::kUneven};
+        std::vector<uint64_t> all;
+        for (uint32_t rank = 0; rank < r; ++rank) {
+          std::vector<uint64_t> s(*ShardLength(c.m, shard, rank));
+          ASSERT_TRUE(backend->ExtractShard(*plan, shard, rank, 0, absl::MakeSpan(s)).ok());
+          all.insert(all.end(), s.begin(), s.end());
+        }
+        std::vector<uint64_t> want = plan->indices;
+        std::sort(all.begin(), all.end());
+        std::sort(want.begin(), want.end());
+        EXPECT_EQ(all, want);
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Sizes, PlanPropertiesTest,
+    ::testing::Values(Case{1, 1, false, false}, Case{1, 1, true, true}, Case{2, 1, false, true},
+                      Case{3, 3, false, false}, Case{7, 5, false, true}, Case{10, 10, false, true},
+                      Case{10, 25, true, true}, Case{100, 100, false, false},
+                      Case{1000, 300, false, true}, Case{1000, 1000, true, true},
+                      Case{1000, 999, true, false}, Case{4097, 4000, false, false},
+                      Case{100000, 100000, false, false}, Case{100000, 5000, false, true},
+                      Case{100000, 250000, true, true}));
+
+TEST(PlanTest, GuideTableEqualsBinarySearch) {
+  for (uint64_t n : {1ull, 2ull, 5ull, 1000ull, 65537ull}) {
+    const std::vector<float> w = RandomWeights(n, n, 0.3);
+    if (std::none_of(w.begin(), w.end(), [](float x) { return x > 0; })) continue;
+    const internal::DrawTable table = internal::BuildDrawTable(2, w);
+    for (uint64_t j = 0; j < 50000; ++j) {
+      ASSERT_EQ(internal::WeightedDraw(table, 11, 2, j),
+                internal::WeightedDrawBinarySearch(table, 11, 2, j))
+          << "n=" << n << " j=" << j;
+    }
+  }
+}
+
+TEST(PlanTest, QuantisationKeepsTinyPositiveWeights) {
+  const std::vector<float> w = {1e30f, 1e-30f, 0.0f, 1.0f};
+  const std::vector<uint64_t> q = internal::QuantiseWeights(1, w);
+  EXPECT_GT(q[0], uint64_t{1} << 50);
+  EXPECT_EQ(q[1], 1u);  // Positive weight never silently dropped.
+  EXPECT_EQ(q[2], 0u);
+  EXPECT_GE(q[3], 1u);
+  uint64_t total = 0;
+  for (uint64_t x : q) total += x;
+  EXPECT_LT(total, uint64_t{1} << 63);
+}
+
+// Golden hashes: a change here means plans changed for users with the same (seed, epoch,
+// weights). That breaks the determinism contract (and any CUDA backend that must agree): only
+// update them deliberately, with a note in the commit.
+TEST(PlanTest, GoldenHashes) {
+  auto backend = NewCpuBackend(2);
+  const std::vector<float> w = RandomWeights(10000, 5, 0.1);
+  struct Golden {
+    PlanSpec spec;
+    bool weighted;
+    uint64_t hash;
+  } goldens[] = {
+      {{10000, 10000, 42, false, SampleOrder::kWeightedRandom}, false, 0xd2ce2c17f249482full},
+      {{10000, 2500, 42, false, SampleOrder::kWeightedRandom}, true, 0x53dc79f58848c018ull},
+      {{10000, 10000, 42, true, SampleOrder::kWeightedRandom}, true, 0x0fe722eeef7cddbaull},
+      {{10000, 7000, 42, true, SampleOrder::kWeightedRandom}, false, 0xa841d9c84ca8cc6cull},
+  };
+  for (const Golden& g : goldens) {
+    auto plan = backend->PlanEpoch(g.spec, 1, g.weighted ? w : std::vector<float>());
+    ASSERT_TRUE(plan.ok());
+    EXPECT_EQ(Fnv1a(plan->indices), g.hash) << std::hex << "0x" << Fnv1a(plan->indices);
+  }
+}
+
+// Chi-square of observed counts against expected proportions `w`.
+double PValue(const std::vector<uint64_t>& counts, const std::vector<float>& w, uint64_t total) {
+  double sum_w = 0;
+  for (float x : w) sum_w += x;
+  double chi2 = 0;
+  int dof = -1;
+  for (size_t i = 0; i < w.size(); ++i) {
+    if (w[i] == 0) {
+      EXPECT_EQ(counts[i], 0u) << "zero-weight sample " << i;
+      continue;
+    }
+    const double expected = total * w[i] / sum_w;
+    chi2 += (counts[i] - expected) * (counts[i] - expected) / expected;
+    ++dof;
+  }
+  return ChiSquarePValue(chi2, dof);
+}
+
+TEST(StatisticsTest, WithReplacementFrequenciesFollowWeights) {
+  auto backend = NewCpuBackend(2);
+  const uint64_t n = 200, m = 1'000'000;
+  const std::vector<float> w = RandomWeights(n, 77, 0.1);
+  auto plan = backend->PlanEpoch({n, m, 2024, true, SampleOrder::kWeightedRandom}, 0, w);
+  ASSERT_TRUE(plan.ok());
+  std::vector<uint64_t> counts(n, 0);
+  for (uint64_t idx : plan->indices) ++counts[idx];
+  const double p = PValue(counts, w, m);
+  EXPECT_GT(p, 1e-3) << "chi-square p-value";
+  // And the test has power: the same counts against uniform expectations fail.
+  EXPECT_LT(PValue(counts, std::vector<float>(n, 1.0f), m), 1e-9);
+}
+
+TEST(StatisticsTest, WithoutReplacementFirstDrawFollowsWeights) {
+  // With M = 1 the single selected sample is drawn with probability w_i / sum(w): over many
+  // epochs the counts follow the weights.
+  auto backend = NewCpuBackend(2);
+  const uint64_t n = 50, epochs = 200'000;
+  const std::vector<float> w = RandomWeights(n, 3, 0.1);
+  std::vector<uint64_t> counts(n, 0);
+  for (uint64_t e = 0; e < epochs; ++e) {
+    auto plan = backend->PlanEpoch({n, 1, 99, false, SampleOrder::kWeightedRandom}, e, w);
+    ASSERT_TRUE(plan.ok());
+    ++counts[plan->indices[0]];
+  }
+  EXPECT_GT(PValue(counts, w, epochs), 1e-3);
+}
+
+TEST(StatisticsTest, WithoutReplacementInclusionFavoursHeavySamples) {
+  // M = N/2 of N with two weight classes (1 and 4): inclusion probability of heavy samples must
+  // clearly exceed that of light ones, and every drawn sample exactly once per epoch.
+  auto backend = NewCpuBackend(2);
+  const uint64_t n = 10000, m = 5000;
+  std::vector<float> w(n, 1.0f);
+  for (uint64_t i = 0; i < n; i += 2) w[i] = 4.0f;
+  uint64_t heavy = 0, light = 0;
+  for (uint64_t e = 0; e < 20; ++e) {
+    auto plan = backend->PlanEpoch({n, m, 5, false, SampleOrder::kWeightedRandom}, e, w);
+    ASSERT_TRUE(plan.ok());
+    for (uint64_t idx : plan->indices) (idx % 2 == 0 ? heavy : light)++;
+  }
+  // Exact ES inclusion for this setup: heavy ≈ 0.77, light ≈ 0.23 of the picks.
+  const double heavy_share = static_cast<double>(heavy) / (heavy + light);
+  EXPECT_GT(heavy_share, 0.70);
+  EXPECT_LT(heavy_share, 0.85);
+}
+
+TEST(StatisticsTest, ShuffleIsUniformOverPositions) {
+  // M = N = 8 without replacement: the sample at position 0 is uniform over the 8 samples.
+  auto backend = NewCpuBackend(1);
+  const uint64_t n = 8, epochs = 80'000;
+  std::vector<uint64_t> first(n, 0);
+  for (uint64_t e = 0; e < epochs; ++e) {
+    auto plan = backend->PlanEpoch({n, n, 1, false, SampleOrder::kWeightedRandom}, e, {});
+    ASSERT_TRUE(plan.ok());
+    ++first[plan->indices[0]];
+  }
+  EXPECT_GT(PValue(first, std::vector<float>(n, 1.0f), epochs), 1e-3);
+}
+
+TEST(WeightsTest, LossPolicyMovesWeightByItsFormula) {
+  auto backend = NewCpuBackend(2);
+  // 4 samples: losses 0, 1, 3 and one never seen (prior = mean EMA = 4/3). alpha 1, eps 0.5,
+  // mix 0, wide clamps: w ∝ loss + eps = 0.5, 1.5, 3.5, 1.8333.
+  const std::vector<float> ema = {0, 1, 3, 0};
+  const std::vector<uint32_t> count = {1, 1, 1, 0};
+  const std::vector<uint32_t> last = {1, 1, 1, 0};
+  const std::vector<float> current(4, 1.0f);
+  WeightPolicyParams p;
+  p.loss = LossWeightKind::kLoss;
+  p.epsilon = 0.5;
+  p.clamp_lo = 0.01;
+  p.clamp_hi = 100;
+  std::vector<float> out(4);
+  ASSERT_TRUE(backend
+                  ->RecomputeWeights(p, 0, {}, current, LossStatsView{ema, count, last},
+                                     absl::MakeSpan(out))
+                  .ok());
+  const double f[] = {0.5, 1.5, 3.5, 4.0 / 3 + 0.5};
+  const double mean = (f[0] + f[1] + f[2] + f[3]) / 4;
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(out[i], f[i] / mean, 1e-6) << i;
+
+  // alpha 2, mix 0.5, base weights (2, 1, 1, 1) and a clamp at 1.5 x mean.
+  p.alpha = 2;
+  p.mix = 0.5;
+  p.clamp_hi = 1.5;
+  const std::vector<float> base = {2, 1, 1, 1};
+  ASSERT_TRUE(backend
+                  ->RecomputeWeights(p, 0, base, current, LossStatsView{ema, count, last},
+                                     absl::MakeSpan(out))
+                  .ok());
+  double g[4], gm = 0;
+  for (int i = 0; i < 4; ++i) gm += f[i] * f[i] / 4;
+  double w[4], wm = 0;
+  for (int i = 0; i < 4; ++i) {
+    g[i] = 0.5 * f[i] * f[i] / gm + 0.5;
+    w[i] = base[i] * g[i];
+    wm += w[i] / 4;
+  }
+  double c[4], cm = 0;
+  for (int i = 0; i < 4; ++i) {
+    c[i] = std::clamp(w[i] / wm, 0.01, 1.5);
+    cm += c[i] / 4;
+  }
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(out[i], c[i] / cm, 1e-6) << i;
+  // The high-loss sample gained weight relative to the low-loss one.
+  EXPECT_GT(out[2], out[1]);
+  EXPECT_GT(out[1], out[0] / 2);
+}
+
+TEST(WeightsTest, MultiplicativeOnlyTouchesSamplesSeenInTheEpoch) {
+  auto backend = NewCpuBackend(2);
+  const std::vector<float> ema = {1, 1, 0, 0};
+  const std::vector<uint32_t> count = {1, 1, 1, 0};
+  const std::vector<uint32_t> last = {3, 2, 3, 0};  // Epoch 2 closed: marker 3.
+  const std::vector<float> current = {1, 1, 1, 1};
+  WeightPolicyParams p;
+  p.loss = LossWeightKind::kMultiplicative;
+  p.eta = 1.0;
+  std::vector<float> out(4);
+  ASSERT_TRUE(
+      backend->RecomputeWeights(p, 2, {}, current, {ema, count, last}, absl::MakeSpan(out)).ok());
+  // Raw: 2, 1, 1, 1 -> mean 1.25.
+  EXPECT_NEAR(out[0], 2 / 1.25, 1e-6);
+  EXPECT_NEAR(out[1], 1 / 1.25, 1e-6);
+  EXPECT_NEAR(out[3], 1 / 1.25, 1e-6);
+}
+
+TEST(WeightsTest, BadStatisticsChangeNothing) {
+  auto backend = NewCpuBackend(2);
+  const std::vector<float> ema = {1, std::numeric_limits<float>::quiet_NaN()};
+  const std::vector<uint32_t> count = {1, 1};
+  const std::vector<uint32_t> last = {1, 1};
+  WeightPolicyParams p;
+  p.loss = LossWeightKind::kLoss;
+  std::vector<float> out = {7, 7};
+  absl::Status s = backend->RecomputeWeights(p, 0, {}, std::vector<float>{1, 1},
+                                             {ema, count, last}, absl::MakeSpan(out));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("stats.ema_loss[1] = nan"));
+  EXPECT_EQ(out, (std::vector<float>{7, 7}));
+}
+
+TEST(PlanTest, BadInputsNameFieldAndValue) {
+  auto backend = NewCpuBackend(2);
+  struct Bad {
+    PlanSpec spec;
+    std::vector<float> w;
+    absl::StatusCode code;
+    std::string want;
+  } cases[] = {
+      {{0, 1, 0, false}, {}, absl::StatusCode::kInvalidArgument, "num_samples = 0"},
+      {{5, 0, 0, false}, {}, absl::StatusCode::kInvalidArgument, "samples_per_epoch = 0"},
+      {{5, 6, 0, false}, {}, absl::StatusCode::kInvalidArgument, "samples_per_epoch = 6"},
+      {{5, 5, 0, false}, {1, 1}, absl::StatusCode::kInvalidArgument, "weights: 2 values"},
+      {{2, 2, 0, true}, {1, NAN}, absl::StatusCode::kInvalidArgument, "weights[1] = nan"},
+      {{2, 2, 0, true}, {0, 0}, absl::StatusCode::kInvalidArgument, "all 2 weights are 0"},
+      {{3, 3, 0, false}, {1, 0, 1}, absl::StatusCode::kFailedPrecondition, "2 have one"},
+      {{3, 2, 0, false, SampleOrder::kSequential}, {}, absl::StatusCode::kInvalidArgument,
+       "SEQUENTIAL"},
+  };
+  for (const Bad& c : cases) {
+    auto plan = backend->PlanEpoch(c.spec, 0, c.w);
+    EXPECT_EQ(plan.status().code(), c.code) << c.want;
+    EXPECT_THAT(std::string(plan.status().message()), HasSubstr(c.want));
+  }
+  auto plan = backend->PlanEpoch({10, 10, 0, false}, 0, {});
+  ASSERT_TRUE(plan.ok());
+  std::vector<uint64_t> out(3, 99);
+  absl::Status s = backend->ExtractShard(*plan, ShardSpec{2}, 2, 0, absl::MakeSpan(out));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("rank = 2"));
+  s = backend->ExtractShard(*plan, ShardSpec{2}, 0, 4, absl::MakeSpan(out));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(out, std::vector<uint64_t>(3, 99));
+}
+
+TEST(SizesTest, TenMillionSamplePlans) {
+  auto backend = NewCpuBackend(0);
+  const uint64_t n = 10'000'000;
+  auto plan = backend->PlanEpoch({n, n, 8, false, SampleOrder::kWeightedRandom}, 0, {});
+  ASSERT_TRUE(plan.ok());
+  std::vector<bool> seen(n, false);
+  for (uint64_t idx : plan->indices) {
+    ASSERT_FALSE(seen[idx]);
+    seen[idx] = true;
+  }
+  const std::vector<float> w = RandomWeights(n, 8, 0.0);
+  auto with = backend->PlanEpoch({n, n, 8, true, SampleOrder::kWeightedRandom}, 0, w);
+  ASSERT_TRUE(with.ok());
+  EXPECT_EQ(with->indices.size(), n);
+}
+
+TEST(SizesTest, ShardOfAPlanBeyondTwoToThe32) {
+  // N = 5e9 with uniform weights and replacement: a shard slice is computed without the plan,
+  // with indices beyond 2^32, deterministically, and equal to a direct computation.
+  auto backend = NewCpuBackend(2);
+  const uint64_t n = 5'000'000'000ull;
+  PlanSpec spec{n, n, 3, true, SampleOrder::kWeightedRandom};
+  ShardSpec shard{64, PartitionMode::kInterleaved, UnevenMode::kPad};
+  std::vector<uint64_t> a(200000), b(200000);
+  ASSERT_TRUE(backend->ShardWithoutPlan(spec, 2, shard, 63, 1'000'000, absl::MakeSpan(a)).ok());
+  ASSERT_TRUE(
+      NewCpuBackend(1)->ShardWithoutPlan(spec, 2, shard, 63, 1'000'000, absl::MakeSpan(b)).ok());
+  EXPECT_EQ(a, b);
+  uint64_t above = 0;
+  for (size_t k = 0; k < a.size(); ++k) {
+    ASSERT_LT(a[k], n);
+    above += a[k] >= (uint64_t{1} << 32);
+    const uint64_t p = ShardToPlanPosition(n, shard, 63, 1'000'000 + k);
+    ASSERT_EQ(a[k], internal::UniformDraw(3, 2, n, p));
+  }
+  EXPECT_GT(above, a.size() / 10);  // ~14% of [0, 5e9) lies above 2^32.
+  // Sequential order beyond 2^32: the positions themselves.
+  PlanSpec seq{n, n, 0, false, SampleOrder::kSequential};
+  std::vector<uint64_t> s(4);
+  ASSERT_TRUE(backend->ShardWithoutPlan(seq, 0, ShardSpec{2}, 1, 2'400'000'000ull,
+                                        absl::MakeSpan(s))
+                  .ok());
+  EXPECT_EQ(s[0], 4'800'000'001ull);
+  EXPECT_EQ(s[3], 4'800'000'007ull);
+  // A plan whose positions depend on each other cannot be sharded without the plan.
+  EXPECT_EQ(backend->ShardWithoutPlan({100, 100, 0, false}, 0, ShardSpec{2}, 0, 0,
+                                      absl::MakeSpan(s))
+                .code(),
+            absl::StatusCode::kUnimplemented);
+}
+
+}  // namespace
+}  // namespace samplerd
