@@ -1,0 +1,378 @@
+#include "server/job.h"
+
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "glog/logging.h"
+
+namespace samplerd {
+namespace {
+
+constexpr size_t kMaxBatchPairs = 1 << 20;
+
+double MillisSince(absl::Time start) { return absl::ToDoubleMilliseconds(absl::Now() - start); }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Job>> Job::Create(std::string name, JobConfig config,
+                                                 ComputeBackend* backend) {
+  if (absl::Status s = ValidateJobName(name); !s.ok()) return s;
+  std::unique_ptr<Job> job(new Job(std::move(name), std::move(config), backend));
+  if (job->config_.policy.base == BaseWeightKind::kUniform) {
+    if (absl::Status s = job->InstallBaseAndPlan({}); !s.ok()) return s;
+  }
+  return job;
+}
+
+Job::Job(std::string name, JobConfig config, ComputeBackend* backend)
+    : name_(std::move(name)),
+      config_(std::move(config)),
+      backend_(backend),
+      losses_(config_.plan.num_samples, config_.policy.ema_decay),
+      ranks_(config_.shard.world_size) {}
+
+Job::~Job() { Close(absl::NotFoundError(absl::StrCat("job '", name_, "' was deleted"))); }
+
+void Job::Close(absl::Status reason) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_.ok()) closed_ = std::move(reason);
+  }
+  absl::MutexLock lock(&planner_mu_);
+  if (planner_.joinable()) planner_.join();
+}
+
+absl::Status Job::CheckOpen() const {
+  if (!closed_.ok()) return closed_;
+  return absl::OkStatus();
+}
+
+absl::Status Job::CheckRank(uint32_t rank) const {
+  if (rank >= config_.shard.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("rank = ", rank, " is outside [0, world_size = ",
+                                                   config_.shard.world_size, ") of job '", name_,
+                                                   "'"));
+  }
+  return absl::OkStatus();
+}
+
+v1::Job Job::Describe() const {
+  v1::Job job;
+  job.set_name(name_);
+  *job.mutable_spec() = config_.normalized;
+  absl::MutexLock lock(&mu_);
+  job.set_current_epoch(epoch_);
+  job.set_plan_ready(plan_ready_);
+  return job;
+}
+
+// ---- Uploads ------------------------------------------------------------------------------------
+
+absl::Status Job::UploadWeights(std::vector<float> weights) {
+  if (config_.policy.base != BaseWeightKind::kStatic) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job '", name_, "' has policy.base = ", v1::BasePolicy_Name(config_.normalized.policy().base()),
+        "; UploadWeights needs STATIC"));
+  }
+  if (weights.size() != config_.plan.num_samples) {
+    return absl::InvalidArgumentError(absl::StrCat("weights: ", weights.size(),
+                                                   " values for num_samples ",
+                                                   config_.plan.num_samples));
+  }
+  if (absl::Status s = ValidateWeights(weights); !s.ok()) return s;
+  // Normalise to mean 1 (importance weights are then 1 / w).
+  double sum = 0;
+  for (float w : weights) sum += w;
+  const double mean = sum / static_cast<double>(weights.size());
+  for (float& w : weights) w = static_cast<float>(w / mean);
+  return InstallBaseAndPlan(std::move(weights));
+}
+
+absl::Status Job::UploadLabels(const std::vector<uint32_t>& labels) {
+  if (config_.policy.base != BaseWeightKind::kClassBalanced) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job '", name_, "' has policy.base = ", v1::BasePolicy_Name(config_.normalized.policy().base()),
+        "; UploadLabels needs CLASS_BALANCED"));
+  }
+  std::vector<float> base(config_.plan.num_samples);
+  if (absl::Status s = ClassBalancedWeights(labels, config_.policy.class_balance_beta,
+                                            absl::MakeSpan(base));
+      !s.ok()) {
+    return s;
+  }
+  return InstallBaseAndPlan(std::move(base));
+}
+
+absl::Status Job::InstallBaseAndPlan(std::vector<float> base) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = CheckOpen(); !s.ok()) return s;
+    if (started_ || planning_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job '", name_, "' already started (epoch ", epoch_,
+                       "); weights and labels can only be uploaded before the first loss report"));
+    }
+    planning_ = true;  // Excludes a concurrent upload while epoch 0 is planned off the lock.
+  }
+  auto weights = std::make_shared<const std::vector<float>>(std::move(base));
+  absl::Status s = PlanAndPublish(0, weights, 0.0);
+  absl::MutexLock lock(&mu_);
+  planning_ = false;
+  if (s.ok()) base_ = weights;
+  return s;
+}
+
+// ---- Planning -------------------------------------------------------------------------------------
+
+absl::Status Job::PlanAndPublish(uint64_t epoch,
+                                 std::shared_ptr<const std::vector<float>> weights,
+                                 double recompute_ms) {
+  const absl::Time start = absl::Now();
+  absl::StatusOr<Plan> plan = backend_->PlanEpoch(config_.plan, epoch, *weights);
+  const double plan_ms = MillisSince(start);
+  if (!plan.ok()) return plan.status();
+  const WeightSummary summary = weights->empty()
+                                    ? SummarizeWeights(std::vector<float>(1, 1.0f))
+                                    : SummarizeWeights(*weights);
+  EpochView view;
+  view.plan = std::make_shared<const Plan>(*std::move(plan));
+  view.weights = std::move(weights);
+  view.unit_is_weights = view.weights->empty() || (!config_.plan.replacement &&
+                                                   config_.plan.samples_per_epoch ==
+                                                       config_.plan.num_samples);
+  absl::MutexLock lock(&mu_);
+  epoch_ = epoch;
+  current_ = std::move(view);
+  plan_ready_ = true;
+  weight_summary_ = summary;
+  if (weight_summary_.effective_sample_size > 0 && current_.weights->empty()) {
+    weight_summary_.effective_sample_size = static_cast<double>(config_.plan.num_samples);
+  }
+  last_plan_ms_ = plan_ms;
+  last_recompute_ms_ = recompute_ms;
+  ResetEpochState();
+  return absl::OkStatus();
+}
+
+void Job::ResetEpochState() {
+  for (RankState& r : ranks_) r = RankState();
+  ranks_ended_ = 0;
+}
+
+void Job::PlanNextEpoch(uint64_t closed_epoch) {
+  std::shared_ptr<const std::vector<float>> current, base;
+  {
+    absl::MutexLock lock(&mu_);
+    current = current_.weights;
+    base = base_;
+  }
+  const uint64_t n = config_.plan.num_samples;
+  const absl::Time start = absl::Now();
+  std::shared_ptr<const std::vector<float>> next = current;
+  absl::Status status;
+  if (config_.policy.loss != LossWeightKind::kNone) {
+    // losses_ is not written while planning_ is set (see job.h).
+    auto recomputed = std::make_shared<std::vector<float>>(n);
+    const std::vector<float> ones = current->empty() ? std::vector<float>(n, 1.0f)
+                                                     : std::vector<float>();
+    status = backend_->RecomputeWeights(config_.policy, closed_epoch,
+                                        base ? absl::MakeConstSpan(*base)
+                                             : absl::Span<const float>(),
+                                        current->empty() ? ones : *current, losses_.View(),
+                                        absl::MakeSpan(*recomputed));
+    next = std::move(recomputed);
+  }
+  const double recompute_ms = MillisSince(start);
+  if (status.ok()) status = PlanAndPublish(closed_epoch + 1, next, recompute_ms);
+  absl::MutexLock lock(&mu_);
+  planning_ = false;
+  if (!status.ok()) {
+    // Inputs were validated on the way in, so this is a server bug; keep it visible.
+    LOG(ERROR) << "job '" << name_ << "': planning epoch " << closed_epoch + 1
+               << " failed: " << status;
+    planning_error_ = status;
+  }
+}
+
+// ---- Shards ----------------------------------------------------------------------------------------
+
+absl::StatusOr<ShardLease> Job::AcquireShard(uint64_t epoch, uint32_t rank, uint32_t world_size,
+                                             absl::Time deadline) {
+  if (world_size != config_.shard.world_size) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "world_size = ", world_size, " does not match job '", name_,
+        "' world_size = ", config_.shard.world_size));
+  }
+  if (absl::Status s = CheckRank(rank); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  auto ready_or_done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !closed_.ok() || !planning_error_.ok() || epoch < epoch_ ||
+           epoch > epoch_ + 1 || (epoch == epoch_ && plan_ready_);
+  };
+  // Wait for the epoch's plan: the current one while planned, or the next one.
+  mu_.AwaitWithDeadline(absl::Condition(&ready_or_done), deadline);
+  if (absl::Status s = CheckOpen(); !s.ok()) return s;
+  if (!planning_error_.ok()) return absl::InternalError(planning_error_.ToString());
+  if (epoch < epoch_) {
+    return absl::FailedPreconditionError(absl::StrCat("epoch = ", epoch, " of job '", name_,
+                                                      "' is closed; the current epoch is ",
+                                                      epoch_));
+  }
+  if (epoch > epoch_ + 1) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("epoch = ", epoch, " of job '", name_, "' is not open; the current epoch is ",
+                     epoch_, " (shards are served for the current and the next epoch)"));
+  }
+  if (!(epoch == epoch_ && plan_ready_)) {
+    return absl::DeadlineExceededError(absl::StrCat("epoch ", epoch, " of job '", name_,
+                                                    "' was not planned before the deadline"));
+  }
+  ShardLease lease;
+  lease.view = current_;
+  lease.shard = config_.shard;
+  lease.shard_length = *ShardLength(config_.plan.samples_per_epoch, config_.shard, rank);
+  return lease;
+}
+
+void Job::RecordStreamed(uint64_t epoch, uint32_t rank, uint64_t position) {
+  absl::MutexLock lock(&mu_);
+  if (epoch != epoch_ || rank >= ranks_.size()) return;
+  ranks_[rank].streamed = std::max(ranks_[rank].streamed, position);
+}
+
+// ---- Losses ----------------------------------------------------------------------------------------
+
+absl::Status Job::ReportLosses(const LossBatchView& batch, v1::LossReportSummary* summary) {
+  const uint64_t n = config_.plan.num_samples;
+  if (absl::Status s = CheckRank(batch.rank); !s.ok()) return s;
+  if (batch.indices.size() != batch.losses.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("indices: ", batch.indices.size(),
+                                                   " entries but losses: ", batch.losses.size()));
+  }
+  if (batch.indices.empty()) {
+    return absl::InvalidArgumentError("indices: empty batch; send 1 to 1048576 pairs");
+  }
+  if (batch.indices.size() > kMaxBatchPairs) {
+    return absl::InvalidArgumentError(absl::StrCat("indices: ", batch.indices.size(),
+                                                   " pairs in one batch; at most 1048576"));
+  }
+  for (size_t k = 0; k < batch.indices.size(); ++k) {
+    if (batch.indices[k] >= n) {
+      return absl::InvalidArgumentError(absl::StrCat("indices[", k, "] = ", batch.indices[k],
+                                                     " is outside [0, num_samples = ", n, ")"));
+    }
+    const float loss = batch.losses[k];
+    if (!(std::isfinite(loss) && loss >= 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("losses[", k, "] = ", loss, ": losses must be finite and >= 0"));
+    }
+  }
+
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckOpen(); !s.ok()) return s;
+  if (batch.epoch < epoch_) {
+    summary->set_stale(summary->stale() + batch.indices.size());
+    if (summary->stale_epochs_size() == 0 ||
+        summary->stale_epochs(summary->stale_epochs_size() - 1) != batch.epoch) {
+      summary->add_stale_epochs(batch.epoch);
+    }
+    return absl::OkStatus();
+  }
+  if (batch.epoch > epoch_ || !plan_ready_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "epoch = ", batch.epoch, " of job '", name_, "' is not open for losses; the current epoch is ",
+        epoch_, plan_ready_ ? "" : " (still being planned)"));
+  }
+  RankState& rank = ranks_[batch.rank];
+  if (!rank.seqs.insert(batch.seq).second) {
+    summary->set_duplicates(summary->duplicates() + batch.indices.size());
+    return absl::OkStatus();
+  }
+  if (rank.reported.empty()) rank.reported.assign((n + 63) / 64, 0);
+  uint64_t accepted = 0, duplicates = 0;
+  for (size_t k = 0; k < batch.indices.size(); ++k) {
+    const uint64_t i = batch.indices[k];
+    uint64_t& word = rank.reported[i >> 6];
+    const uint64_t bit = uint64_t{1} << (i & 63);
+    if (word & bit) {
+      ++duplicates;
+      continue;
+    }
+    word |= bit;
+    samples_seen_ += losses_.Apply(i, batch.losses[k], batch.epoch);
+    ++accepted;
+  }
+  rank.accepted += accepted;
+  started_ = true;
+  summary->set_accepted(summary->accepted() + accepted);
+  summary->set_duplicates(summary->duplicates() + duplicates);
+  return absl::OkStatus();
+}
+
+// ---- Epochs ----------------------------------------------------------------------------------------
+
+absl::StatusOr<v1::EndEpochResponse> Job::EndEpoch(uint64_t epoch, uint32_t rank) {
+  if (absl::Status s = CheckRank(rank); !s.ok()) return s;
+  v1::EndEpochResponse response;
+  {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = CheckOpen(); !s.ok()) return s;
+    if (epoch < epoch_) {
+      // Already closed (every rank ended it): a retry.
+      response.set_ranks_ended(config_.shard.world_size);
+      return response;
+    }
+    if (epoch > epoch_ || !plan_ready_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "epoch = ", epoch, " of job '", name_, "' is not open; the current epoch is ", epoch_,
+          plan_ready_ ? "" : " (still being planned)"));
+    }
+    RankState& state = ranks_[rank];
+    if (!state.ended) {
+      state.ended = true;
+      ++ranks_ended_;
+    }
+    response.set_ranks_ended(ranks_ended_);
+    if (ranks_ended_ < config_.shard.world_size) return response;
+    // The last rank: close the epoch. Epoch e + 1 becomes current, planned in the background.
+    response.set_epoch_closed(true);
+    started_ = true;
+    plan_ready_ = false;
+    planning_ = true;
+    epoch_ = epoch + 1;
+  }
+  absl::MutexLock lock(&planner_mu_);
+  if (planner_.joinable()) planner_.join();  // The previous epoch's planner has finished.
+  planner_ = std::thread([this, epoch] { PlanNextEpoch(epoch); });
+  return response;
+}
+
+// ---- Status ----------------------------------------------------------------------------------------
+
+v1::JobStatus Job::Status() const {
+  v1::JobStatus status;
+  *status.mutable_job() = Describe();
+  absl::MutexLock lock(&mu_);
+  for (uint32_t r = 0; r < ranks_.size(); ++r) {
+    v1::RankProgress* p = status.add_ranks();
+    p->set_rank(r);
+    p->set_indices_streamed(ranks_[r].streamed);
+    p->set_losses_accepted(ranks_[r].accepted);
+    p->set_ended(ranks_[r].ended);
+  }
+  v1::WeightStats* w = status.mutable_weights();
+  w->set_min(weight_summary_.min);
+  w->set_max(weight_summary_.max);
+  w->set_mean(weight_summary_.mean);
+  w->set_effective_sample_size(weight_summary_.effective_sample_size);
+  w->set_zero_count(weight_summary_.zero_count);
+  status.set_last_recompute_ms(last_recompute_ms_);
+  status.set_last_plan_ms(last_plan_ms_);
+  status.set_samples_seen(samples_seen_);
+  status.set_backend(backend_->name());
+  return status;
+}
+
+}  // namespace samplerd

@@ -1,0 +1,172 @@
+// Job: one training run's sampler state and its state machine over epochs.
+//
+//   created ──(uniform base)──> epoch 0 planned ──> serving e ──(every rank EndEpoch(e))──>
+//   planning e+1 in the background (weights recomputed from the losses, then the plan) ──>
+//   serving e+1 ...
+// Jobs with STATIC or CLASS_BALANCED base weights wait for their upload before epoch 0's plan.
+//
+// Thread-safety: all public methods are safe to call concurrently. The mutex is never held while
+// a plan or weights are computed or while a client is streamed to: readers take a reference to
+// the immutable EpochView (plan + weights of the epoch) and release the lock.
+//
+// Rules (see proto/samplerd.proto for the client-visible contract):
+//   - Losses for the current epoch are applied once its plan is ready; older epochs are counted
+//     as stale; later epochs are FAILED_PRECONDITION.
+//   - A batch (epoch, rank, seq) already applied is a duplicate. One loss per (epoch,
+//     data-parallel rank, index): a second report of it (a tensor-parallel peer of the same rank,
+//     or a repeat of the index in the rank's shard) counts as a duplicate. Costs N bits per rank
+//     that reported in the epoch.
+//   - Every request is validated whole before anything changes.
+#ifndef SAMPLERD_SERVER_JOB_H_
+#define SAMPLERD_SERVER_JOB_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "kernels/compute_backend.h"
+#include "proto/samplerd.pb.h"
+#include "server/job_config.h"
+#include "server/loss_table.h"
+
+namespace samplerd {
+
+// The immutable state of one epoch that readers stream from.
+struct EpochView {
+  std::shared_ptr<const Plan> plan;
+  // W_e, mean 1; empty for uniform weights.
+  std::shared_ptr<const std::vector<float>> weights;
+  // Whether importance-sampling weights are all 1 (uniform weights, or M == N without
+  // replacement where the weights have no effect).
+  bool unit_is_weights = true;
+};
+
+// What a StreamShard caller needs: the epoch's view and the geometry of its shard.
+struct ShardLease {
+  EpochView view;
+  ShardSpec shard;
+  uint64_t shard_length = 0;
+};
+
+// A loss batch as the core sees it (the service unpacks the proto into spans).
+struct LossBatchView {
+  uint64_t epoch = 0;
+  uint32_t rank = 0;
+  uint64_t seq = 0;
+  absl::Span<const uint64_t> indices;
+  absl::Span<const float> losses;
+};
+
+class Job {
+ public:
+  // Creates the job; for a uniform base the plan of epoch 0 is computed before returning.
+  // `backend` must outlive the job.
+  static absl::StatusOr<std::unique_ptr<Job>> Create(std::string name, JobConfig config,
+                                                     ComputeBackend* backend);
+  ~Job();
+
+  Job(const Job&) = delete;
+  Job& operator=(const Job&) = delete;
+
+  const std::string& name() const { return name_; }
+  const JobConfig& config() const { return config_; }
+
+  // Current epoch and readiness, as the proto Job.
+  v1::Job Describe() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Static weights / class labels (N values). FAILED_PRECONDITION if the base policy differs or
+  // the job already started (a loss was accepted or an epoch closed); INVALID_ARGUMENT for bad
+  // values. On success the plan of epoch 0 is computed before returning.
+  absl::Status UploadWeights(std::vector<float> weights) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status UploadLabels(const std::vector<uint32_t>& labels) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The shard of (epoch, rank) for a caller with `world_size`. Waits until `deadline` for an
+  // epoch still being planned (the current one, or the next one while ranks finish the current
+  // one). Errors: FAILED_PRECONDITION (world size mismatch, epoch closed or too far ahead),
+  // INVALID_ARGUMENT (rank), DEADLINE_EXCEEDED, UNAVAILABLE (shutting down), NOT_FOUND (deleted).
+  absl::StatusOr<ShardLease> AcquireShard(uint64_t epoch, uint32_t rank, uint32_t world_size,
+                                          absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Records that `rank` has been sent shard positions up to `position` in `epoch`.
+  void RecordStreamed(uint64_t epoch, uint32_t rank, uint64_t position) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Validates the batch whole, then applies it; adds to `summary` (accepted, stale, duplicates).
+  absl::Status ReportLosses(const LossBatchView& batch, v1::LossReportSummary* summary)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Rank `rank` finished `epoch`. Idempotent. The last rank starts planning epoch + 1.
+  absl::StatusOr<v1::EndEpochResponse> EndEpoch(uint64_t epoch, uint32_t rank)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  v1::JobStatus Status() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Wakes every waiter with `reason` (UNAVAILABLE for shutdown, NOT_FOUND for deletion) and
+  // refuses further calls; waits for a background plan to finish.
+  void Close(absl::Status reason) ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  Job(std::string name, JobConfig config, ComputeBackend* backend);
+
+  // Per-epoch bookkeeping, reset when an epoch opens.
+  struct RankState {
+    uint64_t streamed = 0;
+    uint64_t accepted = 0;
+    bool ended = false;
+    absl::flat_hash_set<uint64_t> seqs;  // Loss batches applied.
+    std::vector<uint64_t> reported;       // Bitset of indices reported (lazily N bits).
+  };
+
+  // Computes W_{e+1} and plan(e+1) off the lock, then publishes them. Runs on planner_.
+  void PlanNextEpoch(uint64_t closed_epoch) ABSL_LOCKS_EXCLUDED(mu_);
+  // Plans `epoch` with `weights` (no lock) and publishes it as the current epoch.
+  absl::Status PlanAndPublish(uint64_t epoch, std::shared_ptr<const std::vector<float>> weights,
+                              double recompute_ms) ABSL_LOCKS_EXCLUDED(mu_);
+  // Installs base weights (after validation) and plans epoch 0.
+  absl::Status InstallBaseAndPlan(std::vector<float> base) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status CheckOpen() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckRank(uint32_t rank) const;
+  void ResetEpochState() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const std::string name_;
+  const JobConfig config_;
+  ComputeBackend* const backend_;
+
+  mutable absl::Mutex mu_;
+  absl::Status closed_ ABSL_GUARDED_BY(mu_);  // Non-OK once closed.
+  uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  bool plan_ready_ ABSL_GUARDED_BY(mu_) = false;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;  // A loss accepted or an epoch closed.
+  EpochView current_ ABSL_GUARDED_BY(mu_);
+  // Base weights (mean 1) for STATIC / CLASS_BALANCED; empty for UNIFORM. Replaced only before
+  // the job starts.
+  std::shared_ptr<const std::vector<float>> base_ ABSL_GUARDED_BY(mu_);
+  // Read by the planner thread without mu_ while planning_ is true; ReportLosses does not write
+  // it then (the next epoch's plan is not ready, so its losses are refused).
+  LossTable losses_;
+  std::vector<RankState> ranks_ ABSL_GUARDED_BY(mu_);
+  uint32_t ranks_ended_ ABSL_GUARDED_BY(mu_) = 0;
+  bool planning_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status planning_error_ ABSL_GUARDED_BY(mu_);
+  WeightSummary weight_summary_ ABSL_GUARDED_BY(mu_);
+  double last_recompute_ms_ ABSL_GUARDED_BY(mu_) = 0;
+  double last_plan_ms_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t samples_seen_ ABSL_GUARDED_BY(mu_) = 0;
+
+  // The background planning of the next epoch; joined before reuse and on Close.
+  // Lock order: mu_ is never held while taking planner_mu_.
+  absl::Mutex planner_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  std::thread planner_ ABSL_GUARDED_BY(planner_mu_);
+};
+
+}  // namespace samplerd
+
+#endif  // SAMPLERD_SERVER_JOB_H_

@@ -1,0 +1,131 @@
+#include "server/job_config.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace samplerd {
+namespace {
+
+// Proto default 0 means "unset": the documented default.
+double OrDefault(double value, double default_value) { return value == 0 ? default_value : value; }
+
+}  // namespace
+
+absl::Status ValidateJobName(const std::string& name) {
+  if (name.empty() || name.size() > 128) {
+    return absl::InvalidArgumentError(absl::StrCat("name = \"", name.substr(0, 140),
+                                                   "\": must be 1 to 128 characters"));
+  }
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    if (!ok) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("name = \"", name, "\": only [A-Za-z0-9._-] are allowed"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<JobConfig> MakeJobConfig(const v1::JobSpec& spec, const JobLimits& limits) {
+  JobConfig c;
+  const uint64_t n = spec.num_samples();
+  if (n == 0) return absl::InvalidArgumentError("spec.num_samples = 0: must be >= 1");
+  if (n > limits.max_samples_per_job) {
+    return absl::ResourceExhaustedError(absl::StrCat("spec.num_samples = ", n,
+                                                     " exceeds the server limit ",
+                                                     limits.max_samples_per_job,
+                                                     " (--max_samples_per_job)"));
+  }
+  if (spec.world_size() == 0) return absl::InvalidArgumentError("spec.world_size = 0: must be >= 1");
+  if (spec.world_size() > (1u << 20)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.world_size = ", spec.world_size(), ": must be <= 1048576"));
+  }
+  const uint64_t m = spec.samples_per_epoch() == 0 ? n : spec.samples_per_epoch();
+  if (!spec.replacement() && m > n) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.samples_per_epoch = ", m,
+                                                   " exceeds spec.num_samples = ", n,
+                                                   " without replacement"));
+  }
+  if (m > limits.max_samples_per_job * 16) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.samples_per_epoch = ", m,
+                                                   ": must be <= 16 x --max_samples_per_job"));
+  }
+  if (!v1::Order_IsValid(spec.order()) || !v1::Partition_IsValid(spec.partition()) ||
+      !v1::UnevenPolicy_IsValid(spec.uneven()) || !v1::BasePolicy_IsValid(spec.policy().base()) ||
+      !v1::LossPolicy_IsValid(spec.policy().loss())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec: unknown enum value (order = ", spec.order(), ", partition = ", spec.partition(),
+        ", uneven = ", spec.uneven(), ", policy.base = ", spec.policy().base(),
+        ", policy.loss = ", spec.policy().loss(), ")"));
+  }
+  const v1::Order order = spec.order() == v1::ORDER_UNSPECIFIED ? v1::WEIGHTED_RANDOM : spec.order();
+  if (order == v1::SEQUENTIAL && (spec.replacement() || m != n)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.order = SEQUENTIAL needs replacement = false and samples_per_epoch = "
+                     "num_samples; got replacement = ",
+                     spec.replacement(), ", samples_per_epoch = ", m));
+  }
+  c.plan = PlanSpec{n, m, spec.seed(), spec.replacement(),
+                    order == v1::SEQUENTIAL ? SampleOrder::kSequential
+                                            : SampleOrder::kWeightedRandom};
+
+  const v1::Partition partition =
+      spec.partition() == v1::PARTITION_UNSPECIFIED ? v1::INTERLEAVED : spec.partition();
+  const v1::UnevenPolicy uneven =
+      spec.uneven() == v1::UNEVEN_POLICY_UNSPECIFIED ? v1::PAD : spec.uneven();
+  c.shard.world_size = spec.world_size();
+  c.shard.partition =
+      partition == v1::CONTIGUOUS ? PartitionMode::kContiguous : PartitionMode::kInterleaved;
+  c.shard.uneven = uneven == v1::DROP_LAST ? UnevenMode::kDropLast
+                   : uneven == v1::UNEVEN  ? UnevenMode::kUneven
+                                           : UnevenMode::kPad;
+
+  const v1::WeightPolicy& p = spec.policy();
+  const v1::BasePolicy base = p.base() == v1::BASE_POLICY_UNSPECIFIED ? v1::UNIFORM : p.base();
+  const v1::LossPolicy loss = p.loss() == v1::LOSS_POLICY_UNSPECIFIED ? v1::NONE : p.loss();
+  if (order == v1::SEQUENTIAL && (base != v1::UNIFORM || loss != v1::NONE)) {
+    return absl::InvalidArgumentError(
+        "spec.policy: order = SEQUENTIAL takes no weights; use base = UNIFORM, loss = NONE");
+  }
+  WeightPolicyParams& w = c.policy;
+  w.base = base == v1::STATIC           ? BaseWeightKind::kStatic
+           : base == v1::CLASS_BALANCED ? BaseWeightKind::kClassBalanced
+                                        : BaseWeightKind::kUniform;
+  w.loss = loss == v1::LOSS             ? LossWeightKind::kLoss
+           : loss == v1::MULTIPLICATIVE ? LossWeightKind::kMultiplicative
+                                        : LossWeightKind::kNone;
+  w.class_balance_beta = p.class_balance_beta();
+  w.ema_decay = OrDefault(p.ema_decay(), 0.9);
+  w.alpha = OrDefault(p.alpha(), 1.0);
+  w.epsilon = OrDefault(p.epsilon(), 1e-3);
+  w.mix = p.mix();
+  w.clamp_lo = OrDefault(p.clamp_lo(), 0.1);
+  w.clamp_hi = OrDefault(p.clamp_hi(), 10.0);
+  if (p.has_prior_loss()) w.prior_loss = p.prior_loss();
+  w.eta = OrDefault(p.eta(), 1.0);
+  if (absl::Status s = ValidatePolicy(w); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.", s.message()));
+  }
+
+  v1::JobSpec& out = c.normalized;
+  out = spec;
+  out.set_samples_per_epoch(m);
+  out.set_order(order);
+  out.set_partition(partition);
+  out.set_uneven(uneven);
+  v1::WeightPolicy* op = out.mutable_policy();
+  op->set_base(base);
+  op->set_loss(loss);
+  op->set_ema_decay(w.ema_decay);
+  op->set_alpha(w.alpha);
+  op->set_epsilon(w.epsilon);
+  op->set_clamp_lo(w.clamp_lo);
+  op->set_clamp_hi(w.clamp_hi);
+  op->set_eta(w.eta);
+  return c;
+}
+
+}  // namespace samplerd

@@ -1,0 +1,41 @@
+// JobConfig: a validated job specification with every default filled in.
+//
+// The one place that turns a client's v1::JobSpec into the engine's plain parameters (PlanSpec,
+// ShardSpec, WeightPolicyParams) and back into the normalised spec that the server stores and
+// returns. Two specs are "the same" (CreateJob is idempotent) iff their normalised forms are
+// equal. Pure functions; no gRPC.
+#ifndef SAMPLERD_SERVER_JOB_CONFIG_H_
+#define SAMPLERD_SERVER_JOB_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/compute_backend.h"
+#include "proto/samplerd.pb.h"
+
+namespace samplerd {
+
+// Server-wide limits applied to every job.
+struct JobLimits {
+  uint64_t max_samples_per_job = uint64_t{1} << 32;
+};
+
+struct JobConfig {
+  PlanSpec plan;  // samples_per_epoch resolved (0 -> N).
+  ShardSpec shard;
+  WeightPolicyParams policy;
+  v1::JobSpec normalized;  // The spec with defaults filled in, as returned to clients.
+};
+
+// Validates `spec` and fills defaults. INVALID_ARGUMENT names the field and value
+// ("spec.world_size = 0: must be >= 1"); RESOURCE_EXHAUSTED for num_samples over the limit.
+absl::StatusOr<JobConfig> MakeJobConfig(const v1::JobSpec& spec, const JobLimits& limits);
+
+// Job names: [A-Za-z0-9._-], 1 to 128 characters. INVALID_ARGUMENT otherwise.
+absl::Status ValidateJobName(const std::string& name);
+
+}  // namespace samplerd
+
+#endif  // SAMPLERD_SERVER_JOB_CONFIG_H_

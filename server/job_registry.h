@@ -1,0 +1,64 @@
+// JobRegistry: the server's jobs by name, with the server-wide limits.
+//
+// Thread-safe. Jobs are shared_ptr: a call that looked a job up keeps it alive even if it is
+// deleted meanwhile (its waiters are woken with NOT_FOUND).
+#ifndef SAMPLERD_SERVER_JOB_REGISTRY_H_
+#define SAMPLERD_SERVER_JOB_REGISTRY_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "kernels/compute_backend.h"
+#include "proto/samplerd.pb.h"
+#include "server/job.h"
+#include "server/job_config.h"
+
+namespace samplerd {
+
+class JobRegistry {
+ public:
+  struct Limits {
+    size_t max_jobs = 64;
+    JobLimits job;
+  };
+
+  // `backend` must outlive the registry.
+  JobRegistry(Limits limits, ComputeBackend* backend);
+  ~JobRegistry();
+
+  // Creates a job, or returns the existing one if `spec` normalises to the same spec.
+  // ALREADY_EXISTS for a different spec, RESOURCE_EXHAUSTED at max_jobs, INVALID_ARGUMENT for a
+  // bad name or spec. The job is planned outside the registry lock.
+  absl::StatusOr<std::shared_ptr<Job>> Create(const std::string& name, const v1::JobSpec& spec)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // NOT_FOUND naming the job.
+  absl::StatusOr<std::shared_ptr<Job>> Get(const std::string& name) const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // All jobs ordered by name.
+  std::vector<std::shared_ptr<Job>> List() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Removes the job and wakes its waiters with NOT_FOUND. NOT_FOUND if absent.
+  absl::Status Delete(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Wakes every waiter with UNAVAILABLE and refuses new jobs (server shutdown).
+  void CloseAll() ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  const Limits limits_;
+  ComputeBackend* const backend_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
+  size_t pending_creates_ ABSL_GUARDED_BY(mu_) = 0;  // Counted against max_jobs.
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace samplerd
+
+#endif  // SAMPLERD_SERVER_JOB_REGISTRY_H_

@@ -1,0 +1,67 @@
+// samplerd: flags only. Fills Options, starts the server, prints the bound address, and shuts
+// down gracefully on SIGTERM/SIGINT (exit 0).
+#include <csignal>
+#include <cstdio>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "glog/logging.h"
+#include "server/server.h"
+
+ABSL_FLAG(std::string, host, "127.0.0.1", "Address to listen on (0.0.0.0 for all interfaces).");
+ABSL_FLAG(int, port, 50051, "Port to listen on; 0 picks a free port (printed at startup).");
+ABSL_FLAG(std::string, data_dir, "",
+          "Directory for persistent state. Accepted but not used yet: job state is in memory "
+          "until the persistence issue lands.");
+ABSL_FLAG(std::string, backend, "auto", "Compute backend: auto, cpu or cuda.");
+ABSL_FLAG(int, planner_threads, 0, "CPU backend threads (0 = all cores).");
+ABSL_FLAG(int, max_jobs, 64, "Most jobs at once.");
+ABSL_FLAG(uint64_t, max_samples_per_job, uint64_t{1} << 32, "Largest num_samples of a job.");
+ABSL_FLAG(int, max_message_bytes, 64 << 20, "Largest gRPC message, both directions.");
+ABSL_FLAG(int, max_server_threads, 1024, "Most concurrent calls (each rank stream holds one).");
+ABSL_FLAG(int, grace_period_ms, 10000, "On SIGTERM, time for in-flight calls to finish.");
+ABSL_FLAG(int, log_level, 0, "Minimum log level to stderr: 0 INFO, 1 WARNING, 2 ERROR.");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("samplerd: sampler coordination service for DDP training");
+  absl::ParseCommandLine(argc, argv);
+  FLAGS_logtostderr = true;
+  FLAGS_minloglevel = absl::GetFlag(FLAGS_log_level);
+  google::InitGoogleLogging(argv[0]);
+
+  // Block the stop signals in every thread; this thread takes them with sigwait.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  samplerd::Options options;
+  options.host = absl::GetFlag(FLAGS_host);
+  options.port = absl::GetFlag(FLAGS_port);
+  options.data_dir = absl::GetFlag(FLAGS_data_dir);
+  options.backend = absl::GetFlag(FLAGS_backend);
+  options.planner_threads = absl::GetFlag(FLAGS_planner_threads);
+  options.max_jobs = absl::GetFlag(FLAGS_max_jobs);
+  options.max_samples_per_job = absl::GetFlag(FLAGS_max_samples_per_job);
+  options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  options.max_server_threads = absl::GetFlag(FLAGS_max_server_threads);
+  options.grace_period = absl::Milliseconds(absl::GetFlag(FLAGS_grace_period_ms));
+
+  auto server = samplerd::Server::Create(options);
+  if (!server.ok()) {
+    std::fprintf(stderr, "samplerd: %s\n", server.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("samplerd listening on %s\n", (*server)->address().c_str());
+  std::fflush(stdout);
+
+  int signal = 0;
+  sigwait(&stop_signals, &signal);
+  LOG(INFO) << "signal " << signal << ": shutting down";
+  (*server)->Shutdown();
+  (*server)->Wait();
+  return 0;
+}

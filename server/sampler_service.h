@@ -1,0 +1,66 @@
+// SamplerService: the gRPC adapter of samplerd.v1.Sampler (see proto/samplerd.proto for every
+// RPC's contract). It checks the shape of each request, looks the job up in the JobRegistry,
+// calls the core and converts the status; it holds no state of its own.
+//
+// Streaming handlers are split into *Impl methods taking the grpc::Server{Reader,Writer}Interface
+// so that tests can drive them without a network.
+#ifndef SAMPLERD_SERVER_SAMPLER_SERVICE_H_
+#define SAMPLERD_SERVER_SAMPLER_SERVICE_H_
+
+#include <cstdint>
+
+#include "grpcpp/grpcpp.h"
+#include "kernels/compute_backend.h"
+#include "proto/samplerd.grpc.pb.h"
+#include "server/job_registry.h"
+
+namespace samplerd {
+
+class SamplerService final : public v1::Sampler::Service {
+ public:
+  // Default and largest number of indices per ShardChunk.
+  static constexpr uint32_t kDefaultChunk = 1 << 16;
+  static constexpr uint32_t kMaxChunk = 1 << 20;
+
+  // `registry` and `backend` must outlive the service.
+  SamplerService(JobRegistry* registry, ComputeBackend* backend);
+
+  grpc::Status CreateJob(grpc::ServerContext* context, const v1::CreateJobRequest* request,
+                         v1::Job* response) override;
+  grpc::Status GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request,
+                      v1::Job* response) override;
+  grpc::Status ListJobs(grpc::ServerContext* context, const v1::ListJobsRequest* request,
+                        v1::ListJobsResponse* response) override;
+  grpc::Status DeleteJob(grpc::ServerContext* context, const v1::DeleteJobRequest* request,
+                         v1::DeleteJobResponse* response) override;
+  grpc::Status UploadWeights(grpc::ServerContext* context,
+                             grpc::ServerReader<v1::UploadWeightsChunk>* reader,
+                             v1::UploadSummary* response) override;
+  grpc::Status UploadLabels(grpc::ServerContext* context,
+                            grpc::ServerReader<v1::UploadLabelsChunk>* reader,
+                            v1::UploadSummary* response) override;
+  grpc::Status StreamShard(grpc::ServerContext* context, const v1::StreamShardRequest* request,
+                           grpc::ServerWriter<v1::ShardChunk>* writer) override;
+  grpc::Status ReportLosses(grpc::ServerContext* context, grpc::ServerReader<v1::LossBatch>* reader,
+                            v1::LossReportSummary* response) override;
+  grpc::Status EndEpoch(grpc::ServerContext* context, const v1::EndEpochRequest* request,
+                        v1::EndEpochResponse* response) override;
+  grpc::Status GetJobStatus(grpc::ServerContext* context, const v1::GetJobStatusRequest* request,
+                            v1::JobStatus* response) override;
+
+  // Network-free cores of the streaming handlers. `deadline` bounds waiting for a plan;
+  // `cancelled` is polled between chunks.
+  grpc::Status StreamShardImpl(const v1::StreamShardRequest& request, absl::Time deadline,
+                               const std::function<bool()>& cancelled,
+                               grpc::ServerWriterInterface<v1::ShardChunk>* writer);
+  grpc::Status ReportLossesImpl(grpc::ServerReaderInterface<v1::LossBatch>* reader,
+                                v1::LossReportSummary* response);
+
+ private:
+  JobRegistry* const registry_;
+  ComputeBackend* const backend_;
+};
+
+}  // namespace samplerd
+
+#endif  // SAMPLERD_SERVER_SAMPLER_SERVICE_H_
