@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "grpcpp/grpcpp.h"
+#include "server/status_util.h"
 
 namespace samplerd {
 namespace {
@@ -28,10 +29,6 @@ grpc::Status WriteChunks(grpc::ClientWriter<Chunk>* writer, const std::string& j
 }
 
 }  // namespace
-
-absl::Status FromGrpcStatus(const grpc::Status& status) {
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
-}
 
 absl::StatusOr<std::unique_ptr<SamplerClient>> SamplerClient::Create(const std::string& address,
                                                                      ClientOptions options) {

@@ -96,9 +96,6 @@ class SamplerClient {
   const ClientOptions options_;
 };
 
-// Converts a gRPC status to the absl::Status with the same code and message.
-absl::Status FromGrpcStatus(const grpc::Status& status);
-
 }  // namespace samplerd
 
 #endif  // SAMPLERD_CLIENT_CPP_SAMPLER_CLIENT_H_

@@ -1,0 +1,326 @@
+// The gRPC service over a real in-process server on port 0, driven by the C++ client library.
+#include "server/sampler_service.h"
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "client/cpp/sampler_client.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/server.h"
+
+namespace samplerd {
+namespace {
+
+using ::testing::HasSubstr;
+
+class SamplerServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Options options;
+    options.port = 0;
+    options.planner_threads = 2;
+    options.grace_period = absl::Seconds(1);
+    auto server = Server::Create(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    ASSERT_GT(server_->port(), 0);
+    ClientOptions client_options;
+    client_options.timeout = absl::Seconds(20);
+    client_ = *SamplerClient::Create(server_->address(), client_options);
+  }
+
+  v1::JobSpec Spec(uint64_t n, uint32_t world, uint64_t m = 0) {
+    v1::JobSpec spec;
+    spec.set_num_samples(n);
+    spec.set_world_size(world);
+    spec.set_samples_per_epoch(m);
+    spec.set_seed(17);
+    return spec;
+  }
+
+  // Every rank's shard of `epoch`, read concurrently.
+  std::vector<std::vector<uint64_t>> ReadAll(const std::string& job, uint64_t epoch,
+                                             uint32_t world) {
+    std::vector<std::vector<uint64_t>> shards(world);
+    std::vector<std::thread> threads;
+    for (uint32_t r = 0; r < world; ++r) {
+      threads.emplace_back([&, r] {
+        auto shard = client_->ReadShard(job, epoch, r, world);
+        ASSERT_TRUE(shard.ok()) << shard.status();
+        shards[r] = *std::move(shard);
+      });
+    }
+    for (auto& t : threads) t.join();
+    return shards;
+  }
+
+  v1::LossBatch Batch(const std::string& job, uint64_t epoch, uint32_t rank, uint64_t seq,
+                      const std::vector<uint64_t>& indices, float (*loss)(uint64_t)) {
+    v1::LossBatch b;
+    b.set_job(job);
+    b.set_epoch(epoch);
+    b.set_rank(rank);
+    b.set_seq(seq);
+    for (uint64_t i : indices) {
+      b.add_indices(i);
+      b.add_losses(loss(i));
+    }
+    return b;
+  }
+
+  std::unique_ptr<Server> server_;
+  std::unique_ptr<SamplerClient> client_;
+};
+
+float HardLoss(uint64_t i) { return i < 1000 ? 3.0f : 0.1f; }
+
+TEST_F(SamplerServiceTest, JobLifecycle) {
+  auto job = client_->CreateJob("train", Spec(100, 2));
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->current_epoch(), 0u);
+  EXPECT_TRUE(job->plan_ready());
+  EXPECT_EQ(job->spec().samples_per_epoch(), 100u);  // Default filled in.
+  // Idempotent with the same spec (also when defaults are spelled out).
+  v1::JobSpec explicit_spec = Spec(100, 2, 100);
+  explicit_spec.set_order(v1::WEIGHTED_RANDOM);
+  EXPECT_TRUE(client_->CreateJob("train", explicit_spec).ok());
+  auto conflict = client_->CreateJob("train", Spec(101, 2));
+  EXPECT_EQ(conflict.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(std::string(conflict.status().message()), HasSubstr("train"));
+  ASSERT_TRUE(client_->CreateJob("eval", Spec(10, 1)).ok());
+  auto jobs = client_->ListJobs();
+  ASSERT_TRUE(jobs.ok());
+  ASSERT_EQ(jobs->size(), 2u);
+  EXPECT_EQ((*jobs)[0].name(), "eval");
+  EXPECT_EQ((*jobs)[1].name(), "train");
+  EXPECT_TRUE(client_->DeleteJob("eval").ok());
+  EXPECT_EQ(client_->GetJob("eval").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(client_->DeleteJob("eval").code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(SamplerServiceTest, FourRanksThreeEpochsWithTheLossPolicy) {
+  const uint64_t n = 10000, m = 4000;
+  const uint32_t world = 4;
+  v1::JobSpec spec = Spec(n, world, m);
+  spec.mutable_policy()->set_loss(v1::LOSS);
+  spec.mutable_policy()->set_ema_decay(0.5);
+  ASSERT_TRUE(client_->CreateJob("j", spec).ok());
+  std::vector<double> hard_share;
+  for (uint64_t epoch = 0; epoch < 3; ++epoch) {
+    auto shards = ReadAll("j", epoch, world);
+    // Equal lengths; no index twice (without replacement); union = the plan (M indices).
+    std::set<uint64_t> all;
+    uint64_t hard = 0;
+    for (const auto& s : shards) {
+      EXPECT_EQ(s.size(), m / world);
+      for (uint64_t i : s) {
+        EXPECT_TRUE(all.insert(i).second) << "index " << i << " served twice";
+        hard += i < 1000;
+      }
+    }
+    EXPECT_EQ(all.size(), m);
+    hard_share.push_back(static_cast<double>(hard) / m);
+    if (epoch == 0) {
+      // All ranks saw one plan: the interleaved union equals the plan computed locally.
+      auto plan = NewCpuBackend(1)->PlanEpoch({n, m, 17, false, SampleOrder::kWeightedRandom},
+                                              0, {});
+      ASSERT_TRUE(plan.ok());
+      for (uint64_t p = 0; p < m; ++p) ASSERT_EQ(shards[p % world][p / world], plan->indices[p]);
+    }
+    for (uint32_t r = 0; r < world; ++r) {
+      auto summary = client_->ReportLosses({Batch("j", epoch, r, 0, shards[r], HardLoss)});
+      ASSERT_TRUE(summary.ok()) << summary.status();
+      EXPECT_EQ(summary->accepted(), shards[r].size());
+    }
+    auto status = client_->GetJobStatus("j");
+    ASSERT_TRUE(status.ok());
+    for (const auto& rank : status->ranks()) {
+      EXPECT_EQ(rank.indices_streamed(), m / world);
+      EXPECT_EQ(rank.losses_accepted(), m / world);
+    }
+    for (uint32_t r = 0; r < world; ++r) {
+      auto end = client_->EndEpoch("j", epoch, r);
+      ASSERT_TRUE(end.ok()) << end.status();
+      EXPECT_EQ(end->ranks_ended(), r + 1);
+      EXPECT_EQ(end->epoch_closed(), r + 1 == world);
+    }
+  }
+  // Hard samples are 10% of the data; the loss policy draws them more and more often (after
+  // epoch 0 only the 40% of samples seen have their own loss, the rest keep the prior).
+  EXPECT_NEAR(hard_share[0], 0.1, 0.03);
+  EXPECT_GT(hard_share[1], 0.15);
+  EXPECT_GT(hard_share[2], hard_share[1]) << hard_share[0] << " " << hard_share[1] << " " << hard_share[2];
+  auto status = client_->GetJobStatus("j");
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->job().current_epoch(), 3u);
+  EXPECT_GT(status->weights().max(), 3.0);
+  EXPECT_LT(status->weights().effective_sample_size(), 0.9 * n);
+  EXPECT_EQ(status->backend(), "cpu");
+}
+
+TEST_F(SamplerServiceTest, BrokenStreamResumesWithStartOffset) {
+  ASSERT_TRUE(client_->CreateJob("r", Spec(5000, 2)).ok());
+  auto full = client_->ReadShard("r", 0, 1, 2);
+  ASSERT_TRUE(full.ok());
+  // Break after the first chunk of 300 indices, then resume where it stopped.
+  v1::StreamShardRequest request;
+  request.set_job("r");
+  request.set_rank(1);
+  request.set_world_size(2);
+  request.set_max_chunk_size(300);
+  std::vector<uint64_t> got;
+  {
+    grpc::ClientContext context;
+    auto reader = client_->stub()->StreamShard(&context, request);
+    v1::ShardChunk chunk;
+    ASSERT_TRUE(reader->Read(&chunk));
+    EXPECT_EQ(chunk.indices32_size(), 300);
+    got.assign(chunk.indices32().begin(), chunk.indices32().end());
+    context.TryCancel();
+    while (reader->Read(&chunk)) {
+    }
+    EXPECT_FALSE(reader->Finish().ok());
+  }
+  absl::Status s = client_->StreamShard("r", 0, 1, 2, got.size(), false, [&](const ShardSlice& sl) {
+    EXPECT_EQ(sl.offset, got.size());
+    got.insert(got.end(), sl.indices.begin(), sl.indices.end());
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(got, *full);
+}
+
+TEST_F(SamplerServiceTest, PeersOfOneRankShareChunksAndLossesCountOnce) {
+  ASSERT_TRUE(client_->CreateJob("tp", Spec(2000, 2)).ok());
+  auto a = client_->ReadShard("tp", 0, 0, 2);
+  auto b = client_->ReadShard("tp", 0, 0, 2);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(*a, *b);
+  // Tensor-parallel peer 1 reports seq 0; peer 2 reports the same indices as its own seq 7.
+  auto first = client_->ReportLosses({Batch("tp", 0, 0, 0, *a, HardLoss)});
+  auto peer = client_->ReportLosses({Batch("tp", 0, 0, 7, *b, HardLoss)});
+  auto retry = client_->ReportLosses({Batch("tp", 0, 0, 0, *a, HardLoss)});
+  ASSERT_TRUE(first.ok() && peer.ok() && retry.ok());
+  EXPECT_EQ(first->accepted(), a->size());
+  EXPECT_EQ(peer->accepted(), 0u);
+  EXPECT_EQ(peer->duplicates(), b->size());
+  EXPECT_EQ(retry->accepted(), 0u);
+  EXPECT_EQ(retry->duplicates(), a->size());
+  auto status = client_->GetJobStatus("tp");
+  EXPECT_EQ(status->ranks(0).losses_accepted(), a->size());
+  EXPECT_EQ(status->samples_seen(), a->size());
+  // EndEpoch counts data-parallel ranks: two peers ending rank 0 do not close the epoch.
+  EXPECT_FALSE(client_->EndEpoch("tp", 0, 0)->epoch_closed());
+  EXPECT_EQ(client_->EndEpoch("tp", 0, 0)->ranks_ended(), 1u);
+  EXPECT_TRUE(client_->EndEpoch("tp", 0, 1)->epoch_closed());
+}
+
+TEST_F(SamplerServiceTest, StaleLossesAreCountedAndIgnored) {
+  ASSERT_TRUE(client_->CreateJob("s", Spec(100, 1)).ok());
+  ASSERT_TRUE(client_->EndEpoch("s", 0, 0).ok());
+  ASSERT_TRUE(client_->ReadShard("s", 1, 0, 1).ok());  // Waits for epoch 1's plan.
+  auto summary = client_->ReportLosses({Batch("s", 0, 0, 0, {1, 2, 3}, HardLoss)});
+  ASSERT_TRUE(summary.ok());
+  EXPECT_EQ(summary->stale(), 3u);
+  EXPECT_EQ(summary->accepted(), 0u);
+  ASSERT_EQ(summary->stale_epochs_size(), 1);
+  EXPECT_EQ(summary->stale_epochs(0), 0u);
+  EXPECT_EQ(client_->GetJobStatus("s")->samples_seen(), 0u);
+  // EndEpoch of the closed epoch again: an idempotent retry.
+  EXPECT_TRUE(client_->EndEpoch("s", 0, 0).ok());
+}
+
+TEST_F(SamplerServiceTest, NextEpochWaitsForTheBarrierAndTheDeadline) {
+  ASSERT_TRUE(client_->CreateJob("w", Spec(1000, 2)).ok());
+  // Epoch 1 is not planned before both ranks end epoch 0: a short deadline expires.
+  ClientOptions quick;
+  quick.timeout = absl::Milliseconds(200);
+  quick.max_retries = 0;
+  auto quick_client = *SamplerClient::Create(server_->address(), quick);
+  EXPECT_EQ(quick_client->ReadShard("w", 1, 0, 2).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  // A rank that finished early waits for the others, then gets epoch 1.
+  absl::Notification got;
+  std::thread early([&] {
+    auto shard = client_->ReadShard("w", 1, 0, 2);
+    EXPECT_TRUE(shard.ok()) << shard.status();
+    EXPECT_EQ(shard->size(), 500u);
+    got.Notify();
+  });
+  ASSERT_TRUE(client_->EndEpoch("w", 0, 0).ok());
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_FALSE(got.HasBeenNotified());
+  ASSERT_TRUE(client_->EndEpoch("w", 0, 1).ok());
+  early.join();
+  EXPECT_TRUE(got.HasBeenNotified());
+}
+
+TEST_F(SamplerServiceTest, ManyConcurrentRankStreams) {
+  const uint32_t world = 256;
+  ASSERT_TRUE(client_->CreateJob("wide", Spec(256 * 1000, world)).ok());
+  auto shards = ReadAll("wide", 0, world);
+  std::set<uint64_t> all;
+  for (const auto& s : shards) {
+    ASSERT_EQ(s.size(), 1000u);
+    all.insert(s.begin(), s.end());
+  }
+  EXPECT_EQ(all.size(), 256u * 1000);
+}
+
+TEST_F(SamplerServiceTest, StaticWeightsDecideTheDrawsAndTheImportanceWeights) {
+  const uint64_t n = 1000;
+  v1::JobSpec spec = Spec(n, 2, 20000);
+  spec.set_replacement(true);
+  spec.mutable_policy()->set_base(v1::STATIC);
+  ASSERT_TRUE(client_->CreateJob("st", spec).ok());
+  EXPECT_FALSE(client_->GetJob("st")->plan_ready());
+  std::vector<float> w(n, 1.0f);
+  for (uint64_t i = 0; i < n; i += 2) w[i] = 0.0f;  // Even samples never drawn.
+  w[1] = 3.0f;
+  ASSERT_TRUE(client_->UploadWeights("st", w, 300).ok());
+  EXPECT_TRUE(client_->GetJob("st")->plan_ready());
+  std::map<uint64_t, float> is_weight;
+  absl::Status s = client_->StreamShard("st", 0, 0, 2, 0, true, [&](const ShardSlice& sl) {
+    EXPECT_EQ(sl.is_weights.size(), sl.indices.size());
+    for (size_t k = 0; k < sl.indices.size(); ++k) {
+      EXPECT_EQ(sl.indices[k] % 2, 1u) << "zero-weight sample drawn";
+      is_weight[sl.indices[k]] = sl.is_weights[k];
+    }
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(s.ok()) << s;
+  // Weights normalised to mean 1: mean of w = (499 + 3) / 1000 -> w_1 = 3 / 0.502.
+  ASSERT_TRUE(is_weight.count(1));
+  EXPECT_NEAR(is_weight[1], 0.502 / 3.0, 1e-5);
+  EXPECT_NEAR(is_weight[3], 0.502, 1e-5);
+}
+
+TEST_F(SamplerServiceTest, ClassBalancedLabels) {
+  const uint64_t n = 1100;
+  v1::JobSpec spec = Spec(n, 1, 10000);
+  spec.set_replacement(true);
+  spec.mutable_policy()->set_base(v1::CLASS_BALANCED);
+  ASSERT_TRUE(client_->CreateJob("cb", spec).ok());
+  std::vector<uint32_t> labels(n, 0);
+  for (uint64_t i = 0; i < 100; ++i) labels[i] = 1;  // Minority: 100 of 1100.
+  ASSERT_TRUE(client_->UploadLabels("cb", labels).ok());
+  auto shard = client_->ReadShard("cb", 0, 0, 1);
+  ASSERT_TRUE(shard.ok());
+  uint64_t minority = 0;
+  for (uint64_t i : *shard) minority += i < 100;
+  // Balanced: each class half of the draws (binomial sd 0.005).
+  EXPECT_NEAR(static_cast<double>(minority) / shard->size(), 0.5, 0.03);
+  // Uploads after the job started are refused and change nothing.
+  ASSERT_TRUE(client_->ReportLosses({Batch("cb", 0, 0, 0, {5}, HardLoss)}).ok());
+  EXPECT_EQ(client_->UploadLabels("cb", labels).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace samplerd
