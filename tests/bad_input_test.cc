@@ -1,0 +1,275 @@
+// Table-driven bad input: every kind of bad request gets the exact status code, a message that
+// names the field and the value, and changes nothing (weights, plan, counters).
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "proto/samplerd.grpc.pb.h"
+#include "server/server.h"
+
+namespace samplerd {
+namespace {
+
+using ::testing::HasSubstr;
+
+class BadInputTest : public ::testing::Test {
+ public:  // The table's lambdas call these through a BadInputTest*.
+  void SetUp() override {
+    Options options;
+    options.port = 0;
+    options.max_samples_per_job = 1'000'000;
+    options.grace_period = absl::Milliseconds(200);
+    server_ = *Server::Create(options);
+    channel_ = grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials());
+    stub_ = v1::Sampler::NewStub(channel_);
+
+    // "j": uniform base x loss policy, 4 ranks, some losses already applied in epoch 0.
+    v1::CreateJobRequest create;
+    create.set_name("j");
+    create.mutable_spec()->set_num_samples(100);
+    create.mutable_spec()->set_world_size(4);
+    create.mutable_spec()->set_seed(3);
+    create.mutable_spec()->mutable_policy()->set_loss(v1::LOSS);
+    v1::Job job;
+    ASSERT_TRUE(Call([&](grpc::ClientContext* c) { return stub_->CreateJob(c, create, &job); }).ok());
+    ASSERT_TRUE(Report(Batch(0, 0, 0, {1, 2, 3}, {0.5f, 1.0f, 2.0f})).ok());
+    // "st": static weights, not uploaded yet.
+    create.set_name("st");
+    create.mutable_spec()->mutable_policy()->set_base(v1::STATIC);
+    ASSERT_TRUE(Call([&](grpc::ClientContext* c) { return stub_->CreateJob(c, create, &job); }).ok());
+  }
+
+  grpc::Status Call(const std::function<grpc::Status(grpc::ClientContext*)>& f) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    return f(&context);
+  }
+
+  static v1::LossBatch Batch(uint64_t epoch, uint32_t rank, uint64_t seq,
+                             std::vector<uint64_t> indices, std::vector<float> losses,
+                             const std::string& job = "j") {
+    v1::LossBatch b;
+    b.set_job(job);
+    b.set_epoch(epoch);
+    b.set_rank(rank);
+    b.set_seq(seq);
+    for (uint64_t i : indices) b.add_indices(i);
+    for (float l : losses) b.add_losses(l);
+    return b;
+  }
+
+  grpc::Status Report(const v1::LossBatch& batch) {
+    return Call([&](grpc::ClientContext* c) {
+      v1::LossReportSummary summary;
+      auto writer = stub_->ReportLosses(c, &summary);
+      writer->Write(batch);
+      writer->WritesDone();
+      return writer->Finish();
+    });
+  }
+
+  grpc::Status Stream(const v1::StreamShardRequest& request, std::string* indices = nullptr) {
+    return Call([&](grpc::ClientContext* c) {
+      auto reader = stub_->StreamShard(c, request);
+      v1::ShardChunk chunk;
+      while (reader->Read(&chunk)) {
+        if (indices) indices->append(chunk.SerializeAsString());
+      }
+      return reader->Finish();
+    });
+  }
+
+  grpc::Status UploadWeights(const std::vector<v1::UploadWeightsChunk>& chunks) {
+    return Call([&](grpc::ClientContext* c) {
+      v1::UploadSummary summary;
+      auto writer = stub_->UploadWeights(c, &summary);
+      for (const auto& chunk : chunks) writer->Write(chunk);
+      writer->WritesDone();
+      return writer->Finish();
+    });
+  }
+
+  // Everything observable about a job: its status (timings aside) and every rank's shard of the
+  // current epoch (the plan).
+  std::string Fingerprint(const std::string& name) {
+    v1::GetJobStatusRequest request;
+    request.set_name(name);
+    v1::JobStatus status;
+    EXPECT_TRUE(Call([&](grpc::ClientContext* c) { return stub_->GetJobStatus(c, request, &status); }).ok());
+    std::string out;
+    if (status.job().plan_ready()) {
+      for (uint32_t r = 0; r < 4; ++r) {
+        v1::StreamShardRequest s;
+        s.set_job(name);
+        s.set_epoch(status.job().current_epoch());
+        s.set_rank(r);
+        s.set_world_size(4);
+        EXPECT_TRUE(Stream(s, &out).ok());
+      }
+      // Streaming records per-rank progress: read the status after it.
+      EXPECT_TRUE(Call([&](grpc::ClientContext* c) { return stub_->GetJobStatus(c, request, &status); }).ok());
+    }
+    status.clear_last_plan_ms();
+    status.clear_last_recompute_ms();
+    return out + status.DebugString();
+  }
+
+  std::unique_ptr<Server> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Sampler::Stub> stub_;
+};
+
+TEST_F(BadInputTest, EveryBadRequestIsRejectedPreciselyAndChangesNothing) {
+  auto create = [&](std::string name, std::function<void(v1::JobSpec*)> mutate) {
+    return [=](BadInputTest* t) {
+      v1::CreateJobRequest r;
+      r.set_name(name);
+      r.mutable_spec()->set_num_samples(100);
+      r.mutable_spec()->set_world_size(4);
+      r.mutable_spec()->set_seed(3);
+      r.mutable_spec()->mutable_policy()->set_loss(v1::LOSS);
+      mutate(r.mutable_spec());
+      v1::Job job;
+      return t->Call([&](grpc::ClientContext* c) { return t->stub_->CreateJob(c, r, &job); });
+    };
+  };
+  auto stream = [](uint64_t epoch, uint32_t rank, uint32_t world, uint64_t offset = 0,
+                   uint32_t chunk = 0) {
+    return [=](BadInputTest* t) {
+      v1::StreamShardRequest r;
+      r.set_job("j");
+      r.set_epoch(epoch);
+      r.set_rank(rank);
+      r.set_world_size(world);
+      r.set_start_offset(offset);
+      r.set_max_chunk_size(chunk);
+      return t->Stream(r);
+    };
+  };
+  auto report = [](v1::LossBatch b) { return [=](BadInputTest* t) { return t->Report(b); }; };
+  auto end_epoch = [](uint64_t epoch, uint32_t rank) {
+    return [=](BadInputTest* t) {
+      v1::EndEpochRequest r;
+      r.set_job("j");
+      r.set_epoch(epoch);
+      r.set_rank(rank);
+      v1::EndEpochResponse resp;
+      return t->Call([&](grpc::ClientContext* c) { return t->stub_->EndEpoch(c, r, &resp); });
+    };
+  };
+  auto weights = [](std::string job, std::vector<std::pair<uint64_t, std::vector<float>>> chunks) {
+    return [=](BadInputTest* t) {
+      std::vector<v1::UploadWeightsChunk> out;
+      for (const auto& [offset, values] : chunks) {
+        v1::UploadWeightsChunk c;
+        c.set_job(job);
+        c.set_offset(offset);
+        for (float v : values) c.add_weights(v);
+        out.push_back(c);
+      }
+      return t->UploadWeights(out);
+    };
+  };
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> ok_weights(100, 1.0f);
+  std::vector<float> nan_weights(100, 1.0f);
+  nan_weights[1] = nan;
+  std::vector<uint64_t> huge_idx((1 << 20) + 1, 1);
+  std::vector<float> huge_loss((1 << 20) + 1, 1.0f);
+
+  struct Case {
+    std::string what;
+    std::function<grpc::Status(BadInputTest*)> call;
+    grpc::StatusCode code;
+    std::vector<std::string> message_has;
+  } cases[] = {
+      {"unknown job", [](BadInputTest* t) {
+         v1::GetJobRequest r;
+         r.set_name("nope");
+         v1::Job j;
+         return t->Call([&](grpc::ClientContext* c) { return t->stub_->GetJob(c, r, &j); });
+       }, grpc::NOT_FOUND, {"job = \"nope\""}},
+      {"losses for unknown job", report(Batch(0, 0, 1, {1}, {1}, "nope")), grpc::NOT_FOUND,
+       {"job = \"nope\""}},
+      {"N = 0", create("x", [](v1::JobSpec* s) { s->set_num_samples(0); }),
+       grpc::INVALID_ARGUMENT, {"spec.num_samples = 0"}},
+      {"N over the limit", create("x", [](v1::JobSpec* s) { s->set_num_samples(2'000'000); }),
+       grpc::RESOURCE_EXHAUSTED, {"spec.num_samples = 2000000", "1000000"}},
+      {"world_size = 0", create("x", [](v1::JobSpec* s) { s->set_world_size(0); }),
+       grpc::INVALID_ARGUMENT, {"spec.world_size = 0"}},
+      {"M > N without replacement",
+       create("x", [](v1::JobSpec* s) { s->set_samples_per_epoch(200); }), grpc::INVALID_ARGUMENT,
+       {"spec.samples_per_epoch = 200", "100"}},
+      {"alpha out of range", create("x", [](v1::JobSpec* s) { s->mutable_policy()->set_alpha(-1); }),
+       grpc::INVALID_ARGUMENT, {"policy.alpha = -1"}},
+      {"clamp_hi out of range",
+       create("x", [](v1::JobSpec* s) { s->mutable_policy()->set_clamp_hi(0.5); }),
+       grpc::INVALID_ARGUMENT, {"policy.clamp_hi = 0.5"}},
+      {"unknown enum", create("x", [](v1::JobSpec* s) { s->set_order(static_cast<v1::Order>(9)); }),
+       grpc::INVALID_ARGUMENT, {"order = 9"}},
+      {"bad name", create("a b", [](v1::JobSpec*) {}), grpc::INVALID_ARGUMENT, {"name = \"a b\""}},
+      {"conflicting spec", create("j", [](v1::JobSpec* s) { s->set_seed(4); }),
+       grpc::ALREADY_EXISTS, {"name = \"j\""}},
+      {"empty batch", report(Batch(0, 0, 1, {}, {})), grpc::INVALID_ARGUMENT, {"indices: empty"}},
+      {"oversize batch", report(Batch(0, 0, 1, huge_idx, huge_loss)), grpc::INVALID_ARGUMENT,
+       {"1048577 pairs"}},
+      {"index >= N", report(Batch(0, 0, 1, {4, 100}, {1, 1})), grpc::INVALID_ARGUMENT,
+       {"indices[1] = 100", "num_samples = 100"}},
+      {"NaN loss", report(Batch(0, 0, 1, {4, 5}, {1, nan})), grpc::INVALID_ARGUMENT,
+       {"losses[1] = nan"}},
+      {"inf loss", report(Batch(0, 0, 1, {4}, {INFINITY})), grpc::INVALID_ARGUMENT,
+       {"losses[0] = inf"}},
+      {"negative loss", report(Batch(0, 0, 1, {4}, {-1})), grpc::INVALID_ARGUMENT,
+       {"losses[0] = -1"}},
+      {"length mismatch", report(Batch(0, 0, 1, {4, 5}, {1})), grpc::INVALID_ARGUMENT,
+       {"indices: 2 entries but losses: 1"}},
+      {"loss rank >= world size", report(Batch(0, 4, 1, {4}, {1})), grpc::INVALID_ARGUMENT,
+       {"rank = 4", "world_size = 4"}},
+      {"losses for a future epoch", report(Batch(5, 0, 1, {4}, {1})), grpc::FAILED_PRECONDITION,
+       {"epoch = 5", "current epoch is 0"}},
+      {"wrong world size", stream(0, 0, 8), grpc::FAILED_PRECONDITION,
+       {"world_size = 8", "world_size = 4"}},
+      {"shard rank >= world size", stream(0, 4, 4), grpc::INVALID_ARGUMENT, {"rank = 4"}},
+      {"shard epoch out of order", stream(3, 0, 4), grpc::FAILED_PRECONDITION,
+       {"epoch = 3", "current epoch is 0"}},
+      {"start_offset past the end", stream(0, 0, 4, 999), grpc::INVALID_ARGUMENT,
+       {"start_offset = 999", "25"}},
+      {"chunk too large", stream(0, 0, 4, 0, (1 << 20) + 1), grpc::INVALID_ARGUMENT,
+       {"max_chunk_size = 1048577"}},
+      {"end a future epoch", end_epoch(2, 0), grpc::FAILED_PRECONDITION, {"epoch = 2"}},
+      {"end with rank >= world size", end_epoch(0, 9), grpc::INVALID_ARGUMENT, {"rank = 9"}},
+      {"weights for a uniform job", weights("j", {{0, ok_weights}}), grpc::FAILED_PRECONDITION,
+       {"policy.base = UNIFORM", "STATIC"}},
+      {"NaN weight", weights("st", {{0, nan_weights}}), grpc::INVALID_ARGUMENT,
+       {"weights[1] = nan"}},
+      {"all-zero weights", weights("st", {{0, std::vector<float>(100, 0.0f)}}),
+       grpc::INVALID_ARGUMENT, {"all 100 weights are 0"}},
+      {"too few weights", weights("st", {{0, {1, 2, 3}}}), grpc::INVALID_ARGUMENT,
+       {"weights: 3 values for num_samples 100"}},
+      {"non-contiguous chunks", weights("st", {{0, {1, 2}}, {5, {1}}}), grpc::INVALID_ARGUMENT,
+       {"offset = 5", "expected 2"}},
+  };
+
+  const std::string j_before = Fingerprint("j");
+  const std::string st_before = Fingerprint("st");
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    const grpc::Status s = c.call(this);
+    EXPECT_EQ(s.error_code(), c.code) << s.error_message();
+    for (const std::string& part : c.message_has) {
+      EXPECT_THAT(s.error_message(), HasSubstr(part));
+    }
+    EXPECT_TRUE(Fingerprint("j") == j_before) << "job 'j' changed";
+    EXPECT_TRUE(Fingerprint("st") == st_before) << "job 'st' changed";
+  }
+  // And the fingerprint does see changes: a valid report changes it.
+  ASSERT_TRUE(Report(Batch(0, 1, 9, {7}, {1.0f})).ok());
+  EXPECT_FALSE(Fingerprint("j") == j_before);
+}
+
+}  // namespace
+}  // namespace samplerd
