@@ -1,0 +1,162 @@
+// End to end against the real samplerd binary: started on port 0 (the bound port read from its
+// startup line), 6 rank threads stream, report and end 3 epochs, then SIGTERM must exit 0.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "client/cpp/sampler_client.h"
+#include "gtest/gtest.h"
+
+namespace samplerd {
+namespace {
+
+// A samplerd child process on a free port.
+class SamplerdProcess {
+ public:
+  SamplerdProcess() {
+    int out[2];
+    if (pipe(out) != 0) return;
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(out[1], STDOUT_FILENO);
+      close(out[0]);
+      close(out[1]);
+      execl("server/samplerd", "samplerd", "--port=0", "--log_level=1", "--grace_period_ms=2000",
+            static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    close(out[1]);
+    stdout_ = fdopen(out[0], "r");
+    char line[256];
+    if (stdout_ != nullptr && std::fgets(line, sizeof line, stdout_) != nullptr) {
+      const std::string text(line);
+      const std::string prefix = "samplerd listening on ";
+      if (absl::StartsWith(text, prefix)) {
+        address_ = text.substr(prefix.size());
+        while (!address_.empty() && (address_.back() == '\n' || address_.back() == '\r')) {
+          address_.pop_back();
+        }
+      }
+    }
+  }
+
+  ~SamplerdProcess() {
+    if (pid_ > 0 && !stopped_) Stop();
+    if (stdout_ != nullptr) std::fclose(stdout_);
+  }
+
+  const std::string& address() const { return address_; }
+
+  // SIGTERM and wait; returns the exit status as waitpid reports it.
+  int Stop() {
+    stopped_ = true;
+    kill(pid_, SIGTERM);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    return status;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  FILE* stdout_ = nullptr;
+  std::string address_;
+  bool stopped_ = false;
+};
+
+TEST(EndToEndTest, SixRanksThreeEpochsAgainstTheRealBinary) {
+  SamplerdProcess samplerd;
+  ASSERT_FALSE(samplerd.address().empty()) << "no 'samplerd listening on' line";
+  EXPECT_FALSE(absl::EndsWith(samplerd.address(), ":0"));
+  auto client = *SamplerClient::Create(samplerd.address());
+
+  const uint64_t n = 60000, m = 30000;
+  const uint32_t world = 6;
+  v1::JobSpec spec;
+  spec.set_num_samples(n);
+  spec.set_samples_per_epoch(m);
+  spec.set_world_size(world);
+  spec.set_seed(11);
+  spec.mutable_policy()->set_loss(v1::LOSS);
+  spec.mutable_policy()->set_ema_decay(0.5);
+  spec.mutable_policy()->set_alpha(2);
+  auto job = client->CreateJob("e2e", spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+
+  auto is_hard = [](uint64_t i) { return i % 7 == 0; };  // 1/7 of the samples.
+  std::vector<double> hard_share;
+  for (uint64_t epoch = 0; epoch < 3; ++epoch) {
+    std::vector<std::vector<uint64_t>> shards(world);
+    std::vector<absl::Status> errors(world);
+    std::vector<std::thread> ranks;
+    for (uint32_t r = 0; r < world; ++r) {
+      ranks.emplace_back([&, r] {
+        auto shard = client->ReadShard("e2e", epoch, r, world);
+        if (!shard.ok()) {
+          errors[r] = shard.status();
+          return;
+        }
+        shards[r] = *shard;
+        // Report in batches of 1000, as a trainer would after each step.
+        std::vector<v1::LossBatch> batches;
+        for (size_t lo = 0; lo < shard->size(); lo += 1000) {
+          v1::LossBatch b;
+          b.set_job("e2e");
+          b.set_epoch(epoch);
+          b.set_rank(r);
+          b.set_seq(lo / 1000);
+          for (size_t k = lo; k < std::min(shard->size(), lo + 1000); ++k) {
+            b.add_indices((*shard)[k]);
+            b.add_losses(is_hard((*shard)[k]) ? 2.5f : 0.2f);
+          }
+          batches.push_back(b);
+        }
+        auto summary = client->ReportLosses(batches);
+        if (!summary.ok()) {
+          errors[r] = summary.status();
+          return;
+        }
+        if (summary->accepted() != shard->size()) {
+          errors[r] = absl::InternalError(absl::StrCat("accepted ", summary->accepted()));
+          return;
+        }
+        errors[r] = client->EndEpoch("e2e", epoch, r).status();
+      });
+    }
+    for (auto& t : ranks) t.join();
+    for (uint32_t r = 0; r < world; ++r) ASSERT_TRUE(errors[r].ok()) << r << ": " << errors[r];
+    // Disjoint, equal-length shards whose union is the plan of M distinct indices.
+    std::set<uint64_t> all;
+    uint64_t hard = 0;
+    for (const auto& s : shards) {
+      EXPECT_EQ(s.size(), m / world);
+      for (uint64_t i : s) {
+        EXPECT_TRUE(all.insert(i).second) << "index " << i << " in two shards";
+        hard += is_hard(i);
+      }
+    }
+    EXPECT_EQ(all.size(), m);
+    hard_share.push_back(static_cast<double>(hard) / m);
+  }
+  // The weights moved toward the high-loss samples.
+  EXPECT_NEAR(hard_share[0], 1.0 / 7, 0.02);
+  EXPECT_GT(hard_share[2], hard_share[0] + 0.1);
+  auto status = client->GetJobStatus("e2e");
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->job().current_epoch(), 3u);
+  EXPECT_GT(status->weights().max(), status->weights().min() * 5);
+
+  const int exit_status = samplerd.Stop();
+  EXPECT_TRUE(WIFEXITED(exit_status));
+  EXPECT_EQ(WEXITSTATUS(exit_status), 0);
+}
+
+}  // namespace
+}  // namespace samplerd
