@@ -1,0 +1,1 @@
+"""Generated protobuf/gRPC modules of proto/samplerd.proto (tools/gen_python_stubs.sh)."""

@@ -1,0 +1,64 @@
+"""Exceptions of the samplerd client: one per gRPC status code a caller can act on.
+
+Every exception keeps the server's message, which names the offending field and value.
+"""
+
+import grpc
+
+
+class SamplerError(Exception):
+    """Base class. `code` is the grpc.StatusCode, `message` the server's (or client's) message."""
+
+    def __init__(self, message, code=grpc.StatusCode.UNKNOWN):
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+    def __str__(self):
+        return f"{self.code.name}: {self.message}"
+
+
+class InvalidArgument(SamplerError, ValueError):
+    """The request is wrong (bad spec, index out of range, NaN loss, rank outside the world)."""
+
+
+class NotFound(SamplerError, KeyError):
+    """Unknown job."""
+
+
+class AlreadyExists(SamplerError):
+    """A job with this name exists with another spec."""
+
+
+class FailedPrecondition(SamplerError):
+    """Valid request, wrong state (epoch not open, world size mismatch): fix the state first."""
+
+
+class ResourceExhausted(SamplerError):
+    """A server limit (max jobs, max samples, message size)."""
+
+
+class DeadlineExceeded(SamplerError, TimeoutError):
+    """The call's deadline passed (e.g. waiting for the next epoch's plan)."""
+
+
+class Unavailable(SamplerError, ConnectionError):
+    """The server is down, unreachable or shutting down (after the client's retries)."""
+
+
+_BY_CODE = {
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
+    grpc.StatusCode.NOT_FOUND: NotFound,
+    grpc.StatusCode.ALREADY_EXISTS: AlreadyExists,
+    grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhausted,
+    grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceeded,
+    grpc.StatusCode.UNAVAILABLE: Unavailable,
+}
+
+
+def from_rpc_error(error: grpc.RpcError) -> SamplerError:
+    """Maps a grpc.RpcError to the matching SamplerError subclass, keeping the message."""
+    code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
+    details = error.details() if hasattr(error, "details") else str(error)
+    return _BY_CODE.get(code, SamplerError)(details or str(code), code)

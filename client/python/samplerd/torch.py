@@ -1,0 +1,266 @@
+"""PyTorch integration: a DDP sampler fed by samplerd, and a dataset wrapper that keeps indices.
+
+    sampler = DistributedWeightedSampler("127.0.0.1:50051", job="train")
+    loader = DataLoader(IndexedDataset(ds), sampler=sampler, batch_size=64, num_workers=2)
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        for idx, (x, y) in loader:
+            loss = F.cross_entropy(model(x), y, reduction="none")
+            sampler.report(idx, loss.detach())
+            loss.mean().backward(); opt.step(); opt.zero_grad()
+    sampler.close()   # Flushes the last losses and ends the last epoch.
+
+An epoch ends on the server (its losses flushed, then EndEpoch) when this rank moves on: at the
+next set_epoch() or iteration, or at close(). Not when the sampler's iterator is exhausted: a
+DataLoader draws indices ahead of training, and the losses of those last batches must still count.
+
+Unlike DistributedSampler + WeightedRandomSampler, every rank's shard comes from one global
+plan: shards are disjoint and of equal length, and the weights (recomputed by the server from the
+losses of all ranks) are the same for everybody.
+"""
+
+import queue
+import threading
+from typing import Optional, Union
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.utils.data import Dataset, Sampler
+
+from . import errors
+from .client import Client, check_loss_batch
+
+_DONE = object()
+
+
+def _shard_length(m: int, world_size: int, rank: int, uneven: int) -> int:
+    """Length of a rank's shard of an M-position plan (kernels/compute_backend.h ShardLength)."""
+    if uneven == 2:  # DROP_LAST
+        return m // world_size
+    if uneven == 3:  # UNEVEN
+        return m // world_size + (1 if rank < m % world_size else 0)
+    return (m + world_size - 1) // world_size  # PAD
+
+
+class IndexedDataset(Dataset):
+    """Wraps a map-style dataset so that item i is (i, dataset[i]).
+
+    Report losses under that true index (never batch_idx * batch_size + k: with a weighted
+    sampler the positions in a batch are not the dataset indices).
+    """
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def __getitem__(self, index):
+        return index, self.dataset[index]
+
+
+class DistributedWeightedSampler(Sampler):
+    """This rank's shard of each epoch's global plan, streamed from samplerd.
+
+    Args:
+        client_or_address: a samplerd.Client or "host:port".
+        job: the job name (created beforehand, e.g. by rank 0 with Client.create_job).
+        rank, world_size: data-parallel rank and world size; default to torch.distributed's.
+            Tensor/pipeline-parallel peers pass their data-parallel rank and size.
+        prefetch: stream the shard in a background thread while training consumes it.
+        report_batch_size: losses are sent in batches of this many pairs, asynchronously.
+        timeout: seconds to wait for an epoch's plan (other ranks may still be finishing).
+        end_epoch: end each epoch on the server when the rank moves on (see the module doc).
+
+    Raises:
+        InvalidArgument: rank outside the world. FailedPrecondition: world size differs from the
+        job's. NotFound: unknown job.
+    """
+
+    def __init__(self, client_or_address: Union[Client, str], job: str,
+                 rank: Optional[int] = None, world_size: Optional[int] = None, *,
+                 prefetch: bool = True, report_batch_size: int = 8192, timeout: float = 300.0,
+                 end_epoch: bool = True):
+        self._owns_client = not isinstance(client_or_address, Client)
+        self.client = Client(client_or_address) if self._owns_client else client_or_address
+        if rank is None or world_size is None:
+            if not (dist.is_available() and dist.is_initialized()):
+                raise errors.InvalidArgument(
+                    "rank/world_size: not given and torch.distributed is not initialized")
+            rank = dist.get_rank() if rank is None else rank
+            world_size = dist.get_world_size() if world_size is None else world_size
+        if not 0 <= rank < world_size:
+            raise errors.InvalidArgument(f"rank = {rank} is outside [0, world_size = {world_size})")
+        spec = self.client.get_job(job).spec
+        if spec.world_size != world_size:
+            raise errors.FailedPrecondition(
+                f"world_size = {world_size} does not match job '{job}' world_size = "
+                f"{spec.world_size}")
+        if report_batch_size < 1:
+            raise errors.InvalidArgument(f"report_batch_size = {report_batch_size}: must be >= 1")
+        self.job = job
+        self.rank = rank
+        self.world_size = world_size
+        self.num_samples = spec.num_samples
+        self._length = _shard_length(spec.samples_per_epoch, world_size, rank, spec.uneven)
+        self.prefetch = prefetch
+        self.report_batch_size = report_batch_size
+        self.timeout = timeout
+        self.end_epoch_on_exhaust = end_epoch
+        self.epoch = self.client.get_job(job).current_epoch
+        self._iter_epoch = None  # The epoch losses are reported for.
+        self._seq = 0
+        self._pending_idx, self._pending_loss = [], []
+        self._sender = None
+        self._send_queue = None
+        self._send_error = None
+        self.last_summary = {"accepted": 0, "stale": 0, "duplicates": 0}
+
+    def __len__(self):
+        return self._length
+
+    def set_epoch(self, epoch: int) -> None:
+        """Selects the epoch the next iteration serves (as DistributedSampler.set_epoch), and
+        ends the previously iterated epoch if it differs."""
+        if self._iter_epoch is not None and self._iter_epoch != int(epoch):
+            self.end_epoch()
+        self.epoch = int(epoch)
+
+    def end_epoch(self) -> None:
+        """Flushes the iterated epoch's losses and ends it on the server (idempotent)."""
+        if self._iter_epoch is None:
+            return
+        self.flush()
+        if self.end_epoch_on_exhaust:
+            self.client.end_epoch(self.job, self._iter_epoch, self.rank)
+        self._iter_epoch = None
+
+    # -- iteration ------------------------------------------------------------------------------
+
+    def __iter__(self):
+        epoch = self.epoch
+        if self._iter_epoch is not None and self._iter_epoch != epoch:
+            self.end_epoch()
+        self._begin_epoch(epoch)
+        chunks = self._prefetched(epoch) if self.prefetch else self.client.stream_shard(
+            self.job, epoch, self.rank, self.world_size, timeout=self.timeout)
+        for chunk in chunks:
+            for index in chunk.indices.tolist():
+                yield index
+        self.epoch = epoch + 1  # The next iteration serves the next epoch unless set_epoch.
+
+    def _prefetched(self, epoch):
+        q = queue.Queue(maxsize=4)  # Bounded: at most a few chunks ahead of training.
+        stop = threading.Event()
+
+        def pump():
+            try:
+                for chunk in self.client.stream_shard(self.job, epoch, self.rank,
+                                                      self.world_size, timeout=self.timeout):
+                    while not stop.is_set():
+                        try:
+                            q.put(chunk, timeout=0.1)
+                            break
+                        except queue.Full:
+                            continue
+                    if stop.is_set():
+                        return
+                q.put(_DONE)
+            except Exception as e:  # Re-raised in the consumer.
+                q.put(e)
+
+        thread = threading.Thread(target=pump, name=f"samplerd-prefetch-{self.rank}", daemon=True)
+        thread.start()
+        try:
+            while True:
+                item = q.get()
+                if item is _DONE:
+                    return
+                if isinstance(item, Exception):
+                    raise item
+                yield item
+        finally:
+            stop.set()
+
+    # -- losses ---------------------------------------------------------------------------------
+
+    def _begin_epoch(self, epoch):
+        self._iter_epoch = epoch
+        self._seq = 0
+        if self._sender is None:
+            self._send_queue = queue.Queue(maxsize=8)
+            self._sender = threading.Thread(target=self._send_loop, daemon=True,
+                                            name=f"samplerd-reporter-{self.rank}")
+            self._sender.start()
+
+    def _send_loop(self):
+        while True:
+            item = self._send_queue.get()
+            if item is None:
+                self._send_queue.task_done()
+                return
+            epoch, seq, idx, los = item
+            try:
+                s = self.client.report_losses(self.job, epoch, self.rank, idx, los, seq=seq)
+                for k in self.last_summary:
+                    self.last_summary[k] += getattr(s, k)
+            except Exception as e:  # Surfaced at the next report() or flush().
+                self._send_error = e
+            finally:
+                self._send_queue.task_done()
+
+    def _raise_send_error(self):
+        if self._send_error is not None:
+            e, self._send_error = self._send_error, None
+            raise e
+
+    def report(self, indices, losses) -> None:
+        """Queues per-sample losses of the current epoch, keyed by the true dataset index.
+
+        Accepts tensors (any device), numpy arrays or lists. Sent asynchronously in batches.
+
+        Raises:
+            InvalidArgument: shapes differ, a loss is NaN/inf/negative, an index is out of range.
+        """
+        self._raise_send_error()
+        if self._iter_epoch is None:
+            raise errors.FailedPrecondition("report() before the sampler was iterated")
+        if isinstance(indices, torch.Tensor):
+            indices = indices.detach().cpu().numpy()
+        if isinstance(losses, torch.Tensor):
+            losses = losses.detach().float().cpu().numpy()
+        idx, los = check_loss_batch(np.ravel(indices) if np.ndim(indices) > 1 else indices,
+                                    np.ravel(losses) if np.ndim(losses) > 1 else losses,
+                                    self.num_samples)
+        self._pending_idx.append(idx)
+        self._pending_loss.append(los)
+        if sum(a.size for a in self._pending_idx) >= self.report_batch_size:
+            self._send_pending()
+
+    def _send_pending(self):
+        if not self._pending_idx:
+            return
+        idx = np.concatenate(self._pending_idx)
+        los = np.concatenate(self._pending_loss)
+        self._pending_idx, self._pending_loss = [], []
+        self._send_queue.put((self._iter_epoch, self._seq, idx, los))
+        self._seq += 1
+
+    def flush(self) -> None:
+        """Sends the queued losses and waits until the server acknowledged them."""
+        if self._send_queue is None:
+            return
+        self._send_pending()
+        self._send_queue.join()
+        self._raise_send_error()
+
+    def close(self) -> None:
+        """Ends the iterated epoch, stops the reporter thread and closes an owned client."""
+        self.end_epoch()
+        if self._send_queue is not None:
+            self._send_queue.put(None)
+            self._sender.join()
+            self._send_queue = self._sender = None
+        if self._owns_client:
+            self.client.close()
