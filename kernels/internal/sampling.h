@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -47,6 +48,16 @@ struct DrawTable {
 // by a power of two and truncation give the same integers on every IEEE machine.
 std::vector<uint64_t> QuantiseWeights(int threads, absl::Span<const float> weights);
 
+// The power of two 2^s of QuantiseWeights, and the quantisation of one weight with it.
+struct QuantisationScale {
+  double scale;  // 2^s.
+  uint64_t Quantise(float w) const {
+    const uint64_t q = static_cast<uint64_t>(double{w} * scale);
+    return (q == 0 && w > 0) ? 1 : q;
+  }
+};
+QuantisationScale ChooseQuantisationScale(absl::Span<const float> weights);
+
 DrawTable BuildDrawTable(int threads, absl::Span<const float> weights);
 
 // The draw of plan position j, by the guide table.
@@ -87,8 +98,10 @@ inline uint64_t ShuffleKey(uint64_t seed, uint64_t epoch, uint64_t idx) {
 
 // Writes the m indices get(0..m-1) to `out` ordered by (ShuffleKey, index): a uniformly random
 // permutation. Bucket sort: the top bits of the key pick one of ~m/32 buckets (per-thread
-// histograms, a scatter), then each small bucket is sorted by (key, index). The result does not
-// depend on the thread count because the final order is a total order on (key, index).
+// histograms, then a scatter), and each small bucket is sorted by the next 32 key bits and the
+// index, with the full key deciding the rare ties of those 32 bits. The result is exactly the
+// order of a sort on (full key, index) -- what a GPU radix sort returns -- for any thread count.
+// Scratch: 12 bytes per element (the keys, then 32 key bits per output slot).
 template <typename GetIndex>
 void ShuffleInto(int threads, uint64_t seed, uint64_t epoch, uint64_t m, const GetIndex& get,
                  absl::Span<uint64_t> out) {
@@ -96,45 +109,76 @@ void ShuffleInto(int threads, uint64_t seed, uint64_t epoch, uint64_t m, const G
   int bucket_bits = 0;
   while (bucket_bits < 26 && (uint64_t{32} << bucket_bits) < m) ++bucket_bits;
   const uint64_t buckets = uint64_t{1} << bucket_bits;
-  const int shift = 64 - bucket_bits;
-  auto bucket_of = [&](uint64_t idx) -> uint64_t {
-    return bucket_bits == 0 ? 0 : ShuffleKey(seed, epoch, idx) >> shift;
-  };
+  const int shift = 64 - bucket_bits;  // >= 38: 32 more key bits lie below the bucket bits.
+  auto bucket_of = [&](uint64_t key) -> uint64_t { return bucket_bits == 0 ? 0 : key >> shift; };
+  auto sub_key = [&](uint64_t key) -> uint32_t { return static_cast<uint32_t>(key >> (shift - 32)); };
+
+  // Scratch without zero-filling (every slot is written before it is read).
+  std::unique_ptr<uint64_t[]> keys(new uint64_t[m]);
   const int t_count = static_cast<int>(std::max<uint64_t>(1, std::min<uint64_t>(threads, m)));
-  std::vector<std::vector<uint64_t>> hist(t_count, std::vector<uint64_t>(buckets, 0));
+  std::vector<std::vector<uint32_t>> hist(t_count, std::vector<uint32_t>(buckets, 0));
   ParallelForThreads(t_count, m, [&](int t, uint64_t b, uint64_t e) {
-    for (uint64_t k = b; k < e; ++k) ++hist[t][bucket_of(get(k))];
+    for (uint64_t k = b; k < e; ++k) {
+      keys[k] = ShuffleKey(seed, epoch, get(k));
+      ++hist[t][bucket_of(keys[k])];
+    }
   });
-  // Exclusive scan over (bucket, thread): hist[t][b] becomes thread t's write cursor in bucket b.
+  // Exclusive scan over (bucket, thread): cursor[t][b] is thread t's first slot in bucket b.
+  std::vector<std::vector<uint64_t>> cursor(t_count, std::vector<uint64_t>(buckets));
   std::vector<uint64_t> bucket_start(buckets + 1, 0);
   uint64_t running = 0;
   for (uint64_t b = 0; b < buckets; ++b) {
     bucket_start[b] = running;
     for (int t = 0; t < t_count; ++t) {
-      const uint64_t c = hist[t][b];
-      hist[t][b] = running;
-      running += c;
+      cursor[t][b] = running;
+      running += hist[t][b];
     }
   }
   bucket_start[buckets] = running;
+  hist.clear();
+  std::unique_ptr<uint32_t[]> sub(new uint32_t[m]);
   ParallelForThreads(t_count, m, [&](int t, uint64_t b, uint64_t e) {
-    std::vector<uint64_t>& cursor = hist[t];
+    std::vector<uint64_t>& cur = cursor[t];
     for (uint64_t k = b; k < e; ++k) {
-      const uint64_t idx = get(k);
-      out[cursor[bucket_of(idx)]++] = idx;
+      const uint64_t pos = cur[bucket_of(keys[k])]++;
+      out[pos] = get(k);
+      sub[pos] = sub_key(keys[k]);
     }
   });
-  hist.clear();
-  hist.shrink_to_fit();
-  // Sort each bucket by (key, index).
-  ParallelForChunks(threads, buckets, 1024, [&](uint64_t, uint64_t b0, uint64_t b1) {
-    std::vector<std::pair<uint64_t, uint64_t>> items;
+  keys.reset();
+  cursor.clear();
+  // Sort each bucket by (32 key bits, index); runs with equal 32 bits by (full key, index).
+  ParallelForChunks(threads, buckets, 4096, [&](uint64_t, uint64_t b0, uint64_t b1) {
+    std::vector<std::pair<uint32_t, uint64_t>> items;
+    std::vector<std::pair<uint64_t, uint64_t>> tied;
     for (uint64_t b = b0; b < b1; ++b) {
       const uint64_t lo = bucket_start[b], hi = bucket_start[b + 1];
       if (hi - lo < 2) continue;
       items.clear();
-      for (uint64_t p = lo; p < hi; ++p) items.emplace_back(ShuffleKey(seed, epoch, out[p]), out[p]);
-      std::sort(items.begin(), items.end());
+      for (uint64_t p = lo; p < hi; ++p) items.emplace_back(sub[p], out[p]);
+      if (items.size() <= 48) {  // Buckets hold ~32 on average: insertion sort is fastest.
+        for (size_t i = 1; i < items.size(); ++i) {
+          const auto item = items[i];
+          size_t j = i;
+          for (; j > 0 && item < items[j - 1]; --j) items[j] = items[j - 1];
+          items[j] = item;
+        }
+      } else {
+        std::sort(items.begin(), items.end());
+      }
+      for (size_t i = 0; i < items.size();) {
+        size_t j = i + 1;
+        while (j < items.size() && items[j].first == items[i].first) ++j;
+        if (j - i > 1) {  // Equal in 32 bits: order this run by the full key.
+          tied.clear();
+          for (size_t k = i; k < j; ++k) {
+            tied.emplace_back(ShuffleKey(seed, epoch, items[k].second), items[k].second);
+          }
+          std::sort(tied.begin(), tied.end());
+          for (size_t k = i; k < j; ++k) items[k].second = tied[k - i].second;
+        }
+        i = j;
+      }
       for (uint64_t p = lo; p < hi; ++p) out[p] = items[p - lo].second;
     }
   });
