@@ -3,8 +3,6 @@
 // Used by bench/compare_torch.py, which runs torch's WeightedRandomSampler on the same N.
 //
 //   bazel run //bench:plan_timer -- --n=10000000 --replacement=true
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -23,10 +21,18 @@ ABSL_FLAG(int, threads, 0, "backend threads (0 = all cores)");
 
 namespace {
 
+// Peak resident memory of this process (VmHWM). Not getrusage's ru_maxrss: Linux carries that
+// over exec from the parent (e.g. a Python process holding torch and a 1e7-element list).
 long PeakRssKb() {
-  rusage usage;
-  getrusage(RUSAGE_SELF, &usage);
-  return usage.ru_maxrss;
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  long kb = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::sscanf(line, "VmHWM: %ld kB", &kb) == 1) break;
+  }
+  std::fclose(f);
+  return kb;
 }
 
 }  // namespace

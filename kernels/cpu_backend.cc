@@ -167,11 +167,15 @@ absl::Status CpuBackend::RecomputeWeights(const WeightPolicyParams& policy, uint
         const double x = loss + policy.epsilon;
         return policy.alpha == 1.0 ? x : det::Pow(x, policy.alpha);
       };
-      // Two passes over f (recomputed rather than stored: no extra memory per sample).
-      const double mean_f = DeterministicSum(n, factor) / n;
+      // f is computed once, parked in `out` (validation is over, so writing is allowed; out may
+      // alias `current`, which the loss policy does not read), then mixed and multiplied.
+      const double mean_f = DeterministicSum(n, [&](uint64_t i) {
+                              out[i] = static_cast<float>(factor(i));
+                              return double{out[i]};
+                            }) / n;
       ParallelForChunks(threads_, n, kGrain, [&](uint64_t, uint64_t b, uint64_t e) {
         for (uint64_t i = b; i < e; ++i) {
-          const double f = (1.0 - policy.mix) * factor(i) / mean_f + policy.mix;
+          const double f = (1.0 - policy.mix) * out[i] / mean_f + policy.mix;
           out[i] = static_cast<float>(base_at(i) * f);
         }
       });

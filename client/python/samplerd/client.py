@@ -234,15 +234,8 @@ class Client:
         return self._upload(self._stub.UploadLabels, chunks)
 
     def _upload(self, method, chunks):
-        backoff = self.initial_backoff
-        for attempt in range(self.max_retries + 1):
-            try:
-                return method(chunks(), timeout=self.timeout).received
-            except grpc.RpcError as e:
-                if e.code() != grpc.StatusCode.UNAVAILABLE or attempt == self.max_retries:
-                    raise errors.from_rpc_error(e) from None
-            time.sleep(backoff)
-            backoff = min(backoff * 2, self.max_backoff)
+        # A fresh chunk iterator per attempt: a retried upload starts over.
+        return self._call(lambda _, timeout: method(chunks(), timeout=timeout), None).received
 
     # -- shards ---------------------------------------------------------------------------------
 

@@ -1,0 +1,84 @@
+// Google Benchmark of the CPU backend: weight recompute (loss policy), plans with and without
+// replacement, and shard extraction, at N = 1e6, 1e7 and 1e8.
+//
+//   bazel run //bench:kernels_benchmark                       # all sizes
+//   bazel run //bench:kernels_benchmark -- --benchmark_filter='/1000000$'
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "kernels/compute_backend.h"
+
+namespace samplerd {
+namespace {
+
+std::vector<float> Weights(uint64_t n) {
+  std::vector<float> w(n);
+  uint64_t s = 1;
+  for (float& x : w) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    x = static_cast<float>(0.1 + (s >> 40) * (1.0 / (1ull << 24)));
+  }
+  return w;
+}
+
+ComputeBackend& Backend() {
+  static ComputeBackend* backend = NewCpuBackend(0).release();
+  return *backend;
+}
+
+void BM_RecomputeLossPolicy(benchmark::State& state) {
+  const uint64_t n = state.range(0);
+  const std::vector<float> ema = Weights(n), current(n, 1.0f);
+  const std::vector<uint32_t> count(n, 1), last(n, 1);
+  std::vector<float> out(n);
+  WeightPolicyParams p;
+  p.loss = LossWeightKind::kLoss;
+  p.alpha = 0.5;  // Not 1: exercises the deterministic Pow.
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(Backend().RecomputeWeights(p, 0, {}, current, {ema, count, last},
+                                                        absl::MakeSpan(out)));
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+}
+
+void Plan(benchmark::State& state, bool replacement, uint64_t m_divisor, bool weighted) {
+  const uint64_t n = state.range(0);
+  const std::vector<float> w = weighted ? Weights(n) : std::vector<float>();
+  const PlanSpec spec{n, n / m_divisor, 42, replacement, SampleOrder::kWeightedRandom};
+  uint64_t epoch = 0;
+  for (auto _ : state) {
+    auto plan = Backend().PlanEpoch(spec, epoch++, w);
+    benchmark::DoNotOptimize(plan->indices.data());
+  }
+  state.SetItemsProcessed(state.iterations() * (n / m_divisor));
+}
+
+void BM_PlanWithReplacement(benchmark::State& state) { Plan(state, true, 1, true); }
+void BM_PlanWithoutReplacementAll(benchmark::State& state) { Plan(state, false, 1, false); }
+void BM_PlanWithoutReplacementTenth(benchmark::State& state) { Plan(state, false, 10, true); }
+
+void BM_ExtractShard(benchmark::State& state) {
+  const uint64_t n = state.range(0);
+  auto plan = Backend().PlanEpoch({n, n, 1, true, SampleOrder::kWeightedRandom}, 0, {});
+  const ShardSpec shard{8, PartitionMode::kInterleaved, UnevenMode::kPad};
+  std::vector<uint64_t> out(1 << 16);
+  const uint64_t length = *ShardLength(n, shard, 3);
+  uint64_t pos = 0;
+  for (auto _ : state) {
+    const uint64_t count = std::min<uint64_t>(out.size(), length - pos);
+    benchmark::DoNotOptimize(
+        Backend().ExtractShard(*plan, shard, 3, pos, absl::MakeSpan(out.data(), count)));
+    pos = pos + count >= length ? 0 : pos + count;
+  }
+  state.SetItemsProcessed(state.iterations() * out.size());
+}
+
+#define SIZES Arg(1'000'000)->Arg(10'000'000)->Arg(100'000'000)->Unit(benchmark::kMillisecond)
+BENCHMARK(BM_RecomputeLossPolicy)->SIZES->Iterations(3);
+BENCHMARK(BM_PlanWithReplacement)->SIZES->Iterations(3);
+BENCHMARK(BM_PlanWithoutReplacementAll)->SIZES->Iterations(3);
+BENCHMARK(BM_PlanWithoutReplacementTenth)->SIZES->Iterations(3);
+BENCHMARK(BM_ExtractShard)->SIZES;
+
+}  // namespace
+}  // namespace samplerd
