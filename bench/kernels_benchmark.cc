@@ -29,13 +29,14 @@ ComputeBackend& Backend() {
 void BM_RecomputeLossPolicy(benchmark::State& state) {
   const uint64_t n = state.range(0);
   const std::vector<float> ema = Weights(n), current(n, 1.0f);
-  const std::vector<uint32_t> count(n, 1), last(n, 1);
+  std::vector<SampleLossStats> stats(n);
+  for (uint64_t i = 0; i < n; ++i) stats[i] = {ema[i], 1, 1};
   std::vector<float> out(n);
   WeightPolicyParams p;
   p.loss = LossWeightKind::kLoss;
   p.alpha = 0.5;  // Not 1: exercises the deterministic Pow.
   for (auto _ : state) {
-    benchmark::DoNotOptimize(Backend().RecomputeWeights(p, 0, {}, current, {ema, count, last},
+    benchmark::DoNotOptimize(Backend().RecomputeWeights(p, 0, {}, current, stats,
                                                         absl::MakeSpan(out)));
   }
   state.SetItemsProcessed(state.iterations() * n);

@@ -104,8 +104,10 @@ std::vector<v1::LossBatch> LossBatches(const std::string& job, uint64_t epoch, u
     b.mutable_indices()->Reserve(hi - lo);
     b.mutable_losses()->Reserve(hi - lo);
     for (uint64_t i = lo; i < hi; ++i) {
-      b.add_indices(i);
-      b.add_losses(static_cast<float>(i % 1000) * 1e-3f);
+      // Scattered over the dataset like a shuffled shard (a bijection of [begin, end)).
+      const uint64_t index = begin + (i - begin) * 2654435761ull % (end - begin);
+      b.add_indices(index);
+      b.add_losses(static_cast<float>(index % 1000) * 1e-3f);
     }
     batches.push_back(std::move(b));
   }
@@ -160,6 +162,9 @@ double BoundaryLatencyMs(SamplerClient& client, uint64_t n) {
                                           n * (r + 1) / world_size, r, 1 << 16))
               .status());
     }
+    // A real epoch trains for a while between its shard and its end: give the server that
+    // time (it plans ahead where plans do not depend on the weights).
+    absl::SleepFor(absl::Seconds(1));
     CHECK_OK_OR_DIE(client.EndEpoch(job, epoch, 0).status());
     const absl::Time start = absl::Now();
     CHECK_OK_OR_DIE(client.EndEpoch(job, epoch, 1).status());
@@ -174,6 +179,11 @@ double BoundaryLatencyMs(SamplerClient& client, uint64_t n) {
                                         });
     if (!got_first) CHECK_OK_OR_DIE(s.ok() ? absl::InternalError("no chunk streamed") : s);
     latencies.push_back(absl::ToDoubleMilliseconds(first_chunk - start));
+    auto status = client.GetJobStatus(job);
+    CHECK_OK_OR_DIE(status.status());
+    std::printf("{\"bench\": \"boundary_epoch\", \"epoch\": %d, \"ms\": %.1f, "
+                "\"recompute_ms\": %.1f, \"plan_ms\": %.1f}\n",
+                epoch + 1, latencies.back(), status->last_recompute_ms(), status->last_plan_ms());
   }
   CHECK_OK_OR_DIE(client.DeleteJob(job));
   return Median(latencies);

@@ -107,13 +107,17 @@ struct WeightPolicyParams {
 // [0, 8]".
 absl::Status ValidatePolicy(const WeightPolicyParams& policy);
 
-// Per-sample loss statistics, structure of arrays, N entries each. Owned by the caller (the
-// server's LossTable); backends only read them.
-struct LossStatsView {
-  absl::Span<const float> ema_loss;       // EMA of the reported losses (undefined if count == 0).
-  absl::Span<const uint32_t> count;       // Losses applied over the job's life (saturating).
-  absl::Span<const uint32_t> last_epoch;  // Last epoch + 1 with a loss applied; 0 = never seen.
+// Loss statistics of one sample. 12 bytes, one cache line per sample: ingesting losses for
+// scattered indices touches one line each.
+struct SampleLossStats {
+  float ema_loss = 0;       // EMA of the reported losses (undefined if count == 0).
+  uint32_t count = 0;       // Losses applied over the job's life (saturating).
+  uint32_t last_epoch = 0;  // Last epoch + 1 with a loss applied; 0 = never seen.
 };
+
+// Per-sample loss statistics, N entries. Owned by the caller (the server's LossTable); backends
+// only read them.
+using LossStatsView = absl::Span<const SampleLossStats>;
 
 // Base weights from class labels: 1/count(label), or (1-beta)/(1-beta^count) when beta > 0.
 // Normalised to mean 1. INVALID_ARGUMENT if labels.size() != out.size() ("labels: 3 values for
@@ -150,7 +154,7 @@ class ComputeBackend {
   // With LossWeightKind::kNone the result is the base weights.
   virtual absl::Status RecomputeWeights(const WeightPolicyParams& policy, uint64_t closed_epoch,
                                         absl::Span<const float> base,
-                                        absl::Span<const float> current, const LossStatsView& stats,
+                                        absl::Span<const float> current, LossStatsView stats,
                                         absl::Span<float> out) = 0;
 
   // The plan of `epoch`: a pure function of (spec, epoch, weights).

@@ -50,7 +50,7 @@ absl::Status ValidatePlanInputs(const PlanSpec& spec, absl::Span<const float> we
 
 // Checks the sizes and values of RecomputeWeights' inputs.
 absl::Status ValidateRecomputeInputs(absl::Span<const float> base, absl::Span<const float> current,
-                                     const LossStatsView& stats, absl::Span<float> out) {
+                                     LossStatsView stats, absl::Span<float> out) {
   const size_t n = out.size();
   if (n == 0) return absl::InvalidArgumentError("weights: num_samples = 0");
   auto size_error = [n](const char* field, size_t got) {
@@ -59,9 +59,7 @@ absl::Status ValidateRecomputeInputs(absl::Span<const float> base, absl::Span<co
   };
   if (!base.empty() && base.size() != n) return size_error("base", base.size());
   if (current.size() != n) return size_error("current", current.size());
-  if (stats.ema_loss.size() != n) return size_error("stats.ema_loss", stats.ema_loss.size());
-  if (stats.count.size() != n) return size_error("stats.count", stats.count.size());
-  if (stats.last_epoch.size() != n) return size_error("stats.last_epoch", stats.last_epoch.size());
+  if (stats.size() != n) return size_error("stats", stats.size());
   for (size_t i = 0; i < n; ++i) {
     if (!base.empty() && !(std::isfinite(base[i]) && base[i] >= 0)) {
       return absl::InvalidArgumentError(
@@ -71,9 +69,9 @@ absl::Status ValidateRecomputeInputs(absl::Span<const float> base, absl::Span<co
       return absl::InvalidArgumentError(
           absl::StrCat("current[", i, "] = ", current[i], ": must be finite and >= 0"));
     }
-    if (stats.count[i] > 0 && !(std::isfinite(stats.ema_loss[i]) && stats.ema_loss[i] >= 0)) {
-      return absl::InvalidArgumentError(absl::StrCat("stats.ema_loss[", i,
-                                                     "] = ", stats.ema_loss[i],
+    if (stats[i].count > 0 && !(std::isfinite(stats[i].ema_loss) && stats[i].ema_loss >= 0)) {
+      return absl::InvalidArgumentError(absl::StrCat("stats[", i, "].ema_loss = ",
+                                                     stats[i].ema_loss,
                                                      ": must be finite and >= 0"));
     }
   }
@@ -88,7 +86,7 @@ class CpuBackend final : public ComputeBackend {
 
   absl::Status RecomputeWeights(const WeightPolicyParams& policy, uint64_t closed_epoch,
                                 absl::Span<const float> base, absl::Span<const float> current,
-                                const LossStatsView& stats, absl::Span<float> out) override;
+                                LossStatsView stats, absl::Span<float> out) override;
 
   absl::StatusOr<Plan> PlanEpoch(const PlanSpec& spec, uint64_t epoch,
                                  absl::Span<const float> weights) override;
@@ -138,7 +136,7 @@ void CpuBackend::NormaliseAndClamp(absl::Span<float> out, double lo, double hi) 
 absl::Status CpuBackend::RecomputeWeights(const WeightPolicyParams& policy, uint64_t closed_epoch,
                                           absl::Span<const float> base,
                                           absl::Span<const float> current,
-                                          const LossStatsView& stats, absl::Span<float> out) {
+                                          LossStatsView stats, absl::Span<float> out) {
   if (absl::Status s = ValidatePolicy(policy); !s.ok()) return s;
   if (absl::Status s = ValidateRecomputeInputs(base, current, stats, out); !s.ok()) return s;
   const uint64_t n = out.size();
@@ -153,17 +151,17 @@ absl::Status CpuBackend::RecomputeWeights(const WeightPolicyParams& policy, uint
     }
     case LossWeightKind::kLoss: {
       // Prior loss of samples never seen: configured, or the mean EMA of the seen samples.
-      const double seen = DeterministicSum(n, [&](uint64_t i) { return stats.count[i] > 0 ? 1.0 : 0.0; });
+      const double seen = DeterministicSum(n, [&](uint64_t i) { return stats[i].count > 0 ? 1.0 : 0.0; });
       double prior = 0;
       if (policy.prior_loss.has_value()) {
         prior = *policy.prior_loss;
       } else if (seen > 0) {
         prior = DeterministicSum(n, [&](uint64_t i) {
-                  return stats.count[i] > 0 ? double{stats.ema_loss[i]} : 0.0;
+                  return stats[i].count > 0 ? double{stats[i].ema_loss} : 0.0;
                 }) / seen;
       }
       auto factor = [&](uint64_t i) {
-        const double loss = stats.count[i] > 0 ? double{stats.ema_loss[i]} : prior;
+        const double loss = stats[i].count > 0 ? double{stats[i].ema_loss} : prior;
         const double x = loss + policy.epsilon;
         return policy.alpha == 1.0 ? x : det::Pow(x, policy.alpha);
       };
@@ -187,8 +185,8 @@ absl::Status CpuBackend::RecomputeWeights(const WeightPolicyParams& policy, uint
       ParallelForChunks(threads_, n, kGrain, [&](uint64_t, uint64_t b, uint64_t e) {
         for (uint64_t i = b; i < e; ++i) {
           const double w = current[i];
-          out[i] = stats.last_epoch[i] == seen_marker
-                       ? static_cast<float>(w * (1.0 + policy.eta * stats.ema_loss[i]))
+          out[i] = stats[i].last_epoch == seen_marker
+                       ? static_cast<float>(w * (1.0 + policy.eta * stats[i].ema_loss))
                        : static_cast<float>(w);
         }
       });

@@ -203,6 +203,14 @@ TEST(PlanTest, GoldenHashes) {
   }
 }
 
+std::vector<SampleLossStats> Stats(const std::vector<float>& ema,
+                                   const std::vector<uint32_t>& count,
+                                   const std::vector<uint32_t>& last) {
+  std::vector<SampleLossStats> stats(ema.size());
+  for (size_t i = 0; i < ema.size(); ++i) stats[i] = {ema[i], count[i], last[i]};
+  return stats;
+}
+
 // Chi-square of observed counts against expected proportions `w`.
 double PValue(const std::vector<uint64_t>& counts, const std::vector<float>& w, uint64_t total) {
   double sum_w = 0;
@@ -297,7 +305,7 @@ TEST(WeightsTest, LossPolicyMovesWeightByItsFormula) {
   p.clamp_hi = 100;
   std::vector<float> out(4);
   ASSERT_TRUE(backend
-                  ->RecomputeWeights(p, 0, {}, current, LossStatsView{ema, count, last},
+                  ->RecomputeWeights(p, 0, {}, current, Stats(ema, count, last),
                                      absl::MakeSpan(out))
                   .ok());
   const double f[] = {0.5, 1.5, 3.5, 4.0 / 3 + 0.5};
@@ -310,7 +318,7 @@ TEST(WeightsTest, LossPolicyMovesWeightByItsFormula) {
   p.clamp_hi = 1.5;
   const std::vector<float> base = {2, 1, 1, 1};
   ASSERT_TRUE(backend
-                  ->RecomputeWeights(p, 0, base, current, LossStatsView{ema, count, last},
+                  ->RecomputeWeights(p, 0, base, current, Stats(ema, count, last),
                                      absl::MakeSpan(out))
                   .ok());
   double g[4], gm = 0;
@@ -343,7 +351,7 @@ TEST(WeightsTest, MultiplicativeOnlyTouchesSamplesSeenInTheEpoch) {
   p.eta = 1.0;
   std::vector<float> out(4);
   ASSERT_TRUE(
-      backend->RecomputeWeights(p, 2, {}, current, {ema, count, last}, absl::MakeSpan(out)).ok());
+      backend->RecomputeWeights(p, 2, {}, current, Stats(ema, count, last), absl::MakeSpan(out)).ok());
   // Raw: 2, 1, 1, 1 -> mean 1.25.
   EXPECT_NEAR(out[0], 2 / 1.25, 1e-6);
   EXPECT_NEAR(out[1], 1 / 1.25, 1e-6);
@@ -359,9 +367,9 @@ TEST(WeightsTest, BadStatisticsChangeNothing) {
   p.loss = LossWeightKind::kLoss;
   std::vector<float> out = {7, 7};
   absl::Status s = backend->RecomputeWeights(p, 0, {}, std::vector<float>{1, 1},
-                                             {ema, count, last}, absl::MakeSpan(out));
+                                             Stats(ema, count, last), absl::MakeSpan(out));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(s.message()), HasSubstr("stats.ema_loss[1] = nan"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("stats[1].ema_loss = nan"));
   EXPECT_EQ(out, (std::vector<float>{7, 7}));
 }
 

@@ -40,8 +40,12 @@ void Job::Close(absl::Status reason) {
     absl::MutexLock lock(&mu_);
     if (closed_.ok()) closed_ = std::move(reason);
   }
-  absl::MutexLock lock(&planner_mu_);
-  if (planner_.joinable()) planner_.join();
+  {
+    absl::MutexLock lock(&planner_mu_);
+    if (planner_.joinable()) planner_.join();
+  }
+  absl::MutexLock lock(&lookahead_mu_);
+  if (lookahead_.valid()) lookahead_.wait();
 }
 
 absl::Status Job::CheckOpen() const {
@@ -126,11 +130,27 @@ absl::Status Job::InstallBaseAndPlan(std::vector<float> base) {
 
 // ---- Planning -------------------------------------------------------------------------------------
 
+bool Job::PlanIgnoresWeights() const {
+  const PlanSpec& p = config_.plan;
+  return p.order == SampleOrder::kSequential ||
+         (!p.replacement && p.samples_per_epoch == p.num_samples) ||
+         (config_.policy.base == BaseWeightKind::kUniform &&
+          config_.policy.loss == LossWeightKind::kNone);
+}
+
 absl::Status Job::PlanAndPublish(uint64_t epoch,
                                  std::shared_ptr<const std::vector<float>> weights,
                                  double recompute_ms) {
   const absl::Time start = absl::Now();
-  absl::StatusOr<Plan> plan = backend_->PlanEpoch(config_.plan, epoch, *weights);
+  std::future<absl::StatusOr<Plan>> ahead;
+  {
+    absl::MutexLock lock(&lookahead_mu_);
+    if (lookahead_.valid() && lookahead_epoch_ == epoch) ahead = std::move(lookahead_);
+  }
+  // A plan computed ahead equals the one computed now: it depends on (seed, epoch) only, and
+  // weights keep their zero pattern across recomputes (clamps are > 0), so it is as valid.
+  absl::StatusOr<Plan> plan =
+      ahead.valid() ? ahead.get() : backend_->PlanEpoch(config_.plan, epoch, *weights);
   const double plan_ms = MillisSince(start);
   if (!plan.ok()) return plan.status();
   const WeightSummary summary = weights->empty()
@@ -153,6 +173,13 @@ absl::Status Job::PlanAndPublish(uint64_t epoch,
   last_plan_ms_ = plan_ms;
   last_recompute_ms_ = recompute_ms;
   ResetEpochState();
+  if (PlanIgnoresWeights()) {
+    absl::MutexLock ahead_lock(&lookahead_mu_);
+    lookahead_epoch_ = epoch + 1;
+    lookahead_ = std::async(std::launch::async, [this, epoch, weights = current_.weights] {
+      return backend_->PlanEpoch(config_.plan, epoch + 1, *weights);
+    });
+  }
   return absl::OkStatus();
 }
 
@@ -292,7 +319,14 @@ absl::Status Job::ReportLosses(const LossBatchView& batch, v1::LossReportSummary
   }
   if (rank.reported.empty()) rank.reported.assign((n + 63) / 64, 0);
   uint64_t accepted = 0, duplicates = 0;
-  for (size_t k = 0; k < batch.indices.size(); ++k) {
+  constexpr size_t kAhead = 16;  // Prefetch distance: overlaps the cache misses of scattered i.
+  const size_t size = batch.indices.size();
+  for (size_t k = 0; k < size; ++k) {
+    if (k + kAhead < size) {
+      const uint64_t ahead = batch.indices[k + kAhead];
+      __builtin_prefetch(&rank.reported[ahead >> 6], 1);
+      losses_.Prefetch(ahead);
+    }
     const uint64_t i = batch.indices[k];
     uint64_t& word = rank.reported[i >> 6];
     const uint64_t bit = uint64_t{1} << (i & 63);

@@ -21,6 +21,7 @@
 #define SAMPLERD_SERVER_JOB_H_
 
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <string>
 #include <thread>
@@ -127,9 +128,13 @@ class Job {
 
   // Computes W_{e+1} and plan(e+1) off the lock, then publishes them. Runs on planner_.
   void PlanNextEpoch(uint64_t closed_epoch) ABSL_LOCKS_EXCLUDED(mu_);
-  // Plans `epoch` with `weights` (no lock) and publishes it as the current epoch.
+  // Plans `epoch` with `weights` (no lock; or takes the plan computed ahead) and publishes it as
+  // the current epoch; then, if plans do not depend on the weights, starts planning the next.
   absl::Status PlanAndPublish(uint64_t epoch, std::shared_ptr<const std::vector<float>> weights,
-                              double recompute_ms) ABSL_LOCKS_EXCLUDED(mu_);
+                              double recompute_ms) ABSL_LOCKS_EXCLUDED(mu_, lookahead_mu_);
+  // Whether a plan depends only on (seed, epoch): sequential order, every sample once (M == N
+  // without replacement), or fixed uniform weights. Such plans are computed one epoch ahead.
+  bool PlanIgnoresWeights() const;
   // Installs base weights (after validation) and plans epoch 0.
   absl::Status InstallBaseAndPlan(std::vector<float> base) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status CheckOpen() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -165,6 +170,11 @@ class Job {
   // Lock order: mu_ is never held while taking planner_mu_.
   absl::Mutex planner_mu_ ABSL_ACQUIRED_AFTER(mu_);
   std::thread planner_ ABSL_GUARDED_BY(planner_mu_);
+  // The plan of epoch lookahead_epoch_, computed ahead (see PlanIgnoresWeights); costs one more
+  // plan in memory. Lock order: mu_, then lookahead_mu_.
+  absl::Mutex lookahead_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  uint64_t lookahead_epoch_ ABSL_GUARDED_BY(lookahead_mu_) = 0;
+  std::future<absl::StatusOr<Plan>> lookahead_ ABSL_GUARDED_BY(lookahead_mu_);
 };
 
 }  // namespace samplerd

@@ -4,13 +4,11 @@ namespace samplerd {
 
 LossTable::LossTable(uint64_t num_samples, double ema_decay)
     : decay_(static_cast<float>(ema_decay)),
-      ema_(num_samples, 0.0f),
-      count_(num_samples, 0),
-      last_epoch_(num_samples, 0) {}
+      stats_(num_samples) {}
 
 uint64_t LossTable::SamplesSeen() const {
   uint64_t seen = 0;
-  for (uint32_t c : count_) seen += c > 0;
+  for (const SampleLossStats& s : stats_) seen += s.count > 0;
   return seen;
 }
 

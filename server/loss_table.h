@@ -1,7 +1,7 @@
 // LossTable: per-sample loss statistics of one job (EMA, count, last epoch seen).
 //
-// Structure of arrays, 12 bytes per sample, read by ComputeBackend::RecomputeWeights through
-// View(). Not thread-safe: its owner (Job) serialises access.
+// 12 bytes per sample (SampleLossStats: one cache line each), read by
+// ComputeBackend::RecomputeWeights through View(). Not thread-safe: its owner (Job) serialises access.
 #ifndef SAMPLERD_SERVER_LOSS_TABLE_H_
 #define SAMPLERD_SERVER_LOSS_TABLE_H_
 
@@ -21,24 +21,27 @@ class LossTable {
   // Applies one (index, loss) of `epoch`. Requires index < num_samples, loss finite and >= 0
   // (validated by the caller). Returns true if this was the sample's first loss.
   bool Apply(uint64_t index, float loss, uint64_t epoch) {
-    const float d = decay_;
-    const bool first = count_[index] == 0;
-    ema_[index] = first ? loss : d * ema_[index] + (1.0f - d) * loss;
-    if (count_[index] != UINT32_MAX) ++count_[index];
-    last_epoch_[index] = static_cast<uint32_t>(epoch + 1);
+    SampleLossStats& s = stats_[index];
+    const bool first = s.count == 0;
+    s.ema_loss = first ? loss : decay_ * s.ema_loss + (1.0f - decay_) * loss;
+    if (s.count != UINT32_MAX) ++s.count;
+    s.last_epoch = static_cast<uint32_t>(epoch + 1);
     return first;
   }
 
-  LossStatsView View() const { return LossStatsView{ema_, count_, last_epoch_}; }
+  // Hints the CPU to load `index`'s statistics (Apply on scattered indices is memory bound).
+  void Prefetch(uint64_t index) const {
+    __builtin_prefetch(&stats_[index], 1);
+  }
+
+  LossStatsView View() const { return stats_; }
 
   // Samples with at least one loss.
   uint64_t SamplesSeen() const;
 
  private:
   const float decay_;
-  std::vector<float> ema_;
-  std::vector<uint32_t> count_;
-  std::vector<uint32_t> last_epoch_;  // Epoch + 1 of the last loss; 0 = never.
+  std::vector<SampleLossStats> stats_;
 };
 
 }  // namespace samplerd
