@@ -36,8 +36,8 @@ void BM_RecomputeLossPolicy(benchmark::State& state) {
   p.loss = LossWeightKind::kLoss;
   p.alpha = 0.5;  // Not 1: exercises the deterministic Pow.
   for (auto _ : state) {
-    benchmark::DoNotOptimize(Backend().RecomputeWeights(p, 0, {}, current, stats,
-                                                        absl::MakeSpan(out)));
+    benchmark::DoNotOptimize(
+        Backend().RecomputeWeights(p, 0, {}, current, stats, absl::MakeSpan(out)));
   }
   state.SetItemsProcessed(state.iterations() * n);
 }

@@ -31,13 +31,13 @@ ABSL_FLAG(int, ingest_streams, 2, "concurrent ReportLosses streams");
 namespace samplerd {
 namespace {
 
-#define CHECK_OK_OR_DIE(expr)                                                   \
-  do {                                                                         \
-    absl::Status _s = (expr);                                                  \
-    if (!_s.ok()) {                                                            \
+#define CHECK_OK_OR_DIE(expr)                                                         \
+  do {                                                                                \
+    absl::Status _s = (expr);                                                         \
+    if (!_s.ok()) {                                                                   \
       std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, _s.ToString().c_str()); \
-      std::exit(1);                                                            \
-    }                                                                          \
+      std::exit(1);                                                                   \
+    }                                                                                 \
   } while (0)
 
 double Median(std::vector<double> v) {
@@ -61,11 +61,11 @@ uint64_t StreamAllRanks(SamplerClient& client, const std::string& job, uint64_t 
   std::vector<std::thread> threads;
   for (uint32_t r = 0; r < world_size; ++r) {
     threads.emplace_back([&, r] {
-      CHECK_OK_OR_DIE(client.StreamShard(job, epoch, r, world_size, 0, false,
-                                         [&](const ShardSlice& s) {
-                                           received += s.indices.size();
-                                           return absl::OkStatus();
-                                         }));
+      CHECK_OK_OR_DIE(
+          client.StreamShard(job, epoch, r, world_size, 0, false, [&](const ShardSlice& s) {
+            received += s.indices.size();
+            return absl::OkStatus();
+          }));
     });
   }
   for (auto& t : threads) t.join();
@@ -123,8 +123,7 @@ double IngestThroughput(SamplerClient& client, uint64_t n) {
     CHECK_OK_OR_DIE(client.CreateJob(job, Spec(n, streams, v1::LOSS)).status());
     std::vector<std::vector<v1::LossBatch>> per_stream;
     for (int s = 0; s < streams; ++s) {
-      per_stream.push_back(
-          LossBatches(job, 0, n * s / streams, n * (s + 1) / streams, s, 1 << 16));
+      per_stream.push_back(LossBatches(job, 0, n * s / streams, n * (s + 1) / streams, s, 1 << 16));
     }
     std::atomic<uint64_t> accepted{0};
     const absl::Time start = absl::Now();
@@ -157,10 +156,10 @@ double BoundaryLatencyMs(SamplerClient& client, uint64_t n) {
   std::vector<double> latencies;
   for (int epoch = 0; epoch < absl::GetFlag(FLAGS_repeats); ++epoch) {
     for (uint32_t r = 0; r < world_size; ++r) {
-      CHECK_OK_OR_DIE(
-          client.ReportLosses(LossBatches(job, epoch, n * r / world_size,
-                                          n * (r + 1) / world_size, r, 1 << 16))
-              .status());
+      CHECK_OK_OR_DIE(client
+                          .ReportLosses(LossBatches(job, epoch, n * r / world_size,
+                                                    n * (r + 1) / world_size, r, 1 << 16))
+                          .status());
     }
     // A real epoch trains for a while between its shard and its end: give the server that
     // time (it plans ahead where plans do not depend on the weights).
@@ -171,19 +170,20 @@ double BoundaryLatencyMs(SamplerClient& client, uint64_t n) {
     absl::Time first_chunk;
     bool got_first = false;
     // Stop after the first chunk: that is what is measured.
-    absl::Status s = client.StreamShard(job, epoch + 1, 0, world_size, 0, false,
-                                        [&](const ShardSlice&) {
-                                          first_chunk = absl::Now();
-                                          got_first = true;
-                                          return absl::CancelledError("first chunk received");
-                                        });
+    absl::Status s =
+        client.StreamShard(job, epoch + 1, 0, world_size, 0, false, [&](const ShardSlice&) {
+          first_chunk = absl::Now();
+          got_first = true;
+          return absl::CancelledError("first chunk received");
+        });
     if (!got_first) CHECK_OK_OR_DIE(s.ok() ? absl::InternalError("no chunk streamed") : s);
     latencies.push_back(absl::ToDoubleMilliseconds(first_chunk - start));
     auto status = client.GetJobStatus(job);
     CHECK_OK_OR_DIE(status.status());
-    std::printf("{\"bench\": \"boundary_epoch\", \"epoch\": %d, \"ms\": %.1f, "
-                "\"recompute_ms\": %.1f, \"plan_ms\": %.1f}\n",
-                epoch + 1, latencies.back(), status->last_recompute_ms(), status->last_plan_ms());
+    std::printf(
+        "{\"bench\": \"boundary_epoch\", \"epoch\": %d, \"ms\": %.1f, "
+        "\"recompute_ms\": %.1f, \"plan_ms\": %.1f}\n",
+        epoch + 1, latencies.back(), status->last_recompute_ms(), status->last_plan_ms());
   }
   CHECK_OK_OR_DIE(client.DeleteJob(job));
   return Median(latencies);
@@ -208,8 +208,8 @@ int main(int argc, char** argv) {
               stream1);
   std::fflush(stdout);
   const double stream64 = StreamThroughput(client, n, 64);
-  std::printf("{\"bench\": \"stream_64\", \"n\": %lu, \"indices_per_s\": %.0f}\n",
-              (unsigned long)n, stream64);
+  std::printf("{\"bench\": \"stream_64\", \"n\": %lu, \"indices_per_s\": %.0f}\n", (unsigned long)n,
+              stream64);
   std::fflush(stdout);
   const double ingest = IngestThroughput(client, n);
   std::printf("{\"bench\": \"ingest\", \"n\": %lu, \"pairs_per_s\": %.0f}\n", (unsigned long)n,
@@ -217,6 +217,21 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   const double boundary = BoundaryLatencyMs(client, n);
   std::printf("{\"bench\": \"boundary\", \"n\": %lu, \"ms\": %.1f}\n", (unsigned long)n, boundary);
+
+  // Leave one job in its steady state (epoch 1 of the loss policy, every sample seen) for
+  // server_bench.sh to read the server's resident memory.
+  {
+    const std::string job = "bench-steady";
+    CHECK_OK_OR_DIE(client.CreateJob(job, Spec(n, 2, v1::LOSS)).status());
+    for (uint32_t r = 0; r < 2; ++r) {
+      CHECK_OK_OR_DIE(
+          client.ReportLosses(LossBatches(job, 0, n * r / 2, n * (r + 1) / 2, r, 1 << 16))
+              .status());
+      CHECK_OK_OR_DIE(client.EndEpoch(job, 0, r).status());
+    }
+    while (!client.GetJob(job)->plan_ready()) absl::SleepFor(absl::Milliseconds(10));
+    absl::SleepFor(absl::Seconds(2));  // The plan of epoch 2, computed ahead, is done.
+  }
 
   std::printf("\n| what | measured | target |\n|---|---|---|\n");
   std::printf("| indices/s to 1 rank | %.1f M/s | >= 50 M/s |\n", stream1 / 1e6);

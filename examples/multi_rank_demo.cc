@@ -113,6 +113,7 @@ int main(int argc, char** argv) {
                 absl::StrJoin(sizes, " ").c_str(), (unsigned long)overlap,
                 static_cast<double>(hard) / total, w.min(), w.max(), w.effective_sample_size());
   }
-  std::printf("hard samples are 10%% of the data; their share grows as the weights follow the loss.\n");
+  std::printf(
+      "hard samples are 10%% of the data; their share grows as the weights follow the loss.\n");
   return client.DeleteJob(job).ok() ? 0 : 1;
 }

@@ -15,8 +15,8 @@ absl::Status CheckRank(const ShardSpec& spec, uint32_t rank) {
     return absl::InvalidArgumentError("world_size = 0: must be >= 1");
   }
   if (rank >= spec.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat("rank = ", rank, " is outside [0, world_size = ",
-                                                   spec.world_size, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank = ", rank, " is outside [0, world_size = ", spec.world_size, ")"));
   }
   return absl::OkStatus();
 }
@@ -64,19 +64,18 @@ uint64_t ShardToPlanPosition(uint64_t plan_length, const ShardSpec& spec, uint32
 
 absl::Status ValidatePolicy(const WeightPolicyParams& p) {
   if (!(p.class_balance_beta >= 0 && p.class_balance_beta < 1)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "policy.class_balance_beta = ", p.class_balance_beta, " is outside [0, 1)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("policy.class_balance_beta = ", p.class_balance_beta, " is outside [0, 1)"));
   }
   if (!(p.ema_decay >= 0 && p.ema_decay < 1)) {
     return absl::InvalidArgumentError(
         absl::StrCat("policy.ema_decay = ", p.ema_decay, " is outside [0, 1)"));
   }
-  for (absl::Status s : {CheckRange("alpha", p.alpha, 0, 8, false),
-                         CheckRange("epsilon", p.epsilon, 0, 1e6, true),
-                         CheckRange("mix", p.mix, 0, 1, false),
-                         CheckRange("clamp_lo", p.clamp_lo, 0, 1, true),
-                         CheckRange("clamp_hi", p.clamp_hi, 1, 1e6, false),
-                         CheckRange("eta", p.eta, 0, 100, true)}) {
+  for (absl::Status s :
+       {CheckRange("alpha", p.alpha, 0, 8, false), CheckRange("epsilon", p.epsilon, 0, 1e6, true),
+        CheckRange("mix", p.mix, 0, 1, false), CheckRange("clamp_lo", p.clamp_lo, 0, 1, true),
+        CheckRange("clamp_hi", p.clamp_hi, 1, 1e6, false),
+        CheckRange("eta", p.eta, 0, 100, true)}) {
     if (!s.ok()) return s;
   }
   if (p.prior_loss.has_value() && !(std::isfinite(*p.prior_loss) && *p.prior_loss >= 0)) {
@@ -107,8 +106,8 @@ absl::Status ValidateWeights(absl::Span<const float> weights) {
 absl::Status ClassBalancedWeights(absl::Span<const uint32_t> labels, double beta,
                                   absl::Span<float> out) {
   if (labels.size() != out.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("labels: ", labels.size(),
-                                                   " values for num_samples ", out.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("labels: ", labels.size(), " values for num_samples ", out.size()));
   }
   if (labels.empty()) return absl::InvalidArgumentError("labels: empty");
   if (!(beta >= 0 && beta < 1)) {
@@ -119,9 +118,8 @@ absl::Status ClassBalancedWeights(absl::Span<const uint32_t> labels, double beta
   for (uint32_t label : labels) ++counts[label];
   absl::flat_hash_map<uint32_t, double> class_weight;
   for (const auto& [label, n] : counts) {
-    class_weight[label] = beta == 0
-                              ? 1.0 / static_cast<double>(n)
-                              : (1.0 - beta) / (1.0 - det::Pow(beta, static_cast<double>(n)));
+    class_weight[label] = beta == 0 ? 1.0 / static_cast<double>(n)
+                                    : (1.0 - beta) / (1.0 - det::Pow(beta, static_cast<double>(n)));
   }
   // Mean of the per-sample weights = sum over classes of n_c * w_c / N, in label order.
   std::vector<uint32_t> sorted_labels;
@@ -129,7 +127,8 @@ absl::Status ClassBalancedWeights(absl::Span<const uint32_t> labels, double beta
   for (const auto& [label, n] : counts) sorted_labels.push_back(label);
   std::sort(sorted_labels.begin(), sorted_labels.end());
   double sum = 0;
-  for (uint32_t label : sorted_labels) sum += static_cast<double>(counts[label]) * class_weight[label];
+  for (uint32_t label : sorted_labels)
+    sum += static_cast<double>(counts[label]) * class_weight[label];
   const double mean = sum / static_cast<double>(labels.size());
   for (size_t i = 0; i < labels.size(); ++i) {
     out[i] = static_cast<float>(class_weight[labels[i]] / mean);

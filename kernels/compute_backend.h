@@ -46,7 +46,7 @@ struct PlanSpec {
 // as std::shared_ptr<const Plan> between readers.
 struct Plan {
   uint64_t epoch = 0;
-  uint64_t num_samples = 0;      // N, for range checks and index encoding.
+  uint64_t num_samples = 0;       // N, for range checks and index encoding.
   std::vector<uint64_t> indices;  // M entries, each in [0, N).
 };
 
@@ -92,15 +92,15 @@ enum class LossWeightKind { kNone, kLoss, kMultiplicative };
 struct WeightPolicyParams {
   BaseWeightKind base = BaseWeightKind::kUniform;
   LossWeightKind loss = LossWeightKind::kNone;
-  double class_balance_beta = 0.0;  // [0, 1); 0 selects 1/count.
-  double ema_decay = 0.9;           // [0, 1).
-  double alpha = 1.0;               // [0, 8].
-  double epsilon = 1e-3;            // (0, 1e6].
-  double mix = 0.0;                 // [0, 1].
-  double clamp_lo = 0.1;            // (0, 1].
-  double clamp_hi = 10.0;           // [1, 1e6].
+  double class_balance_beta = 0.0;   // [0, 1); 0 selects 1/count.
+  double ema_decay = 0.9;            // [0, 1).
+  double alpha = 1.0;                // [0, 8].
+  double epsilon = 1e-3;             // (0, 1e6].
+  double mix = 0.0;                  // [0, 1].
+  double clamp_lo = 0.1;             // (0, 1].
+  double clamp_hi = 10.0;            // [1, 1e6].
   std::optional<double> prior_loss;  // >= 0; unset: mean EMA of the seen samples.
-  double eta = 1.0;                 // (0, 100].
+  double eta = 1.0;                  // (0, 100].
 };
 
 // INVALID_ARGUMENT naming the first parameter out of range, e.g. "policy.alpha = -1 is outside

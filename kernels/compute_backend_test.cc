@@ -35,7 +35,8 @@ std::vector<uint64_t> TorchDistributedSampler(uint64_t n, uint64_t r, uint64_t r
     const uint64_t pad = total - n;
     std::vector<uint64_t> repeated;
     const uint64_t copies = (pad + n - 1) / n;
-    for (uint64_t c = 0; c < copies; ++c) repeated.insert(repeated.end(), indices.begin(), indices.end());
+    for (uint64_t c = 0; c < copies; ++c)
+      repeated.insert(repeated.end(), indices.begin(), indices.end());
     indices.insert(indices.end(), repeated.begin(), repeated.begin() + pad);
   } else {
     indices.resize(total);
@@ -92,9 +93,9 @@ TEST(ShardTest, PositionsPartitionThePlan) {
               ++uses[p];
             }
           }
-          SCOPED_TRACE(testing::Message() << "m=" << m << " r=" << r << " part="
-                                          << static_cast<int>(part)
-                                          << " uneven=" << static_cast<int>(uneven));
+          SCOPED_TRACE(testing::Message()
+                       << "m=" << m << " r=" << r << " part=" << static_cast<int>(part)
+                       << " uneven=" << static_cast<int>(uneven));
           switch (uneven) {
             case UnevenMode::kPad:
               EXPECT_EQ(min_len, max_len);

@@ -27,9 +27,9 @@ absl::Status ValidatePlanInputs(const PlanSpec& spec, absl::Span<const float> we
     return absl::InvalidArgumentError("samples_per_epoch = 0: must be >= 1");
   }
   if (!spec.replacement && spec.samples_per_epoch > spec.num_samples) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("samples_per_epoch = ", spec.samples_per_epoch, " exceeds num_samples = ",
-                     spec.num_samples, " without replacement"));
+    return absl::InvalidArgumentError(absl::StrCat("samples_per_epoch = ", spec.samples_per_epoch,
+                                                   " exceeds num_samples = ", spec.num_samples,
+                                                   " without replacement"));
   }
   if (spec.order == SampleOrder::kSequential &&
       (spec.replacement || spec.samples_per_epoch != spec.num_samples)) {
@@ -40,8 +40,8 @@ absl::Status ValidatePlanInputs(const PlanSpec& spec, absl::Span<const float> we
   }
   if (!weights.empty()) {
     if (weights.size() != spec.num_samples) {
-      return absl::InvalidArgumentError(absl::StrCat("weights: ", weights.size(),
-                                                     " values for num_samples ", spec.num_samples));
+      return absl::InvalidArgumentError(
+          absl::StrCat("weights: ", weights.size(), " values for num_samples ", spec.num_samples));
     }
     if (absl::Status s = ValidateWeights(weights); !s.ok()) return s;
   }
@@ -70,9 +70,8 @@ absl::Status ValidateRecomputeInputs(absl::Span<const float> base, absl::Span<co
           absl::StrCat("current[", i, "] = ", current[i], ": must be finite and >= 0"));
     }
     if (stats[i].count > 0 && !(std::isfinite(stats[i].ema_loss) && stats[i].ema_loss >= 0)) {
-      return absl::InvalidArgumentError(absl::StrCat("stats[", i, "].ema_loss = ",
-                                                     stats[i].ema_loss,
-                                                     ": must be finite and >= 0"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "stats[", i, "].ema_loss = ", stats[i].ema_loss, ": must be finite and >= 0"));
     }
   }
   return absl::OkStatus();
@@ -91,8 +90,8 @@ class CpuBackend final : public ComputeBackend {
   absl::StatusOr<Plan> PlanEpoch(const PlanSpec& spec, uint64_t epoch,
                                  absl::Span<const float> weights) override;
 
-  absl::Status ExtractShard(const Plan& plan, const ShardSpec& shard, uint32_t rank,
-                            uint64_t start, absl::Span<uint64_t> out) override;
+  absl::Status ExtractShard(const Plan& plan, const ShardSpec& shard, uint32_t rank, uint64_t start,
+                            absl::Span<uint64_t> out) override;
 
   absl::Status ShardWithoutPlan(const PlanSpec& spec, uint64_t epoch, const ShardSpec& shard,
                                 uint32_t rank, uint64_t start, absl::Span<uint64_t> out) override;
@@ -135,8 +134,8 @@ void CpuBackend::NormaliseAndClamp(absl::Span<float> out, double lo, double hi) 
 
 absl::Status CpuBackend::RecomputeWeights(const WeightPolicyParams& policy, uint64_t closed_epoch,
                                           absl::Span<const float> base,
-                                          absl::Span<const float> current,
-                                          LossStatsView stats, absl::Span<float> out) {
+                                          absl::Span<const float> current, LossStatsView stats,
+                                          absl::Span<float> out) {
   if (absl::Status s = ValidatePolicy(policy); !s.ok()) return s;
   if (absl::Status s = ValidateRecomputeInputs(base, current, stats, out); !s.ok()) return s;
   const uint64_t n = out.size();
@@ -151,14 +150,17 @@ absl::Status CpuBackend::RecomputeWeights(const WeightPolicyParams& policy, uint
     }
     case LossWeightKind::kLoss: {
       // Prior loss of samples never seen: configured, or the mean EMA of the seen samples.
-      const double seen = DeterministicSum(n, [&](uint64_t i) { return stats[i].count > 0 ? 1.0 : 0.0; });
+      const double seen =
+          DeterministicSum(n, [&](uint64_t i) { return stats[i].count > 0 ? 1.0 : 0.0; });
       double prior = 0;
       if (policy.prior_loss.has_value()) {
         prior = *policy.prior_loss;
       } else if (seen > 0) {
-        prior = DeterministicSum(n, [&](uint64_t i) {
-                  return stats[i].count > 0 ? double{stats[i].ema_loss} : 0.0;
-                }) / seen;
+        prior = DeterministicSum(n,
+                                 [&](uint64_t i) {
+                                   return stats[i].count > 0 ? double{stats[i].ema_loss} : 0.0;
+                                 }) /
+                seen;
       }
       auto factor = [&](uint64_t i) {
         const double loss = stats[i].count > 0 ? double{stats[i].ema_loss} : prior;
@@ -167,10 +169,12 @@ absl::Status CpuBackend::RecomputeWeights(const WeightPolicyParams& policy, uint
       };
       // f is computed once, parked in `out` (validation is over, so writing is allowed; out may
       // alias `current`, which the loss policy does not read), then mixed and multiplied.
-      const double mean_f = DeterministicSum(n, [&](uint64_t i) {
-                              out[i] = static_cast<float>(factor(i));
-                              return double{out[i]};
-                            }) / n;
+      const double mean_f = DeterministicSum(n,
+                                             [&](uint64_t i) {
+                                               out[i] = static_cast<float>(factor(i));
+                                               return double{out[i]};
+                                             }) /
+                            n;
       ParallelForChunks(threads_, n, kGrain, [&](uint64_t, uint64_t b, uint64_t e) {
         for (uint64_t i = b; i < e; ++i) {
           const double f = (1.0 - policy.mix) * out[i] / mean_f + policy.mix;
@@ -238,13 +242,14 @@ absl::StatusOr<Plan> CpuBackend::PlanEpoch(const PlanSpec& spec, uint64_t epoch,
   plan.indices.resize(m);
   if (m == n) {
     // Every sample exactly once: the weights cannot matter, only the order.
-    internal::ShuffleInto(threads_, spec.seed, epoch, m, [](uint64_t k) { return k; },
-                          absl::MakeSpan(plan.indices));
+    internal::ShuffleInto(
+        threads_, spec.seed, epoch, m, [](uint64_t k) { return k; }, absl::MakeSpan(plan.indices));
   } else {
     const std::vector<uint64_t> selected =
         internal::SelectEfraimidisSpirakis(threads_, spec.seed, epoch, n, m, weights);
-    internal::ShuffleInto(threads_, spec.seed, epoch, m,
-                          [&](uint64_t k) { return selected[k]; }, absl::MakeSpan(plan.indices));
+    internal::ShuffleInto(
+        threads_, spec.seed, epoch, m, [&](uint64_t k) { return selected[k]; },
+        absl::MakeSpan(plan.indices));
   }
   return plan;
 }

@@ -304,10 +304,9 @@ TEST(WeightsTest, LossPolicyMovesWeightByItsFormula) {
   p.clamp_lo = 0.01;
   p.clamp_hi = 100;
   std::vector<float> out(4);
-  ASSERT_TRUE(backend
-                  ->RecomputeWeights(p, 0, {}, current, Stats(ema, count, last),
-                                     absl::MakeSpan(out))
-                  .ok());
+  ASSERT_TRUE(
+      backend->RecomputeWeights(p, 0, {}, current, Stats(ema, count, last), absl::MakeSpan(out))
+          .ok());
   const double f[] = {0.5, 1.5, 3.5, 4.0 / 3 + 0.5};
   const double mean = (f[0] + f[1] + f[2] + f[3]) / 4;
   for (int i = 0; i < 4; ++i) EXPECT_NEAR(out[i], f[i] / mean, 1e-6) << i;
@@ -317,10 +316,9 @@ TEST(WeightsTest, LossPolicyMovesWeightByItsFormula) {
   p.mix = 0.5;
   p.clamp_hi = 1.5;
   const std::vector<float> base = {2, 1, 1, 1};
-  ASSERT_TRUE(backend
-                  ->RecomputeWeights(p, 0, base, current, Stats(ema, count, last),
-                                     absl::MakeSpan(out))
-                  .ok());
+  ASSERT_TRUE(
+      backend->RecomputeWeights(p, 0, base, current, Stats(ema, count, last), absl::MakeSpan(out))
+          .ok());
   double g[4], gm = 0;
   for (int i = 0; i < 4; ++i) gm += f[i] * f[i] / 4;
   double w[4], wm = 0;
@@ -351,7 +349,8 @@ TEST(WeightsTest, MultiplicativeOnlyTouchesSamplesSeenInTheEpoch) {
   p.eta = 1.0;
   std::vector<float> out(4);
   ASSERT_TRUE(
-      backend->RecomputeWeights(p, 2, {}, current, Stats(ema, count, last), absl::MakeSpan(out)).ok());
+      backend->RecomputeWeights(p, 2, {}, current, Stats(ema, count, last), absl::MakeSpan(out))
+          .ok());
   // Raw: 2, 1, 1, 1 -> mean 1.25.
   EXPECT_NEAR(out[0], 2 / 1.25, 1e-6);
   EXPECT_NEAR(out[1], 1 / 1.25, 1e-6);
@@ -388,7 +387,9 @@ TEST(PlanTest, BadInputsNameFieldAndValue) {
       {{2, 2, 0, true}, {1, NAN}, absl::StatusCode::kInvalidArgument, "weights[1] = nan"},
       {{2, 2, 0, true}, {0, 0}, absl::StatusCode::kInvalidArgument, "all 2 weights are 0"},
       {{3, 3, 0, false}, {1, 0, 1}, absl::StatusCode::kFailedPrecondition, "2 have one"},
-      {{3, 2, 0, false, SampleOrder::kSequential}, {}, absl::StatusCode::kInvalidArgument,
+      {{3, 2, 0, false, SampleOrder::kSequential},
+       {},
+       absl::StatusCode::kInvalidArgument,
        "SEQUENTIAL"},
   };
   for (const Bad& c : cases) {
@@ -446,16 +447,15 @@ TEST(SizesTest, ShardOfAPlanBeyondTwoToThe32) {
   // Sequential order beyond 2^32: the positions themselves.
   PlanSpec seq{n, n, 0, false, SampleOrder::kSequential};
   std::vector<uint64_t> s(4);
-  ASSERT_TRUE(backend->ShardWithoutPlan(seq, 0, ShardSpec{2}, 1, 2'400'000'000ull,
-                                        absl::MakeSpan(s))
-                  .ok());
+  ASSERT_TRUE(
+      backend->ShardWithoutPlan(seq, 0, ShardSpec{2}, 1, 2'400'000'000ull, absl::MakeSpan(s)).ok());
   EXPECT_EQ(s[0], 4'800'000'001ull);
   EXPECT_EQ(s[3], 4'800'000'007ull);
   // A plan whose positions depend on each other cannot be sharded without the plan.
-  EXPECT_EQ(backend->ShardWithoutPlan({100, 100, 0, false}, 0, ShardSpec{2}, 0, 0,
-                                      absl::MakeSpan(s))
-                .code(),
-            absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(
+      backend->ShardWithoutPlan({100, 100, 0, false}, 0, ShardSpec{2}, 0, 0, absl::MakeSpan(s))
+          .code(),
+      absl::StatusCode::kUnimplemented);
 }
 
 }  // namespace

@@ -38,7 +38,8 @@ SAMPLERD_HD double UniformOpen01(uint64_t r) {
 
 // log2(x) for finite x > 0; relative error below 1e-15. Returns -inf for 0, NaN for x < 0.
 SAMPLERD_HD double Log2(double x) {
-  if (!(x > 0.0)) return x == 0.0 ? -FromBits(0x7ff0000000000000ull) : FromBits(0x7ff8000000000000ull);
+  if (!(x > 0.0))
+    return x == 0.0 ? -FromBits(0x7ff0000000000000ull) : FromBits(0x7ff8000000000000ull);
   if (x == FromBits(0x7ff0000000000000ull)) return x;
   int e = 0;
   if (x < Pow2(-1022)) {  // Subnormal: scale into the normal range (exact).

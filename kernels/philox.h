@@ -61,10 +61,10 @@ enum class RandomStream : uint32_t {
 // 64 random bits for position `i` of `stream` in `epoch` of the job seeded with `seed`.
 // key = seed; counter = (i low, i high, epoch low, stream).
 SAMPLERD_HD uint64_t RandomBits64(uint64_t seed, uint64_t epoch, RandomStream stream, uint64_t i) {
-  const Philox4x32Counter out = Philox4x32_10(
-      {{static_cast<uint32_t>(i), static_cast<uint32_t>(i >> 32), static_cast<uint32_t>(epoch),
-        static_cast<uint32_t>(stream)}},
-      {{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)}});
+  const Philox4x32Counter out =
+      Philox4x32_10({{static_cast<uint32_t>(i), static_cast<uint32_t>(i >> 32),
+                      static_cast<uint32_t>(epoch), static_cast<uint32_t>(stream)}},
+                    {{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)}});
   return (static_cast<uint64_t>(out.v[1]) << 32) | out.v[0];
 }
 

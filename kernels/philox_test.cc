@@ -36,7 +36,8 @@ TEST(PhiloxTest, StreamsEpochsAndPositionsAreIndependent) {
   EXPECT_NE(a, RandomBits64(7, 0, RandomStream::kDraw, 6));
   EXPECT_NE(a, RandomBits64(8, 0, RandomStream::kDraw, 5));
   // The high word of the position matters (N > 2^32).
-  EXPECT_NE(RandomBits64(7, 0, RandomStream::kDraw, 1), RandomBits64(7, 0, RandomStream::kDraw, (uint64_t{1} << 32) + 1));
+  EXPECT_NE(RandomBits64(7, 0, RandomStream::kDraw, 1),
+            RandomBits64(7, 0, RandomStream::kDraw, (uint64_t{1} << 32) + 1));
 }
 
 TEST(PhiloxTest, MulHi64MapsIntoRange) {

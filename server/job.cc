@@ -55,9 +55,9 @@ absl::Status Job::CheckOpen() const {
 
 absl::Status Job::CheckRank(uint32_t rank) const {
   if (rank >= config_.shard.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat("rank = ", rank, " is outside [0, world_size = ",
-                                                   config_.shard.world_size, ") of job '", name_,
-                                                   "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank = ", rank, " is outside [0, world_size = ", config_.shard.world_size,
+                     ") of job '", name_, "'"));
   }
   return absl::OkStatus();
 }
@@ -77,13 +77,12 @@ v1::Job Job::Describe() const {
 absl::Status Job::UploadWeights(std::vector<float> weights) {
   if (config_.policy.base != BaseWeightKind::kStatic) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "job '", name_, "' has policy.base = ", v1::BasePolicy_Name(config_.normalized.policy().base()),
-        "; UploadWeights needs STATIC"));
+        "job '", name_, "' has policy.base = ",
+        v1::BasePolicy_Name(config_.normalized.policy().base()), "; UploadWeights needs STATIC"));
   }
   if (weights.size() != config_.plan.num_samples) {
-    return absl::InvalidArgumentError(absl::StrCat("weights: ", weights.size(),
-                                                   " values for num_samples ",
-                                                   config_.plan.num_samples));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "weights: ", weights.size(), " values for num_samples ", config_.plan.num_samples));
   }
   if (absl::Status s = ValidateWeights(weights); !s.ok()) return s;
   // Normalise to mean 1 (importance weights are then 1 / w).
@@ -97,12 +96,13 @@ absl::Status Job::UploadWeights(std::vector<float> weights) {
 absl::Status Job::UploadLabels(const std::vector<uint32_t>& labels) {
   if (config_.policy.base != BaseWeightKind::kClassBalanced) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "job '", name_, "' has policy.base = ", v1::BasePolicy_Name(config_.normalized.policy().base()),
+        "job '", name_,
+        "' has policy.base = ", v1::BasePolicy_Name(config_.normalized.policy().base()),
         "; UploadLabels needs CLASS_BALANCED"));
   }
   std::vector<float> base(config_.plan.num_samples);
-  if (absl::Status s = ClassBalancedWeights(labels, config_.policy.class_balance_beta,
-                                            absl::MakeSpan(base));
+  if (absl::Status s =
+          ClassBalancedWeights(labels, config_.policy.class_balance_beta, absl::MakeSpan(base));
       !s.ok()) {
     return s;
   }
@@ -128,7 +128,8 @@ absl::Status Job::InstallBaseAndPlan(std::vector<float> base) {
   return s;
 }
 
-// ---- Planning -------------------------------------------------------------------------------------
+// ---- Planning
+// -------------------------------------------------------------------------------------
 
 bool Job::PlanIgnoresWeights() const {
   const PlanSpec& p = config_.plan;
@@ -138,8 +139,7 @@ bool Job::PlanIgnoresWeights() const {
           config_.policy.loss == LossWeightKind::kNone);
 }
 
-absl::Status Job::PlanAndPublish(uint64_t epoch,
-                                 std::shared_ptr<const std::vector<float>> weights,
+absl::Status Job::PlanAndPublish(uint64_t epoch, std::shared_ptr<const std::vector<float>> weights,
                                  double recompute_ms) {
   const absl::Time start = absl::Now();
   std::future<absl::StatusOr<Plan>> ahead;
@@ -153,15 +153,14 @@ absl::Status Job::PlanAndPublish(uint64_t epoch,
       ahead.valid() ? ahead.get() : backend_->PlanEpoch(config_.plan, epoch, *weights);
   const double plan_ms = MillisSince(start);
   if (!plan.ok()) return plan.status();
-  const WeightSummary summary = weights->empty()
-                                    ? SummarizeWeights(std::vector<float>(1, 1.0f))
-                                    : SummarizeWeights(*weights);
+  const WeightSummary summary =
+      weights->empty() ? SummarizeWeights(std::vector<float>(1, 1.0f)) : SummarizeWeights(*weights);
   EpochView view;
   view.plan = std::make_shared<const Plan>(*std::move(plan));
   view.weights = std::move(weights);
-  view.unit_is_weights = view.weights->empty() || (!config_.plan.replacement &&
-                                                   config_.plan.samples_per_epoch ==
-                                                       config_.plan.num_samples);
+  view.unit_is_weights =
+      view.weights->empty() ||
+      (!config_.plan.replacement && config_.plan.samples_per_epoch == config_.plan.num_samples);
   absl::MutexLock lock(&mu_);
   epoch_ = epoch;
   current_ = std::move(view);
@@ -202,13 +201,11 @@ void Job::PlanNextEpoch(uint64_t closed_epoch) {
   if (config_.policy.loss != LossWeightKind::kNone) {
     // losses_ is not written while planning_ is set (see job.h).
     auto recomputed = std::make_shared<std::vector<float>>(n);
-    const std::vector<float> ones = current->empty() ? std::vector<float>(n, 1.0f)
-                                                     : std::vector<float>();
-    status = backend_->RecomputeWeights(config_.policy, closed_epoch,
-                                        base ? absl::MakeConstSpan(*base)
-                                             : absl::Span<const float>(),
-                                        current->empty() ? ones : *current, losses_.View(),
-                                        absl::MakeSpan(*recomputed));
+    const std::vector<float> ones =
+        current->empty() ? std::vector<float>(n, 1.0f) : std::vector<float>();
+    status = backend_->RecomputeWeights(
+        config_.policy, closed_epoch, base ? absl::MakeConstSpan(*base) : absl::Span<const float>(),
+        current->empty() ? ones : *current, losses_.View(), absl::MakeSpan(*recomputed));
     next = std::move(recomputed);
   }
   const double recompute_ms = MillisSince(start);
@@ -223,29 +220,29 @@ void Job::PlanNextEpoch(uint64_t closed_epoch) {
   }
 }
 
-// ---- Shards ----------------------------------------------------------------------------------------
+// ---- Shards
+// ----------------------------------------------------------------------------------------
 
 absl::StatusOr<ShardLease> Job::AcquireShard(uint64_t epoch, uint32_t rank, uint32_t world_size,
                                              absl::Time deadline) {
   if (world_size != config_.shard.world_size) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "world_size = ", world_size, " does not match job '", name_,
-        "' world_size = ", config_.shard.world_size));
+    return absl::FailedPreconditionError(absl::StrCat("world_size = ", world_size,
+                                                      " does not match job '", name_,
+                                                      "' world_size = ", config_.shard.world_size));
   }
   if (absl::Status s = CheckRank(rank); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   auto ready_or_done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return !closed_.ok() || !planning_error_.ok() || epoch < epoch_ ||
-           epoch > epoch_ + 1 || (epoch == epoch_ && plan_ready_);
+    return !closed_.ok() || !planning_error_.ok() || epoch < epoch_ || epoch > epoch_ + 1 ||
+           (epoch == epoch_ && plan_ready_);
   };
   // Wait for the epoch's plan: the current one while planned, or the next one.
   mu_.AwaitWithDeadline(absl::Condition(&ready_or_done), deadline);
   if (absl::Status s = CheckOpen(); !s.ok()) return s;
   if (!planning_error_.ok()) return absl::InternalError(planning_error_.ToString());
   if (epoch < epoch_) {
-    return absl::FailedPreconditionError(absl::StrCat("epoch = ", epoch, " of job '", name_,
-                                                      "' is closed; the current epoch is ",
-                                                      epoch_));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "epoch = ", epoch, " of job '", name_, "' is closed; the current epoch is ", epoch_));
   }
   if (epoch > epoch_ + 1) {
     return absl::FailedPreconditionError(
@@ -253,8 +250,8 @@ absl::StatusOr<ShardLease> Job::AcquireShard(uint64_t epoch, uint32_t rank, uint
                      epoch_, " (shards are served for the current and the next epoch)"));
   }
   if (!(epoch == epoch_ && plan_ready_)) {
-    return absl::DeadlineExceededError(absl::StrCat("epoch ", epoch, " of job '", name_,
-                                                    "' was not planned before the deadline"));
+    return absl::DeadlineExceededError(
+        absl::StrCat("epoch ", epoch, " of job '", name_, "' was not planned before the deadline"));
   }
   ShardLease lease;
   lease.view = current_;
@@ -269,7 +266,8 @@ void Job::RecordStreamed(uint64_t epoch, uint32_t rank, uint64_t position) {
   ranks_[rank].streamed = std::max(ranks_[rank].streamed, position);
 }
 
-// ---- Losses ----------------------------------------------------------------------------------------
+// ---- Losses
+// ----------------------------------------------------------------------------------------
 
 absl::Status Job::ReportLosses(const LossBatchView& batch, v1::LossReportSummary* summary) {
   const uint64_t n = config_.plan.num_samples;
@@ -282,8 +280,8 @@ absl::Status Job::ReportLosses(const LossBatchView& batch, v1::LossReportSummary
     return absl::InvalidArgumentError("indices: empty batch; send 1 to 1048576 pairs");
   }
   if (batch.indices.size() > kMaxBatchPairs) {
-    return absl::InvalidArgumentError(absl::StrCat("indices: ", batch.indices.size(),
-                                                   " pairs in one batch; at most 1048576"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("indices: ", batch.indices.size(), " pairs in one batch; at most 1048576"));
   }
   for (size_t k = 0; k < batch.indices.size(); ++k) {
     if (batch.indices[k] >= n) {
@@ -308,9 +306,10 @@ absl::Status Job::ReportLosses(const LossBatchView& batch, v1::LossReportSummary
     return absl::OkStatus();
   }
   if (batch.epoch > epoch_ || !plan_ready_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "epoch = ", batch.epoch, " of job '", name_, "' is not open for losses; the current epoch is ",
-        epoch_, plan_ready_ ? "" : " (still being planned)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("epoch = ", batch.epoch, " of job '", name_,
+                     "' is not open for losses; the current epoch is ", epoch_,
+                     plan_ready_ ? "" : " (still being planned)"));
   }
   RankState& rank = ranks_[batch.rank];
   if (!rank.seqs.insert(batch.seq).second) {
@@ -345,7 +344,8 @@ absl::Status Job::ReportLosses(const LossBatchView& batch, v1::LossReportSummary
   return absl::OkStatus();
 }
 
-// ---- Epochs ----------------------------------------------------------------------------------------
+// ---- Epochs
+// ----------------------------------------------------------------------------------------
 
 absl::StatusOr<v1::EndEpochResponse> Job::EndEpoch(uint64_t epoch, uint32_t rank) {
   if (absl::Status s = CheckRank(rank); !s.ok()) return s;
@@ -383,7 +383,8 @@ absl::StatusOr<v1::EndEpochResponse> Job::EndEpoch(uint64_t epoch, uint32_t rank
   return response;
 }
 
-// ---- Status ----------------------------------------------------------------------------------------
+// ---- Status
+// ----------------------------------------------------------------------------------------
 
 v1::JobStatus Job::Status() const {
   v1::JobStatus status;

@@ -123,7 +123,7 @@ class Job {
     uint64_t accepted = 0;
     bool ended = false;
     absl::flat_hash_set<uint64_t> seqs;  // Loss batches applied.
-    std::vector<uint64_t> reported;       // Bitset of indices reported (lazily N bits).
+    std::vector<uint64_t> reported;      // Bitset of indices reported (lazily N bits).
   };
 
   // Computes W_{e+1} and plan(e+1) off the lock, then publishes them. Runs on planner_.

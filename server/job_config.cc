@@ -14,8 +14,8 @@ double OrDefault(double value, double default_value) { return value == 0 ? defau
 
 absl::Status ValidateJobName(const std::string& name) {
   if (name.empty() || name.size() > 128) {
-    return absl::InvalidArgumentError(absl::StrCat("name = \"", name.substr(0, 140),
-                                                   "\": must be 1 to 128 characters"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("name = \"", name.substr(0, 140), "\": must be 1 to 128 characters"));
   }
   for (char c : name) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
@@ -33,25 +33,24 @@ absl::StatusOr<JobConfig> MakeJobConfig(const v1::JobSpec& spec, const JobLimits
   const uint64_t n = spec.num_samples();
   if (n == 0) return absl::InvalidArgumentError("spec.num_samples = 0: must be >= 1");
   if (n > limits.max_samples_per_job) {
-    return absl::ResourceExhaustedError(absl::StrCat("spec.num_samples = ", n,
-                                                     " exceeds the server limit ",
-                                                     limits.max_samples_per_job,
-                                                     " (--max_samples_per_job)"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("spec.num_samples = ", n, " exceeds the server limit ",
+                     limits.max_samples_per_job, " (--max_samples_per_job)"));
   }
-  if (spec.world_size() == 0) return absl::InvalidArgumentError("spec.world_size = 0: must be >= 1");
+  if (spec.world_size() == 0)
+    return absl::InvalidArgumentError("spec.world_size = 0: must be >= 1");
   if (spec.world_size() > (1u << 20)) {
     return absl::InvalidArgumentError(
         absl::StrCat("spec.world_size = ", spec.world_size(), ": must be <= 1048576"));
   }
   const uint64_t m = spec.samples_per_epoch() == 0 ? n : spec.samples_per_epoch();
   if (!spec.replacement() && m > n) {
-    return absl::InvalidArgumentError(absl::StrCat("spec.samples_per_epoch = ", m,
-                                                   " exceeds spec.num_samples = ", n,
-                                                   " without replacement"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec.samples_per_epoch = ", m, " exceeds spec.num_samples = ", n, " without replacement"));
   }
   if (m > limits.max_samples_per_job * 16) {
-    return absl::InvalidArgumentError(absl::StrCat("spec.samples_per_epoch = ", m,
-                                                   ": must be <= 16 x --max_samples_per_job"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.samples_per_epoch = ", m, ": must be <= 16 x --max_samples_per_job"));
   }
   if (!v1::Order_IsValid(spec.order()) || !v1::Partition_IsValid(spec.partition()) ||
       !v1::UnevenPolicy_IsValid(spec.uneven()) || !v1::BasePolicy_IsValid(spec.policy().base()) ||
@@ -61,16 +60,17 @@ absl::StatusOr<JobConfig> MakeJobConfig(const v1::JobSpec& spec, const JobLimits
         ", uneven = ", spec.uneven(), ", policy.base = ", spec.policy().base(),
         ", policy.loss = ", spec.policy().loss(), ")"));
   }
-  const v1::Order order = spec.order() == v1::ORDER_UNSPECIFIED ? v1::WEIGHTED_RANDOM : spec.order();
+  const v1::Order order =
+      spec.order() == v1::ORDER_UNSPECIFIED ? v1::WEIGHTED_RANDOM : spec.order();
   if (order == v1::SEQUENTIAL && (spec.replacement() || m != n)) {
     return absl::InvalidArgumentError(
         absl::StrCat("spec.order = SEQUENTIAL needs replacement = false and samples_per_epoch = "
                      "num_samples; got replacement = ",
                      spec.replacement(), ", samples_per_epoch = ", m));
   }
-  c.plan = PlanSpec{n, m, spec.seed(), spec.replacement(),
-                    order == v1::SEQUENTIAL ? SampleOrder::kSequential
-                                            : SampleOrder::kWeightedRandom};
+  c.plan =
+      PlanSpec{n, m, spec.seed(), spec.replacement(),
+               order == v1::SEQUENTIAL ? SampleOrder::kSequential : SampleOrder::kWeightedRandom};
 
   const v1::Partition partition =
       spec.partition() == v1::PARTITION_UNSPECIFIED ? v1::INTERLEAVED : spec.partition();

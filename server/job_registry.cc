@@ -37,8 +37,8 @@ absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Create(const std::string& name
       return Conflict(name);
     }
     if (jobs_.size() + pending_creates_ >= limits_.max_jobs) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "max jobs reached: ", limits_.max_jobs, " (--max_jobs); delete a job first"));
+      return absl::ResourceExhaustedError(absl::StrCat("max jobs reached: ", limits_.max_jobs,
+                                                       " (--max_jobs); delete a job first"));
     }
     ++pending_creates_;
   }

@@ -3,8 +3,7 @@
 namespace samplerd {
 
 LossTable::LossTable(uint64_t num_samples, double ema_decay)
-    : decay_(static_cast<float>(ema_decay)),
-      stats_(num_samples) {}
+    : decay_(static_cast<float>(ema_decay)), stats_(num_samples) {}
 
 uint64_t LossTable::SamplesSeen() const {
   uint64_t seen = 0;

@@ -1,7 +1,8 @@
 // LossTable: per-sample loss statistics of one job (EMA, count, last epoch seen).
 //
 // 12 bytes per sample (SampleLossStats: one cache line each), read by
-// ComputeBackend::RecomputeWeights through View(). Not thread-safe: its owner (Job) serialises access.
+// ComputeBackend::RecomputeWeights through View(). Not thread-safe: its owner (Job) serialises
+// access.
 #ifndef SAMPLERD_SERVER_LOSS_TABLE_H_
 #define SAMPLERD_SERVER_LOSS_TABLE_H_
 
@@ -30,9 +31,7 @@ class LossTable {
   }
 
   // Hints the CPU to load `index`'s statistics (Apply on scattered indices is memory bound).
-  void Prefetch(uint64_t index) const {
-    __builtin_prefetch(&stats_[index], 1);
-  }
+  void Prefetch(uint64_t index) const { __builtin_prefetch(&stats_[index], 1); }
 
   LossStatsView View() const { return stats_; }
 

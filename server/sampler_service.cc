@@ -37,9 +37,8 @@ absl::StatusOr<std::vector<T>> ReadUpload(grpc::ServerReaderInterface<Chunk>* re
       *job = *std::move(found);
       first = false;
     } else if (chunk.job() != name) {
-      return absl::InvalidArgumentError(absl::StrCat("job = \"", chunk.job(),
-                                                     "\" differs from the stream's first chunk \"",
-                                                     name, "\""));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "job = \"", chunk.job(), "\" differs from the stream's first chunk \"", name, "\""));
     }
     if (chunk.offset() != values.size()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -48,8 +47,8 @@ absl::StatusOr<std::vector<T>> ReadUpload(grpc::ServerReaderInterface<Chunk>* re
     const auto& v = values_of(chunk);
     const uint64_t n = (*job)->config().plan.num_samples;
     if (values.size() + v.size() > n) {
-      return absl::InvalidArgumentError(absl::StrCat(field, ": ", values.size() + v.size(),
-                                                     " values for num_samples ", n));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": ", values.size() + v.size(), " values for num_samples ", n));
     }
     values.insert(values.end(), v.begin(), v.end());
   }
@@ -119,8 +118,8 @@ grpc::Status SamplerService::UploadLabels(grpc::ServerContext*,
 grpc::Status SamplerService::StreamShard(grpc::ServerContext* context,
                                          const v1::StreamShardRequest* request,
                                          grpc::ServerWriter<v1::ShardChunk>* writer) {
-  return StreamShardImpl(*request, DeadlineOf(*context),
-                         [context] { return context->IsCancelled(); }, writer);
+  return StreamShardImpl(
+      *request, DeadlineOf(*context), [context] { return context->IsCancelled(); }, writer);
 }
 
 grpc::Status SamplerService::StreamShardImpl(const v1::StreamShardRequest& request,
@@ -128,8 +127,8 @@ grpc::Status SamplerService::StreamShardImpl(const v1::StreamShardRequest& reque
                                              const std::function<bool()>& cancelled,
                                              grpc::ServerWriterInterface<v1::ShardChunk>* writer) {
   if (request.max_chunk_size() > kMaxChunk) {
-    return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
-        "max_chunk_size = ", request.max_chunk_size(), ": must be <= ", kMaxChunk)));
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("max_chunk_size = ", request.max_chunk_size(), ": must be <= ", kMaxChunk)));
   }
   absl::StatusOr<std::shared_ptr<Job>> job = registry_->Get(request.job());
   if (!job.ok()) return ToGrpcStatus(job.status());

@@ -129,8 +129,8 @@ TEST_F(SamplerServiceTest, FourRanksThreeEpochsWithTheLossPolicy) {
     hard_share.push_back(static_cast<double>(hard) / m);
     if (epoch == 0) {
       // All ranks saw one plan: the interleaved union equals the plan computed locally.
-      auto plan = NewCpuBackend(1)->PlanEpoch({n, m, 17, false, SampleOrder::kWeightedRandom},
-                                              0, {});
+      auto plan =
+          NewCpuBackend(1)->PlanEpoch({n, m, 17, false, SampleOrder::kWeightedRandom}, 0, {});
       ASSERT_TRUE(plan.ok());
       for (uint64_t p = 0; p < m; ++p) ASSERT_EQ(shards[p % world][p / world], plan->indices[p]);
     }
@@ -156,7 +156,8 @@ TEST_F(SamplerServiceTest, FourRanksThreeEpochsWithTheLossPolicy) {
   // epoch 0 only the 40% of samples seen have their own loss, the rest keep the prior).
   EXPECT_NEAR(hard_share[0], 0.1, 0.03);
   EXPECT_GT(hard_share[1], 0.15);
-  EXPECT_GT(hard_share[2], hard_share[1]) << hard_share[0] << " " << hard_share[1] << " " << hard_share[2];
+  EXPECT_GT(hard_share[2], hard_share[1])
+      << hard_share[0] << " " << hard_share[1] << " " << hard_share[2];
   auto status = client_->GetJobStatus("j");
   ASSERT_TRUE(status.ok());
   EXPECT_EQ(status->job().current_epoch(), 3u);

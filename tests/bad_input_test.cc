@@ -35,12 +35,14 @@ class BadInputTest : public ::testing::Test {
     create.mutable_spec()->set_seed(3);
     create.mutable_spec()->mutable_policy()->set_loss(v1::LOSS);
     v1::Job job;
-    ASSERT_TRUE(Call([&](grpc::ClientContext* c) { return stub_->CreateJob(c, create, &job); }).ok());
+    ASSERT_TRUE(
+        Call([&](grpc::ClientContext* c) { return stub_->CreateJob(c, create, &job); }).ok());
     ASSERT_TRUE(Report(Batch(0, 0, 0, {1, 2, 3}, {0.5f, 1.0f, 2.0f})).ok());
     // "st": static weights, not uploaded yet.
     create.set_name("st");
     create.mutable_spec()->mutable_policy()->set_base(v1::STATIC);
-    ASSERT_TRUE(Call([&](grpc::ClientContext* c) { return stub_->CreateJob(c, create, &job); }).ok());
+    ASSERT_TRUE(
+        Call([&](grpc::ClientContext* c) { return stub_->CreateJob(c, create, &job); }).ok());
   }
 
   grpc::Status Call(const std::function<grpc::Status(grpc::ClientContext*)>& f) {
@@ -99,7 +101,9 @@ class BadInputTest : public ::testing::Test {
     v1::GetJobStatusRequest request;
     request.set_name(name);
     v1::JobStatus status;
-    EXPECT_TRUE(Call([&](grpc::ClientContext* c) { return stub_->GetJobStatus(c, request, &status); }).ok());
+    EXPECT_TRUE(Call([&](grpc::ClientContext* c) {
+                  return stub_->GetJobStatus(c, request, &status);
+                }).ok());
     std::string out;
     if (status.job().plan_ready()) {
       for (uint32_t r = 0; r < 4; ++r) {
@@ -111,7 +115,9 @@ class BadInputTest : public ::testing::Test {
         EXPECT_TRUE(Stream(s, &out).ok());
       }
       // Streaming records per-rank progress: read the status after it.
-      EXPECT_TRUE(Call([&](grpc::ClientContext* c) { return stub_->GetJobStatus(c, request, &status); }).ok());
+      EXPECT_TRUE(Call([&](grpc::ClientContext* c) {
+                    return stub_->GetJobStatus(c, request, &status);
+                  }).ok());
     }
     status.clear_last_plan_ms();
     status.clear_last_recompute_ms();
@@ -187,70 +193,123 @@ TEST_F(BadInputTest, EveryBadRequestIsRejectedPreciselyAndChangesNothing) {
     grpc::StatusCode code;
     std::vector<std::string> message_has;
   } cases[] = {
-      {"unknown job", [](BadInputTest* t) {
+      {"unknown job",
+       [](BadInputTest* t) {
          v1::GetJobRequest r;
          r.set_name("nope");
          v1::Job j;
          return t->Call([&](grpc::ClientContext* c) { return t->stub_->GetJob(c, r, &j); });
-       }, grpc::NOT_FOUND, {"job = \"nope\""}},
-      {"losses for unknown job", report(Batch(0, 0, 1, {1}, {1}, "nope")), grpc::NOT_FOUND,
+       },
+       grpc::NOT_FOUND,
        {"job = \"nope\""}},
-      {"N = 0", create("x", [](v1::JobSpec* s) { s->set_num_samples(0); }),
-       grpc::INVALID_ARGUMENT, {"spec.num_samples = 0"}},
-      {"N over the limit", create("x", [](v1::JobSpec* s) { s->set_num_samples(2'000'000); }),
-       grpc::RESOURCE_EXHAUSTED, {"spec.num_samples = 2000000", "1000000"}},
-      {"world_size = 0", create("x", [](v1::JobSpec* s) { s->set_world_size(0); }),
-       grpc::INVALID_ARGUMENT, {"spec.world_size = 0"}},
+      {"losses for unknown job",
+       report(Batch(0, 0, 1, {1}, {1}, "nope")),
+       grpc::NOT_FOUND,
+       {"job = \"nope\""}},
+      {"N = 0",
+       create("x", [](v1::JobSpec* s) { s->set_num_samples(0); }),
+       grpc::INVALID_ARGUMENT,
+       {"spec.num_samples = 0"}},
+      {"N over the limit",
+       create("x", [](v1::JobSpec* s) { s->set_num_samples(2'000'000); }),
+       grpc::RESOURCE_EXHAUSTED,
+       {"spec.num_samples = 2000000", "1000000"}},
+      {"world_size = 0",
+       create("x", [](v1::JobSpec* s) { s->set_world_size(0); }),
+       grpc::INVALID_ARGUMENT,
+       {"spec.world_size = 0"}},
       {"M > N without replacement",
-       create("x", [](v1::JobSpec* s) { s->set_samples_per_epoch(200); }), grpc::INVALID_ARGUMENT,
+       create("x", [](v1::JobSpec* s) { s->set_samples_per_epoch(200); }),
+       grpc::INVALID_ARGUMENT,
        {"spec.samples_per_epoch = 200", "100"}},
-      {"alpha out of range", create("x", [](v1::JobSpec* s) { s->mutable_policy()->set_alpha(-1); }),
-       grpc::INVALID_ARGUMENT, {"policy.alpha = -1"}},
+      {"alpha out of range",
+       create("x", [](v1::JobSpec* s) { s->mutable_policy()->set_alpha(-1); }),
+       grpc::INVALID_ARGUMENT,
+       {"policy.alpha = -1"}},
       {"clamp_hi out of range",
        create("x", [](v1::JobSpec* s) { s->mutable_policy()->set_clamp_hi(0.5); }),
-       grpc::INVALID_ARGUMENT, {"policy.clamp_hi = 0.5"}},
-      {"unknown enum", create("x", [](v1::JobSpec* s) { s->set_order(static_cast<v1::Order>(9)); }),
-       grpc::INVALID_ARGUMENT, {"order = 9"}},
+       grpc::INVALID_ARGUMENT,
+       {"policy.clamp_hi = 0.5"}},
+      {"unknown enum",
+       create("x", [](v1::JobSpec* s) { s->set_order(static_cast<v1::Order>(9)); }),
+       grpc::INVALID_ARGUMENT,
+       {"order = 9"}},
       {"bad name", create("a b", [](v1::JobSpec*) {}), grpc::INVALID_ARGUMENT, {"name = \"a b\""}},
-      {"conflicting spec", create("j", [](v1::JobSpec* s) { s->set_seed(4); }),
-       grpc::ALREADY_EXISTS, {"name = \"j\""}},
+      {"conflicting spec",
+       create("j", [](v1::JobSpec* s) { s->set_seed(4); }),
+       grpc::ALREADY_EXISTS,
+       {"name = \"j\""}},
       {"empty batch", report(Batch(0, 0, 1, {}, {})), grpc::INVALID_ARGUMENT, {"indices: empty"}},
-      {"oversize batch", report(Batch(0, 0, 1, huge_idx, huge_loss)), grpc::INVALID_ARGUMENT,
+      {"oversize batch",
+       report(Batch(0, 0, 1, huge_idx, huge_loss)),
+       grpc::INVALID_ARGUMENT,
        {"1048577 pairs"}},
-      {"index >= N", report(Batch(0, 0, 1, {4, 100}, {1, 1})), grpc::INVALID_ARGUMENT,
+      {"index >= N",
+       report(Batch(0, 0, 1, {4, 100}, {1, 1})),
+       grpc::INVALID_ARGUMENT,
        {"indices[1] = 100", "num_samples = 100"}},
-      {"NaN loss", report(Batch(0, 0, 1, {4, 5}, {1, nan})), grpc::INVALID_ARGUMENT,
+      {"NaN loss",
+       report(Batch(0, 0, 1, {4, 5}, {1, nan})),
+       grpc::INVALID_ARGUMENT,
        {"losses[1] = nan"}},
-      {"inf loss", report(Batch(0, 0, 1, {4}, {INFINITY})), grpc::INVALID_ARGUMENT,
+      {"inf loss",
+       report(Batch(0, 0, 1, {4}, {INFINITY})),
+       grpc::INVALID_ARGUMENT,
        {"losses[0] = inf"}},
-      {"negative loss", report(Batch(0, 0, 1, {4}, {-1})), grpc::INVALID_ARGUMENT,
+      {"negative loss",
+       report(Batch(0, 0, 1, {4}, {-1})),
+       grpc::INVALID_ARGUMENT,
        {"losses[0] = -1"}},
-      {"length mismatch", report(Batch(0, 0, 1, {4, 5}, {1})), grpc::INVALID_ARGUMENT,
+      {"length mismatch",
+       report(Batch(0, 0, 1, {4, 5}, {1})),
+       grpc::INVALID_ARGUMENT,
        {"indices: 2 entries but losses: 1"}},
-      {"loss rank >= world size", report(Batch(0, 4, 1, {4}, {1})), grpc::INVALID_ARGUMENT,
+      {"loss rank >= world size",
+       report(Batch(0, 4, 1, {4}, {1})),
+       grpc::INVALID_ARGUMENT,
        {"rank = 4", "world_size = 4"}},
-      {"losses for a future epoch", report(Batch(5, 0, 1, {4}, {1})), grpc::FAILED_PRECONDITION,
+      {"losses for a future epoch",
+       report(Batch(5, 0, 1, {4}, {1})),
+       grpc::FAILED_PRECONDITION,
        {"epoch = 5", "current epoch is 0"}},
-      {"wrong world size", stream(0, 0, 8), grpc::FAILED_PRECONDITION,
+      {"wrong world size",
+       stream(0, 0, 8),
+       grpc::FAILED_PRECONDITION,
        {"world_size = 8", "world_size = 4"}},
       {"shard rank >= world size", stream(0, 4, 4), grpc::INVALID_ARGUMENT, {"rank = 4"}},
-      {"shard epoch out of order", stream(3, 0, 4), grpc::FAILED_PRECONDITION,
+      {"shard epoch out of order",
+       stream(3, 0, 4),
+       grpc::FAILED_PRECONDITION,
        {"epoch = 3", "current epoch is 0"}},
-      {"start_offset past the end", stream(0, 0, 4, 999), grpc::INVALID_ARGUMENT,
+      {"start_offset past the end",
+       stream(0, 0, 4, 999),
+       grpc::INVALID_ARGUMENT,
        {"start_offset = 999", "25"}},
-      {"chunk too large", stream(0, 0, 4, 0, (1 << 20) + 1), grpc::INVALID_ARGUMENT,
+      {"chunk too large",
+       stream(0, 0, 4, 0, (1 << 20) + 1),
+       grpc::INVALID_ARGUMENT,
        {"max_chunk_size = 1048577"}},
       {"end a future epoch", end_epoch(2, 0), grpc::FAILED_PRECONDITION, {"epoch = 2"}},
       {"end with rank >= world size", end_epoch(0, 9), grpc::INVALID_ARGUMENT, {"rank = 9"}},
-      {"weights for a uniform job", weights("j", {{0, ok_weights}}), grpc::FAILED_PRECONDITION,
+      {"weights for a uniform job",
+       weights("j", {{0, ok_weights}}),
+       grpc::FAILED_PRECONDITION,
        {"policy.base = UNIFORM", "STATIC"}},
-      {"NaN weight", weights("st", {{0, nan_weights}}), grpc::INVALID_ARGUMENT,
+      {"NaN weight",
+       weights("st", {{0, nan_weights}}),
+       grpc::INVALID_ARGUMENT,
        {"weights[1] = nan"}},
-      {"all-zero weights", weights("st", {{0, std::vector<float>(100, 0.0f)}}),
-       grpc::INVALID_ARGUMENT, {"all 100 weights are 0"}},
-      {"too few weights", weights("st", {{0, {1, 2, 3}}}), grpc::INVALID_ARGUMENT,
+      {"all-zero weights",
+       weights("st", {{0, std::vector<float>(100, 0.0f)}}),
+       grpc::INVALID_ARGUMENT,
+       {"all 100 weights are 0"}},
+      {"too few weights",
+       weights("st", {{0, {1, 2, 3}}}),
+       grpc::INVALID_ARGUMENT,
        {"weights: 3 values for num_samples 100"}},
-      {"non-contiguous chunks", weights("st", {{0, {1, 2}}, {5, {1}}}), grpc::INVALID_ARGUMENT,
+      {"non-contiguous chunks",
+       weights("st", {{0, {1, 2}}, {5, {1}}}),
+       grpc::INVALID_ARGUMENT,
        {"offset = 5", "expected 2"}},
   };
 

@@ -44,9 +44,7 @@ absl::StatusOr<std::unique_ptr<SamplerClient>> SamplerClient::Create(const std::
 }
 
 SamplerClient::SamplerClient(std::shared_ptr<grpc::Channel> channel, ClientOptions options)
-    : channel_(std::move(channel)),
-      stub_(v1::Sampler::NewStub(channel_)),
-      options_(options) {}
+    : channel_(std::move(channel)), stub_(v1::Sampler::NewStub(channel_)), options_(options) {}
 
 void SamplerClient::PrepareContext(grpc::ClientContext* context) const {
   context->set_deadline(absl::ToChronoTime(absl::Now() + options_.timeout));
@@ -67,14 +65,13 @@ absl::Status SamplerClient::WithRetries(
   }
 }
 
-absl::StatusOr<v1::Job> SamplerClient::CreateJob(const std::string& name,
-                                                 const v1::JobSpec& spec) {
+absl::StatusOr<v1::Job> SamplerClient::CreateJob(const std::string& name, const v1::JobSpec& spec) {
   v1::CreateJobRequest request;
   request.set_name(name);
   *request.mutable_spec() = spec;
   v1::Job job;
-  absl::Status s = WithRetries(
-      [&](grpc::ClientContext* c) { return stub_->CreateJob(c, request, &job); });
+  absl::Status s =
+      WithRetries([&](grpc::ClientContext* c) { return stub_->CreateJob(c, request, &job); });
   if (!s.ok()) return s;
   return job;
 }
@@ -91,9 +88,8 @@ absl::StatusOr<v1::Job> SamplerClient::GetJob(const std::string& name) {
 
 absl::StatusOr<std::vector<v1::Job>> SamplerClient::ListJobs() {
   v1::ListJobsResponse response;
-  absl::Status s = WithRetries([&](grpc::ClientContext* c) {
-    return stub_->ListJobs(c, v1::ListJobsRequest(), &response);
-  });
+  absl::Status s = WithRetries(
+      [&](grpc::ClientContext* c) { return stub_->ListJobs(c, v1::ListJobsRequest(), &response); });
   if (!s.ok()) return s;
   return std::vector<v1::Job>(response.jobs().begin(), response.jobs().end());
 }
@@ -110,21 +106,21 @@ absl::StatusOr<v1::JobStatus> SamplerClient::GetJobStatus(const std::string& nam
   v1::GetJobStatusRequest request;
   request.set_name(name);
   v1::JobStatus status;
-  absl::Status s = WithRetries(
-      [&](grpc::ClientContext* c) { return stub_->GetJobStatus(c, request, &status); });
+  absl::Status s =
+      WithRetries([&](grpc::ClientContext* c) { return stub_->GetJobStatus(c, request, &status); });
   if (!s.ok()) return s;
   return status;
 }
 
-absl::StatusOr<v1::EndEpochResponse> SamplerClient::EndEpoch(const std::string& job,
-                                                             uint64_t epoch, uint32_t rank) {
+absl::StatusOr<v1::EndEpochResponse> SamplerClient::EndEpoch(const std::string& job, uint64_t epoch,
+                                                             uint32_t rank) {
   v1::EndEpochRequest request;
   request.set_job(job);
   request.set_epoch(epoch);
   request.set_rank(rank);
   v1::EndEpochResponse response;
-  absl::Status s = WithRetries(
-      [&](grpc::ClientContext* c) { return stub_->EndEpoch(c, request, &response); });
+  absl::Status s =
+      WithRetries([&](grpc::ClientContext* c) { return stub_->EndEpoch(c, request, &response); });
   if (!s.ok()) return s;
   return response;
 }
@@ -179,8 +175,8 @@ absl::Status SamplerClient::StreamShard(
       if (chunk.offset() != next) {
         context.TryCancel();
         reader->Finish();
-        return absl::InternalError(absl::StrCat("shard chunk offset = ", chunk.offset(),
-                                                ": expected ", next));
+        return absl::InternalError(
+            absl::StrCat("shard chunk offset = ", chunk.offset(), ": expected ", next));
       }
       ShardSlice slice;
       slice.offset = chunk.offset();
@@ -215,13 +211,13 @@ absl::StatusOr<std::vector<uint64_t>> SamplerClient::ReadShard(const std::string
                                                                uint64_t epoch, uint32_t rank,
                                                                uint32_t world_size) {
   std::vector<uint64_t> shard;
-  absl::Status s = StreamShard(job, epoch, rank, world_size, /*start_offset=*/0,
-                               /*with_is_weights=*/false, [&](const ShardSlice& slice) {
-                                 if (shard.empty()) shard.reserve(slice.shard_length);
-                                 shard.insert(shard.end(), slice.indices.begin(),
-                                              slice.indices.end());
-                                 return absl::OkStatus();
-                               });
+  absl::Status s =
+      StreamShard(job, epoch, rank, world_size, /*start_offset=*/0,
+                  /*with_is_weights=*/false, [&](const ShardSlice& slice) {
+                    if (shard.empty()) shard.reserve(slice.shard_length);
+                    shard.insert(shard.end(), slice.indices.begin(), slice.indices.end());
+                    return absl::OkStatus();
+                  });
   if (!s.ok()) return s;
   return shard;
 }

@@ -39,10 +39,10 @@ struct ClientOptions {
 
 // One shard chunk as delivered to a StreamShard callback.
 struct ShardSlice {
-  uint64_t offset = 0;                  // Shard position of indices[0].
-  uint64_t shard_length = 0;            // Total length of the shard.
-  absl::Span<const uint64_t> indices;   // Valid only during the callback.
-  absl::Span<const float> is_weights;   // Empty unless requested.
+  uint64_t offset = 0;                 // Shard position of indices[0].
+  uint64_t shard_length = 0;           // Total length of the shard.
+  absl::Span<const uint64_t> indices;  // Valid only during the callback.
+  absl::Span<const float> is_weights;  // Empty unless requested.
 };
 
 class SamplerClient {

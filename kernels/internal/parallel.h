@@ -16,7 +16,9 @@ namespace samplerd {
 namespace internal {
 
 // Number of chunks of at most `grain` items covering [0, n).
-inline uint64_t NumChunks(uint64_t n, uint64_t grain) { return n == 0 ? 0 : (n + grain - 1) / grain; }
+inline uint64_t NumChunks(uint64_t n, uint64_t grain) {
+  return n == 0 ? 0 : (n + grain - 1) / grain;
+}
 
 // Calls fn(chunk, begin, end) for every chunk [chunk * grain, min(n, (chunk + 1) * grain)) of
 // [0, n), on up to `num_threads` threads (the caller's thread included). Chunks are handed out
@@ -46,8 +48,8 @@ template <typename Fn>
 void ParallelForThreads(int num_threads, uint64_t n, const Fn& fn) {
   // Small inputs are not worth a thread each (kMinPerThread items at least).
   constexpr uint64_t kMinPerThread = 1 << 15;
-  const int threads = static_cast<int>(
-      std::max<uint64_t>(1, std::min<uint64_t>(num_threads, n / kMinPerThread)));
+  const int threads =
+      static_cast<int>(std::max<uint64_t>(1, std::min<uint64_t>(num_threads, n / kMinPerThread)));
   std::vector<std::thread> pool;
   for (int t = 1; t < threads; ++t) {
     pool.emplace_back([&, t] { fn(t, n * t / threads, n * (t + 1) / threads); });

@@ -83,8 +83,8 @@ DrawTable BuildDrawTable(int threads, absl::Span<const float> weights) {
   const uint64_t buckets = uint64_t{1} << g;
   table.guide.resize(buckets);
   auto last_at_or_below = [&](uint64_t t) -> uint64_t {
-    return static_cast<uint64_t>(
-        std::upper_bound(table.prefix.begin(), table.prefix.end(), t) - table.prefix.begin() - 1);
+    return static_cast<uint64_t>(std::upper_bound(table.prefix.begin(), table.prefix.end(), t) -
+                                 table.prefix.begin() - 1);
   };
   ParallelForChunks(threads, buckets, kGrain, [&](uint64_t, uint64_t b, uint64_t e) {
     auto bucket_start_t = [&](uint64_t k) {
@@ -104,8 +104,8 @@ uint64_t WeightedDrawBinarySearch(const DrawTable& table, uint64_t seed, uint64_
                                   uint64_t j) {
   const uint64_t r = RandomBits64(seed, epoch, RandomStream::kDraw, j);
   const uint64_t t = MulHi64(r, table.total);
-  return static_cast<uint64_t>(
-      std::upper_bound(table.prefix.begin(), table.prefix.end(), t) - table.prefix.begin() - 1);
+  return static_cast<uint64_t>(std::upper_bound(table.prefix.begin(), table.prefix.end(), t) -
+                               table.prefix.begin() - 1);
 }
 
 void DrawWeighted(int threads, const DrawTable& table, uint64_t seed, uint64_t epoch,

@@ -111,7 +111,9 @@ void ShuffleInto(int threads, uint64_t seed, uint64_t epoch, uint64_t m, const G
   const uint64_t buckets = uint64_t{1} << bucket_bits;
   const int shift = 64 - bucket_bits;  // >= 38: 32 more key bits lie below the bucket bits.
   auto bucket_of = [&](uint64_t key) -> uint64_t { return bucket_bits == 0 ? 0 : key >> shift; };
-  auto sub_key = [&](uint64_t key) -> uint32_t { return static_cast<uint32_t>(key >> (shift - 32)); };
+  auto sub_key = [&](uint64_t key) -> uint32_t {
+    return static_cast<uint32_t>(key >> (shift - 32));
+  };
 
   // Scratch without zero-filling (every slot is written before it is read).
   std::unique_ptr<uint64_t[]> keys(new uint64_t[m]);

@@ -152,3 +152,20 @@ def test_shutdown_exits_cleanly_with_a_waiting_stream(server):
     t.join(timeout=10)
     assert not t.is_alive()
     assert errors and isinstance(errors[0], samplerd.Unavailable)
+
+
+def test_health_and_reflection_answer_standard_tools(server):
+    """grpc.health.v1 says SERVING and server reflection lists the Sampler service (raw bytes, so
+    no extra stubs are needed: this is what grpc_health_probe and grpcurl send)."""
+    import grpc
+    with grpc.insecure_channel(server.address) as channel:
+        check = channel.unary_unary("/grpc.health.v1.Health/Check",
+                                    request_serializer=lambda b: b,
+                                    response_deserializer=lambda b: b)
+        assert check(b"", timeout=5) == b"\x08\x01"  # HealthCheckResponse{status: SERVING}
+        reflect = channel.stream_stream(
+            "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+            request_serializer=lambda b: b, response_deserializer=lambda b: b)
+        # ServerReflectionRequest{list_services: ""} (field 7, length-delimited).
+        replies = list(reflect(iter([b"\x3a\x00"]), timeout=5))
+        assert any(b"samplerd.v1.Sampler" in r for r in replies)
