@@ -3,6 +3,10 @@
 #include <cmath>
 #include <utility>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
@@ -210,6 +214,11 @@ void Job::PlanNextEpoch(uint64_t closed_epoch) {
   }
   const double recompute_ms = MillisSince(start);
   if (status.ok()) status = PlanAndPublish(closed_epoch + 1, next, recompute_ms);
+#if defined(__GLIBC__)
+  // An epoch boundary is a quiet moment: give the memory of the epoch's freed message buffers and
+  // planning scratch back to the system (glibc keeps freed blocks in per-thread arenas).
+  malloc_trim(0);
+#endif
   absl::MutexLock lock(&mu_);
   planning_ = false;
   if (!status.ok()) {
