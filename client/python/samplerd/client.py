@@ -211,12 +211,9 @@ class Client:
         bad = np.flatnonzero(~np.isfinite(w) | (w < 0))
         if bad.size:
             raise _bad(f"weights[{bad[0]}] = {w[bad[0]]}: weights must be finite and >= 0")
-        w = w.astype(np.float32)
-
-        def chunks():
-            for lo in range(0, w.size, chunk_size):
-                yield pb.UploadWeightsChunk(job=job, offset=lo, weights=w[lo:lo + chunk_size])
-        return self._upload(self._stub.UploadWeights, chunks)
+        return self._upload(self._stub.UploadWeights, w.astype(np.float32), chunk_size,
+                            lambda lo, part: pb.UploadWeightsChunk(job=job, offset=lo,
+                                                                   weights=part))
 
     def upload_labels(self, job: str, labels, chunk_size: int = 1 << 18) -> int:
         """Uploads per-sample class labels (non-negative integers) of a CLASS_BALANCED job."""
@@ -226,15 +223,18 @@ class Client:
         bad = np.flatnonzero((lab < 0) | (lab > 0xFFFFFFFF))
         if bad.size:
             raise _bad(f"labels[{bad[0]}] = {lab[bad[0]]}: must be in [0, 2^32)")
-        lab = lab.astype(np.uint32)
+        return self._upload(self._stub.UploadLabels, lab.astype(np.uint32), chunk_size,
+                            lambda lo, part: pb.UploadLabelsChunk(job=job, offset=lo,
+                                                                  labels=part))
 
-        def chunks():
-            for lo in range(0, lab.size, chunk_size):
-                yield pb.UploadLabelsChunk(job=job, offset=lo, labels=lab[lo:lo + chunk_size])
-        return self._upload(self._stub.UploadLabels, chunks)
+    def _upload(self, method, values, chunk_size, make_chunk):
+        """Streams `values` as chunks of `chunk_size` built by make_chunk(offset, part)."""
+        if chunk_size < 1:
+            raise _bad(f"chunk_size = {chunk_size}: must be >= 1")
 
-    def _upload(self, method, chunks):
-        # A fresh chunk iterator per attempt: a retried upload starts over.
+        def chunks():  # A fresh iterator per attempt: a retried upload starts over.
+            for lo in range(0, values.size, chunk_size):
+                yield make_chunk(lo, values[lo:lo + chunk_size])
         return self._call(lambda _, timeout: method(chunks(), timeout=timeout), None).received
 
     # -- shards ---------------------------------------------------------------------------------
