@@ -111,7 +111,8 @@ class CpuBackend final : public ComputeBackend {
     return total;
   }
 
-  // Scales out[] to mean 1, clamps to [lo, hi] (relative to mean 1), scales to mean 1 again.
+  // Scales out[] to mean 1, clamps the positive weights to [lo, hi] (relative to mean 1), scales
+  // to mean 1 again. Zero weights stay zero.
   void NormaliseAndClamp(absl::Span<float> out, double lo, double hi) const;
 
   const int threads_;
@@ -122,7 +123,8 @@ void CpuBackend::NormaliseAndClamp(absl::Span<float> out, double lo, double hi) 
   const double mean = DeterministicSum(n, [&](uint64_t i) { return double{out[i]}; }) / n;
   ParallelForChunks(threads_, n, kGrain, [&](uint64_t, uint64_t b, uint64_t e) {
     for (uint64_t i = b; i < e; ++i) {
-      const double w = std::clamp(out[i] / mean, lo, hi);
+      // Zero stays zero: a sample the base excludes (static weight 0) is never drawn.
+      const double w = out[i] == 0 ? 0.0 : std::clamp(out[i] / mean, lo, hi);
       out[i] = static_cast<float>(w);
     }
   });

@@ -357,6 +357,23 @@ TEST(WeightsTest, MultiplicativeOnlyTouchesSamplesSeenInTheEpoch) {
   EXPECT_NEAR(out[3], 1 / 1.25, 1e-6);
 }
 
+TEST(WeightsTest, ZeroBaseWeightsStayZeroThroughClamps) {
+  auto backend = NewCpuBackend(2);
+  const std::vector<float> base = {0, 1, 1, 1};
+  const std::vector<float> current = base;
+  const auto stats = Stats({0, 0.1f, 5, 9}, {1, 1, 1, 1}, {1, 1, 1, 1});
+  for (LossWeightKind kind : {LossWeightKind::kLoss, LossWeightKind::kMultiplicative}) {
+    WeightPolicyParams p;
+    p.loss = kind;
+    p.clamp_lo = 0.5;
+    std::vector<float> out(4);
+    ASSERT_TRUE(
+        backend->RecomputeWeights(p, 0, base, current, stats, absl::MakeSpan(out)).ok());
+    EXPECT_EQ(out[0], 0.0f) << "a zero-weight sample would be drawn";
+    EXPECT_GT(out[1], 0.0f);
+  }
+}
+
 TEST(WeightsTest, BadStatisticsChangeNothing) {
   auto backend = NewCpuBackend(2);
   const std::vector<float> ema = {1, std::numeric_limits<float>::quiet_NaN()};

@@ -146,10 +146,14 @@ bool Job::PlanIgnoresWeights() const {
 absl::Status Job::PlanAndPublish(uint64_t epoch, std::shared_ptr<const std::vector<float>> weights,
                                  double recompute_ms) {
   const absl::Time start = absl::Now();
-  std::future<absl::StatusOr<Plan>> ahead;
+  // `stale`: a plan computed ahead for another epoch (a re-upload before the job started). Its
+  // destructor waits for the computation: declared here, it runs after every lock is released.
+  std::future<absl::StatusOr<Plan>> ahead, stale;
   {
     absl::MutexLock lock(&lookahead_mu_);
-    if (lookahead_.valid() && lookahead_epoch_ == epoch) ahead = std::move(lookahead_);
+    if (lookahead_.valid()) {
+      (lookahead_epoch_ == epoch ? ahead : stale) = std::move(lookahead_);
+    }
   }
   // A plan computed ahead equals the one computed now: it depends on (seed, epoch) only, and
   // weights keep their zero pattern across recomputes (clamps are > 0), so it is as valid.
