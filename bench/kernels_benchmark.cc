@@ -30,7 +30,7 @@ void BM_RecomputeLossPolicy(benchmark::State& state) {
   const uint64_t n = state.range(0);
   const std::vector<float> ema = Weights(n), current(n, 1.0f);
   std::vector<SampleLossStats> stats(n);
-  for (uint64_t i = 0; i < n; ++i) stats[i] = {ema[i], 1, 1};
+  for (uint64_t i = 0; i < n; ++i) stats[i] = {ema[i], 1, EpochMarker(0)};
   std::vector<float> out(n);
   WeightPolicyParams p;
   p.loss = LossWeightKind::kLoss;
@@ -49,7 +49,7 @@ void Plan(benchmark::State& state, bool replacement, uint64_t m_divisor, bool we
   uint64_t epoch = 0;
   for (auto _ : state) {
     auto plan = Backend().PlanEpoch(spec, epoch++, w);
-    benchmark::DoNotOptimize(plan->indices.data());
+    benchmark::DoNotOptimize(plan->size());
   }
   state.SetItemsProcessed(state.iterations() * (n / m_divisor));
 }

@@ -218,21 +218,6 @@ int main(int argc, char** argv) {
   const double boundary = BoundaryLatencyMs(client, n);
   std::printf("{\"bench\": \"boundary\", \"n\": %lu, \"ms\": %.1f}\n", (unsigned long)n, boundary);
 
-  // Leave one job in its steady state (epoch 1 of the loss policy, every sample seen) for
-  // server_bench.sh to read the server's resident memory.
-  {
-    const std::string job = "bench-steady";
-    CHECK_OK_OR_DIE(client.CreateJob(job, Spec(n, 2, v1::LOSS)).status());
-    for (uint32_t r = 0; r < 2; ++r) {
-      CHECK_OK_OR_DIE(
-          client.ReportLosses(LossBatches(job, 0, n * r / 2, n * (r + 1) / 2, r, 1 << 16))
-              .status());
-      CHECK_OK_OR_DIE(client.EndEpoch(job, 0, r).status());
-    }
-    while (!client.GetJob(job)->plan_ready()) absl::SleepFor(absl::Milliseconds(10));
-    absl::SleepFor(absl::Seconds(2));  // The plan of epoch 2, computed ahead, is done.
-  }
-
   std::printf("\n| what | measured | target |\n|---|---|---|\n");
   std::printf("| indices/s to 1 rank | %.1f M/s | >= 50 M/s |\n", stream1 / 1e6);
   std::printf("| indices/s to 64 ranks (aggregate) | %.1f M/s | |\n", stream64 / 1e6);

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end server benchmark through the real samplerd binary on loopback.
 # Usage: bash bench/server_bench.sh [N]   (default N = 1e7)
-# Starts samplerd on port 0, runs //bench:server_bench against it, then reports the server's
-# resident memory with one job in steady state, in bytes per sample.
+# Starts samplerd on port 0 and runs //bench:server_bench against it. Memory per sample is
+# measured by bench/server_memory.py.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 N="${1:-10000000}"
@@ -15,15 +15,5 @@ for _ in $(seq 1 100); do grep -q "listening on" "$log" && break; sleep 0.1; don
 address="$(sed -n 's/^samplerd listening on //p' "$log" | head -1)"
 [[ -n "$address" ]] || { echo "samplerd did not start:"; cat "$log.err"; exit 1; }
 echo "samplerd pid $pid at $address; N = $N; $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
-rss_base_kb=$(awk '/VmRSS/ {print $2}' /proc/$pid/status)
 bazel-bin/bench/server_bench --address="$address" --num_samples="$N"
-rss_kb=$(awk '/VmRSS/ {print $2}' /proc/$pid/status)
-python3 - "$rss_kb" "$rss_base_kb" "$N" <<'PY'
-import sys
-rss, base, n = (int(x) for x in sys.argv[1:])
-per_sample = (rss - base) * 1024 / n
-print(f"| server memory, one job of N = {n:.0e} in steady state (loss policy, every sample seen) | "
-      f"{per_sample:.1f} bytes/sample = {per_sample - 8:.1f} beyond the current plan "
-      f"(12 loss statistics + 4 weights + 8 next plan computed ahead + N/8 per reporting rank) "
-      f"| <= 16 beyond the plan |")
-PY
+echo "(server memory per sample: python3 bench/server_memory.py)"

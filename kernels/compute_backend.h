@@ -44,10 +44,26 @@ struct PlanSpec {
 
 // The sampled indices of one epoch, in the order they are served. Immutable once built; share it
 // as std::shared_ptr<const Plan> between readers.
+//
+// Stored in 4 bytes per index when N <= 2^32 (indices32), 8 bytes otherwise (indices64): exactly
+// one of the two holds the M entries.
 struct Plan {
   uint64_t epoch = 0;
-  uint64_t num_samples = 0;       // N, for range checks and index encoding.
-  std::vector<uint64_t> indices;  // M entries, each in [0, N).
+  uint64_t num_samples = 0;  // N, for range checks and index encoding.
+  std::vector<uint32_t> indices32;
+  std::vector<uint64_t> indices64;
+
+  static bool Narrow(uint64_t num_samples) { return num_samples <= (uint64_t{1} << 32); }
+  uint64_t size() const { return Narrow(num_samples) ? indices32.size() : indices64.size(); }
+  uint64_t operator[](uint64_t position) const {
+    return Narrow(num_samples) ? indices32[position] : indices64[position];
+  }
+  // A copy of the indices as 64-bit values (for tests and tools).
+  std::vector<uint64_t> ToVector() const {
+    std::vector<uint64_t> v(size());
+    for (uint64_t p = 0; p < v.size(); ++p) v[p] = (*this)[p];
+    return v;
+  }
 };
 
 // ----------------------------------------------------------------------------------------------
@@ -107,13 +123,17 @@ struct WeightPolicyParams {
 // [0, 8]".
 absl::Status ValidatePolicy(const WeightPolicyParams& policy);
 
-// Loss statistics of one sample. 12 bytes, one cache line per sample: ingesting losses for
-// scattered indices touches one line each.
+// Loss statistics of one sample: 8 bytes, so that ingesting losses for scattered indices touches
+// one cache line each and the server's state stays within 16 bytes per sample with the weights.
 struct SampleLossStats {
   float ema_loss = 0;       // EMA of the reported losses (undefined if count == 0).
-  uint32_t count = 0;       // Losses applied over the job's life (saturating).
-  uint32_t last_epoch = 0;  // Last epoch + 1 with a loss applied; 0 = never seen.
+  uint16_t count = 0;       // Losses applied over the job's life, saturating at 65535.
+  uint16_t last_epoch = 0;  // EpochMarker of the last epoch with a loss; 0 = never seen.
 };
+
+// The marker of `epoch` in SampleLossStats::last_epoch: epoch mod 65535, plus 1 (never 0). It
+// tells "seen in this epoch" apart from any of the previous 65534 epochs.
+inline uint16_t EpochMarker(uint64_t epoch) { return static_cast<uint16_t>(epoch % 65535 + 1); }
 
 // Per-sample loss statistics, N entries. Owned by the caller (the server's LossTable); backends
 // only read them.
@@ -147,7 +167,7 @@ class ComputeBackend {
   virtual std::string name() const = 0;
 
   // W_{e+1} from the base weights, the current weights W_e and the loss statistics, after epoch
-  // `closed_epoch` ended (samples with last_epoch == closed_epoch + 1 were seen in it).
+  // `closed_epoch` ended (samples with last_epoch == EpochMarker(closed_epoch) were seen in it).
   //   base:     N base weights (mean 1), or empty for uniform.
   //   current:  W_e, N entries (the multiplicative policy updates it).
   //   out:      N entries; may alias `current`. Result normalised to mean 1.

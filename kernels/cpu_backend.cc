@@ -111,6 +111,11 @@ class CpuBackend final : public ComputeBackend {
     return total;
   }
 
+  // Writes the plan (validated inputs) into `out`: uint32_t when N <= 2^32, else uint64_t.
+  template <typename T>
+  void FillPlan(const PlanSpec& spec, uint64_t epoch, absl::Span<const float> weights,
+                absl::Span<T> out) const;
+
   // Scales out[] to mean 1, clamps the positive weights to [lo, hi] (relative to mean 1), scales
   // to mean 1 again. Zero weights stay zero.
   void NormaliseAndClamp(absl::Span<float> out, double lo, double hi) const;
@@ -187,7 +192,7 @@ absl::Status CpuBackend::RecomputeWeights(const WeightPolicyParams& policy, uint
       return absl::OkStatus();
     }
     case LossWeightKind::kMultiplicative: {
-      const uint32_t seen_marker = static_cast<uint32_t>(closed_epoch + 1);
+      const uint16_t seen_marker = EpochMarker(closed_epoch);
       ParallelForChunks(threads_, n, kGrain, [&](uint64_t, uint64_t b, uint64_t e) {
         for (uint64_t i = b; i < e; ++i) {
           const double w = current[i];
@@ -207,66 +212,73 @@ absl::StatusOr<Plan> CpuBackend::PlanEpoch(const PlanSpec& spec, uint64_t epoch,
                                            absl::Span<const float> weights) {
   if (absl::Status s = ValidatePlanInputs(spec, weights); !s.ok()) return s;
   const uint64_t n = spec.num_samples, m = spec.samples_per_epoch;
+  if (!spec.replacement && spec.order == SampleOrder::kWeightedRandom && !weights.empty()) {
+    // Without replacement every drawn sample must have a positive weight.
+    const uint64_t positive = static_cast<uint64_t>(
+        DeterministicSum(n, [&](uint64_t i) { return weights[i] > 0 ? 1.0 : 0.0; }));
+    if (positive < m) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("samples_per_epoch = ", m, " without replacement needs ", m,
+                       " samples with positive weight; ", positive, " have one"));
+    }
+  }
   Plan plan;
   plan.epoch = epoch;
   plan.num_samples = n;
-
-  if (spec.order == SampleOrder::kSequential) {
-    plan.indices.resize(n);
-    ParallelForChunks(threads_, n, kGrain, [&](uint64_t, uint64_t b, uint64_t e) {
-      for (uint64_t i = b; i < e; ++i) plan.indices[i] = i;
-    });
-    return plan;
-  }
-
-  if (spec.replacement) {
-    plan.indices.resize(m);
-    if (weights.empty()) {
-      internal::DrawUniform(threads_, spec.seed, epoch, n, 0, absl::MakeSpan(plan.indices));
-    } else {
-      const internal::DrawTable table = internal::BuildDrawTable(threads_, weights);
-      internal::DrawWeighted(threads_, table, spec.seed, epoch, 0, absl::MakeSpan(plan.indices));
-    }
-    return plan;
-  }
-
-  // Without replacement: every drawn sample must have a positive weight.
-  uint64_t positive = n;
-  if (!weights.empty()) {
-    positive = static_cast<uint64_t>(
-        DeterministicSum(n, [&](uint64_t i) { return weights[i] > 0 ? 1.0 : 0.0; }));
-  }
-  if (positive < m) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("samples_per_epoch = ", m, " without replacement needs ", m,
-                     " samples with positive weight; ", positive, " have one"));
-  }
-  plan.indices.resize(m);
-  if (m == n) {
-    // Every sample exactly once: the weights cannot matter, only the order.
-    internal::ShuffleInto(
-        threads_, spec.seed, epoch, m, [](uint64_t k) { return k; }, absl::MakeSpan(plan.indices));
+  if (Plan::Narrow(n)) {
+    plan.indices32.resize(m);
+    FillPlan(spec, epoch, weights, absl::MakeSpan(plan.indices32));
   } else {
-    const std::vector<uint64_t> selected =
-        internal::SelectEfraimidisSpirakis(threads_, spec.seed, epoch, n, m, weights);
-    internal::ShuffleInto(
-        threads_, spec.seed, epoch, m, [&](uint64_t k) { return selected[k]; },
-        absl::MakeSpan(plan.indices));
+    plan.indices64.resize(m);
+    FillPlan(spec, epoch, weights, absl::MakeSpan(plan.indices64));
   }
   return plan;
 }
 
+template <typename T>
+void CpuBackend::FillPlan(const PlanSpec& spec, uint64_t epoch, absl::Span<const float> weights,
+                          absl::Span<T> out) const {
+  const uint64_t n = spec.num_samples, m = spec.samples_per_epoch;
+  if (spec.order == SampleOrder::kSequential) {
+    ParallelForChunks(threads_, n, kGrain, [&](uint64_t, uint64_t b, uint64_t e) {
+      for (uint64_t i = b; i < e; ++i) out[i] = static_cast<T>(i);
+    });
+  } else if (spec.replacement) {
+    if (weights.empty()) {
+      internal::DrawUniform(threads_, spec.seed, epoch, n, 0, out);
+    } else {
+      const internal::DrawTable table = internal::BuildDrawTable(threads_, weights);
+      internal::DrawWeighted(threads_, table, spec.seed, epoch, 0, out);
+    }
+  } else if (m == n) {
+    // Every sample exactly once: the weights cannot matter, only the order.
+    internal::ShuffleInto(threads_, spec.seed, epoch, m, [](uint64_t k) { return k; }, out);
+  } else {
+    const std::vector<uint64_t> selected =
+        internal::SelectEfraimidisSpirakis(threads_, spec.seed, epoch, n, m, weights);
+    internal::ShuffleInto(
+        threads_, spec.seed, epoch, m, [&](uint64_t k) { return selected[k]; }, out);
+  }
+}
+
 absl::Status CpuBackend::ExtractShard(const Plan& plan, const ShardSpec& shard, uint32_t rank,
                                       uint64_t start, absl::Span<uint64_t> out) {
-  const uint64_t m = plan.indices.size();
+  const uint64_t m = plan.size();
   absl::StatusOr<uint64_t> length = ShardLength(m, shard, rank);
   if (!length.ok()) return length.status();
   if (start > *length || out.size() > *length - start) {
     return absl::InvalidArgumentError(absl::StrCat("shard range [", start, ", ", start + out.size(),
                                                    ") passes the shard length ", *length));
   }
-  for (uint64_t k = 0; k < out.size(); ++k) {
-    out[k] = plan.indices[ShardToPlanPosition(m, shard, rank, start + k)];
+  auto copy = [&](const auto& indices) {
+    for (uint64_t k = 0; k < out.size(); ++k) {
+      out[k] = indices[ShardToPlanPosition(m, shard, rank, start + k)];
+    }
+  };
+  if (Plan::Narrow(plan.num_samples)) {
+    copy(plan.indices32);
+  } else {
+    copy(plan.indices64);
   }
   return absl::OkStatus();
 }

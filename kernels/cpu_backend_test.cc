@@ -103,13 +103,13 @@ TEST_P(PlanPropertiesTest, InvariantsHold) {
       continue;
     }
     ASSERT_TRUE(plan.ok()) << plan.status();
-    ASSERT_EQ(plan->indices.size(), c.m);
-    for (uint64_t idx : plan->indices) {
+    ASSERT_EQ(plan->ToVector().size(), c.m);
+    for (uint64_t idx : plan->ToVector()) {
       ASSERT_LT(idx, c.n);
       if (c.weighted) ASSERT_GT(w[idx], 0.0f) << "zero-weight sample " << idx << " drawn";
     }
     if (!c.replacement) {
-      std::vector<uint64_t> sorted = plan->indices;
+      std::vector<uint64_t> sorted = plan->ToVector();
       std::sort(sorted.begin(), sorted.end());
       EXPECT_EQ(std::adjacent_find(sorted.begin(), sorted.end()), sorted.end()) << "repeat";
       if (c.m == c.n) {
@@ -119,12 +119,12 @@ TEST_P(PlanPropertiesTest, InvariantsHold) {
     // Same inputs, any thread count: the same plan.
     auto again = NewCpuBackend(1)->PlanEpoch(spec, 3, w);
     ASSERT_TRUE(again.ok());
-    EXPECT_EQ(Fnv1a(again->indices), Fnv1a(plan->indices));
+    EXPECT_EQ(Fnv1a(again->ToVector()), Fnv1a(plan->ToVector()));
     // Another epoch: another plan (for plans with room to differ).
     if (c.n >= 8 && !(c.weighted == false && c.m == 1 && c.n < 8)) {
       auto next = backend->PlanEpoch(spec, 4, w);
       ASSERT_TRUE(next.ok());
-      EXPECT_NE(next->indices, plan->indices);
+      EXPECT_NE(next->ToVector(), plan->ToVector());
     }
     // Shards of every mode partition the plan's positions; their multiset union is the plan.
     for (uint32_t r : {1u, 3u, 8u}) {
@@ -136,7 +136,7 @@ TEST_P(PlanPropertiesTest, InvariantsHold) {
           ASSERT_TRUE(backend->ExtractShard(*plan, shard, rank, 0, absl::MakeSpan(s)).ok());
           all.insert(all.end(), s.begin(), s.end());
         }
-        std::vector<uint64_t> want = plan->indices;
+        std::vector<uint64_t> want = plan->ToVector();
         std::sort(all.begin(), all.end());
         std::sort(want.begin(), want.end());
         EXPECT_EQ(all, want);
@@ -199,7 +199,7 @@ TEST(PlanTest, GoldenHashes) {
   for (const Golden& g : goldens) {
     auto plan = backend->PlanEpoch(g.spec, 1, g.weighted ? w : std::vector<float>());
     ASSERT_TRUE(plan.ok());
-    EXPECT_EQ(Fnv1a(plan->indices), g.hash) << std::hex << "0x" << Fnv1a(plan->indices);
+    EXPECT_EQ(Fnv1a(plan->ToVector()), g.hash) << std::hex << "0x" << Fnv1a(plan->ToVector());
   }
 }
 
@@ -207,7 +207,9 @@ std::vector<SampleLossStats> Stats(const std::vector<float>& ema,
                                    const std::vector<uint32_t>& count,
                                    const std::vector<uint32_t>& last) {
   std::vector<SampleLossStats> stats(ema.size());
-  for (size_t i = 0; i < ema.size(); ++i) stats[i] = {ema[i], count[i], last[i]};
+  for (size_t i = 0; i < ema.size(); ++i) {
+    stats[i] = {ema[i], static_cast<uint16_t>(count[i]), static_cast<uint16_t>(last[i])};
+  }
   return stats;
 }
 
@@ -236,7 +238,7 @@ TEST(StatisticsTest, WithReplacementFrequenciesFollowWeights) {
   auto plan = backend->PlanEpoch({n, m, 2024, true, SampleOrder::kWeightedRandom}, 0, w);
   ASSERT_TRUE(plan.ok());
   std::vector<uint64_t> counts(n, 0);
-  for (uint64_t idx : plan->indices) ++counts[idx];
+  for (uint64_t idx : plan->ToVector()) ++counts[idx];
   const double p = PValue(counts, w, m);
   EXPECT_GT(p, 1e-3) << "chi-square p-value";
   // And the test has power: the same counts against uniform expectations fail.
@@ -253,7 +255,7 @@ TEST(StatisticsTest, WithoutReplacementFirstDrawFollowsWeights) {
   for (uint64_t e = 0; e < epochs; ++e) {
     auto plan = backend->PlanEpoch({n, 1, 99, false, SampleOrder::kWeightedRandom}, e, w);
     ASSERT_TRUE(plan.ok());
-    ++counts[plan->indices[0]];
+    ++counts[plan->ToVector()[0]];
   }
   EXPECT_GT(PValue(counts, w, epochs), 1e-3);
 }
@@ -269,7 +271,7 @@ TEST(StatisticsTest, WithoutReplacementInclusionFavoursHeavySamples) {
   for (uint64_t e = 0; e < 20; ++e) {
     auto plan = backend->PlanEpoch({n, m, 5, false, SampleOrder::kWeightedRandom}, e, w);
     ASSERT_TRUE(plan.ok());
-    for (uint64_t idx : plan->indices) (idx % 2 == 0 ? heavy : light)++;
+    for (uint64_t idx : plan->ToVector()) (idx % 2 == 0 ? heavy : light)++;
   }
   // Exact ES inclusion for this setup: heavy ≈ 0.77, light ≈ 0.23 of the picks.
   const double heavy_share = static_cast<double>(heavy) / (heavy + light);
@@ -285,7 +287,7 @@ TEST(StatisticsTest, ShuffleIsUniformOverPositions) {
   for (uint64_t e = 0; e < epochs; ++e) {
     auto plan = backend->PlanEpoch({n, n, 1, false, SampleOrder::kWeightedRandom}, e, {});
     ASSERT_TRUE(plan.ok());
-    ++first[plan->indices[0]];
+    ++first[plan->ToVector()[0]];
   }
   EXPECT_GT(PValue(first, std::vector<float>(n, 1.0f), epochs), 1e-3);
 }
@@ -342,7 +344,7 @@ TEST(WeightsTest, MultiplicativeOnlyTouchesSamplesSeenInTheEpoch) {
   auto backend = NewCpuBackend(2);
   const std::vector<float> ema = {1, 1, 0, 0};
   const std::vector<uint32_t> count = {1, 1, 1, 0};
-  const std::vector<uint32_t> last = {3, 2, 3, 0};  // Epoch 2 closed: marker 3.
+  const std::vector<uint32_t> last = {EpochMarker(2), EpochMarker(1), EpochMarker(2), 0};
   const std::vector<float> current = {1, 1, 1, 1};
   WeightPolicyParams p;
   p.loss = LossWeightKind::kMultiplicative;
@@ -431,14 +433,14 @@ TEST(SizesTest, TenMillionSamplePlans) {
   auto plan = backend->PlanEpoch({n, n, 8, false, SampleOrder::kWeightedRandom}, 0, {});
   ASSERT_TRUE(plan.ok());
   std::vector<bool> seen(n, false);
-  for (uint64_t idx : plan->indices) {
+  for (uint64_t idx : plan->ToVector()) {
     ASSERT_FALSE(seen[idx]);
     seen[idx] = true;
   }
   const std::vector<float> w = RandomWeights(n, 8, 0.0);
   auto with = backend->PlanEpoch({n, n, 8, true, SampleOrder::kWeightedRandom}, 0, w);
   ASSERT_TRUE(with.ok());
-  EXPECT_EQ(with->indices.size(), n);
+  EXPECT_EQ(with->ToVector().size(), n);
 }
 
 TEST(SizesTest, ShardOfAPlanBeyondTwoToThe32) {

@@ -329,27 +329,18 @@ absl::Status Job::ReportLosses(const LossBatchView& batch, v1::LossReportSummary
     summary->set_duplicates(summary->duplicates() + batch.indices.size());
     return absl::OkStatus();
   }
-  if (rank.reported.empty()) rank.reported.assign((n + 63) / 64, 0);
-  uint64_t accepted = 0, duplicates = 0;
+  uint64_t accepted = 0;
   constexpr size_t kAhead = 16;  // Prefetch distance: overlaps the cache misses of scattered i.
   const size_t size = batch.indices.size();
   for (size_t k = 0; k < size; ++k) {
-    if (k + kAhead < size) {
-      const uint64_t ahead = batch.indices[k + kAhead];
-      __builtin_prefetch(&rank.reported[ahead >> 6], 1);
-      losses_.Prefetch(ahead);
+    if (k + kAhead < size) losses_.Prefetch(batch.indices[k + kAhead]);
+    bool first_ever = false;
+    if (losses_.Apply(batch.indices[k], batch.losses[k], batch.epoch, &first_ever)) {
+      ++accepted;
+      samples_seen_ += first_ever;
     }
-    const uint64_t i = batch.indices[k];
-    uint64_t& word = rank.reported[i >> 6];
-    const uint64_t bit = uint64_t{1} << (i & 63);
-    if (word & bit) {
-      ++duplicates;
-      continue;
-    }
-    word |= bit;
-    samples_seen_ += losses_.Apply(i, batch.losses[k], batch.epoch);
-    ++accepted;
   }
+  const uint64_t duplicates = size - accepted;
   rank.accepted += accepted;
   started_ = true;
   summary->set_accepted(summary->accepted() + accepted);

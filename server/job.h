@@ -12,10 +12,9 @@
 // Rules (see proto/samplerd.proto for the client-visible contract):
 //   - Losses for the current epoch are applied once its plan is ready; older epochs are counted
 //     as stale; later epochs are FAILED_PRECONDITION.
-//   - A batch (epoch, rank, seq) already applied is a duplicate. One loss per (epoch,
-//     data-parallel rank, index): a second report of it (a tensor-parallel peer of the same rank,
-//     or a repeat of the index in the rank's shard) counts as a duplicate. Costs N bits per rank
-//     that reported in the epoch.
+//   - A batch (epoch, rank, seq) already applied is a duplicate. One loss per (epoch, index): a
+//     second report of it (a tensor-parallel peer of the same rank, or an index drawn twice with
+//     replacement) counts as a duplicate (LossTable).
 //   - Every request is validated whole before anything changes.
 #ifndef SAMPLERD_SERVER_JOB_H_
 #define SAMPLERD_SERVER_JOB_H_
@@ -123,7 +122,6 @@ class Job {
     uint64_t accepted = 0;
     bool ended = false;
     absl::flat_hash_set<uint64_t> seqs;  // Loss batches applied.
-    std::vector<uint64_t> reported;      // Bitset of indices reported (lazily N bits).
   };
 
   // Computes W_{e+1} and plan(e+1) off the lock, then publishes them. Runs on planner_.

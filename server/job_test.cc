@@ -74,7 +74,7 @@ TEST_F(JobTest, PlanComputedAheadEqualsAFreshPlan) {
   ASSERT_TRUE(lease.ok());
   auto fresh = backend_->PlanEpoch(job->config().plan, 1, {});
   ASSERT_TRUE(fresh.ok());
-  EXPECT_EQ(lease->view.plan->indices, fresh->indices);
+  EXPECT_EQ(lease->view.plan->ToVector(), fresh->ToVector());
 }
 
 TEST_F(JobTest, WaitingReadersEndAtTheDeadlineOrOnClose) {
@@ -93,18 +93,21 @@ TEST_F(JobTest, WaitingReadersEndAtTheDeadlineOrOnClose) {
   EXPECT_TRUE(done.HasBeenNotified());
 }
 
-TEST_F(JobTest, DuplicatesPerRankAndBatch) {
+TEST_F(JobTest, OneLossPerSamplePerEpoch) {
   auto job = MakeJob(100, 2, v1::LOSS);
   const std::vector<uint64_t> idx = {7, 7, 8};
   const std::vector<float> loss = {1, 1, 1};
   v1::LossReportSummary s;
   ASSERT_TRUE(job->ReportLosses({0, 0, 0, idx, loss}, &s).ok());
-  EXPECT_EQ(s.accepted(), 2u);  // The second 7 is one loss per (epoch, rank, index).
+  EXPECT_EQ(s.accepted(), 2u);  // The second 7 is a duplicate.
   EXPECT_EQ(s.duplicates(), 1u);
-  ASSERT_TRUE(job->ReportLosses({0, 1, 0, idx, loss}, &s).ok());  // Another rank: counted.
-  EXPECT_EQ(s.accepted(), 4u);
-  ASSERT_TRUE(job->ReportLosses({0, 1, 0, idx, loss}, &s).ok());  // A retried batch.
-  EXPECT_EQ(s.duplicates(), 1u + 1u + 3u);  // Rank 0's 7, rank 1's 7, the whole retry.
+  const std::vector<uint64_t> more = {7, 9};
+  ASSERT_TRUE(job->ReportLosses({0, 1, 0, more, {1, 1}}, &s).ok());  // 7 already has one.
+  EXPECT_EQ(s.accepted(), 3u);
+  EXPECT_EQ(s.duplicates(), 2u);
+  ASSERT_TRUE(job->ReportLosses({0, 1, 0, more, {1, 1}}, &s).ok());  // A retried batch.
+  EXPECT_EQ(s.duplicates(), 4u);
+  EXPECT_EQ(job->Status().samples_seen(), 3u);
 }
 
 TEST(JobRegistryTest, CreateIsIdempotentAndBounded) {

@@ -1,7 +1,9 @@
 // LossTable: per-sample loss statistics of one job (EMA, count, last epoch seen).
 //
-// 12 bytes per sample (SampleLossStats: one cache line each), read by
-// ComputeBackend::RecomputeWeights through View(). Not thread-safe: its owner (Job) serialises
+// One loss per sample per epoch: the first report of (epoch, index) is applied, later ones are
+// duplicates (a tensor-parallel peer of the same rank, a retry, or the same index drawn twice with
+// replacement). 8 bytes per sample (SampleLossStats), read by ComputeBackend::RecomputeWeights
+// through View(). Not thread-safe: its owner (Job) serialises
 // access.
 #ifndef SAMPLERD_SERVER_LOSS_TABLE_H_
 #define SAMPLERD_SERVER_LOSS_TABLE_H_
@@ -19,15 +21,18 @@ class LossTable {
   // `ema_decay` in [0, 1): ema <- decay * ema + (1 - decay) * loss; the first loss sets ema.
   LossTable(uint64_t num_samples, double ema_decay);
 
-  // Applies one (index, loss) of `epoch`. Requires index < num_samples, loss finite and >= 0
-  // (validated by the caller). Returns true if this was the sample's first loss.
-  bool Apply(uint64_t index, float loss, uint64_t epoch) {
+  // Applies one (index, loss) of `epoch` unless the sample already has a loss in `epoch`.
+  // Requires index < num_samples, loss finite and >= 0 (validated by the caller).
+  // Returns whether the loss was applied (false: a duplicate, nothing changed).
+  bool Apply(uint64_t index, float loss, uint64_t epoch, bool* first_ever) {
     SampleLossStats& s = stats_[index];
-    const bool first = s.count == 0;
-    s.ema_loss = first ? loss : decay_ * s.ema_loss + (1.0f - decay_) * loss;
-    if (s.count != UINT32_MAX) ++s.count;
-    s.last_epoch = static_cast<uint32_t>(epoch + 1);
-    return first;
+    const uint16_t marker = EpochMarker(epoch);
+    if (s.last_epoch == marker) return false;
+    *first_ever = s.count == 0;
+    s.ema_loss = *first_ever ? loss : decay_ * s.ema_loss + (1.0f - decay_) * loss;
+    if (s.count != UINT16_MAX) ++s.count;
+    s.last_epoch = marker;
+    return true;
   }
 
   // Hints the CPU to load `index`'s statistics (Apply on scattered indices is memory bound).

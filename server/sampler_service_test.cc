@@ -132,7 +132,7 @@ TEST_F(SamplerServiceTest, FourRanksThreeEpochsWithTheLossPolicy) {
       auto plan =
           NewCpuBackend(1)->PlanEpoch({n, m, 17, false, SampleOrder::kWeightedRandom}, 0, {});
       ASSERT_TRUE(plan.ok());
-      for (uint64_t p = 0; p < m; ++p) ASSERT_EQ(shards[p % world][p / world], plan->indices[p]);
+      for (uint64_t p = 0; p < m; ++p) ASSERT_EQ(shards[p % world][p / world], (*plan)[p]);
     }
     for (uint32_t r = 0; r < world; ++r) {
       auto summary = client_->ReportLosses({Batch("j", epoch, r, 0, shards[r], HardLoss)});

@@ -21,12 +21,17 @@ int BitWidth(uint64_t n) {
 
 }  // namespace
 
+template <typename T>
 void DrawUniform(int threads, uint64_t seed, uint64_t epoch, uint64_t n, uint64_t first_position,
-                 absl::Span<uint64_t> out) {
+                 absl::Span<T> out) {
   ParallelForChunks(threads, out.size(), kGrain, [&](uint64_t, uint64_t b, uint64_t e) {
-    for (uint64_t k = b; k < e; ++k) out[k] = UniformDraw(seed, epoch, n, first_position + k);
+    for (uint64_t k = b; k < e; ++k) {
+      out[k] = static_cast<T>(UniformDraw(seed, epoch, n, first_position + k));
+    }
   });
 }
+template void DrawUniform(int, uint64_t, uint64_t, uint64_t, uint64_t, absl::Span<uint32_t>);
+template void DrawUniform(int, uint64_t, uint64_t, uint64_t, uint64_t, absl::Span<uint64_t>);
 
 QuantisationScale ChooseQuantisationScale(absl::Span<const float> weights) {
   float w_max = 0;
@@ -108,8 +113,9 @@ uint64_t WeightedDrawBinarySearch(const DrawTable& table, uint64_t seed, uint64_
                                table.prefix.begin() - 1);
 }
 
+template <typename T>
 void DrawWeighted(int threads, const DrawTable& table, uint64_t seed, uint64_t epoch,
-                  uint64_t first_position, absl::Span<uint64_t> out) {
+                  uint64_t first_position, absl::Span<T> out) {
   // The same result as WeightedDraw for each position, computed in groups of kGroup draws
   // whose two dependent table loads (guide, then prefix) are prefetched for the whole group
   // first, so that their cache misses overlap instead of stalling one draw at a time.
@@ -134,11 +140,16 @@ void DrawWeighted(int threads, const DrawTable& table, uint64_t seed, uint64_t e
       for (uint64_t k = 0; k < count; ++k) {
         uint64_t idx = i[k];
         while (prefix[idx + 1] <= t[k]) ++idx;
-        out[g + k] = idx;
+        out[g + k] = static_cast<T>(idx);
       }
     }
   });
 }
+
+template void DrawWeighted(int, const DrawTable&, uint64_t, uint64_t, uint64_t,
+                           absl::Span<uint32_t>);
+template void DrawWeighted(int, const DrawTable&, uint64_t, uint64_t, uint64_t,
+                           absl::Span<uint64_t>);
 
 uint64_t EsKeyBits(uint64_t seed, uint64_t epoch, uint64_t i, double weight) {
   if (!(weight > 0)) return 0x7ff0000000000000ull;  // +inf: never among the m smallest.

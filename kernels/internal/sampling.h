@@ -24,9 +24,10 @@ inline uint64_t UniformDraw(uint64_t seed, uint64_t epoch, uint64_t n, uint64_t 
   return MulHi64(RandomBits64(seed, epoch, RandomStream::kDraw, j), n);
 }
 
-// out[k] = UniformDraw(..., first_position + k).
+// out[k] = UniformDraw(..., first_position + k). T: uint32_t (N <= 2^32) or uint64_t.
+template <typename T>
 void DrawUniform(int threads, uint64_t seed, uint64_t epoch, uint64_t n, uint64_t first_position,
-                 absl::Span<uint64_t> out);
+                 absl::Span<T> out);
 
 // Integer weights and their exact prefix sums, plus a guide table that turns the search for a
 // draw into one lookup and a short scan (Chen and Asau's indexed search).
@@ -73,9 +74,10 @@ inline uint64_t WeightedDraw(const DrawTable& table, uint64_t seed, uint64_t epo
 uint64_t WeightedDrawBinarySearch(const DrawTable& table, uint64_t seed, uint64_t epoch,
                                   uint64_t j);
 
-// out[k] = WeightedDraw(table, seed, epoch, first_position + k).
+// out[k] = WeightedDraw(table, seed, epoch, first_position + k). T as for DrawUniform.
+template <typename T>
 void DrawWeighted(int threads, const DrawTable& table, uint64_t seed, uint64_t epoch,
-                  uint64_t first_position, absl::Span<uint64_t> out);
+                  uint64_t first_position, absl::Span<T> out);
 
 // ---- Without replacement ----------------------------------------------------------------------
 
@@ -102,9 +104,9 @@ inline uint64_t ShuffleKey(uint64_t seed, uint64_t epoch, uint64_t idx) {
 // index, with the full key deciding the rare ties of those 32 bits. The result is exactly the
 // order of a sort on (full key, index) -- what a GPU radix sort returns -- for any thread count.
 // Scratch: 12 bytes per element (the keys, then 32 key bits per output slot).
-template <typename GetIndex>
+template <typename GetIndex, typename T>
 void ShuffleInto(int threads, uint64_t seed, uint64_t epoch, uint64_t m, const GetIndex& get,
-                 absl::Span<uint64_t> out) {
+                 absl::Span<T> out) {
   if (m == 0) return;
   int bucket_bits = 0;
   while (bucket_bits < 26 && (uint64_t{32} << bucket_bits) < m) ++bucket_bits;
@@ -143,7 +145,7 @@ void ShuffleInto(int threads, uint64_t seed, uint64_t epoch, uint64_t m, const G
     std::vector<uint64_t>& cur = cursor[t];
     for (uint64_t k = b; k < e; ++k) {
       const uint64_t pos = cur[bucket_of(keys[k])]++;
-      out[pos] = get(k);
+      out[pos] = static_cast<T>(get(k));
       sub[pos] = sub_key(keys[k]);
     }
   });
@@ -181,7 +183,7 @@ void ShuffleInto(int threads, uint64_t seed, uint64_t epoch, uint64_t m, const G
         }
         i = j;
       }
-      for (uint64_t p = lo; p < hi; ++p) out[p] = items[p - lo].second;
+      for (uint64_t p = lo; p < hi; ++p) out[p] = static_cast<T>(items[p - lo].second);
     }
   });
 }

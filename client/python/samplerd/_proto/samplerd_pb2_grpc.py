@@ -139,8 +139,10 @@ class SamplerServicer(object):
         """Reports per-sample losses, keyed by the real dataset index, in batches. Losses for the
         current epoch are applied; losses for older epochs are counted as stale and ignored. A batch
         with the same (job, epoch, rank, seq) as one already applied is a retry: counted as a
-        duplicate, not applied twice. Peers of one data-parallel rank reporting the same (epoch,
-        index) are counted once. Every batch is validated whole before anything is applied.
+        duplicate, not applied twice. One loss per sample per epoch: a later report of the same
+        (epoch, index) -- a tensor-parallel peer of the same data-parallel rank, or an index drawn
+        twice with replacement -- is counted as a duplicate. Every batch is validated whole before
+        anything is applied.
         Errors: INVALID_ARGUMENT (index >= N, NaN/inf/negative loss, length mismatch, empty batch,
         rank >= world_size), FAILED_PRECONDITION (epoch not yet open), NOT_FOUND.
         """
