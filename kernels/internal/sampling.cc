@@ -82,8 +82,9 @@ DrawTable BuildDrawTable(int threads, absl::Span<const float> weights) {
   table.prefix[n] = running;
   table.total = running;
 
-  // Guide table: 2^g buckets of r, N/4 < 2^g <= N/2 (at most 4 bytes per sample).
-  const int g = std::min(26, std::max(0, BitWidth(n) - 2));
+  // Guide table: 2^g buckets of r, N/8 < 2^g <= N/4 (at most 2 bytes per sample): a scan
+  // then covers ~4-8 prefix sums, mostly one cache line.
+  const int g = std::min(26, std::max(0, BitWidth(n) - 3));
   table.guide_shift = 64 - g;
   const uint64_t buckets = uint64_t{1} << g;
   table.guide.resize(buckets);
