@@ -1,8 +1,9 @@
 // ComputeBackend: the numerical core of samplerd (weight recompute, epoch planning, shards).
 //
-// One interface, two implementations: CpuBackend (kernels/cpu_backend.h, multithreaded) and,
-// later, CudaBackend. Both obey the determinism contract of DESIGN.md: given bit-identical
-// inputs they return bit-identical outputs, on any machine and any thread count.
+// One interface, two implementations: the multithreaded CPU backend (NewCpuBackend below,
+// cpu_backend.cc) and, later, a CUDA backend. Both obey the determinism contract
+// (docs/SAMPLING.md): given bit-identical inputs they return bit-identical outputs, on any
+// machine and any thread count.
 //
 // Nothing here knows about gRPC or jobs; the server calls these functions with plain data.
 // Implementations are thread-safe: concurrent calls on one backend object are allowed.

@@ -1,0 +1,124 @@
+// The streaming handlers driven without a network, through fake gRPC streams (as Reverb's
+// FakeInsertStream): chunk sizes, a client that goes away mid-shard, and a batch stream with a
+// bad batch in the middle.
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/compute_backend.h"
+#include "server/job_registry.h"
+#include "server/sampler_service.h"
+
+namespace samplerd {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Records the chunks written; Write fails (the client went away) after `accept` chunks.
+class FakeShardWriter : public grpc::ServerWriterInterface<v1::ShardChunk> {
+ public:
+  explicit FakeShardWriter(size_t accept) : accept_(accept) {}
+  void SendInitialMetadata() override {}
+  bool Write(const v1::ShardChunk& chunk, grpc::WriteOptions) override {
+    if (chunks.size() >= accept_) return false;
+    chunks.push_back(chunk);
+    return true;
+  }
+  std::vector<v1::ShardChunk> chunks;
+
+ private:
+  const size_t accept_;
+};
+
+// Hands out the given batches, then ends the stream.
+class FakeBatchReader : public grpc::ServerReaderInterface<v1::LossBatch> {
+ public:
+  explicit FakeBatchReader(std::vector<v1::LossBatch> batches) : batches_(std::move(batches)) {}
+  void SendInitialMetadata() override {}
+  bool NextMessageSize(uint32_t* size) override {
+    if (next_ >= batches_.size()) return false;
+    *size = batches_[next_].ByteSizeLong();
+    return true;
+  }
+  bool Read(v1::LossBatch* batch) override {
+    if (next_ >= batches_.size()) return false;
+    *batch = batches_[next_++];
+    return true;
+  }
+
+ private:
+  std::vector<v1::LossBatch> batches_;
+  size_t next_ = 0;
+};
+
+class StreamsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    v1::JobSpec spec;
+    spec.set_num_samples(1000);
+    spec.set_world_size(2);
+    spec.mutable_policy()->set_loss(v1::LOSS);
+    ASSERT_TRUE(registry_.Create("j", spec).ok());
+  }
+  v1::StreamShardRequest Request(uint32_t chunk) {
+    v1::StreamShardRequest r;
+    r.set_job("j");
+    r.set_rank(1);
+    r.set_world_size(2);
+    r.set_max_chunk_size(chunk);
+    return r;
+  }
+  std::unique_ptr<ComputeBackend> backend_ = NewCpuBackend(1);
+  JobRegistry registry_{JobRegistry::Limits(), backend_.get()};
+  SamplerService service_{&registry_, backend_.get()};
+};
+
+TEST_F(StreamsTest, ChunksCoverTheShardInOrderAndTheLastSaysSo) {
+  FakeShardWriter writer(1000);
+  grpc::Status s = service_.StreamShardImpl(
+      Request(64), absl::InfiniteFuture(), [] { return false; }, &writer);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(writer.chunks.size(), 8u);  // 500 indices in chunks of 64.
+  uint64_t offset = 0;
+  for (const v1::ShardChunk& c : writer.chunks) {
+    EXPECT_EQ(c.offset(), offset);
+    EXPECT_LE(c.indices32_size(), 64);
+    EXPECT_EQ(c.indices64_size(), 0);  // N <= 2^32: packed 32-bit indices.
+    EXPECT_EQ(c.shard_length(), 500u);
+    EXPECT_EQ(c.last(), offset + c.indices32_size() == 500);
+    offset += c.indices32_size();
+  }
+  EXPECT_EQ(offset, 500u);
+}
+
+TEST_F(StreamsTest, AClientThatGoesAwayStopsTheStream) {
+  FakeShardWriter writer(2);
+  grpc::Status s = service_.StreamShardImpl(
+      Request(64), absl::InfiniteFuture(), [] { return false; }, &writer);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(writer.chunks.size(), 2u);  // Nothing buffered past the failed write.
+  auto job = registry_.Get("j");
+  EXPECT_EQ((*job)->Status().ranks(1).indices_streamed(), 128u);
+}
+
+TEST_F(StreamsTest, ABadBatchFailsTheStreamAfterTheGoodOnesWereApplied) {
+  v1::LossBatch good, bad;
+  good.set_job("j");
+  good.set_seq(1);
+  good.add_indices(3);
+  good.add_losses(0.5f);
+  bad = good;
+  bad.set_seq(2);
+  bad.set_indices(0, 5000);
+  FakeBatchReader reader({good, bad});
+  v1::LossReportSummary summary;
+  grpc::Status s = service_.ReportLossesImpl(&reader, &summary);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("batch seq = 2"));
+  EXPECT_THAT(s.error_message(), HasSubstr("indices[0] = 5000"));
+  EXPECT_EQ(summary.accepted(), 1u);
+  EXPECT_EQ((*registry_.Get("j"))->Status().samples_seen(), 1u);
+}
+
+}  // namespace
+}  // namespace samplerd
