@@ -111,6 +111,7 @@ class DistributedWeightedSampler(Sampler):
         self.epoch = self.client.get_job(job).current_epoch
         self._iter_epoch = None  # The epoch losses are reported for.
         self._seq = 0
+        self._seq_epoch = None
         self._pending_idx, self._pending_loss = [], []
         self._sender = None
         self._send_queue = None
@@ -187,7 +188,9 @@ class DistributedWeightedSampler(Sampler):
 
     def _begin_epoch(self, epoch):
         self._iter_epoch = epoch
-        self._seq = 0
+        if self._seq_epoch != epoch:  # seq numbers batches per (epoch, rank); a re-iteration
+            self._seq_epoch = epoch   # of the same epoch continues them (no false "retries").
+            self._seq = 0
         if self._sender is None:
             self._send_queue = queue.Queue(maxsize=8)
             self._sender = threading.Thread(target=self._send_loop, daemon=True,
