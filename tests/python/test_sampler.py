@@ -1,0 +1,70 @@
+"""samplerd.torch.DistributedWeightedSampler against the real server, without DDP (explicit rank
+and world size), and with a DataLoader using worker processes."""
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+import samplerd
+from samplerd.torch import DistributedWeightedSampler, IndexedDataset
+
+
+def test_iterates_this_ranks_shard_and_ends_epochs_when_moving_on(client, server):
+    client.create_job("s", num_samples=100, world_size=2, loss="loss")
+    sampler = DistributedWeightedSampler(server.address, "s", rank=1, world_size=2,
+                                         report_batch_size=16)
+    assert len(sampler) == 50
+    got = list(sampler)
+    np.testing.assert_array_equal(got, client.read_shard("s", 0, 1, 2))
+    sampler.report(torch.tensor(got[:20]), torch.full((20,), 0.5))
+    sampler.flush()
+    assert client.status("s").ranks[1].losses_accepted == 20
+    assert not client.status("s").ranks[1].ended  # Exhausted, but not ended yet.
+    sampler.set_epoch(1)  # Moving on ends epoch 0 for this rank.
+    assert client.status("s").ranks[1].ended
+    sampler.close()
+
+
+def test_report_checks_at_the_call_site(client, server):
+    client.create_job("c", num_samples=10, world_size=1)
+    sampler = DistributedWeightedSampler(server.address, "c", rank=0, world_size=1)
+    with pytest.raises(samplerd.FailedPrecondition, match="before the sampler was iterated"):
+        sampler.report([1], [0.5])
+    list(sampler)
+    with pytest.raises(samplerd.InvalidArgument, match=r"losses\[1\] = nan"):
+        sampler.report(torch.tensor([1, 2]), torch.tensor([0.5, float("nan")]))
+    with pytest.raises(samplerd.InvalidArgument, match=r"indices\[0\] = 10 is outside"):
+        sampler.report([10], [0.5])
+    with pytest.raises(samplerd.InvalidArgument, match=r"indices: 2 entries but losses: 1"):
+        sampler.report([1, 2], [0.5])
+    sampler.close()
+
+
+def test_rank_and_world_size_are_checked(client, server):
+    client.create_job("w", num_samples=10, world_size=2)
+    with pytest.raises(samplerd.InvalidArgument, match=r"rank = 2 is outside"):
+        DistributedWeightedSampler(server.address, "w", rank=2, world_size=2)
+    with pytest.raises(samplerd.FailedPrecondition, match=r"world_size = 3 does not match"):
+        DistributedWeightedSampler(server.address, "w", rank=0, world_size=3)
+    with pytest.raises(samplerd.InvalidArgument, match=r"torch.distributed is not initialized"):
+        DistributedWeightedSampler(server.address, "w")
+
+
+def test_dataloader_with_workers_reports_under_true_indices(client, server):
+    n = 64
+    client.create_job("dl", num_samples=n, world_size=1, loss="loss")
+    data = TensorDataset(torch.arange(n, dtype=torch.float32) * 10)
+    sampler = DistributedWeightedSampler(server.address, "dl", rank=0, world_size=1,
+                                         report_batch_size=8)
+    loader = DataLoader(IndexedDataset(data), sampler=sampler, batch_size=8, num_workers=2)
+    seen = []
+    for idx, (x,) in loader:
+        assert torch.equal(x, idx.float() * 10)  # The index is the sample's true index.
+        sampler.report(idx, torch.ones(len(idx)))
+        seen.extend(idx.tolist())
+    sampler.close()  # Flushes the last batches (drawn ahead by the workers) and ends the epoch.
+    assert sorted(seen) == list(range(n))
+    status = client.status("dl")
+    assert status.job.current_epoch == 1  # close() ended epoch 0 (the only rank).
+    assert sampler.last_summary["accepted"] == n and sampler.last_summary["stale"] == 0
