@@ -168,6 +168,17 @@ TEST(PlanTest, GuideTableEqualsBinarySearch) {
   }
 }
 
+TEST(PlanTest, RadixShuffleEqualsBucketShuffle) {
+  // Two implementations of one order, (ShuffleKey, index): large plans take the radix one.
+  for (uint64_t m : {internal::kRadixShuffleMin, uint64_t{3'000'000}}) {
+    std::vector<uint32_t> radix(m), buckets(m);
+    auto get = [](uint64_t k) { return 7 * k + 3; };  // Any distinct indices.
+    internal::ShuffleIntoRadix(2, 11, 4, m, get, absl::MakeSpan(radix));
+    internal::ShuffleIntoBuckets(2, 11, 4, m, get, absl::MakeSpan(buckets));
+    ASSERT_EQ(radix, buckets) << "m = " << m;
+  }
+}
+
 TEST(PlanTest, QuantisationKeepsTinyPositiveWeights) {
   const std::vector<float> w = {1e30f, 1e-30f, 0.0f, 1.0f};
   const std::vector<uint64_t> q = internal::QuantiseWeights(1, w);
@@ -369,8 +380,7 @@ TEST(WeightsTest, ZeroBaseWeightsStayZeroThroughClamps) {
     p.loss = kind;
     p.clamp_lo = 0.5;
     std::vector<float> out(4);
-    ASSERT_TRUE(
-        backend->RecomputeWeights(p, 0, base, current, stats, absl::MakeSpan(out)).ok());
+    ASSERT_TRUE(backend->RecomputeWeights(p, 0, base, current, stats, absl::MakeSpan(out)).ok());
     EXPECT_EQ(out[0], 0.0f) << "a zero-weight sample would be drawn";
     EXPECT_GT(out[1], 0.0f);
   }

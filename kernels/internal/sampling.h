@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -105,8 +106,8 @@ inline uint64_t ShuffleKey(uint64_t seed, uint64_t epoch, uint64_t idx) {
 // order of a sort on (full key, index) -- what a GPU radix sort returns -- for any thread count.
 // Scratch: 12 bytes per element (the keys, then 32 key bits per output slot).
 template <typename GetIndex, typename T>
-void ShuffleInto(int threads, uint64_t seed, uint64_t epoch, uint64_t m, const GetIndex& get,
-                 absl::Span<T> out) {
+void ShuffleIntoBuckets(int threads, uint64_t seed, uint64_t epoch, uint64_t m, const GetIndex& get,
+                        absl::Span<T> out) {
   if (m == 0) return;
   int bucket_bits = 0;
   while (bucket_bits < 26 && (uint64_t{32} << bucket_bits) < m) ++bucket_bits;
@@ -186,6 +187,104 @@ void ShuffleInto(int threads, uint64_t seed, uint64_t epoch, uint64_t m, const G
       for (uint64_t p = lo; p < hi; ++p) out[p] = static_cast<T>(items[p - lo].second);
     }
   });
+}
+
+// The same order as ShuffleIntoBuckets for indices below 2^32, faster for large m (all that is
+// random is in the key, so both are exact sorts on (key, index)): keys are computed twice instead
+// of stored; the scatter goes to 1024 top-bit buckets (cache-resident write streams) as packed
+// (32 key bits below the top 10, index) words; each bucket (~m/1024 words, L2-resident) is then
+// sorted by an LSD radix sort on the 32 key bits, which is stable and so keeps equal keys in
+// index order; runs equal in those 32 bits are finally ordered by their full keys.
+// Scratch: 8 bytes per element.
+template <typename GetIndex>
+void ShuffleIntoRadix(int threads, uint64_t seed, uint64_t epoch, uint64_t m, const GetIndex& get,
+                      absl::Span<uint32_t> out) {
+  constexpr int kTopBits = 10;
+  constexpr uint64_t kBuckets = uint64_t{1} << kTopBits;
+  constexpr int kTopShift = 64 - kTopBits;
+  const int t_count = static_cast<int>(std::max<uint64_t>(1, std::min<uint64_t>(threads, m)));
+  std::vector<std::vector<uint64_t>> cursor(t_count, std::vector<uint64_t>(kBuckets, 0));
+  ParallelForThreads(t_count, m, [&](int t, uint64_t b, uint64_t e) {
+    std::vector<uint64_t>& h = cursor[t];
+    for (uint64_t k = b; k < e; ++k) ++h[ShuffleKey(seed, epoch, get(k)) >> kTopShift];
+  });
+  std::vector<uint64_t> bucket_start(kBuckets + 1, 0);
+  uint64_t running = 0;
+  for (uint64_t b = 0; b < kBuckets; ++b) {
+    bucket_start[b] = running;
+    for (int t = 0; t < t_count; ++t) {
+      const uint64_t c = cursor[t][b];
+      cursor[t][b] = running;
+      running += c;
+    }
+  }
+  bucket_start[kBuckets] = running;
+  std::unique_ptr<uint64_t[]> packed(new uint64_t[m]);
+  ParallelForThreads(t_count, m, [&](int t, uint64_t b, uint64_t e) {
+    std::vector<uint64_t>& cur = cursor[t];
+    for (uint64_t k = b; k < e; ++k) {
+      const uint64_t idx = get(k);
+      const uint64_t key = ShuffleKey(seed, epoch, idx);
+      packed[cur[key >> kTopShift]++] = ((key >> (kTopShift - 32)) << 32) | idx;
+    }
+  });
+  ParallelForChunks(threads, kBuckets, 1, [&](uint64_t, uint64_t b0, uint64_t b1) {
+    std::vector<uint64_t> tmp;
+    std::vector<std::pair<uint64_t, uint64_t>> tied;
+    for (uint64_t b = b0; b < b1; ++b) {
+      uint64_t* data = packed.get() + bucket_start[b];
+      const uint64_t n = bucket_start[b + 1] - bucket_start[b];
+      tmp.resize(n);
+      uint64_t* src = data;
+      uint64_t* dst = tmp.data();
+      // LSD radix sort on bits 32..63: digits of 11, 11 and 10 bits.
+      for (int shift : {32, 43, 54}) {
+        const int bits = shift == 54 ? 10 : 11;
+        uint32_t count[2048] = {0};
+        for (uint64_t i = 0; i < n; ++i) ++count[(src[i] >> shift) & ((1u << bits) - 1)];
+        uint32_t sum = 0;
+        for (int d = 0; d < (1 << bits); ++d) {
+          const uint32_t c = count[d];
+          count[d] = sum;
+          sum += c;
+        }
+        for (uint64_t i = 0; i < n; ++i)
+          dst[count[(src[i] >> shift) & ((1u << bits) - 1)]++] = src[i];
+        std::swap(src, dst);
+      }
+      // Three passes: the sorted words are in tmp. Ties in the 32 bits: by the full key.
+      for (uint64_t i = 0; i < n;) {
+        uint64_t j = i + 1;
+        while (j < n && (src[j] >> 32) == (src[i] >> 32)) ++j;
+        if (j - i > 1) {
+          tied.clear();
+          for (uint64_t k = i; k < j; ++k) {
+            const uint64_t idx = src[k] & 0xffffffffu;
+            tied.emplace_back(ShuffleKey(seed, epoch, idx), idx);
+          }
+          std::sort(tied.begin(), tied.end());
+          for (uint64_t k = i; k < j; ++k) src[k] = tied[k - i].second;
+        }
+        i = j;
+      }
+      uint32_t* o = out.data() + bucket_start[b];
+      for (uint64_t i = 0; i < n; ++i) o[i] = static_cast<uint32_t>(src[i]);
+    }
+  });
+}
+
+// Below this many elements ShuffleInto uses ShuffleIntoBuckets (the radix version's 1024 buckets
+// and per-bucket passes do not pay off).
+inline constexpr uint64_t kRadixShuffleMin = uint64_t{1} << 20;
+
+// Writes get(0..m-1) to `out` ordered by (ShuffleKey, index): see ShuffleIntoBuckets.
+template <typename GetIndex, typename T>
+void ShuffleInto(int threads, uint64_t seed, uint64_t epoch, uint64_t m, const GetIndex& get,
+                 absl::Span<T> out) {
+  if constexpr (std::is_same_v<T, uint32_t>) {
+    if (m >= kRadixShuffleMin) return ShuffleIntoRadix(threads, seed, epoch, m, get, out);
+  }
+  ShuffleIntoBuckets(threads, seed, epoch, m, get, out);
 }
 
 }  // namespace internal
