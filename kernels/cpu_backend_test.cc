@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <vector>
@@ -9,7 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/compute_backend.h"
-#include "kernels/internal/sampling.h"
+#include "kernels/internal/draw_table.h"
 
 namespace samplerd {
 namespace {
@@ -87,7 +88,7 @@ class PlanPropertiesTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(PlanPropertiesTest, InvariantsHold) {
   const Case c = GetParam();
-  auto backend = NewCpuBackend(3);
+  auto backend = NewCpuBackend(4);
   for (uint64_t seed : {0ull, 1ull, 987654321ull}) {
     const std::vector<float> w = c.weighted ? RandomWeights(c.n, seed, 0.2) : std::vector<float>();
     uint64_t positive = c.n;
@@ -154,42 +155,6 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{1000, 999, true, false}, Case{4097, 4000, false, false},
                       Case{100000, 100000, false, false}, Case{100000, 5000, false, true},
                       Case{100000, 250000, true, true}));
-
-TEST(PlanTest, GuideTableEqualsBinarySearch) {
-  for (uint64_t n : {1ull, 2ull, 5ull, 1000ull, 65537ull}) {
-    const std::vector<float> w = RandomWeights(n, n, 0.3);
-    if (std::none_of(w.begin(), w.end(), [](float x) { return x > 0; })) continue;
-    const internal::DrawTable table = internal::BuildDrawTable(2, w);
-    for (uint64_t j = 0; j < 50000; ++j) {
-      ASSERT_EQ(internal::WeightedDraw(table, 11, 2, j),
-                internal::WeightedDrawBinarySearch(table, 11, 2, j))
-          << "n=" << n << " j=" << j;
-    }
-  }
-}
-
-TEST(PlanTest, RadixShuffleEqualsBucketShuffle) {
-  // Two implementations of one order, (ShuffleKey, index): large plans take the radix one.
-  for (uint64_t m : {internal::kRadixShuffleMin, uint64_t{3'000'000}}) {
-    std::vector<uint32_t> radix(m), buckets(m);
-    auto get = [](uint64_t k) { return 7 * k + 3; };  // Any distinct indices.
-    internal::ShuffleIntoRadix(2, 11, 4, m, get, absl::MakeSpan(radix));
-    internal::ShuffleIntoBuckets(2, 11, 4, m, get, absl::MakeSpan(buckets));
-    ASSERT_EQ(radix, buckets) << "m = " << m;
-  }
-}
-
-TEST(PlanTest, QuantisationKeepsTinyPositiveWeights) {
-  const std::vector<float> w = {1e30f, 1e-30f, 0.0f, 1.0f};
-  const std::vector<uint64_t> q = internal::QuantiseWeights(1, w);
-  EXPECT_GT(q[0], uint64_t{1} << 50);
-  EXPECT_EQ(q[1], 1u);  // Positive weight never silently dropped.
-  EXPECT_EQ(q[2], 0u);
-  EXPECT_GE(q[3], 1u);
-  uint64_t total = 0;
-  for (uint64_t x : q) total += x;
-  EXPECT_LT(total, uint64_t{1} << 63);
-}
 
 // Golden hashes: a change here means plans changed for users with the same (seed, epoch,
 // weights). That breaks the determinism contract (and any CUDA backend that must agree): only
@@ -386,6 +351,138 @@ TEST(WeightsTest, ZeroBaseWeightsStayZeroThroughClamps) {
   }
 }
 
+TEST(WeightsTest, HugeLossesDoNotOverflow) {
+  // (3e38 + eps)^8 and w (1 + 100 * 3e38) pass even the double range: the results must still be
+  // finite, positive weights of mean 1 that favour the high-loss samples.
+  auto backend = NewCpuBackend(2);
+  const auto stats = Stats({3e38f, 1.0f, 0.5f, 1e20f}, {1, 1, 1, 1}, {1, 1, 1, 1});
+  const std::vector<float> current(4, 1.0f);
+  for (LossWeightKind kind : {LossWeightKind::kLoss, LossWeightKind::kMultiplicative}) {
+    WeightPolicyParams p;
+    p.loss = kind;
+    p.alpha = 8;
+    p.eta = 100;
+    std::vector<float> out(4);
+    ASSERT_TRUE(backend->RecomputeWeights(p, 0, {}, current, stats, absl::MakeSpan(out)).ok());
+    double sum = 0;
+    for (float w : out) {
+      ASSERT_TRUE(std::isfinite(w));
+      ASSERT_GT(w, 0.0f);
+      sum += w;
+    }
+    EXPECT_NEAR(sum / 4, 1.0, 1e-6);
+    EXPECT_GT(out[0], out[1]);
+    // Sample 0 holds almost all the raw weight: 4 times the mean (N = 4, below clamp_hi); the
+    // others' factors vanish (underflow) against it, and the clamp lifts them to clamp_lo.
+    EXPECT_NEAR(out[1] / out[0], p.clamp_lo / 4, 1e-6);
+    EXPECT_EQ(out[1], out[2]);
+    EXPECT_EQ(out[1], out[3]);
+  }
+}
+
+TEST(WeightsTest, AllFactorsVanishingLeavesEqualWeights) {
+  // The only sample with a non-negligible factor has base weight 0: every raw weight is 0 (the
+  // other factor underflows), and the samples the base allows must still get valid weights.
+  auto backend = NewCpuBackend(2);
+  WeightPolicyParams p;
+  p.loss = LossWeightKind::kLoss;
+  p.alpha = 8;
+  std::vector<float> out(3);
+  ASSERT_TRUE(backend
+                  ->RecomputeWeights(p, 0, std::vector<float>{0, 1, 1}, std::vector<float>(3, 1),
+                                     Stats({1e30f, 0, 0}, {1, 1, 1}, {1, 1, 1}),
+                                     absl::MakeSpan(out))
+                  .ok());
+  EXPECT_EQ(out[0], 0.0f);
+  EXPECT_FLOAT_EQ(out[1], 1.5f);  // Mean 1 over the three samples.
+  EXPECT_FLOAT_EQ(out[2], 1.5f);
+}
+
+TEST(WeightsTest, AllZeroWeightsAreRejected) {
+  auto backend = NewCpuBackend(2);
+  const auto stats = Stats({1, 1}, {1, 1}, {1, 1});
+  WeightPolicyParams p;
+  p.loss = LossWeightKind::kLoss;
+  std::vector<float> out = {7, 7};
+  absl::Status s = backend->RecomputeWeights(p, 0, std::vector<float>{0, 0},
+                                             std::vector<float>{1, 1}, stats, absl::MakeSpan(out));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("base: all 2 weights are 0"));
+  p.loss = LossWeightKind::kMultiplicative;
+  s = backend->RecomputeWeights(p, 0, {}, std::vector<float>{0, 0}, stats, absl::MakeSpan(out));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("current: all 2 weights are 0"));
+  EXPECT_EQ(out, (std::vector<float>{7, 7}));
+}
+
+TEST(WeightsTest, BadInputsNameFieldAndValueAndChangeNothing) {
+  auto backend = NewCpuBackend(2);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const auto good_stats = Stats({1, 1, 1}, {1, 1, 1}, {1, 1, 1});
+  const std::vector<float> ones(3, 1.0f);
+  struct Case {
+    std::vector<float> base, current;
+    std::vector<SampleLossStats> stats;
+    size_t out_size;
+    std::string want;
+  } cases[] = {
+      {{}, ones, good_stats, 0, "num_samples = 0"},
+      {{1, 1}, ones, good_stats, 3, "base: 2 values for num_samples 3"},
+      {{}, {1, 1}, good_stats, 3, "current: 2 values for num_samples 3"},
+      {{}, ones, Stats({1}, {1}, {1}), 3, "stats: 1 values for num_samples 3"},
+      {{1, -2, 1}, ones, good_stats, 3, "base[1] = -2"},
+      {{}, {1, 1, INFINITY}, good_stats, 3, "current[2] = inf"},
+      {{}, ones, Stats({1, 1, -1}, {1, 1, 1}, {1, 1, 1}), 3, "stats[2].ema_loss = -1"},
+      {{}, ones, Stats({nan, 1, 1}, {0, 1, 1}, {4, 1, 1}), 3, "stats[0].ema_loss = nan"},
+  };
+  for (const Case& c : cases) {
+    for (LossWeightKind kind : {LossWeightKind::kLoss, LossWeightKind::kMultiplicative}) {
+      WeightPolicyParams p;
+      p.loss = kind;
+      std::vector<float> out(c.out_size, 7.0f);
+      absl::Status s =
+          backend->RecomputeWeights(p, 0, c.base, c.current, c.stats, absl::MakeSpan(out));
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.want;
+      EXPECT_THAT(std::string(s.message()), HasSubstr(c.want));
+      EXPECT_EQ(out, std::vector<float>(c.out_size, 7.0f)) << c.want;
+    }
+  }
+  // The first bad index is named whatever the thread count (1e6 samples: many chunks).
+  std::vector<float> big(1'000'000, 1.0f);
+  big[700'000] = -1;
+  big[900'000] = nan;
+  std::vector<SampleLossStats> stats(big.size());
+  std::vector<float> out(big.size());
+  WeightPolicyParams p;
+  p.loss = LossWeightKind::kLoss;
+  for (int threads : {1, 4}) {
+    absl::Status s =
+        NewCpuBackend(threads)->RecomputeWeights(p, 0, big, big, stats, absl::MakeSpan(out));
+    EXPECT_THAT(std::string(s.message()), HasSubstr("base[700000] = -1"));
+  }
+}
+
+TEST(WeightsTest, RecomputeDoesNotDependOnThreads) {
+  const uint64_t n = 300'000;
+  std::vector<SampleLossStats> stats(n);
+  const std::vector<float> ema = RandomWeights(n, 4, 0.0), base = RandomWeights(n, 6, 0.1);
+  for (uint64_t i = 0; i < n; ++i) {
+    if (i % 3 != 0) stats[i] = {ema[i], 1, static_cast<uint16_t>(i % 2 ? EpochMarker(5) : 0)};
+  }
+  for (LossWeightKind kind : {LossWeightKind::kLoss, LossWeightKind::kMultiplicative}) {
+    WeightPolicyParams p;
+    p.loss = kind;
+    p.alpha = 0.7;
+    p.mix = 0.1;
+    std::vector<float> a(n), b(n);
+    ASSERT_TRUE(
+        NewCpuBackend(1)->RecomputeWeights(p, 5, base, base, stats, absl::MakeSpan(a)).ok());
+    ASSERT_TRUE(
+        NewCpuBackend(4)->RecomputeWeights(p, 5, base, base, stats, absl::MakeSpan(b)).ok());
+    EXPECT_EQ(a, b);
+  }
+}
+
 TEST(WeightsTest, BadStatisticsChangeNothing) {
   auto backend = NewCpuBackend(2);
   const std::vector<float> ema = {1, std::numeric_limits<float>::quiet_NaN()};
@@ -435,6 +532,43 @@ TEST(PlanTest, BadInputsNameFieldAndValue) {
   s = backend->ExtractShard(*plan, ShardSpec{2}, 0, 4, absl::MakeSpan(out));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(out, std::vector<uint64_t>(3, 99));
+}
+
+TEST(PlanTest, WeightValidationMatchesValidateWeights) {
+  // PlanEpoch checks the weights on their bits (vectorised): every class of float must get the
+  // verdict of ValidateWeights, and -0 and subnormals count as zero and positive.
+  auto backend = NewCpuBackend(2);
+  auto from_bits = [](uint32_t b) {
+    float f;
+    std::memcpy(&f, &b, sizeof f);
+    return f;
+  };
+  const float specials[] = {0.0f,
+                            -0.0f,
+                            from_bits(1),           // Smallest subnormal.
+                            from_bits(0x7f7fffff),  // Largest finite.
+                            INFINITY,
+                            -INFINITY,
+                            from_bits(0x7fc00000),  // NaN.
+                            from_bits(0xffc00000),  // NaN with the sign bit.
+                            -1e-45f,
+                            -1.0f};
+  for (float special : specials) {
+    std::vector<float> w(70'000, 1.0f);  // Several validation chunks.
+    w[65'600] = special;
+    const absl::Status want = ValidateWeights(w);
+    auto plan = backend->PlanEpoch({w.size(), w.size(), 1, true}, 0, w);
+    EXPECT_EQ(plan.status().code(), want.code()) << special;
+    EXPECT_EQ(plan.status().message(), want.message()) << special;
+    if (plan.ok()) {
+      for (uint64_t idx : plan->ToVector()) ASSERT_GT(w[idx], 0.0f) << special;
+      // Without replacement: M = N needs N positive weights; zeros (either sign) are not.
+      auto all = backend->PlanEpoch({w.size(), w.size(), 1, false}, 0, w);
+      EXPECT_EQ(all.status().code(),
+                special > 0 ? absl::StatusCode::kOk : absl::StatusCode::kFailedPrecondition)
+          << special;
+    }
+  }
 }
 
 TEST(SizesTest, TenMillionSamplePlans) {

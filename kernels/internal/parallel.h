@@ -41,20 +41,43 @@ void ParallelForChunks(int num_threads, uint64_t n, uint64_t grain, const Fn& fn
   for (std::thread& t : pool) t.join();
 }
 
+// Number of threads ParallelForThreads uses for n items (small inputs are not worth a thread
+// each: kMinPerThread items at least), and the static range of thread t.
+inline int ThreadsFor(int num_threads, uint64_t n) {
+  constexpr uint64_t kMinPerThread = 1 << 15;
+  return static_cast<int>(
+      std::max<uint64_t>(1, std::min<uint64_t>(std::max(1, num_threads), n / kMinPerThread)));
+}
+inline uint64_t ThreadRangeBegin(int threads, uint64_t n, int t) { return n * t / threads; }
+
 // Calls fn(thread_index, begin, end) once per thread over a static split of [0, n) into
-// `num_threads` contiguous ranges (for per-thread scratch such as histograms). Use only where
-// the final result does not depend on the split.
+// ThreadsFor(num_threads, n) contiguous ranges (for per-thread scratch such as histograms). Use
+// only where the final result does not depend on the split.
 template <typename Fn>
 void ParallelForThreads(int num_threads, uint64_t n, const Fn& fn) {
-  // Small inputs are not worth a thread each (kMinPerThread items at least).
-  constexpr uint64_t kMinPerThread = 1 << 15;
-  const int threads =
-      static_cast<int>(std::max<uint64_t>(1, std::min<uint64_t>(num_threads, n / kMinPerThread)));
+  const int threads = ThreadsFor(num_threads, n);
   std::vector<std::thread> pool;
   for (int t = 1; t < threads; ++t) {
-    pool.emplace_back([&, t] { fn(t, n * t / threads, n * (t + 1) / threads); });
+    pool.emplace_back(
+        [&, t] { fn(t, ThreadRangeBegin(threads, n, t), ThreadRangeBegin(threads, n, t + 1)); });
   }
-  fn(0, 0, n / threads);
+  fn(0, 0, ThreadRangeBegin(threads, n, 1));
+  for (std::thread& t : pool) t.join();
+}
+
+// ParallelForThreads with every range on a new thread, while the calling thread runs
+// `meanwhile()` (e.g. allocates and zero-fills the output, a single-threaded job, so that it
+// overlaps with the computation).
+template <typename Fn, typename Meanwhile>
+void ParallelForThreadsWhile(int num_threads, uint64_t n, const Fn& fn,
+                             const Meanwhile& meanwhile) {
+  const int threads = ThreadsFor(num_threads, n);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back(
+        [&, t] { fn(t, ThreadRangeBegin(threads, n, t), ThreadRangeBegin(threads, n, t + 1)); });
+  }
+  meanwhile();
   for (std::thread& t : pool) t.join();
 }
 
