@@ -1,5 +1,6 @@
 #include "server/job.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -15,6 +16,8 @@ namespace samplerd {
 namespace {
 
 constexpr size_t kMaxBatchPairs = 1 << 20;
+// How often a waiting StreamShard checks whether its caller went away.
+constexpr absl::Duration kCancelPoll = absl::Milliseconds(100);
 
 double MillisSince(absl::Time start) { return absl::ToDoubleMilliseconds(absl::Now() - start); }
 
@@ -125,10 +128,13 @@ absl::Status Job::InstallBaseAndPlan(std::vector<float> base) {
     planning_ = true;  // Excludes a concurrent upload while epoch 0 is planned off the lock.
   }
   auto weights = std::make_shared<const std::vector<float>>(std::move(base));
-  absl::Status s = PlanAndPublish(0, weights, 0.0);
-  absl::MutexLock lock(&mu_);
-  planning_ = false;
-  if (s.ok()) base_ = weights;
+  // On success the plan and the base are published together (and planning_ cleared): no reader
+  // can see epoch 0's plan without its base.
+  absl::Status s = PlanAndPublish(0, weights, 0.0, /*new_base=*/weights);
+  if (!s.ok()) {
+    absl::MutexLock lock(&mu_);
+    planning_ = false;
+  }
   return s;
 }
 
@@ -144,7 +150,8 @@ bool Job::PlanIgnoresWeights() const {
 }
 
 absl::Status Job::PlanAndPublish(uint64_t epoch, std::shared_ptr<const std::vector<float>> weights,
-                                 double recompute_ms) {
+                                 double recompute_ms,
+                                 std::shared_ptr<const std::vector<float>> new_base) {
   const absl::Time start = absl::Now();
   // `stale`: a plan computed ahead for another epoch (a re-upload before the job started). Its
   // destructor waits for the computation: declared here, it runs after every lock is released.
@@ -173,6 +180,8 @@ absl::Status Job::PlanAndPublish(uint64_t epoch, std::shared_ptr<const std::vect
   epoch_ = epoch;
   current_ = std::move(view);
   plan_ready_ = true;
+  planning_ = false;
+  if (new_base != nullptr) base_ = std::move(new_base);
   weight_summary_ = summary;
   if (weight_summary_.effective_sample_size > 0 && current_.weights->empty()) {
     weight_summary_.effective_sample_size = static_cast<double>(config_.plan.num_samples);
@@ -180,7 +189,7 @@ absl::Status Job::PlanAndPublish(uint64_t epoch, std::shared_ptr<const std::vect
   last_plan_ms_ = plan_ms;
   last_recompute_ms_ = recompute_ms;
   ResetEpochState();
-  if (PlanIgnoresWeights()) {
+  if (closed_.ok() && PlanIgnoresWeights()) {
     absl::MutexLock ahead_lock(&lookahead_mu_);
     lookahead_epoch_ = epoch + 1;
     lookahead_ = std::async(std::launch::async, [this, epoch, weights = current_.weights] {
@@ -217,27 +226,29 @@ void Job::PlanNextEpoch(uint64_t closed_epoch) {
     next = std::move(recomputed);
   }
   const double recompute_ms = MillisSince(start);
-  if (status.ok()) status = PlanAndPublish(closed_epoch + 1, next, recompute_ms);
+  if (status.ok()) status = PlanAndPublish(closed_epoch + 1, next, recompute_ms, nullptr);
+  if (!status.ok()) {
+    // Inputs were validated on the way in, so this is a server bug; keep it visible. Waiting
+    // readers wake up (planning_error_ is part of their condition) and fail with INTERNAL.
+    LOG(ERROR) << "job '" << name_ << "': planning epoch " << closed_epoch + 1
+               << " failed: " << status;
+    absl::MutexLock lock(&mu_);
+    planning_ = false;
+    planning_error_ = status;
+  }
 #if defined(__GLIBC__)
   // An epoch boundary is a quiet moment: give the memory of the epoch's freed message buffers and
   // planning scratch back to the system (glibc keeps freed blocks in per-thread arenas).
   malloc_trim(0);
 #endif
-  absl::MutexLock lock(&mu_);
-  planning_ = false;
-  if (!status.ok()) {
-    // Inputs were validated on the way in, so this is a server bug; keep it visible.
-    LOG(ERROR) << "job '" << name_ << "': planning epoch " << closed_epoch + 1
-               << " failed: " << status;
-    planning_error_ = status;
-  }
 }
 
 // ---- Shards
 // ----------------------------------------------------------------------------------------
 
 absl::StatusOr<ShardLease> Job::AcquireShard(uint64_t epoch, uint32_t rank, uint32_t world_size,
-                                             absl::Time deadline) {
+                                             absl::Time deadline,
+                                             const std::function<bool()>& cancelled) {
   if (world_size != config_.shard.world_size) {
     return absl::FailedPreconditionError(absl::StrCat("world_size = ", world_size,
                                                       " does not match job '", name_,
@@ -249,8 +260,17 @@ absl::StatusOr<ShardLease> Job::AcquireShard(uint64_t epoch, uint32_t rank, uint
     return !closed_.ok() || !planning_error_.ok() || epoch < epoch_ || epoch > epoch_ + 1 ||
            (epoch == epoch_ && plan_ready_);
   };
-  // Wait for the epoch's plan: the current one while planned, or the next one.
-  mu_.AwaitWithDeadline(absl::Condition(&ready_or_done), deadline);
+  // Wait for the epoch's plan: the current one while planned, or the next one. In slices, so
+  // that a caller that went away is noticed.
+  const absl::Condition ready(&ready_or_done);
+  while (!mu_.AwaitWithDeadline(
+      ready, cancelled ? std::min(deadline, absl::Now() + kCancelPoll) : deadline)) {
+    if (absl::Now() >= deadline) break;
+    if (cancelled()) {
+      return absl::CancelledError(absl::StrCat("the caller went away while waiting for epoch ",
+                                               epoch, " of job '", name_, "'"));
+    }
+  }
   if (absl::Status s = CheckOpen(); !s.ok()) return s;
   if (!planning_error_.ok()) return absl::InternalError(planning_error_.ToString());
   if (epoch < epoch_) {
@@ -273,10 +293,12 @@ absl::StatusOr<ShardLease> Job::AcquireShard(uint64_t epoch, uint32_t rank, uint
   return lease;
 }
 
-void Job::RecordStreamed(uint64_t epoch, uint32_t rank, uint64_t position) {
+absl::Status Job::RecordStreamed(uint64_t epoch, uint32_t rank, uint64_t position) {
   absl::MutexLock lock(&mu_);
-  if (epoch != epoch_ || rank >= ranks_.size()) return;
-  ranks_[rank].streamed = std::max(ranks_[rank].streamed, position);
+  if (epoch == epoch_ && rank < ranks_.size()) {
+    ranks_[rank].streamed = std::max(ranks_[rank].streamed, position);
+  }
+  return closed_;
 }
 
 // ---- Losses
@@ -312,9 +334,13 @@ absl::Status Job::ReportLosses(const LossBatchView& batch, v1::LossReportSummary
   if (absl::Status s = CheckOpen(); !s.ok()) return s;
   if (batch.epoch < epoch_) {
     summary->set_stale(summary->stale() + batch.indices.size());
-    if (summary->stale_epochs_size() == 0 ||
-        summary->stale_epochs(summary->stale_epochs_size() - 1) != batch.epoch) {
-      summary->add_stale_epochs(batch.epoch);
+    // Keep stale_epochs ascending without repeats (batches of one stream may come in any order).
+    auto* epochs = summary->mutable_stale_epochs();
+    const auto at = std::lower_bound(epochs->begin(), epochs->end(), batch.epoch);
+    if (at == epochs->end() || *at != batch.epoch) {
+      const int pos = static_cast<int>(at - epochs->begin());
+      epochs->Add(batch.epoch);
+      std::rotate(epochs->begin() + pos, epochs->end() - 1, epochs->end());
     }
     return absl::OkStatus();
   }
@@ -381,8 +407,15 @@ absl::StatusOr<v1::EndEpochResponse> Job::EndEpoch(uint64_t epoch, uint32_t rank
     planning_ = true;
     epoch_ = epoch + 1;
   }
-  absl::MutexLock lock(&planner_mu_);
-  if (planner_.joinable()) planner_.join();  // The previous epoch's planner has finished.
+  absl::MutexLock planner_lock(&planner_mu_);
+  // The previous epoch's planner has published (epoch e was served), at most it is trimming.
+  if (planner_.joinable()) planner_.join();
+  {
+    absl::MutexLock lock(&mu_);
+    // Close() ran meanwhile: it has already joined, so no new planner may start (waiters were
+    // woken with the close reason).
+    if (!closed_.ok()) return response;
+  }
   planner_ = std::thread([this, epoch] { PlanNextEpoch(epoch); });
   return response;
 }

@@ -9,6 +9,10 @@
 // a plan or weights are computed or while a client is streamed to: readers take a reference to
 // the immutable EpochView (plan + weights of the epoch) and release the lock.
 //
+// Lock order: planner_mu_, then mu_, then lookahead_mu_ (each may be taken alone). The planner
+// thread takes mu_ and lookahead_mu_ but never planner_mu_, so joining it under planner_mu_ is
+// safe.
+//
 // Rules (see proto/samplerd.proto for the client-visible contract):
 //   - Losses for the current epoch are applied once its plan is ready; older epochs are counted
 //     as stale; later epochs are FAILED_PRECONDITION.
@@ -20,6 +24,7 @@
 #define SAMPLERD_SERVER_JOB_H_
 
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <memory>
 #include <string>
@@ -91,15 +96,23 @@ class Job {
 
   // The shard of (epoch, rank) for a caller with `world_size`. Waits until `deadline` for an
   // epoch still being planned (the current one, or the next one while ranks finish the current
-  // one). Errors: FAILED_PRECONDITION (world size mismatch, epoch closed or too far ahead),
-  // INVALID_ARGUMENT (rank), DEADLINE_EXCEEDED, UNAVAILABLE (shutting down), NOT_FOUND (deleted).
+  // one). While waiting, `cancelled` (if set) is polled every 100 ms so that a caller that went
+  // away does not hold its thread until the barrier. Errors: FAILED_PRECONDITION (world size
+  // mismatch, epoch closed or too far ahead), INVALID_ARGUMENT (rank), DEADLINE_EXCEEDED,
+  // CANCELLED, UNAVAILABLE (shutting down), NOT_FOUND (deleted).
   absl::StatusOr<ShardLease> AcquireShard(uint64_t epoch, uint32_t rank, uint32_t world_size,
-                                          absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
+                                          absl::Time deadline,
+                                          const std::function<bool()>& cancelled = {})
+      ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Records that `rank` has been sent shard positions up to `position` in `epoch`.
-  void RecordStreamed(uint64_t epoch, uint32_t rank, uint64_t position) ABSL_LOCKS_EXCLUDED(mu_);
+  // Records that `rank` has been sent shard positions up to `position` in `epoch` (the highest
+  // position counts). Returns the reason the job was closed (NOT_FOUND: deleted; UNAVAILABLE:
+  // shutting down), OK while it is open, so that a streamer learns it without another lock.
+  absl::Status RecordStreamed(uint64_t epoch, uint32_t rank, uint64_t position)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Validates the batch whole, then applies it; adds to `summary` (accepted, stale, duplicates).
+  // Validates the batch whole, then applies it; adds to `summary` (accepted, stale, duplicates;
+  // stale_epochs kept ascending without repeats).
   absl::Status ReportLosses(const LossBatchView& batch, v1::LossReportSummary* summary)
       ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -127,9 +140,13 @@ class Job {
   // Computes W_{e+1} and plan(e+1) off the lock, then publishes them. Runs on planner_.
   void PlanNextEpoch(uint64_t closed_epoch) ABSL_LOCKS_EXCLUDED(mu_);
   // Plans `epoch` with `weights` (no lock; or takes the plan computed ahead) and publishes it as
-  // the current epoch; then, if plans do not depend on the weights, starts planning the next.
+  // the current epoch in one critical section that also installs `new_base` (if non-null) and
+  // clears planning_; then, if plans do not depend on the weights, starts planning the next.
+  // On error nothing is published and planning_ is left to the caller.
   absl::Status PlanAndPublish(uint64_t epoch, std::shared_ptr<const std::vector<float>> weights,
-                              double recompute_ms) ABSL_LOCKS_EXCLUDED(mu_, lookahead_mu_);
+                              double recompute_ms,
+                              std::shared_ptr<const std::vector<float>> new_base)
+      ABSL_LOCKS_EXCLUDED(mu_, lookahead_mu_);
   // Whether a plan depends only on (seed, epoch): sequential order, every sample once (M == N
   // without replacement), or fixed uniform weights. Such plans are computed one epoch ahead.
   bool PlanIgnoresWeights() const;
@@ -152,11 +169,13 @@ class Job {
   // Base weights (mean 1) for STATIC / CLASS_BALANCED; empty for UNIFORM. Replaced only before
   // the job starts.
   std::shared_ptr<const std::vector<float>> base_ ABSL_GUARDED_BY(mu_);
-  // Read by the planner thread without mu_ while planning_ is true; ReportLosses does not write
-  // it then (the next epoch's plan is not ready, so its losses are refused).
+  // Read by the planner thread without mu_ before it publishes the plan (plan_ready_ false);
+  // ReportLosses writes it only under mu_ with plan_ready_ true, so the two never overlap.
   LossTable losses_;
   std::vector<RankState> ranks_ ABSL_GUARDED_BY(mu_);
   uint32_t ranks_ended_ ABSL_GUARDED_BY(mu_) = 0;
+  // Epoch 0 being planned after an upload, or a closed epoch's successor being planned; cleared
+  // in the same critical section that publishes the plan.
   bool planning_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status planning_error_ ABSL_GUARDED_BY(mu_);
   WeightSummary weight_summary_ ABSL_GUARDED_BY(mu_);
@@ -164,9 +183,10 @@ class Job {
   double last_plan_ms_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t samples_seen_ ABSL_GUARDED_BY(mu_) = 0;
 
-  // The background planning of the next epoch; joined before reuse and on Close.
-  // Lock order: mu_ is never held while taking planner_mu_.
-  absl::Mutex planner_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  // The background planning of the next epoch; joined before reuse and on Close. A new planner
+  // is started only under planner_mu_ after checking closed_, so Close (which sets closed_, then
+  // joins under planner_mu_) never leaves one running. Lock order: planner_mu_, then mu_.
+  absl::Mutex planner_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   std::thread planner_ ABSL_GUARDED_BY(planner_mu_);
   // The plan of epoch lookahead_epoch_, computed ahead (see PlanIgnoresWeights); costs one more
   // plan in memory. Lock order: mu_, then lookahead_mu_.

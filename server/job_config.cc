@@ -66,7 +66,7 @@ absl::StatusOr<JobConfig> MakeJobConfig(const v1::JobSpec& spec, const JobLimits
     return absl::InvalidArgumentError(
         absl::StrCat("spec.order = SEQUENTIAL needs replacement = false and samples_per_epoch = "
                      "num_samples; got replacement = ",
-                     spec.replacement(), ", samples_per_epoch = ", m));
+                     spec.replacement() ? "true" : "false", ", samples_per_epoch = ", m));
   }
   c.plan =
       PlanSpec{n, m, spec.seed(), spec.replacement(),

@@ -31,29 +31,44 @@ absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Create(const std::string& name
   if (!config.ok()) return config.status();
   {
     absl::MutexLock lock(&mu_);
-    if (closed_) return absl::UnavailableError("samplerd is shutting down");
-    if (auto it = jobs_.find(name); it != jobs_.end()) {
-      if (SameSpec(it->second->config().normalized, config->normalized)) return it->second;
-      return Conflict(name);
+    auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return closed_ || pending_.count(name) == 0;
+    };
+    while (true) {
+      if (closed_) return absl::UnavailableError("samplerd is shutting down");
+      if (auto it = jobs_.find(name); it != jobs_.end()) {
+        if (SameSpec(it->second->config().normalized, config->normalized)) return it->second;
+        return Conflict(name);
+      }
+      auto pending = pending_.find(name);
+      if (pending == pending_.end()) break;
+      if (!SameSpec(pending->second, config->normalized)) return Conflict(name);
+      // Another call is creating this very job: wait for it, then look again (it may have
+      // failed, and then this call tries itself).
+      mu_.Await(absl::Condition(&settled));
     }
-    if (jobs_.size() + pending_creates_ >= limits_.max_jobs) {
+    if (jobs_.size() + pending_.size() >= limits_.max_jobs) {
       return absl::ResourceExhaustedError(absl::StrCat("max jobs reached: ", limits_.max_jobs,
                                                        " (--max_jobs); delete a job first"));
     }
-    ++pending_creates_;
+    pending_.emplace(name, config->normalized);
   }
   // Planning epoch 0 may take a while: not under the registry lock.
   absl::StatusOr<std::unique_ptr<Job>> job = Job::Create(name, *std::move(config), backend_);
-  absl::MutexLock lock(&mu_);
-  --pending_creates_;
-  if (!job.ok()) return job.status();
-  if (auto it = jobs_.find(name); it != jobs_.end()) {  // A concurrent create won the race.
-    if (SameSpec(it->second->config().normalized, (*job)->config().normalized)) return it->second;
-    return Conflict(name);
+  std::shared_ptr<Job> shared;
+  {
+    absl::MutexLock lock(&mu_);
+    pending_.erase(name);
+    if (!job.ok()) return job.status();
+    shared = *std::move(job);
+    if (!closed_) {
+      jobs_.emplace(name, shared);
+      return shared;
+    }
   }
-  std::shared_ptr<Job> shared = *std::move(job);
-  jobs_.emplace(name, shared);
-  return shared;
+  // CloseAll ran while this job was planned: it never becomes visible.
+  shared->Close(absl::UnavailableError("samplerd is shutting down"));
+  return absl::UnavailableError("samplerd is shutting down");
 }
 
 absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Get(const std::string& name) const {

@@ -1,7 +1,9 @@
 // JobRegistry: the server's jobs by name, with the server-wide limits.
 //
 // Thread-safe. Jobs are shared_ptr: a call that looked a job up keeps it alive even if it is
-// deleted meanwhile (its waiters are woken with NOT_FOUND).
+// deleted meanwhile (its waiters are woken with NOT_FOUND). The registry lock is never held while
+// a job plans or closes; it is taken before any job's lock (lock order: JobRegistry::mu_, then
+// Job's locks; in practice the two are never nested).
 #ifndef SAMPLERD_SERVER_JOB_REGISTRY_H_
 #define SAMPLERD_SERVER_JOB_REGISTRY_H_
 
@@ -34,7 +36,9 @@ class JobRegistry {
 
   // Creates a job, or returns the existing one if `spec` normalises to the same spec.
   // ALREADY_EXISTS for a different spec, RESOURCE_EXHAUSTED at max_jobs, INVALID_ARGUMENT for a
-  // bad name or spec. The job is planned outside the registry lock.
+  // bad name or spec, UNAVAILABLE after CloseAll. The job is planned outside the registry lock;
+  // concurrent creates of one name (every rank creating the job at start-up) wait for the first
+  // and share its job: one plan is computed and one max_jobs slot is used.
   absl::StatusOr<std::shared_ptr<Job>> Create(const std::string& name, const v1::JobSpec& spec)
       ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -55,7 +59,9 @@ class JobRegistry {
   ComputeBackend* const backend_;
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
-  size_t pending_creates_ ABSL_GUARDED_BY(mu_) = 0;  // Counted against max_jobs.
+  // Jobs being created (planning epoch 0 off the lock): name -> normalised spec. Counted against
+  // max_jobs; a create of a pending name waits for it.
+  std::map<std::string, v1::JobSpec> pending_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
 

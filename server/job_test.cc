@@ -1,13 +1,13 @@
 // The job state machine on its own: no gRPC, the CPU backend, plain calls.
 #include "server/job.h"
 
+#include <atomic>
 #include <thread>
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/job_registry.h"
 
 namespace samplerd {
 namespace {
@@ -110,32 +110,162 @@ TEST_F(JobTest, OneLossPerSamplePerEpoch) {
   EXPECT_EQ(job->Status().samples_seen(), 3u);
 }
 
-TEST(JobRegistryTest, CreateIsIdempotentAndBounded) {
-  auto backend = NewCpuBackend(1);
-  JobRegistry registry(JobRegistry::Limits{2, JobLimits()}, backend.get());
-  v1::JobSpec spec;
-  spec.set_num_samples(10);
-  spec.set_world_size(1);
-  auto a = registry.Create("a", spec);
-  ASSERT_TRUE(a.ok());
-  auto again = registry.Create("a", spec);
-  ASSERT_TRUE(again.ok());
-  EXPECT_EQ(a->get(), again->get());
-  ASSERT_TRUE(registry.Create("b", spec).ok());
-  auto full = registry.Create("c", spec);
-  EXPECT_EQ(full.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(std::string(full.status().message()), HasSubstr("--max_jobs"));
-  // Deleting wakes a waiter with NOT_FOUND and frees the slot.
-  absl::StatusCode waiter_code = absl::StatusCode::kOk;
-  std::thread waiter([&] {
-    waiter_code = (*a)->AcquireShard(1, 0, 1, absl::Now() + absl::Seconds(10)).status().code();
+TEST_F(JobTest, StaleEpochsAreAscendingWithoutRepeats) {
+  auto job = MakeJob(100, 1, v1::LOSS);
+  for (uint64_t e = 0; e < 3; ++e) {
+    ASSERT_TRUE(job->EndEpoch(e, 0).ok());
+    ASSERT_TRUE(job->AcquireShard(e + 1, 0, 1, Soon()).ok());
+  }
+  const std::vector<uint64_t> idx = {1, 2};
+  const std::vector<float> loss = {1, 1};
+  v1::LossReportSummary s;
+  for (uint64_t e : {2, 0, 2, 1, 0}) {
+    ASSERT_TRUE(job->ReportLosses({e, 0, e, idx, loss}, &s).ok());
+  }
+  EXPECT_EQ(s.stale(), 10u);
+  EXPECT_EQ(s.accepted(), 0u);
+  EXPECT_THAT(s.stale_epochs(), ::testing::ElementsAre(0, 1, 2));
+  EXPECT_EQ(job->Status().samples_seen(), 0u);
+}
+
+TEST_F(JobTest, AWaiterWhoseCallerWentAwayGivesUp) {
+  auto job = MakeJob(100, 2);
+  std::atomic<bool> gone{false};
+  absl::Notification done;
+  absl::StatusCode code = absl::StatusCode::kOk;
+  std::thread reader([&] {
+    code = job->AcquireShard(1, 0, 2, absl::InfiniteFuture(), [&] { return gone.load(); })
+               .status()
+               .code();
+    done.Notify();
   });
-  absl::SleepFor(absl::Milliseconds(50));
-  ASSERT_TRUE(registry.Delete("a").ok());
-  waiter.join();
-  EXPECT_EQ(waiter_code, absl::StatusCode::kNotFound);
-  EXPECT_EQ(registry.Get("a").status().code(), absl::StatusCode::kNotFound);
-  EXPECT_TRUE(registry.Create("c", spec).ok());
+  absl::SleepFor(absl::Milliseconds(150));
+  EXPECT_FALSE(done.HasBeenNotified());
+  gone = true;
+  EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(2)));
+  reader.join();
+  EXPECT_EQ(code, absl::StatusCode::kCancelled);
+}
+
+TEST_F(JobTest, EpochOrderOfShardsLossesAndEnds) {
+  auto job = MakeJob(100, 3, v1::LOSS);
+  const std::vector<uint64_t> idx = {1};
+  const std::vector<float> loss = {1};
+  v1::LossReportSummary s;
+  // Future epochs: the next one may be waited for; two ahead is refused at once.
+  EXPECT_EQ(job->AcquireShard(2, 0, 3, Soon()).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(job->ReportLosses({1, 0, 0, idx, loss}, &s).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(job->EndEpoch(1, 0).status().code(), absl::StatusCode::kFailedPrecondition);
+  auto mismatch = job->AcquireShard(0, 0, 4, Soon());
+  EXPECT_EQ(mismatch.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(mismatch.status().message()),
+              HasSubstr("world_size = 4 does not match job 'j' world_size = 3"));
+  EXPECT_EQ(job->AcquireShard(0, 3, 3, Soon()).status().code(), absl::StatusCode::kInvalidArgument);
+  // Ranks end in any order; the epoch closes with the last distinct one.
+  EXPECT_EQ(job->EndEpoch(0, 2)->ranks_ended(), 1u);
+  EXPECT_EQ(job->EndEpoch(0, 2)->ranks_ended(), 1u);
+  EXPECT_EQ(job->EndEpoch(0, 0)->ranks_ended(), 2u);
+  EXPECT_FALSE(job->Status().ranks(1).ended());
+  EXPECT_TRUE(job->Status().ranks(2).ended());
+  EXPECT_TRUE(job->EndEpoch(0, 1)->epoch_closed());
+  ASSERT_TRUE(job->AcquireShard(1, 0, 3, Soon()).ok());
+  auto closed = job->AcquireShard(0, 0, 3, Soon());
+  EXPECT_EQ(closed.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(closed.status().message()),
+              HasSubstr("epoch = 0 of job 'j' is closed; the current epoch is 1"));
+  // The new epoch starts with fresh per-rank progress.
+  const v1::JobStatus fresh = job->Status();
+  for (const auto& r : fresh.ranks()) {
+    EXPECT_FALSE(r.ended());
+    EXPECT_EQ(r.indices_streamed(), 0u);
+  }
+}
+
+TEST_F(JobTest, StreamingProgressAndTheCloseReason) {
+  auto job = MakeJob(100, 2);
+  EXPECT_TRUE(job->RecordStreamed(0, 1, 20).ok());
+  EXPECT_TRUE(job->RecordStreamed(0, 1, 10).ok());  // A resumed reader behind: highest counts.
+  EXPECT_TRUE(job->RecordStreamed(5, 1, 90).ok());  // Another epoch: ignored.
+  EXPECT_EQ(job->Status().ranks(1).indices_streamed(), 20u);
+  job->Close(absl::NotFoundError("deleted"));
+  EXPECT_EQ(job->RecordStreamed(0, 1, 30).code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(JobTest, StaticWeightsArriveBeforeTheFirstLossOnly) {
+  v1::JobSpec spec;
+  spec.set_num_samples(4);
+  spec.set_world_size(1);
+  spec.set_samples_per_epoch(2);
+  spec.mutable_policy()->set_base(v1::STATIC);
+  spec.mutable_policy()->set_loss(v1::LOSS);
+  auto job = *Job::Create("s", *MakeJobConfig(spec, JobLimits()), backend_.get());
+  EXPECT_FALSE(job->Describe().plan_ready());
+  EXPECT_EQ(job->AcquireShard(0, 0, 1, absl::Now() + absl::Milliseconds(30)).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(job->UploadLabels({1, 2, 3, 4}).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(job->UploadWeights({1, 2}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(job->UploadWeights({1, 0, 0, 0}).code(), absl::StatusCode::kFailedPrecondition)
+      << "fewer than M positive weights cannot plan M draws without replacement";
+  EXPECT_FALSE(job->Describe().plan_ready());
+  // A waiting reader gets the plan as soon as the upload lands.
+  absl::StatusOr<ShardLease> lease;
+  std::thread reader([&] { lease = job->AcquireShard(0, 0, 1, Soon()); });
+  absl::SleepFor(absl::Milliseconds(30));
+  ASSERT_TRUE(job->UploadWeights({0, 2, 2, 4}).ok());
+  reader.join();
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  // Normalised to mean 1; the zero-weight sample is never drawn.
+  EXPECT_THAT(*lease->view.weights, ::testing::ElementsAre(0.0f, 1.0f, 1.0f, 2.0f));
+  for (uint64_t i : lease->view.plan->ToVector()) EXPECT_NE(i, 0u);
+  EXPECT_TRUE(job->UploadWeights({1, 1, 1, 1}).ok());  // Re-upload before any loss: allowed.
+  v1::LossReportSummary s;
+  const std::vector<uint64_t> idx = {1};
+  const std::vector<float> loss = {1};
+  ASSERT_TRUE(job->ReportLosses({0, 0, 0, idx, loss}, &s).ok());
+  EXPECT_EQ(job->UploadWeights({1, 1, 1, 1}).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(JobTest, ManyEpochsWithConcurrentRanks) {
+  // Ranks race through 20 epochs: each waits for its shard, reports, ends. No deadlock, every
+  // epoch's shards partition its plan.
+  const uint32_t world = 4;
+  auto job = MakeJob(400, world, v1::LOSS, 200);
+  std::vector<std::thread> ranks;
+  std::atomic<int> errors{0};
+  for (uint32_t r = 0; r < world; ++r) {
+    ranks.emplace_back([&, r] {
+      for (uint64_t e = 0; e < 20; ++e) {
+        auto lease = job->AcquireShard(e, r, world, Soon());
+        if (!lease.ok() || lease->view.plan->epoch != e) {
+          ++errors;
+          return;
+        }
+        std::vector<uint64_t> shard(lease->shard_length);
+        if (!backend_->ExtractShard(*lease->view.plan, lease->shard, r, 0, absl::MakeSpan(shard))
+                 .ok()) {
+          ++errors;
+          return;
+        }
+        std::vector<float> losses(shard.size());
+        for (size_t k = 0; k < shard.size(); ++k) losses[k] = shard[k] < 40 ? 5.0f : 0.5f;
+        v1::LossReportSummary s;
+        if (!job->ReportLosses({e, r, e, shard, losses}, &s).ok() || s.accepted() != shard.size() ||
+            !job->EndEpoch(e, r).ok()) {
+          ++errors;
+          return;
+        }
+      }
+    });
+  }
+  for (auto& t : ranks) t.join();
+  EXPECT_EQ(errors.load(), 0);
+  ASSERT_TRUE(job->AcquireShard(20, 0, world, Soon()).ok());
+  const v1::JobStatus status = job->Status();
+  EXPECT_EQ(status.job().current_epoch(), 20u);
+  EXPECT_GT(status.weights().max(), 2.0);
+  EXPECT_NEAR(status.weights().mean(), 1.0, 1e-3);
 }
 
 }  // namespace

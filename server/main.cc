@@ -7,6 +7,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "glog/logging.h"
 #include "server/server.h"
 
@@ -15,7 +17,9 @@ ABSL_FLAG(int, port, 50051, "Port to listen on; 0 picks a free port (printed at 
 ABSL_FLAG(std::string, data_dir, "",
           "Directory for persistent state. Accepted but not used yet: job state is in memory "
           "until the persistence issue lands.");
-ABSL_FLAG(std::string, backend, "auto", "Compute backend: auto, cpu or cuda.");
+ABSL_FLAG(std::string, backend, "auto",
+          "Compute backend: auto (the CPU backend in this build), cpu, or cuda (not built yet: "
+          "exits with an error).");
 ABSL_FLAG(int, planner_threads, 0, "CPU backend threads (0 = all cores).");
 ABSL_FLAG(int, max_jobs, 64, "Most jobs at once.");
 ABSL_FLAG(uint64_t, max_samples_per_job, uint64_t{1} << 32, "Largest num_samples of a job.");
@@ -25,7 +29,18 @@ ABSL_FLAG(int, grace_period_ms, 10000, "On SIGTERM, time for in-flight calls to 
 ABSL_FLAG(int, log_level, 0, "Minimum log level to stderr: 0 INFO, 1 WARNING, 2 ERROR.");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("samplerd: sampler coordination service for DDP training");
+  absl::SetProgramUsageMessage(
+      "sampler coordination service for distributed data-parallel training.\n"
+      "Prints \"samplerd listening on HOST:PORT\" once serving; SIGTERM/SIGINT stop it "
+      "gracefully.\n"
+      "Usage: samplerd [--host=127.0.0.1] [--port=50051 | --port=0] [flags]");
+  // --help lists this file's flags (Abseil would look for samplerd.cc by the binary's name).
+  absl::FlagsUsageConfig usage;
+  usage.contains_helpshort_flags = [](absl::string_view file) {
+    return absl::EndsWith(file, "server/main.cc");
+  };
+  usage.contains_help_flags = usage.contains_helpshort_flags;
+  absl::SetFlagsUsageConfig(usage);
   absl::ParseCommandLine(argc, argv);
   FLAGS_logtostderr = true;
   FLAGS_minloglevel = absl::GetFlag(FLAGS_log_level);

@@ -1,5 +1,6 @@
 #include "server/sampler_service.h"
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <vector>
@@ -58,11 +59,34 @@ absl::StatusOr<std::vector<T>> ReadUpload(grpc::ServerReaderInterface<Chunk>* re
 
 }  // namespace
 
-SamplerService::SamplerService(JobRegistry* registry, ComputeBackend* backend)
-    : registry_(registry), backend_(backend) {}
+SamplerService::CallScope::CallScope(SamplerService* service) : service_(service) {
+  absl::MutexLock lock(&service_->calls_mu_);
+  ++service_->calls_in_flight_;
+}
+
+SamplerService::CallScope::~CallScope() {
+  absl::MutexLock lock(&service_->calls_mu_);
+  --service_->calls_in_flight_;
+}
+
+int64_t SamplerService::CallsInFlight() const {
+  absl::MutexLock lock(&calls_mu_);
+  return calls_in_flight_;
+}
+
+bool SamplerService::AwaitNoCalls(absl::Time deadline) const {
+  absl::MutexLock lock(&calls_mu_);
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(calls_mu_) { return calls_in_flight_ == 0; };
+  return calls_mu_.AwaitWithDeadline(absl::Condition(&idle), deadline);
+}
+
+SamplerService::SamplerService(JobRegistry* registry, ComputeBackend* backend,
+                               int max_message_bytes)
+    : registry_(registry), backend_(backend), max_message_bytes_(max_message_bytes) {}
 
 grpc::Status SamplerService::CreateJob(grpc::ServerContext*, const v1::CreateJobRequest* request,
                                        v1::Job* response) {
+  CallScope call(this);
   absl::StatusOr<std::shared_ptr<Job>> job = registry_->Create(request->name(), request->spec());
   if (!job.ok()) return ToGrpcStatus(job.status());
   *response = (*job)->Describe();
@@ -71,6 +95,7 @@ grpc::Status SamplerService::CreateJob(grpc::ServerContext*, const v1::CreateJob
 
 grpc::Status SamplerService::GetJob(grpc::ServerContext*, const v1::GetJobRequest* request,
                                     v1::Job* response) {
+  CallScope call(this);
   absl::StatusOr<std::shared_ptr<Job>> job = registry_->Get(request->name());
   if (!job.ok()) return ToGrpcStatus(job.status());
   *response = (*job)->Describe();
@@ -79,18 +104,21 @@ grpc::Status SamplerService::GetJob(grpc::ServerContext*, const v1::GetJobReques
 
 grpc::Status SamplerService::ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*,
                                       v1::ListJobsResponse* response) {
+  CallScope call(this);
   for (const auto& job : registry_->List()) *response->add_jobs() = job->Describe();
   return grpc::Status::OK;
 }
 
 grpc::Status SamplerService::DeleteJob(grpc::ServerContext*, const v1::DeleteJobRequest* request,
                                        v1::DeleteJobResponse*) {
+  CallScope call(this);
   return ToGrpcStatus(registry_->Delete(request->name()));
 }
 
 grpc::Status SamplerService::UploadWeights(grpc::ServerContext*,
                                            grpc::ServerReader<v1::UploadWeightsChunk>* reader,
                                            v1::UploadSummary* response) {
+  CallScope call(this);
   std::shared_ptr<Job> job;
   absl::StatusOr<std::vector<float>> weights = ReadUpload<v1::UploadWeightsChunk, float>(
       reader, registry_, &job, "weights",
@@ -105,6 +133,7 @@ grpc::Status SamplerService::UploadWeights(grpc::ServerContext*,
 grpc::Status SamplerService::UploadLabels(grpc::ServerContext*,
                                           grpc::ServerReader<v1::UploadLabelsChunk>* reader,
                                           v1::UploadSummary* response) {
+  CallScope call(this);
   std::shared_ptr<Job> job;
   absl::StatusOr<std::vector<uint32_t>> labels = ReadUpload<v1::UploadLabelsChunk, uint32_t>(
       reader, registry_, &job, "labels",
@@ -118,6 +147,7 @@ grpc::Status SamplerService::UploadLabels(grpc::ServerContext*,
 grpc::Status SamplerService::StreamShard(grpc::ServerContext* context,
                                          const v1::StreamShardRequest* request,
                                          grpc::ServerWriter<v1::ShardChunk>* writer) {
+  CallScope call(this);
   return StreamShardImpl(
       *request, DeadlineOf(*context), [context] { return context->IsCancelled(); }, writer);
 }
@@ -132,8 +162,8 @@ grpc::Status SamplerService::StreamShardImpl(const v1::StreamShardRequest& reque
   }
   absl::StatusOr<std::shared_ptr<Job>> job = registry_->Get(request.job());
   if (!job.ok()) return ToGrpcStatus(job.status());
-  absl::StatusOr<ShardLease> lease =
-      (*job)->AcquireShard(request.epoch(), request.rank(), request.world_size(), deadline);
+  absl::StatusOr<ShardLease> lease = (*job)->AcquireShard(
+      request.epoch(), request.rank(), request.world_size(), deadline, cancelled);
   if (!lease.ok()) return ToGrpcStatus(lease.status());
   const uint64_t length = lease->shard_length;
   if (request.start_offset() > length) {
@@ -141,10 +171,15 @@ grpc::Status SamplerService::StreamShardImpl(const v1::StreamShardRequest& reque
         absl::StrCat("start_offset = ", request.start_offset(), " is past the shard length ",
                      length, " of rank ", request.rank())));
   }
-  const uint64_t chunk_size =
-      request.max_chunk_size() == 0 ? kDefaultChunk : request.max_chunk_size();
   const Plan& plan = *lease->view.plan;
-  const bool wide = plan.num_samples > (uint64_t{1} << 32);
+  const bool wide = !Plan::Narrow(plan.num_samples);
+  // Fit a chunk in one message: 4 or 8 bytes per index, 4 more with importance weights, plus a
+  // few bytes of header fields.
+  const uint64_t bytes_per_index = (wide ? 8 : 4) + (request.with_is_weights() ? 4 : 0);
+  const uint64_t fits = std::max<int64_t>(max_message_bytes_ - 128, 0) / bytes_per_index;
+  const uint64_t chunk_size = std::max<uint64_t>(
+      1, std::min<uint64_t>(
+             request.max_chunk_size() == 0 ? kDefaultChunk : request.max_chunk_size(), fits));
   const std::vector<float>& weights = *lease->view.weights;
   std::vector<uint64_t> buffer;
   v1::ShardChunk chunk;
@@ -181,7 +216,12 @@ grpc::Status SamplerService::StreamShardImpl(const v1::StreamShardRequest& reque
     if (!writer->Write(chunk)) {
       return grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream closed by the client");
     }
-    (*job)->RecordStreamed(request.epoch(), request.rank(), pos);
+    // Deleted meanwhile: stop (the proto promises NOT_FOUND). Shutting down (UNAVAILABLE): an
+    // in-flight stream may finish within the grace period, the server cancels it after.
+    if (absl::Status closed = (*job)->RecordStreamed(request.epoch(), request.rank(), pos);
+        absl::IsNotFound(closed) && pos < length) {
+      return ToGrpcStatus(closed);
+    }
   } while (pos < length);
   return grpc::Status::OK;
 }
@@ -189,6 +229,7 @@ grpc::Status SamplerService::StreamShardImpl(const v1::StreamShardRequest& reque
 grpc::Status SamplerService::ReportLosses(grpc::ServerContext*,
                                           grpc::ServerReader<v1::LossBatch>* reader,
                                           v1::LossReportSummary* response) {
+  CallScope call(this);
   return ReportLossesImpl(reader, response);
 }
 
@@ -219,6 +260,7 @@ grpc::Status SamplerService::ReportLossesImpl(grpc::ServerReaderInterface<v1::Lo
 
 grpc::Status SamplerService::EndEpoch(grpc::ServerContext*, const v1::EndEpochRequest* request,
                                       v1::EndEpochResponse* response) {
+  CallScope call(this);
   absl::StatusOr<std::shared_ptr<Job>> job = registry_->Get(request->job());
   if (!job.ok()) return ToGrpcStatus(job.status());
   absl::StatusOr<v1::EndEpochResponse> r = (*job)->EndEpoch(request->epoch(), request->rank());
@@ -230,6 +272,7 @@ grpc::Status SamplerService::EndEpoch(grpc::ServerContext*, const v1::EndEpochRe
 grpc::Status SamplerService::GetJobStatus(grpc::ServerContext*,
                                           const v1::GetJobStatusRequest* request,
                                           v1::JobStatus* response) {
+  CallScope call(this);
   absl::StatusOr<std::shared_ptr<Job>> job = registry_->Get(request->name());
   if (!job.ok()) return ToGrpcStatus(job.status());
   *response = (*job)->Status();

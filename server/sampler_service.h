@@ -8,7 +8,11 @@
 #define SAMPLERD_SERVER_SAMPLER_SERVICE_H_
 
 #include <cstdint>
+#include <functional>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "kernels/compute_backend.h"
 #include "proto/samplerd.grpc.pb.h"
@@ -22,8 +26,9 @@ class SamplerService final : public v1::Sampler::Service {
   static constexpr uint32_t kDefaultChunk = 1 << 16;
   static constexpr uint32_t kMaxChunk = 1 << 20;
 
-  // `registry` and `backend` must outlive the service.
-  SamplerService(JobRegistry* registry, ComputeBackend* backend);
+  // `registry` and `backend` must outlive the service. `max_message_bytes` is the server's send
+  // limit: shard chunks are made small enough to fit it whatever max_chunk_size asks for.
+  SamplerService(JobRegistry* registry, ComputeBackend* backend, int max_message_bytes = 64 << 20);
 
   grpc::Status CreateJob(grpc::ServerContext* context, const v1::CreateJobRequest* request,
                          v1::Job* response) override;
@@ -49,16 +54,38 @@ class SamplerService final : public v1::Sampler::Service {
                             v1::JobStatus* response) override;
 
   // Network-free cores of the streaming handlers. `deadline` bounds waiting for a plan;
-  // `cancelled` is polled between chunks.
+  // `cancelled` is polled while waiting and between chunks. A stream whose job is deleted ends
+  // with NOT_FOUND at the next chunk; on shutdown (UNAVAILABLE) a stream already writing is let
+  // finish within the grace period.
   grpc::Status StreamShardImpl(const v1::StreamShardRequest& request, absl::Time deadline,
                                const std::function<bool()>& cancelled,
                                grpc::ServerWriterInterface<v1::ShardChunk>* writer);
   grpc::Status ReportLossesImpl(grpc::ServerReaderInterface<v1::LossBatch>* reader,
                                 v1::LossReportSummary* response);
 
+  // Calls running in this service's handlers now.
+  int64_t CallsInFlight() const ABSL_LOCKS_EXCLUDED(calls_mu_);
+  // Waits until no call runs in the handlers or `deadline` passes; true if none runs. Used by a
+  // graceful shutdown: gRPC's own Shutdown(deadline) also waits for idle client connections to
+  // close, so it would always take the whole grace period while trainers stay connected.
+  bool AwaitNoCalls(absl::Time deadline) const ABSL_LOCKS_EXCLUDED(calls_mu_);
+
  private:
+  // Counts a handler invocation for its lifetime.
+  class CallScope {
+   public:
+    explicit CallScope(SamplerService* service);
+    ~CallScope();
+
+   private:
+    SamplerService* const service_;
+  };
+
   JobRegistry* const registry_;
   ComputeBackend* const backend_;
+  const int max_message_bytes_;
+  mutable absl::Mutex calls_mu_;
+  int64_t calls_in_flight_ ABSL_GUARDED_BY(calls_mu_) = 0;
 };
 
 }  // namespace samplerd

@@ -120,5 +120,54 @@ TEST_F(StreamsTest, ABadBatchFailsTheStreamAfterTheGoodOnesWereApplied) {
   EXPECT_EQ((*registry_.Get("j"))->Status().samples_seen(), 1u);
 }
 
+TEST_F(StreamsTest, ChunksAreCutToFitTheMessageLimit) {
+  // A 4 KiB message limit: 4-byte indices plus 4-byte importance weights, at most 496 a chunk,
+  // whatever max_chunk_size asks for.
+  SamplerService small(&registry_, backend_.get(), 4096);
+  v1::StreamShardRequest request = Request(0);
+  request.set_with_is_weights(true);
+  FakeShardWriter writer(1000);
+  ASSERT_TRUE(small
+                  .StreamShardImpl(
+                      request, absl::InfiniteFuture(), [] { return false; }, &writer)
+                  .ok());
+  uint64_t total = 0;
+  for (const v1::ShardChunk& c : writer.chunks) {
+    EXPECT_LE(c.ByteSizeLong(), 4096u);
+    EXPECT_EQ(c.is_weights_size(), c.indices32_size());
+    total += c.indices32_size();
+  }
+  EXPECT_EQ(writer.chunks.size(), 2u);
+  EXPECT_EQ(total, 500u);
+}
+
+TEST_F(StreamsTest, ResumingAtEveryOffsetGivesExactlyTheRemainder) {
+  FakeShardWriter full(1000);
+  ASSERT_TRUE(service_
+                  .StreamShardImpl(
+                      Request(7), absl::InfiniteFuture(), [] { return false; }, &full)
+                  .ok());
+  std::vector<uint32_t> shard;
+  for (const auto& c : full.chunks)
+    shard.insert(shard.end(), c.indices32().begin(), c.indices32().end());
+  ASSERT_EQ(shard.size(), 500u);
+  for (uint64_t start : {0, 1, 6, 7, 250, 499, 500}) {
+    v1::StreamShardRequest request = Request(7);
+    request.set_start_offset(start);
+    FakeShardWriter writer(1000);
+    ASSERT_TRUE(service_
+                    .StreamShardImpl(
+                        request, absl::InfiniteFuture(), [] { return false; }, &writer)
+                    .ok());
+    std::vector<uint32_t> rest;
+    for (const auto& c : writer.chunks)
+      rest.insert(rest.end(), c.indices32().begin(), c.indices32().end());
+    EXPECT_EQ(rest, std::vector<uint32_t>(shard.begin() + start, shard.end())) << start;
+    ASSERT_FALSE(writer.chunks.empty());  // Even an empty remainder says `last`.
+    EXPECT_TRUE(writer.chunks.back().last());
+    EXPECT_EQ(writer.chunks.front().offset(), start);
+  }
+}
+
 }  // namespace
 }  // namespace samplerd

@@ -264,15 +264,146 @@ TEST_F(SamplerServiceTest, NextEpochWaitsForTheBarrierAndTheDeadline) {
 }
 
 TEST_F(SamplerServiceTest, ManyConcurrentRankStreams) {
+  // 256 ranks all parked on the server at once (waiting for epoch 1 behind the barrier), each
+  // holding a server thread; then the barrier opens and all of them are served. No retries: a
+  // refused call (thread quota) would fail the test.
   const uint32_t world = 256;
-  ASSERT_TRUE(client_->CreateJob("wide", Spec(256 * 1000, world)).ok());
-  auto shards = ReadAll("wide", 0, world);
-  std::set<uint64_t> all;
-  for (const auto& s : shards) {
-    ASSERT_EQ(s.size(), 1000u);
-    all.insert(s.begin(), s.end());
+  const uint64_t per_rank = 200;
+  ASSERT_TRUE(client_->CreateJob("wide", Spec(world * per_rank, world)).ok());
+  ClientOptions no_retries;
+  no_retries.timeout = absl::Seconds(60);
+  no_retries.max_retries = 0;
+  auto strict = *SamplerClient::Create(server_->address(), no_retries);
+  std::vector<absl::StatusOr<std::vector<uint64_t>>> shards(world);
+  std::atomic<uint32_t> started{0}, finished{0};
+  std::vector<std::thread> threads;
+  for (uint32_t r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      ++started;
+      shards[r] = strict->ReadShard("wide", 1, r, world);
+      ++finished;
+    });
   }
-  EXPECT_EQ(all.size(), 256u * 1000);
+  while (started.load() < world) absl::SleepFor(absl::Milliseconds(5));
+  absl::SleepFor(absl::Milliseconds(300));  // Let every call reach the server and wait there.
+  EXPECT_EQ(finished.load(), 0u) << "calls ended before the barrier opened";
+  for (uint32_t r = 0; r < world; ++r) {
+    auto end = strict->EndEpoch("wide", 0, r);
+    ASSERT_TRUE(end.ok()) << end.status();
+  }
+  for (auto& t : threads) t.join();
+  std::set<uint64_t> all;
+  for (uint32_t r = 0; r < world; ++r) {
+    ASSERT_TRUE(shards[r].ok()) << "rank " << r << ": " << shards[r].status();
+    ASSERT_EQ(shards[r]->size(), per_rank);
+    all.insert(shards[r]->begin(), shards[r]->end());
+  }
+  EXPECT_EQ(all.size(), world * per_rank);
+}
+
+TEST_F(SamplerServiceTest, DeletingAJobEndsItsStreamsWithNotFound) {
+  ASSERT_TRUE(client_->CreateJob("d", Spec(2'000'000, 2)).ok());
+  // One rank waits for epoch 1, another is in the middle of epoch 0's 1e6 indices.
+  grpc::Status waiter_status;
+  std::thread waiter([&] {
+    grpc::ClientContext context;
+    v1::StreamShardRequest request;
+    request.set_job("d");
+    request.set_epoch(1);
+    request.set_world_size(2);
+    auto reader = client_->stub()->StreamShard(&context, request);
+    v1::ShardChunk chunk;
+    while (reader->Read(&chunk)) {
+    }
+    waiter_status = reader->Finish();
+  });
+  // A reader with a small, fixed flow-control window (no BDP growth): the server blocks in
+  // Write after a few chunks, as with a slow trainer.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 * 1024);
+  auto slow = v1::Sampler::NewStub(
+      grpc::CreateCustomChannel(server_->address(), grpc::InsecureChannelCredentials(), args));
+  grpc::ClientContext context;
+  v1::StreamShardRequest request;
+  request.set_job("d");
+  request.set_world_size(2);
+  request.set_max_chunk_size(1000);
+  auto reader = slow->StreamShard(&context, request);
+  v1::ShardChunk chunk;
+  ASSERT_TRUE(reader->Read(&chunk));
+  uint64_t received = chunk.indices32_size();
+  absl::SleepFor(absl::Milliseconds(100));
+  ASSERT_TRUE(client_->DeleteJob("d").ok());
+  while (reader->Read(&chunk)) received += chunk.indices32_size();
+  const grpc::Status status = reader->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND) << status.error_message();
+  EXPECT_LT(received, 1'000'000u);
+  waiter.join();
+  EXPECT_EQ(waiter_status.error_code(), grpc::StatusCode::NOT_FOUND);
+  // The name is free again.
+  EXPECT_TRUE(client_->CreateJob("d", Spec(10, 1)).ok());
+}
+
+TEST_F(SamplerServiceTest, ImportanceWeightsFollowTheLossWeights) {
+  // With replacement and loss-driven weights: is_weight = 1 / (N p_i) = 1 / w_i, so over the
+  // draws its mean is 1 and hard samples (drawn more) carry smaller corrections.
+  const uint64_t n = 2000, m = 40000;
+  v1::JobSpec spec = Spec(n, 2, m);
+  spec.set_replacement(true);
+  spec.mutable_policy()->set_loss(v1::LOSS);
+  ASSERT_TRUE(client_->CreateJob("is", spec).ok());
+  std::vector<uint64_t> all(n);
+  for (uint64_t i = 0; i < n; ++i) all[i] = i;
+  ASSERT_TRUE(client_->ReportLosses({Batch("is", 0, 0, 0, all, HardLoss)}).ok());
+  ASSERT_TRUE(client_->EndEpoch("is", 0, 0).ok());
+  ASSERT_TRUE(client_->EndEpoch("is", 0, 1).ok());
+  double sum = 0, hard_sum = 0, easy_sum = 0;
+  uint64_t count = 0, hard = 0, easy = 0;
+  for (uint32_t r = 0; r < 2; ++r) {
+    absl::Status s = client_->StreamShard("is", 1, r, 2, 0, true, [&](const ShardSlice& sl) {
+      EXPECT_EQ(sl.is_weights.size(), sl.indices.size());
+      for (size_t k = 0; k < sl.indices.size(); ++k) {
+        sum += sl.is_weights[k];
+        ++count;
+        (sl.indices[k] < 1000 ? hard_sum : easy_sum) += sl.is_weights[k];
+        ++(sl.indices[k] < 1000 ? hard : easy);
+      }
+      return absl::OkStatus();
+    });
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  EXPECT_EQ(count, m);
+  EXPECT_NEAR(sum / count, 1.0, 0.05);
+  EXPECT_LT(hard_sum / hard, 0.5 * (easy_sum / easy));
+  // Every sample once per epoch (M == N, no replacement): the weights have no effect, is = 1.
+  v1::JobSpec once = Spec(500, 1);
+  once.mutable_policy()->set_loss(v1::LOSS);
+  ASSERT_TRUE(client_->CreateJob("once", once).ok());
+  ASSERT_TRUE(client_->ReportLosses({Batch("once", 0, 0, 0, {1, 2, 3}, HardLoss)}).ok());
+  ASSERT_TRUE(client_->EndEpoch("once", 0, 0).ok());
+  absl::Status s = client_->StreamShard("once", 1, 0, 1, 0, true, [&](const ShardSlice& sl) {
+    for (float w : sl.is_weights) EXPECT_EQ(w, 1.0f);
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(s.ok()) << s;
+}
+
+TEST_F(SamplerServiceTest, JobsAreIndependent) {
+  // Two jobs advance separately: ending epochs of one does not touch the other.
+  ASSERT_TRUE(client_->CreateJob("a", Spec(100, 1)).ok());
+  ASSERT_TRUE(client_->CreateJob("b", Spec(100, 1)).ok());
+  const std::vector<uint64_t> a0 = *client_->ReadShard("a", 0, 0, 1);
+  ASSERT_TRUE(client_->EndEpoch("a", 0, 0).ok());
+  ASSERT_TRUE(client_->ReadShard("a", 1, 0, 1).ok());
+  EXPECT_EQ(client_->GetJob("a")->current_epoch(), 1u);
+  EXPECT_EQ(client_->GetJob("b")->current_epoch(), 0u);
+  // Plans depend on (spec, seed, epoch) only: b's epoch 0 is a's epoch 0; epochs differ.
+  auto b0 = client_->ReadShard("b", 0, 0, 1);
+  auto a1 = client_->ReadShard("a", 1, 0, 1);
+  ASSERT_TRUE(b0.ok() && a1.ok());
+  EXPECT_EQ(*b0, a0);
+  EXPECT_NE(*a1, a0);
 }
 
 TEST_F(SamplerServiceTest, StaticWeightsDecideTheDrawsAndTheImportanceWeights) {

@@ -1,5 +1,6 @@
 #include "server/server.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -10,21 +11,50 @@
 #include "grpcpp/resource_quota.h"
 
 namespace samplerd {
+namespace {
+
+// host:port, with an IPv6 literal in brackets ("[::1]:50051").
+std::string JoinHostPort(const std::string& host, int port) {
+  const bool bare_ipv6 = host.find(':') != std::string::npos && host.front() != '[';
+  return bare_ipv6 ? absl::StrCat("[", host, "]:", port) : absl::StrCat(host, ":", port);
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Create(const Options& options) {
   if (options.port < 0 || options.port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("port = ", options.port, ": must be 0..65535"));
   }
-  if (options.max_jobs == 0) return absl::InvalidArgumentError("max_jobs = 0: must be >= 1");
+  if (options.host.empty()) return absl::InvalidArgumentError("host = \"\": must not be empty");
+  if (options.max_jobs < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_jobs = ", options.max_jobs, ": must be >= 1"));
+  }
   if (options.max_samples_per_job == 0) {
     return absl::InvalidArgumentError("max_samples_per_job = 0: must be >= 1");
+  }
+  if (options.max_message_bytes < 4096) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_message_bytes = ", options.max_message_bytes, ": must be >= 4096"));
+  }
+  if (options.max_server_threads < 16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_server_threads = ", options.max_server_threads, ": must be >= 16"));
+  }
+  if (options.planner_threads < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("planner_threads = ", options.planner_threads, ": must be >= 0"));
+  }
+  if (options.grace_period < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "grace_period = ", absl::FormatDuration(options.grace_period), ": must be >= 0"));
   }
   std::unique_ptr<ComputeBackend> backend;
   if (options.backend == "auto" || options.backend == "cpu") {
     backend = NewCpuBackend(options.planner_threads);
   } else if (options.backend == "cuda") {
     return absl::UnimplementedError(
-        "backend = \"cuda\": this samplerd is built without the CUDA backend; use auto or cpu");
+        "backend = \"cuda\": samplerd was not built with CUDA; use --backend=auto or cpu");
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat("backend = \"", options.backend, "\": expected auto, cpu or cuda"));
@@ -34,9 +64,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const Options& options) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(absl::StrCat(options.host, ":", options.port),
+  builder.AddListeningPort(JoinHostPort(options.host, options.port),
                            grpc::InsecureServerCredentials(), &server->port_);
   builder.RegisterService(server->service_.get());
+  // No SO_REUSEPORT (gRPC's default on Linux): a second samplerd on the same port must fail to
+  // start, not silently share the port and split the ranks between two servers' state.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   grpc::ResourceQuota quota("samplerd");
@@ -47,7 +80,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const Options& options) {
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
     return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", options.host, ":", options.port));
+        absl::StrCat("cannot listen on ", JoinHostPort(options.host, options.port)));
   }
   LOG(INFO) << "samplerd serving on " << server->address() << " with the "
             << server->backend_->name() << " backend";
@@ -57,14 +90,16 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const Options& options) {
 Server::Server(const Options& options, std::unique_ptr<ComputeBackend> backend)
     : options_(options),
       backend_(std::move(backend)),
-      registry_(std::make_unique<JobRegistry>(
-          JobRegistry::Limits{options.max_jobs, JobLimits{options.max_samples_per_job}},
-          backend_.get())),
-      service_(std::make_unique<SamplerService>(registry_.get(), backend_.get())) {}
+      registry_(
+          std::make_unique<JobRegistry>(JobRegistry::Limits{static_cast<size_t>(options.max_jobs),
+                                                            JobLimits{options.max_samples_per_job}},
+                                        backend_.get())),
+      service_(std::make_unique<SamplerService>(registry_.get(), backend_.get(),
+                                                options.max_message_bytes)) {}
 
 Server::~Server() { Shutdown(); }
 
-std::string Server::address() const { return absl::StrCat(options_.host, ":", port_); }
+std::string Server::address() const { return JoinHostPort(options_.host, port_); }
 
 void Server::Shutdown() {
   {
@@ -72,8 +107,22 @@ void Server::Shutdown() {
     if (shut_down_ || server_ == nullptr) return;
     shut_down_ = true;
   }
-  registry_->CloseAll();  // Waiting StreamShard calls end with UNAVAILABLE.
-  server_->Shutdown(absl::ToChronoTime(absl::Now() + options_.grace_period));
+  const absl::Time deadline = absl::Now() + options_.grace_period;
+  // Load balancers and readiness probes see the server leave first.
+  if (auto* health = server_->GetHealthCheckService(); health != nullptr) {
+    health->SetServingStatus(false);
+  }
+  // Wake waiting StreamShard calls (they end with UNAVAILABLE: retry elsewhere or later) and
+  // refuse new work on the jobs (UNAVAILABLE); streams already writing continue.
+  registry_->CloseAll();
+  // Let in-flight calls finish within the grace period. gRPC's Shutdown(deadline) alone would
+  // also wait for idle client connections to go away, i.e. always the whole grace period while
+  // trainers stay connected; so wait for our own calls, then stop gRPC with a short deadline
+  // (it cancels whatever is left, e.g. a stream whose client stopped reading).
+  const bool drained = service_->AwaitNoCalls(deadline);
+  if (!drained) LOG(WARNING) << "grace period over: cancelling the calls still running";
+  server_->Shutdown(absl::ToChronoTime(
+      drained ? std::min(deadline, absl::Now() + absl::Milliseconds(100)) : absl::Now()));
 }
 
 void Server::Wait() {

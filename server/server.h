@@ -17,17 +17,30 @@
 
 namespace samplerd {
 
+// Server settings; every field has a usable default (main.cc's flags mirror them). Server::Create
+// rejects out-of-range values with INVALID_ARGUMENT naming the field.
 struct Options {
+  // Address to listen on; "0.0.0.0" for every interface.
   std::string host = "127.0.0.1";
-  int port = 50051;  // 0: any free port (see Server::port()).
-  // Persistence directory (snapshots + write-ahead log). Not used yet: state lives in memory.
+  // 0..65535; 0 picks a free port (read it back with Server::port()).
+  int port = 50051;
+  // Persistence directory (snapshots + write-ahead log). Accepted but not used yet: job state
+  // lives in memory until persistence lands.
   std::string data_dir;
-  std::string backend = "auto";  // auto | cpu | cuda.
-  int planner_threads = 0;       // CPU backend threads; 0 = all cores.
-  size_t max_jobs = 64;
+  // "auto" (= cpu in this build), "cpu", or "cuda" (not built yet: UNIMPLEMENTED).
+  std::string backend = "auto";
+  // CPU backend worker threads, >= 0; 0 = all cores.
+  int planner_threads = 0;
+  // Most jobs at once, >= 1 (CreateJob beyond it: RESOURCE_EXHAUSTED).
+  int max_jobs = 64;
+  // Largest num_samples of a job, >= 1 (beyond it: RESOURCE_EXHAUSTED).
   uint64_t max_samples_per_job = uint64_t{1} << 32;
+  // Largest gRPC message in either direction, >= 4096 bytes. Shard chunks are cut to fit it.
   int max_message_bytes = 64 << 20;
-  int max_server_threads = 1024;  // Concurrent synchronous calls (e.g. rank streams).
+  // Most concurrent synchronous calls, >= 16 (each open rank stream holds one thread; the
+  // default leaves room for hundreds of ranks plus their loss reports).
+  int max_server_threads = 1024;
+  // On Shutdown, how long in-flight calls may take to finish before they are cancelled (>= 0).
   absl::Duration grace_period = absl::Seconds(10);
 };
 
@@ -42,8 +55,11 @@ class Server {
   int port() const { return port_; }
   std::string address() const;
 
-  // Stops accepting calls, wakes waiting streams with UNAVAILABLE, lets in-flight calls finish
-  // within the grace period, then cancels the rest.
+  // Graceful stop: health checks turn NOT_SERVING; waiting StreamShard calls end with
+  // UNAVAILABLE and new work on jobs is refused with UNAVAILABLE; calls in flight (e.g. a stream
+  // already writing) get up to the grace period to finish, the rest is cancelled; then the
+  // server stops listening. Returns as soon as that is done (not after the whole grace period
+  // when clients merely stay connected). Idempotent; blocks until done.
   void Shutdown();
   // Blocks until the server has shut down.
   void Wait();

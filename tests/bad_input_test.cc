@@ -22,6 +22,8 @@ class BadInputTest : public ::testing::Test {
     Options options;
     options.port = 0;
     options.max_samples_per_job = 1'000'000;
+    options.max_jobs = 3;
+    options.max_message_bytes = 16 << 20;
     options.grace_period = absl::Milliseconds(200);
     server_ = *Server::Create(options);
     channel_ = grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials());
@@ -43,6 +45,27 @@ class BadInputTest : public ::testing::Test {
     create.mutable_spec()->mutable_policy()->set_base(v1::STATIC);
     ASSERT_TRUE(
         Call([&](grpc::ClientContext* c) { return stub_->CreateJob(c, create, &job); }).ok());
+    // "adv": uniform, 4 ranks, advanced to epoch 2 (epochs 0 and 1 closed).
+    create.set_name("adv");
+    create.mutable_spec()->clear_policy();
+    ASSERT_TRUE(
+        Call([&](grpc::ClientContext* c) { return stub_->CreateJob(c, create, &job); }).ok());
+    for (uint64_t epoch = 0; epoch < 2; ++epoch) {
+      for (uint32_t rank = 0; rank < 4; ++rank) {
+        v1::EndEpochRequest end;
+        end.set_job("adv");
+        end.set_epoch(epoch);
+        end.set_rank(rank);
+        v1::EndEpochResponse response;
+        ASSERT_TRUE(
+            Call([&](grpc::ClientContext* c) { return stub_->EndEpoch(c, end, &response); }).ok());
+      }
+      v1::StreamShardRequest wait;  // Waits until the next epoch is planned.
+      wait.set_job("adv");
+      wait.set_epoch(epoch + 1);
+      wait.set_world_size(4);
+      ASSERT_TRUE(Stream(wait).ok());
+    }
   }
 
   grpc::Status Call(const std::function<grpc::Status(grpc::ClientContext*)>& f) {
@@ -95,8 +118,9 @@ class BadInputTest : public ::testing::Test {
     });
   }
 
-  // Everything observable about a job: its status (timings aside) and every rank's shard of the
-  // current epoch (the plan).
+  // Everything observable about a job: its status (timings aside: epoch, plan readiness, per-rank
+  // progress, weight statistics, samples seen) and every rank's shard of the current epoch with
+  // importance weights (the plan, and 1/w of every drawn sample).
   std::string Fingerprint(const std::string& name) {
     v1::GetJobStatusRequest request;
     request.set_name(name);
@@ -112,6 +136,7 @@ class BadInputTest : public ::testing::Test {
         s.set_epoch(status.job().current_epoch());
         s.set_rank(r);
         s.set_world_size(4);
+        s.set_with_is_weights(true);
         EXPECT_TRUE(Stream(s, &out).ok());
       }
       // Streaming records per-rank progress: read the status after it.
@@ -144,10 +169,10 @@ TEST_F(BadInputTest, EveryBadRequestIsRejectedPreciselyAndChangesNothing) {
     };
   };
   auto stream = [](uint64_t epoch, uint32_t rank, uint32_t world, uint64_t offset = 0,
-                   uint32_t chunk = 0) {
+                   uint32_t chunk = 0, std::string job = "j") {
     return [=](BadInputTest* t) {
       v1::StreamShardRequest r;
-      r.set_job("j");
+      r.set_job(job);
       r.set_epoch(epoch);
       r.set_rank(rank);
       r.set_world_size(world);
@@ -157,10 +182,10 @@ TEST_F(BadInputTest, EveryBadRequestIsRejectedPreciselyAndChangesNothing) {
     };
   };
   auto report = [](v1::LossBatch b) { return [=](BadInputTest* t) { return t->Report(b); }; };
-  auto end_epoch = [](uint64_t epoch, uint32_t rank) {
+  auto end_epoch = [](uint64_t epoch, uint32_t rank, std::string job = "j") {
     return [=](BadInputTest* t) {
       v1::EndEpochRequest r;
-      r.set_job("j");
+      r.set_job(job);
       r.set_epoch(epoch);
       r.set_rank(rank);
       v1::EndEpochResponse resp;
@@ -186,6 +211,27 @@ TEST_F(BadInputTest, EveryBadRequestIsRejectedPreciselyAndChangesNothing) {
   nan_weights[1] = nan;
   std::vector<uint64_t> huge_idx((1 << 20) + 1, 1);
   std::vector<float> huge_loss((1 << 20) + 1, 1.0f);
+  // 1.5 M pairs: about 18 MB on the wire, over the server's 16 MiB message limit.
+  std::vector<uint64_t> wire_idx(1'500'000, 1);
+  std::vector<float> wire_loss(1'500'000, 1.0f);
+  auto labels = [](std::string job, uint32_t count) {
+    return [=](BadInputTest* t) {
+      return t->Call([&](grpc::ClientContext* c) {
+        v1::UploadSummary summary;
+        auto writer = t->stub_->UploadLabels(c, &summary);
+        v1::UploadLabelsChunk chunk;
+        chunk.set_job(job);
+        for (uint32_t k = 0; k < count; ++k) chunk.add_labels(k % 3);
+        writer->Write(chunk);
+        writer->WritesDone();
+        return writer->Finish();
+      });
+    };
+  };
+  auto unary = [](std::function<grpc::Status(BadInputTest*, grpc::ClientContext*)> f) {
+    return
+        [=](BadInputTest* t) { return t->Call([&](grpc::ClientContext* c) { return f(t, c); }); };
+  };
 
   struct Case {
     std::string what;
@@ -311,10 +357,158 @@ TEST_F(BadInputTest, EveryBadRequestIsRejectedPreciselyAndChangesNothing) {
        weights("st", {{0, {1, 2}}, {5, {1}}}),
        grpc::INVALID_ARGUMENT,
        {"offset = 5", "expected 2"}},
+      // ---- More specs.
+      {"empty name", create("", [](v1::JobSpec*) {}), grpc::INVALID_ARGUMENT, {"1 to 128"}},
+      {"name too long",
+       create(std::string(129, 'n'), [](v1::JobSpec*) {}),
+       grpc::INVALID_ARGUMENT,
+       {"name = \"nnnn", "1 to 128"}},
+      {"world_size too large",
+       create("x", [](v1::JobSpec* s) { s->set_world_size(1u << 21); }),
+       grpc::INVALID_ARGUMENT,
+       {"spec.world_size = 2097152"}},
+      {"ema_decay = 1",
+       create("x", [](v1::JobSpec* s) { s->mutable_policy()->set_ema_decay(1); }),
+       grpc::INVALID_ARGUMENT,
+       {"policy.ema_decay = 1"}},
+      {"mix > 1",
+       create("x", [](v1::JobSpec* s) { s->mutable_policy()->set_mix(2); }),
+       grpc::INVALID_ARGUMENT,
+       {"policy.mix = 2"}},
+      {"negative epsilon",
+       create("x", [](v1::JobSpec* s) { s->mutable_policy()->set_epsilon(-1); }),
+       grpc::INVALID_ARGUMENT,
+       {"policy.epsilon = -1"}},
+      {"eta too large",
+       create("x",
+              [](v1::JobSpec* s) {
+                s->mutable_policy()->set_loss(v1::MULTIPLICATIVE);
+                s->mutable_policy()->set_eta(1000);
+              }),
+       grpc::INVALID_ARGUMENT,
+       {"policy.eta = 1000"}},
+      {"negative prior loss",
+       create("x", [](v1::JobSpec* s) { s->mutable_policy()->set_prior_loss(-2); }),
+       grpc::INVALID_ARGUMENT,
+       {"policy.prior_loss = -2"}},
+      {"class_balance_beta >= 1",
+       create("x",
+              [](v1::JobSpec* s) {
+                s->mutable_policy()->set_base(v1::CLASS_BALANCED);
+                s->mutable_policy()->set_class_balance_beta(1.5);
+              }),
+       grpc::INVALID_ARGUMENT,
+       {"policy.class_balance_beta = 1.5"}},
+      {"clamp_lo > 1",
+       create("x", [](v1::JobSpec* s) { s->mutable_policy()->set_clamp_lo(2); }),
+       grpc::INVALID_ARGUMENT,
+       {"policy.clamp_lo = 2"}},
+      {"sequential with replacement",
+       create("x",
+              [](v1::JobSpec* s) {
+                s->clear_policy();
+                s->set_order(v1::SEQUENTIAL);
+                s->set_replacement(true);
+              }),
+       grpc::INVALID_ARGUMENT,
+       {"spec.order = SEQUENTIAL", "replacement = true"}},
+      {"max jobs reached",
+       create("x", [](v1::JobSpec*) {}),
+       grpc::RESOURCE_EXHAUSTED,
+       {"max jobs reached: 3", "--max_jobs"}},
+      // ---- Unknown jobs on every RPC.
+      {"shard of unknown job",
+       stream(0, 0, 4, 0, 0, "nope"),
+       grpc::NOT_FOUND,
+       {"job = \"nope\""}},
+      {"end epoch of unknown job", end_epoch(0, 0, "nope"), grpc::NOT_FOUND, {"job = \"nope\""}},
+      {"status of unknown job",
+       unary([](BadInputTest* t, grpc::ClientContext* c) {
+         v1::GetJobStatusRequest r;
+         r.set_name("nope");
+         v1::JobStatus s;
+         return t->stub_->GetJobStatus(c, r, &s);
+       }),
+       grpc::NOT_FOUND,
+       {"job = \"nope\""}},
+      {"delete unknown job",
+       unary([](BadInputTest* t, grpc::ClientContext* c) {
+         v1::DeleteJobRequest r;
+         r.set_name("nope");
+         v1::DeleteJobResponse s;
+         return t->stub_->DeleteJob(c, r, &s);
+       }),
+       grpc::NOT_FOUND,
+       {"job = \"nope\""}},
+      {"weights for unknown job",
+       weights("nope", {{0, ok_weights}}),
+       grpc::NOT_FOUND,
+       {"job = \"nope\""}},
+      // ---- Epochs out of order on a job at epoch 2.
+      {"shard of a closed epoch",
+       stream(1, 0, 4, 0, 0, "adv"),
+       grpc::FAILED_PRECONDITION,
+       {"epoch = 1", "is closed", "current epoch is 2"}},
+      {"shard two epochs ahead",
+       stream(4, 0, 4, 0, 0, "adv"),
+       grpc::FAILED_PRECONDITION,
+       {"epoch = 4", "current epoch is 2"}},
+      {"losses for the next epoch",
+       report(Batch(3, 0, 1, {4}, {1}, "adv")),
+       grpc::FAILED_PRECONDITION,
+       {"epoch = 3", "current epoch is 2"}},
+      {"end a future epoch of adv",
+       end_epoch(3, 0, "adv"),
+       grpc::FAILED_PRECONDITION,
+       {"epoch = 3", "current epoch is 2"}},
+      {"end with rank >= world size on adv",
+       end_epoch(2, 4, "adv"),
+       grpc::INVALID_ARGUMENT,
+       {"rank = 4", "world_size = 4"}},
+      // ---- Uploads.
+      {"labels for a uniform job",
+       labels("j", 100),
+       grpc::FAILED_PRECONDITION,
+       {"policy.base = UNIFORM", "CLASS_BALANCED"}},
+      {"negative weight",
+       weights("st", {{0, std::vector<float>(99, 1.0f)}, {99, {-1.0f}}}),
+       grpc::INVALID_ARGUMENT,
+       {"weights[99] = -1"}},
+      {"too many weights",
+       weights("st", {{0, ok_weights}, {100, {1.0f}}}),
+       grpc::INVALID_ARGUMENT,
+       {"weights: 101 values for num_samples 100"}},
+      {"chunks naming two jobs",
+       [](BadInputTest* t) {
+         std::vector<v1::UploadWeightsChunk> chunks(2);
+         chunks[0].set_job("st");
+         chunks[0].add_weights(1);
+         chunks[1].set_job("j");
+         chunks[1].set_offset(1);
+         chunks[1].add_weights(1);
+         return t->UploadWeights(chunks);
+       },
+       grpc::INVALID_ARGUMENT,
+       {"job = \"j\"", "\"st\""}},
+      {"empty upload", weights("st", {}), grpc::INVALID_ARGUMENT, {"weights: empty upload"}},
+      // ---- Transport limit.
+      {"batch over the message limit",
+       report(Batch(0, 0, 1, wire_idx, wire_loss)),
+       grpc::RESOURCE_EXHAUSTED,
+       {"larger than max"}},
   };
 
-  const std::string j_before = Fingerprint("j");
-  const std::string st_before = Fingerprint("st");
+  auto fingerprint_all = [&] {
+    v1::ListJobsResponse jobs;
+    EXPECT_TRUE(Call([&](grpc::ClientContext* c) {
+                  return stub_->ListJobs(c, v1::ListJobsRequest(), &jobs);
+                }).ok());
+    std::string names;
+    for (const v1::Job& job : jobs.jobs()) names += job.name() + ",";
+    return std::vector<std::string>{names, Fingerprint("j"), Fingerprint("st"), Fingerprint("adv")};
+  };
+  const std::vector<std::string> before = fingerprint_all();
+  ASSERT_EQ(before[0], "adv,j,st,");
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
     const grpc::Status s = c.call(this);
@@ -322,12 +516,15 @@ TEST_F(BadInputTest, EveryBadRequestIsRejectedPreciselyAndChangesNothing) {
     for (const std::string& part : c.message_has) {
       EXPECT_THAT(s.error_message(), HasSubstr(part));
     }
-    EXPECT_TRUE(Fingerprint("j") == j_before) << "job 'j' changed";
-    EXPECT_TRUE(Fingerprint("st") == st_before) << "job 'st' changed";
+    const std::vector<std::string> after = fingerprint_all();
+    EXPECT_TRUE(after[0] == before[0]) << "the job list changed: " << after[0];
+    EXPECT_TRUE(after[1] == before[1]) << "job 'j' changed";
+    EXPECT_TRUE(after[2] == before[2]) << "job 'st' changed";
+    EXPECT_TRUE(after[3] == before[3]) << "job 'adv' changed";
   }
   // And the fingerprint does see changes: a valid report changes it.
   ASSERT_TRUE(Report(Batch(0, 1, 9, {7}, {1.0f})).ok());
-  EXPECT_FALSE(Fingerprint("j") == j_before);
+  EXPECT_FALSE(Fingerprint("j") == before[1]);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // End to end against the real samplerd binary: started on port 0 (the bound port read from its
-// startup line), 6 rank threads stream, report and end 3 epochs, then SIGTERM must exit 0.
+// startup line), 6 rank threads stream, report and end 3 epochs, then SIGTERM must exit 0. Each
+// rank also reads its peers' shards and hashes the whole plan: every rank must see one plan.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,8 +13,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "client/cpp/sampler_client.h"
 #include "gtest/gtest.h"
+#include "kernels/compute_backend.h"
 
 namespace samplerd {
 namespace {
@@ -71,6 +74,26 @@ class SamplerdProcess {
   bool stopped_ = false;
 };
 
+// FNV-1a over the plan's indices in order.
+uint64_t PlanHash(const std::vector<uint64_t>& plan) {
+  uint64_t h = 1469598103934665603ull;
+  for (uint64_t i : plan) {
+    for (int b = 0; b < 8; ++b) {
+      h ^= (i >> (8 * b)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  }
+  return h;
+}
+
+// The plan from every rank's interleaved shard (PAD with R | M: plan[p] = shard[p % R][p / R]).
+std::vector<uint64_t> PlanFromShards(const std::vector<std::vector<uint64_t>>& shards) {
+  const size_t world = shards.size();
+  std::vector<uint64_t> plan(world * shards[0].size());
+  for (size_t p = 0; p < plan.size(); ++p) plan[p] = shards[p % world][p / world];
+  return plan;
+}
+
 TEST(EndToEndTest, SixRanksThreeEpochsAgainstTheRealBinary) {
   SamplerdProcess samplerd;
   ASSERT_FALSE(samplerd.address().empty()) << "no 'samplerd listening on' line";
@@ -94,6 +117,7 @@ TEST(EndToEndTest, SixRanksThreeEpochsAgainstTheRealBinary) {
   std::vector<double> hard_share;
   for (uint64_t epoch = 0; epoch < 3; ++epoch) {
     std::vector<std::vector<uint64_t>> shards(world);
+    std::vector<uint64_t> plan_hash(world, 0);
     std::vector<absl::Status> errors(world);
     std::vector<std::thread> ranks;
     for (uint32_t r = 0; r < world; ++r) {
@@ -104,6 +128,17 @@ TEST(EndToEndTest, SixRanksThreeEpochsAgainstTheRealBinary) {
           return;
         }
         shards[r] = *shard;
+        // What every rank can check: the plan hash from the union of all shards.
+        std::vector<std::vector<uint64_t>> all(world);
+        for (uint32_t peer = 0; peer < world; ++peer) {
+          auto other = client->ReadShard("e2e", epoch, peer, world);
+          if (!other.ok()) {
+            errors[r] = other.status();
+            return;
+          }
+          all[peer] = *std::move(other);
+        }
+        plan_hash[r] = PlanHash(PlanFromShards(all));
         // Report in batches of 1000, as a trainer would after each step.
         std::vector<v1::LossBatch> batches;
         for (size_t lo = 0; lo < shard->size(); lo += 1000) {
@@ -144,6 +179,16 @@ TEST(EndToEndTest, SixRanksThreeEpochsAgainstTheRealBinary) {
     }
     EXPECT_EQ(all.size(), m);
     hard_share.push_back(static_cast<double>(hard) / m);
+    // One plan for everybody, the one the ranks trained on.
+    const uint64_t trained = PlanHash(PlanFromShards(shards));
+    for (uint32_t r = 0; r < world; ++r) EXPECT_EQ(plan_hash[r], trained) << "rank " << r;
+    if (epoch == 0) {
+      // Uniform weights: the server's plan is the one any process computes from (seed, epoch).
+      auto local = NewCpuBackend(1)->PlanEpoch(
+          PlanSpec{n, m, 11, false, SampleOrder::kWeightedRandom}, 0, {});
+      ASSERT_TRUE(local.ok()) << local.status();
+      EXPECT_EQ(PlanHash(local->ToVector()), trained);
+    }
   }
   // The weights moved toward the high-loss samples.
   EXPECT_NEAR(hard_share[0], 1.0 / 7, 0.02);
@@ -153,7 +198,10 @@ TEST(EndToEndTest, SixRanksThreeEpochsAgainstTheRealBinary) {
   EXPECT_EQ(status->job().current_epoch(), 3u);
   EXPECT_GT(status->weights().max(), status->weights().min() * 5);
 
+  // The client stays connected: SIGTERM must still not wait out the 2 s grace period.
+  const absl::Time stop_start = absl::Now();
   const int exit_status = samplerd.Stop();
+  EXPECT_LT(absl::Now() - stop_start, absl::Milliseconds(1500));
   EXPECT_TRUE(WIFEXITED(exit_status));
   EXPECT_EQ(WEXITSTATUS(exit_status), 0);
 }

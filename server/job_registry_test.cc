@@ -1,0 +1,121 @@
+// The registry on its own: idempotent creation, limits, deletion and shutdown, with races.
+#include "server/job_registry.h"
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace samplerd {
+namespace {
+
+using ::testing::HasSubstr;
+
+v1::JobSpec Spec(uint64_t n, uint32_t world = 1) {
+  v1::JobSpec spec;
+  spec.set_num_samples(n);
+  spec.set_world_size(world);
+  return spec;
+}
+
+class JobRegistryTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<ComputeBackend> backend_ = NewCpuBackend(1);
+};
+
+TEST_F(JobRegistryTest, CreateIsIdempotentAndBounded) {
+  JobRegistry registry(JobRegistry::Limits{2, JobLimits()}, backend_.get());
+  auto a = registry.Create("a", Spec(10));
+  ASSERT_TRUE(a.ok());
+  auto again = registry.Create("a", Spec(10));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(a->get(), again->get());
+  auto conflict = registry.Create("a", Spec(11));
+  EXPECT_EQ(conflict.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(std::string(conflict.status().message()), HasSubstr("name = \"a\""));
+  ASSERT_TRUE(registry.Create("b", Spec(10)).ok());
+  auto full = registry.Create("c", Spec(10));
+  EXPECT_EQ(full.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(full.status().message()), HasSubstr("--max_jobs"));
+  // At the limit an existing job is still returned (idempotence beats the limit).
+  EXPECT_TRUE(registry.Create("a", Spec(10)).ok());
+  // A bad spec is INVALID_ARGUMENT whatever the limit.
+  EXPECT_EQ(registry.Create("c", Spec(0)).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(JobRegistryTest, DeleteWakesWaitersAndFreesTheSlot) {
+  JobRegistry registry(JobRegistry::Limits{1, JobLimits()}, backend_.get());
+  auto a = registry.Create("a", Spec(10));
+  ASSERT_TRUE(a.ok());
+  absl::StatusCode waiter_code = absl::StatusCode::kOk;
+  std::thread waiter([&] {
+    waiter_code = (*a)->AcquireShard(1, 0, 1, absl::Now() + absl::Seconds(10)).status().code();
+  });
+  absl::SleepFor(absl::Milliseconds(50));
+  ASSERT_TRUE(registry.Delete("a").ok());
+  waiter.join();
+  EXPECT_EQ(waiter_code, absl::StatusCode::kNotFound);
+  EXPECT_EQ(registry.Get("a").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(registry.Delete("a").code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(registry.Create("c", Spec(10)).ok());
+}
+
+TEST_F(JobRegistryTest, ListIsOrderedByName) {
+  JobRegistry registry(JobRegistry::Limits(), backend_.get());
+  for (const char* name : {"m", "a", "z", "b"}) ASSERT_TRUE(registry.Create(name, Spec(5)).ok());
+  std::vector<std::string> names;
+  for (const auto& job : registry.List()) names.push_back(job->name());
+  EXPECT_THAT(names, ::testing::ElementsAre("a", "b", "m", "z"));
+}
+
+TEST_F(JobRegistryTest, ConcurrentCreatesOfOneNameYieldOneJob) {
+  JobRegistry registry(JobRegistry::Limits{4, JobLimits()}, backend_.get());
+  constexpr int kThreads = 8;
+  std::vector<Job*> got(kThreads, nullptr);
+  std::vector<absl::StatusCode> codes(kThreads);
+  std::vector<std::thread> threads;
+  std::atomic<bool> go{false};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      while (!go.load()) std::this_thread::yield();
+      // Half ask for one spec, half for another spec: exactly one spec wins the name.
+      auto job = registry.Create("x", Spec(t % 2 == 0 ? 1000 : 2000));
+      codes[t] = job.status().code();
+      if (job.ok()) got[t] = job->get();
+    });
+  }
+  go = true;
+  for (auto& t : threads) t.join();
+  Job* winner = (*registry.Get("x")).get();
+  const uint64_t n = winner->config().plan.num_samples;
+  for (int t = 0; t < kThreads; ++t) {
+    const bool same_spec = (t % 2 == 0 ? 1000u : 2000u) == n;
+    EXPECT_EQ(codes[t], same_spec ? absl::StatusCode::kOk : absl::StatusCode::kAlreadyExists);
+    if (same_spec) {
+      EXPECT_EQ(got[t], winner);
+    }
+  }
+  EXPECT_EQ(registry.List().size(), 1u);
+}
+
+TEST_F(JobRegistryTest, CloseAllRefusesNewJobsAndWakesWaitersWithUnavailable) {
+  JobRegistry registry(JobRegistry::Limits(), backend_.get());
+  auto a = registry.Create("a", Spec(10, 2));
+  ASSERT_TRUE(a.ok());
+  absl::StatusCode waiter_code = absl::StatusCode::kOk;
+  std::thread waiter([&] {
+    waiter_code = (*a)->AcquireShard(1, 0, 2, absl::Now() + absl::Seconds(10)).status().code();
+  });
+  absl::SleepFor(absl::Milliseconds(50));
+  registry.CloseAll();
+  waiter.join();
+  EXPECT_EQ(waiter_code, absl::StatusCode::kUnavailable);
+  EXPECT_EQ(registry.Create("b", Spec(10)).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ((*a)->EndEpoch(0, 0).status().code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace samplerd

@@ -1,0 +1,44 @@
+#include "server/status_util.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace samplerd {
+namespace {
+
+TEST(StatusUtilTest, CodesAndMessagesSurviveTheRoundTrip) {
+  const absl::Status cases[] = {
+      absl::InvalidArgumentError("losses[3] = nan: losses must be finite and >= 0"),
+      absl::NotFoundError("job = \"x\" does not exist"),
+      absl::AlreadyExistsError("a"),
+      absl::FailedPreconditionError("b"),
+      absl::ResourceExhaustedError("c"),
+      absl::DeadlineExceededError("d"),
+      absl::UnavailableError("e"),
+      absl::CancelledError("f"),
+      absl::InternalError("g"),
+      absl::UnimplementedError("h"),
+  };
+  for (const absl::Status& s : cases) {
+    const grpc::Status g = ToGrpcStatus(s);
+    EXPECT_EQ(static_cast<int>(g.error_code()), static_cast<int>(s.code()));
+    EXPECT_EQ(g.error_message(), s.message());
+    EXPECT_EQ(FromGrpcStatus(g), s);
+  }
+  EXPECT_TRUE(ToGrpcStatus(absl::OkStatus()).ok());
+  EXPECT_TRUE(FromGrpcStatus(grpc::Status::OK).ok());
+}
+
+TEST(StatusUtilTest, LongMessagesAreCapped) {
+  const std::string huge(100000, 'x');
+  const grpc::Status g = ToGrpcStatus(absl::InvalidArgumentError(huge));
+  EXPECT_EQ(g.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(g.error_message().size(), kMaxErrorMessageBytes);
+  EXPECT_EQ(g.error_message().substr(kMaxErrorMessageBytes - 3), "...");
+  const std::string exact(kMaxErrorMessageBytes, 'y');
+  EXPECT_EQ(ToGrpcStatus(absl::InternalError(exact)).error_message(), exact);
+}
+
+}  // namespace
+}  // namespace samplerd
