@@ -1,6 +1,7 @@
 """The samplerd demo: a local samplerd plus a 4-rank PyTorch DDP training (gloo, CPU).
 
     python examples/ddp_demo.py --samplerd bazel-bin/server/samplerd --plot out/demo.png
+    SAMPLERD_BIN=/path/to/samplerd python examples/ddp_demo.py       # or examples/run_demo.sh
 
 Prints, per epoch: each rank's shard size, the overlap between ranks' shards, the effective
 sample size of the weights, the minority share of the drawn samples, the loss and the balanced
@@ -41,24 +42,32 @@ def overlap(shards):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--samplerd", default="bazel-bin/server/samplerd")
-    parser.add_argument("--plot", default="out/demo.png")
+    parser.add_argument("--samplerd",
+                        default=os.environ.get("SAMPLERD_BIN", "bazel-bin/server/samplerd"),
+                        help="the samplerd binary (default: $SAMPLERD_BIN, else bazel-bin/...)")
+    parser.add_argument("--plot", default="out/demo.png", help="where to write the PNG")
     parser.add_argument("--epochs", type=int, default=20)
+    parser.add_argument("--num_workers", type=int, default=2,
+                        help="DataLoader worker processes per rank")
     args = parser.parse_args()
+    if not os.access(args.samplerd, os.X_OK):
+        sys.exit(f"samplerd binary not found at {args.samplerd}: run "
+                 "`bazel build //server:samplerd`, or pass --samplerd / set SAMPLERD_BIN")
 
     proc, address = start_samplerd(args.samplerd)
     print(f"samplerd listening on {address}; training 4 DDP ranks (gloo, CPU) on {ddp_train.N} "
           f"samples, minority 1:{ddp_train.MAJORITY // ddp_train.MINORITY}")
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            report = ddp_train.run(address, os.path.join(tmp, "report.json"), epochs=args.epochs)
+            report = ddp_train.run(address, os.path.join(tmp, "report.json"), epochs=args.epochs,
+                                    num_workers=args.num_workers)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
 
     lo, hi = report["minority_ids"]
     print(f"\n{'epoch':>5}  {'shard size per rank':<20} {'overlap':>7} {'ESS':>7} "
-          f"{'minority':>8} {'loss':>7} {'bal.acc':>7}")
+          f"{'minority':>8} {'w_min/w_maj':>11} {'loss':>7} {'bal.acc':>7}")
     shares, ess = [], []
     for e in report["epochs"]:
         drawn = [i for s in e["shards"] for i in s]
@@ -66,8 +75,12 @@ def main():
         shares.append(share)
         ess.append(e["ess"])
         sizes = " ".join(str(len(s)) for s in e["shards"])
+        ratio = e["w_minority"] / e["w_majority"]
         print(f"{e['epoch']:>5}  {sizes:<20} {overlap(e['shards']):>7} {e['ess']:>7.0f} "
-              f"{share:>8.3f} {e['loss']:>7.3f} {e['balanced_accuracy']:>7.3f}")
+              f"{share:>8.3f} {ratio:>11.1f} {e['loss']:>7.3f} {e['balanced_accuracy']:>7.3f}")
+    print("(overlap: indices drawn by more than one rank; ESS: effective sample size of the "
+          f"weights, of N = {hi}; minority: share of the minority class in the drawn samples; "
+          "w_min/w_maj: mean weight of drawn minority over majority samples)")
     final = report["final"]
     print(f"\nminority share of the data: {(hi - lo) / hi:.3f}; of the drawn samples (last epoch): "
           f"{shares[-1]:.3f}")
@@ -82,26 +95,42 @@ def main():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     epochs = [e["epoch"] for e in report["epochs"]]
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
-    a1.plot(epochs, shares, "o-", label="minority share of drawn samples")
-    a1.axhline((hi - lo) / hi, color="gray", ls="--", label="minority share of the data")
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, 5.5))
+    a1.plot(epochs, shares, "o-", label="minority share of drawn samples (samplerd)")
+    a1.axhline((hi - lo) / hi, color="gray", ls="--",
+               label="minority share of the data (= DistributedSampler)")
     a1.plot(epochs, [e["balanced_accuracy"] for e in report["epochs"]], "s-",
             label="balanced accuracy (samplerd)")
     a1.axhline(report["baseline_balanced_accuracy"], color="red", ls=":",
-               label="balanced accuracy (DistributedSampler)")
+               label="balanced accuracy (DistributedSampler, same steps)")
+    per_epoch = sum(len(s) for s in report["epochs"][0]["shards"])
+    a1.axhline(min(1.0, ddp_train.MINORITY / per_epoch), color="gray", ls=":", lw=1,
+               label="ceiling: every minority sample drawn (without replacement)")
     a1.set_xlabel("epoch")
     a1.set_ylim(0, 1)
-    a1.legend(fontsize=8)
-    a1.set_title("What the ranks drew")
-    a2.plot(epochs, ess, "o-", label="effective sample size of W")
+    a1.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)
+    a1.set_title("What the 4 ranks drew, and what the model learned")
+    a2.semilogy(epochs, [e["w_minority"] for e in report["epochs"]], "o-", color="tab:orange",
+                label="mean weight, drawn minority samples")
+    a2.semilogy(epochs, [e["w_majority"] for e in report["epochs"]], "o-", color="tab:blue",
+                label="mean weight, drawn majority samples")
+    a2.semilogy(epochs, [e["w_max"] for e in report["epochs"]], "^:", color="tab:red",
+                label="max weight")
+    a2.semilogy(epochs, [e["w_min"] for e in report["epochs"]], "v:", color="tab:green",
+                label="min weight")
     a2.set_xlabel("epoch")
-    a2.set_ylabel("(sum w)^2 / sum w^2")
+    a2.set_ylabel("weight / mean weight")
     a2b = a2.twinx()
-    a2b.plot(epochs, [e["w_max"] for e in report["epochs"]], "r^-", label="max weight")
-    a2b.set_ylabel("max weight (mean 1)")
-    a2.legend(loc="upper left", fontsize=8)
-    a2b.legend(loc="upper right", fontsize=8)
-    a2.set_title("How the weights evolved")
+    a2b.plot(epochs, ess, "k--", label="effective sample size (right)")
+    a2b.set_ylabel("effective sample size (sum w)^2 / sum w^2")
+    a2b.set_ylim(0, max(ess) * 1.1)
+    lines = a2.get_legend_handles_labels()
+    lines_b = a2b.get_legend_handles_labels()
+    a2.legend(lines[0] + lines_b[0], lines[1] + lines_b[1], fontsize=8, loc="upper center",
+              bbox_to_anchor=(0.5, -0.13), ncol=2)
+    for a in (a1, a2):
+        a.xaxis.get_major_locator().set_params(integer=True)
+    a2.set_title("How the weights evolved (class-balanced x loss)")
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(args.plot)), exist_ok=True)
     fig.savefig(args.plot, dpi=100)

@@ -69,6 +69,21 @@ def train_baseline(cfg, rank, world, x, y, x_test, y_test):
     return steps, balanced_accuracy(model.module, x_test, y_test)
 
 
+def drawn_class_weights(client, job, epoch, world, y):
+    """Mean weight (relative to the mean weight, 1 / is_weight) of the minority and majority
+    samples drawn in `epoch`, read as a second reader of every rank's shard (a reader of a shard
+    already streamed leaves the server's progress counters as they are)."""
+    idx, w = [], []
+    for r in range(world):
+        for c in client.stream_shard(job, epoch, r, world, with_is_weights=True):
+            idx.append(c.indices)
+            w.append(1.0 / c.is_weights.astype(np.float64))
+    idx, w = np.concatenate(idx), np.concatenate(w)
+    minority = y[idx].numpy() == 1
+    return {"w_minority": float(w[minority].mean()) if minority.any() else float("nan"),
+            "w_majority": float(w[~minority].mean()) if (~minority).any() else float("nan")}
+
+
 def train_samplerd(cfg, rank, world, x, y, x_test, y_test):
     address, job = cfg["address"], cfg["job"]
     if rank == 0:
@@ -102,14 +117,25 @@ def train_samplerd(cfg, rank, world, x, y, x_test, y_test):
         consumed = np.concatenate(consumed) if consumed else np.zeros(0, np.int64)
         shards = [None] * world
         dist.all_gather_object(shards, consumed.tolist())
-        weights = status_client.status(job).weights
+        # Every rank's losses acknowledged (the sampler ends the epoch only at the next
+        # set_epoch, so the server still shows this epoch's per-rank counters).
+        sampler.flush()
+        dist.barrier()
+        status = status_client.status(job)
+        weights = status.weights
+        class_weights = drawn_class_weights(status_client, job, epoch, world, y) if rank == 0 \
+            else {}
         epochs.append({
             "epoch": epoch,
             "shards": shards,
+            "server_epoch": status.job.current_epoch,
+            "server_streamed": [r.indices_streamed for r in status.ranks],
+            "server_accepted": [r.losses_accepted for r in status.ranks],
             "ess": weights.effective_sample_size,
             "w_min": weights.min,
             "w_max": weights.max,
             "loss": float(np.mean(losses)) if losses else 0.0,
+            **class_weights,
             "balanced_accuracy": balanced_accuracy(model.module, x_test, y_test),
         })
     sampler.close()  # Flushes the last losses and ends the last epoch.

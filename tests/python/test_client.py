@@ -169,3 +169,107 @@ def test_health_and_reflection_answer_standard_tools(server):
         # ServerReflectionRequest{list_services: ""} (field 7, length-delimited).
         replies = list(reflect(iter([b"\x3a\x00"]), timeout=5))
         assert any(b"samplerd.v1.Sampler" in r for r in replies)
+
+
+def test_a_slow_consumer_outlives_the_stream_deadline(client, server):
+    """The deadline bounds waiting for data, not consuming it: a caller slower than the deadline
+    gets the whole shard, each index once, in order."""
+    client.create_job("slow", num_samples=20000, world_size=1)
+    full = client.read_shard("slow", 0, 0, 1)
+    slow = samplerd.Client(server.address, timeout=0.3)
+    got = []
+    start = time.monotonic()
+    for chunk in slow.stream_shard("slow", 0, 0, 1, chunk_size=1000):
+        got.append(chunk.indices)
+        time.sleep(0.05)
+    assert time.monotonic() - start > 0.6  # Longer than two deadlines.
+    np.testing.assert_array_equal(np.concatenate(got), full)
+    slow.close()
+
+
+def test_policy_as_dataclass_dict_or_keywords(client):
+    spec = samplerd.Policy(base="class_balanced", loss="loss", alpha=2.0, mix=0.1, prior_loss=0.5)
+    a = client.create_job("p1", num_samples=10, world_size=1, policy=spec)
+    assert a.spec.policy.alpha == 2.0 and a.spec.policy.prior_loss == 0.5
+    b = client.create_job("p2", num_samples=10, world_size=1,
+                          policy={"base": "class_balanced", "loss": "loss", "alpha": 2.0,
+                                  "mix": 0.1, "prior_loss": 0.5})
+    c = client.create_job("p3", num_samples=10, world_size=1, base="CLASS_BALANCED", loss="loss",
+                          alpha=2.0, mix=0.1, prior_loss=0.5)
+    assert a.spec == b.spec == c.spec
+    assert a.spec.policy.HasField("prior_loss")
+    with pytest.raises(samplerd.InvalidArgument, match=r"either policy= or base="):
+        client.create_job("p4", num_samples=10, world_size=1, policy=spec, alpha=1.0)
+    with pytest.raises(samplerd.InvalidArgument, match=r"unknown field\(s\) \['temperature'\]"):
+        client.create_job("p4", num_samples=10, world_size=1, policy={"temperature": 1.0})
+    with pytest.raises(samplerd.InvalidArgument, match=r"policy.base = 'balanced'"):
+        client.create_job("p4", num_samples=10, world_size=1, policy=samplerd.Policy("balanced"))
+    with pytest.raises(samplerd.InvalidArgument, match=r"policy.alpha = 'high'"):
+        client.create_job("p4", num_samples=10, world_size=1, loss="loss", alpha="high")
+
+
+def test_resource_limits_map_to_resource_exhausted():
+    from conftest import SamplerdProcess
+    server = SamplerdProcess("--max_jobs=1", "--max_samples_per_job=1000")
+    try:
+        with samplerd.Client(server.address, timeout=10) as c:
+            with pytest.raises(samplerd.ResourceExhausted, match=r"num_samples = 1001"):
+                c.create_job("big", num_samples=1001, world_size=1)
+            c.create_job("one", num_samples=1000, world_size=1)
+            with pytest.raises(samplerd.ResourceExhausted) as info:
+                c.create_job("two", num_samples=10, world_size=1)
+            assert info.value.code.name == "RESOURCE_EXHAUSTED" and info.value.message
+    finally:
+        assert server.stop() == 0
+
+
+def test_shard_position_and_upload_errors_name_the_field(client):
+    client.create_job("f", num_samples=10, world_size=2)
+    with pytest.raises(samplerd.InvalidArgument, match=r"start_offset = 6"):
+        client.read_shard("f", 0, 0, 2, start_offset=6)
+    with pytest.raises(samplerd.FailedPrecondition):
+        client.upload_labels("f", np.zeros(10, dtype=np.int64))  # Not a CLASS_BALANCED job.
+    with pytest.raises(samplerd.InvalidArgument, match=r"labels: expected a non-empty 1-D integer"):
+        client.upload_labels("f", [0.5, 1.5])
+    with pytest.raises(samplerd.NotFound, match=r"nope"):
+        client.upload_weights("nope", [1.0, 2.0])
+
+
+def test_retries_reach_a_server_that_comes_up_late():
+    """UNAVAILABLE is retried with backoff: a server started after the first attempt answers."""
+    import socket
+    import threading
+    from conftest import SamplerdProcess
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    c = samplerd.Client(f"127.0.0.1:{port}", timeout=2.0, max_retries=8, initial_backoff=0.2,
+                        max_backoff=1.0)
+    started = []
+    timer = threading.Timer(0.5, lambda: started.append(SamplerdProcess(f"--port={port}")))
+    timer.start()
+    start = time.monotonic()
+    try:
+        assert c.list_jobs() == []
+        # Reached within about one backoff of the server coming up (0.5 s), not after the
+        # channel's own reconnect backoff (1 s, growing).
+        assert time.monotonic() - start < 2.5
+    finally:
+        timer.join()
+        c.close()
+        for p in started:
+            assert p.stop() == 0
+
+
+def test_exceptions_keep_code_and_message(client):
+    import grpc
+    with pytest.raises(samplerd.NotFound) as info:
+        client.get_job("missing")
+    e = info.value
+    assert isinstance(e, samplerd.SamplerError) and isinstance(e, KeyError)
+    assert e.code == grpc.StatusCode.NOT_FOUND and "missing" in e.message
+    assert str(e) == f"NOT_FOUND: {e.message}"
+    with pytest.raises(ValueError) as info:  # Raised here, before any RPC: the same type.
+        client.create_job("x", num_samples=-1, world_size=1)
+    assert info.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert str(info.value).startswith("INVALID_ARGUMENT: num_samples = -1")

@@ -48,6 +48,16 @@ def test_every_rank_ran_the_same_steps_and_every_loss_arrived(report):
         assert r["stale"] == 0 and r["duplicates"] == 0
 
 
+def test_server_counted_a_loss_for_every_index_consumed(report):
+    """The server's own per-rank counters (GetJobStatus), read after each epoch's losses were
+    flushed and before the epoch closed."""
+    for e in report["epochs"]:
+        consumed = [len(s) for s in e["shards"]]
+        assert e["server_epoch"] == e["epoch"]
+        assert e["server_streamed"] == consumed, f"epoch {e['epoch']}"
+        assert e["server_accepted"] == consumed, f"epoch {e['epoch']}"
+
+
 def test_weights_moved_toward_minority_and_high_loss_samples(report):
     lo, hi = report["minority_ids"]
     first = [i for s in report["epochs"][0]["shards"] for i in s]

@@ -38,6 +38,13 @@ def test_report_checks_at_the_call_site(client, server):
         sampler.report([10], [0.5])
     with pytest.raises(samplerd.InvalidArgument, match=r"indices: 2 entries but losses: 1"):
         sampler.report([1, 2], [0.5])
+    with pytest.raises(samplerd.InvalidArgument, match=r"losses: shape \(2, 2\); expected one"):
+        sampler.report([1, 2], torch.ones(2, 2))
+    with pytest.raises(samplerd.InvalidArgument, match=r"losses\[0\] = -1"):
+        sampler.report(np.array([1]), np.array([-1.0]))
+    sampler.report(torch.tensor([[1], [2]]), torch.ones(2, 1))  # (B, 1) is one per sample.
+    sampler.flush()
+    assert client.status("c").ranks[0].losses_accepted == 2
     sampler.close()
 
 
@@ -68,3 +75,32 @@ def test_dataloader_with_workers_reports_under_true_indices(client, server):
     status = client.status("dl")
     assert status.job.current_epoch == 1  # close() ended epoch 0 (the only rank).
     assert sampler.last_summary["accepted"] == n and sampler.last_summary["stale"] == 0
+
+
+def test_spawned_dataloader_workers_never_receive_the_sampler(client, server):
+    """The DataLoader iterates the sampler in the main process, also with spawned workers; a
+    sampler that does get pickled says why it cannot be."""
+    import pickle
+    n = 48
+    client.create_job("sp", num_samples=n, world_size=2)
+    sampler = DistributedWeightedSampler(server.address, "sp", rank=0, world_size=2)
+    with pytest.raises(TypeError, match="cannot be pickled; create one per training process"):
+        pickle.dumps(sampler)
+    loader = DataLoader(IndexedDataset(TensorDataset(torch.arange(n))), sampler=sampler,
+                        batch_size=4, num_workers=2, multiprocessing_context="spawn")
+    seen = [i for idx, (x,) in loader for i in idx.tolist()]
+    np.testing.assert_array_equal(seen, client.read_shard("sp", 0, 0, 2))
+    sampler.close()
+
+
+def test_prefetch_off_and_a_failed_batch_surfaces_at_the_next_call(client, server):
+    client.create_job("np", num_samples=20, world_size=1)
+    sampler = DistributedWeightedSampler(server.address, "np", rank=0, world_size=1,
+                                         prefetch=False, report_batch_size=4)
+    assert sorted(sampler) == list(range(20))
+    client.delete_job("np")  # The server now refuses the reporter's batches.
+    sampler.report(np.arange(4), np.ones(4))  # Queued and sent in the background.
+    with pytest.raises(samplerd.NotFound, match="np"):
+        sampler.flush()
+    with pytest.raises(samplerd.NotFound):
+        sampler.close()  # EndEpoch of a deleted job.

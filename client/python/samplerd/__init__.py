@@ -2,17 +2,19 @@
 
     import samplerd
     with samplerd.Client("127.0.0.1:50051") as client:
-        client.create_job("train", num_samples=50_000, world_size=4, loss="loss")
+        client.create_job("train", num_samples=50_000, world_size=4,
+                          samples_per_epoch=10_000, loss="loss")
 
 For PyTorch, see samplerd.torch (DistributedWeightedSampler, IndexedDataset).
 """
 
-from .client import Client, ShardChunk, check_loss_batch
+from .client import Client, Policy, ShardChunk, check_loss_batch
 from .errors import (AlreadyExists, DeadlineExceeded, FailedPrecondition, InvalidArgument,
                      NotFound, ResourceExhausted, SamplerError, Unavailable)
 
 __all__ = [
-    "Client", "ShardChunk", "check_loss_batch", "SamplerError", "InvalidArgument", "NotFound",
-    "AlreadyExists", "FailedPrecondition", "ResourceExhausted", "DeadlineExceeded", "Unavailable",
+    "Client", "Policy", "ShardChunk", "check_loss_batch", "SamplerError", "InvalidArgument",
+    "NotFound", "AlreadyExists", "FailedPrecondition", "ResourceExhausted", "DeadlineExceeded",
+    "Unavailable",
 ]
 __version__ = "0.1.0"

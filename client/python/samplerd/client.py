@@ -5,9 +5,9 @@ Every call has a deadline; UNAVAILABLE is retried with exponential backoff; gRPC
 site, so a wrong shape or a NaN loss raises where the caller made the mistake.
 """
 
-import math
+import dataclasses
 import time
-from typing import Iterable, Iterator, List, NamedTuple, Optional, Sequence
+from typing import Iterator, List, NamedTuple, Optional, Sequence
 
 import grpc
 import numpy as np
@@ -34,19 +34,59 @@ class ShardChunk(NamedTuple):
     is_weights: Optional[np.ndarray]  # float32 1/(N p_i), if requested.
 
 
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    """A job's weight policy: base weight x loss factor (proto/samplerd.proto WeightPolicy).
+
+    Zero-valued parameters mean the server's defaults (ema_decay 0.9, alpha 1, epsilon 1e-3,
+    clamp_lo 0.1, clamp_hi 10, eta 1).
+
+    Attributes:
+        base: "uniform", "static" (UploadWeights) or "class_balanced" (UploadLabels).
+        loss: "none", "loss" (EMA of the loss, to the power alpha) or "multiplicative".
+        class_balance_beta: 0 for 1/count(label); in (0, 1) the effective-number form.
+        ema_decay, alpha, epsilon, mix, clamp_lo, clamp_hi, prior_loss: the LOSS policy.
+        eta: the MULTIPLICATIVE step size.
+    """
+    base: str = "uniform"
+    loss: str = "none"
+    class_balance_beta: float = 0.0
+    ema_decay: float = 0.0
+    alpha: float = 0.0
+    epsilon: float = 0.0
+    mix: float = 0.0
+    clamp_lo: float = 0.0
+    clamp_hi: float = 0.0
+    prior_loss: Optional[float] = None
+    eta: float = 0.0
+
+    def to_proto(self) -> pb.WeightPolicy:
+        """The WeightPolicy message. Raises InvalidArgument for an unknown base or loss."""
+        params = {}
+        for k in _POLICY_PARAMS:
+            value = getattr(self, k)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
+                raise _bad(f"policy.{k} = {value!r}: expected a number")
+            params[k] = float(value)
+        return pb.WeightPolicy(base=_choice("policy.base", self.base, _BASES),
+                               loss=_choice("policy.loss", self.loss, _LOSSES), **params)
+
+
 def _choice(field, value, table):
-    if isinstance(value, int) and value in table.values():
-        return value
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool) \
+            and value in table.values():
+        return int(value)
     try:
-        return table[value]
+        return table[value.lower() if isinstance(value, str) else value]
     except (KeyError, TypeError):
         raise errors.InvalidArgument(
-            f"{field} = {value!r}: expected one of {sorted(table)}",
-            grpc.StatusCode.INVALID_ARGUMENT) from None
+            f"{field} = {value!r}: expected one of {sorted(table)}") from None
 
 
 def _bad(message):
-    return errors.InvalidArgument(message, grpc.StatusCode.INVALID_ARGUMENT)
+    return errors.InvalidArgument(message)
 
 
 def check_loss_batch(indices, losses, num_samples: Optional[int] = None):
@@ -74,7 +114,8 @@ def check_loss_batch(indices, losses, num_samples: Optional[int] = None):
     if num_samples is not None:
         bad = np.flatnonzero(idx >= num_samples)
         if bad.size:
-            raise _bad(f"indices[{bad[0]}] = {idx[bad[0]]} is outside [0, num_samples = {num_samples})")
+            raise _bad(f"indices[{bad[0]}] = {idx[bad[0]]} is outside "
+                       f"[0, num_samples = {num_samples})")
     bad = np.flatnonzero(~np.isfinite(los) | (los < 0))
     if bad.size:
         raise _bad(f"losses[{bad[0]}] = {los[bad[0]]}: losses must be finite and >= 0")
@@ -86,11 +127,20 @@ class Client:
 
     Args:
         address: "host:port" of samplerd.
-        timeout: deadline in seconds of each call (and of each attempt to stream a shard).
+        timeout: deadline in seconds of each call; for stream_shard, of each wait for data.
         max_retries: retries after the first attempt on UNAVAILABLE, with exponential backoff.
+            A refused connection fails at once, so a server that is down raises Unavailable
+            after the sum of the backoffs (0.05 + 0.1 + ... + 0.8 = 1.55 s with the defaults);
+            an unreachable host can take up to `timeout` per attempt.
         initial_backoff: first backoff in seconds; doubles up to max_backoff.
+        max_backoff: largest backoff in seconds.
+        max_message_bytes: largest gRPC message either way (the server has its own limit).
 
-    Use as a context manager to close the channel. Safe to share between threads.
+    Raises:
+        InvalidArgument: a malformed address or a negative max_retries.
+
+    Use as a context manager to close the channel. Safe to share between threads; not
+    picklable (create one per process).
     """
 
     def __init__(self, address: str, *, timeout: float = 30.0, max_retries: int = 5,
@@ -105,15 +155,28 @@ class Client:
         self.max_retries = max_retries
         self.initial_backoff = initial_backoff
         self.max_backoff = max_backoff
+        backoff_ms = [max(1, int(initial_backoff * 1000)), max(1, int(max_backoff * 1000))]
         self._channel = grpc.insecure_channel(address, options=[
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
+            # The channel's own reconnect backoff (default 1 s, growing to 120 s) fails calls
+            # fast while it waits; keep it on the client's retry schedule so that a retry after
+            # a server restart finds a reconnected channel.
+            ("grpc.initial_reconnect_backoff_ms", backoff_ms[0]),
+            ("grpc.max_reconnect_backoff_ms", backoff_ms[1]),
         ])
         self._stub = pb_grpc.SamplerStub(self._channel)
+        self._last_watch = -1e9  # When the last retry stopped watching the channel.
 
     # -- plumbing -------------------------------------------------------------------------------
 
     def close(self):
+        """Closes the channel (calls in flight fail with CANCELLED)."""
+        # gRPC's connectivity poller notices a cancelled watch within 0.2 s; closing the channel
+        # under it makes it raise "Channel closed" in its thread.
+        delay = self._last_watch + 0.3 - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
         self._channel.close()
 
     def __enter__(self):
@@ -126,6 +189,17 @@ class Client:
         raise TypeError("samplerd.Client holds a gRPC channel and cannot be pickled; "
                         "create one per process")
 
+    def _sleep_backoff(self, seconds):
+        """Sleeps before a retry while watching the channel: gRPC Python drives a failed
+        channel's reconnection only while something waits on it, so a bare sleep would let
+        every retry fail on the stale connection error of the first attempt."""
+        ready = grpc.channel_ready_future(self._channel)
+        try:
+            time.sleep(seconds)
+        finally:
+            ready.cancel()
+            self._last_watch = time.monotonic()
+
     def _call(self, method, request, timeout=None):
         backoff = self.initial_backoff
         for attempt in range(self.max_retries + 1):
@@ -134,7 +208,7 @@ class Client:
             except grpc.RpcError as e:
                 if e.code() != grpc.StatusCode.UNAVAILABLE or attempt == self.max_retries:
                     raise errors.from_rpc_error(e) from None
-            time.sleep(backoff)
+            self._sleep_backoff(backoff)
             backoff = min(backoff * 2, self.max_backoff)
 
     # -- jobs -----------------------------------------------------------------------------------
@@ -142,34 +216,57 @@ class Client:
     def create_job(self, name: str, num_samples: int, world_size: int, *, seed: int = 0,
                    samples_per_epoch: int = 0, replacement: bool = False,
                    order="weighted_random", partition="interleaved", uneven="pad",
-                   base="uniform", loss="none", **policy) -> pb.Job:
+                   policy: Optional[Policy] = None, base=None, loss=None,
+                   **policy_params) -> pb.Job:
         """Creates a job (idempotent for an identical spec).
+
+        The weight policy is given either as `policy=Policy(...)` or flat as `base=`, `loss=`
+        and parameter keywords (`loss="loss", alpha=1.0`), not both. Enum-like arguments take
+        the lower-case names below (or the proto enum values).
 
         Args:
             name: [A-Za-z0-9._-]{1,128}.
             num_samples: N, the dataset size.
             world_size: number of data-parallel ranks.
             seed: seed of the job's random stream.
-            samples_per_epoch: M; 0 means N.
+            samples_per_epoch: M; 0 means N. Without replacement and M == N every sample is
+                drawn once per epoch and the weights have no effect.
             replacement: draw with replacement.
             order: "weighted_random" or "sequential".
             partition: "interleaved" or "contiguous".
             uneven: "pad", "drop_last" or "uneven".
-            base: "uniform", "static" or "class_balanced".
-            loss: "none", "loss" or "multiplicative".
-            **policy: class_balance_beta, ema_decay, alpha, epsilon, mix, clamp_lo, clamp_hi,
-                prior_loss, eta (see the .proto for ranges and defaults).
+            policy: a Policy (or a dict of its fields).
+            base: "uniform" (default), "static" or "class_balanced".
+            loss: "none" (default), "loss" or "multiplicative".
+            **policy_params: class_balance_beta, ema_decay, alpha, epsilon, mix, clamp_lo,
+                clamp_hi, prior_loss, eta (see Policy and the .proto for ranges and defaults).
         Returns:
             The job as stored (defaults filled in).
         Raises:
-            InvalidArgument, AlreadyExists, ResourceExhausted, Unavailable.
+            InvalidArgument: a bad argument (named), here or on the server.
+            AlreadyExists: the name is taken by a job with another spec.
+            ResourceExhausted: the server's job or sample limit.
+            Unavailable: the server cannot be reached (after retries).
         """
-        unknown = sorted(set(policy) - set(_POLICY_PARAMS))
+        unknown = sorted(set(policy_params) - set(_POLICY_PARAMS))
         if unknown:
             raise _bad(f"policy: unknown parameter(s) {unknown}; known: {list(_POLICY_PARAMS)}")
+        if policy is not None:
+            if base is not None or loss is not None or policy_params:
+                raise _bad("policy: give either policy= or base=/loss=/parameters, not both")
+            if isinstance(policy, dict):
+                fields = {f.name for f in dataclasses.fields(Policy)}
+                unknown = sorted(set(policy) - fields)
+                if unknown:
+                    raise _bad(f"policy: unknown field(s) {unknown}; known: {sorted(fields)}")
+                policy = Policy(**policy)
+            if not isinstance(policy, Policy):
+                raise _bad(f"policy = {policy!r}: expected a samplerd.Policy or a dict")
+        else:
+            policy = Policy(base=base or "uniform", loss=loss or "none", **policy_params)
         for field, value in (("num_samples", num_samples), ("world_size", world_size),
                              ("seed", seed), ("samples_per_epoch", samples_per_epoch)):
-            if not isinstance(value, (int, np.integer)) or value < 0:
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
                 raise _bad(f"{field} = {value!r}: must be an integer >= 0")
         spec = pb.JobSpec(
             num_samples=int(num_samples), world_size=int(world_size), seed=int(seed),
@@ -177,49 +274,92 @@ class Client:
             order=_choice("order", order, _ORDERS),
             partition=_choice("partition", partition, _PARTITIONS),
             uneven=_choice("uneven", uneven, _UNEVEN),
-            policy=pb.WeightPolicy(base=_choice("base", base, _BASES),
-                                   loss=_choice("loss", loss, _LOSSES), **policy))
+            policy=policy.to_proto())
         return self._call(self._stub.CreateJob, pb.CreateJobRequest(name=name, spec=spec))
 
     def get_job(self, name: str) -> pb.Job:
-        """Returns the job's spec, current epoch and plan readiness. Raises NotFound."""
+        """Returns the job's spec (defaults filled in), current epoch and plan readiness.
+
+        Raises:
+            NotFound: no job of that name. Unavailable.
+        """
         return self._call(self._stub.GetJob, pb.GetJobRequest(name=name))
 
     def list_jobs(self) -> List[pb.Job]:
-        """All jobs, ordered by name."""
+        """Returns all jobs, ordered by name.
+
+        Raises:
+            Unavailable.
+        """
         return list(self._call(self._stub.ListJobs, pb.ListJobsRequest()).jobs)
 
     def delete_job(self, name: str) -> None:
-        """Deletes the job. Raises NotFound."""
+        """Deletes the job and its state; its open streams end with NOT_FOUND.
+
+        Raises:
+            NotFound: no job of that name. Unavailable.
+        """
         self._call(self._stub.DeleteJob, pb.DeleteJobRequest(name=name))
 
     def status(self, name: str) -> pb.JobStatus:
-        """Per-rank progress, weight statistics and timings of the job. Raises NotFound."""
+        """Returns the job's status: per-rank progress of the current epoch (indices
+        streamed, losses accepted, ended), weight statistics (min, max, mean, effective sample
+        size), samples seen, timings and backend.
+
+        Raises:
+            NotFound: no job of that name. Unavailable.
+        """
         return self._call(self._stub.GetJobStatus, pb.GetJobStatusRequest(name=name))
 
     # -- uploads --------------------------------------------------------------------------------
 
     def upload_weights(self, job: str, weights, chunk_size: int = 1 << 18) -> int:
-        """Uploads static per-sample weights (finite, >= 0, not all zero) of a STATIC job.
+        """Uploads the static per-sample weights of a job whose base policy is "static".
 
+        Args:
+            job: the job name.
+            weights: N values (list, numpy array or CPU tensor), finite, >= 0, not all zero;
+                sent as float32.
+            chunk_size: values per message.
         Returns:
-            The number of weights applied.
+            The number of weights applied (N).
+        Raises:
+            InvalidArgument: wrong shape, a NaN/inf/negative weight (named here), wrong count
+                or all zero (server).
+            FailedPrecondition: the policy is not static, or losses were already reported.
+            NotFound, Unavailable.
         """
         w = np.asarray(weights, dtype=np.float64)
         if w.ndim != 1 or w.size == 0:
             raise _bad(f"weights: expected a non-empty 1-D array; got shape {w.shape}")
-        bad = np.flatnonzero(~np.isfinite(w) | (w < 0))
+        w32 = w.astype(np.float32)
+        bad = np.flatnonzero(~np.isfinite(w32) | (w32 < 0))
         if bad.size:
-            raise _bad(f"weights[{bad[0]}] = {w[bad[0]]}: weights must be finite and >= 0")
-        return self._upload(self._stub.UploadWeights, w.astype(np.float32), chunk_size,
+            raise _bad(f"weights[{bad[0]}] = {w[bad[0]]}: weights must be finite (as float32) "
+                       "and >= 0")
+        return self._upload(self._stub.UploadWeights, w32, chunk_size,
                             lambda lo, part: pb.UploadWeightsChunk(job=job, offset=lo,
                                                                    weights=part))
 
     def upload_labels(self, job: str, labels, chunk_size: int = 1 << 18) -> int:
-        """Uploads per-sample class labels (non-negative integers) of a CLASS_BALANCED job."""
+        """Uploads the per-sample class labels of a job whose base policy is "class_balanced".
+
+        Args:
+            job: the job name.
+            labels: N integers in [0, 2^32).
+            chunk_size: values per message.
+        Returns:
+            The number of labels applied (N).
+        Raises:
+            InvalidArgument: wrong shape or type, a label out of range (named here), a count
+                other than N (server).
+            FailedPrecondition: the policy is not class_balanced.
+            NotFound, Unavailable.
+        """
         lab = np.asarray(labels)
         if lab.ndim != 1 or lab.size == 0 or lab.dtype.kind not in "iu":
-            raise _bad(f"labels: expected a non-empty 1-D integer array; got {lab.dtype} {lab.shape}")
+            raise _bad(f"labels: expected a non-empty 1-D integer array; "
+                       f"got {lab.dtype} {lab.shape}")
         bad = np.flatnonzero((lab < 0) | (lab > 0xFFFFFFFF))
         if bad.size:
             raise _bad(f"labels[{bad[0]}] = {lab[bad[0]]}: must be in [0, 2^32)")
@@ -245,23 +385,43 @@ class Client:
                      ) -> Iterator[ShardChunk]:
         """Yields rank `rank`'s shard of `epoch` chunk by chunk, from `start_offset`.
 
-        Waits (up to `timeout`) while the epoch is being planned. A broken stream is reopened at
-        the next undelivered position (up to max_retries times): no index is yielded twice.
+        Args:
+            job, epoch, rank, world_size: which shard (world_size must equal the job's).
+            start_offset: shard position to start from (resume after a crash).
+            with_is_weights: also return each index's importance weight 1 / (N p_i).
+            chunk_size: indices per chunk; 0 for the server's default.
+            timeout: seconds to wait for the next chunk (default: the client's timeout). The
+                first chunk may wait for the epoch's plan (other ranks still finishing).
+
+        Returns:
+            An iterator of ShardChunk (int64 indices, optional float32 importance weights).
+
+        The deadline bounds the wait for data, not how long the caller takes to consume the
+        shard: a gRPC deadline covers a whole call, so when it passes after chunks arrived the
+        stream is reopened at the next undelivered position. A broken stream (UNAVAILABLE) is
+        reopened likewise, up to max_retries times in a row without progress. No index is
+        yielded twice and none is skipped.
 
         Raises:
-            InvalidArgument, FailedPrecondition, NotFound, DeadlineExceeded, Unavailable.
+            InvalidArgument: rank outside [0, world_size), start_offset beyond the shard.
+            FailedPrecondition: world size mismatch, epoch closed or not yet reachable.
+            DeadlineExceeded: no data within `timeout` (e.g. the plan is not ready).
+            NotFound, Unavailable.
         """
         if not 0 <= rank < world_size:
             raise _bad(f"rank = {rank} is outside [0, world_size = {world_size})")
+        if start_offset < 0:
+            raise _bad(f"start_offset = {start_offset}: must be >= 0")
         next_pos = start_offset
         backoff = self.initial_backoff
-        attempt = 0
+        failures = 0  # Consecutive failed attempts without progress.
         while True:
             request = pb.StreamShardRequest(job=job, epoch=epoch, rank=rank,
                                             world_size=world_size, start_offset=next_pos,
                                             with_is_weights=with_is_weights,
                                             max_chunk_size=chunk_size)
             stream = self._stub.StreamShard(request, timeout=timeout or self.timeout)
+            progressed = False
             try:
                 for chunk in stream:
                     if len(chunk.indices64):
@@ -270,37 +430,56 @@ class Client:
                         idx = np.array(chunk.indices32, dtype=np.int64)
                     isw = np.array(chunk.is_weights, dtype=np.float32) if with_is_weights else None
                     next_pos = chunk.offset + idx.size
+                    progressed = True
                     yield ShardChunk(chunk.offset, chunk.shard_length, idx, isw)
                     if chunk.last:
                         return
                 return
             except grpc.RpcError as e:
-                retryable = e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
-                if not retryable or attempt >= self.max_retries:
+                code = e.code()
+                if code == grpc.StatusCode.DEADLINE_EXCEEDED and progressed:
+                    failures = 0  # The caller held the stream past the deadline: reopen.
+                    backoff = self.initial_backoff
+                    continue
+                retryable = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+                if progressed:
+                    failures, backoff = 0, self.initial_backoff
+                if not retryable or failures >= self.max_retries:
                     raise errors.from_rpc_error(e) from None
             finally:
                 stream.cancel()
-            attempt += 1
-            time.sleep(backoff)
+            failures += 1
+            self._sleep_backoff(backoff)
             backoff = min(backoff * 2, self.max_backoff)
 
     def read_shard(self, job: str, epoch: int, rank: int, world_size: int, **kwargs) -> np.ndarray:
-        """The whole shard as one int64 array (see stream_shard)."""
+        """Returns the whole shard (from start_offset) as one int64 array.
+
+        Takes the keyword arguments and raises the errors of stream_shard.
+        """
         parts = [c.indices for c in self.stream_shard(job, epoch, rank, world_size, **kwargs)]
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
     # -- losses and epochs ----------------------------------------------------------------------
 
-    def report_losses(self, job: str, epoch: int, rank: int, indices, losses, *, seq: int,
+    def report_losses(self, job: str, epoch: int, rank: int, indices, losses, seq: int, *,
                       num_samples: Optional[int] = None) -> pb.LossReportSummary:
         """Reports one batch of per-sample losses keyed by the true dataset index.
 
         Args:
+            job, epoch, rank: whose losses (epoch: the epoch the samples were drawn in).
+            indices: dataset indices in [0, N) (list, array or CPU tensor, 1-D).
+            losses: one finite loss >= 0 per index.
             seq: per (epoch, rank) batch number; a retried batch with the same seq is not
-                applied twice.
+                applied twice (counted as duplicates), so use a new seq for every batch.
             num_samples: if given, indices are range-checked here as well as on the server.
         Returns:
-            The summary (accepted, stale, duplicates).
+            The LossReportSummary (accepted, stale, duplicates, stale_epochs).
+        Raises:
+            InvalidArgument: shapes differ, empty batch, NaN/inf/negative loss, index out of
+                range (named, here or on the server); nothing of the batch is applied.
+            FailedPrecondition: the epoch is not open yet.
+            NotFound, Unavailable.
         """
         idx, los = check_loss_batch(indices, losses, num_samples)
         if idx.size > MAX_BATCH:
@@ -310,11 +489,30 @@ class Client:
         return self.report_loss_batches([batch])
 
     def report_loss_batches(self, batches: Sequence[pb.LossBatch]) -> pb.LossReportSummary:
-        """Sends prepared LossBatch messages on one stream (retried whole on UNAVAILABLE: the
-        server drops batches it already applied)."""
-        return self._call(lambda it, timeout: self._stub.ReportLosses(iter(batches), timeout=timeout),
-                          None)
+        """Sends prepared LossBatch messages on one stream, unchecked (the fast path).
+
+        Retried whole on UNAVAILABLE: the server counts batches it already applied, by
+        (epoch, rank, seq), as duplicates.
+
+        Returns:
+            The LossReportSummary of all batches.
+        Raises:
+            InvalidArgument, FailedPrecondition, NotFound, Unavailable (see report_losses).
+        """
+        return self._call(
+            lambda _, timeout: self._stub.ReportLosses(iter(batches), timeout=timeout), None)
 
     def end_epoch(self, job: str, epoch: int, rank: int) -> pb.EndEpochResponse:
-        """Marks `rank` done with `epoch` (idempotent). The last rank closes the epoch."""
+        """Marks data-parallel rank `rank` done with `epoch` (idempotent per epoch and rank).
+
+        The last rank closes the epoch: the weights are recomputed from the epoch's losses and
+        the next epoch is planned in the background (stream_shard of it waits for the plan).
+
+        Returns:
+            EndEpochResponse (ranks_ended, epoch_closed).
+        Raises:
+            InvalidArgument: rank >= world_size.
+            FailedPrecondition: `epoch` is not the current epoch.
+            NotFound, Unavailable.
+        """
         return self._call(self._stub.EndEpoch, pb.EndEpochRequest(job=job, epoch=epoch, rank=rank))

@@ -7,12 +7,17 @@ import grpc
 
 
 class SamplerError(Exception):
-    """Base class. `code` is the grpc.StatusCode, `message` the server's (or client's) message."""
+    """Base class. `code` is the grpc.StatusCode, `message` the server's (or client's) message.
 
-    def __init__(self, message, code=grpc.StatusCode.UNKNOWN):
+    Raised as such for codes without a subclass (UNKNOWN, INTERNAL, PERMISSION_DENIED...).
+    """
+
+    default_code = grpc.StatusCode.UNKNOWN
+
+    def __init__(self, message, code=None):
         super().__init__(message)
         self.message = message
-        self.code = code
+        self.code = code if code is not None else self.default_code
 
     def __str__(self):
         return f"{self.code.name}: {self.message}"
@@ -21,29 +26,43 @@ class SamplerError(Exception):
 class InvalidArgument(SamplerError, ValueError):
     """The request is wrong (bad spec, index out of range, NaN loss, rank outside the world)."""
 
+    default_code = grpc.StatusCode.INVALID_ARGUMENT
+
 
 class NotFound(SamplerError, KeyError):
     """Unknown job."""
+
+    default_code = grpc.StatusCode.NOT_FOUND
 
 
 class AlreadyExists(SamplerError):
     """A job with this name exists with another spec."""
 
+    default_code = grpc.StatusCode.ALREADY_EXISTS
+
 
 class FailedPrecondition(SamplerError):
     """Valid request, wrong state (epoch not open, world size mismatch): fix the state first."""
+
+    default_code = grpc.StatusCode.FAILED_PRECONDITION
 
 
 class ResourceExhausted(SamplerError):
     """A server limit (max jobs, max samples, message size)."""
 
+    default_code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
 
 class DeadlineExceeded(SamplerError, TimeoutError):
     """The call's deadline passed (e.g. waiting for the next epoch's plan)."""
 
+    default_code = grpc.StatusCode.DEADLINE_EXCEEDED
+
 
 class Unavailable(SamplerError, ConnectionError):
     """The server is down, unreachable or shutting down (after the client's retries)."""
+
+    default_code = grpc.StatusCode.UNAVAILABLE
 
 
 _BY_CODE = {
@@ -61,4 +80,4 @@ def from_rpc_error(error: grpc.RpcError) -> SamplerError:
     """Maps a grpc.RpcError to the matching SamplerError subclass, keeping the message."""
     code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
     details = error.details() if hasattr(error, "details") else str(error)
-    return _BY_CODE.get(code, SamplerError)(details or str(code), code)
+    return _BY_CODE.get(code, SamplerError)(details or code.name, code)

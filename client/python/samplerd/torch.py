@@ -43,6 +43,18 @@ def _shard_length(m: int, world_size: int, rank: int, uneven: int) -> int:
     return (m + world_size - 1) // world_size  # PAD
 
 
+def _one_per_sample(field, values):
+    """A (B,) array from (B,), (B, 1) or (1, B); other shapes are an error naming the field."""
+    values = np.asarray(values)
+    if values.ndim > 1:
+        if sum(d != 1 for d in values.shape) > 1:
+            raise errors.InvalidArgument(
+                f"{field}: shape {tuple(values.shape)}; expected one value per sample, shape (B,)"
+                " or (B, 1)")
+        values = values.reshape(-1)
+    return values
+
+
 class IndexedDataset(Dataset):
     """Wraps a map-style dataset so that item i is (i, dataset[i]).
 
@@ -120,6 +132,13 @@ class DistributedWeightedSampler(Sampler):
 
     def __len__(self):
         return self._length
+
+    def __getstate__(self):
+        # A DataLoader iterates its sampler in the main process and never sends it to workers
+        # (num_workers > 0 is fine, with fork or spawn). A copy in another process would stream
+        # the same shard and report losses under the same batch numbers, so refuse clearly.
+        raise TypeError("DistributedWeightedSampler holds a gRPC channel and reporter threads "
+                        "and cannot be pickled; create one per training process")
 
     def set_epoch(self, epoch: int) -> None:
         """Selects the epoch the next iteration serves (as DistributedSampler.set_epoch), and
@@ -233,9 +252,8 @@ class DistributedWeightedSampler(Sampler):
             indices = indices.detach().cpu().numpy()
         if isinstance(losses, torch.Tensor):
             losses = losses.detach().float().cpu().numpy()
-        idx, los = check_loss_batch(np.ravel(indices) if np.ndim(indices) > 1 else indices,
-                                    np.ravel(losses) if np.ndim(losses) > 1 else losses,
-                                    self.num_samples)
+        idx, los = check_loss_batch(_one_per_sample("indices", indices),
+                                    _one_per_sample("losses", losses), self.num_samples)
         self._pending_idx.append(idx)
         self._pending_loss.append(los)
         if sum(a.size for a in self._pending_idx) >= self.report_batch_size:
@@ -259,11 +277,18 @@ class DistributedWeightedSampler(Sampler):
         self._raise_send_error()
 
     def close(self) -> None:
-        """Ends the iterated epoch, stops the reporter thread and closes an owned client."""
-        self.end_epoch()
-        if self._send_queue is not None:
-            self._send_queue.put(None)
-            self._sender.join()
-            self._send_queue = self._sender = None
-        if self._owns_client:
-            self.client.close()
+        """Ends the iterated epoch, stops the reporter thread and closes an owned client.
+
+        Raises:
+            The error of a failed loss batch or of EndEpoch; the thread and the client are
+            released either way.
+        """
+        try:
+            self.end_epoch()
+        finally:
+            if self._send_queue is not None:
+                self._send_queue.put(None)
+                self._sender.join()
+                self._send_queue = self._sender = None
+            if self._owns_client:
+                self.client.close()
