@@ -23,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "kernels/large_array.h"
 
 namespace samplerd {
 
@@ -50,9 +51,9 @@ struct PlanSpec {
 // one of the two holds the M entries.
 struct Plan {
   uint64_t epoch = 0;
-  uint64_t num_samples = 0;  // N, for range checks and index encoding.
-  std::vector<uint32_t> indices32;
-  std::vector<uint64_t> indices64;
+  uint64_t num_samples = 0;         // N, for range checks and index encoding.
+  LargeVector<uint32_t> indices32;  // Huge pages: see large_array.h.
+  LargeVector<uint64_t> indices64;
 
   static bool Narrow(uint64_t num_samples) { return num_samples <= (uint64_t{1} << 32); }
   uint64_t size() const { return Narrow(num_samples) ? indices32.size() : indices64.size(); }

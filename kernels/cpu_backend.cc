@@ -181,7 +181,7 @@ class CpuBackend final : public ComputeBackend {
   // N <= 2^32, else uint64_t.
   template <typename T>
   void FillPlan(const PlanSpec& spec, uint64_t epoch, absl::Span<const float> weights,
-                std::vector<T>& indices) const;
+                LargeVector<T>& indices) const;
 
   // out[i] = the weights raw(i) (finite, >= 0, not all 0 where not excluded) scaled to mean 1,
   // clamped to [lo, hi], scaled to mean 1 again; excluded samples (a zero base or current
@@ -354,36 +354,29 @@ absl::StatusOr<Plan> CpuBackend::PlanEpoch(const PlanSpec& spec, uint64_t epoch,
 
 template <typename T>
 void CpuBackend::FillPlan(const PlanSpec& spec, uint64_t epoch, absl::Span<const float> weights,
-                          std::vector<T>& indices) const {
+                          LargeVector<T>& indices) const {
   const uint64_t n = spec.num_samples, m = spec.samples_per_epoch;
-  // A new plan of 1e7 entries takes ~20 ms to allocate and zero-fill (page faults, one
-  // thread): where the plan is not needed at first, that runs alongside the computation.
-  auto allocate = [&indices, m] {
-    indices.resize(m);
-    return absl::MakeSpan(indices);
-  };
+  // Not written here: the threads below touch its pages first, in parallel (large_array.h).
+  indices.resize(m);
+  const absl::Span<T> out = absl::MakeSpan(indices);
   if (spec.order == SampleOrder::kSequential) {
-    const absl::Span<T> out = allocate();
     ParallelForChunks(threads_, n, kGrain, [&](uint64_t, uint64_t b, uint64_t e) {
       for (uint64_t i = b; i < e; ++i) out[i] = static_cast<T>(i);
     });
   } else if (spec.replacement) {
     if (weights.empty()) {
-      internal::DrawUniform(threads_, spec.seed, epoch, n, 0, allocate());
+      internal::DrawUniform(threads_, spec.seed, epoch, n, 0, out);
     } else {
-      std::thread allocation(allocate);
       const internal::DrawTable table = internal::BuildDrawTable(threads_, weights);
-      allocation.join();
-      internal::DrawWeighted(threads_, table, spec.seed, epoch, 0, absl::MakeSpan(indices));
+      internal::DrawWeighted(threads_, table, spec.seed, epoch, 0, out);
     }
   } else if (m == n) {
     // Every sample exactly once: the weights cannot matter, only the order.
-    internal::ShuffleRange<T>(threads_, spec.seed, epoch, m, allocate);
+    internal::ShuffleRange(threads_, spec.seed, epoch, out);
   } else {
     const std::vector<uint64_t> selected =
         internal::SelectEfraimidisSpirakis(threads_, spec.seed, epoch, n, m, weights);
-    internal::ShuffleIndices<T>(threads_, spec.seed, epoch, absl::MakeConstSpan(selected),
-                                allocate);
+    internal::ShuffleIndices(threads_, spec.seed, epoch, absl::MakeConstSpan(selected), out);
   }
 }
 

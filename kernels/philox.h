@@ -53,18 +53,24 @@ SAMPLERD_HD Philox4x32Counter Philox4x32_10(Philox4x32Counter ctr, Philox4x32Key
 
 // Independent random streams of one job: two uses never share a counter.
 enum class RandomStream : uint32_t {
-  kEsKey = 1,    // Efraimidis-Spirakis keys (without replacement, M < N).
-  kShuffle = 2,  // Sort keys of the uniform shuffle.
-  kDraw = 3,     // Draws with replacement.
+  kEsKey = 1,        // Efraimidis-Spirakis keys (without replacement, M < N).
+  kShuffle = 2,      // Buckets of the uniform shuffle.
+  kDraw = 3,         // Draws with replacement.
+  kShuffleSwap = 4,  // Swaps of the uniform shuffle inside a bucket.
 };
 
-// 64 random bits for position `i` of `stream` in `epoch` of the job seeded with `seed`.
-// key = seed; counter = (i low, i high, epoch low, stream).
+// The Philox block of counter `i` of `stream` in `epoch` of the job seeded with `seed`:
+// key = seed; counter = (i low, i high, epoch low, stream). 128 random bits.
+SAMPLERD_HD Philox4x32Counter RandomBlock(uint64_t seed, uint64_t epoch, RandomStream stream,
+                                          uint64_t i) {
+  return Philox4x32_10({{static_cast<uint32_t>(i), static_cast<uint32_t>(i >> 32),
+                         static_cast<uint32_t>(epoch), static_cast<uint32_t>(stream)}},
+                       {{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)}});
+}
+
+// 64 random bits for position `i`: words 1 and 0 of RandomBlock, word1 << 32 | word0.
 SAMPLERD_HD uint64_t RandomBits64(uint64_t seed, uint64_t epoch, RandomStream stream, uint64_t i) {
-  const Philox4x32Counter out =
-      Philox4x32_10({{static_cast<uint32_t>(i), static_cast<uint32_t>(i >> 32),
-                      static_cast<uint32_t>(epoch), static_cast<uint32_t>(stream)}},
-                    {{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)}});
+  const Philox4x32Counter out = RandomBlock(seed, epoch, stream, i);
   return (static_cast<uint64_t>(out.v[1]) << 32) | out.v[0];
 }
 

@@ -66,7 +66,7 @@ DrawTable BuildDrawTable(int threads, absl::Span<const float> weights) {
   // Exclusive prefix sums: per-chunk sums, per-chunk offsets, then the sums within each chunk
   // (integers: exact in any order). The q_i are recomputed rather than stored; the prefix array
   // is left uninitialised until the threads write it, so its pages are touched in parallel.
-  table.prefix.reset(new uint64_t[n + 1 + kPrefixPadding]);
+  table.prefix.resize(n + 1 + kPrefixPadding);
   const uint64_t chunks = NumChunks(n, kGrain);
   std::vector<uint64_t> chunk_offset(chunks, 0);
   ParallelForChunks(threads, n, kGrain, [&](uint64_t c, uint64_t b, uint64_t e) {
@@ -80,7 +80,7 @@ DrawTable BuildDrawTable(int threads, absl::Span<const float> weights) {
     chunk_offset[c] = running;
     running += s;
   }
-  uint64_t* prefix = table.prefix.get();
+  uint64_t* prefix = table.prefix.data();
   ParallelForChunks(threads, n, kGrain, [&](uint64_t c, uint64_t b, uint64_t e) {
     uint64_t s = chunk_offset[c];
     for (uint64_t i = b; i < e; ++i) {
@@ -117,7 +117,7 @@ DrawTable BuildDrawTable(int threads, absl::Span<const float> weights) {
 
 uint64_t DrawByBinarySearch(const DrawTable& table, uint64_t r) {
   const uint64_t t = MulHi64(r, table.total);
-  const uint64_t* prefix = table.prefix.get();
+  const uint64_t* prefix = table.prefix.data();
   return static_cast<uint64_t>(std::upper_bound(prefix, prefix + table.num_samples + 1, t) -
                                prefix - 1);
 }
@@ -137,7 +137,7 @@ void DrawWeighted(int threads, const DrawTable& table, uint64_t seed, uint64_t e
   // DrawByGuide for each position, in groups of kGroup draws whose two dependent loads (guide,
   // then prefix sums) are prefetched for the whole group first, so that the cache misses of a
   // group overlap instead of stalling one draw at a time.
-  const uint64_t* prefix = table.prefix.get();
+  const uint64_t* prefix = table.prefix.data();
   const uint32_t* guide = table.guide.data();
   const int shift = table.guide_shift;
   const uint64_t total = table.total;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/types/span.h"
+#include "kernels/large_array.h"
 #include "kernels/philox.h"
 
 namespace samplerd {
@@ -45,10 +46,10 @@ std::vector<uint64_t> QuantiseWeights(int threads, absl::Span<const float> weigh
 // Prefix sums and guide table of one weight vector: 8 bytes per sample plus 1-2 for the guide.
 struct DrawTable {
   uint64_t num_samples = 0;
-  uint64_t total = 0;                  // T = prefix[N] < 2^63.
-  std::unique_ptr<uint64_t[]> prefix;  // N + 1 entries.
-  std::vector<uint32_t> guide;         // Empty when N > 2^32 (draws use binary search).
-  int guide_shift = 64;                // guide index = r >> guide_shift (guide_shift < 64).
+  uint64_t total = 0;            // T = prefix[N] < 2^63.
+  LargeVector<uint64_t> prefix;  // N + 1 entries (and padding); huge pages (large_array.h).
+  LargeVector<uint32_t> guide;   // Empty when N > 2^32 (draws use binary search).
+  int guide_shift = 64;          // guide index = r >> guide_shift (guide_shift < 64).
 };
 
 DrawTable BuildDrawTable(int threads, absl::Span<const float> weights);

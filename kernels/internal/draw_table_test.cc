@@ -73,7 +73,7 @@ TEST(DrawTableTest, TableDoesNotDependOnThreads) {
   const std::vector<float> w = RandomWeights(300'000, 9, 0.1);
   const DrawTable a = BuildDrawTable(1, w), b = BuildDrawTable(4, w);
   ASSERT_EQ(a.total, b.total);
-  ASSERT_TRUE(std::equal(a.prefix.get(), a.prefix.get() + w.size() + 1, b.prefix.get()));
+  ASSERT_TRUE(std::equal(a.prefix.begin(), a.prefix.begin() + w.size() + 1, b.prefix.begin()));
   EXPECT_EQ(a.guide, b.guide);
 }
 

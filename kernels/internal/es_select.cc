@@ -8,6 +8,7 @@
 #include "kernels/det_math.h"
 #include "kernels/internal/parallel.h"
 #include "kernels/internal/philox_batch.h"
+#include "kernels/large_array.h"
 #include "kernels/philox.h"
 
 namespace samplerd {
@@ -139,13 +140,13 @@ std::vector<uint64_t> SelectEfraimidisSpirakis(int threads, uint64_t seed, uint6
     std::sort(selected.begin(), selected.end());
     return selected;
   }
-  // The keys, uninitialised until the threads write them (their pages are touched in parallel),
-  // with the histogram of their top 16 bits counted on the way.
-  std::unique_ptr<uint64_t[]> keys(new uint64_t[n]);
+  // The keys, uninitialised until the threads write them (their pages are touched in parallel;
+  // huge pages, see large_array.h), with the histogram of their top 16 bits counted on the way.
+  LargeVector<uint64_t> keys(n);
   const int t_count = std::max(1, threads);
   std::vector<std::vector<uint64_t>> hist(t_count, std::vector<uint64_t>(kDigits, 0));
   ParallelForThreads(t_count, n, [&](int t, uint64_t b, uint64_t e) {
-    EsKeyBitsRange(seed, epoch, b, e - b, w == nullptr ? nullptr : w + b, keys.get() + b);
+    EsKeyBitsRange(seed, epoch, b, e - b, w == nullptr ? nullptr : w + b, keys.data() + b);
     std::vector<uint64_t>& h = hist[t];
     for (uint64_t i = b; i < e; ++i) ++h[keys[i] >> (64 - kDigitBits)];
   });
@@ -209,7 +210,7 @@ std::vector<uint64_t> SelectEfraimidisSpirakis(int threads, uint64_t seed, uint6
     }
     chunk_equal[c] = eq;
   });
-  keys.reset();
+  keys = LargeVector<uint64_t>();
   std::vector<uint64_t> selected;
   selected.reserve(m);
   uint64_t ties_left = rank;

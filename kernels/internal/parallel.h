@@ -65,22 +65,6 @@ void ParallelForThreads(int num_threads, uint64_t n, const Fn& fn) {
   for (std::thread& t : pool) t.join();
 }
 
-// ParallelForThreads with every range on a new thread, while the calling thread runs
-// `meanwhile()` (e.g. allocates and zero-fills the output, a single-threaded job, so that it
-// overlaps with the computation).
-template <typename Fn, typename Meanwhile>
-void ParallelForThreadsWhile(int num_threads, uint64_t n, const Fn& fn,
-                             const Meanwhile& meanwhile) {
-  const int threads = ThreadsFor(num_threads, n);
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t) {
-    pool.emplace_back(
-        [&, t] { fn(t, ThreadRangeBegin(threads, n, t), ThreadRangeBegin(threads, n, t + 1)); });
-  }
-  meanwhile();
-  for (std::thread& t : pool) t.join();
-}
-
 }  // namespace internal
 }  // namespace samplerd
 

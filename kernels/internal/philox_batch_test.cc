@@ -28,26 +28,24 @@ TEST(PhiloxBatchTest, RangeEqualsScalarPhilox) {
   }
 }
 
-TEST(PhiloxBatchTest, GatherEqualsScalarPhilox) {
-  std::vector<uint64_t> pos64;
-  uint64_t s = 99;
-  for (int k = 0; k < 203; ++k) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    pos64.push_back(k % 3 == 0 ? s : s >> 32);  // Some beyond 2^32, some below.
-  }
-  std::vector<uint32_t> pos32(pos64.size());
-  for (size_t k = 0; k < pos64.size(); ++k) pos32[k] = static_cast<uint32_t>(pos64[k] * 7 + k);
-  for (SimdLevel level : SupportedSimdLevels()) {
-    std::vector<uint64_t> out(pos64.size());
-    RandomBits64GatherWith(level, 7, 3, RandomStream::kDraw, pos64.data(), pos64.size(),
-                           out.data());
-    for (size_t k = 0; k < pos64.size(); ++k) {
-      ASSERT_EQ(out[k], RandomBits64(7, 3, RandomStream::kDraw, pos64[k])) << k;
-    }
-    RandomBits64GatherWith(level, 7, 3, RandomStream::kEsKey, pos32.data(), pos32.size(),
-                           out.data());
-    for (size_t k = 0; k < pos32.size(); ++k) {
-      ASSERT_EQ(out[k], RandomBits64(7, 3, RandomStream::kEsKey, pos32[k])) << k;
+TEST(PhiloxBatchTest, Words32EqualsScalarPhilox) {
+  const uint64_t seed = 0x0123456789abcdefull, epoch = 77;
+  for (uint64_t first : {uint64_t{0}, uint64_t{3}, (uint64_t{1} << 32) - 5, ~uint64_t{0} - 40}) {
+    for (uint64_t count : {0, 1, 3, 4, 8, 15, 16, 17, 33}) {
+      for (SimdLevel level : SupportedSimdLevels()) {
+        std::vector<uint32_t> out(4 * count + 1, 42);
+        RandomWords32RangeWith(level, seed, epoch, RandomStream::kShuffleSwap, first, count,
+                               out.data());
+        for (uint64_t k = 0; k < count; ++k) {
+          const Philox4x32Counter want =
+              RandomBlock(seed, epoch, RandomStream::kShuffleSwap, first + k);
+          for (int j = 0; j < 4; ++j) {
+            ASSERT_EQ(out[4 * k + j], want.v[j]) << "level " << static_cast<int>(level) << " first "
+                                                 << first << " k " << k << " j " << j;
+          }
+        }
+        EXPECT_EQ(out[4 * count], 42u) << "wrote past the end";
+      }
     }
   }
 }
@@ -57,6 +55,10 @@ TEST(PhiloxBatchTest, DefaultUsesTheBestLevel) {
   RandomBits64Range(1, 2, RandomStream::kDraw, 1000, 50, a.data());
   RandomBits64RangeWith(SimdLevel::kScalar, 1, 2, RandomStream::kDraw, 1000, 50, b.data());
   EXPECT_EQ(a, b);
+  std::vector<uint32_t> c(200), d(200);
+  RandomWords32Range(1, 2, RandomStream::kShuffle, 1000, 50, c.data());
+  RandomWords32RangeWith(SimdLevel::kScalar, 1, 2, RandomStream::kShuffle, 1000, 50, d.data());
+  EXPECT_EQ(c, d);
 }
 
 }  // namespace

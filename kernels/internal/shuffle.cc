@@ -1,12 +1,14 @@
 #include "kernels/internal/shuffle.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cstdint>
 #include <utility>
 #include <vector>
 
 #include "kernels/internal/parallel.h"
 #include "kernels/internal/philox_batch.h"
+#include "kernels/philox.h"
 
 #if defined(__SSE2__)
 #include <immintrin.h>
@@ -16,130 +18,58 @@ namespace samplerd {
 namespace internal {
 namespace {
 
-constexpr uint64_t kKeyBlock = 512;       // Keys computed per vectorised Philox call.
-constexpr uint64_t kSmall = 4096;         // Below this many indices: one plain sort.
-constexpr uint64_t kBucketTarget = 4096;  // Indices per top-level bucket, about (L2-sized).
-constexpr int kMaxTopBits = 16;
+constexpr uint64_t kBucketTarget = 4096;  // Inputs per bucket, at most (up to 2^24 inputs).
+constexpr int kMaxBucketBits = 12;        // 4096 buckets: their write buffers fill the L2 cache.
+constexpr uint64_t kBlock = 512;          // Inputs per batch of bucket numbers.
 
-// Indices 0..m-1.
+// Inputs 0..m-1.
 struct RangeSource {
-  uint64_t Index(uint64_t k) const { return k; }
-  void Keys(uint64_t seed, uint64_t epoch, uint64_t k, uint64_t count, uint64_t* keys) const {
-    RandomBits64Range(seed, epoch, RandomStream::kShuffle, k, count, keys);
-  }
+  uint64_t Value(uint64_t k) const { return k; }
 };
 
-// Indices from an array.
+// Inputs from an array.
 struct ArraySource {
-  const uint64_t* indices;
-  uint64_t Index(uint64_t k) const { return indices[k]; }
-  void Keys(uint64_t seed, uint64_t epoch, uint64_t k, uint64_t count, uint64_t* keys) const {
-    RandomBits64Gather(seed, epoch, RandomStream::kShuffle, indices + k, count, keys);
-  }
+  const uint64_t* values;
+  uint64_t Value(uint64_t k) const { return values[k]; }
 };
 
-// Sorts (key, index) pairs and writes the indices: the definition, for small inputs.
-template <typename T>
-void SortPairs(std::vector<std::pair<uint64_t, uint64_t>>& pairs, T* out) {
-  std::sort(pairs.begin(), pairs.end());
-  for (size_t i = 0; i < pairs.size(); ++i) out[i] = static_cast<T>(pairs[i].second);
+// bucket[i] = B_{k+i} of the definition for i < count (count <= kBlock), bits >= 1.
+void BucketsOf(uint64_t seed, uint64_t epoch, int bits, uint64_t k, uint64_t count,
+               uint32_t* bucket) {
+  uint32_t words[kBlock + 8];
+  const uint64_t first = k / 4, last = (k + count + 3) / 4;
+  RandomWords32Range(seed, epoch, RandomStream::kShuffle, first, last - first, words);
+  const uint32_t* w = words + k % 4;
+  const int shift = 32 - bits;
+  for (uint64_t i = 0; i < count; ++i) bucket[i] = w[i] >> shift;
 }
 
-// Scratch of one thread for SortBucket, reused across buckets.
+// Step 3 of the definition for bucket `bucket`, a[0, n), n < 2^32.
 template <typename T>
-struct BucketScratch {
-  std::vector<T> indices;
-  std::vector<uint64_t> packed, sorted;
-  std::vector<uint32_t> count;
-  std::vector<std::pair<uint64_t, uint64_t>> tied;
-};
-
-// Sorts data[0, n) -- indices whose keys share their top `top_bits` bits -- by (key, index).
-//
-// Each index becomes one word: the next 32 key bits above a 32-bit payload, the index itself
-// when T is 32 bits, else its position in the bucket. A counting sort on the top bits of those
-// words (about one word per slot), then an insertion sort (which rarely moves anything), order
-// the words; runs whose 32 key bits are equal (rare: ~n^2 / 2^33 pairs) are then ordered by
-// (full key, index). Everything stays in this thread's L2 cache.
-template <typename T>
-void SortBucket(uint64_t seed, uint64_t epoch, int top_bits, T* data, uint64_t n,
-                BucketScratch<T>& s) {
-  constexpr bool kIndexInWord = sizeof(T) == 4;
-  if (n < 2) return;
-  if (!kIndexInWord && n >= (uint64_t{1} << 32)) {  // Positions would not fit: plain sort.
-    s.tied.resize(n);
-    for (uint64_t i = 0; i < n; ++i) s.tied[i] = {ShuffleKey(seed, epoch, data[i]), data[i]};
-    SortPairs(s.tied, data);
-    return;
-  }
-  if (!kIndexInWord) s.indices.assign(data, data + n);
-  s.packed.resize(n);
-  s.sorted.resize(n);
-  int sub_bits = 0;  // ~1 word per counting-sort slot.
-  while (sub_bits < 16 && (uint64_t{1} << sub_bits) < n) ++sub_bits;
-  const int digit_shift = 64 - sub_bits;
-  s.count.assign(size_t{1} << sub_bits, 0);
-  uint64_t* packed = s.packed.data();
-  uint64_t keys[kKeyBlock];
-  for (uint64_t k = 0; k < n; k += kKeyBlock) {
-    const uint64_t count = std::min(kKeyBlock, n - k);
-    RandomBits64Gather(seed, epoch, RandomStream::kShuffle, data + k, count, keys);
-    for (uint64_t i = 0; i < count; ++i) {
-      const uint64_t payload = kIndexInWord ? uint64_t{data[k + i]} : k + i;
-      const uint64_t word = (((keys[i] << top_bits) >> 32) << 32) | payload;
-      packed[k + i] = word;
-      if (sub_bits > 0) ++s.count[word >> digit_shift];
+void FisherYates(uint64_t seed, uint64_t epoch, uint64_t bucket, T* a, uint64_t n) {
+  assert(n < (uint64_t{1} << 32));
+  constexpr uint64_t kCounters = 256;
+  uint32_t words[4 * kCounters];
+  uint64_t counter = bucket << 40, pos = 0, available = 0;
+  // The next word u_t; `wanted` (>= 1) words at least are still to come: no more are computed.
+  auto next = [&](uint64_t wanted) {
+    if (pos == available) {
+      const uint64_t counters = std::min(kCounters, (wanted + 3) / 4);
+      RandomWords32Range(seed, epoch, RandomStream::kShuffleSwap, counter, counters, words);
+      counter += counters;
+      pos = 0;
+      available = 4 * counters;
     }
-  }
-  uint64_t* sorted = s.sorted.data();
-  if (sub_bits > 0) {
-    uint32_t running = 0;
-    for (uint32_t& c : s.count) {
-      const uint32_t here = c;
-      c = running;
-      running += here;
-    }
-    for (uint64_t i = 0; i < n; ++i) sorted[s.count[packed[i] >> digit_shift]++] = packed[i];
-  } else {
-    std::copy(packed, packed + n, sorted);
-  }
-  uint64_t largest = sorted[0];  // Of sorted[0, i): kept in a register, not reloaded.
-  for (uint64_t i = 1; i < n; ++i) {
-    const uint64_t word = sorted[i];
-    if (word >= largest) {
-      largest = word;
-      continue;
-    }
-    uint64_t j = i;
-    for (; j > 0 && word < sorted[j - 1]; --j) sorted[j] = sorted[j - 1];
-    sorted[j] = word;
-  }
-  auto index_of = [&](uint64_t word) -> T {
-    const uint64_t payload = word & 0xffffffffu;
-    return kIndexInWord ? static_cast<T>(payload) : s.indices[payload];
+    return words[pos++];
   };
-  // Usually no two words share their 32 key bits: then the output is a plain copy (both loops
-  // vectorise).
-  uint64_t ties = 0;
-  for (uint64_t i = 1; i < n; ++i) ties += (sorted[i] >> 32) == (sorted[i - 1] >> 32);
-  if (ties == 0) {
-    for (uint64_t i = 0; i < n; ++i) data[i] = index_of(sorted[i]);
-    return;
-  }
-  for (uint64_t i = 0; i < n;) {
-    uint64_t j = i + 1;
-    while (j < n && (sorted[j] >> 32) == (sorted[i] >> 32)) ++j;
-    if (j - i == 1) {
-      data[i] = index_of(sorted[i]);
-    } else {  // Equal in 32 key bits: by the full key, then the index.
-      s.tied.clear();
-      for (uint64_t k = i; k < j; ++k) {
-        const T index = index_of(sorted[k]);
-        s.tied.emplace_back(ShuffleKey(seed, epoch, index), index);
-      }
-      SortPairs(s.tied, data + i);
+  for (uint64_t i = n - 1; i > 0; --i) {
+    const uint32_t range = static_cast<uint32_t>(i + 1);
+    uint64_t product = uint64_t{next(i)} * range;
+    if (static_cast<uint32_t>(product) < range) {       // Rare: maybe in the biased tail.
+      const uint32_t threshold = (0u - range) % range;  // 2^32 mod range.
+      while (static_cast<uint32_t>(product) < threshold) product = uint64_t{next(i)} * range;
     }
-    i = j;
+    std::swap(a[i], a[product >> 32]);
   }
 }
 
@@ -220,41 +150,30 @@ class LineWriter {
 };
 
 template <typename T, typename Source>
-void Shuffle(int threads, uint64_t seed, uint64_t epoch, uint64_t m, const Source& source,
-             const std::function<absl::Span<T>()>& allocate) {
-  if (m < kSmall) {
-    const absl::Span<T> out = allocate();
-    std::vector<std::pair<uint64_t, uint64_t>> pairs(m);
-    for (uint64_t k = 0; k < m; ++k) {
-      const uint64_t index = source.Index(k);
-      pairs[k] = {ShuffleKey(seed, epoch, index), index};
-    }
-    SortPairs(pairs, out.data());
+void Shuffle(int threads, uint64_t seed, uint64_t epoch, const Source& source, absl::Span<T> out) {
+  const uint64_t m = out.size();
+  const int bits = ShuffleBucketBits(m);
+  if (bits == 0) {  // One bucket: the inputs in order, shuffled.
+    for (uint64_t k = 0; k < m; ++k) out[k] = static_cast<T>(source.Value(k));
+    if (m > 1) FisherYates(seed, epoch, 0, out.data(), m);
     return;
   }
-  int top_bits = 1;
-  while (top_bits < kMaxTopBits && (kBucketTarget << top_bits) < m) ++top_bits;
-  const uint64_t buckets = uint64_t{1} << top_bits;
-  const int shift = 64 - top_bits;
+  const uint64_t buckets = uint64_t{1} << bits;
 
-  // Per-thread histograms over a static split (the scatter below uses the same split); each
-  // bucket then receives its indices in input order whatever the split, and is fully sorted
-  // afterwards anyway.
+  // Pass 1: per-thread bucket histograms over a static split of the inputs (pass 2 uses the
+  // same split, so every bucket receives its inputs in input order whatever the split).
   const int t_count = std::max(1, threads);
   std::vector<std::vector<uint64_t>> cursor(t_count, std::vector<uint64_t>(buckets, 0));
-  absl::Span<T> out;
-  ParallelForThreadsWhile(
-      t_count, m,
-      [&](int t, uint64_t b, uint64_t e) {
-        uint64_t keys[kKeyBlock];
-        std::vector<uint64_t>& h = cursor[t];
-        for (uint64_t k = b; k < e; k += kKeyBlock) {
-          const uint64_t count = std::min(kKeyBlock, e - k);
-          source.Keys(seed, epoch, k, count, keys);
-          for (uint64_t i = 0; i < count; ++i) ++h[keys[i] >> shift];
-        }
-      },
-      [&] { out = allocate(); });
+  ParallelForThreads(t_count, m, [&](int t, uint64_t b, uint64_t e) {
+    uint32_t bucket[kBlock];
+    std::vector<uint64_t>& h = cursor[t];
+    for (uint64_t k = b; k < e; k += kBlock) {
+      const uint64_t count = std::min(kBlock, e - k);
+      BucketsOf(seed, epoch, bits, k, count, bucket);
+      for (uint64_t i = 0; i < count; ++i) ++h[bucket[i]];
+    }
+  });
+  // Bucket starts, and the start of each (thread, bucket) region within its bucket.
   std::vector<uint64_t> bucket_start(buckets + 1);
   uint64_t running = 0;
   for (uint64_t b = 0; b < buckets; ++b) {
@@ -266,53 +185,49 @@ void Shuffle(int threads, uint64_t seed, uint64_t epoch, uint64_t m, const Sourc
     }
   }
   bucket_start[buckets] = running;
-  // Region of each (thread, bucket) pair: [cursor, end) before the scatter moves the cursor.
-  std::vector<std::vector<uint64_t>> region_start = cursor;
+
+  // Pass 2: the bucket numbers again, and the inputs scattered into their buckets.
+  const std::vector<std::vector<uint64_t>> region_start = cursor;
   ParallelForThreads(t_count, m, [&](int t, uint64_t b, uint64_t e) {
     LineWriter<T> writer(out.data(), cursor[t].data(), region_start[t].data(), buckets);
-    uint64_t keys[kKeyBlock];
-    for (uint64_t k = b; k < e; k += kKeyBlock) {
-      const uint64_t count = std::min(kKeyBlock, e - k);
-      source.Keys(seed, epoch, k, count, keys);
+    uint32_t bucket[kBlock];
+    for (uint64_t k = b; k < e; k += kBlock) {
+      const uint64_t count = std::min(kBlock, e - k);
+      BucketsOf(seed, epoch, bits, k, count, bucket);
       for (uint64_t i = 0; i < count; ++i) {
-        writer.Push(keys[i] >> shift, static_cast<T>(source.Index(k + i)));
+        writer.Push(bucket[i], static_cast<T>(source.Value(k + i)));
       }
     }
     writer.Finish();
   });
-  cursor.clear();
-  ParallelForChunks(threads, buckets, 8, [&](uint64_t, uint64_t b0, uint64_t b1) {
-    BucketScratch<T> scratch;
+
+  // Pass 3: every bucket shuffled on its own.
+  ParallelForChunks(threads, buckets, 16, [&](uint64_t, uint64_t b0, uint64_t b1) {
     for (uint64_t b = b0; b < b1; ++b) {
-      SortBucket(seed, epoch, top_bits, out.data() + bucket_start[b],
-                 bucket_start[b + 1] - bucket_start[b], scratch);
+      FisherYates(seed, epoch, b, out.data() + bucket_start[b],
+                  bucket_start[b + 1] - bucket_start[b]);
     }
   });
 }
 
 }  // namespace
 
-template <typename T>
-void ShuffleRange(int threads, uint64_t seed, uint64_t epoch, uint64_t m,
-                  const std::function<absl::Span<T>()>& allocate) {
-  Shuffle(threads, seed, epoch, m, RangeSource{}, allocate);
-}
-
-template <typename T>
-void ShuffleIndices(int threads, uint64_t seed, uint64_t epoch, absl::Span<const uint64_t> indices,
-                    const std::function<absl::Span<T>()>& allocate) {
-  Shuffle(threads, seed, epoch, indices.size(), ArraySource{indices.data()}, allocate);
+int ShuffleBucketBits(uint64_t m) {
+  int bits = 0;
+  while (bits < kMaxBucketBits && (kBucketTarget << bits) < m) ++bits;
+  return bits;
 }
 
 template <typename T>
 void ShuffleRange(int threads, uint64_t seed, uint64_t epoch, absl::Span<T> out) {
-  ShuffleRange<T>(threads, seed, epoch, out.size(), [out] { return out; });
+  Shuffle(threads, seed, epoch, RangeSource{}, out);
 }
 
 template <typename T>
 void ShuffleIndices(int threads, uint64_t seed, uint64_t epoch, absl::Span<const uint64_t> indices,
                     absl::Span<T> out) {
-  ShuffleIndices<T>(threads, seed, epoch, indices, [out] { return out; });
+  assert(indices.size() == out.size());
+  Shuffle(threads, seed, epoch, ArraySource{indices.data()}, out);
 }
 
 template void ShuffleRange(int, uint64_t, uint64_t, absl::Span<uint32_t>);
@@ -321,14 +236,6 @@ template void ShuffleIndices(int, uint64_t, uint64_t, absl::Span<const uint64_t>
                              absl::Span<uint32_t>);
 template void ShuffleIndices(int, uint64_t, uint64_t, absl::Span<const uint64_t>,
                              absl::Span<uint64_t>);
-template void ShuffleRange(int, uint64_t, uint64_t, uint64_t,
-                           const std::function<absl::Span<uint32_t>()>&);
-template void ShuffleRange(int, uint64_t, uint64_t, uint64_t,
-                           const std::function<absl::Span<uint64_t>()>&);
-template void ShuffleIndices(int, uint64_t, uint64_t, absl::Span<const uint64_t>,
-                             const std::function<absl::Span<uint32_t>()>&);
-template void ShuffleIndices(int, uint64_t, uint64_t, absl::Span<const uint64_t>,
-                             const std::function<absl::Span<uint64_t>()>&);
 
 }  // namespace internal
 }  // namespace samplerd
