@@ -11,13 +11,14 @@
 #include "gtest/gtest.h"
 #include "kernels/compute_backend.h"
 #include "kernels/internal/draw_table.h"
-#include "kernels/testing/statistics.h"
+#include "kernels/testing/test_util.h"
 
 namespace samplerd {
 namespace {
 
 using ::testing::HasSubstr;
 using testutil::ChiSquarePValue;
+using testutil::RandomWeights;
 
 // FNV-1a over the little-endian bytes of the indices: the plan hash of the golden tests.
 uint64_t Fnv1a(const std::vector<uint64_t>& v) {
@@ -29,17 +30,6 @@ uint64_t Fnv1a(const std::vector<uint64_t>& v) {
     }
   }
   return h;
-}
-
-std::vector<float> RandomWeights(uint64_t n, uint64_t seed, double zero_share = 0.0) {
-  std::vector<float> w(n);
-  uint64_t s = seed;
-  for (uint64_t i = 0; i < n; ++i) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    const double u = static_cast<double>(s >> 11) / 9007199254740992.0;
-    w[i] = u < zero_share ? 0.0f : static_cast<float>(0.1 + 4.0 * u);
-  }
-  return w;
 }
 
 TEST(ChiSquareTest, PValueOfKnownQuantiles) {

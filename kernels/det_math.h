@@ -36,23 +36,11 @@ SAMPLERD_HD double UniformOpen01(uint64_t r) {
   return (static_cast<double>(r >> 12) + 0.5) * (1.0 / 4503599627370496.0);
 }
 
-// log2(x) for finite x > 0; relative error below 1e-15. Returns -inf for 0, NaN for x < 0.
-SAMPLERD_HD double Log2(double x) {
-  if (!(x > 0.0))
-    return x == 0.0 ? -FromBits(0x7ff0000000000000ull) : FromBits(0x7ff8000000000000ull);
-  if (x == FromBits(0x7ff0000000000000ull)) return x;
-  int e = 0;
-  if (x < Pow2(-1022)) {  // Subnormal: scale into the normal range (exact).
-    x *= Pow2(54);
-    e = -54;
-  }
-  const uint64_t b = Bits(x);
-  e += static_cast<int>((b >> 52) & 0x7ff) - 1023;
-  double m = FromBits((b & 0x000fffffffffffffull) | 0x3ff0000000000000ull);  // [1, 2)
-  if (m > 1.4142135623730951) {  // Reduce to [sqrt(1/2), sqrt(2)): |s| <= 0.1716.
-    m *= 0.5;
-    e += 1;
-  }
+// The polynomial cores of Log2 and Exp2, shared with the vectorised loops of
+// kernels/internal/ (the same operations in the same order, so the results are bit-identical).
+
+// e + log2(m) for a reduced mantissa m in [sqrt(1/2), sqrt(2)) and an integral e.
+SAMPLERD_HD double Log2OfReduced(double m, double e) {
   // ln(m) = 2 atanh(s) = 2 (s + s^3/3 + s^5/5 + ...), s = (m - 1) / (m + 1).
   const double s = (m - 1.0) / (m + 1.0);
   const double s2 = s * s;
@@ -69,17 +57,11 @@ SAMPLERD_HD double Log2(double x) {
   p = p * s2 + 1.0 / 3.0;
   p = p * s2 + 1.0;
   const double ln_m = 2.0 * s * p;
-  return static_cast<double>(e) + ln_m * 1.4426950408889634;  // 1 / ln 2
+  return e + ln_m * 1.4426950408889634;  // 1 / ln 2
 }
 
-// 2^y; relative error below 1e-15 for |y| < 1000; 0 below -1074, +inf from 1024.
-SAMPLERD_HD double Exp2(double y) {
-  if (y != y) return y;
-  if (y >= 1024.0) return FromBits(0x7ff0000000000000ull);
-  if (y < -1075.0) return 0.0;
-  int k = static_cast<int>(y);  // Truncates toward zero; make it floor.
-  if (static_cast<double>(k) > y) --k;
-  const double t = (y - static_cast<double>(k)) * 0.6931471805599453;  // f ln 2, in [0, ln 2)
+// e^t for t in [0, ln 2).
+SAMPLERD_HD double ExpOfReduced(double t) {
   // e^t by its Taylor series (Horner), t < 0.7: 20 terms reach 1e-20.
   double p = 1.0 / 2432902008176640000.0;  // 1/20!
   p = p * t + 1.0 / 121645100408832000.0;
@@ -101,7 +83,39 @@ SAMPLERD_HD double Exp2(double y) {
   p = p * t + 1.0 / 6.0;
   p = p * t + 0.5;
   p = p * t + 1.0;
-  p = p * t + 1.0;  // e^t in [1, 2)
+  p = p * t + 1.0;
+  return p;
+}
+
+// log2(x) for finite x > 0; relative error below 1e-15. Returns -inf for 0, NaN for x < 0.
+SAMPLERD_HD double Log2(double x) {
+  if (!(x > 0.0))
+    return x == 0.0 ? -FromBits(0x7ff0000000000000ull) : FromBits(0x7ff8000000000000ull);
+  if (x == FromBits(0x7ff0000000000000ull)) return x;
+  int e = 0;
+  if (x < Pow2(-1022)) {  // Subnormal: scale into the normal range (exact).
+    x *= Pow2(54);
+    e = -54;
+  }
+  const uint64_t b = Bits(x);
+  e += static_cast<int>((b >> 52) & 0x7ff) - 1023;
+  double m = FromBits((b & 0x000fffffffffffffull) | 0x3ff0000000000000ull);  // [1, 2)
+  if (m > 1.4142135623730951) {  // Reduce to [sqrt(1/2), sqrt(2)): |s| <= 0.1716.
+    m *= 0.5;
+    e += 1;
+  }
+  return Log2OfReduced(m, static_cast<double>(e));
+}
+
+// 2^y; relative error below 1e-15 for |y| < 1000; 0 below -1074, +inf from 1024.
+SAMPLERD_HD double Exp2(double y) {
+  if (y != y) return y;
+  if (y >= 1024.0) return FromBits(0x7ff0000000000000ull);
+  if (y < -1075.0) return 0.0;
+  int k = static_cast<int>(y);  // Truncates toward zero; make it floor.
+  if (static_cast<double>(k) > y) --k;
+  const double t = (y - static_cast<double>(k)) * 0.6931471805599453;  // f ln 2, in [0, ln 2)
+  const double p = ExpOfReduced(t);                                    // e^t in [1, 2)
   if (k >= -1022) return p * Pow2(k);
   return (p * Pow2(k + 64)) * Pow2(-64);  // Subnormal result: two exact-as-possible steps.
 }

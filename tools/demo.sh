@@ -9,5 +9,4 @@ cd "$ROOT"
 bash tools/install_deps.sh
 bazel build //server:samplerd 2>&1 | grep -Ev '^[0-9]+\.[0-9]+: src/main/tools/' | tail -2
 mkdir -p out
-exec "$ROOT/.venv/bin/python" examples/ddp_demo.py --samplerd="$ROOT/bazel-bin/server/samplerd" \
-  --plot=out/demo.png "$@"
+exec bash examples/run_demo.sh "$ROOT/bazel-bin/server/samplerd" --plot=out/demo.png "$@"

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "kernels/det_math.h"
+
 namespace samplerd {
 namespace internal {
 namespace {
@@ -10,23 +12,14 @@ constexpr uint64_t kInfBits = 0x7ff0000000000000ull;
 constexpr uint64_t kNanBits = 0x7ff8000000000000ull;
 constexpr uint64_t kOneBits = 0x3ff0000000000000ull;
 
-inline double FromBits(uint64_t b) {
-  double d;
-  std::memcpy(&d, &b, sizeof d);
-  return d;
-}
-inline uint64_t ToBits(double d) {
-  uint64_t b;
-  std::memcpy(&b, &d, sizeof b);
-  return b;
-}
+using det::FromBits;
+using det::Pow2;
+inline uint64_t ToBits(double d) { return det::Bits(d); }
 // All ones when `condition`, else 0: for selecting bit patterns without branches.
 inline uint64_t Mask(bool condition) { return -static_cast<uint64_t>(condition); }
 inline uint64_t Select(uint64_t mask, uint64_t if_set, uint64_t if_clear) {
   return (if_set & mask) | (if_clear & ~mask);
 }
-// 2^k for -1022 <= k <= 1023.
-inline double Pow2(int32_t k) { return FromBits(static_cast<uint64_t>(k + 1023) << 52); }
 
 // The steps of det::Log2, each special case computed alongside and selected at the end.
 // Inlined into one function per SIMD level, which the compiler vectorises for that level.
@@ -45,22 +38,7 @@ __attribute__((always_inline)) inline void Log2Loop(const double* x_in, uint64_t
     const uint64_t halve = m0 > 1.4142135623730951;
     const double m = m0 * FromBits(kOneBits - (halve << 52));  // * 0.5 or * 1.
     const int32_t e = e0 + static_cast<int32_t>(halve);
-    const double s = (m - 1.0) / (m + 1.0);
-    const double s2 = s * s;
-    double p = 1.0 / 23.0;
-    p = p * s2 + 1.0 / 21.0;
-    p = p * s2 + 1.0 / 19.0;
-    p = p * s2 + 1.0 / 17.0;
-    p = p * s2 + 1.0 / 15.0;
-    p = p * s2 + 1.0 / 13.0;
-    p = p * s2 + 1.0 / 11.0;
-    p = p * s2 + 1.0 / 9.0;
-    p = p * s2 + 1.0 / 7.0;
-    p = p * s2 + 1.0 / 5.0;
-    p = p * s2 + 1.0 / 3.0;
-    p = p * s2 + 1.0;
-    const double ln_m = 2.0 * s * p;
-    uint64_t result = ToBits(static_cast<double>(e) + ln_m * 1.4426950408889634);
+    uint64_t result = ToBits(det::Log2OfReduced(m, static_cast<double>(e)));
     result = Select(Mask(x == FromBits(kInfBits)), kInfBits, result);
     const uint64_t special = Select(Mask(x == 0.0), kInfBits | (uint64_t{1} << 63), kNanBits);
     out[k] = FromBits(Select(Mask(!(x > 0.0)), special, result));
@@ -78,27 +56,7 @@ __attribute__((always_inline)) inline void Exp2Loop(const double* y_in, uint64_t
     int32_t k = static_cast<int32_t>(y);  // Truncation (32 bits: see Log2Loop); make it floor.
     k -= static_cast<double>(k) > y;
     const double t = (y - static_cast<double>(k)) * 0.6931471805599453;
-    double p = 1.0 / 2432902008176640000.0;
-    p = p * t + 1.0 / 121645100408832000.0;
-    p = p * t + 1.0 / 6402373705728000.0;
-    p = p * t + 1.0 / 355687428096000.0;
-    p = p * t + 1.0 / 20922789888000.0;
-    p = p * t + 1.0 / 1307674368000.0;
-    p = p * t + 1.0 / 87178291200.0;
-    p = p * t + 1.0 / 6227020800.0;
-    p = p * t + 1.0 / 479001600.0;
-    p = p * t + 1.0 / 39916800.0;
-    p = p * t + 1.0 / 3628800.0;
-    p = p * t + 1.0 / 362880.0;
-    p = p * t + 1.0 / 40320.0;
-    p = p * t + 1.0 / 5040.0;
-    p = p * t + 1.0 / 720.0;
-    p = p * t + 1.0 / 120.0;
-    p = p * t + 1.0 / 24.0;
-    p = p * t + 1.0 / 6.0;
-    p = p * t + 0.5;
-    p = p * t + 1.0;
-    p = p * t + 1.0;
+    const double p = det::ExpOfReduced(t);
     const int32_t normal = -static_cast<int32_t>(k >= -1022);  // All ones when normal.
     const double r_normal = p * Pow2(k & normal);
     const double r_subnormal = (p * Pow2((k + 64) & ~normal)) * Pow2(-64);

@@ -23,16 +23,8 @@ constexpr uint64_t kSmallSelect = 1 << 16;
 constexpr int kDigitBits = 16;
 constexpr uint64_t kDigits = uint64_t{1} << kDigitBits;
 
-inline double FromBits(uint64_t b) {
-  double d;
-  std::memcpy(&d, &b, sizeof d);
-  return d;
-}
-inline uint64_t ToBits(double d) {
-  uint64_t b;
-  std::memcpy(&b, &d, sizeof b);
-  return b;
-}
+using det::FromBits;
+inline uint64_t ToBits(double d) { return det::Bits(d); }
 
 // EsKeyBits of 64 random bits each, written without branches so that the compiler vectorises
 // it; the operations are exactly those of det::UniformOpen01, det::Log2 (for its normal inputs
@@ -52,22 +44,7 @@ __attribute__((always_inline)) inline void KeysLoop(const uint64_t* r, const flo
     const uint64_t halve = m0 > 1.4142135623730951;
     const double m = m0 * FromBits(0x3ff0000000000000ull - (halve << 52));  // * 0.5 or * 1.
     const int32_t e = e0 + static_cast<int32_t>(halve);
-    const double s = (m - 1.0) / (m + 1.0);
-    const double s2 = s * s;
-    double p = 1.0 / 23.0;
-    p = p * s2 + 1.0 / 21.0;
-    p = p * s2 + 1.0 / 19.0;
-    p = p * s2 + 1.0 / 17.0;
-    p = p * s2 + 1.0 / 15.0;
-    p = p * s2 + 1.0 / 13.0;
-    p = p * s2 + 1.0 / 11.0;
-    p = p * s2 + 1.0 / 9.0;
-    p = p * s2 + 1.0 / 7.0;
-    p = p * s2 + 1.0 / 5.0;
-    p = p * s2 + 1.0 / 3.0;
-    p = p * s2 + 1.0;
-    const double ln_m = 2.0 * s * p;
-    const double log2_u = static_cast<double>(e) + ln_m * 1.4426950408889634;
+    const double log2_u = det::Log2OfReduced(m, static_cast<double>(e));
     const double w = weights[k];
     const uint64_t positive = -static_cast<uint64_t>(w > 0);  // All ones when w > 0.
     keys[k] = (ToBits(-log2_u / w) & positive) | (kInfinityBits & ~positive);

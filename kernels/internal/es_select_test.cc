@@ -9,21 +9,13 @@
 #include "gtest/gtest.h"
 #include "kernels/det_math.h"
 #include "kernels/philox.h"
+#include "kernels/testing/test_util.h"
 
 namespace samplerd {
 namespace internal {
 namespace {
 
-std::vector<float> RandomWeights(uint64_t n, uint64_t seed, double zero_share) {
-  std::vector<float> w(n);
-  uint64_t s = seed;
-  for (uint64_t i = 0; i < n; ++i) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    const double u = static_cast<double>(s >> 11) / 9007199254740992.0;
-    w[i] = u < zero_share ? 0.0f : static_cast<float>(0.1 + 4.0 * u);
-  }
-  return w;
-}
+using testutil::RandomWeights;
 
 TEST(EsSelectTest, KeyIsTheDefinition) {
   const double u = det::UniformOpen01(RandomBits64(5, 6, RandomStream::kEsKey, 7));

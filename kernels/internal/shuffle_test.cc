@@ -8,7 +8,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/philox.h"
-#include "kernels/testing/statistics.h"
+#include "kernels/testing/test_util.h"
 
 namespace samplerd {
 namespace internal {

@@ -1,11 +1,25 @@
-// Statistics helpers for the kernels' tests.
-#ifndef SAMPLERD_KERNELS_TESTING_STATISTICS_H_
-#define SAMPLERD_KERNELS_TESTING_STATISTICS_H_
+// Helpers for the kernels' tests: reproducible inputs and statistics.
+#ifndef SAMPLERD_KERNELS_TESTING_TEST_UTIL_H_
+#define SAMPLERD_KERNELS_TESTING_TEST_UTIL_H_
 
 #include <cmath>
+#include <cstdint>
+#include <vector>
 
 namespace samplerd {
 namespace testutil {
+
+// n weights from a fixed LCG: 0 with probability zero_share, else uniform in [0.1, 4.1).
+inline std::vector<float> RandomWeights(uint64_t n, uint64_t seed, double zero_share = 0.0) {
+  std::vector<float> w(n);
+  uint64_t s = seed;
+  for (uint64_t i = 0; i < n; ++i) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    const double u = static_cast<double>(s >> 11) / 9007199254740992.0;
+    w[i] = u < zero_share ? 0.0f : static_cast<float>(0.1 + 4.0 * u);
+  }
+  return w;
+}
 
 // Upper tail of the chi-square distribution, P(X >= x) for k degrees of freedom, by the
 // regularised incomplete gamma function (series for x < a + 1, continued fraction otherwise).
@@ -42,4 +56,4 @@ inline double ChiSquarePValue(double x, double k) {
 }  // namespace testutil
 }  // namespace samplerd
 
-#endif  // SAMPLERD_KERNELS_TESTING_STATISTICS_H_
+#endif  // SAMPLERD_KERNELS_TESTING_TEST_UTIL_H_
