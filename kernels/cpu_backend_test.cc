@@ -196,6 +196,43 @@ TEST(StatisticsTest, WithoutReplacementFirstDrawFollowsWeights) {
   EXPECT_GT(PValue(counts, w, epochs), 1e-3);
 }
 
+TEST(StatisticsTest, WithoutReplacementSetsFollowSuccessiveSampling) {
+  // M = 3 of N = 6: the selected set must have the probability of three successive weighted
+  // draws without replacement (what Efraimidis-Spirakis selection is), summed over the 3! orders
+  // of each of the 20 sets. Chi-square over the 20 sets, 120000 epochs.
+  auto backend = NewCpuBackend(1);
+  const std::vector<float> w = {0.5f, 1.0f, 1.5f, 2.0f, 4.0f, 8.0f};
+  const uint64_t n = w.size(), m = 3, epochs = 120'000;
+  double total = 0;
+  for (float x : w) total += x;
+  std::map<uint32_t, double> expected;  // Set bitmask -> probability.
+  for (uint64_t a = 0; a < n; ++a) {
+    for (uint64_t b = 0; b < n; ++b) {
+      for (uint64_t c = 0; c < n; ++c) {
+        if (a == b || a == c || b == c) continue;
+        const double p = w[a] / total * w[b] / (total - w[a]) * w[c] / (total - w[a] - w[b]);
+        expected[(1u << a) | (1u << b) | (1u << c)] += p;
+      }
+    }
+  }
+  ASSERT_EQ(expected.size(), 20u);
+  std::map<uint32_t, uint64_t> observed;
+  for (uint64_t e = 0; e < epochs; ++e) {
+    auto plan = backend->PlanEpoch({n, m, 31, false, SampleOrder::kWeightedRandom}, e, w);
+    ASSERT_TRUE(plan.ok());
+    uint32_t set = 0;
+    for (uint64_t idx : plan->ToVector()) set |= 1u << idx;
+    ++observed[set];
+  }
+  double chi2 = 0;
+  for (const auto& [set, p] : expected) {
+    const double want = p * epochs;
+    chi2 += (observed[set] - want) * (observed[set] - want) / want;
+  }
+  EXPECT_EQ(observed.size(), 20u) << "a set outside the 20 of size 3";
+  EXPECT_GT(ChiSquarePValue(chi2, 19), 1e-3) << "chi2 = " << chi2;
+}
+
 TEST(StatisticsTest, WithoutReplacementInclusionFavoursHeavySamples) {
   // M = N/2 of N with two weight classes (1 and 4): inclusion probability of heavy samples must
   // clearly exceed that of light ones, and every drawn sample exactly once per epoch.
