@@ -128,85 +128,59 @@ std::vector<uint64_t> SelectEfraimidisSpirakis(int threads, uint64_t seed, uint6
     for (uint64_t i = b; i < e; ++i) ++h[keys[i] >> (64 - kDigitBits)];
   });
 
-  // Radix select, 16 bits at a time from the top: the m-th smallest key K (the threshold) and
-  // how many keys equal to K are taken (`rank` of them: the ones with the smallest indices).
-  // After the first digit only the keys that share it can matter: they are copied out (a few
-  // percent of n: a 16-bit prefix of a double spans 1/16 of a power of two), and the remaining
-  // digits are found in the copy.
-  uint64_t prefix = 0;  // The top `fixed` bits of K.
-  int fixed = 0;
-  uint64_t rank = m;  // 1-based rank of K among the keys that share `prefix`.
-  std::vector<uint64_t> candidates;
-  while (true) {
-    // hist[0] (the sum over threads) counts the next digit of the keys that share `prefix`.
-    for (size_t t = 1; t < hist.size(); ++t) {
-      for (uint64_t d = 0; d < kDigits; ++d) hist[0][d] += hist[t][d];
-    }
-    uint64_t digit = 0;
-    for (; hist[0][digit] < rank; ++digit) rank -= hist[0][digit];
-    const uint64_t in_digit = hist[0][digit];
-    prefix = (prefix << kDigitBits) | digit;
-    fixed += kDigitBits;
-    if (fixed == 64) break;
-    const int shift = 64 - fixed;
-    if (fixed == kDigitBits) {
-      candidates.resize(in_digit);
-      uint64_t c = 0;
-      for (uint64_t i = 0; i < n; ++i) {
-        candidates[c] = keys[i];
-        c += (keys[i] >> shift) == prefix;  // Branch-free: almost every key is skipped.
-        if (c == in_digit) break;
-      }
-      hist.resize(1);
-    }
-    std::fill(hist[0].begin(), hist[0].end(), 0);
-    for (uint64_t k : candidates) {
-      if ((k >> shift) == prefix) ++hist[0][(k >> (shift - kDigitBits)) & (kDigits - 1)];
-    }
+  // The digit (top 16 bits) of the m-th smallest key, and its 1-based rank among the keys with
+  // that digit: every key with a smaller digit is selected, `rank` of those with this digit are.
+  for (size_t t = 1; t < hist.size(); ++t) {
+    for (uint64_t d = 0; d < kDigits; ++d) hist[0][d] += hist[t][d];
   }
-  const uint64_t threshold = prefix;
+  uint64_t digit = 0, rank = m;
+  for (; hist[0][digit] < rank; ++digit) rank -= hist[0][digit];
+  const uint64_t in_digit = hist[0][digit];
   hist.clear();
-  candidates = std::vector<uint64_t>();
 
-  // Collect in index order: keys below the threshold, and the first `rank` keys equal to it.
-  // One pass: each chunk lists its indices with key <= threshold (about m / chunks of them),
-  // then the lists are concatenated in chunk order, dropping equal keys past the first `rank`.
+  // One parallel pass: per chunk, the indices with a smaller digit (selected) and the (key,
+  // index) pairs with the threshold's digit (candidates: a few percent of n at most, since a
+  // digit spans 1/16 of a power of two of the keys).
   const uint64_t chunks = NumChunks(n, kGrain);
   std::vector<std::vector<uint64_t>> chunk_selected(chunks);
-  std::vector<uint64_t> chunk_equal(chunks, 0);
+  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> chunk_candidates(chunks);
   ParallelForChunks(threads, n, kGrain, [&](uint64_t c, uint64_t b, uint64_t e) {
     std::vector<uint64_t>& list = chunk_selected[c];
     list.reserve((m / chunks) * 9 / 8 + 16);
-    uint64_t eq = 0;
     for (uint64_t i = b; i < e; ++i) {
-      const uint64_t k = keys[i];
-      if (k <= threshold) {
+      const uint64_t d = keys[i] >> (64 - kDigitBits);
+      if (d < digit) {
         list.push_back(i);
-        eq += k == threshold;
+      } else if (d == digit) {
+        chunk_candidates[c].emplace_back(keys[i], i);
       }
     }
-    chunk_equal[c] = eq;
   });
   keys = LargeVector<uint64_t>();
+
+  // The `rank` smallest candidates by (key, index), in index order.
+  std::vector<std::pair<uint64_t, uint64_t>> candidates;
+  candidates.reserve(in_digit);
+  for (auto& list : chunk_candidates) {
+    candidates.insert(candidates.end(), list.begin(), list.end());
+    list = {};
+  }
+  std::nth_element(candidates.begin(), candidates.begin() + (rank - 1), candidates.end());
+  std::vector<uint64_t> chosen(rank);
+  for (uint64_t k = 0; k < rank; ++k) chosen[k] = candidates[k].second;
+  candidates = {};
+  std::sort(chosen.begin(), chosen.end());
+
+  // Both lists are in index order: concatenate and merge.
   std::vector<uint64_t> selected;
   selected.reserve(m);
-  uint64_t ties_left = rank;
-  for (uint64_t c = 0; c < chunks; ++c) {
-    const std::vector<uint64_t>& list = chunk_selected[c];
-    if (chunk_equal[c] <= ties_left) {
-      selected.insert(selected.end(), list.begin(), list.end());
-      ties_left -= chunk_equal[c];
-    } else {  // Rare: keys equal to the threshold beyond the first `rank` are not taken.
-      for (uint64_t i : list) {
-        const bool tie = EsKeyBits(seed, epoch, i, w == nullptr ? 1.0 : double{w[i]}) == threshold;
-        if (!tie || ties_left > 0) {
-          selected.push_back(i);
-          ties_left -= tie;
-        }
-      }
-    }
-    chunk_selected[c] = std::vector<uint64_t>();
+  for (auto& list : chunk_selected) {
+    selected.insert(selected.end(), list.begin(), list.end());
+    list = {};
   }
+  const uint64_t below = selected.size();
+  selected.insert(selected.end(), chosen.begin(), chosen.end());
+  std::inplace_merge(selected.begin(), selected.begin() + below, selected.end());
   return selected;
 }
 

@@ -35,7 +35,10 @@ void EsKeyBitsRangeWith(SimdLevel level, uint64_t seed, uint64_t epoch, uint64_t
 // increasing index order. weights: n entries, or empty for all 1. Requires 1 <= m <= the number
 // of positive weights (so m <= n).
 //
-// Memory: the n keys (8 bytes each) while it runs, plus the result.
+// How: the keys and a histogram of their top 16 bits in one parallel pass; the digit of the m-th
+// smallest key then splits the samples into selected (a smaller digit), candidates (that digit:
+// a few percent of n) and the rest in a second pass; the candidates are finished by
+// nth_element. Memory: the n keys (8 bytes each) while it runs, the candidates, the result.
 std::vector<uint64_t> SelectEfraimidisSpirakis(int threads, uint64_t seed, uint64_t epoch,
                                                uint64_t n, uint64_t m,
                                                absl::Span<const float> weights);
