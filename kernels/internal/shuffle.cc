@@ -19,7 +19,7 @@ namespace internal {
 namespace {
 
 constexpr uint64_t kBucketTarget = 4096;  // Inputs per bucket, at most (up to 2^24 inputs).
-constexpr int kMaxBucketBits = 12;        // 4096 buckets: their write buffers fill the L2 cache.
+constexpr int kMaxBucketBits = 12;        // 4096 buckets: their write buffers (256 KiB) fit in L2.
 constexpr uint64_t kBlock = 512;          // Inputs per batch of bucket numbers.
 
 // Inputs 0..m-1.
