@@ -1,11 +1,14 @@
 """Server memory per sample, measured through the real samplerd binary.
 
-    python3 bench/server_memory.py [--sizes 10000000 40000000]
+    python3 bench/server_memory.py [--sizes 10000000 80000000]
 
 For each N, a fresh samplerd runs one job (loss policy, 2 ranks) to its steady state: every sample
 reported in epoch 0, the epoch closed, epoch 1 planned (and epoch 2 planned ahead). The resident
 memory growth over the idle server is read from /proc. The slope between two sizes is the cost
 per sample; the intercept is the fixed cost (gRPC buffers and the like), which is not per sample.
+The fixed part varies by some tens of MiB between runs (per-thread malloc arenas), so the sizes
+are far apart (1e7 and 8e7 by default: 1.6 GB at the larger): 30 MiB of noise moves the slope by
+less than half a byte.
 """
 
 import argparse
@@ -58,7 +61,7 @@ def steady_state_growth(binary, n):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--sizes", type=int, nargs=2, default=[10_000_000, 40_000_000])
+    parser.add_argument("--sizes", type=int, nargs=2, default=[10_000_000, 80_000_000])
     parser.add_argument("--samplerd", default=os.path.join(ROOT, "bazel-bin", "server", "samplerd"))
     args = parser.parse_args()
     (n1, n2) = args.sizes
