@@ -117,6 +117,7 @@ absl::Status Job::UploadLabels(const std::vector<uint32_t>& labels) {
 }
 
 absl::Status Job::InstallBaseAndPlan(std::vector<float> base) {
+  bool had_plan = false;
   {
     absl::MutexLock lock(&mu_);
     if (absl::Status s = CheckOpen(); !s.ok()) return s;
@@ -126,6 +127,11 @@ absl::Status Job::InstallBaseAndPlan(std::vector<float> base) {
                        "); weights and labels can only be uploaded before the first loss report"));
     }
     planning_ = true;  // Excludes a concurrent upload while epoch 0 is planned off the lock.
+    // A re-upload withdraws the plan of epoch 0 until the new one is published: a loss or an
+    // EndEpoch accepted against the old plan meanwhile would be wiped by the publication, or
+    // would start planning epoch 1 concurrently with it.
+    had_plan = plan_ready_;
+    plan_ready_ = false;
   }
   auto weights = std::make_shared<const std::vector<float>>(std::move(base));
   // On success the plan and the base are published together (and planning_ cleared): no reader
@@ -134,6 +140,7 @@ absl::Status Job::InstallBaseAndPlan(std::vector<float> base) {
   if (!s.ok()) {
     absl::MutexLock lock(&mu_);
     planning_ = false;
+    plan_ready_ = had_plan;  // A failed re-upload leaves the published plan as it was.
   }
   return s;
 }

@@ -90,7 +90,9 @@ class Job {
 
   // Static weights / class labels (N values). FAILED_PRECONDITION if the base policy differs or
   // the job already started (a loss was accepted or an epoch closed); INVALID_ARGUMENT for bad
-  // values. On success the plan of epoch 0 is computed before returning.
+  // values. On success the plan of epoch 0 is computed before returning. A re-upload withdraws
+  // epoch 0's plan while the new one is computed (shards wait, losses and EndEpoch are
+  // FAILED_PRECONDITION); if it fails, the previous plan stays.
   absl::Status UploadWeights(std::vector<float> weights) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status UploadLabels(const std::vector<uint32_t>& labels) ABSL_LOCKS_EXCLUDED(mu_);
 

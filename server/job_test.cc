@@ -4,6 +4,7 @@
 #include <atomic>
 #include <thread>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
@@ -13,6 +14,61 @@ namespace samplerd {
 namespace {
 
 using ::testing::HasSubstr;
+
+// The CPU backend, except that PlanEpoch can be held: Hold() makes the next PlanEpoch call wait
+// until Release(), so a test can act while a plan is being computed.
+class GatedBackend : public ComputeBackend {
+ public:
+  explicit GatedBackend(ComputeBackend* inner) : inner_(inner) {}
+
+  void Hold() {
+    absl::MutexLock lock(&mu_);
+    held_ = true;
+  }
+  // Waits until a PlanEpoch call is held.
+  void AwaitHeldCall() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&waiting_));
+  }
+  void Release() {
+    absl::MutexLock lock(&mu_);
+    held_ = false;
+  }
+
+  std::string name() const override { return inner_->name(); }
+  absl::Status RecomputeWeights(const WeightPolicyParams& policy, uint64_t closed_epoch,
+                                absl::Span<const float> base, absl::Span<const float> current,
+                                LossStatsView stats, absl::Span<float> out) override {
+    return inner_->RecomputeWeights(policy, closed_epoch, base, current, stats, out);
+  }
+  absl::StatusOr<Plan> PlanEpoch(const PlanSpec& spec, uint64_t epoch,
+                                 absl::Span<const float> weights) override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (held_) {
+        waiting_ = true;
+        auto released = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !held_; };
+        mu_.Await(absl::Condition(&released));
+        waiting_ = false;
+      }
+    }
+    return inner_->PlanEpoch(spec, epoch, weights);
+  }
+  absl::Status ExtractShard(const Plan& plan, const ShardSpec& shard, uint32_t rank, uint64_t start,
+                            absl::Span<uint64_t> out) override {
+    return inner_->ExtractShard(plan, shard, rank, start, out);
+  }
+  absl::Status ShardWithoutPlan(const PlanSpec& spec, uint64_t epoch, const ShardSpec& shard,
+                                uint32_t rank, uint64_t start, absl::Span<uint64_t> out) override {
+    return inner_->ShardWithoutPlan(spec, epoch, shard, rank, start, out);
+  }
+
+ private:
+  ComputeBackend* const inner_;
+  absl::Mutex mu_;
+  bool held_ ABSL_GUARDED_BY(mu_) = false;
+  bool waiting_ ABSL_GUARDED_BY(mu_) = false;
+};
 
 class JobTest : public ::testing::Test {
  protected:
@@ -225,6 +281,51 @@ TEST_F(JobTest, StaticWeightsArriveBeforeTheFirstLossOnly) {
   const std::vector<float> loss = {1};
   ASSERT_TRUE(job->ReportLosses({0, 0, 0, idx, loss}, &s).ok());
   EXPECT_EQ(job->UploadWeights({1, 1, 1, 1}).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(JobTest, AReuploadWithdrawsEpochZeroUntilItsNewPlanIsPublished) {
+  v1::JobSpec spec;
+  spec.set_num_samples(4);
+  spec.set_world_size(1);
+  spec.set_samples_per_epoch(2);
+  spec.mutable_policy()->set_base(v1::STATIC);
+  spec.mutable_policy()->set_loss(v1::LOSS);
+  GatedBackend gated(backend_.get());
+  auto job = *Job::Create("s", *MakeJobConfig(spec, JobLimits()), &gated);
+  ASSERT_TRUE(job->UploadWeights({1, 1, 1, 1}).ok());
+
+  // A re-upload whose plan is being computed: the old plan of epoch 0 is withdrawn. A loss
+  // accepted now would be wiped by the new plan (and the upload would succeed after the job
+  // started); an epoch closed now would race the upload's publication of epoch 0.
+  gated.Hold();
+  absl::Status upload;
+  std::thread uploader([&] { upload = job->UploadWeights({0, 1, 1, 2}); });
+  gated.AwaitHeldCall();
+  EXPECT_FALSE(job->Describe().plan_ready());
+  v1::LossReportSummary s;
+  const std::vector<uint64_t> idx = {1};
+  const std::vector<float> loss = {1};
+  const absl::Status report = job->ReportLosses({0, 0, 0, idx, loss}, &s);
+  EXPECT_EQ(report.code(), absl::StatusCode::kFailedPrecondition) << report;
+  EXPECT_THAT(std::string(report.message()), HasSubstr("still being planned"));
+  EXPECT_EQ(job->EndEpoch(0, 0).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(job->UploadWeights({1, 1, 1, 1}).code(), absl::StatusCode::kFailedPrecondition);
+  gated.Release();
+  uploader.join();
+  ASSERT_TRUE(upload.ok()) << upload;
+  auto lease = job->AcquireShard(0, 0, 1, Soon());
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  EXPECT_THAT(*lease->view.weights, ::testing::ElementsAre(0.0f, 1.0f, 1.0f, 2.0f));
+  EXPECT_EQ(job->Status().ranks(0).losses_accepted(), 0u);
+
+  // A re-upload that fails to plan leaves the published plan as it was.
+  const std::vector<uint64_t> before = lease->view.plan->ToVector();
+  EXPECT_EQ(job->UploadWeights({1, 0, 0, 0}).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(job->Describe().plan_ready());
+  auto after = job->AcquireShard(0, 0, 1, Soon());
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->view.plan->ToVector(), before);
+  EXPECT_THAT(*after->view.weights, ::testing::ElementsAre(0.0f, 1.0f, 1.0f, 2.0f));
 }
 
 TEST_F(JobTest, ManyEpochsWithConcurrentRanks) {
