@@ -109,6 +109,30 @@ def test_call_site_validation(client, indices, losses, message):
     assert client.status("v") == before  # Nothing was sent.
 
 
+@pytest.mark.parametrize("indices, losses, message", [
+    # Finite as float64, inf as the float32 that is sent.
+    ([1, 2], [1.0, 1e39], r"losses\[1\] = 1e\+39: losses must be finite \(as float32\)"),
+    # Would wrap to -1 and 0 in the conversion to int64.
+    (np.array([1, 2**64 - 1], dtype=np.uint64), [1.0, 1.0],
+     r"indices\[1\] = 18446744073709551615 is outside \[0, 2\^63\)"),
+    (np.array([2**63], dtype=np.uint64), [1.0], r"indices\[0\] = 9223372036854775808 is outside"),
+    ([1e30], [1.0], r"indices\[0\] = 1e\+30 is outside \[0, 2\^63\)"),
+    ([1], ["high"], r"losses: not numbers"),
+])
+def test_loss_batch_checks_the_values_as_sent(indices, losses, message):
+    """Without num_samples too: nothing reaches the wire that is not what the caller meant."""
+    with pytest.raises(samplerd.InvalidArgument, match=message):
+        samplerd.check_loss_batch(indices, losses)
+
+
+def test_loss_batch_accepts_integral_floats_and_the_largest_index():
+    idx, los = samplerd.check_loss_batch(np.array([3.0, 2.0**62]), np.array([0.0, 3e38]))
+    assert idx.dtype == np.int64 and idx.tolist() == [3, 2**62]
+    assert los.dtype == np.float32 and np.all(np.isfinite(los))
+    idx, _ = samplerd.check_loss_batch(np.array([2**63 - 1], dtype=np.uint64), [1.0])
+    assert idx.tolist() == [2**63 - 1]
+
+
 def test_client_side_argument_errors(client):
     with pytest.raises(samplerd.InvalidArgument, match=r"uneven = 'sometimes'"):
         client.create_job("x", num_samples=10, world_size=1, uneven="sometimes")

@@ -92,34 +92,42 @@ def _bad(message):
 def check_loss_batch(indices, losses, num_samples: Optional[int] = None):
     """Validates one batch of (index, loss) pairs; returns them as (int64, float32) arrays.
 
+    Indices must be integers (or integral floats) in [0, num_samples), or [0, 2^63) without
+    num_samples; losses must be >= 0 and finite as float32, the type they are sent as.
+
     Raises:
         InvalidArgument: naming the field and the first bad value.
     """
     idx = np.asarray(indices)
-    los = np.asarray(losses, dtype=np.float64)
-    if idx.ndim != 1 or los.ndim != 1:
-        raise _bad(f"indices and losses must be 1-D; got shapes {idx.shape} and {los.shape}")
-    if idx.shape != los.shape:
-        raise _bad(f"indices: {idx.shape[0]} entries but losses: {los.shape[0]}")
+    try:
+        los64 = np.asarray(losses, dtype=np.float64)
+    except (TypeError, ValueError) as e:
+        raise _bad(f"losses: not numbers ({e})") from None
+    if idx.ndim != 1 or los64.ndim != 1:
+        raise _bad(f"indices and losses must be 1-D; got shapes {idx.shape} and {los64.shape}")
+    if idx.shape != los64.shape:
+        raise _bad(f"indices: {idx.shape[0]} entries but losses: {los64.shape[0]}")
     if idx.size == 0:
         raise _bad("indices: empty batch")
-    if idx.dtype.kind not in "iu":
-        if idx.dtype.kind == "f" and np.all(np.isfinite(idx)) and np.all(idx == np.floor(idx)):
-            idx = idx.astype(np.int64)
-        else:
-            raise _bad(f"indices: dtype {idx.dtype} is not an integer type")
+    if idx.dtype.kind not in "iu" and not (
+            idx.dtype.kind == "f" and np.all(np.isfinite(idx)) and np.all(idx == np.floor(idx))):
+        raise _bad(f"indices: dtype {idx.dtype} is not an integer type")
+    # Range checks before the conversion to int64, which would wrap uint64 values >= 2^63 and
+    # large floats to negative numbers.
     bad = np.flatnonzero(idx < 0)
     if bad.size:
         raise _bad(f"indices[{bad[0]}] = {idx[bad[0]]}: must be >= 0")
-    if num_samples is not None:
-        bad = np.flatnonzero(idx >= num_samples)
-        if bad.size:
-            raise _bad(f"indices[{bad[0]}] = {idx[bad[0]]} is outside "
-                       f"[0, num_samples = {num_samples})")
+    limit = f"num_samples = {num_samples}" if num_samples is not None else "2^63"
+    bad = np.flatnonzero(idx >= (num_samples if num_samples is not None else 1 << 63))
+    if bad.size:
+        raise _bad(f"indices[{bad[0]}] = {idx[bad[0]]} is outside [0, {limit})")
+    with np.errstate(over="ignore"):
+        los = los64.astype(np.float32)  # What is sent: a loss beyond float32 becomes inf.
     bad = np.flatnonzero(~np.isfinite(los) | (los < 0))
     if bad.size:
-        raise _bad(f"losses[{bad[0]}] = {los[bad[0]]}: losses must be finite and >= 0")
-    return idx.astype(np.int64, copy=False), los.astype(np.float32)
+        raise _bad(f"losses[{bad[0]}] = {los64[bad[0]]}: losses must be finite (as float32) "
+                   "and >= 0")
+    return idx.astype(np.int64, copy=False), los
 
 
 class Client:
