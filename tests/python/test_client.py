@@ -211,6 +211,20 @@ def test_a_slow_consumer_outlives_the_stream_deadline(client, server):
     slow.close()
 
 
+def test_closing_the_client_ends_its_streams_with_cancelled(client, server):
+    """A stream cut by close() raises CANCELLED; it is not reopened on the closed channel."""
+    import grpc
+    client.create_job("cut", num_samples=1_000_000, world_size=1)
+    other = samplerd.Client(server.address, timeout=20)
+    stream = other.stream_shard("cut", 0, 0, 1, chunk_size=1000)
+    assert next(stream).offset == 0
+    other.close()
+    with pytest.raises(samplerd.SamplerError) as info:
+        for _ in stream:
+            pass
+    assert info.value.code == grpc.StatusCode.CANCELLED
+
+
 def test_policy_as_dataclass_dict_or_keywords(client):
     spec = samplerd.Policy(base="class_balanced", loss="loss", alpha=2.0, mix=0.1, prior_loss=0.5)
     a = client.create_job("p1", num_samples=10, world_size=1, policy=spec)

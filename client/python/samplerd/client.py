@@ -175,11 +175,13 @@ class Client:
         ])
         self._stub = pb_grpc.SamplerStub(self._channel)
         self._last_watch = -1e9  # When the last retry stopped watching the channel.
+        self._closed = False
 
     # -- plumbing -------------------------------------------------------------------------------
 
     def close(self):
         """Closes the channel (calls in flight fail with CANCELLED)."""
+        self._closed = True  # A stream cut by the close is not reopened.
         # gRPC's connectivity poller notices a cancelled watch within 0.2 s; closing the channel
         # under it makes it raise "Channel closed" in its thread.
         delay = self._last_watch + 0.3 - time.monotonic()
@@ -415,6 +417,7 @@ class Client:
             FailedPrecondition: world size mismatch, epoch closed or not yet reachable.
             DeadlineExceeded: no data within `timeout` (e.g. the plan is not ready).
             NotFound, Unavailable.
+            SamplerError: CANCELLED when the client is closed while streaming.
         """
         if not 0 <= rank < world_size:
             raise _bad(f"rank = {rank} is outside [0, world_size = {world_size})")
@@ -449,7 +452,8 @@ class Client:
                     failures = 0  # The caller held the stream past the deadline: reopen.
                     backoff = self.initial_backoff
                     continue
-                retryable = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+                retryable = (code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+                             and not self._closed)
                 if progressed:
                     failures, backoff = 0, self.initial_backoff
                 if not retryable or failures >= self.max_retries:
