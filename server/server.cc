@@ -102,11 +102,11 @@ Server::~Server() { Shutdown(); }
 std::string Server::address() const { return JoinHostPort(options_.host, port_); }
 
 void Server::Shutdown() {
-  {
-    absl::MutexLock lock(&shutdown_mu_);
-    if (shut_down_ || server_ == nullptr) return;
-    shut_down_ = true;
-  }
+  // Held throughout, so that a concurrent second call returns only once the first is done. No
+  // handler takes shutdown_mu_, so waiting for the handlers under it cannot deadlock.
+  absl::MutexLock lock(&shutdown_mu_);
+  if (shut_down_ || server_ == nullptr) return;
+  shut_down_ = true;
   const absl::Time deadline = absl::Now() + options_.grace_period;
   // Load balancers and readiness probes see the server leave first.
   if (auto* health = server_->GetHealthCheckService(); health != nullptr) {

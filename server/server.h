@@ -8,7 +8,9 @@
 #include <memory>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "kernels/compute_backend.h"
@@ -60,7 +62,7 @@ class Server {
   // already writing) get up to the grace period to finish, the rest is cancelled; then the
   // server stops listening. Returns as soon as that is done (not after the whole grace period
   // when clients merely stay connected). Idempotent; blocks until done.
-  void Shutdown();
+  void Shutdown() ABSL_LOCKS_EXCLUDED(shutdown_mu_);
   // Blocks until the server has shut down.
   void Wait();
 
@@ -73,6 +75,7 @@ class Server {
   std::unique_ptr<SamplerService> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
+  // Held for the whole of Shutdown(); taken by no call handler.
   absl::Mutex shutdown_mu_;
   bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;
 };

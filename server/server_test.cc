@@ -233,5 +233,56 @@ TEST(ServerTest, ShutdownWakesWaitersAndLetsWritingStreamsFinish) {
   EXPECT_FALSE(stub->ListJobs(&late, v1::ListJobsRequest(), &jobs).ok());
 }
 
+TEST(ServerTest, ASecondShutdownReturnsOnlyWhenTheServerHasStopped) {
+  Options options = TestOptions();
+  options.grace_period = absl::Seconds(3);
+  auto created = Server::Create(options);
+  ASSERT_TRUE(created.ok());
+  std::unique_ptr<Server> server = *std::move(created);
+  auto channel = grpc::CreateChannel(server->address(), grpc::InsecureChannelCredentials());
+  auto stub = v1::Sampler::NewStub(channel);
+  {
+    grpc::ClientContext context;
+    v1::CreateJobRequest request;
+    request.set_name("j");
+    request.mutable_spec()->set_num_samples(2'000'000);
+    request.mutable_spec()->set_world_size(1);
+    v1::Job job;
+    ASSERT_TRUE(stub->CreateJob(&context, request, &job).ok());
+  }
+  // A stream whose reader stopped reading: the server blocks in Write, so the first Shutdown
+  // waits out the grace period.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 * 1024);
+  auto slow = v1::Sampler::NewStub(
+      grpc::CreateCustomChannel(server->address(), grpc::InsecureChannelCredentials(), args));
+  grpc::ClientContext stalled;
+  v1::StreamShardRequest request;
+  request.set_job("j");
+  request.set_world_size(1);
+  request.set_max_chunk_size(4096);
+  auto reader = slow->StreamShard(&stalled, request);
+  v1::ShardChunk chunk;
+  ASSERT_TRUE(reader->Read(&chunk));
+
+  std::thread first([&] { server->Shutdown(); });
+  // The first Shutdown has begun once health checking says NOT_SERVING (2).
+  std::string health;
+  while (health != std::string("\x08\x02", 2)) {
+    health.clear();
+    ASSERT_TRUE(RawUnary(channel.get(), "/grpc.health.v1.Health/Check", "", &health).ok());
+  }
+  server->Shutdown();
+  // Done means done: nothing is served any more.
+  grpc::ClientContext late;
+  late.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  v1::ListJobsResponse jobs;
+  EXPECT_FALSE(stub->ListJobs(&late, v1::ListJobsRequest(), &jobs).ok())
+      << "the second Shutdown returned while the server was still serving";
+  first.join();
+  stalled.TryCancel();
+}
+
 }  // namespace
 }  // namespace samplerd
