@@ -1,6 +1,10 @@
 // SamplerService: the gRPC adapter of samplerd.v1.Sampler (see proto/samplerd.proto for every
 // RPC's contract). It checks the shape of each request, looks the job up in the JobRegistry,
-// calls the core and converts the status; it holds no state of its own.
+// calls the core and converts the status. Its only state is the count of calls in its handlers,
+// which Server::Shutdown waits on.
+//
+// Thread-safe: gRPC runs the handlers concurrently, and CallsInFlight / AwaitNoCalls may be
+// called from any thread.
 //
 // Streaming handlers are split into *Impl methods taking the grpc::Server{Reader,Writer}Interface
 // so that tests can drive them without a network.
