@@ -2,9 +2,11 @@
 #include "server/job_registry.h"
 
 #include <atomic>
+#include <functional>
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -19,6 +21,15 @@ v1::JobSpec Spec(uint64_t n, uint32_t world = 1) {
   spec.set_num_samples(n);
   spec.set_world_size(world);
   return spec;
+}
+
+// An AcquireShard `cancelled` callback that never cancels: its first poll (after the first
+// 100 ms slice of waiting) shows that the caller is parked waiting for a plan.
+std::function<bool()> NotifyWhenParked(absl::Notification* parked) {
+  return [parked] {
+    if (!parked->HasBeenNotified()) parked->Notify();
+    return false;
+  };
 }
 
 class JobRegistryTest : public ::testing::Test {
@@ -51,10 +62,14 @@ TEST_F(JobRegistryTest, DeleteWakesWaitersAndFreesTheSlot) {
   auto a = registry.Create("a", Spec(10));
   ASSERT_TRUE(a.ok());
   absl::StatusCode waiter_code = absl::StatusCode::kOk;
+  absl::Notification parked;
   std::thread waiter([&] {
-    waiter_code = (*a)->AcquireShard(1, 0, 1, absl::Now() + absl::Seconds(10)).status().code();
+    waiter_code =
+        (*a)->AcquireShard(1, 0, 1, absl::Now() + absl::Seconds(10), NotifyWhenParked(&parked))
+            .status()
+            .code();
   });
-  absl::SleepFor(absl::Milliseconds(50));
+  parked.WaitForNotification();
   ASSERT_TRUE(registry.Delete("a").ok());
   waiter.join();
   EXPECT_EQ(waiter_code, absl::StatusCode::kNotFound);
@@ -106,10 +121,14 @@ TEST_F(JobRegistryTest, CloseAllRefusesNewJobsAndWakesWaitersWithUnavailable) {
   auto a = registry.Create("a", Spec(10, 2));
   ASSERT_TRUE(a.ok());
   absl::StatusCode waiter_code = absl::StatusCode::kOk;
+  absl::Notification parked;
   std::thread waiter([&] {
-    waiter_code = (*a)->AcquireShard(1, 0, 2, absl::Now() + absl::Seconds(10)).status().code();
+    waiter_code =
+        (*a)->AcquireShard(1, 0, 2, absl::Now() + absl::Seconds(10), NotifyWhenParked(&parked))
+            .status()
+            .code();
   });
-  absl::SleepFor(absl::Milliseconds(50));
+  parked.WaitForNotification();
   registry.CloseAll();
   waiter.join();
   EXPECT_EQ(waiter_code, absl::StatusCode::kUnavailable);

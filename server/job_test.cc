@@ -137,12 +137,18 @@ TEST_F(JobTest, WaitingReadersEndAtTheDeadlineOrOnClose) {
   auto job = MakeJob(100, 2);
   EXPECT_EQ(job->AcquireShard(1, 0, 2, absl::Now() + absl::Milliseconds(50)).status().code(),
             absl::StatusCode::kDeadlineExceeded);
-  absl::Notification done;
+  absl::Notification parked, done;
   std::thread reader([&] {
-    EXPECT_EQ(job->AcquireShard(1, 0, 2, Soon()).status().code(), absl::StatusCode::kUnavailable);
+    // The first poll of `cancelled` shows the reader parked waiting for the plan.
+    auto poll = [&] {
+      if (!parked.HasBeenNotified()) parked.Notify();
+      return false;
+    };
+    EXPECT_EQ(job->AcquireShard(1, 0, 2, Soon(), poll).status().code(),
+              absl::StatusCode::kUnavailable);
     done.Notify();
   });
-  absl::SleepFor(absl::Milliseconds(50));
+  parked.WaitForNotification();
   EXPECT_FALSE(done.HasBeenNotified());
   job->Close(absl::UnavailableError("shutting down"));
   reader.join();
@@ -187,15 +193,17 @@ TEST_F(JobTest, StaleEpochsAreAscendingWithoutRepeats) {
 TEST_F(JobTest, AWaiterWhoseCallerWentAwayGivesUp) {
   auto job = MakeJob(100, 2);
   std::atomic<bool> gone{false};
-  absl::Notification done;
+  absl::Notification parked, done;
   absl::StatusCode code = absl::StatusCode::kOk;
   std::thread reader([&] {
-    code = job->AcquireShard(1, 0, 2, absl::InfiniteFuture(), [&] { return gone.load(); })
-               .status()
-               .code();
+    auto poll = [&] {
+      if (!parked.HasBeenNotified()) parked.Notify();
+      return gone.load();
+    };
+    code = job->AcquireShard(1, 0, 2, absl::InfiniteFuture(), poll).status().code();
     done.Notify();
   });
-  absl::SleepFor(absl::Milliseconds(150));
+  parked.WaitForNotification();  // Polled once without giving up.
   EXPECT_FALSE(done.HasBeenNotified());
   gone = true;
   EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(2)));
