@@ -122,9 +122,10 @@ absl::Status Job::InstallBaseAndPlan(std::vector<float> base) {
     absl::MutexLock lock(&mu_);
     if (absl::Status s = CheckOpen(); !s.ok()) return s;
     if (started_ || planning_) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("job '", name_, "' already started (epoch ", epoch_,
-                       "); weights and labels can only be uploaded before the first loss report"));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job '", name_, "' already started (epoch ", epoch_,
+          "); weights and labels can only be uploaded before the first shard position is "
+          "streamed or loss reported"));
     }
     planning_ = true;  // Excludes a concurrent upload while epoch 0 is planned off the lock.
     // A re-upload withdraws the plan of epoch 0 until the new one is published: a loss or an
@@ -304,6 +305,8 @@ absl::Status Job::RecordStreamed(uint64_t epoch, uint32_t rank, uint64_t positio
   absl::MutexLock lock(&mu_);
   if (epoch == epoch_ && rank < ranks_.size()) {
     ranks_[rank].streamed = std::max(ranks_[rank].streamed, position);
+    // Indices were handed out: a re-upload must no longer replace the plan they came from.
+    if (position > 0) started_ = true;
   }
   return closed_;
 }

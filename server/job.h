@@ -89,10 +89,10 @@ class Job {
   v1::Job Describe() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Static weights / class labels (N values). FAILED_PRECONDITION if the base policy differs or
-  // the job already started (a loss was accepted or an epoch closed); INVALID_ARGUMENT for bad
-  // values. On success the plan of epoch 0 is computed before returning. A re-upload withdraws
-  // epoch 0's plan while the new one is computed (shards wait, losses and EndEpoch are
-  // FAILED_PRECONDITION); if it fails, the previous plan stays.
+  // the job already started (a shard position was streamed, a loss accepted or an epoch closed);
+  // INVALID_ARGUMENT for bad values. On success the plan of epoch 0 is computed before returning. A
+  // re-upload withdraws epoch 0's plan while the new one is computed (shards wait, losses and
+  // EndEpoch are FAILED_PRECONDITION); if it fails, the previous plan stays.
   absl::Status UploadWeights(std::vector<float> weights) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status UploadLabels(const std::vector<uint32_t>& labels) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -166,7 +166,8 @@ class Job {
   absl::Status closed_ ABSL_GUARDED_BY(mu_);  // Non-OK once closed.
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   bool plan_ready_ ABSL_GUARDED_BY(mu_) = false;
-  bool started_ ABSL_GUARDED_BY(mu_) = false;  // A loss accepted or an epoch closed.
+  // A shard position streamed, a loss accepted or an epoch closed.
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
   EpochView current_ ABSL_GUARDED_BY(mu_);
   // Base weights (mean 1) for STATIC / CLASS_BALANCED; empty for UNIFORM. Replaced only before
   // the job starts.

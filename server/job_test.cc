@@ -285,6 +285,12 @@ TEST_F(JobTest, StaticWeightsArriveBeforeTheFirstLossOnly) {
   for (uint64_t i : lease->view.plan->ToVector()) EXPECT_NE(i, 0u);
   EXPECT_TRUE(job->UploadWeights({1, 1, 1, 1}).ok());  // Re-upload before any loss: allowed.
   v1::LossReportSummary s;
+  ASSERT_TRUE(job->RecordStreamed(0, 0, 0).ok());  // Nothing handed out yet: still allowed.
+  EXPECT_TRUE(job->UploadWeights({1, 1, 1, 1}).ok());
+  ASSERT_TRUE(job->RecordStreamed(0, 0, 1).ok());  // A shard index was sent: the plan is fixed.
+  const absl::Status after_stream = job->UploadWeights({1, 2, 1, 1});
+  EXPECT_EQ(after_stream.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(after_stream.message()), ::testing::HasSubstr("already started"));
   const std::vector<uint64_t> idx = {1};
   const std::vector<float> loss = {1};
   ASSERT_TRUE(job->ReportLosses({0, 0, 0, idx, loss}, &s).ok());
