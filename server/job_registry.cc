@@ -25,7 +25,8 @@ JobRegistry::JobRegistry(Limits limits, ComputeBackend* backend)
 JobRegistry::~JobRegistry() { CloseAll(); }
 
 absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Create(const std::string& name,
-                                                         const v1::JobSpec& spec) {
+                                                         const v1::JobSpec& spec,
+                                                         absl::Time deadline) {
   if (absl::Status s = ValidateJobName(name); !s.ok()) return s;
   absl::StatusOr<JobConfig> config = MakeJobConfig(spec, limits_.job);
   if (!config.ok()) return config.status();
@@ -45,7 +46,11 @@ absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Create(const std::string& name
       if (!SameSpec(pending->second, config->normalized)) return Conflict(name);
       // Another call is creating this very job: wait for it, then look again (it may have
       // failed, and then this call tries itself).
-      mu_.Await(absl::Condition(&settled));
+      if (!mu_.AwaitWithDeadline(absl::Condition(&settled), deadline)) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("name = \"", name,
+                         "\": another CreateJob of this job is still planning epoch 0; retry"));
+      }
     }
     if (jobs_.size() + pending_.size() >= limits_.max_jobs) {
       return absl::ResourceExhaustedError(absl::StrCat("max jobs reached: ", limits_.max_jobs,

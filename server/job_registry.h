@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "kernels/compute_backend.h"
 #include "proto/samplerd.pb.h"
 #include "server/job.h"
@@ -38,8 +39,10 @@ class JobRegistry {
   // ALREADY_EXISTS for a different spec, RESOURCE_EXHAUSTED at max_jobs, INVALID_ARGUMENT for a
   // bad name or spec, UNAVAILABLE after CloseAll. The job is planned outside the registry lock;
   // concurrent creates of one name (every rank creating the job at start-up) wait for the first
-  // and share its job: one plan is computed and one max_jobs slot is used.
-  absl::StatusOr<std::shared_ptr<Job>> Create(const std::string& name, const v1::JobSpec& spec)
+  // and share its job: one plan is computed and one max_jobs slot is used. Such a wait ends at
+  // `deadline` with DEADLINE_EXCEEDED (the first call goes on).
+  absl::StatusOr<std::shared_ptr<Job>> Create(const std::string& name, const v1::JobSpec& spec,
+                                              absl::Time deadline = absl::InfiniteFuture())
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // NOT_FOUND naming the job.

@@ -10,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/testing/gated_backend.h"
 
 namespace samplerd {
 namespace {
@@ -114,6 +115,25 @@ TEST_F(JobRegistryTest, ConcurrentCreatesOfOneNameYieldOneJob) {
     }
   }
   EXPECT_EQ(registry.List().size(), 1u);
+}
+
+TEST_F(JobRegistryTest, AWaitForAConcurrentCreateEndsAtItsDeadline) {
+  testutil::GatedBackend gated(backend_.get());
+  JobRegistry registry(JobRegistry::Limits(), &gated);
+  gated.Hold();
+  absl::StatusOr<std::shared_ptr<Job>> first;
+  std::thread creator([&] { first = registry.Create("x", Spec(100)); });
+  gated.AwaitHeldCall();  // The first call is planning epoch 0.
+  const absl::Status waited =
+      registry.Create("x", Spec(100), absl::Now() + absl::Milliseconds(50)).status();
+  EXPECT_EQ(waited.code(), absl::StatusCode::kDeadlineExceeded) << waited;
+  EXPECT_THAT(std::string(waited.message()), HasSubstr("name = \"x\""));
+  gated.Release();
+  creator.join();
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto again = registry.Create("x", Spec(100), absl::Now() + absl::Milliseconds(50));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->get(), first->get());
 }
 
 TEST_F(JobRegistryTest, CloseAllRefusesNewJobsAndWakesWaitersWithUnavailable) {

@@ -84,10 +84,11 @@ SamplerService::SamplerService(JobRegistry* registry, ComputeBackend* backend,
                                int max_message_bytes)
     : registry_(registry), backend_(backend), max_message_bytes_(max_message_bytes) {}
 
-grpc::Status SamplerService::CreateJob(grpc::ServerContext*, const v1::CreateJobRequest* request,
-                                       v1::Job* response) {
+grpc::Status SamplerService::CreateJob(grpc::ServerContext* context,
+                                       const v1::CreateJobRequest* request, v1::Job* response) {
   CallScope call(this);
-  absl::StatusOr<std::shared_ptr<Job>> job = registry_->Create(request->name(), request->spec());
+  absl::StatusOr<std::shared_ptr<Job>> job =
+      registry_->Create(request->name(), request->spec(), DeadlineOf(*context));
   if (!job.ok()) return ToGrpcStatus(job.status());
   *response = (*job)->Describe();
   return grpc::Status::OK;

@@ -73,7 +73,10 @@ class SamplerServicer(object):
         """Creates a job. Idempotent: the same name with an identical spec returns the existing job
         (its current state). The same name with another spec: ALREADY_EXISTS. The plan of epoch 0 is
         computed before this call returns (for policies that need uploads, after the upload).
-        Errors: INVALID_ARGUMENT (spec), ALREADY_EXISTS, RESOURCE_EXHAUSTED (max jobs, max samples).
+        Concurrent calls with one name and spec (every rank at start-up) share one job; a call that
+        waits for another still planning epoch 0 ends at its deadline with DEADLINE_EXCEEDED (retry).
+        Errors: INVALID_ARGUMENT (spec), ALREADY_EXISTS, RESOURCE_EXHAUSTED (max jobs, max samples),
+        DEADLINE_EXCEEDED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
