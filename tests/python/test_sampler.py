@@ -104,3 +104,30 @@ def test_prefetch_off_and_a_failed_batch_surfaces_at_the_next_call(client, serve
         sampler.flush()
     with pytest.raises(samplerd.NotFound):
         sampler.close()  # EndEpoch of a deleted job.
+
+
+@pytest.mark.parametrize("prefetch", [True, False])
+def test_a_consumer_that_stops_early_releases_the_stream(client, server, prefetch):
+    """Stopping after one index (break, exception, a discarded iterator) must not leave the
+    prefetch thread blocked on a full queue, and the epoch can be iterated again. 300 000
+    indices are five chunks of 65 536: with the first one taken, the prefetcher fills its queue
+    of four and then has the end-of-shard marker left to queue."""
+    import threading
+    import time
+    client.create_job("early", num_samples=300_000, world_size=1)
+    sampler = DistributedWeightedSampler(server.address, "early", rank=0, world_size=1,
+                                         prefetch=prefetch)
+    it = iter(sampler)
+    first = next(it)
+    assert first == client.read_shard("early", 0, 0, 1)[0]
+    if prefetch:  # Let the prefetcher fill its queue and block on the marker.
+        time.sleep(0.5)
+    it.close()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(
+            t.name == "samplerd-prefetch-0" for t in threading.enumerate()):
+        time.sleep(0.05)
+    assert not [t.name for t in threading.enumerate() if t.name == "samplerd-prefetch-0"]
+    # The same epoch can be iterated again from the start, whole.
+    assert len(list(sampler)) == 300_000
+    sampler.close()

@@ -165,30 +165,37 @@ class DistributedWeightedSampler(Sampler):
         self._begin_epoch(epoch)
         chunks = self._prefetched(epoch) if self.prefetch else self.client.stream_shard(
             self.job, epoch, self.rank, self.world_size, timeout=self.timeout)
-        for chunk in chunks:
-            for index in chunk.indices.tolist():
-                yield index
+        try:
+            for chunk in chunks:
+                for index in chunk.indices.tolist():
+                    yield index
+        finally:
+            chunks.close()  # A consumer that stops early releases the stream (and prefetcher) now.
         self.epoch = epoch + 1  # The next iteration serves the next epoch unless set_epoch.
 
     def _prefetched(self, epoch):
         q = queue.Queue(maxsize=4)  # Bounded: at most a few chunks ahead of training.
         stop = threading.Event()
 
+        def put(item):
+            """Queues `item` unless the consumer stopped (then the queue may stay full)."""
+            while not stop.is_set():
+                try:
+                    q.put(item, timeout=0.1)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
         def pump():
             try:
                 for chunk in self.client.stream_shard(self.job, epoch, self.rank,
                                                       self.world_size, timeout=self.timeout):
-                    while not stop.is_set():
-                        try:
-                            q.put(chunk, timeout=0.1)
-                            break
-                        except queue.Full:
-                            continue
-                    if stop.is_set():
+                    if not put(chunk):
                         return
-                q.put(_DONE)
+                put(_DONE)
             except Exception as e:  # Re-raised in the consumer.
-                q.put(e)
+                put(e)
 
         thread = threading.Thread(target=pump, name=f"samplerd-prefetch-{self.rank}", daemon=True)
         thread.start()
