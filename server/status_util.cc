@@ -8,7 +8,10 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
   std::string message(status.message());
   if (message.size() > kMaxErrorMessageBytes) {
-    message.resize(kMaxErrorMessageBytes - 3);
+    // Cut at a character boundary: job names are UTF-8, and gRPC clients decode the message.
+    size_t cut = kMaxErrorMessageBytes - 3;
+    while (cut > 0 && (static_cast<unsigned char>(message[cut]) & 0xC0) == 0x80) --cut;
+    message.resize(cut);
     message += "...";
   }
   // absl::StatusCode and grpc::StatusCode share the canonical numbering.

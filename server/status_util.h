@@ -8,7 +8,8 @@
 
 namespace samplerd {
 
-// Longest error message sent to a client (as TF Serving does).
+// Longest error message sent to a client (as TF Serving does). A longer one is cut at a UTF-8
+// character boundary and ends in "...".
 inline constexpr size_t kMaxErrorMessageBytes = 1024;
 
 grpc::Status ToGrpcStatus(const absl::Status& status);

@@ -40,5 +40,18 @@ TEST(StatusUtilTest, LongMessagesAreCapped) {
   EXPECT_EQ(ToGrpcStatus(absl::InternalError(exact)).error_message(), exact);
 }
 
+TEST(StatusUtilTest, CappingNeverSplitsAUtf8Character) {
+  // "é" is two bytes, so a cut after kMaxErrorMessageBytes - 3 = 1021 bytes splits one.
+  std::string message;
+  for (int i = 0; i < 1000; ++i) message += "\xC3\xA9";
+  const std::string capped = ToGrpcStatus(absl::InvalidArgumentError(message)).error_message();
+  ASSERT_LE(capped.size(), kMaxErrorMessageBytes);
+  ASSERT_GE(capped.size(), kMaxErrorMessageBytes - 4);
+  const std::string body = capped.substr(0, capped.size() - 3);
+  EXPECT_EQ(body.size() % 2, 0u);  // Whole two-byte characters only.
+  EXPECT_EQ(body, message.substr(0, body.size()));
+  EXPECT_EQ(capped.substr(capped.size() - 3), "...");
+}
+
 }  // namespace
 }  // namespace samplerd

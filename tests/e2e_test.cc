@@ -32,7 +32,7 @@ class SamplerdProcess {
       dup2(out[1], STDOUT_FILENO);
       close(out[0]);
       close(out[1]);
-      execl("server/samplerd", "samplerd", "--port=0", "--log_level=1", "--grace_period_ms=2000",
+      execl("server/samplerd", "samplerd", "--port=0", "--log_level=1", "--grace_period_ms=20000",
             static_cast<char*>(nullptr));
       _exit(127);
     }
@@ -198,10 +198,10 @@ TEST(EndToEndTest, SixRanksThreeEpochsAgainstTheRealBinary) {
   EXPECT_EQ(status->job().current_epoch(), 3u);
   EXPECT_GT(status->weights().max(), status->weights().min() * 5);
 
-  // The client stays connected: SIGTERM must still not wait out the 2 s grace period.
+  // The client stays connected: SIGTERM must still not wait out the 20 s grace period.
   const absl::Time stop_start = absl::Now();
   const int exit_status = samplerd.Stop();
-  EXPECT_LT(absl::Now() - stop_start, absl::Milliseconds(1500));
+  EXPECT_LT(absl::Now() - stop_start, absl::Seconds(5));
   EXPECT_TRUE(WIFEXITED(exit_status));
   EXPECT_EQ(WEXITSTATUS(exit_status), 0);
 }

@@ -146,7 +146,9 @@ class SamplerServicer(object):
         duplicate, not applied twice. One loss per sample per epoch: a later report of the same
         (epoch, index) -- a tensor-parallel peer of the same data-parallel rank, or an index drawn
         twice with replacement -- is counted as a duplicate. Every batch is validated whole before
-        anything is applied.
+        anything is applied. A bad batch ends the call with its error, whose message names the
+        batch's seq; the batches before it in the same call were applied, so a client can resend
+        from the failing batch on (resending earlier ones is harmless: they count as duplicates).
         Errors: INVALID_ARGUMENT (index >= N, NaN/inf/negative loss, length mismatch, empty batch,
         rank >= world_size), FAILED_PRECONDITION (epoch not yet open), NOT_FOUND.
         """
