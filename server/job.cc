@@ -24,19 +24,79 @@ double MillisSince(absl::Time start) { return absl::ToDoubleMilliseconds(absl::N
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Job>> Job::Create(std::string name, JobConfig config,
-                                                 ComputeBackend* backend) {
+                                                 ComputeBackend* backend,
+                                                 std::unique_ptr<JobJournal> journal) {
   if (absl::Status s = ValidateJobName(name); !s.ok()) return s;
-  std::unique_ptr<Job> job(new Job(std::move(name), std::move(config), backend));
+  std::unique_ptr<Job> job(
+      new Job(std::move(name), std::move(config), backend, std::move(journal)));
+  absl::Status s;
   if (job->config_.policy.base == BaseWeightKind::kUniform) {
-    if (absl::Status s = job->InstallBaseAndPlan({}); !s.ok()) return s;
+    s = job->InstallBaseAndPlan({});
+  } else {
+    // Persisted as awaiting its upload.
+    s = job->PersistEpochStart(0, /*planned=*/false, nullptr, nullptr);
+  }
+  if (!s.ok()) {
+    job->Close(s);
+    if (absl::Status r = job->RemovePersistedState(); !r.ok()) LOG(WARNING) << r;
+    return s;
   }
   return job;
 }
 
-Job::Job(std::string name, JobConfig config, ComputeBackend* backend)
+absl::StatusOr<std::unique_ptr<Job>> Job::Restore(std::string name, JobConfig config,
+                                                  ComputeBackend* backend,
+                                                  JobJournal::Recovered recovered) {
+  Snapshot& snapshot = recovered.snapshot;
+  const state::SnapshotHeader& header = snapshot.header;
+  const uint64_t n = config.plan.num_samples;
+  const std::string where = recovered.journal->dir();
+  auto bad = [&](absl::string_view what) {
+    return absl::DataLossError(absl::StrCat(where, ": snapshot of epoch ", header.epoch(), " ",
+                                            what, " (num_samples ", n, ")"));
+  };
+  if (header.base_count() != 0 && header.base_count() != n) return bad("has wrong base weights");
+  if (header.weights_count() != 0 && header.weights_count() != n) return bad("has wrong weights");
+  if (header.loss_stats_count() != 0 && header.loss_stats_count() != n) {
+    return bad("has wrong loss statistics");
+  }
+  if (!header.planned() && (header.epoch() != 0 || !recovered.records.empty())) {
+    return bad("is not planned but has a log");
+  }
+  std::unique_ptr<Job> job(
+      new Job(std::move(name), std::move(config), backend, std::move(recovered.journal)));
+  if (!snapshot.loss_stats.empty()) job->losses_.Restore(std::move(snapshot.loss_stats));
+  std::shared_ptr<const std::vector<float>> base;
+  if (header.has_base())
+    base = std::make_shared<const std::vector<float>>(std::move(snapshot.base));
+  {
+    absl::MutexLock lock(&job->mu_);
+    job->samples_seen_ = header.samples_seen();
+    job->started_ = header.epoch() > 0 || header.samples_seen() > 0;
+    job->replaying_ = true;
+    job->base_ = base;
+  }
+  if (header.planned()) {
+    auto weights = std::make_shared<const std::vector<float>>(std::move(snapshot.weights));
+    absl::Status s = job->PlanAndPublish(header.epoch(), std::move(weights), 0.0, base,
+                                         /*write_snapshot=*/false);
+    if (s.ok()) s = job->Replay(recovered.records);
+    if (!s.ok()) {
+      job->Close(s);
+      return s;
+    }
+  }
+  absl::MutexLock lock(&job->mu_);
+  job->replaying_ = false;
+  return job;
+}
+
+Job::Job(std::string name, JobConfig config, ComputeBackend* backend,
+         std::unique_ptr<JobJournal> journal)
     : name_(std::move(name)),
       config_(std::move(config)),
       backend_(backend),
+      journal_(std::move(journal)),
       losses_(config_.plan.num_samples, config_.policy.ema_decay),
       ranks_(config_.shard.world_size) {}
 
@@ -159,7 +219,8 @@ bool Job::PlanIgnoresWeights() const {
 
 absl::Status Job::PlanAndPublish(uint64_t epoch, std::shared_ptr<const std::vector<float>> weights,
                                  double recompute_ms,
-                                 std::shared_ptr<const std::vector<float>> new_base) {
+                                 std::shared_ptr<const std::vector<float>> new_base,
+                                 bool write_snapshot) {
   const absl::Time start = absl::Now();
   // `stale`: a plan computed ahead for another epoch (a re-upload before the job started). Its
   // destructor waits for the computation: declared here, it runs after every lock is released.
@@ -176,6 +237,15 @@ absl::Status Job::PlanAndPublish(uint64_t epoch, std::shared_ptr<const std::vect
       ahead.valid() ? ahead.get() : backend_->PlanEpoch(config_.plan, epoch, *weights);
   const double plan_ms = MillisSince(start);
   if (!plan.ok()) return plan.status();
+  if (journal_ != nullptr) {
+    if (write_snapshot) {
+      if (absl::Status s = PersistEpochStart(epoch, /*planned=*/true, weights.get(), new_base);
+          !s.ok()) {
+        return s;
+      }
+    }
+    if (absl::Status s = journal_->BeginEpoch(epoch); !s.ok()) return s;
+  }
   const WeightSummary summary =
       weights->empty() ? SummarizeWeights(std::vector<float>(1, 1.0f)) : SummarizeWeights(*weights);
   EpochView view;
@@ -205,6 +275,108 @@ absl::Status Job::PlanAndPublish(uint64_t epoch, std::shared_ptr<const std::vect
     });
   }
   return absl::OkStatus();
+}
+
+absl::Status Job::PersistEpochStart(uint64_t epoch, bool planned, const std::vector<float>* weights,
+                                    std::shared_ptr<const std::vector<float>> new_base) {
+  if (journal_ == nullptr) return absl::OkStatus();
+  state::SnapshotHeader header;
+  header.set_job(name_);
+  header.set_spec(config_.normalized.SerializeAsString());
+  header.set_epoch(epoch);
+  header.set_planned(planned);
+  std::shared_ptr<const std::vector<float>> base = std::move(new_base);
+  {
+    absl::MutexLock lock(&mu_);
+    if (base == nullptr) base = base_;
+    header.set_samples_seen(samples_seen_);
+  }
+  const bool has_base = base != nullptr && !base->empty();
+  header.set_has_base(has_base);
+  // losses_ is quiet: no plan is published while a snapshot is written (see job.h).
+  const LossStatsView stats = header.samples_seen() > 0 ? losses_.View() : LossStatsView();
+  const absl::Time start = absl::Now();
+  absl::Status s = journal_->WriteSnapshot(
+      header, has_base ? absl::MakeConstSpan(*base) : absl::Span<const float>(),
+      weights != nullptr ? absl::MakeConstSpan(*weights) : absl::Span<const float>(), stats);
+  VLOG(1) << "job '" << name_ << "': snapshot of epoch " << epoch << " in " << MillisSince(start)
+          << " ms";
+  return s;
+}
+
+absl::Status Job::Log(const state::WalRecord& record) {
+  if (journal_ == nullptr || replaying_) return absl::OkStatus();
+  return journal_->Append(record.SerializeAsString());
+}
+
+absl::Status Job::Sync() { return journal_ == nullptr ? absl::OkStatus() : journal_->Sync(); }
+
+absl::Status Job::RemovePersistedState() {
+  return journal_ == nullptr ? absl::OkStatus() : journal_->Remove();
+}
+
+absl::Status Job::Replay(const std::vector<state::WalRecord>& records) {
+  const std::string where = journal_->dir();
+  v1::LossReportSummary summary;
+  for (size_t i = 0; i < records.size(); ++i) {
+    const state::WalRecord& r = records[i];
+    uint64_t epoch = 0;
+    switch (r.kind_case()) {
+      case state::WalRecord::kLosses:
+        epoch = r.losses().epoch();
+        break;
+      case state::WalRecord::kRankEnded:
+        epoch = r.rank_ended().epoch();
+        break;
+      case state::WalRecord::kStreamed:
+        epoch = r.streamed().epoch();
+        break;
+      default:
+        return absl::DataLossError(absl::StrCat(where, ": log record ", i, " has no kind"));
+    }
+    {
+      // A record of the next epoch follows the EndEpoch that closed this one: wait for its plan.
+      absl::MutexLock lock(&mu_);
+      auto settled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return !planning_ || !planning_error_.ok();
+      };
+      mu_.Await(absl::Condition(&settled));
+      if (!planning_error_.ok()) return planning_error_;
+      if (epoch != epoch_ || !plan_ready_) {
+        return absl::DataLossError(absl::StrCat(where, ": log record ", i, " is of epoch ", epoch,
+                                                " but the job is at epoch ", epoch_));
+      }
+    }
+    absl::Status s;
+    switch (r.kind_case()) {
+      case state::WalRecord::kLosses: {
+        LossBatchView view;
+        view.epoch = r.losses().epoch();
+        view.rank = r.losses().rank();
+        view.seq = r.losses().seq();
+        view.indices = absl::MakeConstSpan(r.losses().indices().data(), r.losses().indices_size());
+        view.losses = absl::MakeConstSpan(r.losses().losses().data(), r.losses().losses_size());
+        s = ReportLosses(view, &summary);
+        break;
+      }
+      case state::WalRecord::kRankEnded:
+        s = EndEpoch(r.rank_ended().epoch(), r.rank_ended().rank()).status();
+        break;
+      default:
+        s = RecordStreamed(r.streamed().epoch(), r.streamed().rank(), r.streamed().position());
+        break;
+    }
+    if (!s.ok()) {
+      return absl::DataLossError(
+          absl::StrCat(where, ": log record ", i, " does not apply: ", s.message()));
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  auto settled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !planning_ || !planning_error_.ok();
+  };
+  mu_.Await(absl::Condition(&settled));
+  return planning_error_;
 }
 
 void Job::ResetEpochState() {
@@ -303,10 +475,16 @@ absl::StatusOr<ShardLease> Job::AcquireShard(uint64_t epoch, uint32_t rank, uint
 
 absl::Status Job::RecordStreamed(uint64_t epoch, uint32_t rank, uint64_t position) {
   absl::MutexLock lock(&mu_);
-  if (epoch == epoch_ && rank < ranks_.size()) {
-    ranks_[rank].streamed = std::max(ranks_[rank].streamed, position);
+  if (epoch == epoch_ && rank < ranks_.size() && position > ranks_[rank].streamed) {
+    state::WalRecord record;
+    state::Streamed* streamed = record.mutable_streamed();
+    streamed->set_epoch(epoch);
+    streamed->set_rank(rank);
+    streamed->set_position(position);
+    if (absl::Status s = Log(record); !s.ok()) return s;
+    ranks_[rank].streamed = position;
     // Indices were handed out: a re-upload must no longer replace the plan they came from.
-    if (position > 0) started_ = true;
+    started_ = true;
   }
   return closed_;
 }
@@ -340,6 +518,19 @@ absl::Status Job::ReportLosses(const LossBatchView& batch, v1::LossReportSummary
     }
   }
 
+  // The log record, serialised before taking the lock (other ranks report concurrently).
+  std::string record;
+  if (journal_ != nullptr) {
+    state::WalRecord wal;
+    state::Losses* losses = wal.mutable_losses();
+    losses->set_epoch(batch.epoch);
+    losses->set_rank(batch.rank);
+    losses->set_seq(batch.seq);
+    losses->mutable_indices()->Add(batch.indices.begin(), batch.indices.end());
+    losses->mutable_losses()->Add(batch.losses.begin(), batch.losses.end());
+    record = wal.SerializeAsString();
+  }
+
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckOpen(); !s.ok()) return s;
   if (batch.epoch < epoch_) {
@@ -361,10 +552,14 @@ absl::Status Job::ReportLosses(const LossBatchView& batch, v1::LossReportSummary
                      plan_ready_ ? "" : " (still being planned)"));
   }
   RankState& rank = ranks_[batch.rank];
-  if (!rank.seqs.insert(batch.seq).second) {
+  if (rank.seqs.contains(batch.seq)) {
     summary->set_duplicates(summary->duplicates() + batch.indices.size());
     return absl::OkStatus();
   }
+  if (!record.empty() && !replaying_) {
+    if (absl::Status s = journal_->Append(record); !s.ok()) return s;
+  }
+  rank.seqs.insert(batch.seq);
   uint64_t accepted = 0;
   constexpr size_t kAhead = 16;  // Prefetch distance: overlaps the cache misses of scattered i.
   const size_t size = batch.indices.size();
@@ -391,7 +586,7 @@ absl::StatusOr<v1::EndEpochResponse> Job::EndEpoch(uint64_t epoch, uint32_t rank
   if (absl::Status s = CheckRank(rank); !s.ok()) return s;
   v1::EndEpochResponse response;
   {
-    absl::MutexLock lock(&mu_);
+    absl::ReleasableMutexLock lock(&mu_);
     if (absl::Status s = CheckOpen(); !s.ok()) return s;
     if (epoch < epoch_) {
       // Already closed (every rank ended it): a retry.
@@ -405,11 +600,19 @@ absl::StatusOr<v1::EndEpochResponse> Job::EndEpoch(uint64_t epoch, uint32_t rank
     }
     RankState& state = ranks_[rank];
     if (!state.ended) {
+      state::WalRecord record;
+      record.mutable_rank_ended()->set_epoch(epoch);
+      record.mutable_rank_ended()->set_rank(rank);
+      if (absl::Status s = Log(record); !s.ok()) return s;
       state.ended = true;
       ++ranks_ended_;
     }
     response.set_ranks_ended(ranks_ended_);
-    if (ranks_ended_ < config_.shard.world_size) return response;
+    if (ranks_ended_ < config_.shard.world_size) {
+      lock.Release();
+      if (absl::Status s = Sync(); !s.ok()) return s;
+      return response;
+    }
     // The last rank: close the epoch. Epoch e + 1 becomes current, planned in the background.
     response.set_epoch_closed(true);
     started_ = true;
@@ -417,16 +620,18 @@ absl::StatusOr<v1::EndEpochResponse> Job::EndEpoch(uint64_t epoch, uint32_t rank
     planning_ = true;
     epoch_ = epoch + 1;
   }
-  absl::MutexLock planner_lock(&planner_mu_);
-  // The previous epoch's planner has published (epoch e was served), at most it is trimming.
-  if (planner_.joinable()) planner_.join();
   {
+    absl::MutexLock planner_lock(&planner_mu_);
+    // The previous epoch's planner has published (epoch e was served), at most it is trimming.
+    if (planner_.joinable()) planner_.join();
     absl::MutexLock lock(&mu_);
     // Close() ran meanwhile: it has already joined, so no new planner may start (waiters were
     // woken with the close reason).
-    if (!closed_.ok()) return response;
+    if (closed_.ok()) planner_ = std::thread([this, epoch] { PlanNextEpoch(epoch); });
   }
-  planner_ = std::thread([this, epoch] { PlanNextEpoch(epoch); });
+  // Durable before it is acknowledged. The epoch closed in memory either way, so the planner
+  // starts first: if the sync fails, this call fails (not acknowledged) but the job moves on.
+  if (absl::Status s = Sync(); !s.ok()) return s;
   return response;
 }
 

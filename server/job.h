@@ -20,6 +20,12 @@
 //     second report of it (a tensor-parallel peer of the same rank, or an index drawn twice with
 //     replacement) counts as a duplicate (LossTable).
 //   - Every request is validated whole before anything changes.
+//
+// Persistence (when the job has a JobJournal): every state change is appended to the journal
+// under mu_ before it is applied, so the log's order is the order of application; a snapshot is
+// written when an epoch opens, before it is published. Callers acknowledge a change to a client
+// only after Sync() (EndEpoch and uploads sync themselves). Restore rebuilds a job from its
+// journal by replaying the log through the same methods.
 #ifndef SAMPLERD_SERVER_JOB_H_
 #define SAMPLERD_SERVER_JOB_H_
 
@@ -42,6 +48,7 @@
 #include "proto/samplerd.pb.h"
 #include "server/job_config.h"
 #include "server/loss_table.h"
+#include "server/persistence/job_journal.h"
 
 namespace samplerd {
 
@@ -74,9 +81,17 @@ struct LossBatchView {
 class Job {
  public:
   // Creates the job; for a uniform base the plan of epoch 0 is computed before returning.
-  // `backend` must outlive the job.
+  // `backend` must outlive the job. With a `journal` (a new, empty one) the job is persisted:
+  // its first snapshot is durable when Create returns; on error the journal is removed.
   static absl::StatusOr<std::unique_ptr<Job>> Create(std::string name, JobConfig config,
-                                                     ComputeBackend* backend);
+                                                     ComputeBackend* backend,
+                                                     std::unique_ptr<JobJournal> journal = nullptr);
+
+  // Rebuilds a persisted job: its newest snapshot, then its log replayed. `config` must be the
+  // one made from the snapshot's spec. DATA_LOSS if the log does not fit the snapshot.
+  static absl::StatusOr<std::unique_ptr<Job>> Restore(std::string name, JobConfig config,
+                                                      ComputeBackend* backend,
+                                                      JobJournal::Recovered recovered);
   ~Job();
 
   Job(const Job&) = delete;
@@ -124,12 +139,20 @@ class Job {
 
   v1::JobStatus Status() const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Makes every change applied so far durable (no-op without a journal). A ReportLosses caller
+  // acknowledges its batches only after this returned OK.
+  absl::Status Sync();
+
+  // Deletes the persisted state (after Close; the job was deleted). No-op without a journal.
+  absl::Status RemovePersistedState();
+
   // Wakes every waiter with `reason` (UNAVAILABLE for shutdown, NOT_FOUND for deletion) and
   // refuses further calls; waits for a background plan to finish.
   void Close(absl::Status reason) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  Job(std::string name, JobConfig config, ComputeBackend* backend);
+  Job(std::string name, JobConfig config, ComputeBackend* backend,
+      std::unique_ptr<JobJournal> journal);
 
   // Per-epoch bookkeeping, reset when an epoch opens.
   struct RankState {
@@ -145,10 +168,21 @@ class Job {
   // the current epoch in one critical section that also installs `new_base` (if non-null) and
   // clears planning_; then, if plans do not depend on the weights, starts planning the next.
   // On error nothing is published and planning_ is left to the caller.
+  // With a journal, the snapshot of `epoch` is written first (unless `write_snapshot` is false:
+  // Restore publishes the epoch of the snapshot it read) and the epoch's log opened.
   absl::Status PlanAndPublish(uint64_t epoch, std::shared_ptr<const std::vector<float>> weights,
                               double recompute_ms,
-                              std::shared_ptr<const std::vector<float>> new_base)
-      ABSL_LOCKS_EXCLUDED(mu_, lookahead_mu_);
+                              std::shared_ptr<const std::vector<float>> new_base,
+                              bool write_snapshot = true) ABSL_LOCKS_EXCLUDED(mu_, lookahead_mu_);
+  // Writes the snapshot opening `epoch` (W_epoch = `weights`; base: `new_base` or base_).
+  // Requires that losses_ is not being written (planning_ set, or no plan published yet).
+  absl::Status PersistEpochStart(uint64_t epoch, bool planned, const std::vector<float>* weights,
+                                 std::shared_ptr<const std::vector<float>> new_base)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Appends `record` to the journal unless replaying (then the record is the journal's own).
+  absl::Status Log(const state::WalRecord& record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Replays a restored log, record by record (the caller set replaying_).
+  absl::Status Replay(const std::vector<state::WalRecord>& records) ABSL_LOCKS_EXCLUDED(mu_);
   // Whether a plan depends only on (seed, epoch): sequential order, every sample once (M == N
   // without replacement), or fixed uniform weights. Such plans are computed one epoch ahead.
   bool PlanIgnoresWeights() const;
@@ -161,6 +195,8 @@ class Job {
   const std::string name_;
   const JobConfig config_;
   ComputeBackend* const backend_;
+  // Null for a job kept in memory only.
+  const std::unique_ptr<JobJournal> journal_;
 
   mutable absl::Mutex mu_;
   absl::Status closed_ ABSL_GUARDED_BY(mu_);  // Non-OK once closed.
@@ -168,6 +204,8 @@ class Job {
   bool plan_ready_ ABSL_GUARDED_BY(mu_) = false;
   // A shard position streamed, a loss accepted or an epoch closed.
   bool started_ ABSL_GUARDED_BY(mu_) = false;
+  // Restore is replaying the journal: changes are not logged again.
+  bool replaying_ ABSL_GUARDED_BY(mu_) = false;
   EpochView current_ ABSL_GUARDED_BY(mu_);
   // Base weights (mean 1) for STATIC / CLASS_BALANCED; empty for UNIFORM. Replaced only before
   // the job starts.

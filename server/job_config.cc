@@ -17,6 +17,9 @@ absl::Status ValidateJobName(const std::string& name) {
     return absl::InvalidArgumentError(
         absl::StrCat("name = \"", name.substr(0, 140), "\": must be 1 to 128 characters"));
   }
+  if (name == "." || name == "..") {  // Names are directory names under --data_dir.
+    return absl::InvalidArgumentError(absl::StrCat("name = \"", name, "\": not a valid job name"));
+  }
   for (char c : name) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
                     c == '.' || c == '_' || c == '-';

@@ -33,7 +33,8 @@ struct JobConfig {
 // ("spec.world_size = 0: must be >= 1"); RESOURCE_EXHAUSTED for num_samples over the limit.
 absl::StatusOr<JobConfig> MakeJobConfig(const v1::JobSpec& spec, const JobLimits& limits);
 
-// Job names: [A-Za-z0-9._-], 1 to 128 characters. INVALID_ARGUMENT otherwise.
+// Job names: [A-Za-z0-9._-], 1 to 128 characters, not "." or ".." (a job name is a directory
+// name under --data_dir). INVALID_ARGUMENT otherwise.
 absl::Status ValidateJobName(const std::string& name);
 
 }  // namespace samplerd

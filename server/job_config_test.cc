@@ -86,6 +86,8 @@ TEST(JobConfigTest, JobNames) {
   EXPECT_THAT(std::string(ValidateJobName("").message()), HasSubstr("1 to 128"));
   EXPECT_THAT(std::string(ValidateJobName(std::string(129, 'a')).message()), HasSubstr("1 to 128"));
   EXPECT_THAT(std::string(ValidateJobName("a/b").message()), HasSubstr("name = \"a/b\""));
+  EXPECT_THAT(std::string(ValidateJobName("..").message()), HasSubstr("not a valid job name"));
+  EXPECT_TRUE(ValidateJobName("..x").ok());
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "server/job_registry.h"
 
+#include <filesystem>
+#include <system_error>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -19,8 +21,59 @@ absl::Status Conflict(const std::string& name) {
 
 }  // namespace
 
-JobRegistry::JobRegistry(Limits limits, ComputeBackend* backend)
-    : limits_(limits), backend_(backend) {}
+JobRegistry::JobRegistry(Limits limits, ComputeBackend* backend, std::string data_dir)
+    : limits_(limits), backend_(backend), data_dir_(std::move(data_dir)) {}
+
+std::string JobRegistry::JobDir(const std::string& name) const {
+  return absl::StrCat(data_dir_, "/jobs/", name);
+}
+
+absl::Status JobRegistry::Recover() {
+  if (data_dir_.empty()) return absl::OkStatus();
+  namespace fs = std::filesystem;
+  const fs::path jobs_dir = fs::path(data_dir_) / "jobs";
+  std::error_code ec;
+  fs::create_directories(jobs_dir, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "data_dir = \"", data_dir_, "\": cannot create ", jobs_dir.string(), ": ", ec.message()));
+  }
+  std::vector<std::string> names;
+  for (const fs::directory_entry& entry : fs::directory_iterator(jobs_dir, ec)) {
+    if (entry.is_directory()) names.push_back(entry.path().filename().string());
+  }
+  if (ec) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "data_dir = \"", data_dir_, "\": cannot list ", jobs_dir.string(), ": ", ec.message()));
+  }
+  std::map<std::string, std::shared_ptr<Job>> recovered;
+  for (const std::string& name : names) {
+    auto context = [&](const absl::Status& s) {
+      return absl::Status(s.code(), absl::StrCat("recovering job '", name, "' from ", JobDir(name),
+                                                 ": ", s.message()));
+    };
+    if (absl::Status s = ValidateJobName(name); !s.ok()) return context(s);
+    absl::StatusOr<JobJournal::Recovered> journal = JobJournal::Recover(JobDir(name));
+    if (absl::IsNotFound(journal.status())) continue;  // Never acknowledged; removed.
+    if (!journal.ok()) return context(journal.status());
+    v1::JobSpec spec;
+    if (!spec.ParseFromString(journal->snapshot.header.spec())) {
+      return context(absl::DataLossError("the snapshot's spec is malformed"));
+    }
+    absl::StatusOr<JobConfig> config = MakeJobConfig(spec, limits_.job);
+    if (!config.ok()) {
+      return context(absl::FailedPreconditionError(absl::StrCat(
+          "its spec does not fit this server's limits (", config.status().message(), ")")));
+    }
+    absl::StatusOr<std::unique_ptr<Job>> job =
+        Job::Restore(name, *std::move(config), backend_, *std::move(journal));
+    if (!job.ok()) return context(job.status());
+    recovered.emplace(name, *std::move(job));
+  }
+  absl::MutexLock lock(&mu_);
+  for (auto& [name, job] : recovered) jobs_.emplace(name, std::move(job));
+  return absl::OkStatus();
+}
 
 JobRegistry::~JobRegistry() { CloseAll(); }
 
@@ -33,7 +86,7 @@ absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Create(const std::string& name
   {
     absl::MutexLock lock(&mu_);
     auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return closed_ || pending_.count(name) == 0;
+      return closed_ || (pending_.count(name) == 0 && deleting_.count(name) == 0);
     };
     while (true) {
       if (closed_) return absl::UnavailableError("samplerd is shutting down");
@@ -42,14 +95,16 @@ absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Create(const std::string& name
         return Conflict(name);
       }
       auto pending = pending_.find(name);
-      if (pending == pending_.end()) break;
-      if (!SameSpec(pending->second, config->normalized)) return Conflict(name);
+      if (pending == pending_.end() && deleting_.count(name) == 0) break;
+      if (pending != pending_.end() && !SameSpec(pending->second, config->normalized)) {
+        return Conflict(name);
+      }
       // Another call is creating this very job: wait for it, then look again (it may have
       // failed, and then this call tries itself).
       if (!mu_.AwaitWithDeadline(absl::Condition(&settled), deadline)) {
         return absl::DeadlineExceededError(
             absl::StrCat("name = \"", name,
-                         "\": another CreateJob of this job is still planning epoch 0; retry"));
+                         "\": another CreateJob or DeleteJob of this name is in progress; retry"));
       }
     }
     if (jobs_.size() + pending_.size() >= limits_.max_jobs) {
@@ -58,8 +113,19 @@ absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Create(const std::string& name
     }
     pending_.emplace(name, config->normalized);
   }
-  // Planning epoch 0 may take a while: not under the registry lock.
-  absl::StatusOr<std::unique_ptr<Job>> job = Job::Create(name, *std::move(config), backend_);
+  // Planning epoch 0 (and writing its snapshot) may take a while: not under the registry lock.
+  absl::StatusOr<std::unique_ptr<Job>> job;
+  std::unique_ptr<JobJournal> journal;
+  if (!data_dir_.empty()) {
+    absl::StatusOr<std::unique_ptr<JobJournal>> created = JobJournal::Create(JobDir(name));
+    if (created.ok())
+      journal = *std::move(created);
+    else
+      job = created.status();
+  }
+  if (data_dir_.empty() || journal != nullptr) {
+    job = Job::Create(name, *std::move(config), backend_, std::move(journal));
+  }
   std::shared_ptr<Job> shared;
   {
     absl::MutexLock lock(&mu_);
@@ -102,8 +168,21 @@ absl::Status JobRegistry::Delete(const std::string& name) {
     }
     job = std::move(it->second);
     jobs_.erase(it);
+    deleting_.insert(name);
   }
   job->Close(absl::NotFoundError(absl::StrCat("job '", name, "' was deleted")));
+  absl::Status removed = job->RemovePersistedState();
+  {
+    absl::MutexLock lock(&mu_);
+    deleting_.erase(name);
+  }
+  if (absl::Status s = std::move(removed); !s.ok()) {
+    // The job is gone from this server either way; its files would come back at a restart.
+    return absl::Status(s.code(), absl::StrCat("job '", name,
+                                               "' was deleted but its files were "
+                                               "not all removed: ",
+                                               s.message()));
+  }
   return absl::OkStatus();
 }
 

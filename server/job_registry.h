@@ -9,6 +9,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -31,9 +32,15 @@ class JobRegistry {
     JobLimits job;
   };
 
-  // `backend` must outlive the registry.
-  JobRegistry(Limits limits, ComputeBackend* backend);
+  // `backend` must outlive the registry. With a `data_dir`, every job is persisted in
+  // <data_dir>/jobs/<name>/ (see server/persistence/job_journal.h); call Recover first.
+  JobRegistry(Limits limits, ComputeBackend* backend, std::string data_dir = "");
   ~JobRegistry();
+
+  // Loads every job persisted in data_dir (a no-op without one). On any error (a corrupt file, a
+  // spec beyond this server's limits) nothing is loaded and the error names the job and file:
+  // the server must not start with part of its state.
+  absl::Status Recover() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Creates a job, or returns the existing one if `spec` normalises to the same spec.
   // ALREADY_EXISTS for a different spec, RESOURCE_EXHAUSTED at max_jobs, INVALID_ARGUMENT for a
@@ -51,20 +58,27 @@ class JobRegistry {
   // All jobs ordered by name.
   std::vector<std::shared_ptr<Job>> List() const ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Removes the job and wakes its waiters with NOT_FOUND. NOT_FOUND if absent.
+  // Removes the job (and its persisted state) and wakes its waiters with NOT_FOUND. NOT_FOUND if
+  // absent.
   absl::Status Delete(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Wakes every waiter with UNAVAILABLE and refuses new jobs (server shutdown).
   void CloseAll() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  std::string JobDir(const std::string& name) const;
+
   const Limits limits_;
   ComputeBackend* const backend_;
+  const std::string data_dir_;  // Empty: jobs live in memory only.
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
   // Jobs being created (planning epoch 0 off the lock): name -> normalised spec. Counted against
   // max_jobs; a create of a pending name waits for it.
   std::map<std::string, v1::JobSpec> pending_ ABSL_GUARDED_BY(mu_);
+  // Jobs being deleted (their files removed off the lock): a create of the name waits, so that
+  // the removal cannot take the new job's files.
+  std::set<std::string> deleting_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
 

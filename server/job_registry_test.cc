@@ -2,10 +2,13 @@
 #include "server/job_registry.h"
 
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
@@ -154,6 +157,100 @@ TEST_F(JobRegistryTest, CloseAllRefusesNewJobsAndWakesWaitersWithUnavailable) {
   EXPECT_EQ(waiter_code, absl::StatusCode::kUnavailable);
   EXPECT_EQ(registry.Create("b", Spec(10)).status().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ((*a)->EndEpoch(0, 0).status().code(), absl::StatusCode::kUnavailable);
+}
+
+// ---- Persistence (--data_dir) -------------------------------------------------------------
+
+class PersistentRegistryTest : public JobRegistryTest {
+ protected:
+  void SetUp() override {
+    dir_ = absl::StrCat(::testing::TempDir(), "/",
+                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::unique_ptr<JobRegistry> Open(uint64_t max_samples = uint64_t{1} << 32) {
+    return std::make_unique<JobRegistry>(JobRegistry::Limits{8, JobLimits{max_samples}},
+                                         backend_.get(), dir_);
+  }
+
+  static std::vector<std::string> Names(const JobRegistry& registry) {
+    std::vector<std::string> names;
+    for (const auto& job : registry.List()) names.push_back(job->name());
+    return names;
+  }
+
+  std::string dir_;
+};
+
+TEST_F(PersistentRegistryTest, JobsComeBackAndDeletedOnesDoNot) {
+  {
+    auto registry = Open();
+    ASSERT_TRUE(registry->Recover().ok());
+    ASSERT_TRUE(registry->Create("a", Spec(10, 2)).ok());
+    ASSERT_TRUE(registry->Create("b", Spec(20)).ok());
+    ASSERT_TRUE(registry->Create("c", Spec(30)).ok());
+    ASSERT_TRUE(registry->Delete("b").ok());
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/jobs/b"));
+  auto registry = Open();
+  ASSERT_TRUE(registry->Recover().ok());
+  EXPECT_THAT(Names(*registry), ::testing::ElementsAre("a", "c"));
+  auto a = registry->Get("a");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ((*a)->config().normalized.num_samples(), 10u);
+  EXPECT_EQ((*a)->config().normalized.world_size(), 2u);
+  // Creating it again with its spec is idempotent across the restart; another spec conflicts.
+  EXPECT_EQ(registry->Create("a", Spec(10, 2))->get(), a->get());
+  EXPECT_EQ(registry->Create("a", Spec(11)).status().code(), absl::StatusCode::kAlreadyExists);
+}
+
+TEST_F(PersistentRegistryTest, ACorruptSnapshotStopsRecoveryAndNamesTheFile) {
+  {
+    auto registry = Open();
+    ASSERT_TRUE(registry->Recover().ok());
+    ASSERT_TRUE(registry->Create("a", Spec(100)).ok());
+    ASSERT_TRUE(registry->Create("b", Spec(100)).ok());
+  }
+  const std::string snapshot = dir_ + "/jobs/b/snapshot-0.bin";
+  {
+    std::fstream f(snapshot, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.good());
+    f.seekg(20);
+    char c = 0;
+    f.get(c);
+    f.seekp(20);
+    f.put(static_cast<char>(c ^ 1));
+  }
+  auto registry = Open();
+  const absl::Status s = registry->Recover();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(s.message()), HasSubstr(snapshot));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("job 'b'"));
+  EXPECT_TRUE(Names(*registry).empty());           // Not part of the state: none of it.
+  EXPECT_TRUE(std::filesystem::exists(snapshot));  // Left for the operator.
+}
+
+TEST_F(PersistentRegistryTest, AJobBeyondTheServersLimitsIsNotSilentlyDropped) {
+  {
+    auto registry = Open();
+    ASSERT_TRUE(registry->Recover().ok());
+    ASSERT_TRUE(registry->Create("big", Spec(100)).ok());
+  }
+  auto registry = Open(/*max_samples=*/50);
+  const absl::Status s = registry->Recover();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("job 'big'"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("num_samples = 100"));
+}
+
+TEST_F(PersistentRegistryTest, ADirectoryWithoutSnapshotIsAnUnacknowledgedCreate) {
+  std::filesystem::create_directories(dir_ + "/jobs/half");
+  auto registry = Open();
+  ASSERT_TRUE(registry->Recover().ok());
+  EXPECT_TRUE(Names(*registry).empty());
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/jobs/half"));
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #define SAMPLERD_SERVER_LOSS_TABLE_H_
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/types/span.h"
@@ -39,6 +40,10 @@ class LossTable {
   void Prefetch(uint64_t index) const { __builtin_prefetch(&stats_[index], 1); }
 
   LossStatsView View() const { return stats_; }
+
+  // Replaces every sample's statistics (a restored snapshot). Requires stats.size() ==
+  // num_samples.
+  void Restore(std::vector<SampleLossStats> stats) { stats_ = std::move(stats); }
 
   // Samples with at least one loss.
   uint64_t SamplesSeen() const;

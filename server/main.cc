@@ -15,8 +15,8 @@
 ABSL_FLAG(std::string, host, "127.0.0.1", "Address to listen on (0.0.0.0 for all interfaces).");
 ABSL_FLAG(int, port, 50051, "Port to listen on; 0 picks a free port (printed at startup).");
 ABSL_FLAG(std::string, data_dir, "",
-          "Directory for persistent state. Accepted but not used yet: job state is in memory "
-          "until the persistence issue lands.");
+          "Directory for persistent state (created if absent): jobs survive a crash or restart "
+          "and are restored at start-up. Empty: jobs live in memory only.");
 ABSL_FLAG(std::string, backend, "auto",
           "Compute backend: auto (the CPU backend in this build), cpu, or cuda (not built yet: "
           "exits with an error).");

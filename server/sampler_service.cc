@@ -238,8 +238,12 @@ grpc::Status SamplerService::ReportLossesImpl(grpc::ServerReaderInterface<v1::Lo
                                               v1::LossReportSummary* response) {
   v1::LossBatch batch;
   std::shared_ptr<Job> job;
+  // The summary acknowledges the batches: they are made durable first (one sync per job and
+  // call, not per batch).
+  auto sync = [&job]() { return job ? job->Sync() : absl::OkStatus(); };
   while (reader->Read(&batch)) {
     if (!job || job->name() != batch.job()) {
+      if (absl::Status s = sync(); !s.ok()) return ToGrpcStatus(s);
       absl::StatusOr<std::shared_ptr<Job>> found = registry_->Get(batch.job());
       if (!found.ok()) return ToGrpcStatus(found.status());
       job = *std::move(found);
@@ -251,12 +255,13 @@ grpc::Status SamplerService::ReportLossesImpl(grpc::ServerReaderInterface<v1::Lo
     view.indices = absl::MakeConstSpan(batch.indices().data(), batch.indices_size());
     view.losses = absl::MakeConstSpan(batch.losses().data(), batch.losses_size());
     if (absl::Status s = job->ReportLosses(view, response); !s.ok()) {
+      if (absl::Status synced = sync(); !synced.ok()) return ToGrpcStatus(synced);
       return ToGrpcStatus(absl::Status(
           s.code(), absl::StrCat("batch seq = ", batch.seq(), " of rank ", batch.rank(), ": ",
                                  s.message(), " (earlier batches of this stream were applied)")));
     }
   }
-  return grpc::Status::OK;
+  return ToGrpcStatus(sync());
 }
 
 grpc::Status SamplerService::EndEpoch(grpc::ServerContext*, const v1::EndEpochRequest* request,

@@ -61,6 +61,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const Options& options) {
   }
 
   std::unique_ptr<Server> server(new Server(options, std::move(backend)));
+  // The persisted jobs are back before the port opens: no client sees a partial state.
+  if (absl::Status s = server->registry_->Recover(); !s.ok()) return s;
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -93,7 +95,7 @@ Server::Server(const Options& options, std::unique_ptr<ComputeBackend> backend)
       registry_(
           std::make_unique<JobRegistry>(JobRegistry::Limits{static_cast<size_t>(options.max_jobs),
                                                             JobLimits{options.max_samples_per_job}},
-                                        backend_.get())),
+                                        backend_.get(), options.data_dir)),
       service_(std::make_unique<SamplerService>(registry_.get(), backend_.get(),
                                                 options.max_message_bytes)) {}
 

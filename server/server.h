@@ -26,8 +26,9 @@ struct Options {
   std::string host = "127.0.0.1";
   // 0..65535; 0 picks a free port (read it back with Server::port()).
   int port = 50051;
-  // Persistence directory (snapshots + write-ahead log). Accepted but not used yet: job state
-  // lives in memory until persistence lands.
+  // Persistence directory: every job's snapshots and write-ahead log, under <data_dir>/jobs/.
+  // Jobs found there are restored by Create (which fails, naming the file, on a corrupt one).
+  // Empty: jobs live in memory only.
   std::string data_dir;
   // "auto" (= cpu in this build), "cpu", or "cuda" (not built yet: UNIMPLEMENTED).
   std::string backend = "auto";

@@ -235,7 +235,7 @@ class Client:
         the lower-case names below (or the proto enum values).
 
         Args:
-            name: [A-Za-z0-9._-]{1,128}.
+            name: [A-Za-z0-9._-]{1,128}, not "." or "..".
             num_samples: N, the dataset size.
             world_size: number of data-parallel ranks.
             seed: seed of the job's random stream.

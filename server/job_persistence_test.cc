@@ -1,0 +1,284 @@
+// A persisted job against the same job kept in memory: after any prefix of calls, a job restored
+// from its journal is in the same state and goes on to make the same plans.
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/compute_backend.h"
+#include "server/job.h"
+#include "server/job_config.h"
+#include "server/persistence/job_journal.h"
+#include "server/persistence/record_log.h"
+
+namespace samplerd {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr uint32_t kWorld = 3;
+constexpr uint64_t kN = 3000;
+
+class JobPersistenceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = absl::StrCat(::testing::TempDir(), "/",
+                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // Weighted selection of M = N/2 without replacement: the plans depend on the weights, which
+  // depend on every loss applied.
+  static JobConfig Config(v1::BasePolicy base = v1::UNIFORM) {
+    v1::JobSpec spec;
+    spec.set_num_samples(kN);
+    spec.set_world_size(kWorld);
+    spec.set_samples_per_epoch(kN / 2);
+    spec.set_seed(11);
+    spec.mutable_policy()->set_base(base);
+    spec.mutable_policy()->set_loss(v1::LOSS);
+    auto config = MakeJobConfig(spec, JobLimits());
+    EXPECT_TRUE(config.ok()) << config.status();
+    return *config;
+  }
+
+  std::unique_ptr<Job> Create(bool persisted, v1::BasePolicy base = v1::UNIFORM) {
+    std::unique_ptr<JobJournal> journal;
+    if (persisted) {
+      auto created = JobJournal::Create(dir_);
+      EXPECT_TRUE(created.ok()) << created.status();
+      journal = *std::move(created);
+    }
+    auto job = Job::Create("j", Config(base), backend_.get(), std::move(journal));
+    EXPECT_TRUE(job.ok()) << job.status();
+    return *std::move(job);
+  }
+
+  absl::StatusOr<std::unique_ptr<Job>> Restore(v1::BasePolicy base = v1::UNIFORM) {
+    auto recovered = JobJournal::Recover(dir_);
+    if (!recovered.ok()) return recovered.status();
+    return Job::Restore("j", Config(base), backend_.get(), *std::move(recovered));
+  }
+
+  std::vector<uint64_t> Shard(Job& job, uint64_t epoch, uint32_t rank) {
+    auto lease = job.AcquireShard(epoch, rank, kWorld, absl::Now() + absl::Seconds(30));
+    EXPECT_TRUE(lease.ok()) << lease.status();
+    if (!lease.ok()) return {};
+    std::vector<uint64_t> out(lease->shard_length);
+    EXPECT_TRUE(
+        backend_->ExtractShard(*lease->view.plan, lease->shard, rank, 0, absl::MakeSpan(out)).ok());
+    return out;
+  }
+
+  // Reports a loss derived from (epoch, index) for shard positions [from, to) of `rank`, as one
+  // batch with sequence number `seq`, and syncs.
+  static v1::LossReportSummary Report(Job& job, uint64_t epoch, uint32_t rank, uint64_t seq,
+                                      const std::vector<uint64_t>& shard, size_t from, size_t to) {
+    std::vector<uint64_t> indices(shard.begin() + from, shard.begin() + to);
+    std::vector<float> losses;
+    for (uint64_t i : indices) losses.push_back(static_cast<float>((i * 7 + epoch) % 11) / 4);
+    v1::LossReportSummary summary;
+    EXPECT_TRUE(job.ReportLosses({epoch, rank, seq, indices, losses}, &summary).ok());
+    EXPECT_TRUE(job.Sync().ok());
+    return summary;
+  }
+
+  // Everything a client can observe, but for timings.
+  static std::string Observable(const Job& job) {
+    v1::JobStatus status = job.Status();
+    status.clear_last_recompute_ms();
+    status.clear_last_plan_ms();
+    return status.DebugString();
+  }
+
+  // One full epoch: every rank reads its shard, reports it in two batches and ends the epoch.
+  void FullEpoch(Job& job, uint64_t epoch) {
+    for (uint32_t r = 0; r < kWorld; ++r) {
+      const std::vector<uint64_t> shard = Shard(job, epoch, r);
+      ASSERT_TRUE(job.RecordStreamed(epoch, r, shard.size()).ok());
+      Report(job, epoch, r, 1, shard, 0, shard.size() / 2);
+      Report(job, epoch, r, 2, shard, shard.size() / 2, shard.size());
+      ASSERT_TRUE(job.EndEpoch(epoch, r).ok());
+    }
+  }
+
+  // Part of an epoch: rank 0 done and ended, rank 1 half reported and streamed, rank 2 nothing.
+  void PartialEpoch(Job& job, uint64_t epoch) {
+    const std::vector<uint64_t> s0 = Shard(job, epoch, 0);
+    Report(job, epoch, 0, 1, s0, 0, s0.size());
+    ASSERT_TRUE(job.EndEpoch(epoch, 0).ok());
+    const std::vector<uint64_t> s1 = Shard(job, epoch, 1);
+    ASSERT_TRUE(job.RecordStreamed(epoch, 1, s1.size() / 2).ok());
+    Report(job, epoch, 1, 1, s1, 0, s1.size() / 2);
+  }
+
+  void FinishPartialEpoch(Job& job, uint64_t epoch) {
+    const std::vector<uint64_t> s1 = Shard(job, epoch, 1);
+    Report(job, epoch, 1, 2, s1, s1.size() / 2, s1.size());
+    ASSERT_TRUE(job.EndEpoch(epoch, 1).ok());
+    const std::vector<uint64_t> s2 = Shard(job, epoch, 2);
+    Report(job, epoch, 2, 1, s2, 0, s2.size());
+    ASSERT_TRUE(job.EndEpoch(epoch, 2).ok());
+  }
+
+  std::string dir_;
+  std::unique_ptr<ComputeBackend> backend_ = NewCpuBackend(2);
+};
+
+TEST_F(JobPersistenceTest, RestoredJobEqualsTheJobThatNeverStopped) {
+  auto reference = Create(/*persisted=*/false);
+  auto persisted = Create(/*persisted=*/true);
+  for (uint64_t e = 0; e < 2; ++e) {
+    FullEpoch(*reference, e);
+    FullEpoch(*persisted, e);
+  }
+  PartialEpoch(*reference, 2);
+  PartialEpoch(*persisted, 2);
+  const std::string before = Observable(*persisted);
+  ASSERT_EQ(before, Observable(*reference));
+  persisted.reset();  // The process goes away; only the files remain.
+
+  auto restored = Restore();
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  Job& job = **restored;
+  EXPECT_EQ(Observable(job), before);
+  std::vector<std::vector<uint64_t>> epoch2(kWorld);
+  for (uint32_t r = 0; r < kWorld; ++r) {
+    epoch2[r] = Shard(job, 2, r);
+    EXPECT_EQ(epoch2[r], Shard(*reference, 2, r));
+  }
+  // The applied batches are known again: a client resending one after the restart is told it
+  // was a duplicate.
+  const std::vector<uint64_t> s1 = Shard(job, 2, 1);
+  const v1::LossReportSummary resent = Report(job, 2, 1, 1, s1, 0, s1.size() / 2);
+  EXPECT_EQ(resent.duplicates(), s1.size() / 2);
+  EXPECT_EQ(resent.accepted(), 0u);
+
+  // Training goes on identically: the weights of epoch 3 come from the losses of every epoch,
+  // those applied before the restart included.
+  FinishPartialEpoch(*reference, 2);
+  FinishPartialEpoch(job, 2);
+  for (uint32_t r = 0; r < kWorld; ++r) {
+    const std::vector<uint64_t> next = Shard(job, 3, r);
+    EXPECT_EQ(next, Shard(*reference, 3, r)) << "rank " << r;
+    EXPECT_NE(next, epoch2[r]) << "rank " << r;
+  }
+  EXPECT_EQ(Observable(job), Observable(*reference));
+  // Not trivially equal: the plans moved with the weights.
+  EXPECT_GT(job.Status().weights().max(), job.Status().weights().min() * 2);
+}
+
+TEST_F(JobPersistenceTest, RestoresAtEveryEpochBoundaryAndMidEpoch) {
+  // Restart after every step of the script; the state must match the reference each time.
+  auto reference = Create(false);
+  auto persisted = Create(true);
+  for (uint64_t e = 0; e < 3; ++e) {
+    PartialEpoch(*reference, e);
+    PartialEpoch(*persisted, e);
+    persisted.reset();
+    auto mid = Restore();
+    ASSERT_TRUE(mid.ok()) << mid.status();
+    persisted = *std::move(mid);
+    ASSERT_EQ(Observable(*persisted), Observable(*reference)) << "mid-epoch " << e;
+    FinishPartialEpoch(*reference, e);
+    FinishPartialEpoch(*persisted, e);
+    persisted.reset();
+    auto boundary = Restore();
+    ASSERT_TRUE(boundary.ok()) << boundary.status();
+    persisted = *std::move(boundary);
+    ASSERT_EQ(Observable(*persisted), Observable(*reference)) << "after epoch " << e;
+  }
+  for (uint32_t r = 0; r < kWorld; ++r) EXPECT_EQ(Shard(*persisted, 3, r), Shard(*reference, 3, r));
+  // Only the current epoch's files remain.
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_)) {
+    files.push_back(entry.path().filename().string());
+  }
+  EXPECT_THAT(files, ::testing::UnorderedElementsAre("snapshot-3.bin", "wal-3.log"));
+}
+
+TEST_F(JobPersistenceTest, UploadedWeightsAndAJobAwaitingItsUploadAreRestored) {
+  auto persisted = Create(true, v1::STATIC);
+  persisted.reset();
+  auto awaiting = Restore(v1::STATIC);
+  ASSERT_TRUE(awaiting.ok()) << awaiting.status();
+  EXPECT_FALSE((*awaiting)->Describe().plan_ready());
+  std::vector<float> weights(kN);
+  for (uint64_t i = 0; i < kN; ++i) weights[i] = 1.0f + static_cast<float>(i % 13);
+  ASSERT_TRUE((*awaiting)->UploadWeights(weights).ok());
+  auto reference = Create(false, v1::STATIC);
+  ASSERT_TRUE(reference->UploadWeights(weights).ok());
+  awaiting->reset();
+
+  auto restored = Restore(v1::STATIC);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ(Observable(**restored), Observable(*reference));
+  for (uint32_t r = 0; r < kWorld; ++r) EXPECT_EQ(Shard(**restored, 0, r), Shard(*reference, 0, r));
+  FullEpoch(**restored, 0);
+  FullEpoch(*reference, 0);
+  for (uint32_t r = 0; r < kWorld; ++r) EXPECT_EQ(Shard(**restored, 1, r), Shard(*reference, 1, r));
+}
+
+TEST_F(JobPersistenceTest, UnsyncedTailCutShortIsDroppedAndCorruptionIsReported) {
+  auto persisted = Create(true);
+  FullEpoch(*persisted, 0);
+  PartialEpoch(*persisted, 1);
+  const std::string acknowledged = Observable(*persisted);
+  persisted.reset();
+  const std::string log = dir_ + "/wal-1.log";
+  const uint64_t size = std::filesystem::file_size(log);
+
+  // A record half written at the crash (never acknowledged): cut, and the rest restored.
+  {
+    FILE* f = std::fopen(log.c_str(), "ab");
+    ASSERT_NE(f, nullptr);
+    const char partial[] = {40, 0, 0, 0, 1, 2};  // A header cut short.
+    std::fwrite(partial, 1, sizeof(partial), f);
+    std::fclose(f);
+  }
+  auto restored = Restore();
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ(Observable(**restored), acknowledged);
+  restored->reset();
+  EXPECT_EQ(std::filesystem::file_size(log), size);  // The torn tail was cut.
+
+  // A flipped byte inside an acknowledged record: DATA_LOSS naming the file, nothing loaded.
+  {
+    FILE* f = std::fopen(log.c_str(), "r+b");
+    ASSERT_NE(f, nullptr);
+    std::fseek(f, 20, SEEK_SET);
+    const int c = std::fgetc(f);
+    std::fseek(f, 20, SEEK_SET);
+    std::fputc(c ^ 0x40, f);
+    std::fclose(f);
+  }
+  auto corrupt = Restore();
+  ASSERT_FALSE(corrupt.ok());
+  EXPECT_EQ(corrupt.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(corrupt.status().message(), HasSubstr("wal-1.log"));
+}
+
+TEST_F(JobPersistenceTest, ALogThatDoesNotFitTheSnapshotIsDataLoss) {
+  auto persisted = Create(true);
+  PartialEpoch(*persisted, 0);
+  persisted.reset();
+  // A record of epoch 5 in epoch 0's log.
+  auto writer = RecordLogWriter::Open(dir_ + "/wal-0.log");
+  ASSERT_TRUE(writer.ok());
+  state::WalRecord record;
+  record.mutable_rank_ended()->set_epoch(5);
+  ASSERT_TRUE((*writer)->Append(record.SerializeAsString()).ok());
+  writer->reset();
+  auto restored = Restore();
+  ASSERT_FALSE(restored.ok());
+  EXPECT_EQ(restored.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(restored.status().message(), HasSubstr("is of epoch 5"));
+}
+
+}  // namespace
+}  // namespace samplerd

@@ -1,0 +1,195 @@
+#include "server/persistence/job_journal.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <system_error>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
+#include "server/persistence/file_util.h"
+
+namespace samplerd {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr absl::string_view kSnapshotPrefix = "snapshot-";
+constexpr absl::string_view kSnapshotSuffix = ".bin";
+constexpr absl::string_view kLogPrefix = "wal-";
+constexpr absl::string_view kLogSuffix = ".log";
+
+// The epoch in "<prefix><epoch><suffix>", or false.
+bool ParseEpoch(absl::string_view name, absl::string_view prefix, absl::string_view suffix,
+                uint64_t* epoch) {
+  if (!absl::ConsumePrefix(&name, prefix) || !absl::ConsumeSuffix(&name, suffix)) return false;
+  return absl::SimpleAtoi(name, epoch);
+}
+
+absl::Status FsError(absl::string_view what, const fs::path& path, const std::error_code& ec) {
+  return PosixError(what, path.string(), ec.value());
+}
+
+struct DirFiles {
+  std::vector<uint64_t> snapshots;  // Epochs, ascending.
+  std::vector<uint64_t> logs;
+};
+
+absl::StatusOr<DirFiles> ListDir(const std::string& dir) {
+  DirFiles files;
+  std::error_code ec;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    uint64_t epoch = 0;
+    if (ParseEpoch(name, kSnapshotPrefix, kSnapshotSuffix, &epoch)) {
+      files.snapshots.push_back(epoch);
+    } else if (ParseEpoch(name, kLogPrefix, kLogSuffix, &epoch)) {
+      files.logs.push_back(epoch);
+    } else if (absl::EndsWith(name, ".tmp")) {
+      fs::remove(entry.path(), ec);  // A snapshot whose write was cut short: never used.
+    }
+  }
+  if (ec) return FsError("list", dir, ec);
+  std::sort(files.snapshots.begin(), files.snapshots.end());
+  std::sort(files.logs.begin(), files.logs.end());
+  return files;
+}
+
+}  // namespace
+
+std::string JobJournal::SnapshotPath(uint64_t epoch) const {
+  return absl::StrCat(dir_, "/", kSnapshotPrefix, epoch, kSnapshotSuffix);
+}
+
+std::string JobJournal::LogPath(uint64_t epoch) const {
+  return absl::StrCat(dir_, "/", kLogPrefix, epoch, kLogSuffix);
+}
+
+absl::StatusOr<std::unique_ptr<JobJournal>> JobJournal::Create(std::string dir) {
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  if (ec) return FsError("remove", dir, ec);
+  fs::create_directories(dir, ec);
+  if (ec) return FsError("create", dir, ec);
+  const fs::path parent = fs::path(dir).parent_path();
+  if (absl::Status s = SyncDirectory(parent.empty() ? "." : parent.string()); !s.ok()) return s;
+  return std::unique_ptr<JobJournal>(new JobJournal(std::move(dir)));
+}
+
+absl::StatusOr<JobJournal::Recovered> JobJournal::Recover(std::string dir) {
+  absl::StatusOr<DirFiles> files = ListDir(dir);
+  if (!files.ok()) return files.status();
+  if (files->snapshots.empty()) {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    return absl::NotFoundError(absl::StrCat(dir, ": no snapshot (a job never acknowledged)"));
+  }
+  Recovered recovered;
+  recovered.journal.reset(new JobJournal(std::move(dir)));
+  const JobJournal& journal = *recovered.journal;
+  const uint64_t epoch = files->snapshots.back();
+  absl::StatusOr<Snapshot> snapshot = ReadSnapshot(journal.SnapshotPath(epoch));
+  if (!snapshot.ok()) return snapshot.status();
+  if (snapshot->header.epoch() != epoch) {
+    return absl::DataLossError(
+        absl::StrCat(journal.SnapshotPath(epoch), ": holds epoch ", snapshot->header.epoch()));
+  }
+  recovered.snapshot = *std::move(snapshot);
+  for (uint64_t log_epoch : files->logs) {
+    if (log_epoch < epoch) continue;  // Superseded by the snapshot (left by a crash).
+    const std::string path = journal.LogPath(log_epoch);
+    absl::StatusOr<RecordLogContents> log = ReadRecordLog(path);
+    if (!log.ok()) return log.status();
+    for (size_t i = 0; i < log->records.size(); ++i) {
+      state::WalRecord& record = recovered.records.emplace_back();
+      if (!record.ParseFromString(log->records[i])) {
+        return absl::DataLossError(absl::StrCat(path, ": record ", i, " is malformed"));
+      }
+    }
+  }
+  return recovered;
+}
+
+JobJournal::~JobJournal() = default;
+
+absl::Status JobJournal::WriteSnapshot(const state::SnapshotHeader& header,
+                                       absl::Span<const float> base,
+                                       absl::Span<const float> weights,
+                                       absl::Span<const SampleLossStats> loss_stats) {
+  return samplerd::WriteSnapshot(SnapshotPath(header.epoch()), header, base, weights, loss_stats);
+}
+
+absl::Status JobJournal::BeginEpoch(uint64_t epoch) {
+  absl::StatusOr<std::unique_ptr<RecordLogWriter>> opened = RecordLogWriter::Open(LogPath(epoch));
+  if (!opened.ok()) return opened.status();
+  if (absl::Status s = SyncDirectory(dir_); !s.ok()) return s;
+  std::shared_ptr<RecordLogWriter> previous;
+  {
+    absl::MutexLock lock(&mu_);
+    previous = std::move(log_);
+    log_ = *std::move(opened);
+  }
+  // A caller that appended to the previous log may call Sync after the switch: the previous
+  // log's records are made durable here, and a failure is kept for every later Sync.
+  if (previous != nullptr) {
+    if (absl::Status s = previous->Sync(); !s.ok()) {
+      absl::MutexLock lock(&mu_);
+      error_ = s;
+      return s;
+    }
+  }
+  absl::StatusOr<DirFiles> files = ListDir(dir_);
+  if (!files.ok()) return files.status();
+  for (uint64_t e : files->snapshots) {
+    if (e < epoch) ::unlink(SnapshotPath(e).c_str());
+  }
+  for (uint64_t e : files->logs) {
+    if (e < epoch) ::unlink(LogPath(e).c_str());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobJournal::Append(absl::string_view record) {
+  std::shared_ptr<RecordLogWriter> log;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!error_.ok()) return error_;
+    log = log_;
+  }
+  if (log == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(dir_, ": no epoch log open"));
+  }
+  return log->Append(record);
+}
+
+absl::Status JobJournal::Sync() {
+  std::shared_ptr<RecordLogWriter> log;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!error_.ok()) return error_;
+    log = log_;
+  }
+  return log == nullptr ? absl::OkStatus() : log->Sync();
+}
+
+absl::Status JobJournal::Remove() {
+  {
+    absl::MutexLock lock(&mu_);
+    log_.reset();
+  }
+  absl::StatusOr<DirFiles> files = ListDir(dir_);
+  if (!files.ok()) return files.status();
+  for (uint64_t e : files->snapshots) ::unlink(SnapshotPath(e).c_str());
+  if (absl::Status s = SyncDirectory(dir_); !s.ok()) return s;
+  std::error_code ec;
+  fs::remove_all(dir_, ec);
+  if (ec) return FsError("remove", dir_, ec);
+  return absl::OkStatus();
+}
+
+}  // namespace samplerd

@@ -1,0 +1,95 @@
+// JobJournal: one job's persisted state, a directory of snapshots and write-ahead logs.
+//
+//   <dir>/snapshot-<e>.bin  the job's state at the start of epoch e (snapshot.h): spec, base
+//                           weights, W_e, loss statistics.
+//   <dir>/wal-<e>.log       epoch e's state changes after the snapshot, in the order they were
+//                           applied (record_log.h; state.proto WalRecord): loss batches, ranks
+//                           that ended the epoch, stream progress.
+// The job's state is the newest snapshot plus its epoch's log and any later ones, replayed in
+// order through the job's own methods (plans and weights are deterministic, so replay gives back
+// the same plans). A snapshot is written when an epoch opens; once it is durable the older
+// snapshots and logs are removed. A directory without a snapshot belongs to a job whose creation
+// was never acknowledged (or was being deleted): Recover removes it.
+//
+// Durability: Append writes to the page cache; a caller acknowledges a change to its client
+// only after Sync returned OK.
+//
+// Thread-safety: all methods may be called concurrently; Append calls are applied in the order
+// they are made (the job makes them under its own lock).
+#ifndef SAMPLERD_SERVER_PERSISTENCE_JOB_JOURNAL_H_
+#define SAMPLERD_SERVER_PERSISTENCE_JOB_JOURNAL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "kernels/compute_backend.h"
+#include "server/persistence/record_log.h"
+#include "server/persistence/snapshot.h"
+#include "server/persistence/state.pb.h"
+
+namespace samplerd {
+
+class JobJournal {
+ public:
+  // A new job: creates `dir` (removing whatever a previous, unacknowledged job left there).
+  static absl::StatusOr<std::unique_ptr<JobJournal>> Create(std::string dir);
+
+  struct Recovered {
+    std::unique_ptr<JobJournal> journal;  // No log open yet: call BeginEpoch.
+    Snapshot snapshot;                    // The newest.
+    // The snapshot's epoch's log records and those of later epochs, in order.
+    std::vector<state::WalRecord> records;
+  };
+  // Reads a job's directory. NOT_FOUND (and the directory is removed) when it has no snapshot;
+  // DATA_LOSS naming the file when the newest snapshot or a log is corrupt.
+  static absl::StatusOr<Recovered> Recover(std::string dir);
+
+  ~JobJournal();
+  JobJournal(const JobJournal&) = delete;
+  JobJournal& operator=(const JobJournal&) = delete;
+
+  const std::string& dir() const { return dir_; }
+
+  // Durably writes the snapshot that opens epoch `header.epoch()` (see WriteSnapshot).
+  absl::Status WriteSnapshot(const state::SnapshotHeader& header, absl::Span<const float> base,
+                             absl::Span<const float> weights,
+                             absl::Span<const SampleLossStats> loss_stats);
+
+  // Makes wal-<epoch>.log the log that Append writes to (appending to it if it exists; a torn
+  // tail is cut), syncs and closes the previous log, and removes the files of earlier epochs:
+  // snapshot-<epoch>.bin must be durable.
+  absl::Status BeginEpoch(uint64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Appends one serialised state::WalRecord to the current epoch's log. FAILED_PRECONDITION
+  // before the first BeginEpoch. After an I/O error every later call fails with it.
+  absl::Status Append(absl::string_view record) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Makes every record appended so far durable.
+  absl::Status Sync() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Removes the directory (the job was deleted): the snapshots first, so that a crash midway
+  // leaves a directory that Recover discards.
+  absl::Status Remove() ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  explicit JobJournal(std::string dir) : dir_(std::move(dir)) {}
+  std::string SnapshotPath(uint64_t epoch) const;
+  std::string LogPath(uint64_t epoch) const;
+
+  const std::string dir_;
+  absl::Mutex mu_;
+  std::shared_ptr<RecordLogWriter> log_ ABSL_GUARDED_BY(mu_);
+  absl::Status error_ ABSL_GUARDED_BY(mu_);  // Sticky: a previous log failed to sync.
+};
+
+}  // namespace samplerd
+
+#endif  // SAMPLERD_SERVER_PERSISTENCE_JOB_JOURNAL_H_
