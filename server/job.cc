@@ -34,7 +34,8 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Create(std::string name, JobConfig con
     s = job->InstallBaseAndPlan({});
   } else {
     // Persisted as awaiting its upload.
-    s = job->PersistEpochStart(0, /*planned=*/false, nullptr, nullptr);
+    s = job->StageEpochStart(0, /*planned=*/false, nullptr, nullptr);
+    if (s.ok() && job->journal_ != nullptr) s = job->journal_->CommitSnapshot(0);
   }
   if (!s.ok()) {
     job->Close(s);
@@ -220,7 +221,7 @@ bool Job::PlanIgnoresWeights() const {
 absl::Status Job::PlanAndPublish(uint64_t epoch, std::shared_ptr<const std::vector<float>> weights,
                                  double recompute_ms,
                                  std::shared_ptr<const std::vector<float>> new_base,
-                                 bool write_snapshot) {
+                                 bool write_snapshot, bool* published) {
   const absl::Time start = absl::Now();
   // `stale`: a plan computed ahead for another epoch (a re-upload before the job started). Its
   // destructor waits for the computation: declared here, it runs after every lock is released.
@@ -239,7 +240,7 @@ absl::Status Job::PlanAndPublish(uint64_t epoch, std::shared_ptr<const std::vect
   if (!plan.ok()) return plan.status();
   if (journal_ != nullptr) {
     if (write_snapshot) {
-      if (absl::Status s = PersistEpochStart(epoch, /*planned=*/true, weights.get(), new_base);
+      if (absl::Status s = StageEpochStart(epoch, /*planned=*/true, weights.get(), new_base);
           !s.ok()) {
         return s;
       }
@@ -254,31 +255,37 @@ absl::Status Job::PlanAndPublish(uint64_t epoch, std::shared_ptr<const std::vect
   view.unit_is_weights =
       view.weights->empty() ||
       (!config_.plan.replacement && config_.plan.samples_per_epoch == config_.plan.num_samples);
-  absl::MutexLock lock(&mu_);
-  epoch_ = epoch;
-  current_ = std::move(view);
-  plan_ready_ = true;
-  planning_ = false;
-  if (new_base != nullptr) base_ = std::move(new_base);
-  weight_summary_ = summary;
-  if (weight_summary_.effective_sample_size > 0 && current_.weights->empty()) {
-    weight_summary_.effective_sample_size = static_cast<double>(config_.plan.num_samples);
+  {
+    absl::MutexLock lock(&mu_);
+    epoch_ = epoch;
+    current_ = std::move(view);
+    plan_ready_ = true;
+    planning_ = false;
+    if (new_base != nullptr) base_ = std::move(new_base);
+    weight_summary_ = summary;
+    if (weight_summary_.effective_sample_size > 0 && current_.weights->empty()) {
+      weight_summary_.effective_sample_size = static_cast<double>(config_.plan.num_samples);
+    }
+    last_plan_ms_ = plan_ms;
+    last_recompute_ms_ = recompute_ms;
+    ResetEpochState();
+    if (published != nullptr) *published = true;
+    if (closed_.ok() && PlanIgnoresWeights()) {
+      absl::MutexLock ahead_lock(&lookahead_mu_);
+      lookahead_epoch_ = epoch + 1;
+      lookahead_ = std::async(std::launch::async, [this, epoch, weights = current_.weights] {
+        return backend_->PlanEpoch(config_.plan, epoch + 1, *weights);
+      });
+    }
   }
-  last_plan_ms_ = plan_ms;
-  last_recompute_ms_ = recompute_ms;
-  ResetEpochState();
-  if (closed_.ok() && PlanIgnoresWeights()) {
-    absl::MutexLock ahead_lock(&lookahead_mu_);
-    lookahead_epoch_ = epoch + 1;
-    lookahead_ = std::async(std::launch::async, [this, epoch, weights = current_.weights] {
-      return backend_->PlanEpoch(config_.plan, epoch + 1, *weights);
-    });
-  }
+  // The snapshot's fsync, off the epoch boundary: ranks are served while it runs. Until it is
+  // committed the previous snapshot and logs stay, and recovery replays from them.
+  if (journal_ != nullptr && write_snapshot) return journal_->CommitSnapshot(epoch);
   return absl::OkStatus();
 }
 
-absl::Status Job::PersistEpochStart(uint64_t epoch, bool planned, const std::vector<float>* weights,
-                                    std::shared_ptr<const std::vector<float>> new_base) {
+absl::Status Job::StageEpochStart(uint64_t epoch, bool planned, const std::vector<float>* weights,
+                                  std::shared_ptr<const std::vector<float>> new_base) {
   if (journal_ == nullptr) return absl::OkStatus();
   state::SnapshotHeader header;
   header.set_job(name_);
@@ -296,7 +303,7 @@ absl::Status Job::PersistEpochStart(uint64_t epoch, bool planned, const std::vec
   // losses_ is quiet: no plan is published while a snapshot is written (see job.h).
   const LossStatsView stats = header.samples_seen() > 0 ? losses_.View() : LossStatsView();
   const absl::Time start = absl::Now();
-  absl::Status s = journal_->WriteSnapshot(
+  absl::Status s = journal_->StageSnapshot(
       header, has_base ? absl::MakeConstSpan(*base) : absl::Span<const float>(),
       weights != nullptr ? absl::MakeConstSpan(*weights) : absl::Span<const float>(), stats);
   VLOG(1) << "job '" << name_ << "': snapshot of epoch " << epoch << " in " << MillisSince(start)
@@ -406,15 +413,26 @@ void Job::PlanNextEpoch(uint64_t closed_epoch) {
     next = std::move(recomputed);
   }
   const double recompute_ms = MillisSince(start);
-  if (status.ok()) status = PlanAndPublish(closed_epoch + 1, next, recompute_ms, nullptr);
+  bool published = false;
+  if (status.ok()) {
+    status = PlanAndPublish(closed_epoch + 1, next, recompute_ms, nullptr, true, &published);
+  }
   if (!status.ok()) {
-    // Inputs were validated on the way in, so this is a server bug; keep it visible. Waiting
-    // readers wake up (planning_error_ is part of their condition) and fail with INTERNAL.
-    LOG(ERROR) << "job '" << name_ << "': planning epoch " << closed_epoch + 1
-               << " failed: " << status;
     absl::MutexLock lock(&mu_);
-    planning_ = false;
-    planning_error_ = status;
+    if (published) {
+      // Published, but its snapshot was not committed: the epoch is served, and a restart
+      // recovers from the previous snapshot and the logs (kept). Keep it visible.
+      LOG(ERROR) << "job '" << name_ << "': the snapshot of epoch " << closed_epoch + 1
+                 << " was not committed: " << status;
+    } else {
+      // Inputs were validated on the way in, so this is a server bug or a failed write; keep it
+      // visible. Waiting readers wake up (planning_error_ is part of their condition) and fail
+      // with INTERNAL.
+      LOG(ERROR) << "job '" << name_ << "': planning epoch " << closed_epoch + 1
+                 << " failed: " << status;
+      planning_ = false;
+      planning_error_ = status;
+    }
   }
 #if defined(__GLIBC__)
   // An epoch boundary is a quiet moment: give the memory of the epoch's freed message buffers and

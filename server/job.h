@@ -168,16 +168,20 @@ class Job {
   // the current epoch in one critical section that also installs `new_base` (if non-null) and
   // clears planning_; then, if plans do not depend on the weights, starts planning the next.
   // On error nothing is published and planning_ is left to the caller.
-  // With a journal, the snapshot of `epoch` is written first (unless `write_snapshot` is false:
-  // Restore publishes the epoch of the snapshot it read) and the epoch's log opened.
+  // With a journal, the snapshot of `epoch` is staged first (unless `write_snapshot` is false:
+  // Restore publishes the epoch of the snapshot it read), the epoch's log opened, and after the
+  // publication the snapshot is committed (fsync; then the older files go). A commit error is
+  // returned with `*published` (if given) true: the epoch stays published, and recovery starts
+  // from the older files.
   absl::Status PlanAndPublish(uint64_t epoch, std::shared_ptr<const std::vector<float>> weights,
                               double recompute_ms,
                               std::shared_ptr<const std::vector<float>> new_base,
-                              bool write_snapshot = true) ABSL_LOCKS_EXCLUDED(mu_, lookahead_mu_);
-  // Writes the snapshot opening `epoch` (W_epoch = `weights`; base: `new_base` or base_).
+                              bool write_snapshot = true, bool* published = nullptr)
+      ABSL_LOCKS_EXCLUDED(mu_, lookahead_mu_);
+  // Stages the snapshot opening `epoch` (W_epoch = `weights`; base: `new_base` or base_).
   // Requires that losses_ is not being written (planning_ set, or no plan published yet).
-  absl::Status PersistEpochStart(uint64_t epoch, bool planned, const std::vector<float>* weights,
-                                 std::shared_ptr<const std::vector<float>> new_base)
+  absl::Status StageEpochStart(uint64_t epoch, bool planned, const std::vector<float>* weights,
+                               std::shared_ptr<const std::vector<float>> new_base)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Appends `record` to the journal unless replaying (then the record is the journal's own).
   absl::Status Log(const state::WalRecord& record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

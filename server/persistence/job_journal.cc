@@ -40,7 +40,9 @@ struct DirFiles {
   std::vector<uint64_t> logs;
 };
 
-absl::StatusOr<DirFiles> ListDir(const std::string& dir) {
+// Lists a job directory; with `remove_temporary` (recovery only: a staged snapshot may be being
+// committed otherwise) also removes staged snapshots that were never committed.
+absl::StatusOr<DirFiles> ListDir(const std::string& dir, bool remove_temporary = false) {
   DirFiles files;
   std::error_code ec;
   for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec)) {
@@ -50,8 +52,9 @@ absl::StatusOr<DirFiles> ListDir(const std::string& dir) {
       files.snapshots.push_back(epoch);
     } else if (ParseEpoch(name, kLogPrefix, kLogSuffix, &epoch)) {
       files.logs.push_back(epoch);
-    } else if (absl::EndsWith(name, ".tmp")) {
-      fs::remove(entry.path(), ec);  // A snapshot whose write was cut short: never used.
+    } else if (remove_temporary && absl::EndsWith(name, ".tmp")) {
+      std::error_code ignored;  // A snapshot never committed: never used.
+      fs::remove(entry.path(), ignored);
     }
   }
   if (ec) return FsError("list", dir, ec);
@@ -82,7 +85,7 @@ absl::StatusOr<std::unique_ptr<JobJournal>> JobJournal::Create(std::string dir) 
 }
 
 absl::StatusOr<JobJournal::Recovered> JobJournal::Recover(std::string dir) {
-  absl::StatusOr<DirFiles> files = ListDir(dir);
+  absl::StatusOr<DirFiles> files = ListDir(dir, /*remove_temporary=*/true);
   if (!files.ok()) return files.status();
   if (files->snapshots.empty()) {
     std::error_code ec;
@@ -121,7 +124,32 @@ absl::Status JobJournal::WriteSnapshot(const state::SnapshotHeader& header,
                                        absl::Span<const float> base,
                                        absl::Span<const float> weights,
                                        absl::Span<const SampleLossStats> loss_stats) {
-  return samplerd::WriteSnapshot(SnapshotPath(header.epoch()), header, base, weights, loss_stats);
+  if (absl::Status s = StageSnapshot(header, base, weights, loss_stats); !s.ok()) return s;
+  return CommitSnapshot(header.epoch());
+}
+
+absl::Status JobJournal::StageSnapshot(const state::SnapshotHeader& header,
+                                       absl::Span<const float> base,
+                                       absl::Span<const float> weights,
+                                       absl::Span<const SampleLossStats> loss_stats) {
+  return samplerd::StageSnapshot(SnapshotPath(header.epoch()), header, base, weights, loss_stats);
+}
+
+absl::Status JobJournal::CommitSnapshot(uint64_t epoch) {
+  if (absl::Status s = samplerd::CommitSnapshot(SnapshotPath(epoch)); !s.ok()) return s;
+  return RemoveBefore(epoch);
+}
+
+absl::Status JobJournal::RemoveBefore(uint64_t epoch) const {
+  absl::StatusOr<DirFiles> files = ListDir(dir_);
+  if (!files.ok()) return files.status();
+  for (uint64_t e : files->snapshots) {
+    if (e < epoch) ::unlink(SnapshotPath(e).c_str());
+  }
+  for (uint64_t e : files->logs) {
+    if (e < epoch) ::unlink(LogPath(e).c_str());
+  }
+  return absl::OkStatus();
 }
 
 absl::Status JobJournal::BeginEpoch(uint64_t epoch) {
@@ -143,15 +171,9 @@ absl::Status JobJournal::BeginEpoch(uint64_t epoch) {
       return s;
     }
   }
-  absl::StatusOr<DirFiles> files = ListDir(dir_);
-  if (!files.ok()) return files.status();
-  for (uint64_t e : files->snapshots) {
-    if (e < epoch) ::unlink(SnapshotPath(e).c_str());
-  }
-  for (uint64_t e : files->logs) {
-    if (e < epoch) ::unlink(LogPath(e).c_str());
-  }
-  return absl::OkStatus();
+  std::error_code ec;
+  if (!std::filesystem::exists(SnapshotPath(epoch), ec)) return absl::OkStatus();
+  return RemoveBefore(epoch);
 }
 
 absl::Status JobJournal::Append(absl::string_view record) {

@@ -58,14 +58,22 @@ class JobJournal {
 
   const std::string& dir() const { return dir_; }
 
-  // Durably writes the snapshot that opens epoch `header.epoch()` (see WriteSnapshot).
+  // Durably writes the snapshot that opens epoch `header.epoch()`, then removes the files of
+  // earlier epochs: StageSnapshot + CommitSnapshot.
   absl::Status WriteSnapshot(const state::SnapshotHeader& header, absl::Span<const float> base,
                              absl::Span<const float> weights,
                              absl::Span<const SampleLossStats> loss_stats);
+  // The halves of WriteSnapshot (see snapshot.h): the arrays may change once StageSnapshot
+  // returned; until CommitSnapshot(epoch) succeeded, the earlier epochs' files are kept, so a
+  // crash in between recovers from them (and the logs after them).
+  absl::Status StageSnapshot(const state::SnapshotHeader& header, absl::Span<const float> base,
+                             absl::Span<const float> weights,
+                             absl::Span<const SampleLossStats> loss_stats);
+  absl::Status CommitSnapshot(uint64_t epoch);
 
   // Makes wal-<epoch>.log the log that Append writes to (appending to it if it exists; a torn
-  // tail is cut), syncs and closes the previous log, and removes the files of earlier epochs:
-  // snapshot-<epoch>.bin must be durable.
+  // tail is cut) and syncs and closes the previous log. If snapshot-<epoch>.bin is committed,
+  // the files of earlier epochs are removed.
   absl::Status BeginEpoch(uint64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Appends one serialised state::WalRecord to the current epoch's log. FAILED_PRECONDITION
@@ -83,6 +91,8 @@ class JobJournal {
   explicit JobJournal(std::string dir) : dir_(std::move(dir)) {}
   std::string SnapshotPath(uint64_t epoch) const;
   std::string LogPath(uint64_t epoch) const;
+  // Removes the snapshots and logs of epochs before `epoch` (superseded by its snapshot).
+  absl::Status RemoveBefore(uint64_t epoch) const;
 
   const std::string dir_;
   absl::Mutex mu_;

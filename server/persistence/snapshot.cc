@@ -67,7 +67,7 @@ absl::Status ReadExact(int fd, void* out, size_t size, const std::string& path) 
 
 }  // namespace
 
-absl::Status WriteSnapshot(const std::string& path, state::SnapshotHeader header,
+absl::Status StageSnapshot(const std::string& path, state::SnapshotHeader header,
                            absl::Span<const float> base, absl::Span<const float> weights,
                            absl::Span<const SampleLossStats> loss_stats) {
   header.set_format_version(kSnapshotFormatVersion);
@@ -92,17 +92,31 @@ absl::Status WriteSnapshot(const std::string& path, state::SnapshotHeader header
   if (s.ok()) s = put(weights.data(), weights.size() * sizeof(float));
   if (s.ok()) s = put(loss_stats.data(), loss_stats.size() * sizeof(SampleLossStats));
   const uint32_t checksum = crc.value();
-  if (s.ok())
+  if (s.ok()) {
     s = WriteAll(fd.get(), absl::string_view(reinterpret_cast<const char*>(&checksum), 4), tmp);
-  if (s.ok() && ::fsync(fd.get()) != 0) s = PosixError("fsync", tmp, errno);
-  if (::close(fd.release()) != 0 && s.ok()) s = PosixError("close", tmp, errno);
-  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) s = PosixError("rename", tmp, errno);
-  if (!s.ok()) {
-    ::unlink(tmp.c_str());
-    return s;
   }
+  if (::close(fd.release()) != 0 && s.ok()) s = PosixError("close", tmp, errno);
+  if (!s.ok()) ::unlink(tmp.c_str());
+  return s;
+}
+
+absl::Status CommitSnapshot(const std::string& path) {
+  const std::string tmp = path + ".tmp";
+  Fd fd(::open(tmp.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return PosixError("open", tmp, errno);
+  if (::fsync(fd.get()) != 0) return PosixError("fsync", tmp, errno);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return PosixError("rename", tmp, errno);
   const size_t slash = path.rfind('/');
   return SyncDirectory(slash == std::string::npos ? "." : path.substr(0, slash));
+}
+
+absl::Status WriteSnapshot(const std::string& path, state::SnapshotHeader header,
+                           absl::Span<const float> base, absl::Span<const float> weights,
+                           absl::Span<const SampleLossStats> loss_stats) {
+  if (absl::Status s = StageSnapshot(path, std::move(header), base, weights, loss_stats); !s.ok()) {
+    return s;
+  }
+  return CommitSnapshot(path);
 }
 
 absl::StatusOr<Snapshot> ReadSnapshot(const std::string& path) {

@@ -29,10 +29,18 @@ struct Snapshot {
 };
 
 // Writes `header` (its counts and format_version are set from the spans) and the arrays to
-// `path` atomically and durably.
+// `path` atomically and durably: StageSnapshot, then CommitSnapshot.
 absl::Status WriteSnapshot(const std::string& path, state::SnapshotHeader header,
                            absl::Span<const float> base, absl::Span<const float> weights,
                            absl::Span<const SampleLossStats> loss_stats);
+
+// The two halves of WriteSnapshot, so that the slow one (the fsync) can run after the caller has
+// moved on: StageSnapshot writes "<path>.tmp" (to the page cache: the arrays may change once it
+// returns); CommitSnapshot fsyncs it, renames it to `path` and fsyncs the directory.
+absl::Status StageSnapshot(const std::string& path, state::SnapshotHeader header,
+                           absl::Span<const float> base, absl::Span<const float> weights,
+                           absl::Span<const SampleLossStats> loss_stats);
+absl::Status CommitSnapshot(const std::string& path);
 
 // Reads and verifies a snapshot. NOT_FOUND if absent; DATA_LOSS naming the file when it is
 // truncated, its checksum does not match, or its header is malformed; FAILED_PRECONDITION for
