@@ -1,5 +1,11 @@
 #include "server/job_registry.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <system_error>
 #include <utility>
@@ -38,6 +44,21 @@ absl::Status JobRegistry::Recover() {
     return absl::FailedPreconditionError(absl::StrCat(
         "data_dir = \"", data_dir_, "\": cannot create ", jobs_dir.string(), ": ", ec.message()));
   }
+  // One samplerd per data_dir: two writing the same logs would corrupt them. The lock goes with
+  // the process (flock), also when it is killed.
+  const std::string lock_path = (fs::path(data_dir_) / "LOCK").string();
+  const int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd < 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "data_dir = \"", data_dir_, "\": cannot open ", lock_path, ": ", std::strerror(errno)));
+  }
+  if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    ::close(lock_fd);
+    return absl::FailedPreconditionError(
+        absl::StrCat("data_dir = \"", data_dir_, "\" is in use by another samplerd (", lock_path,
+                     " is locked); give each server its own data_dir"));
+  }
+  lock_fd_ = lock_fd;
   std::vector<std::string> names;
   for (const fs::directory_entry& entry : fs::directory_iterator(jobs_dir, ec)) {
     if (entry.is_directory()) names.push_back(entry.path().filename().string());
@@ -75,7 +96,10 @@ absl::Status JobRegistry::Recover() {
   return absl::OkStatus();
 }
 
-JobRegistry::~JobRegistry() { CloseAll(); }
+JobRegistry::~JobRegistry() {
+  CloseAll();
+  if (lock_fd_ >= 0) ::close(lock_fd_);  // Releases the data_dir lock.
+}
 
 absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Create(const std::string& name,
                                                          const v1::JobSpec& spec,

@@ -37,9 +37,10 @@ class JobRegistry {
   JobRegistry(Limits limits, ComputeBackend* backend, std::string data_dir = "");
   ~JobRegistry();
 
-  // Loads every job persisted in data_dir (a no-op without one). On any error (a corrupt file, a
-  // spec beyond this server's limits) nothing is loaded and the error names the job and file:
-  // the server must not start with part of its state.
+  // Locks data_dir (FAILED_PRECONDITION if another samplerd holds it) and loads every job
+  // persisted there (a no-op without a data_dir). On any error (a corrupt file, a spec beyond
+  // this server's limits) nothing is loaded and the error names the job and file: the server
+  // must not start with part of its state. Call once, before any other method.
   absl::Status Recover() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Creates a job, or returns the existing one if `spec` normalises to the same spec.
@@ -71,6 +72,7 @@ class JobRegistry {
   const Limits limits_;
   ComputeBackend* const backend_;
   const std::string data_dir_;  // Empty: jobs live in memory only.
+  int lock_fd_ = -1;            // Holds the flock on <data_dir>/LOCK once Recover ran.
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
   // Jobs being created (planning epoch 0 off the lock): name -> normalised spec. Counted against

@@ -245,6 +245,17 @@ TEST_F(PersistentRegistryTest, AJobBeyondTheServersLimitsIsNotSilentlyDropped) {
   EXPECT_THAT(std::string(s.message()), HasSubstr("num_samples = 100"));
 }
 
+TEST_F(PersistentRegistryTest, OneServerPerDataDir) {
+  auto first = Open();
+  ASSERT_TRUE(first->Recover().ok());
+  auto second = Open();
+  const absl::Status s = second->Recover();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("in use by another samplerd"));
+  first.reset();  // Released with the first server.
+  EXPECT_TRUE(Open()->Recover().ok());
+}
+
 TEST_F(PersistentRegistryTest, ADirectoryWithoutSnapshotIsAnUnacknowledgedCreate) {
   std::filesystem::create_directories(dir_ + "/jobs/half");
   auto registry = Open();
