@@ -5,6 +5,8 @@ import pathlib
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 
 import pytest
 
@@ -24,14 +26,15 @@ def samplerd_binary() -> str:
 class SamplerdProcess:
     """samplerd started with --port=0; `address` is read from its startup line."""
 
-    def __init__(self, *args):
+    def __init__(self, *args, cwd=None):
         self.proc = subprocess.Popen([samplerd_binary(), "--port=0", "--log_level=1", *args],
-                                     stdout=subprocess.PIPE, text=True)
+                                     stdout=subprocess.PIPE, text=True, cwd=cwd)
         line = self.proc.stdout.readline()
         prefix = "samplerd listening on "
         if not line.startswith(prefix):
             self.proc.kill()
-            raise RuntimeError(f"unexpected samplerd output: {line!r}")
+            raise RuntimeError(f"unexpected samplerd output: {line!r} (exit code "
+                               f"{self.proc.wait(timeout=30)}; its stderr is captured above)")
         self.address = line[len(prefix):].strip()
 
     def stop(self) -> int:
@@ -39,6 +42,46 @@ class SamplerdProcess:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(timeout=30)
+
+    def kill(self) -> int:
+        """SIGKILL (a crash: no shutdown code runs) and wait; returns the exit code (-9)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        return self.proc.wait(timeout=30)
+
+
+def run_samplerd_expecting_failure(*args, timeout=30):
+    """Runs samplerd --port=0 ARGS, which must refuse to start; returns (exit code, stderr).
+
+    Fails the test at once if samplerd starts serving instead (prints its listening line), and
+    if it has not exited after `timeout` seconds.
+    """
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen([samplerd_binary(), "--port=0", *args], stdout=subprocess.PIPE,
+                                stderr=err, text=True)
+        timed_out = threading.Event()
+
+        def expire():
+            timed_out.set()
+            proc.kill()
+        timer = threading.Timer(timeout, expire)
+        timer.start()
+        try:
+            line = proc.stdout.readline()  # "" once it exits without serving.
+            if line.startswith("samplerd listening on "):
+                proc.kill()
+            rc = proc.wait()
+        finally:
+            timer.cancel()
+            proc.stdout.close()
+        err.seek(0)
+        stderr = err.read()
+    if line.startswith("samplerd listening on "):
+        pytest.fail(f"samplerd started ({line.strip()!r}) instead of refusing to; "
+                    f"stderr:\n{stderr}")
+    if timed_out.is_set():
+        pytest.fail(f"samplerd did not exit within {timeout} s; stderr:\n{stderr}")
+    return rc, stderr
 
 
 @pytest.fixture
