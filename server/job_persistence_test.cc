@@ -14,6 +14,7 @@
 #include "server/job_config.h"
 #include "server/persistence/job_journal.h"
 #include "server/persistence/record_log.h"
+#include "server/testing/test_dir.h"
 
 namespace samplerd {
 namespace {
@@ -25,13 +26,6 @@ constexpr uint64_t kN = 3000;
 
 class JobPersistenceTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = absl::StrCat(::testing::TempDir(), "/",
-                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
   // Weighted selection of M = N/2 without replacement: the plans depend on the weights, which
   // depend on every loss applied.
   static JobConfig Config(v1::BasePolicy base = v1::UNIFORM) {
@@ -126,7 +120,8 @@ class JobPersistenceTest : public ::testing::Test {
     ASSERT_TRUE(job.EndEpoch(epoch, 2).ok());
   }
 
-  std::string dir_;
+  testutil::TestDir test_dir_;
+  const std::string dir_ = test_dir_.path() + "/j";  // The job's directory.
   std::unique_ptr<ComputeBackend> backend_ = NewCpuBackend(2);
 };
 

@@ -14,6 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/testing/gated_backend.h"
+#include "server/testing/test_dir.h"
 
 namespace samplerd {
 namespace {
@@ -163,13 +164,6 @@ TEST_F(JobRegistryTest, CloseAllRefusesNewJobsAndWakesWaitersWithUnavailable) {
 
 class PersistentRegistryTest : public JobRegistryTest {
  protected:
-  void SetUp() override {
-    dir_ = absl::StrCat(::testing::TempDir(), "/",
-                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
   std::unique_ptr<JobRegistry> Open(uint64_t max_samples = uint64_t{1} << 32) {
     return std::make_unique<JobRegistry>(JobRegistry::Limits{8, JobLimits{max_samples}},
                                          backend_.get(), dir_);
@@ -181,7 +175,8 @@ class PersistentRegistryTest : public JobRegistryTest {
     return names;
   }
 
-  std::string dir_;
+  testutil::TestDir test_dir_;
+  const std::string dir_ = test_dir_.path();
 };
 
 TEST_F(PersistentRegistryTest, JobsComeBackAndDeletedOnesDoNot) {

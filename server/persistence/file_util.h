@@ -12,7 +12,7 @@
 namespace samplerd {
 
 // An error for a failed system call on `path`: `what` ("write", "fsync", ...) and errno's text.
-// ENOSPC and EDQUOT map to RESOURCE_EXHAUSTED, anything else to INTERNAL.
+// ENOSPC and EDQUOT map to RESOURCE_EXHAUSTED, ENOENT to NOT_FOUND, anything else to INTERNAL.
 absl::Status PosixError(absl::string_view what, const std::string& path, int error_number);
 
 // Writes all of `data` to `fd` (retrying short writes and EINTR).

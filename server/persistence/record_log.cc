@@ -44,11 +44,19 @@ absl::StatusOr<RecordLogContents> ReadRecordLog(const std::string& path) {
   auto header_ok = [&](size_t at) {
     return at + kHeaderBytes <= file.size() && Crc(file.substr(at, 4)) == Load32(&file[at + 4]);
   };
+  // A whole, intact record starts at `at`.
+  auto record_ok = [&](size_t at) {
+    if (!header_ok(at)) return false;
+    const uint64_t length = Load32(&file[at]);
+    if (file.size() - at < kHeaderBytes + length + kTrailerBytes) return false;
+    return Crc(file.substr(at + kHeaderBytes, length)) == Load32(&file[at + kHeaderBytes + length]);
+  };
   // A bad record is the torn tail of a crash (the file grew before all of its data reached the
-  // disk: zeros or old bytes) unless an intact record header follows it: then it is corruption.
-  auto corrupt_or_tail = [&](size_t at, absl::string_view what) -> absl::Status {
-    for (size_t probe = at + 1; probe + kHeaderBytes <= file.size(); ++probe) {
-      if (header_ok(probe)) {
+  // disk: zeros or old bytes) unless an intact record follows it, from `from` on: then it is
+  // corruption.
+  auto corrupt_or_tail = [&](size_t at, size_t from, absl::string_view what) -> absl::Status {
+    for (size_t probe = from; probe + kHeaderBytes + kTrailerBytes <= file.size(); ++probe) {
+      if (record_ok(probe)) {
         return absl::DataLossError(absl::StrCat(path, ": corrupt record at byte ", at, " of ",
                                                 file.size(), " (", what, ")"));
       }
@@ -61,7 +69,10 @@ absl::StatusOr<RecordLogContents> ReadRecordLog(const std::string& path) {
     const size_t left = file.size() - at;
     if (!header_ok(at)) {
       if (left >= kHeaderBytes) {
-        if (absl::Status s = corrupt_or_tail(at, "header checksum mismatch"); !s.ok()) return s;
+        // The length is unknown: look for an intact record anywhere after it.
+        if (absl::Status s = corrupt_or_tail(at, at + 1, "header checksum mismatch"); !s.ok()) {
+          return s;
+        }
       }
       contents.torn_tail = true;
       break;
@@ -73,7 +84,11 @@ absl::StatusOr<RecordLogContents> ReadRecordLog(const std::string& path) {
     }
     const absl::string_view payload = file.substr(at + kHeaderBytes, length);
     if (Crc(payload) != Load32(&file[at + kHeaderBytes + length])) {
-      if (absl::Status s = corrupt_or_tail(at, "payload checksum mismatch"); !s.ok()) return s;
+      // The length is trusted (its checksum matched): look after this record only.
+      const size_t next = at + kHeaderBytes + length + kTrailerBytes;
+      if (absl::Status s = corrupt_or_tail(at, next, "payload checksum mismatch"); !s.ok()) {
+        return s;
+      }
       contents.torn_tail = true;
       break;
     }

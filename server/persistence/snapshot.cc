@@ -5,8 +5,10 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -63,6 +65,25 @@ absl::Status ReadExact(int fd, void* out, size_t size, const std::string& path) 
     size -= static_cast<size_t>(n);
   }
   return absl::OkStatus();
+}
+
+// Whether the trailing crc32 of the file matches the bytes before it (read with pread).
+bool WholeFileChecksumMatches(int fd, uint64_t file_size) {
+  if (file_size < 4) return false;
+  RunningCrc crc;
+  std::vector<char> buffer(1 << 20);
+  uint64_t at = 0;
+  const uint64_t body = file_size - 4;
+  while (at < body) {
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(buffer.size(), body - at));
+    const ssize_t n = ::pread(fd, buffer.data(), want, static_cast<off_t>(at));
+    if (n <= 0) return false;
+    crc.Add(buffer.data(), static_cast<size_t>(n));
+    at += static_cast<uint64_t>(n);
+  }
+  uint32_t stored = 0;
+  if (::pread(fd, &stored, 4, static_cast<off_t>(body)) != 4) return false;
+  return stored == crc.value();
 }
 
 }  // namespace
@@ -147,6 +168,8 @@ absl::StatusOr<Snapshot> ReadSnapshot(const std::string& path) {
   if (!snapshot.header.ParseFromString(header_bytes)) return corrupt("malformed header");
   const state::SnapshotHeader& h = snapshot.header;
   if (h.format_version() != kSnapshotFormatVersion) {
+    // Damage and a file from another version look alike here: the checksum tells them apart.
+    if (!WholeFileChecksumMatches(fd.get(), file_size)) return corrupt("checksum mismatch");
     return absl::FailedPreconditionError(
         absl::StrCat(path, ": snapshot format_version = ", h.format_version(),
                      "; this samplerd reads version ", kSnapshotFormatVersion));

@@ -1,0 +1,499 @@
+#include "server/persistence/job_journal.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/compute_backend.h"
+#include "server/persistence/record_log.h"
+#include "server/persistence/snapshot.h"
+#include "server/persistence/state.pb.h"
+#include "server/testing/test_dir.h"
+
+namespace samplerd {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using testutil::WriteBytes;
+
+state::WalRecord Losses(uint64_t epoch, uint32_t rank, uint64_t seq) {
+  state::WalRecord record;
+  state::Losses* losses = record.mutable_losses();
+  losses->set_epoch(epoch);
+  losses->set_rank(rank);
+  losses->set_seq(seq);
+  for (uint64_t i = 0; i < 3; ++i) {
+    losses->add_indices(seq * 10 + i);
+    losses->add_losses(static_cast<float>(seq) + 0.25f * i);
+  }
+  return record;
+}
+
+state::WalRecord RankEnded(uint64_t epoch, uint32_t rank) {
+  state::WalRecord record;
+  record.mutable_rank_ended()->set_epoch(epoch);
+  record.mutable_rank_ended()->set_rank(rank);
+  return record;
+}
+
+state::WalRecord Streamed(uint64_t epoch, uint32_t rank, uint64_t position) {
+  state::WalRecord record;
+  record.mutable_streamed()->set_epoch(epoch);
+  record.mutable_streamed()->set_rank(rank);
+  record.mutable_streamed()->set_position(position);
+  return record;
+}
+
+// The records as serialised, to compare them.
+std::vector<std::string> Serialized(const std::vector<state::WalRecord>& records) {
+  std::vector<std::string> out;
+  for (const state::WalRecord& record : records) out.push_back(record.SerializeAsString());
+  return out;
+}
+
+std::vector<std::string> FileNames(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+class JobJournalTest : public ::testing::Test {
+ protected:
+  static state::SnapshotHeader Header(uint64_t epoch) {
+    state::SnapshotHeader header;
+    header.set_job("j");
+    header.set_spec("spec");
+    header.set_epoch(epoch);
+    header.set_planned(true);
+    header.set_samples_seen(100 + epoch);
+    return header;
+  }
+
+  // The weights of epoch `epoch`'s snapshot: distinct per epoch.
+  static std::vector<float> Weights(uint64_t epoch) {
+    return {1.0f + epoch, 2.0f + epoch, 3.0f + epoch};
+  }
+
+  std::unique_ptr<JobJournal> Create() {
+    auto journal = JobJournal::Create(dir_);
+    EXPECT_TRUE(journal.ok()) << journal.status();
+    return journal.ok() ? *std::move(journal) : nullptr;
+  }
+
+  static void WriteEpochSnapshot(JobJournal& journal, uint64_t epoch) {
+    const std::vector<float> weights = Weights(epoch);
+    const std::vector<SampleLossStats> stats = {{0.5f, 1, 1}, {1.5f, 2, 1}, {0.0f, 0, 0}};
+    ASSERT_TRUE(journal.WriteSnapshot(Header(epoch), {}, weights, stats).ok());
+  }
+
+  static void AppendAll(JobJournal& journal, const std::vector<state::WalRecord>& records) {
+    for (const state::WalRecord& record : records) {
+      ASSERT_TRUE(journal.Append(record.SerializeAsString()).ok());
+    }
+  }
+
+  // Writes a log file directly with the record log.
+  static void WriteLogFile(const std::string& path, const std::vector<state::WalRecord>& records) {
+    auto writer = RecordLogWriter::Open(path);
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    for (const state::WalRecord& record : records) {
+      ASSERT_TRUE((*writer)->Append(record.SerializeAsString()).ok());
+    }
+    ASSERT_TRUE((*writer)->Sync().ok());
+  }
+
+  // Writes a snapshot file directly.
+  void WriteSnapshotFile(uint64_t epoch) {
+    ASSERT_TRUE(WriteSnapshot(SnapshotPath(epoch), Header(epoch), {}, Weights(epoch), {}).ok());
+  }
+
+  std::string SnapshotPath(uint64_t epoch) const {
+    return absl::StrCat(dir_, "/snapshot-", epoch, ".bin");
+  }
+  std::string LogPath(uint64_t epoch) const { return absl::StrCat(dir_, "/wal-", epoch, ".log"); }
+
+  absl::StatusOr<JobJournal::Recovered> Recover() { return JobJournal::Recover(dir_); }
+
+  testutil::TestDir test_dir_;
+  const std::string root_ = test_dir_.path();
+  const std::string dir_ = root_ + "/jobs/j";  // Not created: JobJournal::Create makes it.
+};
+
+TEST_F(JobJournalTest, CreateMakesTheDirectory) {
+  auto journal = Create();
+  ASSERT_NE(journal, nullptr);
+  EXPECT_EQ(journal->dir(), dir_);
+  ASSERT_TRUE(std::filesystem::is_directory(dir_));
+  EXPECT_TRUE(FileNames(dir_).empty());
+}
+
+TEST_F(JobJournalTest, CreateRemovesWhatAPreviousJobLeft) {
+  ASSERT_TRUE(std::filesystem::create_directories(dir_));
+  WriteLogFile(LogPath(0), {RankEnded(0, 1)});
+  WriteBytes(dir_ + "/snapshot-0.bin.tmp", "partial");
+  auto journal = Create();
+  ASSERT_NE(journal, nullptr);
+  EXPECT_TRUE(FileNames(dir_).empty());
+}
+
+TEST_F(JobJournalTest, RecoverReturnsTheSnapshotAndTheRecordsInOrder) {
+  const std::vector<state::WalRecord> records = {
+      Streamed(0, 1, 10), Losses(0, 1, 1), Losses(0, 0, 1), RankEnded(0, 1), state::WalRecord()};
+  {
+    auto journal = Create();
+    ASSERT_NE(journal, nullptr);
+    WriteEpochSnapshot(*journal, 0);
+    ASSERT_TRUE(journal->BeginEpoch(0).ok());
+    AppendAll(*journal, records);
+    ASSERT_TRUE(journal->Sync().ok());
+  }
+  EXPECT_THAT(FileNames(dir_), ElementsAre("snapshot-0.bin", "wal-0.log"));
+
+  auto recovered = Recover();
+  ASSERT_TRUE(recovered.ok()) << recovered.status();
+  ASSERT_NE(recovered->journal, nullptr);
+  EXPECT_EQ(recovered->journal->dir(), dir_);
+  const Snapshot& snapshot = recovered->snapshot;
+  EXPECT_EQ(snapshot.header.job(), "j");
+  EXPECT_EQ(snapshot.header.epoch(), 0u);
+  EXPECT_EQ(snapshot.header.samples_seen(), 100u);
+  EXPECT_TRUE(snapshot.base.empty());
+  EXPECT_EQ(snapshot.weights, Weights(0));
+  ASSERT_EQ(snapshot.loss_stats.size(), 3u);
+  EXPECT_EQ(snapshot.loss_stats[1].ema_loss, 1.5f);
+  EXPECT_EQ(snapshot.loss_stats[1].count, 2);
+  EXPECT_EQ(Serialized(recovered->records), Serialized(records));
+  EXPECT_EQ(recovered->records[1].losses().seq(), 1u);
+  EXPECT_EQ(recovered->records[3].rank_ended().rank(), 1u);
+}
+
+TEST_F(JobJournalTest, ARecoveredJournalAppendsToItsEpochLog) {
+  {
+    auto journal = Create();
+    ASSERT_NE(journal, nullptr);
+    WriteEpochSnapshot(*journal, 0);
+    ASSERT_TRUE(journal->BeginEpoch(0).ok());
+    AppendAll(*journal, {Losses(0, 0, 1)});
+    ASSERT_TRUE(journal->Sync().ok());
+  }
+  {
+    auto recovered = Recover();
+    ASSERT_TRUE(recovered.ok()) << recovered.status();
+    JobJournal& journal = *recovered->journal;
+    ASSERT_TRUE(journal.BeginEpoch(0).ok());
+    AppendAll(journal, {Losses(0, 0, 2)});
+    ASSERT_TRUE(journal.Sync().ok());
+  }
+  auto recovered = Recover();
+  ASSERT_TRUE(recovered.ok()) << recovered.status();
+  EXPECT_EQ(Serialized(recovered->records), Serialized({Losses(0, 0, 1), Losses(0, 0, 2)}));
+}
+
+TEST_F(JobJournalTest, WriteSnapshotAndBeginEpochRemoveTheOlderEpochsFiles) {
+  auto journal = Create();
+  ASSERT_NE(journal, nullptr);
+  WriteEpochSnapshot(*journal, 0);
+  ASSERT_TRUE(journal->BeginEpoch(0).ok());
+  AppendAll(*journal, {Losses(0, 0, 1), RankEnded(0, 0)});
+  ASSERT_TRUE(journal->Sync().ok());
+  EXPECT_THAT(FileNames(dir_), ElementsAre("snapshot-0.bin", "wal-0.log"));
+  WriteEpochSnapshot(*journal, 1);
+  EXPECT_THAT(FileNames(dir_), ElementsAre("snapshot-1.bin"));
+  ASSERT_TRUE(journal->BeginEpoch(1).ok());
+  EXPECT_THAT(FileNames(dir_), ElementsAre("snapshot-1.bin", "wal-1.log"));
+  AppendAll(*journal, {Losses(1, 0, 1)});
+  ASSERT_TRUE(journal->Sync().ok());
+
+  auto recovered = Recover();
+  ASSERT_TRUE(recovered.ok()) << recovered.status();
+  EXPECT_EQ(recovered->snapshot.header.epoch(), 1u);
+  EXPECT_EQ(recovered->snapshot.weights, Weights(1));
+  EXPECT_EQ(Serialized(recovered->records), Serialized({Losses(1, 0, 1)}));
+}
+
+TEST_F(JobJournalTest, CommitSnapshotAfterBeginEpochRemovesTheOlderEpochsFiles) {
+  auto journal = Create();
+  ASSERT_NE(journal, nullptr);
+  WriteEpochSnapshot(*journal, 0);
+  ASSERT_TRUE(journal->BeginEpoch(0).ok());
+  AppendAll(*journal, {Losses(0, 0, 1)});
+  std::vector<float> weights = Weights(1);
+  ASSERT_TRUE(journal->StageSnapshot(Header(1), {}, weights, {}).ok());
+  weights.assign(3, -1.0f);  // Free to change once staged.
+  ASSERT_TRUE(journal->BeginEpoch(1).ok());
+  // Not committed yet: epoch 0's files are what a crash would recover from.
+  EXPECT_THAT(FileNames(dir_),
+              ElementsAre("snapshot-0.bin", "snapshot-1.bin.tmp", "wal-0.log", "wal-1.log"));
+  AppendAll(*journal, {Losses(1, 0, 1)});
+  ASSERT_TRUE(journal->CommitSnapshot(1).ok());
+  EXPECT_THAT(FileNames(dir_), ElementsAre("snapshot-1.bin", "wal-1.log"));
+  AppendAll(*journal, {Losses(1, 0, 2)});
+  ASSERT_TRUE(journal->Sync().ok());
+
+  auto recovered = Recover();
+  ASSERT_TRUE(recovered.ok()) << recovered.status();
+  EXPECT_EQ(recovered->snapshot.header.epoch(), 1u);
+  EXPECT_EQ(recovered->snapshot.weights, Weights(1));
+  EXPECT_EQ(Serialized(recovered->records), Serialized({Losses(1, 0, 1), Losses(1, 0, 2)}));
+}
+
+TEST_F(JobJournalTest, BeginEpochOfACommittedSnapshotRemovesTheOlderEpochsFiles) {
+  // A crash in CommitSnapshot(1) after the rename, before epoch 0's files were removed.
+  ASSERT_TRUE(std::filesystem::create_directories(dir_));
+  WriteSnapshotFile(0);
+  WriteLogFile(LogPath(0), {Losses(0, 0, 1)});
+  WriteSnapshotFile(1);
+  auto recovered = Recover();
+  ASSERT_TRUE(recovered.ok()) << recovered.status();
+  EXPECT_EQ(recovered->snapshot.header.epoch(), 1u);
+  EXPECT_TRUE(recovered->records.empty());
+  ASSERT_TRUE(recovered->journal->BeginEpoch(1).ok());
+  EXPECT_THAT(FileNames(dir_), ElementsAre("snapshot-1.bin", "wal-1.log"));
+}
+
+TEST_F(JobJournalTest, ACrashBeforeTheCommitRecoversFromTheOlderSnapshotAndBothLogs) {
+  {
+    auto journal = Create();
+    ASSERT_NE(journal, nullptr);
+    WriteEpochSnapshot(*journal, 0);
+    ASSERT_TRUE(journal->BeginEpoch(0).ok());
+    AppendAll(*journal, {Losses(0, 0, 1), RankEnded(0, 0)});
+    ASSERT_TRUE(journal->StageSnapshot(Header(1), {}, Weights(1), {}).ok());
+    ASSERT_TRUE(journal->BeginEpoch(1).ok());
+    AppendAll(*journal, {Streamed(1, 0, 5), Losses(1, 0, 1)});
+    ASSERT_TRUE(journal->Sync().ok());
+  }  // A crash: CommitSnapshot(1) never ran.
+
+  auto recovered = Recover();
+  ASSERT_TRUE(recovered.ok()) << recovered.status();
+  EXPECT_EQ(recovered->snapshot.header.epoch(), 0u);
+  EXPECT_EQ(recovered->snapshot.weights, Weights(0));
+  EXPECT_EQ(Serialized(recovered->records),
+            Serialized({Losses(0, 0, 1), RankEnded(0, 0), Streamed(1, 0, 5), Losses(1, 0, 1)}));
+  EXPECT_THAT(FileNames(dir_), ElementsAre("snapshot-0.bin", "wal-0.log", "wal-1.log"));
+}
+
+TEST_F(JobJournalTest, CommitSnapshotWithoutAStagedOneFailsAndKeepsTheFiles) {
+  auto journal = Create();
+  ASSERT_NE(journal, nullptr);
+  WriteEpochSnapshot(*journal, 0);
+  ASSERT_TRUE(journal->BeginEpoch(0).ok());
+  EXPECT_FALSE(journal->CommitSnapshot(1).ok());
+  EXPECT_THAT(FileNames(dir_), ElementsAre("snapshot-0.bin", "wal-0.log"));
+}
+
+TEST_F(JobJournalTest, RecordsOfLaterEpochLogsFollowInOrder) {
+  // A crash after epoch 1's log was opened but before snapshot-1 was written (or survived).
+  ASSERT_TRUE(std::filesystem::create_directories(dir_));
+  WriteSnapshotFile(0);
+  WriteLogFile(LogPath(0), {Losses(0, 0, 1), RankEnded(0, 0)});
+  WriteLogFile(LogPath(1), {Streamed(1, 0, 5), Losses(1, 0, 1)});
+
+  auto recovered = Recover();
+  ASSERT_TRUE(recovered.ok()) << recovered.status();
+  EXPECT_EQ(recovered->snapshot.header.epoch(), 0u);
+  EXPECT_EQ(recovered->snapshot.weights, Weights(0));
+  EXPECT_EQ(Serialized(recovered->records),
+            Serialized({Losses(0, 0, 1), RankEnded(0, 0), Streamed(1, 0, 5), Losses(1, 0, 1)}));
+}
+
+TEST_F(JobJournalTest, LogsAreReplayedInNumericEpochOrder) {
+  // "wal-10.log" sorts before "wal-9.log" as a string.
+  ASSERT_TRUE(std::filesystem::create_directories(dir_));
+  WriteSnapshotFile(9);
+  WriteLogFile(LogPath(10), {Losses(10, 0, 1)});
+  WriteLogFile(LogPath(9), {Losses(9, 0, 1)});
+  WriteLogFile(LogPath(11), {Losses(11, 0, 1)});
+
+  auto recovered = Recover();
+  ASSERT_TRUE(recovered.ok()) << recovered.status();
+  EXPECT_EQ(recovered->snapshot.header.epoch(), 9u);
+  EXPECT_EQ(Serialized(recovered->records),
+            Serialized({Losses(9, 0, 1), Losses(10, 0, 1), Losses(11, 0, 1)}));
+}
+
+TEST_F(JobJournalTest, LogsOlderThanTheNewestSnapshotAreIgnored) {
+  // A crash inside BeginEpoch(10), before it removed epoch 9's files.
+  ASSERT_TRUE(std::filesystem::create_directories(dir_));
+  WriteSnapshotFile(9);
+  WriteLogFile(LogPath(9), {Losses(9, 0, 1)});
+  WriteSnapshotFile(10);
+  WriteLogFile(LogPath(10), {Losses(10, 0, 1)});
+
+  auto recovered = Recover();
+  ASSERT_TRUE(recovered.ok()) << recovered.status();
+  EXPECT_EQ(recovered->snapshot.header.epoch(), 10u);
+  EXPECT_EQ(recovered->snapshot.weights, Weights(10));
+  EXPECT_EQ(Serialized(recovered->records), Serialized({Losses(10, 0, 1)}));
+}
+
+TEST_F(JobJournalTest, TheNewestSnapshotWithoutALogHasNoRecords) {
+  ASSERT_TRUE(std::filesystem::create_directories(dir_));
+  WriteSnapshotFile(2);
+  auto recovered = Recover();
+  ASSERT_TRUE(recovered.ok()) << recovered.status();
+  EXPECT_EQ(recovered->snapshot.header.epoch(), 2u);
+  EXPECT_TRUE(recovered->records.empty());
+}
+
+TEST_F(JobJournalTest, ATornTailIsDroppedAndCutByBeginEpoch) {
+  {
+    auto journal = Create();
+    ASSERT_NE(journal, nullptr);
+    WriteEpochSnapshot(*journal, 0);
+    ASSERT_TRUE(journal->BeginEpoch(0).ok());
+    AppendAll(*journal, {Losses(0, 0, 1), Losses(0, 0, 2)});
+    ASSERT_TRUE(journal->Sync().ok());
+  }
+  const uint64_t size = std::filesystem::file_size(LogPath(0));
+  std::filesystem::resize_file(LogPath(0), size - 3);  // Inside Losses(0, 0, 2).
+  {
+    auto recovered = Recover();
+    ASSERT_TRUE(recovered.ok()) << recovered.status();
+    EXPECT_EQ(Serialized(recovered->records), Serialized({Losses(0, 0, 1)}));
+    ASSERT_TRUE(recovered->journal->BeginEpoch(0).ok());
+    AppendAll(*recovered->journal, {Losses(0, 0, 3)});
+    ASSERT_TRUE(recovered->journal->Sync().ok());
+  }
+  auto recovered = Recover();
+  ASSERT_TRUE(recovered.ok()) << recovered.status();
+  EXPECT_EQ(Serialized(recovered->records), Serialized({Losses(0, 0, 1), Losses(0, 0, 3)}));
+}
+
+TEST_F(JobJournalTest, NoSnapshotIsNotFoundAndTheDirectoryIsRemoved) {
+  ASSERT_TRUE(std::filesystem::create_directories(dir_));
+  WriteLogFile(LogPath(0), {Losses(0, 0, 1)});
+  auto recovered = Recover();
+  EXPECT_EQ(recovered.status().code(), absl::StatusCode::kNotFound) << recovered.status();
+  EXPECT_THAT(recovered.status().message(), HasSubstr(dir_));
+  EXPECT_FALSE(std::filesystem::exists(dir_));
+}
+
+TEST_F(JobJournalTest, AnEmptyDirectoryIsNotFoundAndRemoved) {
+  auto journal = Create();  // Created, never acknowledged.
+  ASSERT_NE(journal, nullptr);
+  journal.reset();
+  auto recovered = Recover();
+  EXPECT_EQ(recovered.status().code(), absl::StatusCode::kNotFound) << recovered.status();
+  EXPECT_FALSE(std::filesystem::exists(dir_));
+}
+
+TEST_F(JobJournalTest, ALeftoverTemporarySnapshotIsIgnoredAndRemoved) {
+  ASSERT_TRUE(std::filesystem::create_directories(dir_));
+  WriteSnapshotFile(2);
+  WriteLogFile(LogPath(2), {Losses(2, 0, 1)});
+  WriteBytes(dir_ + "/snapshot-3.bin.tmp", "half a snapshot");
+
+  auto recovered = Recover();
+  ASSERT_TRUE(recovered.ok()) << recovered.status();
+  EXPECT_EQ(recovered->snapshot.header.epoch(), 2u);
+  EXPECT_EQ(Serialized(recovered->records), Serialized({Losses(2, 0, 1)}));
+  EXPECT_THAT(FileNames(dir_), ElementsAre("snapshot-2.bin", "wal-2.log"));
+}
+
+TEST_F(JobJournalTest, OnlyATemporarySnapshotIsNotFound) {
+  ASSERT_TRUE(std::filesystem::create_directories(dir_));
+  WriteBytes(dir_ + "/snapshot-0.bin.tmp", "half a snapshot");
+  auto recovered = Recover();
+  EXPECT_EQ(recovered.status().code(), absl::StatusCode::kNotFound) << recovered.status();
+  EXPECT_FALSE(std::filesystem::exists(dir_));
+}
+
+TEST_F(JobJournalTest, ACorruptSnapshotIsDataLossNamingIt) {
+  ASSERT_TRUE(std::filesystem::create_directories(dir_));
+  WriteSnapshotFile(0);
+  std::filesystem::resize_file(SnapshotPath(0), std::filesystem::file_size(SnapshotPath(0)) - 1);
+  auto recovered = Recover();
+  EXPECT_EQ(recovered.status().code(), absl::StatusCode::kDataLoss) << recovered.status();
+  EXPECT_THAT(recovered.status().message(), HasSubstr(SnapshotPath(0)));
+  EXPECT_TRUE(std::filesystem::exists(SnapshotPath(0)));  // Kept for inspection.
+}
+
+TEST_F(JobJournalTest, ASnapshotOfAnotherEpochIsDataLoss) {
+  ASSERT_TRUE(std::filesystem::create_directories(dir_));
+  ASSERT_TRUE(WriteSnapshot(SnapshotPath(4), Header(3), {}, {}, {}).ok());
+  auto recovered = Recover();
+  EXPECT_EQ(recovered.status().code(), absl::StatusCode::kDataLoss) << recovered.status();
+  EXPECT_THAT(recovered.status().message(), HasSubstr(SnapshotPath(4)));
+}
+
+TEST_F(JobJournalTest, ACorruptLogIsDataLossNamingIt) {
+  ASSERT_TRUE(std::filesystem::create_directories(dir_));
+  WriteSnapshotFile(0);
+  WriteLogFile(LogPath(0), {Losses(0, 0, 1), Losses(0, 0, 2), Losses(0, 0, 3)});
+  std::string bytes;
+  {
+    std::ifstream in(LogPath(0), std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  bytes[10] ^= 0x04;  // In the first record's payload.
+  WriteBytes(LogPath(0), bytes);
+  auto recovered = Recover();
+  EXPECT_EQ(recovered.status().code(), absl::StatusCode::kDataLoss) << recovered.status();
+  EXPECT_THAT(recovered.status().message(), HasSubstr(LogPath(0)));
+}
+
+TEST_F(JobJournalTest, AMalformedRecordIsDataLossNamingTheLog) {
+  ASSERT_TRUE(std::filesystem::create_directories(dir_));
+  WriteSnapshotFile(0);
+  {
+    auto writer = RecordLogWriter::Open(LogPath(0));
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    ASSERT_TRUE((*writer)->Append(Losses(0, 0, 1).SerializeAsString()).ok());
+    ASSERT_TRUE((*writer)->Append("\xff\xff\xff").ok());  // Intact framing, not a WalRecord.
+    ASSERT_TRUE((*writer)->Sync().ok());
+  }
+  auto recovered = Recover();
+  EXPECT_EQ(recovered.status().code(), absl::StatusCode::kDataLoss) << recovered.status();
+  EXPECT_THAT(recovered.status().message(), HasSubstr(LogPath(0)));
+}
+
+TEST_F(JobJournalTest, RemoveDeletesTheDirectory) {
+  auto journal = Create();
+  ASSERT_NE(journal, nullptr);
+  WriteEpochSnapshot(*journal, 0);
+  ASSERT_TRUE(journal->BeginEpoch(0).ok());
+  AppendAll(*journal, {Losses(0, 0, 1)});
+  ASSERT_TRUE(journal->Sync().ok());
+  WriteBytes(dir_ + "/snapshot-1.bin.tmp", "half a snapshot");
+  ASSERT_TRUE(journal->Remove().ok());
+  EXPECT_FALSE(std::filesystem::exists(dir_));
+  EXPECT_TRUE(std::filesystem::is_directory(root_ + "/jobs"));
+  EXPECT_EQ(Recover().status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(JobJournalTest, AppendBeforeBeginEpochIsFailedPrecondition) {
+  auto journal = Create();
+  ASSERT_NE(journal, nullptr);
+  EXPECT_EQ(journal->Append(Losses(0, 0, 1).SerializeAsString()).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(journal->Sync().ok());  // Nothing to sync.
+  WriteEpochSnapshot(*journal, 0);
+  EXPECT_EQ(journal->Append(Losses(0, 0, 1).SerializeAsString()).code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(journal->BeginEpoch(0).ok());
+  EXPECT_TRUE(journal->Append(Losses(0, 0, 1).SerializeAsString()).ok());
+}
+
+TEST_F(JobJournalTest, AppendOnARecoveredJournalBeforeBeginEpochIsFailedPrecondition) {
+  ASSERT_TRUE(std::filesystem::create_directories(dir_));
+  WriteSnapshotFile(0);
+  auto recovered = Recover();
+  ASSERT_TRUE(recovered.ok()) << recovered.status();
+  EXPECT_EQ(recovered->journal->Append("x").code(), absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace samplerd

@@ -1,0 +1,364 @@
+#include "server/persistence/record_log.h"
+
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/testing/test_dir.h"
+
+namespace samplerd {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using testutil::ReadBytes;
+using testutil::WriteBytes;
+
+constexpr size_t kHeaderBytes = 8;   // u32 length | u32 crc32(length)
+constexpr size_t kTrailerBytes = 4;  // u32 crc32(payload)
+
+// `size` bytes that differ from record to record and cover every byte value.
+std::string Payload(size_t size, uint32_t seed) {
+  std::string payload(size, '\0');
+  uint32_t x = seed * 2654435761u + 1;
+  for (char& c : payload) {
+    x = x * 1664525u + 1013904223u;
+    c = static_cast<char>(x >> 24);
+  }
+  return payload;
+}
+
+// The size of the framed record for `payload`.
+uint64_t Framed(const std::string& payload) {
+  return kHeaderBytes + payload.size() + kTrailerBytes;
+}
+
+// Where record `index` starts in a log of `records`.
+uint64_t OffsetOf(const std::vector<std::string>& records, size_t index) {
+  uint64_t offset = 0;
+  for (size_t i = 0; i < index; ++i) offset += Framed(records[i]);
+  return offset;
+}
+
+class RecordLogTest : public ::testing::Test {
+ protected:
+  void SetUp() override { path_ = dir_ + "/wal-0.log"; }
+
+  // Writes `records` to a new log at path_ and syncs it.
+  void WriteLog(const std::vector<std::string>& records) {
+    auto writer = RecordLogWriter::Open(path_);
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    for (const std::string& record : records) ASSERT_TRUE((*writer)->Append(record).ok());
+    ASSERT_TRUE((*writer)->Sync().ok());
+  }
+
+  // Expects path_ to read back as `records` followed by a torn tail, then that opening it for
+  // append drops the tail: a new record follows the last intact one.
+  void ExpectTornTailAfter(const std::vector<std::string>& records) {
+    const uint64_t intact = OffsetOf(records, records.size());
+    {
+      auto contents = ReadRecordLog(path_);
+      ASSERT_TRUE(contents.ok()) << contents.status();
+      EXPECT_EQ(contents->records, records);
+      EXPECT_TRUE(contents->torn_tail);
+      EXPECT_EQ(contents->valid_bytes, intact);
+    }
+    {
+      auto writer = RecordLogWriter::Open(path_);
+      ASSERT_TRUE(writer.ok()) << writer.status();
+      EXPECT_EQ(std::filesystem::file_size(path_), intact);
+      ASSERT_TRUE((*writer)->Append("after the tail").ok());
+      ASSERT_TRUE((*writer)->Sync().ok());
+    }
+    std::vector<std::string> expected = records;
+    expected.push_back("after the tail");
+    auto contents = ReadRecordLog(path_);
+    ASSERT_TRUE(contents.ok()) << contents.status();
+    EXPECT_EQ(contents->records, expected);
+    EXPECT_FALSE(contents->torn_tail);
+    EXPECT_EQ(contents->valid_bytes, OffsetOf(expected, expected.size()));
+    EXPECT_EQ(contents->valid_bytes, std::filesystem::file_size(path_));
+  }
+
+  // Expects DATA_LOSS naming the file from both the reader and the writer, and that the writer
+  // left the file as it was.
+  void ExpectDataLoss() {
+    const std::string before = ReadBytes(path_);
+    auto contents = ReadRecordLog(path_);
+    EXPECT_EQ(contents.status().code(), absl::StatusCode::kDataLoss) << contents.status();
+    EXPECT_THAT(contents.status().message(), HasSubstr(path_));
+    auto writer = RecordLogWriter::Open(path_);
+    EXPECT_EQ(writer.status().code(), absl::StatusCode::kDataLoss) << writer.status();
+    EXPECT_THAT(writer.status().message(), HasSubstr(path_));
+    EXPECT_EQ(ReadBytes(path_), before);  // Nothing truncated.
+  }
+
+  // Five records: the corruption tests damage record 2 (index 1).
+  static std::vector<std::string> FiveRecords() {
+    return {"first", Payload(100, 2), "third", Payload(37, 4), "fifth"};
+  }
+
+  testutil::TestDir test_dir_;
+  const std::string dir_ = test_dir_.path();
+  std::string path_;
+};
+
+TEST_F(RecordLogTest, RoundTripsManyRecords) {
+  std::vector<std::string> records = {"", "a", Payload(1 << 20, 1), "", std::string(5, '\0')};
+  for (uint32_t i = 0; i < 1000; ++i) records.push_back(Payload(i % 97, i));
+  records.push_back(Payload((1 << 20) + 3, 2));
+  records.push_back("");
+  WriteLog(records);
+
+  auto contents = ReadRecordLog(path_);
+  ASSERT_TRUE(contents.ok()) << contents.status();
+  ASSERT_EQ(contents->records.size(), records.size());
+  for (size_t i = 0; i < records.size(); ++i) {
+    EXPECT_EQ(contents->records[i], records[i]) << "record " << i;
+  }
+  EXPECT_FALSE(contents->torn_tail);
+  EXPECT_EQ(contents->valid_bytes, OffsetOf(records, records.size()));
+  EXPECT_EQ(contents->valid_bytes, std::filesystem::file_size(path_));
+}
+
+TEST_F(RecordLogTest, TheFormatIsTheDocumentedOne) {
+  WriteLog({"abc"});
+  const std::string bytes = ReadBytes(path_);
+  ASSERT_EQ(bytes.size(), kHeaderBytes + 3 + kTrailerBytes);
+  EXPECT_EQ(bytes.substr(0, 4), std::string("\x03\x00\x00\x00", 4));  // Little-endian length.
+  EXPECT_EQ(bytes.substr(kHeaderBytes, 3), "abc");
+  // crc32("abc") = 0x352441c2, little-endian.
+  EXPECT_EQ(bytes.substr(kHeaderBytes + 3), std::string("\xc2\x41\x24\x35", 4));
+  // An empty record: length 0, crc32 of four zero bytes, crc32 of nothing (0).
+  std::filesystem::remove(path_);
+  WriteLog({""});
+  EXPECT_EQ(ReadBytes(path_), std::string("\x00\x00\x00\x00\x1c\xdf\x44\x21\x00\x00\x00\x00", 12));
+}
+
+TEST_F(RecordLogTest, OpenCreatesAnEmptyLog) {
+  ASSERT_TRUE(RecordLogWriter::Open(path_).ok());
+  auto contents = ReadRecordLog(path_);
+  ASSERT_TRUE(contents.ok()) << contents.status();
+  EXPECT_TRUE(contents->records.empty());
+  EXPECT_FALSE(contents->torn_tail);
+  EXPECT_EQ(contents->valid_bytes, 0u);
+}
+
+TEST_F(RecordLogTest, ReopenAppendsAfterTheLastRecord) {
+  WriteLog({"one", "", "three"});
+  {
+    auto writer = RecordLogWriter::Open(path_);
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    EXPECT_EQ((*writer)->path(), path_);
+    ASSERT_TRUE((*writer)->Append("four").ok());
+    ASSERT_TRUE((*writer)->Append("five").ok());
+    ASSERT_TRUE((*writer)->Sync().ok());
+  }
+  auto contents = ReadRecordLog(path_);
+  ASSERT_TRUE(contents.ok()) << contents.status();
+  EXPECT_THAT(contents->records, ElementsAre("one", "", "three", "four", "five"));
+  EXPECT_FALSE(contents->torn_tail);
+  EXPECT_EQ(contents->valid_bytes, std::filesystem::file_size(path_));
+}
+
+TEST_F(RecordLogTest, SyncedRecordsAreReadBack) {
+  auto writer = RecordLogWriter::Open(path_);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  ASSERT_TRUE((*writer)->Append("synced").ok());
+  ASSERT_TRUE((*writer)->Sync().ok());
+  // The writer is still open: the data is in the file, not in a user-space buffer.
+  auto contents = ReadRecordLog(path_);
+  ASSERT_TRUE(contents.ok()) << contents.status();
+  EXPECT_THAT(contents->records, ElementsAre("synced"));
+  ASSERT_TRUE((*writer)->Append("again").ok());
+  ASSERT_TRUE((*writer)->Sync().ok());
+  contents = ReadRecordLog(path_);
+  ASSERT_TRUE(contents.ok()) << contents.status();
+  EXPECT_THAT(contents->records, ElementsAre("synced", "again"));
+}
+
+TEST_F(RecordLogTest, ConcurrentAppendsAreWholeRecordsInEachThreadsOrder) {
+  constexpr int kThreads = 4;
+  constexpr int kPerThread = 300;
+  {
+    auto writer = RecordLogWriter::Open(path_);
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    RecordLogWriter* log = writer->get();
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([log, t] {
+        for (int i = 0; i < kPerThread; ++i) {
+          EXPECT_TRUE(log->Append(absl::StrCat(t, ":", i, ":", Payload(i % 200, i))).ok());
+          if (i % 50 == 0) EXPECT_TRUE(log->Sync().ok());
+        }
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+    ASSERT_TRUE(log->Sync().ok());
+  }
+  auto contents = ReadRecordLog(path_);
+  ASSERT_TRUE(contents.ok()) << contents.status();
+  ASSERT_EQ(contents->records.size(), static_cast<size_t>(kThreads * kPerThread));
+  std::vector<int> next(kThreads, 0);
+  for (const std::string& record : contents->records) {
+    const int t = record[0] - '0';
+    ASSERT_TRUE(t >= 0 && t < kThreads) << record.substr(0, 10);
+    const int i = next[t]++;
+    EXPECT_EQ(record, absl::StrCat(t, ":", i, ":", Payload(i % 200, i)));
+  }
+  EXPECT_FALSE(contents->torn_tail);
+}
+
+TEST_F(RecordLogTest, MissingFileIsNotFound) {
+  auto contents = ReadRecordLog(path_);
+  EXPECT_EQ(contents.status().code(), absl::StatusCode::kNotFound) << contents.status();
+  EXPECT_THAT(contents.status().message(), HasSubstr(path_));
+}
+
+TEST_F(RecordLogTest, OpenInAMissingDirectoryFails) {
+  auto writer = RecordLogWriter::Open(dir_ + "/no/such/dir/wal-0.log");
+  EXPECT_FALSE(writer.ok());
+}
+
+TEST_F(RecordLogTest, TruncatedLastRecordIsATornTail) {
+  const std::vector<std::string> intact = {"one", Payload(1000, 2), ""};
+  const std::string last = Payload(20, 9);
+  std::vector<std::string> all = intact;
+  all.push_back(last);
+  for (uint64_t cut = 1; cut < Framed(last); ++cut) {
+    SCOPED_TRACE(absl::StrCat("cut ", cut, " bytes"));
+    WriteLog(all);
+    std::filesystem::resize_file(path_, OffsetOf(all, all.size()) - cut);
+    ExpectTornTailAfter(intact);
+    std::filesystem::remove(path_);
+  }
+}
+
+TEST_F(RecordLogTest, TruncatedLargeLastRecordIsATornTail) {
+  const std::vector<std::string> intact = {"one", "two"};
+  const std::string last = Payload(1 << 20, 3);
+  std::vector<std::string> all = intact;
+  all.push_back(last);
+  for (uint64_t cut :
+       {uint64_t{1}, uint64_t{4}, uint64_t{5}, uint64_t{4096}, Framed(last) - kHeaderBytes,
+        Framed(last) - kHeaderBytes + 1, Framed(last) - 1}) {
+    SCOPED_TRACE(absl::StrCat("cut ", cut, " bytes"));
+    WriteLog(all);
+    std::filesystem::resize_file(path_, OffsetOf(all, all.size()) - cut);
+    ExpectTornTailAfter(intact);
+    std::filesystem::remove(path_);
+  }
+}
+
+TEST_F(RecordLogTest, ZeroedLastRecordIsATornTail) {
+  const std::vector<std::string> intact = {"one", Payload(300, 2), "three"};
+  std::vector<std::string> all = intact;
+  all.push_back(Payload(5000, 4));
+  const uint64_t start = OffsetOf(all, 3);
+  const uint64_t payload = start + kHeaderBytes;
+  const uint64_t trailer = payload + all[3].size();
+  const uint64_t end = trailer + kTrailerBytes;
+  struct Range {
+    const char* what;
+    uint64_t from, to;
+  };
+  for (const Range& zeroed :
+       {Range{"the payload", payload, trailer},
+        Range{"the payload's second half", payload + 2500, trailer},
+        Range{"the payload and its checksum", payload, end}, Range{"the whole record", start, end},
+        Range{"the header", start, payload}}) {
+    SCOPED_TRACE(zeroed.what);
+    WriteLog(all);
+    std::string bytes = ReadBytes(path_);
+    for (uint64_t i = zeroed.from; i < zeroed.to; ++i) bytes[i] = '\0';
+    WriteBytes(path_, bytes);
+    ExpectTornTailAfter(intact);
+    std::filesystem::remove(path_);
+  }
+}
+
+TEST_F(RecordLogTest, ZerosAfterTheLastRecordAreATornTail) {
+  const std::vector<std::string> records = {"one", "", Payload(70, 3)};
+  for (size_t zeros : {1, 3, 4, 7, 8, 11, 12, 13, 4096}) {
+    SCOPED_TRACE(absl::StrCat(zeros, " zero bytes"));
+    WriteLog(records);
+    WriteBytes(path_, ReadBytes(path_) + std::string(zeros, '\0'));
+    ExpectTornTailAfter(records);
+    std::filesystem::remove(path_);
+  }
+}
+
+// A crash can leave the start of the last record's payload written and the rest zeros. When the
+// written part holds bytes that happen to form a valid record header (here an empty record's:
+// length 0, crc32 of four zero bytes), the record is still the last thing in the file.
+TEST_F(RecordLogTest, TornLastRecordWithAHeaderLikePayloadIsATornTail) {
+  const std::vector<std::string> intact = {"one", "two"};
+  const std::string header_like("\x00\x00\x00\x00\x1c\xdf\x44\x21", 8);
+  // E.g. the packed losses {0.0f, 6.6e-19f} of a state::Losses record.
+  const std::string last = Payload(100, 5) + header_like + Payload(5000, 6);
+  std::vector<std::string> all = intact;
+  all.push_back(last);
+  WriteLog(all);
+  std::string bytes = ReadBytes(path_);
+  const uint64_t payload = OffsetOf(all, 2) + kHeaderBytes;
+  for (uint64_t i = payload + 200; i < payload + last.size(); ++i) bytes[i] = '\0';
+  WriteBytes(path_, bytes);
+  ExpectTornTailAfter(intact);
+}
+
+TEST_F(RecordLogTest, CorruptPayloadInTheMiddleIsDataLoss) {
+  const std::vector<std::string> records = FiveRecords();
+  const uint64_t payload = OffsetOf(records, 1) + kHeaderBytes;
+  for (uint64_t at : {payload, payload + 50, payload + records[1].size() - 1}) {
+    SCOPED_TRACE(absl::StrCat("byte ", at));
+    WriteLog(records);
+    std::string bytes = ReadBytes(path_);
+    bytes[at] ^= 0x01;
+    WriteBytes(path_, bytes);
+    ExpectDataLoss();
+    std::filesystem::remove(path_);
+  }
+}
+
+TEST_F(RecordLogTest, CorruptHeaderOrChecksumInTheMiddleIsDataLoss) {
+  const std::vector<std::string> records = FiveRecords();
+  const uint64_t start = OffsetOf(records, 1);
+  std::vector<uint64_t> positions;
+  for (uint64_t i = 0; i < kHeaderBytes; ++i) positions.push_back(start + i);  // Length, crc.
+  for (uint64_t i = 0; i < kTrailerBytes; ++i) {
+    positions.push_back(start + kHeaderBytes + records[1].size() + i);  // Payload crc.
+  }
+  for (uint64_t at : positions) {
+    for (char mask : {'\x01', '\x80', '\xff'}) {
+      SCOPED_TRACE(absl::StrCat("byte ", at, " ^ ", static_cast<int>(mask & 0xff)));
+      WriteLog(records);
+      std::string bytes = ReadBytes(path_);
+      bytes[at] ^= mask;
+      WriteBytes(path_, bytes);
+      ExpectDataLoss();
+      std::filesystem::remove(path_);
+    }
+  }
+}
+
+TEST_F(RecordLogTest, CorruptFirstRecordIsDataLoss) {
+  const std::vector<std::string> records = FiveRecords();
+  WriteLog(records);
+  std::string bytes = ReadBytes(path_);
+  bytes[kHeaderBytes + 1] ^= 0x20;
+  WriteBytes(path_, bytes);
+  ExpectDataLoss();
+}
+
+}  // namespace
+}  // namespace samplerd
