@@ -182,6 +182,7 @@ TEST_F(JobPersistenceTest, RestoresAtEveryEpochBoundaryAndMidEpoch) {
     ASSERT_EQ(Observable(*persisted), Observable(*reference)) << "mid-epoch " << e;
     FinishPartialEpoch(*reference, e);
     FinishPartialEpoch(*persisted, e);
+    Shard(*reference, e + 1, 0);  // Waits until the reference has planned epoch e + 1.
     persisted.reset();
     auto boundary = Restore();
     ASSERT_TRUE(boundary.ok()) << boundary.status();
