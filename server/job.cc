@@ -186,7 +186,7 @@ absl::Status Job::InstallBaseAndPlan(std::vector<float> base) {
       return absl::FailedPreconditionError(absl::StrCat(
           "job '", name_, "' already started (epoch ", epoch_,
           "); weights and labels can only be uploaded before the first shard position is "
-          "streamed or loss reported"));
+          "streamed, loss reported or epoch ended"));
     }
     planning_ = true;  // Excludes a concurrent upload while epoch 0 is planned off the lock.
     // A re-upload withdraws the plan of epoch 0 until the new one is published: a loss or an
@@ -238,11 +238,18 @@ absl::Status Job::PlanAndPublish(uint64_t epoch, std::shared_ptr<const std::vect
       ahead.valid() ? ahead.get() : backend_->PlanEpoch(config_.plan, epoch, *weights);
   const double plan_ms = MillisSince(start);
   if (!plan.ok()) return plan.status();
+  // An upload (or a creation) is in no log: its snapshot is all there is, so it is committed
+  // before the plan is published. An epoch opened by EndEpoch is also in the closed epoch's log,
+  // so its snapshot can be committed after publishing.
+  const bool commit_first = new_base != nullptr;
   if (journal_ != nullptr) {
     if (write_snapshot) {
       if (absl::Status s = StageEpochStart(epoch, /*planned=*/true, weights.get(), new_base);
           !s.ok()) {
         return s;
+      }
+      if (commit_first) {
+        if (absl::Status s = journal_->CommitSnapshot(epoch); !s.ok()) return s;
       }
     }
     if (absl::Status s = journal_->BeginEpoch(epoch); !s.ok()) return s;
@@ -280,7 +287,9 @@ absl::Status Job::PlanAndPublish(uint64_t epoch, std::shared_ptr<const std::vect
   }
   // The snapshot's fsync, off the epoch boundary: ranks are served while it runs. Until it is
   // committed the previous snapshot and logs stay, and recovery replays from them.
-  if (journal_ != nullptr && write_snapshot) return journal_->CommitSnapshot(epoch);
+  if (journal_ != nullptr && write_snapshot && !commit_first) {
+    return journal_->CommitSnapshot(epoch);
+  }
   return absl::OkStatus();
 }
 
@@ -493,13 +502,18 @@ absl::StatusOr<ShardLease> Job::AcquireShard(uint64_t epoch, uint32_t rank, uint
 
 absl::Status Job::RecordStreamed(uint64_t epoch, uint32_t rank, uint64_t position) {
   absl::MutexLock lock(&mu_);
+  if (!closed_.ok()) return closed_;
   if (epoch == epoch_ && rank < ranks_.size() && position > ranks_[rank].streamed) {
     state::WalRecord record;
     state::Streamed* streamed = record.mutable_streamed();
     streamed->set_epoch(epoch);
     streamed->set_rank(rank);
     streamed->set_position(position);
-    if (absl::Status s = Log(record); !s.ok()) return s;
+    // Progress reporting only (never synced on its own): a failed write does not stop the
+    // stream. The journal keeps the error, so nothing further is acknowledged.
+    if (absl::Status s = Log(record); !s.ok()) {
+      LOG_EVERY_N(WARNING, 1000) << "job '" << name_ << "': stream progress not logged: " << s;
+    }
     ranks_[rank].streamed = position;
     // Indices were handed out: a re-upload must no longer replace the plan they came from.
     started_ = true;
@@ -607,8 +621,11 @@ absl::StatusOr<v1::EndEpochResponse> Job::EndEpoch(uint64_t epoch, uint32_t rank
     absl::ReleasableMutexLock lock(&mu_);
     if (absl::Status s = CheckOpen(); !s.ok()) return s;
     if (epoch < epoch_) {
-      // Already closed (every rank ended it): a retry.
+      // Already closed (every rank ended it): a retry, maybe of a call whose sync failed or is
+      // still running. Acknowledge it only once the closing record is durable.
       response.set_ranks_ended(config_.shard.world_size);
+      lock.Release();
+      if (absl::Status s = Sync(); !s.ok()) return s;
       return response;
     }
     if (epoch > epoch_ || !plan_ready_) {
@@ -624,6 +641,7 @@ absl::StatusOr<v1::EndEpochResponse> Job::EndEpoch(uint64_t epoch, uint32_t rank
       if (absl::Status s = Log(record); !s.ok()) return s;
       state.ended = true;
       ++ranks_ended_;
+      started_ = true;
     }
     response.set_ranks_ended(ranks_ended_);
     if (ranks_ended_ < config_.shard.world_size) {

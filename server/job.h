@@ -104,7 +104,8 @@ class Job {
   v1::Job Describe() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Static weights / class labels (N values). FAILED_PRECONDITION if the base policy differs or
-  // the job already started (a shard position was streamed, a loss accepted or an epoch closed);
+  // the job already started (a shard position was streamed, a loss accepted or a rank ended an
+  // epoch);
   // INVALID_ARGUMENT for bad values. On success the plan of epoch 0 is computed before returning. A
   // re-upload withdraws epoch 0's plan while the new one is computed (shards wait, losses and
   // EndEpoch are FAILED_PRECONDITION); if it fails, the previous plan stays.
@@ -206,7 +207,8 @@ class Job {
   absl::Status closed_ ABSL_GUARDED_BY(mu_);  // Non-OK once closed.
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   bool plan_ready_ ABSL_GUARDED_BY(mu_) = false;
-  // A shard position streamed, a loss accepted or an epoch closed.
+  // A shard position streamed, a loss accepted or a rank ended an epoch: the plan of the epoch
+  // was used, so an upload can no longer replace it.
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   // Restore is replaying the journal: changes are not logged again.
   bool replaying_ ABSL_GUARDED_BY(mu_) = false;

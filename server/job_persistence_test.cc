@@ -276,5 +276,51 @@ TEST_F(JobPersistenceTest, ALogThatDoesNotFitTheSnapshotIsDataLoss) {
   EXPECT_THAT(restored.status().message(), HasSubstr("is of epoch 5"));
 }
 
+std::vector<float> StaticWeights(uint64_t salt) {
+  std::vector<float> w(kN);
+  for (uint64_t i = 0; i < kN; ++i) w[i] = 1.0f + static_cast<float>((i * salt) % 13);
+  return w;
+}
+
+TEST_F(JobPersistenceTest, AnEndedEpochStartsTheJobSoTheLogNeverOutlivesAReupload) {
+  // A rank that ended epoch 0 trained on its plan: a re-upload would have to replace a plan in
+  // use, and the log of epoch 0 would hold an EndEpoch of the old plan.
+  auto job = Create(true, v1::STATIC);
+  ASSERT_TRUE(job->UploadWeights(StaticWeights(1)).ok());
+  ASSERT_TRUE(job->EndEpoch(0, 0).ok());
+  const absl::Status again = job->UploadWeights(StaticWeights(5));
+  EXPECT_EQ(again.code(), absl::StatusCode::kFailedPrecondition) << again;
+  ASSERT_TRUE(job->EndEpoch(0, 1).ok());
+  const std::string before = Observable(*job);
+  job.reset();
+  auto restored = Restore(v1::STATIC);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ((*restored)->Describe().current_epoch(), 0u);
+  EXPECT_EQ(Observable(**restored), before);
+}
+
+TEST_F(JobPersistenceTest, AReuploadThatCannotBePersistedChangesNothing) {
+  auto job = Create(true, v1::STATIC);
+  ASSERT_TRUE(job->UploadWeights(StaticWeights(1)).ok());
+  const std::vector<uint64_t> old_shard = Shard(*job, 0, 0);
+  auto reference = Create(false, v1::STATIC);
+  ASSERT_TRUE(reference->UploadWeights(StaticWeights(5)).ok());
+  ASSERT_NE(old_shard, Shard(*reference, 0, 0));
+  // A directory in the snapshot's place: the commit (rename) fails.
+  std::filesystem::remove(dir_ + "/snapshot-0.bin");
+  std::filesystem::create_directories(dir_ + "/snapshot-0.bin/x");
+  EXPECT_FALSE(job->UploadWeights(StaticWeights(5)).ok());
+  EXPECT_EQ(Shard(*job, 0, 0), old_shard) << "a failed re-upload published its plan";
+}
+
+TEST_F(JobPersistenceTest, StreamsOfADeletedJobEndWithNotFound) {
+  auto job = Create(true);
+  Shard(*job, 0, 0);
+  job->Close(absl::NotFoundError("job 'j' was deleted"));
+  ASSERT_TRUE(job->RemovePersistedState().ok());
+  const absl::Status s = job->RecordStreamed(0, 0, 10);
+  EXPECT_TRUE(absl::IsNotFound(s)) << s;
+}
+
 }  // namespace
 }  // namespace samplerd

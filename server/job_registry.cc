@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "server/persistence/file_util.h"
 
 namespace samplerd {
 namespace {
@@ -43,6 +44,13 @@ absl::Status JobRegistry::Recover() {
   if (ec) {
     return absl::FailedPreconditionError(absl::StrCat(
         "data_dir = \"", data_dir_, "\": cannot create ", jobs_dir.string(), ": ", ec.message()));
+  }
+  // The directories themselves must be durable before a job in them is acknowledged.
+  for (const fs::path& dir : {fs::absolute(data_dir_).parent_path(), fs::path(data_dir_)}) {
+    if (absl::Status s = SyncDirectory(dir.string()); !s.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("data_dir = \"", data_dir_, "\": ", s.message()));
+    }
   }
   // One samplerd per data_dir: two writing the same logs would corrupt them. The lock goes with
   // the process (flock), also when it is killed.

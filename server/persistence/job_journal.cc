@@ -153,23 +153,28 @@ absl::Status JobJournal::RemoveBefore(uint64_t epoch) const {
 }
 
 absl::Status JobJournal::BeginEpoch(uint64_t epoch) {
-  absl::StatusOr<std::unique_ptr<RecordLogWriter>> opened = RecordLogWriter::Open(LogPath(epoch));
-  if (!opened.ok()) return opened.status();
-  if (absl::Status s = SyncDirectory(dir_); !s.ok()) return s;
+  // The previous log is made durable before the switch: a caller that appended to it and calls
+  // Sync after the switch (which syncs the new log) must not be acknowledged before its records
+  // are on disk. Nothing appends to it any more (the job's epoch has moved on); a failure is
+  // kept for every later call.
   std::shared_ptr<RecordLogWriter> previous;
   {
     absl::MutexLock lock(&mu_);
-    previous = std::move(log_);
-    log_ = *std::move(opened);
+    previous = log_;
   }
-  // A caller that appended to the previous log may call Sync after the switch: the previous
-  // log's records are made durable here, and a failure is kept for every later Sync.
   if (previous != nullptr) {
     if (absl::Status s = previous->Sync(); !s.ok()) {
       absl::MutexLock lock(&mu_);
       error_ = s;
       return s;
     }
+  }
+  absl::StatusOr<std::unique_ptr<RecordLogWriter>> opened = RecordLogWriter::Open(LogPath(epoch));
+  if (!opened.ok()) return opened.status();
+  if (absl::Status s = SyncDirectory(dir_); !s.ok()) return s;
+  {
+    absl::MutexLock lock(&mu_);
+    log_ = *std::move(opened);
   }
   std::error_code ec;
   if (!std::filesystem::exists(SnapshotPath(epoch), ec)) return absl::OkStatus();

@@ -108,7 +108,8 @@ class SamplerServicer(object):
         """Uploads the static per-sample weights of a job whose base policy is STATIC, in chunks
         (the chunks' offsets must cover [0, N) exactly once, in order). Applied atomically when the
         stream ends; nothing changes on error. Only allowed before the job started: before any shard
-        position was streamed or loss reported (a re-upload before that replaces the plan of epoch 0).
+        position was streamed, loss reported or EndEpoch called (a re-upload before that replaces the
+        plan of epoch 0).
         Errors: INVALID_ARGUMENT (NaN/inf/negative weight, all zero, wrong offsets/length),
         FAILED_PRECONDITION (policy is not STATIC, or the job already started), NOT_FOUND.
         """
