@@ -354,8 +354,8 @@ TEST_F(JobJournalTest, ATornTailIsDroppedAndCutByBeginEpoch) {
     ASSERT_NE(journal, nullptr);
     WriteEpochSnapshot(*journal, 0);
     ASSERT_TRUE(journal->BeginEpoch(0).ok());
+    // Not synced: the crash may cut these (a synced one would carry a sync marker after it).
     AppendAll(*journal, {Losses(0, 0, 1), Losses(0, 0, 2)});
-    ASSERT_TRUE(journal->Sync().ok());
   }
   const uint64_t size = std::filesystem::file_size(LogPath(0));
   std::filesystem::resize_file(LogPath(0), size - 3);  // Inside Losses(0, 0, 2).

@@ -13,8 +13,10 @@
 namespace samplerd {
 namespace {
 
-constexpr size_t kHeaderBytes = 8;   // length, crc(length)
-constexpr size_t kTrailerBytes = 4;  // crc(payload)
+constexpr size_t kHeaderBytes = 8;          // length, crc(length)
+constexpr size_t kTrailerBytes = 4;         // crc(payload)
+constexpr uint32_t kMarkerFlag = 1u << 31;  // In the length word: a sync marker.
+constexpr uint32_t kLengthMask = kMarkerFlag - 1;
 
 uint32_t Crc(absl::string_view bytes) {
   const uLong initial = crc32(0L, Z_NULL, 0);
@@ -44,21 +46,25 @@ absl::StatusOr<RecordLogContents> ReadRecordLog(const std::string& path) {
   auto header_ok = [&](size_t at) {
     return at + kHeaderBytes <= file.size() && Crc(file.substr(at, 4)) == Load32(&file[at + 4]);
   };
-  // A whole, intact record starts at `at`.
-  auto record_ok = [&](size_t at) {
-    if (!header_ok(at)) return false;
-    const uint64_t length = Load32(&file[at]);
-    if (file.size() - at < kHeaderBytes + length + kTrailerBytes) return false;
-    return Crc(file.substr(at + kHeaderBytes, length)) == Load32(&file[at + kHeaderBytes + length]);
+  // The length of an intact record at `at`, or -1.
+  auto intact_length = [&](size_t at) -> int64_t {
+    if (!header_ok(at)) return -1;
+    const uint64_t length = Load32(&file[at]) & kLengthMask;
+    if (file.size() - at < kHeaderBytes + length + kTrailerBytes) return -1;
+    const absl::string_view payload = file.substr(at + kHeaderBytes, length);
+    if (Crc(payload) != Load32(&file[at + kHeaderBytes + length])) return -1;
+    return static_cast<int64_t>(length);
   };
-  // A bad record is the torn tail of a crash (the file grew before all of its data reached the
-  // disk: zeros or old bytes) unless an intact record follows it, from `from` on: then it is
-  // corruption.
-  auto corrupt_or_tail = [&](size_t at, size_t from, absl::string_view what) -> absl::Status {
-    for (size_t probe = from; probe + kHeaderBytes + kTrailerBytes <= file.size(); ++probe) {
-      if (record_ok(probe)) {
+  // The bad record at `at` is corruption if an intact sync marker after it covers it.
+  auto corrupt_or_tail = [&](size_t at, absl::string_view what) -> absl::Status {
+    for (size_t probe = at + 1; probe + kHeaderBytes + 8 + kTrailerBytes <= file.size(); ++probe) {
+      if ((Load32(&file[probe]) & kMarkerFlag) == 0 || intact_length(probe) != 8) continue;
+      uint64_t synced = 0;
+      std::memcpy(&synced, &file[probe + kHeaderBytes], 8);
+      if (synced > at) {
         return absl::DataLossError(absl::StrCat(path, ": corrupt record at byte ", at, " of ",
-                                                file.size(), " (", what, ")"));
+                                                file.size(), " (", what,
+                                                "; the bytes had been synced up to ", synced, ")"));
       }
     }
     return absl::OkStatus();
@@ -66,34 +72,20 @@ absl::StatusOr<RecordLogContents> ReadRecordLog(const std::string& path) {
   RecordLogContents contents;
   size_t at = 0;
   while (at < file.size()) {
-    const size_t left = file.size() - at;
-    if (!header_ok(at)) {
-      if (left >= kHeaderBytes) {
-        // The length is unknown: look for an intact record anywhere after it.
-        if (absl::Status s = corrupt_or_tail(at, at + 1, "header checksum mismatch"); !s.ok()) {
-          return s;
-        }
-      }
-      contents.torn_tail = true;
-      break;
-    }
-    const uint64_t length = Load32(&file[at]);
-    if (left < kHeaderBytes + length + kTrailerBytes) {  // Payload or checksum cut short.
-      contents.torn_tail = true;
-      break;
-    }
-    const absl::string_view payload = file.substr(at + kHeaderBytes, length);
-    if (Crc(payload) != Load32(&file[at + kHeaderBytes + length])) {
-      // The length is trusted (its checksum matched): look after this record only.
-      const size_t next = at + kHeaderBytes + length + kTrailerBytes;
-      if (absl::Status s = corrupt_or_tail(at, next, "payload checksum mismatch"); !s.ok()) {
+    const int64_t length = intact_length(at);
+    if (length < 0) {
+      if (absl::Status s = corrupt_or_tail(
+              at, header_ok(at) ? "payload checksum mismatch" : "header checksum mismatch");
+          !s.ok()) {
         return s;
       }
       contents.torn_tail = true;
       break;
     }
-    contents.records.emplace_back(payload);
-    at += kHeaderBytes + length + kTrailerBytes;
+    if ((Load32(&file[at]) & kMarkerFlag) == 0) {
+      contents.records.emplace_back(file.substr(at + kHeaderBytes, static_cast<size_t>(length)));
+    }
+    at += kHeaderBytes + static_cast<size_t>(length) + kTrailerBytes;
   }
   contents.valid_bytes = at;
   return contents;
@@ -116,7 +108,7 @@ absl::StatusOr<std::unique_ptr<RecordLogWriter>> RecordLogWriter::Open(const std
     ::close(fd);
     return PosixError("truncate", path, error_number);
   }
-  return std::unique_ptr<RecordLogWriter>(new RecordLogWriter(path, fd));
+  return std::unique_ptr<RecordLogWriter>(new RecordLogWriter(path, fd, valid_bytes));
 }
 
 RecordLogWriter::~RecordLogWriter() { ::close(fd_); }
@@ -126,27 +118,34 @@ absl::Status RecordLogWriter::Failed(absl::Status status) {
   return status;
 }
 
-absl::Status RecordLogWriter::Append(absl::string_view payload) {
-  if (payload.size() > UINT32_MAX) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a log record of ", payload.size(), " bytes; at most 4 GiB"));
-  }
+absl::Status RecordLogWriter::Write(uint32_t length_word, absl::string_view payload) {
   std::string record(kHeaderBytes + payload.size() + kTrailerBytes, '\0');
   char* p = record.data();
-  Store32(p, static_cast<uint32_t>(payload.size()));
+  Store32(p, length_word);
   Store32(p + 4, Crc(absl::string_view(p, 4)));
   std::memcpy(p + kHeaderBytes, payload.data(), payload.size());
   Store32(p + kHeaderBytes + payload.size(), Crc(payload));
-  absl::MutexLock lock(&mu_);
-  if (!error_.ok()) return error_;
   if (absl::Status s = WriteAll(fd_, record, path_); !s.ok()) return Failed(s);
+  size_ += record.size();
   return absl::OkStatus();
 }
 
+absl::Status RecordLogWriter::Append(absl::string_view payload) {
+  if (payload.size() > kLengthMask) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a log record of ", payload.size(), " bytes; at most 2 GiB - 1"));
+  }
+  absl::MutexLock lock(&mu_);
+  if (!error_.ok()) return error_;
+  return Write(static_cast<uint32_t>(payload.size()), payload);
+}
+
 absl::Status RecordLogWriter::Sync() {
+  uint64_t synced = 0;
   {
     absl::MutexLock lock(&mu_);
     if (!error_.ok()) return error_;
+    synced = size_;
   }
   // Not under mu_: appends go on while the disk syncs (fdatasync covers what was written
   // before it started).
@@ -154,6 +153,16 @@ absl::Status RecordLogWriter::Sync() {
     const absl::Status s = PosixError("fdatasync", path_, errno);
     absl::MutexLock lock(&mu_);
     return Failed(s);
+  }
+  absl::MutexLock lock(&mu_);
+  if (!error_.ok()) return error_;
+  if (synced > marked_) {
+    char payload[8];
+    std::memcpy(payload, &synced, 8);
+    if (absl::Status s = Write(kMarkerFlag | 8u, absl::string_view(payload, 8)); !s.ok()) {
+      return s;
+    }
+    marked_ = size_;  // The marker itself needs no marker of its own.
   }
   return absl::OkStatus();
 }

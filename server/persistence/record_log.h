@@ -3,12 +3,15 @@
 // Format, per record (little-endian):
 //   u32 length | u32 crc32(length bytes) | payload (length bytes) | u32 crc32(payload)
 // The header has its own checksum so that a corrupted length is detected where it is, instead of
-// being taken for the end of the file.
+// being taken for the end of the file. Bit 31 of the length marks a sync marker: an 8-byte
+// payload, u64 N, written after an fdatasync returned, saying that the file's first N bytes were
+// on disk. Markers are framing: readers never see them as records.
 //
-// Torn tail vs corruption: a crash can leave the last record cut short or half written; it was
-// never acknowledged (acknowledgment follows Sync), so reading stops there and the writer
-// truncates it. A bad record followed by more data is corruption: DATA_LOSS naming the file and
-// the offset, and nothing after it is trusted.
+// Torn tail vs corruption: records written after the last completed sync were never acknowledged
+// (acknowledgment follows Sync), and a crash or power loss can leave any of them cut short,
+// zeroed or stale, in any order. So a bad record is corruption -- DATA_LOSS naming the file and
+// the offset -- only when an intact sync marker after it says that its bytes had been synced;
+// otherwise it is the torn tail of a crash: reading stops there and the writer truncates it.
 #ifndef SAMPLERD_SERVER_PERSISTENCE_RECORD_LOG_H_
 #define SAMPLERD_SERVER_PERSISTENCE_RECORD_LOG_H_
 
@@ -50,20 +53,28 @@ class RecordLogWriter {
 
   const std::string& path() const { return path_; }
 
-  // Writes one record to the file (the page cache: durable after Sync).
+  // Writes one record to the file (the page cache: durable after Sync). INVALID_ARGUMENT for a
+  // payload of 2 GiB or more.
   absl::Status Append(absl::string_view payload) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Makes every record appended before the call durable (fdatasync).
+  // Makes every record appended before the call durable (fdatasync), then appends a sync marker
+  // for them (itself durable only with the next Sync).
   absl::Status Sync() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  RecordLogWriter(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  RecordLogWriter(std::string path, int fd, uint64_t size)
+      : path_(std::move(path)), fd_(fd), size_(size) {}
   absl::Status Failed(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Write(uint32_t length_word, absl::string_view payload)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string path_;
   const int fd_;
   absl::Mutex mu_;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
+  uint64_t size_ ABSL_GUARDED_BY(mu_);  // Bytes written so far.
+  // The file size after the last sync marker: a Sync with nothing appended since writes none.
+  uint64_t marked_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace samplerd

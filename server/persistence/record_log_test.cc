@@ -54,12 +54,13 @@ class RecordLogTest : public ::testing::Test {
  protected:
   void SetUp() override { path_ = dir_ + "/wal-0.log"; }
 
-  // Writes `records` to a new log at path_ and syncs it.
-  void WriteLog(const std::vector<std::string>& records) {
+  // Writes `records` to a new log at path_; with `synced`, then syncs it (which appends a sync
+  // marker after them: damage before a marker is corruption, after the last one a torn tail).
+  void WriteLog(const std::vector<std::string>& records, bool synced = false) {
     auto writer = RecordLogWriter::Open(path_);
     ASSERT_TRUE(writer.ok()) << writer.status();
     for (const std::string& record : records) ASSERT_TRUE((*writer)->Append(record).ok());
-    ASSERT_TRUE((*writer)->Sync().ok());
+    if (synced) ASSERT_TRUE((*writer)->Sync().ok());
   }
 
   // Expects path_ to read back as `records` followed by a torn tail, then that opening it for
@@ -78,7 +79,6 @@ class RecordLogTest : public ::testing::Test {
       ASSERT_TRUE(writer.ok()) << writer.status();
       EXPECT_EQ(std::filesystem::file_size(path_), intact);
       ASSERT_TRUE((*writer)->Append("after the tail").ok());
-      ASSERT_TRUE((*writer)->Sync().ok());
     }
     std::vector<std::string> expected = records;
     expected.push_back("after the tail");
@@ -321,7 +321,7 @@ TEST_F(RecordLogTest, CorruptPayloadInTheMiddleIsDataLoss) {
   const uint64_t payload = OffsetOf(records, 1) + kHeaderBytes;
   for (uint64_t at : {payload, payload + 50, payload + records[1].size() - 1}) {
     SCOPED_TRACE(absl::StrCat("byte ", at));
-    WriteLog(records);
+    WriteLog(records, /*synced=*/true);
     std::string bytes = ReadBytes(path_);
     bytes[at] ^= 0x01;
     WriteBytes(path_, bytes);
@@ -341,7 +341,7 @@ TEST_F(RecordLogTest, CorruptHeaderOrChecksumInTheMiddleIsDataLoss) {
   for (uint64_t at : positions) {
     for (char mask : {'\x01', '\x80', '\xff'}) {
       SCOPED_TRACE(absl::StrCat("byte ", at, " ^ ", static_cast<int>(mask & 0xff)));
-      WriteLog(records);
+      WriteLog(records, /*synced=*/true);
       std::string bytes = ReadBytes(path_);
       bytes[at] ^= mask;
       WriteBytes(path_, bytes);
@@ -353,11 +353,72 @@ TEST_F(RecordLogTest, CorruptHeaderOrChecksumInTheMiddleIsDataLoss) {
 
 TEST_F(RecordLogTest, CorruptFirstRecordIsDataLoss) {
   const std::vector<std::string> records = FiveRecords();
-  WriteLog(records);
+  WriteLog(records, /*synced=*/true);
   std::string bytes = ReadBytes(path_);
   bytes[kHeaderBytes + 1] ^= 0x20;
   WriteBytes(path_, bytes);
   ExpectDataLoss();
+}
+
+// After a power loss, writes that were never synced may have reached the disk in any order: a
+// damaged record followed by intact ones is still the torn tail, if no sync covered it.
+TEST_F(RecordLogTest, DamageAfterTheLastSyncIsATornTailWhateverFollows) {
+  const std::vector<std::string> records = FiveRecords();
+  WriteLog(records);  // Never synced.
+  std::string bytes = ReadBytes(path_);
+  const uint64_t second = OffsetOf(records, 1);
+  for (uint64_t i = second; i < second + Framed(records[1]); ++i) bytes[i] = '\0';
+  WriteBytes(path_, bytes);
+  ExpectTornTailAfter({records[0]});
+}
+
+TEST_F(RecordLogTest, OnlyDamageCoveredByASyncIsCorruption) {
+  // Two records synced, then three more that were not: damage in the fourth is a torn tail,
+  // damage in the second is corruption.
+  const std::vector<std::string> records = FiveRecords();
+  {
+    auto writer = RecordLogWriter::Open(path_);
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    ASSERT_TRUE((*writer)->Append(records[0]).ok());
+    ASSERT_TRUE((*writer)->Append(records[1]).ok());
+    ASSERT_TRUE((*writer)->Sync().ok());
+    for (size_t i = 2; i < records.size(); ++i) ASSERT_TRUE((*writer)->Append(records[i]).ok());
+  }
+  const std::string pristine = ReadBytes(path_);
+  constexpr uint64_t kMarkerBytes = kHeaderBytes + 8 + kTrailerBytes;
+  const uint64_t fourth = OffsetOf(records, 3) + kMarkerBytes;
+  std::string bytes = pristine;
+  bytes[fourth + kHeaderBytes] ^= 0x01;
+  WriteBytes(path_, bytes);
+  auto contents = ReadRecordLog(path_);
+  ASSERT_TRUE(contents.ok()) << contents.status();
+  EXPECT_THAT(contents->records, ElementsAre(records[0], records[1], records[2]));
+  EXPECT_TRUE(contents->torn_tail);
+
+  bytes = pristine;
+  bytes[OffsetOf(records, 1) + kHeaderBytes] ^= 0x01;
+  WriteBytes(path_, bytes);
+  ExpectDataLoss();
+}
+
+TEST_F(RecordLogTest, ASyncMarkerSaysHowManyBytesWereSynced) {
+  {
+    auto writer = RecordLogWriter::Open(path_);
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    ASSERT_TRUE((*writer)->Append("abc").ok());
+    ASSERT_TRUE((*writer)->Sync().ok());
+    ASSERT_TRUE((*writer)->Sync().ok());  // Nothing new: no second marker.
+  }
+  const std::string bytes = ReadBytes(path_);
+  const uint64_t record = kHeaderBytes + 3 + kTrailerBytes;
+  ASSERT_EQ(bytes.size(), record + kHeaderBytes + 8 + kTrailerBytes);
+  // Length 8 with bit 31 set, then the synced size: the 15 bytes of the record.
+  EXPECT_EQ(bytes.substr(record, 4), std::string("\x08\x00\x00\x80", 4));
+  EXPECT_EQ(bytes.substr(record + kHeaderBytes, 8), std::string("\x0f\0\0\0\0\0\0\0", 8));
+  auto contents = ReadRecordLog(path_);
+  ASSERT_TRUE(contents.ok()) << contents.status();
+  EXPECT_THAT(contents->records, ElementsAre("abc"));  // Markers are not records.
+  EXPECT_EQ(contents->valid_bytes, bytes.size());
 }
 
 }  // namespace
