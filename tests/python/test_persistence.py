@@ -168,6 +168,54 @@ def test_acknowledged_state_survives_sigkill_and_training_continues_identically(
     assert progress(a, job) == same_progress(progress(b, job))
 
 
+def test_a_client_rides_through_a_samplerd_crash_and_restart(cluster, tmp_path):
+    """A rank streaming and reporting while samplerd is killed and restarted on the same port:
+    its stream resumes at the next position (nothing skipped or repeated), every loss reported
+    before and after the crash counts, and the next epoch equals a reference server's."""
+    import threading
+    job = "ride"
+    # 12 MB of indices: more than gRPC buffers ahead of the reader, so the stream really has
+    # to be reopened on the restarted server. M < N: the weights decide the next epoch.
+    spec = dict(num_samples=4_000_000, world_size=1, samples_per_epoch=3_000_000, seed=3,
+                loss="loss")
+    proc, _ = cluster(f"--data_dir={tmp_path}")
+    port = proc.address.rsplit(":", 1)[1]
+    _, ref = cluster()
+    ref.create_job(job, **spec)
+    expected = ref.read_shard(job, 0, 0, 1)
+    restarted = []
+    with samplerd.Client(proc.address, timeout=10, max_retries=40, initial_backoff=0.05,
+                         max_backoff=0.25) as c:
+        c.create_job(job, **spec)
+        got, seq = [], 0
+        for chunk in c.stream_shard(job, 0, 0, 1, chunk_size=20_000):
+            got.extend(chunk.indices.tolist())
+            summary = c.report_losses(job, 0, 0, chunk.indices, losses_for(chunk.indices, 0),
+                                      seq=seq)
+            assert summary.accepted + summary.duplicates == len(chunk.indices)
+            seq += 1
+            if len(got) == 20_000:  # Mid-epoch: kill it, and bring it back on the same port.
+                assert proc.kill() == -9
+                timer = threading.Timer(0.5, lambda: restarted.append(
+                    cluster(f"--data_dir={tmp_path}", f"--port={port}")))
+                timer.start()
+        timer.join()
+        assert restarted, "the stream finished without the server coming back"
+        np.testing.assert_array_equal(got, expected)
+        status = c.status(job)
+        assert status.ranks[0].losses_accepted == len(expected)
+        assert status.ranks[0].indices_streamed == len(expected)
+        assert c.end_epoch(job, 0, 0).epoch_closed
+        wait_plan_ready(c, job, 1)
+        after = c.read_shard(job, 1, 0, 1)
+    for seq, start in enumerate(range(0, len(expected), 1 << 20)):
+        part = expected[start:start + (1 << 20)]
+        ref.report_losses(job, 0, 0, part, losses_for(part, 0), seq=seq)
+    assert ref.end_epoch(job, 0, 0).epoch_closed
+    wait_plan_ready(ref, job, 1)
+    np.testing.assert_array_equal(after, ref.read_shard(job, 1, 0, 1))
+
+
 def test_uploaded_static_weights_survive_a_restart_before_the_first_epoch_ended(cluster,
                                                                                tmp_path):
     job, R, N = "static", 2, 500
