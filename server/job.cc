@@ -56,6 +56,7 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Restore(std::string name, JobConfig co
     return absl::DataLossError(absl::StrCat(where, ": snapshot of epoch ", header.epoch(), " ",
                                             what, " (num_samples ", n, ")"));
   };
+  if (header.job() != name) return bad(absl::StrCat("belongs to job '", header.job(), "'"));
   if (header.base_count() != 0 && header.base_count() != n) return bad("has wrong base weights");
   if (header.weights_count() != 0 && header.weights_count() != n) return bad("has wrong weights");
   if (header.loss_stats_count() != 0 && header.loss_stats_count() != n) {

@@ -240,6 +240,19 @@ TEST_F(PersistentRegistryTest, AJobBeyondTheServersLimitsIsNotSilentlyDropped) {
   EXPECT_THAT(std::string(s.message()), HasSubstr("num_samples = 100"));
 }
 
+TEST_F(PersistentRegistryTest, ARenamedJobDirectoryIsNotTakenForAnotherJob) {
+  {
+    auto registry = Open();
+    ASSERT_TRUE(registry->Recover().ok());
+    ASSERT_TRUE(registry->Create("a", Spec(10)).ok());
+  }
+  std::filesystem::rename(dir_ + "/jobs/a", dir_ + "/jobs/b");
+  auto registry = Open();
+  const absl::Status s = registry->Recover();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("belongs to job 'a'"));
+}
+
 TEST_F(PersistentRegistryTest, OneServerPerDataDir) {
   auto first = Open();
   ASSERT_TRUE(first->Recover().ok());
