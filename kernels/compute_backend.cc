@@ -10,6 +10,15 @@
 namespace samplerd {
 namespace {
 
+absl::Status CheckRange(const char* field, double value, double lo, double hi, bool lo_open) {
+  const bool ok = std::isfinite(value) && (lo_open ? value > lo : value >= lo) && value <= hi;
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("policy.", field, " = ", value, " is outside ",
+                                                 lo_open ? "(" : "[", lo, ", ", hi, "]"));
+}
+
+}  // namespace
+
 absl::Status CheckRank(const ShardSpec& spec, uint32_t rank) {
   if (spec.world_size == 0) {
     return absl::InvalidArgumentError("world_size = 0: must be >= 1");
@@ -20,15 +29,6 @@ absl::Status CheckRank(const ShardSpec& spec, uint32_t rank) {
   }
   return absl::OkStatus();
 }
-
-absl::Status CheckRange(const char* field, double value, double lo, double hi, bool lo_open) {
-  const bool ok = std::isfinite(value) && (lo_open ? value > lo : value >= lo) && value <= hi;
-  if (ok) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("policy.", field, " = ", value, " is outside ",
-                                                 lo_open ? "(" : "[", lo, ", ", hi, "]"));
-}
-
-}  // namespace
 
 absl::StatusOr<uint64_t> ShardLength(uint64_t plan_length, const ShardSpec& spec, uint32_t rank) {
   if (absl::Status s = CheckRank(spec, rank); !s.ok()) return s;

@@ -42,6 +42,10 @@ struct PlanSpec {
   uint64_t seed = 0;
   bool replacement = false;
   SampleOrder order = SampleOrder::kWeightedRandom;
+
+  // Without replacement and M == N every sample appears exactly once per epoch: the weights
+  // cannot change which samples are drawn, only their order (and importance weights are all 1).
+  bool EveryIndexOnce() const { return !replacement && samples_per_epoch == num_samples; }
 };
 
 // The sampled indices of one epoch, in the order they are served. Immutable once built; share it
@@ -87,6 +91,10 @@ struct ShardSpec {
   PartitionMode partition = PartitionMode::kInterleaved;
   UnevenMode uneven = UnevenMode::kPad;
 };
+
+// OK if `rank` is a rank of `spec`; INVALID_ARGUMENT naming the rank and the world size
+// otherwise (also for world_size == 0). The one check of a rank, for every caller.
+absl::Status CheckRank(const ShardSpec& spec, uint32_t rank);
 
 // Length of rank `rank`'s shard of a plan with `plan_length` (M) positions.
 // INVALID_ARGUMENT if world_size == 0 or rank >= world_size.

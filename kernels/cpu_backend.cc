@@ -370,7 +370,7 @@ void CpuBackend::FillPlan(const PlanSpec& spec, uint64_t epoch, absl::Span<const
       const internal::DrawTable table = internal::BuildDrawTable(threads_, weights);
       internal::DrawWeighted(threads_, table, spec.seed, epoch, 0, out);
     }
-  } else if (m == n) {
+  } else if (spec.EveryIndexOnce()) {
     // Every sample exactly once: the weights cannot matter, only the order.
     internal::ShuffleRange(threads_, spec.seed, epoch, out);
   } else {

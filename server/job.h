@@ -1,40 +1,40 @@
 // Job: one training run's sampler state and its state machine over epochs.
 //
-//   created ──(uniform base)──> epoch 0 planned ──> serving e ──(every rank EndEpoch(e))──>
-//   planning e+1 in the background (weights recomputed from the losses, then the plan) ──>
-//   serving e+1 ...
-// Jobs with STATIC or CLASS_BALANCED base weights wait for their upload before epoch 0's plan.
+// Phases (one at a time, held in `phase_`; see Phase below):
+//
+//   AwaitingUpload ──upload──> Planning(0) ──> Serving(e) ──every rank EndEpoch(e)──>
+//   Planning(e+1) ──> Serving(e+1) ...         any phase ──Close──> Closed
+//   Planning ──planning failed──> Failed       Serving(0), not started ──re-upload──> Planning(0)
+//
+// Jobs with a UNIFORM base plan epoch 0 at creation; STATIC / CLASS_BALANCED jobs wait for their
+// upload. The EpochPlanner (epoch_planner.h) computes each epoch off the lock; the Job publishes it.
 //
 // Thread-safety: all public methods are safe to call concurrently. The mutex is never held while
 // a plan or weights are computed or while a client is streamed to: readers take a reference to
 // the immutable EpochView (plan + weights of the epoch) and release the lock.
 //
-// Lock order: planner_mu_, then mu_, then lookahead_mu_ (each may be taken alone). The planner
-// thread takes mu_ and lookahead_mu_ but never planner_mu_, so joining it under planner_mu_ is
-// safe.
-//
 // Rules (see proto/samplerd.proto for the client-visible contract):
-//   - Losses for the current epoch are applied once its plan is ready; older epochs are counted
-//     as stale; later epochs are FAILED_PRECONDITION.
+//   - Losses for the serving epoch are applied; older epochs are counted as stale; later epochs
+//     are FAILED_PRECONDITION.
 //   - A batch (epoch, rank, seq) already applied is a duplicate. One loss per (epoch, index): a
-//     second report of it (a tensor-parallel peer of the same rank, or an index drawn twice with
-//     replacement) counts as a duplicate (LossTable).
+//     second report of it counts as a duplicate (LossTable). Without a loss policy the job keeps
+//     no per-sample statistics (no LossTable): only whole batches are deduplicated.
 //   - Every request is validated whole before anything changes.
 //
-// Persistence (when the job has a JobJournal): every state change is appended to the journal
-// under mu_ before it is applied, so the log's order is the order of application; a snapshot is
-// written when an epoch opens, before it is published. Callers acknowledge a change to a client
-// only after Sync() (EndEpoch and uploads sync themselves). Restore rebuilds a job from its
-// journal by replaying the log through the same methods.
+// Persistence (when the job has a JobJournal): every state change is logged under mu_ before it
+// is applied, so the log's order is the order of application; the journal owns the order of
+// snapshots and logs around an epoch's publication (job_journal.h). Callers acknowledge a change
+// to a client only after Sync() (EndEpoch and uploads sync themselves). Restore (job_restore.cc)
+// rebuilds a job from its journal by replaying the log through the same methods.
 #ifndef SAMPLERD_SERVER_JOB_H_
 #define SAMPLERD_SERVER_JOB_H_
 
 #include <cstdint>
 #include <functional>
-#include <future>
 #include <memory>
+#include <optional>
 #include <string>
-#include <thread>
+#include <variant>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -43,39 +43,21 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "absl/types/span.h"
 #include "kernels/compute_backend.h"
 #include "proto/samplerd.pb.h"
+#include "server/epoch_planner.h"
 #include "server/job_config.h"
+#include "server/loss_batch.h"
 #include "server/loss_table.h"
 #include "server/persistence/job_journal.h"
 
 namespace samplerd {
-
-// The immutable state of one epoch that readers stream from.
-struct EpochView {
-  std::shared_ptr<const Plan> plan;
-  // W_e, mean 1; empty for uniform weights.
-  std::shared_ptr<const std::vector<float>> weights;
-  // Whether importance-sampling weights are all 1 (uniform weights, or M == N without
-  // replacement where the weights have no effect).
-  bool unit_is_weights = true;
-};
 
 // What a StreamShard caller needs: the epoch's view and the geometry of its shard.
 struct ShardLease {
   EpochView view;
   ShardSpec shard;
   uint64_t shard_length = 0;
-};
-
-// A loss batch as the core sees it (the service unpacks the proto into spans).
-struct LossBatchView {
-  uint64_t epoch = 0;
-  uint32_t rank = 0;
-  uint64_t seq = 0;
-  absl::Span<const uint64_t> indices;
-  absl::Span<const float> losses;
 };
 
 class Job {
@@ -87,8 +69,9 @@ class Job {
                                                      ComputeBackend* backend,
                                                      std::unique_ptr<JobJournal> journal = nullptr);
 
-  // Rebuilds a persisted job: its newest snapshot, then its log replayed. `config` must be the
-  // one made from the snapshot's spec. DATA_LOSS if the log does not fit the snapshot.
+  // Rebuilds a persisted job (job_restore.cc): its newest snapshot, then its log replayed.
+  // `config` must be the one made from the snapshot's spec. DATA_LOSS if the log does not fit
+  // the snapshot.
   static absl::StatusOr<std::unique_ptr<Job>> Restore(std::string name, JobConfig config,
                                                       ComputeBackend* backend,
                                                       JobJournal::Recovered recovered);
@@ -105,10 +88,9 @@ class Job {
 
   // Static weights / class labels (N values). FAILED_PRECONDITION if the base policy differs or
   // the job already started (a shard position was streamed, a loss accepted or a rank ended an
-  // epoch);
-  // INVALID_ARGUMENT for bad values. On success the plan of epoch 0 is computed before returning. A
-  // re-upload withdraws epoch 0's plan while the new one is computed (shards wait, losses and
-  // EndEpoch are FAILED_PRECONDITION); if it fails, the previous plan stays.
+  // epoch); INVALID_ARGUMENT for bad values. On success the plan of epoch 0 is computed before
+  // returning. A re-upload withdraws epoch 0's plan while the new one is computed (shards wait,
+  // losses and EndEpoch are FAILED_PRECONDITION); if it fails, the previous plan stays.
   absl::Status UploadWeights(std::vector<float> weights) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status UploadLabels(const std::vector<uint32_t>& labels) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -116,8 +98,10 @@ class Job {
   // epoch still being planned (the current one, or the next one while ranks finish the current
   // one). While waiting, `cancelled` (if set) is polled every 100 ms so that a caller that went
   // away does not hold its thread until the barrier. Errors: FAILED_PRECONDITION (world size
-  // mismatch, epoch closed or too far ahead), INVALID_ARGUMENT (rank), DEADLINE_EXCEEDED,
-  // CANCELLED, UNAVAILABLE (shutting down), NOT_FOUND (deleted).
+  // mismatch, epoch closed or too far ahead), INVALID_ARGUMENT (rank), DEADLINE_EXCEEDED (naming
+  // what the epoch waits for: an upload, its planning, or the ranks that have not ended the
+  // previous epoch), CANCELLED, UNAVAILABLE (shutting down), NOT_FOUND (deleted), INTERNAL
+  // (planning failed).
   absl::StatusOr<ShardLease> AcquireShard(uint64_t epoch, uint32_t rank, uint32_t world_size,
                                           absl::Time deadline,
                                           const std::function<bool()>& cancelled = {})
@@ -138,6 +122,7 @@ class Job {
   absl::StatusOr<v1::EndEpochResponse> EndEpoch(uint64_t epoch, uint32_t rank)
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // One consistent view of the job (taken under one lock acquisition).
   v1::JobStatus Status() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Makes every change applied so far durable (no-op without a journal). A ReportLosses caller
@@ -152,94 +137,106 @@ class Job {
   void Close(absl::Status reason) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  Job(std::string name, JobConfig config, ComputeBackend* backend,
-      std::unique_ptr<JobJournal> journal);
+  // ---- Phases. The job is in exactly one; `epoch_` is the epoch it is in.
+  // A STATIC / CLASS_BALANCED job before its first upload (epoch 0, no plan).
+  struct AwaitingUpload {};
+  // epoch_'s plan is being computed: after EndEpoch closed epoch_ - 1 (on the planner thread),
+  // or epoch 0's after an upload (on the uploader's thread). Nothing writes the loss table.
+  struct Planning {
+    // A re-upload: the phase to return to if planning fails (the previous plan stays).
+    std::optional<EpochView> previous_plan;
+    absl::Time since;
+  };
+  // epoch_'s plan is published: shards are served, losses applied, ranks end the epoch.
+  struct Serving {
+    EpochView view;
+  };
+  // Planning epoch_ failed (a server bug or a failed write): calls fail with INTERNAL.
+  struct Failed {
+    absl::Status error;
+  };
+  // Deleted (NOT_FOUND) or shutting down (UNAVAILABLE): calls fail with `reason`.
+  struct Closed {
+    absl::Status reason;
+  };
+  using Phase = std::variant<AwaitingUpload, Planning, Serving, Failed, Closed>;
 
-  // Per-epoch bookkeeping, reset when an epoch opens.
+  // Per-epoch bookkeeping of one rank, reset when an epoch is published.
   struct RankState {
     uint64_t streamed = 0;
     uint64_t accepted = 0;
     bool ended = false;
     absl::flat_hash_set<uint64_t> seqs;  // Loss batches applied.
+    bool Started() const { return streamed > 0 || ended || !seqs.empty(); }
   };
 
-  // Computes W_{e+1} and plan(e+1) off the lock, then publishes them. Runs on planner_.
-  void PlanNextEpoch(uint64_t closed_epoch) ABSL_LOCKS_EXCLUDED(mu_);
-  // Plans `epoch` with `weights` (no lock; or takes the plan computed ahead) and publishes it as
-  // the current epoch in one critical section that also installs `new_base` (if non-null) and
-  // clears planning_; then, if plans do not depend on the weights, starts planning the next.
-  // On error nothing is published and planning_ is left to the caller.
-  // With a journal, the snapshot of `epoch` is staged first (unless `write_snapshot` is false:
-  // Restore publishes the epoch of the snapshot it read), the epoch's log opened, and after the
-  // publication the snapshot is committed (fsync; then the older files go). A commit error is
-  // returned with `*published` (if given) true: the epoch stays published, and recovery starts
-  // from the older files.
-  absl::Status PlanAndPublish(uint64_t epoch, std::shared_ptr<const std::vector<float>> weights,
-                              double recompute_ms,
-                              std::shared_ptr<const std::vector<float>> new_base,
-                              bool write_snapshot = true, bool* published = nullptr)
-      ABSL_LOCKS_EXCLUDED(mu_, lookahead_mu_);
-  // Stages the snapshot opening `epoch` (W_epoch = `weights`; base: `new_base` or base_).
-  // Requires that losses_ is not being written (planning_ set, or no plan published yet).
-  absl::Status StageEpochStart(uint64_t epoch, bool planned, const std::vector<float>* weights,
-                               std::shared_ptr<const std::vector<float>> new_base)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  // Appends `record` to the journal unless replaying (then the record is the journal's own).
-  absl::Status Log(const state::WalRecord& record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Replays a restored log, record by record (the caller set replaying_).
-  absl::Status Replay(const std::vector<state::WalRecord>& records) ABSL_LOCKS_EXCLUDED(mu_);
-  // Whether a plan depends only on (seed, epoch): sequential order, every sample once (M == N
-  // without replacement), or fixed uniform weights. Such plans are computed one epoch ahead.
-  bool PlanIgnoresWeights() const;
-  // Installs base weights (after validation) and plans epoch 0.
+  Job(std::string name, JobConfig config, ComputeBackend* backend,
+      std::unique_ptr<JobJournal> journal);
+
+  // The one check that `epoch` is the serving epoch, for ReportLosses, EndEpoch and AcquireShard
+  // (each handles an older epoch, stale or a retry, first). OK when serving `epoch`; the close
+  // reason when closed; INTERNAL when planning failed; FAILED_PRECONDITION naming the epoch, the
+  // current one and the phase otherwise.
+  absl::Status CheckEpochOpen(uint64_t epoch) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Why `epoch` is not served yet, for a DEADLINE_EXCEEDED: the upload, the planning, or the
+  // ranks that have not ended the previous epoch.
+  std::string WhyNotServing(uint64_t epoch) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the plan of epoch 0 was used (a rank streamed, reported or ended an epoch), so that
+  // an upload can no longer replace it.
+  bool Started() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool IsPlanning() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return std::holds_alternative<Planning>(phase_);
+  }
+
+  // Installs validated base weights and plans epoch 0 (an upload) on the caller's thread.
   absl::Status InstallBaseAndPlan(std::vector<float> base) ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status CheckOpen() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status CheckRank(uint32_t rank) const;
-  void ResetEpochState() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes `planned` the serving epoch (and `new_base` the base, if set) if the job is still
+  // Planning it; returns false (nothing changed) if it was closed meanwhile. Then lets the
+  // planner compute the next plan ahead.
+  bool Publish(const PlannedEpoch& planned, std::shared_ptr<const std::vector<float>> new_base)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The planner's `done` after EndEpoch closed `planned`'s predecessor: opens the epoch's log,
+  // publishes, then writes its snapshot (off the boundary's path). Runs on the planner thread.
+  void FinishPlanningNext(absl::StatusOr<PlannedEpoch> planned) ABSL_LOCKS_EXCLUDED(mu_);
+  // The snapshot opening an epoch, for the journal.
+  JobJournal::EpochStart MakeEpochStart(uint64_t epoch, bool planned,
+                                        std::shared_ptr<const std::vector<float>> base,
+                                        std::shared_ptr<const std::vector<float>> weights,
+                                        std::vector<SampleLossStats> loss_stats,
+                                        uint64_t samples_seen) const;
+  // Replays a restored log (job_restore.cc).
+  absl::Status Replay(const JobJournal::Recovered& recovered) ABSL_LOCKS_EXCLUDED(mu_);
+  // Waits until the job is not planning; the planning error if it failed.
+  absl::Status AwaitNotPlanning() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The loss table, for the planner thread to read without mu_ (the snapshot copy): only while
+  // the job is Planning, when no call writes it (ReportLosses needs Serving); a CHECK asserts the
+  // phase. Null without a loss policy; the close reason once the job is closed.
+  absl::StatusOr<const LossTable*> LossesWhilePlanning() const ABSL_LOCKS_EXCLUDED(mu_);
+  void DescribeLocked(v1::Job* job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string name_;
   const JobConfig config_;
   ComputeBackend* const backend_;
   // Null for a job kept in memory only.
   const std::unique_ptr<JobJournal> journal_;
+  // Thread-safe on its own; never called with mu_ held (its `done` callbacks take mu_).
+  EpochPlanner planner_;
 
   mutable absl::Mutex mu_;
-  absl::Status closed_ ABSL_GUARDED_BY(mu_);  // Non-OK once closed.
+  Phase phase_ ABSL_GUARDED_BY(mu_);
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
-  bool plan_ready_ ABSL_GUARDED_BY(mu_) = false;
-  // A shard position streamed, a loss accepted or a rank ended an epoch: the plan of the epoch
-  // was used, so an upload can no longer replace it.
-  bool started_ ABSL_GUARDED_BY(mu_) = false;
-  // Restore is replaying the journal: changes are not logged again.
-  bool replaying_ ABSL_GUARDED_BY(mu_) = false;
-  EpochView current_ ABSL_GUARDED_BY(mu_);
-  // Base weights (mean 1) for STATIC / CLASS_BALANCED; empty for UNIFORM. Replaced only before
+  // Base weights (mean 1) for STATIC / CLASS_BALANCED; null for UNIFORM. Replaced only before
   // the job starts.
   std::shared_ptr<const std::vector<float>> base_ ABSL_GUARDED_BY(mu_);
-  // Read by the planner thread without mu_ before it publishes the plan (plan_ready_ false);
-  // ReportLosses writes it only under mu_ with plan_ready_ true, so the two never overlap.
-  LossTable losses_;
+  // Per-sample loss statistics; only with a loss policy (8 bytes per sample). Written under mu_
+  // while Serving; read off the lock while Planning (LossesWhilePlanning).
+  std::optional<LossTable> losses_ ABSL_GUARDED_BY(mu_);
   std::vector<RankState> ranks_ ABSL_GUARDED_BY(mu_);
   uint32_t ranks_ended_ ABSL_GUARDED_BY(mu_) = 0;
-  // Epoch 0 being planned after an upload, or a closed epoch's successor being planned; cleared
-  // in the same critical section that publishes the plan.
-  bool planning_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status planning_error_ ABSL_GUARDED_BY(mu_);
   WeightSummary weight_summary_ ABSL_GUARDED_BY(mu_);
   double last_recompute_ms_ ABSL_GUARDED_BY(mu_) = 0;
   double last_plan_ms_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t samples_seen_ ABSL_GUARDED_BY(mu_) = 0;
-
-  // The background planning of the next epoch; joined before reuse and on Close. A new planner
-  // is started only under planner_mu_ after checking closed_, so Close (which sets closed_, then
-  // joins under planner_mu_) never leaves one running. Lock order: planner_mu_, then mu_.
-  absl::Mutex planner_mu_ ABSL_ACQUIRED_BEFORE(mu_);
-  std::thread planner_ ABSL_GUARDED_BY(planner_mu_);
-  // The plan of epoch lookahead_epoch_, computed ahead (see PlanIgnoresWeights); costs one more
-  // plan in memory. Lock order: mu_, then lookahead_mu_.
-  absl::Mutex lookahead_mu_ ABSL_ACQUIRED_AFTER(mu_);
-  uint64_t lookahead_epoch_ ABSL_GUARDED_BY(lookahead_mu_) = 0;
-  std::future<absl::StatusOr<Plan>> lookahead_ ABSL_GUARDED_BY(lookahead_mu_);
 };
 
 }  // namespace samplerd

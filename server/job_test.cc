@@ -102,6 +102,65 @@ TEST_F(JobTest, WaitingReadersEndAtTheDeadlineOrOnClose) {
   EXPECT_TRUE(done.HasBeenNotified());
 }
 
+TEST_F(JobTest, ADeadlineNamesWhatTheEpochWaitsFor) {
+  // The next epoch waits for the ranks that have not ended the current one: name them.
+  auto job = MakeJob(100, 4);
+  ASSERT_TRUE(job->EndEpoch(0, 1).ok());
+  ASSERT_TRUE(job->EndEpoch(0, 3).ok());
+  const absl::Status next =
+      job->AcquireShard(1, 0, 4, absl::Now() + absl::Milliseconds(50)).status();
+  EXPECT_EQ(next.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(next.message(), HasSubstr("epoch 1 of job 'j'"));
+  EXPECT_THAT(next.message(), HasSubstr("ranks 0, 2 of world_size 4 have not ended it"));
+
+  // A job awaiting its upload says which upload.
+  v1::JobSpec spec;
+  spec.set_num_samples(10);
+  spec.set_world_size(1);
+  spec.mutable_policy()->set_base(v1::STATIC);
+  auto awaiting = Job::Create("s", *MakeJobConfig(spec, JobLimits()), backend_.get());
+  ASSERT_TRUE(awaiting.ok());
+  const absl::Status first =
+      (*awaiting)->AcquireShard(0, 0, 1, absl::Now() + absl::Milliseconds(50)).status();
+  EXPECT_EQ(first.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(first.message(), HasSubstr("waits for UploadWeights"));
+}
+
+TEST_F(JobTest, ADeadlineWhilePlanningSaysSo) {
+  GatedBackend gated(backend_.get());
+  v1::JobSpec spec;
+  spec.set_num_samples(100);
+  spec.set_world_size(1);
+  spec.set_samples_per_epoch(50);  // Weighted plans: not computed ahead.
+  spec.mutable_policy()->set_loss(v1::LOSS);
+  auto job = Job::Create("p", *MakeJobConfig(spec, JobLimits()), &gated);
+  ASSERT_TRUE(job.ok());
+  gated.Hold();
+  ASSERT_TRUE((*job)->EndEpoch(0, 0).ok());
+  gated.AwaitHeldCall();
+  const absl::Status s =
+      (*job)->AcquireShard(1, 0, 1, absl::Now() + absl::Milliseconds(50)).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(s.message(), HasSubstr("epoch 1 is still being planned"));
+  gated.Release();
+  EXPECT_TRUE((*job)->AcquireShard(1, 0, 1, Soon()).ok());
+}
+
+TEST_F(JobTest, WithoutALossPolicyNoPerSampleStatisticsAreKept) {
+  // Losses are acknowledged (a generic training loop may report them) but not kept: whole
+  // batches are deduplicated, single indices are not.
+  auto job = MakeJob(100, 1, v1::NONE);
+  const std::vector<uint64_t> idx = {7, 7, 8};
+  const std::vector<float> loss = {1, 1, 1};
+  v1::LossReportSummary s;
+  ASSERT_TRUE(job->ReportLosses({0, 0, 0, idx, loss}, &s).ok());
+  EXPECT_EQ(s.accepted(), 3u);
+  ASSERT_TRUE(job->ReportLosses({0, 0, 0, idx, loss}, &s).ok());  // A retried batch.
+  EXPECT_EQ(s.accepted(), 3u);
+  EXPECT_EQ(s.duplicates(), 3u);
+  EXPECT_EQ(job->Status().samples_seen(), 0u);
+}
+
 TEST_F(JobTest, OneLossPerSamplePerEpoch) {
   auto job = MakeJob(100, 2, v1::LOSS);
   const std::vector<uint64_t> idx = {7, 7, 8};

@@ -3,15 +3,16 @@
 // One loss per sample per epoch: the first report of (epoch, index) is applied, later ones are
 // duplicates (a tensor-parallel peer of the same rank, a retry, or the same index drawn twice with
 // replacement). 8 bytes per sample (SampleLossStats), read by ComputeBackend::RecomputeWeights
-// through View(). Not thread-safe: its owner (Job) serialises
-// access.
+// through View(). A job holds one only when its policy uses losses (policy.loss != NONE).
+//
+// Not thread-safe: its owner (Job) serialises access.
 #ifndef SAMPLERD_SERVER_LOSS_TABLE_H_
 #define SAMPLERD_SERVER_LOSS_TABLE_H_
 
 #include <cstdint>
-#include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "kernels/compute_backend.h"
 
@@ -25,14 +26,15 @@ class LossTable {
   // Applies one (index, loss) of `epoch` unless the sample already has a loss in `epoch`.
   // Requires index < num_samples, loss finite and >= 0 (validated by the caller).
   // Returns whether the loss was applied (false: a duplicate, nothing changed).
-  bool Apply(uint64_t index, float loss, uint64_t epoch, bool* first_ever) {
+  bool Apply(uint64_t index, float loss, uint64_t epoch) {
     SampleLossStats& s = stats_[index];
     const uint16_t marker = EpochMarker(epoch);
     if (s.last_epoch == marker) return false;
-    *first_ever = s.count == 0;
-    s.ema_loss = *first_ever ? loss : decay_ * s.ema_loss + (1.0f - decay_) * loss;
+    const bool first_ever = s.count == 0;
+    s.ema_loss = first_ever ? loss : decay_ * s.ema_loss + (1.0f - decay_) * loss;
     if (s.count != UINT16_MAX) ++s.count;
     s.last_epoch = marker;
+    samples_seen_ += first_ever;
     return true;
   }
 
@@ -41,16 +43,17 @@ class LossTable {
 
   LossStatsView View() const { return stats_; }
 
-  // Replaces every sample's statistics (a restored snapshot). Requires stats.size() ==
-  // num_samples.
-  void Restore(std::vector<SampleLossStats> stats) { stats_ = std::move(stats); }
+  // Replaces every sample's statistics (a restored snapshot). INVALID_ARGUMENT unless
+  // stats.size() == num_samples.
+  absl::Status Restore(std::vector<SampleLossStats> stats);
 
-  // Samples with at least one loss.
-  uint64_t SamplesSeen() const;
+  // Samples with at least one loss over the job's life.
+  uint64_t SamplesSeen() const { return samples_seen_; }
 
  private:
   const float decay_;
   std::vector<SampleLossStats> stats_;
+  uint64_t samples_seen_ = 0;
 };
 
 }  // namespace samplerd

@@ -199,7 +199,9 @@ TEST_F(SamplerServiceTest, BrokenStreamResumesWithStartOffset) {
 }
 
 TEST_F(SamplerServiceTest, PeersOfOneRankShareChunksAndLossesCountOnce) {
-  ASSERT_TRUE(client_->CreateJob("tp", Spec(2000, 2)).ok());
+  v1::JobSpec spec = Spec(2000, 2);
+  spec.mutable_policy()->set_loss(v1::LOSS);  // Per-sample statistics are kept.
+  ASSERT_TRUE(client_->CreateJob("tp", spec).ok());
   auto a = client_->ReadShard("tp", 0, 0, 2);
   auto b = client_->ReadShard("tp", 0, 0, 2);
   ASSERT_TRUE(a.ok() && b.ok());

@@ -93,7 +93,7 @@ absl::StatusOr<JobJournal::Recovered> JobJournal::Recover(std::string dir) {
     return absl::NotFoundError(absl::StrCat(dir, ": no snapshot (a job never acknowledged)"));
   }
   Recovered recovered;
-  recovered.journal.reset(new JobJournal(std::move(dir)));
+  recovered.journal.reset(new JobJournal(std::move(dir), /*replaying=*/true));
   const JobJournal& journal = *recovered.journal;
   const uint64_t epoch = files->snapshots.back();
   absl::StatusOr<Snapshot> snapshot = ReadSnapshot(journal.SnapshotPath(epoch));
@@ -120,14 +120,6 @@ absl::StatusOr<JobJournal::Recovered> JobJournal::Recover(std::string dir) {
 
 JobJournal::~JobJournal() = default;
 
-absl::Status JobJournal::WriteSnapshot(const state::SnapshotHeader& header,
-                                       absl::Span<const float> base,
-                                       absl::Span<const float> weights,
-                                       absl::Span<const SampleLossStats> loss_stats) {
-  if (absl::Status s = StageSnapshot(header, base, weights, loss_stats); !s.ok()) return s;
-  return CommitSnapshot(header.epoch());
-}
-
 absl::Status JobJournal::StageSnapshot(const state::SnapshotHeader& header,
                                        absl::Span<const float> base,
                                        absl::Span<const float> weights,
@@ -152,7 +144,7 @@ absl::Status JobJournal::RemoveBefore(uint64_t epoch) const {
   return absl::OkStatus();
 }
 
-absl::Status JobJournal::BeginEpoch(uint64_t epoch) {
+absl::Status JobJournal::OpenEpoch(uint64_t epoch) {
   // The previous log is made durable before the switch: a caller that appended to it and calls
   // Sync after the switch (which syncs the new log) must not be acknowledged before its records
   // are on disk. Nothing appends to it any more (the job's epoch has moved on); a failure is
@@ -175,6 +167,7 @@ absl::Status JobJournal::BeginEpoch(uint64_t epoch) {
   {
     absl::MutexLock lock(&mu_);
     log_ = *std::move(opened);
+    open_epoch_ = epoch;
   }
   std::error_code ec;
   if (!std::filesystem::exists(SnapshotPath(epoch), ec)) return absl::OkStatus();
@@ -217,6 +210,138 @@ absl::Status JobJournal::Remove() {
   fs::remove_all(dir_, ec);
   if (ec) return FsError("remove", dir_, ec);
   return absl::OkStatus();
+}
+
+// ---- The typed calls ---------------------------------------------------------------------------
+
+absl::Status JobJournal::StageEpochStart(const EpochStart& start) {
+  state::SnapshotHeader header;
+  header.set_epoch(start.epoch);
+  header.set_planned(start.planned);
+  header.set_samples_seen(start.samples_seen);
+  const bool has_base = start.base != nullptr && !start.base->empty();
+  header.set_has_base(has_base);
+  header.set_job(start.job);
+  header.set_spec(start.spec);
+  return StageSnapshot(
+      header, has_base ? absl::MakeConstSpan(*start.base) : absl::Span<const float>(),
+      start.weights != nullptr ? absl::MakeConstSpan(*start.weights) : absl::Span<const float>(),
+      start.loss_stats);
+}
+
+absl::Status JobJournal::StartEpochDurably(const EpochStart& start) {
+  if (absl::Status s = StageEpochStart(start); !s.ok()) return s;
+  if (absl::Status s = CommitSnapshot(start.epoch); !s.ok()) return s;
+  return start.planned ? OpenEpoch(start.epoch) : absl::OkStatus();
+}
+
+absl::Status JobJournal::WriteEpochSnapshot(const EpochStart& start) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (log_ == nullptr || open_epoch_ != start.epoch) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          dir_, ": the snapshot of epoch ", start.epoch, " is written after its log is opened"));
+    }
+  }
+  if (absl::Status s = StageEpochStart(start); !s.ok()) return s;
+  return CommitSnapshot(start.epoch);
+}
+
+JobJournal::EncodedLosses::EncodedLosses(const LossBatchView& batch) {
+  state::WalRecord record;
+  state::Losses* losses = record.mutable_losses();
+  losses->set_epoch(batch.epoch);
+  losses->set_rank(batch.rank);
+  losses->set_seq(batch.seq);
+  losses->mutable_indices()->Add(batch.indices.begin(), batch.indices.end());
+  losses->mutable_losses()->Add(batch.losses.begin(), batch.losses.end());
+  bytes_ = record.SerializeAsString();
+}
+
+absl::Status JobJournal::LogLosses(const EncodedLosses& batch) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (replaying_) return absl::OkStatus();
+  }
+  return Append(batch.bytes_);
+}
+
+absl::Status JobJournal::LogRankEnded(uint64_t epoch, uint32_t rank) {
+  state::WalRecord record;
+  record.mutable_rank_ended()->set_epoch(epoch);
+  record.mutable_rank_ended()->set_rank(rank);
+  return Log(record);
+}
+
+absl::Status JobJournal::LogStreamed(uint64_t epoch, uint32_t rank, uint64_t position) {
+  state::WalRecord record;
+  state::Streamed* streamed = record.mutable_streamed();
+  streamed->set_epoch(epoch);
+  streamed->set_rank(rank);
+  streamed->set_position(position);
+  return Log(record);
+}
+
+absl::Status JobJournal::Log(const state::WalRecord& record) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (replaying_) return absl::OkStatus();
+  }
+  return Append(record.SerializeAsString());
+}
+
+absl::Status JobJournal::Replay(const std::vector<state::WalRecord>& records,
+                                const ReplayHandlers& handlers) const {
+  for (size_t i = 0; i < records.size(); ++i) {
+    const state::WalRecord& r = records[i];
+    uint64_t epoch = 0;
+    switch (r.kind_case()) {
+      case state::WalRecord::kLosses:
+        epoch = r.losses().epoch();
+        break;
+      case state::WalRecord::kRankEnded:
+        epoch = r.rank_ended().epoch();
+        break;
+      case state::WalRecord::kStreamed:
+        epoch = r.streamed().epoch();
+        break;
+      default:
+        return absl::DataLossError(absl::StrCat(dir_, ": log record ", i, " has no kind"));
+    }
+    absl::Status s = handlers.before_record(epoch);
+    if (s.ok()) {
+      switch (r.kind_case()) {
+        case state::WalRecord::kLosses: {
+          LossBatchView view;
+          view.epoch = r.losses().epoch();
+          view.rank = r.losses().rank();
+          view.seq = r.losses().seq();
+          view.indices =
+              absl::MakeConstSpan(r.losses().indices().data(), r.losses().indices_size());
+          view.losses = absl::MakeConstSpan(r.losses().losses().data(), r.losses().losses_size());
+          s = handlers.losses(view);
+          break;
+        }
+        case state::WalRecord::kRankEnded:
+          s = handlers.rank_ended(r.rank_ended().epoch(), r.rank_ended().rank());
+          break;
+        default:
+          s = handlers.streamed(r.streamed().epoch(), r.streamed().rank(),
+                                r.streamed().position());
+          break;
+      }
+    }
+    if (!s.ok()) {
+      return absl::DataLossError(
+          absl::StrCat(dir_, ": log record ", i, " does not apply: ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void JobJournal::EndReplay() {
+  absl::MutexLock lock(&mu_);
+  replaying_ = false;
 }
 
 }  // namespace samplerd

@@ -11,15 +11,25 @@
 // snapshots and logs are removed. A directory without a snapshot belongs to a job whose creation
 // was never acknowledged (or was being deleted): Recover removes it.
 //
-// Durability: Append writes to the page cache; a caller acknowledges a change to its client
-// only after Sync returned OK.
+// Durability: the Log* methods write to the page cache; a caller acknowledges a change to its
+// client only after Sync returned OK.
 //
-// Thread-safety: all methods may be called concurrently; Append calls are applied in the order
+// The order of snapshot and log writes is this class's (STYLE 17). An epoch starts in one of two
+// ways:
+//   - opened by the EndEpoch that closed the previous one (that record is in the previous log):
+//     OpenEpoch(e) before e is published (the previous log is synced, wal-e opened), then
+//     WriteEpochSnapshot(start of e) after it is published, off the boundary's path. Until that
+//     snapshot is committed, recovery starts from the older snapshot and replays the logs.
+//   - planned by a creation or an upload, which is in no log: StartEpochDurably(start of e)
+//     before it is published (the snapshot is committed, then wal-e opened).
+//
+// Thread-safety: all methods may be called concurrently; Log* calls are written in the order
 // they are made (the job makes them under its own lock).
 #ifndef SAMPLERD_SERVER_PERSISTENCE_JOB_JOURNAL_H_
 #define SAMPLERD_SERVER_PERSISTENCE_JOB_JOURNAL_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,6 +41,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "kernels/compute_backend.h"
+#include "server/loss_batch.h"
 #include "server/persistence/record_log.h"
 #include "server/persistence/snapshot.h"
 #include "server/persistence/state.pb.h"
@@ -42,8 +53,60 @@ class JobJournal {
   // A new job: creates `dir` (removing whatever a previous, unacknowledged job left there).
   static absl::StatusOr<std::unique_ptr<JobJournal>> Create(std::string dir);
 
+  // The state that opens an epoch, as its snapshot holds it.
+  struct EpochStart {
+    std::string job;   // The job's name.
+    std::string spec;  // Its normalised samplerd.v1.JobSpec, serialised.
+    uint64_t epoch = 0;
+    bool planned = false;  // False: awaiting an upload (epoch 0 only).
+    std::shared_ptr<const std::vector<float>> base;     // Null or empty: none uploaded.
+    std::shared_ptr<const std::vector<float>> weights;  // W_epoch; null or empty: uniform.
+    std::vector<SampleLossStats> loss_stats;            // Empty: no loss ever applied.
+    uint64_t samples_seen = 0;
+  };
+
+  // Before epoch `epoch` is published, when an EndEpoch opened it (or when a recovered job
+  // publishes its snapshot's epoch): syncs and closes the previous log and makes wal-<epoch>.log
+  // the log that the Log* calls write to (appending to it if it exists; a torn tail is cut). If
+  // snapshot-<epoch>.bin is committed, the files of earlier epochs are removed.
+  absl::Status OpenEpoch(uint64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
+  // After `start.epoch` was opened with OpenEpoch and published: writes its snapshot durably and
+  // removes the files of earlier epochs. FAILED_PRECONDITION if that epoch's log is not the one
+  // open (a later epoch opened meanwhile: its own snapshot will supersede this one).
+  absl::Status WriteEpochSnapshot(const EpochStart& start) ABSL_LOCKS_EXCLUDED(mu_);
+  // Before an epoch planned by a creation or an upload is published: writes its snapshot
+  // durably, then (if planned) opens its log.
+  absl::Status StartEpochDurably(const EpochStart& start) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // A loss batch encoded for LogLosses, so that the encoding happens before the caller takes its
+  // lock (ranks report concurrently).
+  class EncodedLosses {
+   public:
+    explicit EncodedLosses(const LossBatchView& batch);
+
+   private:
+    friend class JobJournal;
+    std::string bytes_;
+  };
+  // Records, in the open epoch's log, a state change about to be applied (in the order of
+  // application). No-ops while replaying (the records are the journal's own).
+  absl::Status LogLosses(const EncodedLosses& batch) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status LogRankEnded(uint64_t epoch, uint32_t rank) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status LogStreamed(uint64_t epoch, uint32_t rank, uint64_t position)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // What a recovered log says, one typed call per record, in order. `before_record` is called
+  // first with the record's epoch (the job waits for that epoch's plan and checks it is current).
+  struct ReplayHandlers {
+    std::function<absl::Status(uint64_t epoch)> before_record;
+    std::function<absl::Status(const LossBatchView&)> losses;
+    std::function<absl::Status(uint64_t epoch, uint32_t rank)> rank_ended;
+    std::function<absl::Status(uint64_t epoch, uint32_t rank, uint64_t position)> streamed;
+  };
+
   struct Recovered {
-    std::unique_ptr<JobJournal> journal;  // No log open yet: call BeginEpoch.
+    // In replay mode (Log* calls are no-ops) until EndReplay; no log open yet: call OpenEpoch.
+    std::unique_ptr<JobJournal> journal;
     Snapshot snapshot;                    // The newest.
     // The snapshot's epoch's log records and those of later epochs, in order.
     std::vector<state::WalRecord> records;
@@ -52,18 +115,22 @@ class JobJournal {
   // DATA_LOSS naming the file when the newest snapshot or a log is corrupt.
   static absl::StatusOr<Recovered> Recover(std::string dir);
 
+  // Feeds `records` (from Recover) to `handlers`. DATA_LOSS naming the directory and the record
+  // when a record has no kind or a handler fails.
+  absl::Status Replay(const std::vector<state::WalRecord>& records,
+                      const ReplayHandlers& handlers) const;
+  // Ends replay mode: Log* calls write again.
+  void EndReplay() ABSL_LOCKS_EXCLUDED(mu_);
+
   ~JobJournal();
   JobJournal(const JobJournal&) = delete;
   JobJournal& operator=(const JobJournal&) = delete;
 
   const std::string& dir() const { return dir_; }
 
-  // Durably writes the snapshot that opens epoch `header.epoch()`, then removes the files of
-  // earlier epochs: StageSnapshot + CommitSnapshot.
-  absl::Status WriteSnapshot(const state::SnapshotHeader& header, absl::Span<const float> base,
-                             absl::Span<const float> weights,
-                             absl::Span<const SampleLossStats> loss_stats);
-  // The halves of WriteSnapshot (see snapshot.h): the arrays may change once StageSnapshot
+  // ---- The building blocks of the calls above (also used by the journal's own tests).
+
+  // The halves of writing a snapshot (see snapshot.h): the arrays may change once StageSnapshot
   // returned; until CommitSnapshot(epoch) succeeded, the earlier epochs' files are kept, so a
   // crash in between recovers from them (and the logs after them).
   absl::Status StageSnapshot(const state::SnapshotHeader& header, absl::Span<const float> base,
@@ -71,13 +138,8 @@ class JobJournal {
                              absl::Span<const SampleLossStats> loss_stats);
   absl::Status CommitSnapshot(uint64_t epoch);
 
-  // Makes wal-<epoch>.log the log that Append writes to (appending to it if it exists; a torn
-  // tail is cut) and syncs and closes the previous log. If snapshot-<epoch>.bin is committed,
-  // the files of earlier epochs are removed.
-  absl::Status BeginEpoch(uint64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
-
   // Appends one serialised state::WalRecord to the current epoch's log. FAILED_PRECONDITION
-  // before the first BeginEpoch. After an I/O error every later call fails with it.
+  // before the first OpenEpoch. After an I/O error every later call fails with it.
   absl::Status Append(absl::string_view record) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Makes every record appended so far durable.
@@ -88,7 +150,11 @@ class JobJournal {
   absl::Status Remove() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  explicit JobJournal(std::string dir) : dir_(std::move(dir)) {}
+  explicit JobJournal(std::string dir, bool replaying = false)
+      : dir_(std::move(dir)), replaying_(replaying) {}
+  // Writes `start`'s snapshot to the page cache (StageSnapshot).
+  absl::Status StageEpochStart(const EpochStart& start);
+  absl::Status Log(const state::WalRecord& record);
   std::string SnapshotPath(uint64_t epoch) const;
   std::string LogPath(uint64_t epoch) const;
   // Removes the snapshots and logs of epochs before `epoch` (superseded by its snapshot).
@@ -98,6 +164,8 @@ class JobJournal {
   absl::Mutex mu_;
   std::shared_ptr<RecordLogWriter> log_ ABSL_GUARDED_BY(mu_);
   absl::Status error_ ABSL_GUARDED_BY(mu_);  // Sticky: a previous log failed to sync.
+  uint64_t open_epoch_ ABSL_GUARDED_BY(mu_) = 0;  // The epoch of log_ (when log_ is set).
+  bool replaying_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace samplerd

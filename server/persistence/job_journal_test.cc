@@ -95,7 +95,8 @@ class JobJournalTest : public ::testing::Test {
   static void WriteEpochSnapshot(JobJournal& journal, uint64_t epoch) {
     const std::vector<float> weights = Weights(epoch);
     const std::vector<SampleLossStats> stats = {{0.5f, 1, 1}, {1.5f, 2, 1}, {0.0f, 0, 0}};
-    ASSERT_TRUE(journal.WriteSnapshot(Header(epoch), {}, weights, stats).ok());
+    ASSERT_TRUE(journal.StageSnapshot(Header(epoch), {}, weights, stats).ok());
+    ASSERT_TRUE(journal.CommitSnapshot(epoch).ok());
   }
 
   static void AppendAll(JobJournal& journal, const std::vector<state::WalRecord>& records) {
@@ -155,7 +156,7 @@ TEST_F(JobJournalTest, RecoverReturnsTheSnapshotAndTheRecordsInOrder) {
     auto journal = Create();
     ASSERT_NE(journal, nullptr);
     WriteEpochSnapshot(*journal, 0);
-    ASSERT_TRUE(journal->BeginEpoch(0).ok());
+    ASSERT_TRUE(journal->OpenEpoch(0).ok());
     AppendAll(*journal, records);
     ASSERT_TRUE(journal->Sync().ok());
   }
@@ -184,7 +185,7 @@ TEST_F(JobJournalTest, ARecoveredJournalAppendsToItsEpochLog) {
     auto journal = Create();
     ASSERT_NE(journal, nullptr);
     WriteEpochSnapshot(*journal, 0);
-    ASSERT_TRUE(journal->BeginEpoch(0).ok());
+    ASSERT_TRUE(journal->OpenEpoch(0).ok());
     AppendAll(*journal, {Losses(0, 0, 1)});
     ASSERT_TRUE(journal->Sync().ok());
   }
@@ -192,7 +193,7 @@ TEST_F(JobJournalTest, ARecoveredJournalAppendsToItsEpochLog) {
     auto recovered = Recover();
     ASSERT_TRUE(recovered.ok()) << recovered.status();
     JobJournal& journal = *recovered->journal;
-    ASSERT_TRUE(journal.BeginEpoch(0).ok());
+    ASSERT_TRUE(journal.OpenEpoch(0).ok());
     AppendAll(journal, {Losses(0, 0, 2)});
     ASSERT_TRUE(journal.Sync().ok());
   }
@@ -201,17 +202,17 @@ TEST_F(JobJournalTest, ARecoveredJournalAppendsToItsEpochLog) {
   EXPECT_EQ(Serialized(recovered->records), Serialized({Losses(0, 0, 1), Losses(0, 0, 2)}));
 }
 
-TEST_F(JobJournalTest, WriteSnapshotAndBeginEpochRemoveTheOlderEpochsFiles) {
+TEST_F(JobJournalTest, WriteSnapshotAndOpenEpochRemoveTheOlderEpochsFiles) {
   auto journal = Create();
   ASSERT_NE(journal, nullptr);
   WriteEpochSnapshot(*journal, 0);
-  ASSERT_TRUE(journal->BeginEpoch(0).ok());
+  ASSERT_TRUE(journal->OpenEpoch(0).ok());
   AppendAll(*journal, {Losses(0, 0, 1), RankEnded(0, 0)});
   ASSERT_TRUE(journal->Sync().ok());
   EXPECT_THAT(FileNames(dir_), ElementsAre("snapshot-0.bin", "wal-0.log"));
   WriteEpochSnapshot(*journal, 1);
   EXPECT_THAT(FileNames(dir_), ElementsAre("snapshot-1.bin"));
-  ASSERT_TRUE(journal->BeginEpoch(1).ok());
+  ASSERT_TRUE(journal->OpenEpoch(1).ok());
   EXPECT_THAT(FileNames(dir_), ElementsAre("snapshot-1.bin", "wal-1.log"));
   AppendAll(*journal, {Losses(1, 0, 1)});
   ASSERT_TRUE(journal->Sync().ok());
@@ -223,16 +224,16 @@ TEST_F(JobJournalTest, WriteSnapshotAndBeginEpochRemoveTheOlderEpochsFiles) {
   EXPECT_EQ(Serialized(recovered->records), Serialized({Losses(1, 0, 1)}));
 }
 
-TEST_F(JobJournalTest, CommitSnapshotAfterBeginEpochRemovesTheOlderEpochsFiles) {
+TEST_F(JobJournalTest, CommitSnapshotAfterOpenEpochRemovesTheOlderEpochsFiles) {
   auto journal = Create();
   ASSERT_NE(journal, nullptr);
   WriteEpochSnapshot(*journal, 0);
-  ASSERT_TRUE(journal->BeginEpoch(0).ok());
+  ASSERT_TRUE(journal->OpenEpoch(0).ok());
   AppendAll(*journal, {Losses(0, 0, 1)});
   std::vector<float> weights = Weights(1);
   ASSERT_TRUE(journal->StageSnapshot(Header(1), {}, weights, {}).ok());
   weights.assign(3, -1.0f);  // Free to change once staged.
-  ASSERT_TRUE(journal->BeginEpoch(1).ok());
+  ASSERT_TRUE(journal->OpenEpoch(1).ok());
   // Not committed yet: epoch 0's files are what a crash would recover from.
   EXPECT_THAT(FileNames(dir_),
               ElementsAre("snapshot-0.bin", "snapshot-1.bin.tmp", "wal-0.log", "wal-1.log"));
@@ -249,7 +250,7 @@ TEST_F(JobJournalTest, CommitSnapshotAfterBeginEpochRemovesTheOlderEpochsFiles) 
   EXPECT_EQ(Serialized(recovered->records), Serialized({Losses(1, 0, 1), Losses(1, 0, 2)}));
 }
 
-TEST_F(JobJournalTest, BeginEpochOfACommittedSnapshotRemovesTheOlderEpochsFiles) {
+TEST_F(JobJournalTest, OpenEpochOfACommittedSnapshotRemovesTheOlderEpochsFiles) {
   // A crash in CommitSnapshot(1) after the rename, before epoch 0's files were removed.
   ASSERT_TRUE(std::filesystem::create_directories(dir_));
   WriteSnapshotFile(0);
@@ -259,7 +260,7 @@ TEST_F(JobJournalTest, BeginEpochOfACommittedSnapshotRemovesTheOlderEpochsFiles)
   ASSERT_TRUE(recovered.ok()) << recovered.status();
   EXPECT_EQ(recovered->snapshot.header.epoch(), 1u);
   EXPECT_TRUE(recovered->records.empty());
-  ASSERT_TRUE(recovered->journal->BeginEpoch(1).ok());
+  ASSERT_TRUE(recovered->journal->OpenEpoch(1).ok());
   EXPECT_THAT(FileNames(dir_), ElementsAre("snapshot-1.bin", "wal-1.log"));
 }
 
@@ -268,10 +269,10 @@ TEST_F(JobJournalTest, ACrashBeforeTheCommitRecoversFromTheOlderSnapshotAndBothL
     auto journal = Create();
     ASSERT_NE(journal, nullptr);
     WriteEpochSnapshot(*journal, 0);
-    ASSERT_TRUE(journal->BeginEpoch(0).ok());
+    ASSERT_TRUE(journal->OpenEpoch(0).ok());
     AppendAll(*journal, {Losses(0, 0, 1), RankEnded(0, 0)});
     ASSERT_TRUE(journal->StageSnapshot(Header(1), {}, Weights(1), {}).ok());
-    ASSERT_TRUE(journal->BeginEpoch(1).ok());
+    ASSERT_TRUE(journal->OpenEpoch(1).ok());
     AppendAll(*journal, {Streamed(1, 0, 5), Losses(1, 0, 1)});
     ASSERT_TRUE(journal->Sync().ok());
   }  // A crash: CommitSnapshot(1) never ran.
@@ -289,7 +290,7 @@ TEST_F(JobJournalTest, CommitSnapshotWithoutAStagedOneFailsAndKeepsTheFiles) {
   auto journal = Create();
   ASSERT_NE(journal, nullptr);
   WriteEpochSnapshot(*journal, 0);
-  ASSERT_TRUE(journal->BeginEpoch(0).ok());
+  ASSERT_TRUE(journal->OpenEpoch(0).ok());
   EXPECT_FALSE(journal->CommitSnapshot(1).ok());
   EXPECT_THAT(FileNames(dir_), ElementsAre("snapshot-0.bin", "wal-0.log"));
 }
@@ -325,7 +326,7 @@ TEST_F(JobJournalTest, LogsAreReplayedInNumericEpochOrder) {
 }
 
 TEST_F(JobJournalTest, LogsOlderThanTheNewestSnapshotAreIgnored) {
-  // A crash inside BeginEpoch(10), before it removed epoch 9's files.
+  // A crash inside OpenEpoch(10), before it removed epoch 9's files.
   ASSERT_TRUE(std::filesystem::create_directories(dir_));
   WriteSnapshotFile(9);
   WriteLogFile(LogPath(9), {Losses(9, 0, 1)});
@@ -348,12 +349,12 @@ TEST_F(JobJournalTest, TheNewestSnapshotWithoutALogHasNoRecords) {
   EXPECT_TRUE(recovered->records.empty());
 }
 
-TEST_F(JobJournalTest, ATornTailIsDroppedAndCutByBeginEpoch) {
+TEST_F(JobJournalTest, ATornTailIsDroppedAndCutByOpenEpoch) {
   {
     auto journal = Create();
     ASSERT_NE(journal, nullptr);
     WriteEpochSnapshot(*journal, 0);
-    ASSERT_TRUE(journal->BeginEpoch(0).ok());
+    ASSERT_TRUE(journal->OpenEpoch(0).ok());
     // Not synced: the crash may cut these (a synced one would carry a sync marker after it).
     AppendAll(*journal, {Losses(0, 0, 1), Losses(0, 0, 2)});
   }
@@ -363,7 +364,7 @@ TEST_F(JobJournalTest, ATornTailIsDroppedAndCutByBeginEpoch) {
     auto recovered = Recover();
     ASSERT_TRUE(recovered.ok()) << recovered.status();
     EXPECT_EQ(Serialized(recovered->records), Serialized({Losses(0, 0, 1)}));
-    ASSERT_TRUE(recovered->journal->BeginEpoch(0).ok());
+    ASSERT_TRUE(recovered->journal->OpenEpoch(0).ok());
     AppendAll(*recovered->journal, {Losses(0, 0, 3)});
     ASSERT_TRUE(recovered->journal->Sync().ok());
   }
@@ -464,7 +465,7 @@ TEST_F(JobJournalTest, RemoveDeletesTheDirectory) {
   auto journal = Create();
   ASSERT_NE(journal, nullptr);
   WriteEpochSnapshot(*journal, 0);
-  ASSERT_TRUE(journal->BeginEpoch(0).ok());
+  ASSERT_TRUE(journal->OpenEpoch(0).ok());
   AppendAll(*journal, {Losses(0, 0, 1)});
   ASSERT_TRUE(journal->Sync().ok());
   WriteBytes(dir_ + "/snapshot-1.bin.tmp", "half a snapshot");
@@ -474,7 +475,7 @@ TEST_F(JobJournalTest, RemoveDeletesTheDirectory) {
   EXPECT_EQ(Recover().status().code(), absl::StatusCode::kNotFound);
 }
 
-TEST_F(JobJournalTest, AppendBeforeBeginEpochIsFailedPrecondition) {
+TEST_F(JobJournalTest, AppendBeforeOpenEpochIsFailedPrecondition) {
   auto journal = Create();
   ASSERT_NE(journal, nullptr);
   EXPECT_EQ(journal->Append(Losses(0, 0, 1).SerializeAsString()).code(),
@@ -483,11 +484,11 @@ TEST_F(JobJournalTest, AppendBeforeBeginEpochIsFailedPrecondition) {
   WriteEpochSnapshot(*journal, 0);
   EXPECT_EQ(journal->Append(Losses(0, 0, 1).SerializeAsString()).code(),
             absl::StatusCode::kFailedPrecondition);
-  ASSERT_TRUE(journal->BeginEpoch(0).ok());
+  ASSERT_TRUE(journal->OpenEpoch(0).ok());
   EXPECT_TRUE(journal->Append(Losses(0, 0, 1).SerializeAsString()).ok());
 }
 
-TEST_F(JobJournalTest, AppendOnARecoveredJournalBeforeBeginEpochIsFailedPrecondition) {
+TEST_F(JobJournalTest, AppendOnARecoveredJournalBeforeOpenEpochIsFailedPrecondition) {
   ASSERT_TRUE(std::filesystem::create_directories(dir_));
   WriteSnapshotFile(0);
   auto recovered = Recover();

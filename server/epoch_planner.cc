@@ -1,0 +1,135 @@
+#include "server/epoch_planner.h"
+
+#include <utility>
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+namespace samplerd {
+namespace {
+
+double MillisSince(absl::Time start) { return absl::ToDoubleMilliseconds(absl::Now() - start); }
+
+}  // namespace
+
+EpochPlanner::EpochPlanner(const JobConfig& config, ComputeBackend* backend)
+    : config_(config), backend_(backend) {}
+
+EpochPlanner::~EpochPlanner() { Stop(); }
+
+bool EpochPlanner::PlanIgnoresWeights(const JobConfig& config) {
+  const PlanSpec& p = config.plan;
+  return p.order == SampleOrder::kSequential || p.EveryIndexOnce() ||
+         (config.policy.base == BaseWeightKind::kUniform &&
+          config.policy.loss == LossWeightKind::kNone);
+}
+
+absl::StatusOr<PlannedEpoch> EpochPlanner::Plan(
+    uint64_t epoch, std::shared_ptr<const std::vector<float>> weights) {
+  return PlanWith(epoch, std::move(weights), 0.0);
+}
+
+absl::StatusOr<std::shared_ptr<const std::vector<float>>> EpochPlanner::Recompute(
+    uint64_t closed_epoch, const RecomputeInputs& inputs) const {
+  if (config_.policy.loss == LossWeightKind::kNone) return inputs.current;
+  const uint64_t n = config_.plan.num_samples;
+  auto next = std::make_shared<std::vector<float>>(n);
+  const std::vector<float> ones =
+      inputs.current->empty() ? std::vector<float>(n, 1.0f) : std::vector<float>();
+  const absl::Span<const float> base =
+      inputs.base ? absl::MakeConstSpan(*inputs.base) : absl::Span<const float>();
+  if (absl::Status s = backend_->RecomputeWeights(
+          config_.policy, closed_epoch, base, inputs.current->empty() ? ones : *inputs.current,
+          inputs.losses, absl::MakeSpan(*next));
+      !s.ok()) {
+    return s;
+  }
+  return std::shared_ptr<const std::vector<float>>(std::move(next));
+}
+
+absl::StatusOr<PlannedEpoch> EpochPlanner::PlanWith(
+    uint64_t epoch, std::shared_ptr<const std::vector<float>> weights, double recompute_ms) {
+  const absl::Time start = absl::Now();
+  // `stale`: a plan computed ahead for another epoch (a re-upload before the job started). Its
+  // destructor waits for the computation: declared here, it runs after the lock is released.
+  std::future<absl::StatusOr<samplerd::Plan>> ahead, stale;
+  {
+    absl::MutexLock lock(&ahead_mu_);
+    if (ahead_.valid()) (ahead_epoch_ == epoch ? ahead : stale) = std::move(ahead_);
+  }
+  // A plan computed ahead equals the one computed now: it depends on (seed, epoch) only, and
+  // weights keep their zero pattern across recomputes (clamps are > 0), so it is as valid.
+  absl::StatusOr<samplerd::Plan> plan =
+      ahead.valid() ? ahead.get() : backend_->PlanEpoch(config_.plan, epoch, *weights);
+  if (!plan.ok()) return plan.status();
+  PlannedEpoch planned;
+  planned.epoch = epoch;
+  planned.plan_ms = MillisSince(start);
+  planned.recompute_ms = recompute_ms;
+  if (weights->empty()) {
+    planned.weight_summary = SummarizeWeights(std::vector<float>(1, 1.0f));
+    planned.weight_summary.effective_sample_size = static_cast<double>(config_.plan.num_samples);
+  } else {
+    planned.weight_summary = SummarizeWeights(*weights);
+  }
+  planned.view.plan = std::make_shared<const samplerd::Plan>(*std::move(plan));
+  planned.view.unit_is_weights = weights->empty() || config_.plan.EveryIndexOnce();
+  planned.view.weights = std::move(weights);
+  return planned;
+}
+
+bool EpochPlanner::StartNext(uint64_t closed_epoch, RecomputeInputs inputs,
+                             std::function<void(absl::StatusOr<PlannedEpoch>)> done) {
+  absl::MutexLock lock(&mu_);
+  if (stopped_) return false;
+  // The previous task has published its epoch (the job served it since); at most it is still
+  // committing that epoch's snapshot.
+  if (thread_.joinable()) thread_.join();
+  thread_ = std::thread([this, closed_epoch, inputs = std::move(inputs),
+                         done = std::move(done)] {
+    const absl::Time start = absl::Now();
+    absl::StatusOr<std::shared_ptr<const std::vector<float>>> weights =
+        Recompute(closed_epoch, inputs);
+    if (!weights.ok()) {
+      done(weights.status());
+    } else {
+      done(PlanWith(closed_epoch + 1, *std::move(weights), MillisSince(start)));
+    }
+#if defined(__GLIBC__)
+    // An epoch boundary is a quiet moment: give the memory of the epoch's freed message buffers
+    // and planning scratch back to the system (glibc keeps freed blocks in per-thread arenas).
+    malloc_trim(0);
+#endif
+  });
+  return true;
+}
+
+void EpochPlanner::PlanAhead(const PlannedEpoch& published) {
+  if (!PlanIgnoresWeights(config_)) return;
+  absl::MutexLock lock(&ahead_mu_);
+  if (ahead_stopped_) return;
+  // A previous look-ahead not taken (a re-upload replaced epoch 0): wait for it before reuse.
+  if (ahead_.valid()) ahead_.wait();
+  ahead_epoch_ = published.epoch + 1;
+  ahead_ = std::async(std::launch::async,
+                      [this, epoch = ahead_epoch_, weights = published.view.weights] {
+                        return backend_->PlanEpoch(config_.plan, epoch, *weights);
+                      });
+}
+
+void EpochPlanner::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopped_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  absl::MutexLock lock(&ahead_mu_);
+  ahead_stopped_ = true;
+  if (ahead_.valid()) ahead_.wait();
+}
+
+}  // namespace samplerd

@@ -1,0 +1,103 @@
+#include "server/epoch_planner.h"
+
+#include <memory>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "gtest/gtest.h"
+#include "server/testing/gated_backend.h"
+
+namespace samplerd {
+namespace {
+
+JobConfig Config(uint64_t n, uint64_t m, v1::LossPolicy loss) {
+  v1::JobSpec spec;
+  spec.set_num_samples(n);
+  spec.set_samples_per_epoch(m);
+  spec.set_world_size(1);
+  spec.set_seed(11);
+  spec.mutable_policy()->set_loss(loss);
+  absl::StatusOr<JobConfig> config = MakeJobConfig(spec, JobLimits());
+  EXPECT_TRUE(config.ok()) << config.status();
+  return *config;
+}
+
+std::shared_ptr<const std::vector<float>> Uniform() {
+  return std::make_shared<const std::vector<float>>();
+}
+
+class EpochPlannerTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<ComputeBackend> backend_ = NewCpuBackend(2);
+};
+
+TEST_F(EpochPlannerTest, PlanIsTheBackendsPlan) {
+  const JobConfig config = Config(1000, 100, v1::NONE);
+  EpochPlanner planner(config, backend_.get());
+  absl::StatusOr<PlannedEpoch> planned = planner.Plan(3, Uniform());
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  absl::StatusOr<Plan> direct = backend_->PlanEpoch(config.plan, 3, {});
+  ASSERT_TRUE(direct.ok());
+  EXPECT_EQ(planned->epoch, 3u);
+  EXPECT_EQ(planned->view.plan->ToVector(), direct->ToVector());
+  EXPECT_TRUE(planned->view.unit_is_weights);
+  EXPECT_EQ(planned->weight_summary.effective_sample_size, 1000.0);
+}
+
+TEST_F(EpochPlannerTest, PlanAheadIsTakenForTheNextEpochOnly) {
+  const JobConfig config = Config(1000, 1000, v1::LOSS);  // Every index once: plans ahead.
+  ASSERT_TRUE(EpochPlanner::PlanIgnoresWeights(config));
+  testutil::GatedBackend gated(backend_.get());
+  EpochPlanner planner(config, &gated);
+  absl::StatusOr<PlannedEpoch> first = planner.Plan(0, Uniform());
+  ASSERT_TRUE(first.ok());
+  planner.PlanAhead(*first);
+  // Plan(1) takes the plan computed ahead: held plans would block it otherwise.
+  absl::StatusOr<PlannedEpoch> ahead = planner.Plan(1, Uniform());
+  ASSERT_TRUE(ahead.ok());
+  absl::StatusOr<Plan> direct = backend_->PlanEpoch(config.plan, 1, {});
+  ASSERT_TRUE(direct.ok());
+  EXPECT_EQ(ahead->view.plan->ToVector(), direct->ToVector());
+}
+
+TEST_F(EpochPlannerTest, StartNextRecomputesThenPlans) {
+  const JobConfig config = Config(500, 100, v1::LOSS);
+  EpochPlanner planner(config, backend_.get());
+  std::vector<SampleLossStats> stats(500);
+  for (uint64_t i = 0; i < 500; i += 3) stats[i] = {static_cast<float>(i % 7), 1, EpochMarker(0)};
+  RecomputeInputs inputs;
+  inputs.current = Uniform();
+  inputs.losses = stats;
+  absl::Notification done;
+  absl::StatusOr<PlannedEpoch> result = absl::UnknownError("not run");
+  ASSERT_TRUE(planner.StartNext(0, inputs, [&](absl::StatusOr<PlannedEpoch> planned) {
+    result = std::move(planned);
+    done.Notify();
+  }));
+  done.WaitForNotification();
+  ASSERT_TRUE(result.ok()) << result.status();
+  std::vector<float> ones(500, 1.0f), want(500);
+  ASSERT_TRUE(
+      backend_->RecomputeWeights(config.policy, 0, {}, ones, stats, absl::MakeSpan(want)).ok());
+  EXPECT_EQ(*result->view.weights, want);
+  absl::StatusOr<Plan> plan = backend_->PlanEpoch(config.plan, 1, want);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(result->epoch, 1u);
+  EXPECT_EQ(result->view.plan->ToVector(), plan->ToVector());
+  EXPECT_FALSE(result->view.unit_is_weights);
+}
+
+TEST_F(EpochPlannerTest, NothingStartsAfterStop) {
+  const JobConfig config = Config(100, 100, v1::NONE);
+  EpochPlanner planner(config, backend_.get());
+  planner.Stop();
+  RecomputeInputs inputs;
+  inputs.current = Uniform();
+  bool ran = false;
+  EXPECT_FALSE(planner.StartNext(0, inputs, [&](absl::StatusOr<PlannedEpoch>) { ran = true; }));
+  planner.Stop();
+  EXPECT_FALSE(ran);
+}
+
+}  // namespace
+}  // namespace samplerd

@@ -1,0 +1,92 @@
+// Job::Restore: a persisted job rebuilt from its newest snapshot and its logs (job_journal.h).
+// The log is replayed through the job's own methods, so a restored job has exactly the state the
+// original had when it last acknowledged a call; plans are deterministic, so they come back too.
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "server/job.h"
+
+namespace samplerd {
+
+absl::StatusOr<std::unique_ptr<Job>> Job::Restore(std::string name, JobConfig config,
+                                                  ComputeBackend* backend,
+                                                  JobJournal::Recovered recovered) {
+  Snapshot& snapshot = recovered.snapshot;
+  const state::SnapshotHeader& header = snapshot.header;
+  const uint64_t n = config.plan.num_samples;
+  const std::string where = recovered.journal->dir();
+  auto bad = [&](absl::string_view what) {
+    return absl::DataLossError(absl::StrCat(where, ": snapshot of epoch ", header.epoch(), " ",
+                                            what, " (num_samples ", n, ")"));
+  };
+  if (header.job() != name) return bad(absl::StrCat("belongs to job '", header.job(), "'"));
+  if (header.base_count() != 0 && header.base_count() != n) return bad("has wrong base weights");
+  if (header.weights_count() != 0 && header.weights_count() != n) return bad("has wrong weights");
+  if (header.loss_stats_count() != 0 && header.loss_stats_count() != n) {
+    return bad("has wrong loss statistics");
+  }
+  if (!header.planned() && (header.epoch() != 0 || !recovered.records.empty())) {
+    return bad("is not planned but has a log");
+  }
+  std::unique_ptr<Job> job(
+      new Job(std::move(name), std::move(config), backend, std::move(recovered.journal)));
+  std::shared_ptr<const std::vector<float>> base;
+  if (header.has_base()) {
+    base = std::make_shared<const std::vector<float>>(std::move(snapshot.base));
+  }
+  {
+    absl::MutexLock lock(&job->mu_);
+    // A job without a loss policy keeps no statistics (snapshots of older versions have them).
+    if (job->losses_.has_value() && !snapshot.loss_stats.empty()) {
+      if (absl::Status s = job->losses_->Restore(std::move(snapshot.loss_stats)); !s.ok()) {
+        return bad(s.message());
+      }
+    }
+    // The snapshot's epoch, published below (the upload or the EndEpoch that opened it is done).
+    job->epoch_ = header.epoch();
+    if (header.planned()) job->phase_ = Planning{std::nullopt, absl::Now()};
+  }
+  if (header.planned()) {
+    auto weights = std::make_shared<const std::vector<float>>(std::move(snapshot.weights));
+    absl::StatusOr<PlannedEpoch> planned = job->planner_.Plan(header.epoch(), std::move(weights));
+    absl::Status s = planned.status();
+    // The snapshot exists already: only the epoch's log is opened.
+    if (s.ok()) s = job->journal_->OpenEpoch(header.epoch());
+    if (s.ok()) job->Publish(*planned, base);
+    if (s.ok()) s = job->Replay(recovered);
+    if (!s.ok()) {
+      job->Close(s);
+      return s;
+    }
+  }
+  job->journal_->EndReplay();
+  return job;
+}
+
+absl::Status Job::Replay(const JobJournal::Recovered& recovered) {
+  v1::LossReportSummary summary;
+  JobJournal::ReplayHandlers handlers;
+  handlers.before_record = [this](uint64_t epoch) -> absl::Status {
+    // A record of the next epoch follows the EndEpoch that closed this one: wait for its plan.
+    if (absl::Status s = AwaitNotPlanning(); !s.ok()) return s;
+    absl::MutexLock lock(&mu_);
+    if (epoch != epoch_ || !std::holds_alternative<Serving>(phase_)) {
+      return absl::DataLossError(
+          absl::StrCat("it is of epoch ", epoch, " but the job is at epoch ", epoch_));
+    }
+    return absl::OkStatus();
+  };
+  handlers.losses = [this, &summary](const LossBatchView& batch) {
+    return ReportLosses(batch, &summary);
+  };
+  handlers.rank_ended = [this](uint64_t epoch, uint32_t rank) {
+    return EndEpoch(epoch, rank).status();
+  };
+  handlers.streamed = [this](uint64_t epoch, uint32_t rank, uint64_t position) {
+    return RecordStreamed(epoch, rank, position);
+  };
+  if (absl::Status s = journal_->Replay(recovered.records, handlers); !s.ok()) return s;
+  return AwaitNotPlanning();
+}
+
+}  // namespace samplerd

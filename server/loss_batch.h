@@ -1,0 +1,37 @@
+// LossBatchView: one batch of (index, loss) pairs as the core sees it, and the one place that
+// decides whether a batch is well-formed.
+//
+// The service unpacks a v1::LossBatch into spans (no copy); the journal logs and replays the same
+// view. Plain data; no gRPC.
+#ifndef SAMPLERD_SERVER_LOSS_BATCH_H_
+#define SAMPLERD_SERVER_LOSS_BATCH_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "kernels/compute_backend.h"
+
+namespace samplerd {
+
+// Largest number of (index, loss) pairs in one batch (the API's limit, proto/samplerd.proto).
+inline constexpr uint64_t kMaxLossBatchPairs = uint64_t{1} << 20;
+
+struct LossBatchView {
+  uint64_t epoch = 0;
+  uint32_t rank = 0;
+  uint64_t seq = 0;  // Chosen by the reporter per (epoch, rank); identifies a retried batch.
+  absl::Span<const uint64_t> indices;
+  absl::Span<const float> losses;
+};
+
+// OK if `batch` can be applied to a job of `num_samples` samples and `shard`'s ranks: a valid
+// rank, as many losses as indices, 1 to kMaxLossBatchPairs pairs, every index < num_samples and
+// every loss finite and >= 0. INVALID_ARGUMENT naming the first offending field and value
+// otherwise. Does not look at the epoch (whether it is open is the job's state).
+absl::Status ValidateLossBatch(const LossBatchView& batch, uint64_t num_samples,
+                               const ShardSpec& shard);
+
+}  // namespace samplerd
+
+#endif  // SAMPLERD_SERVER_LOSS_BATCH_H_
