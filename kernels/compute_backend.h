@@ -64,12 +64,6 @@ struct Plan {
   uint64_t operator[](uint64_t position) const {
     return Narrow(num_samples) ? indices32[position] : indices64[position];
   }
-  // A copy of the indices as 64-bit values (for tests and tools).
-  std::vector<uint64_t> ToVector() const {
-    std::vector<uint64_t> v(size());
-    for (uint64_t p = 0; p < v.size(); ++p) v[p] = (*this)[p];
-    return v;
-  }
 };
 
 // ----------------------------------------------------------------------------------------------

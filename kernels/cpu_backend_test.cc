@@ -64,13 +64,13 @@ TEST_P(PlanPropertiesTest, InvariantsHold) {
       continue;
     }
     ASSERT_TRUE(plan.ok()) << plan.status();
-    ASSERT_EQ(plan->ToVector().size(), c.m);
-    for (uint64_t idx : plan->ToVector()) {
+    ASSERT_EQ(testutil::PlanIndices(*plan).size(), c.m);
+    for (uint64_t idx : testutil::PlanIndices(*plan)) {
       ASSERT_LT(idx, c.n);
       if (c.weighted) ASSERT_GT(w[idx], 0.0f) << "zero-weight sample " << idx << " drawn";
     }
     if (!c.replacement) {
-      std::vector<uint64_t> sorted = plan->ToVector();
+      std::vector<uint64_t> sorted = testutil::PlanIndices(*plan);
       std::sort(sorted.begin(), sorted.end());
       EXPECT_EQ(std::adjacent_find(sorted.begin(), sorted.end()), sorted.end()) << "repeat";
       if (c.m == c.n) {
@@ -80,12 +80,12 @@ TEST_P(PlanPropertiesTest, InvariantsHold) {
     // Same inputs, any thread count: the same plan.
     auto again = NewCpuBackend(1)->PlanEpoch(spec, 3, w);
     ASSERT_TRUE(again.ok());
-    EXPECT_EQ(Fnv1a(again->ToVector()), Fnv1a(plan->ToVector()));
+    EXPECT_EQ(Fnv1a(testutil::PlanIndices(*again)), Fnv1a(testutil::PlanIndices(*plan)));
     // Another epoch: another plan (for plans with room to differ).
     if (c.n >= 8 && !(c.weighted == false && c.m == 1 && c.n < 8)) {
       auto next = backend->PlanEpoch(spec, 4, w);
       ASSERT_TRUE(next.ok());
-      EXPECT_NE(next->ToVector(), plan->ToVector());
+      EXPECT_NE(testutil::PlanIndices(*next), testutil::PlanIndices(*plan));
     }
     // Shards of every mode partition the plan's positions; their multiset union is the plan.
     for (uint32_t r : {1u, 3u, 8u}) {
@@ -97,7 +97,7 @@ TEST_P(PlanPropertiesTest, InvariantsHold) {
           ASSERT_TRUE(backend->ExtractShard(*plan, shard, rank, 0, absl::MakeSpan(s)).ok());
           all.insert(all.end(), s.begin(), s.end());
         }
-        std::vector<uint64_t> want = plan->ToVector();
+        std::vector<uint64_t> want = testutil::PlanIndices(*plan);
         std::sort(all.begin(), all.end());
         std::sort(want.begin(), want.end());
         EXPECT_EQ(all, want);
@@ -135,7 +135,8 @@ TEST(PlanTest, GoldenHashes) {
   for (const Golden& g : goldens) {
     auto plan = backend->PlanEpoch(g.spec, 1, g.weighted ? w : std::vector<float>());
     ASSERT_TRUE(plan.ok());
-    EXPECT_EQ(Fnv1a(plan->ToVector()), g.hash) << std::hex << "0x" << Fnv1a(plan->ToVector());
+    EXPECT_EQ(Fnv1a(testutil::PlanIndices(*plan)), g.hash)
+        << std::hex << "0x" << Fnv1a(testutil::PlanIndices(*plan));
   }
 }
 
@@ -174,7 +175,7 @@ TEST(StatisticsTest, WithReplacementFrequenciesFollowWeights) {
   auto plan = backend->PlanEpoch({n, m, 2024, true, SampleOrder::kWeightedRandom}, 0, w);
   ASSERT_TRUE(plan.ok());
   std::vector<uint64_t> counts(n, 0);
-  for (uint64_t idx : plan->ToVector()) ++counts[idx];
+  for (uint64_t idx : testutil::PlanIndices(*plan)) ++counts[idx];
   const double p = PValue(counts, w, m);
   EXPECT_GT(p, 1e-3) << "chi-square p-value";
   // And the test has power: the same counts against uniform expectations fail.
@@ -191,7 +192,7 @@ TEST(StatisticsTest, WithoutReplacementFirstDrawFollowsWeights) {
   for (uint64_t e = 0; e < epochs; ++e) {
     auto plan = backend->PlanEpoch({n, 1, 99, false, SampleOrder::kWeightedRandom}, e, w);
     ASSERT_TRUE(plan.ok());
-    ++counts[plan->ToVector()[0]];
+    ++counts[testutil::PlanIndices(*plan)[0]];
   }
   EXPECT_GT(PValue(counts, w, epochs), 1e-3);
 }
@@ -221,7 +222,7 @@ TEST(StatisticsTest, WithoutReplacementSetsFollowSuccessiveSampling) {
     auto plan = backend->PlanEpoch({n, m, 31, false, SampleOrder::kWeightedRandom}, e, w);
     ASSERT_TRUE(plan.ok());
     uint32_t set = 0;
-    for (uint64_t idx : plan->ToVector()) set |= 1u << idx;
+    for (uint64_t idx : testutil::PlanIndices(*plan)) set |= 1u << idx;
     ++observed[set];
   }
   double chi2 = 0;
@@ -244,7 +245,7 @@ TEST(StatisticsTest, WithoutReplacementInclusionFavoursHeavySamples) {
   for (uint64_t e = 0; e < 20; ++e) {
     auto plan = backend->PlanEpoch({n, m, 5, false, SampleOrder::kWeightedRandom}, e, w);
     ASSERT_TRUE(plan.ok());
-    for (uint64_t idx : plan->ToVector()) (idx % 2 == 0 ? heavy : light)++;
+    for (uint64_t idx : testutil::PlanIndices(*plan)) (idx % 2 == 0 ? heavy : light)++;
   }
   // Exact ES inclusion for this setup: heavy ≈ 0.77, light ≈ 0.23 of the picks.
   const double heavy_share = static_cast<double>(heavy) / (heavy + light);
@@ -260,7 +261,7 @@ TEST(StatisticsTest, ShuffleIsUniformOverPositions) {
   for (uint64_t e = 0; e < epochs; ++e) {
     auto plan = backend->PlanEpoch({n, n, 1, false, SampleOrder::kWeightedRandom}, e, {});
     ASSERT_TRUE(plan.ok());
-    ++first[plan->ToVector()[0]];
+    ++first[testutil::PlanIndices(*plan)[0]];
   }
   EXPECT_GT(PValue(first, std::vector<float>(n, 1.0f), epochs), 1e-3);
 }
@@ -558,7 +559,7 @@ TEST(PlanTest, WeightValidationMatchesValidateWeights) {
     EXPECT_EQ(plan.status().code(), want.code()) << special;
     EXPECT_EQ(plan.status().message(), want.message()) << special;
     if (plan.ok()) {
-      for (uint64_t idx : plan->ToVector()) ASSERT_GT(w[idx], 0.0f) << special;
+      for (uint64_t idx : testutil::PlanIndices(*plan)) ASSERT_GT(w[idx], 0.0f) << special;
       // Without replacement: M = N needs N positive weights; zeros (either sign) are not.
       auto all = backend->PlanEpoch({w.size(), w.size(), 1, false}, 0, w);
       EXPECT_EQ(all.status().code(),
@@ -574,14 +575,14 @@ TEST(SizesTest, TenMillionSamplePlans) {
   auto plan = backend->PlanEpoch({n, n, 8, false, SampleOrder::kWeightedRandom}, 0, {});
   ASSERT_TRUE(plan.ok());
   std::vector<bool> seen(n, false);
-  for (uint64_t idx : plan->ToVector()) {
+  for (uint64_t idx : testutil::PlanIndices(*plan)) {
     ASSERT_FALSE(seen[idx]);
     seen[idx] = true;
   }
   const std::vector<float> w = RandomWeights(n, 8, 0.0);
   auto with = backend->PlanEpoch({n, n, 8, true, SampleOrder::kWeightedRandom}, 0, w);
   ASSERT_TRUE(with.ok());
-  EXPECT_EQ(with->ToVector().size(), n);
+  EXPECT_EQ(testutil::PlanIndices(*with).size(), n);
 }
 
 TEST(SizesTest, ShardOfAPlanBeyondTwoToThe32) {

@@ -28,8 +28,8 @@ bool EpochPlanner::PlanIgnoresWeights(const JobConfig& config) {
           config.policy.loss == LossWeightKind::kNone);
 }
 
-absl::StatusOr<PlannedEpoch> EpochPlanner::Plan(
-    uint64_t epoch, std::shared_ptr<const std::vector<float>> weights) {
+absl::StatusOr<PlannedEpoch> EpochPlanner::Plan(uint64_t epoch,
+                                                std::shared_ptr<const std::vector<float>> weights) {
   return PlanWith(epoch, std::move(weights), 0.0);
 }
 
@@ -42,9 +42,9 @@ absl::StatusOr<std::shared_ptr<const std::vector<float>>> EpochPlanner::Recomput
       inputs.current->empty() ? std::vector<float>(n, 1.0f) : std::vector<float>();
   const absl::Span<const float> base =
       inputs.base ? absl::MakeConstSpan(*inputs.base) : absl::Span<const float>();
-  if (absl::Status s = backend_->RecomputeWeights(
-          config_.policy, closed_epoch, base, inputs.current->empty() ? ones : *inputs.current,
-          inputs.losses, absl::MakeSpan(*next));
+  if (absl::Status s = backend_->RecomputeWeights(config_.policy, closed_epoch, base,
+                                                  inputs.current->empty() ? ones : *inputs.current,
+                                                  inputs.losses, absl::MakeSpan(*next));
       !s.ok()) {
     return s;
   }
@@ -89,8 +89,7 @@ bool EpochPlanner::StartNext(uint64_t closed_epoch, RecomputeInputs inputs,
   // The previous task has published its epoch (the job served it since); at most it is still
   // committing that epoch's snapshot.
   if (thread_.joinable()) thread_.join();
-  thread_ = std::thread([this, closed_epoch, inputs = std::move(inputs),
-                         done = std::move(done)] {
+  thread_ = std::thread([this, closed_epoch, inputs = std::move(inputs), done = std::move(done)] {
     const absl::Time start = absl::Now();
     absl::StatusOr<std::shared_ptr<const std::vector<float>>> weights =
         Recompute(closed_epoch, inputs);

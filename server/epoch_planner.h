@@ -72,8 +72,7 @@ class EpochPlanner {
   // weights when the policy has no loss factor), then its plan; then `done` with the result.
   // Waits for the previous task first. Returns false and runs nothing after Stop.
   bool StartNext(uint64_t closed_epoch, RecomputeInputs inputs,
-                 std::function<void(absl::StatusOr<PlannedEpoch>)> done)
-      ABSL_LOCKS_EXCLUDED(mu_);
+                 std::function<void(absl::StatusOr<PlannedEpoch>)> done) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Called once `published` is the job's current epoch: if plans do not depend on the weights,
   // starts computing the plan of the next epoch (one more plan in memory). No-op after Stop.

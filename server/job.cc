@@ -92,17 +92,16 @@ absl::Status Job::CheckEpochOpen(uint64_t epoch) const {
     return absl::FailedPreconditionError(absl::StrCat(
         "epoch = ", epoch, " of job '", name_, "' is closed; the current epoch is ", epoch_));
   }
-  return absl::FailedPreconditionError(
-      absl::StrCat("epoch = ", epoch, " of job '", name_, "' is not open; the current epoch is ",
-                   epoch_, serving ? "" : " (", serving ? "" : WhyNotServing(epoch_),
-                   serving ? "" : ")"));
+  return absl::FailedPreconditionError(absl::StrCat(
+      "epoch = ", epoch, " of job '", name_, "' is not open; the current epoch is ", epoch_,
+      serving ? "" : " (", serving ? "" : WhyNotServing(epoch_), serving ? "" : ")"));
 }
 
 std::string Job::WhyNotServing(uint64_t epoch) const {
   if (std::holds_alternative<AwaitingUpload>(phase_)) {
-    return absl::StrCat("it has no plan yet: it waits for ",
-                        config_.policy.base == BaseWeightKind::kStatic ? "UploadWeights"
-                                                                       : "UploadLabels");
+    return absl::StrCat(
+        "it has no plan yet: it waits for ",
+        config_.policy.base == BaseWeightKind::kStatic ? "UploadWeights" : "UploadLabels");
   }
   if (const auto* planning = std::get_if<Planning>(&phase_)) {
     return absl::StrCat("epoch ", epoch_, " is still being planned, for ",
@@ -221,8 +220,7 @@ absl::Status Job::InstallBaseAndPlan(std::vector<float> base) {
   // An upload (or a creation) is in no log: its snapshot is all there is, so it is durable
   // before the plan is published.
   if (s.ok() && journal_ != nullptr) {
-    s = journal_->StartEpochDurably(
-        MakeEpochStart(0, /*planned=*/true, new_base, new_base, {}, 0));
+    s = journal_->StartEpochDurably(MakeEpochStart(0, /*planned=*/true, new_base, new_base, {}, 0));
   }
   if (s.ok()) {
     Publish(*planned, new_base);
@@ -347,9 +345,9 @@ absl::StatusOr<ShardLease> Job::AcquireShard(uint64_t epoch, uint32_t rank, uint
   while (!mu_.AwaitWithDeadline(
       ready, cancelled ? std::min(deadline, absl::Now() + kCancelPoll) : deadline)) {
     if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat("epoch ", epoch, " of job '", name_,
-                                                      "' was not served before the deadline: ",
-                                                      WhyNotServing(epoch)));
+      return absl::DeadlineExceededError(
+          absl::StrCat("epoch ", epoch, " of job '", name_,
+                       "' was not served before the deadline: ", WhyNotServing(epoch)));
     }
     if (cancelled()) {
       return absl::CancelledError(absl::StrCat("the caller went away while waiting for epoch ",
@@ -390,8 +388,7 @@ absl::Status Job::RecordStreamed(uint64_t epoch, uint32_t rank, uint64_t positio
 // ---- Losses -------------------------------------------------------------------------------------
 
 absl::Status Job::ReportLosses(const LossBatchView& batch, v1::LossReportSummary* summary) {
-  if (absl::Status s = ValidateLossBatch(batch, config_.plan.num_samples, config_.shard);
-      !s.ok()) {
+  if (absl::Status s = ValidateLossBatch(batch, config_.plan.num_samples, config_.shard); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat(s.message(), " (job '", name_, "')"));
   }
   // Encoded before taking the lock (other ranks report concurrently).

@@ -7,7 +7,8 @@
 //   Planning ──planning failed──> Failed       Serving(0), not started ──re-upload──> Planning(0)
 //
 // Jobs with a UNIFORM base plan epoch 0 at creation; STATIC / CLASS_BALANCED jobs wait for their
-// upload. The EpochPlanner (epoch_planner.h) computes each epoch off the lock; the Job publishes it.
+// upload. The EpochPlanner (epoch_planner.h) computes each epoch off the lock; the Job publishes
+// it.
 //
 // Thread-safety: all public methods are safe to call concurrently. The mutex is never held while
 // a plan or weights are computed or while a client is streamed to: readers take a reference to

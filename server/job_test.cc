@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/testing/test_util.h"
 #include "server/testing/gated_backend.h"
 
 namespace samplerd {
@@ -77,7 +78,7 @@ TEST_F(JobTest, PlanComputedAheadEqualsAFreshPlan) {
   ASSERT_TRUE(lease.ok());
   auto fresh = backend_->PlanEpoch(job->config().plan, 1, {});
   ASSERT_TRUE(fresh.ok());
-  EXPECT_EQ(lease->view.plan->ToVector(), fresh->ToVector());
+  EXPECT_EQ(testutil::PlanIndices(*lease->view.plan), testutil::PlanIndices(*fresh));
 }
 
 TEST_F(JobTest, WaitingReadersEndAtTheDeadlineOrOnClose) {
@@ -288,7 +289,7 @@ TEST_F(JobTest, StaticWeightsArriveBeforeTheFirstLossOnly) {
   ASSERT_TRUE(lease.ok()) << lease.status();
   // Normalised to mean 1; the zero-weight sample is never drawn.
   EXPECT_THAT(*lease->view.weights, ::testing::ElementsAre(0.0f, 1.0f, 1.0f, 2.0f));
-  for (uint64_t i : lease->view.plan->ToVector()) EXPECT_NE(i, 0u);
+  for (uint64_t i : testutil::PlanIndices(*lease->view.plan)) EXPECT_NE(i, 0u);
   EXPECT_TRUE(job->UploadWeights({1, 1, 1, 1}).ok());  // Re-upload before any loss: allowed.
   v1::LossReportSummary s;
   ASSERT_TRUE(job->RecordStreamed(0, 0, 0).ok());  // Nothing handed out yet: still allowed.
@@ -339,12 +340,12 @@ TEST_F(JobTest, AReuploadWithdrawsEpochZeroUntilItsNewPlanIsPublished) {
   EXPECT_EQ(job->Status().ranks(0).losses_accepted(), 0u);
 
   // A re-upload that fails to plan leaves the published plan as it was.
-  const std::vector<uint64_t> before = lease->view.plan->ToVector();
+  const std::vector<uint64_t> before = testutil::PlanIndices(*lease->view.plan);
   EXPECT_EQ(job->UploadWeights({1, 0, 0, 0}).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(job->Describe().plan_ready());
   auto after = job->AcquireShard(0, 0, 1, Soon());
   ASSERT_TRUE(after.ok()) << after.status();
-  EXPECT_EQ(after->view.plan->ToVector(), before);
+  EXPECT_EQ(testutil::PlanIndices(*after->view.plan), before);
   EXPECT_THAT(*after->view.weights, ::testing::ElementsAre(0.0f, 1.0f, 1.0f, 2.0f));
 }
 

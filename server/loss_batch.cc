@@ -18,15 +18,14 @@ absl::Status ValidateLossBatch(const LossBatchView& batch, uint64_t num_samples,
         absl::StrCat("indices: empty batch; send 1 to ", kMaxLossBatchPairs, " pairs"));
   }
   if (batch.indices.size() > kMaxLossBatchPairs) {
-    return absl::InvalidArgumentError(absl::StrCat("indices: ", batch.indices.size(),
-                                                   " pairs in one batch; at most ",
-                                                   kMaxLossBatchPairs));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "indices: ", batch.indices.size(), " pairs in one batch; at most ", kMaxLossBatchPairs));
   }
   for (size_t k = 0; k < batch.indices.size(); ++k) {
     if (batch.indices[k] >= num_samples) {
       return absl::InvalidArgumentError(absl::StrCat("indices[", k, "] = ", batch.indices[k],
-                                                     " is outside [0, num_samples = ",
-                                                     num_samples, ")"));
+                                                     " is outside [0, num_samples = ", num_samples,
+                                                     ")"));
     }
     const float loss = batch.losses[k];
     if (!(std::isfinite(loss) && loss >= 0)) {

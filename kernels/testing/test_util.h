@@ -1,4 +1,5 @@
-// Helpers for the kernels' tests: reproducible inputs and statistics.
+// Helpers for the kernels' and the server's tests: reproducible inputs, plans as vectors and
+// statistics.
 #ifndef SAMPLERD_KERNELS_TESTING_TEST_UTIL_H_
 #define SAMPLERD_KERNELS_TESTING_TEST_UTIL_H_
 
@@ -6,8 +7,17 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/compute_backend.h"
+
 namespace samplerd {
 namespace testutil {
+
+// A plan's indices as 64-bit values, whichever width it stores.
+inline std::vector<uint64_t> PlanIndices(const Plan& plan) {
+  std::vector<uint64_t> v(plan.size());
+  for (uint64_t p = 0; p < v.size(); ++p) v[p] = plan[p];
+  return v;
+}
 
 // n weights from a fixed LCG: 0 with probability zero_share, else uniform in [0.1, 4.1).
 inline std::vector<float> RandomWeights(uint64_t n, uint64_t seed, double zero_share = 0.0) {

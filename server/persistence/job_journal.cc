@@ -326,8 +326,7 @@ absl::Status JobJournal::Replay(const std::vector<state::WalRecord>& records,
           s = handlers.rank_ended(r.rank_ended().epoch(), r.rank_ended().rank());
           break;
         default:
-          s = handlers.streamed(r.streamed().epoch(), r.streamed().rank(),
-                                r.streamed().position());
+          s = handlers.streamed(r.streamed().epoch(), r.streamed().rank(), r.streamed().position());
           break;
       }
     }

@@ -58,7 +58,7 @@ class JobJournal {
     std::string job;   // The job's name.
     std::string spec;  // Its normalised samplerd.v1.JobSpec, serialised.
     uint64_t epoch = 0;
-    bool planned = false;  // False: awaiting an upload (epoch 0 only).
+    bool planned = false;                               // False: awaiting an upload (epoch 0 only).
     std::shared_ptr<const std::vector<float>> base;     // Null or empty: none uploaded.
     std::shared_ptr<const std::vector<float>> weights;  // W_epoch; null or empty: uniform.
     std::vector<SampleLossStats> loss_stats;            // Empty: no loss ever applied.
@@ -107,7 +107,7 @@ class JobJournal {
   struct Recovered {
     // In replay mode (Log* calls are no-ops) until EndReplay; no log open yet: call OpenEpoch.
     std::unique_ptr<JobJournal> journal;
-    Snapshot snapshot;                    // The newest.
+    Snapshot snapshot;  // The newest.
     // The snapshot's epoch's log records and those of later epochs, in order.
     std::vector<state::WalRecord> records;
   };
@@ -163,7 +163,7 @@ class JobJournal {
   const std::string dir_;
   absl::Mutex mu_;
   std::shared_ptr<RecordLogWriter> log_ ABSL_GUARDED_BY(mu_);
-  absl::Status error_ ABSL_GUARDED_BY(mu_);  // Sticky: a previous log failed to sync.
+  absl::Status error_ ABSL_GUARDED_BY(mu_);       // Sticky: a previous log failed to sync.
   uint64_t open_epoch_ ABSL_GUARDED_BY(mu_) = 0;  // The epoch of log_ (when log_ is set).
   bool replaying_ ABSL_GUARDED_BY(mu_);
 };
