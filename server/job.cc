@@ -223,8 +223,10 @@ absl::Status Job::InstallBaseAndPlan(std::vector<float> base) {
     s = journal_->StartEpochDurably(MakeEpochStart(0, /*planned=*/true, new_base, new_base, {}, 0));
   }
   if (s.ok()) {
-    Publish(*planned, new_base);
-    return absl::OkStatus();
+    if (Publish(*planned, new_base)) return absl::OkStatus();
+    absl::MutexLock lock(&mu_);  // Closed while planning: only Close leaves this Planning.
+    if (const auto* closed = std::get_if<Closed>(&phase_)) return closed->reason;
+    return absl::InternalError(absl::StrCat("job '", name_, "': epoch 0 was not published"));
   }
   absl::MutexLock lock(&mu_);
   if (auto* planning = std::get_if<Planning>(&phase_)) {
