@@ -110,7 +110,12 @@ class SamplerServicer(object):
         stream ends; nothing changes on error. Only allowed before the job started: before any shard
         position was streamed, loss reported or EndEpoch called (a re-upload before that replaces the
         plan of epoch 0).
-        Errors: INVALID_ARGUMENT (NaN/inf/negative weight, all zero, wrong offsets/length),
+        The weights are normalised to mean 1. Every positive weight stays drawable: the largest
+        positive weight may be at most 2^126 times the smallest one, so that each normalised
+        positive weight is a normal float (its importance weight 1 / w is finite); beyond that
+        ratio the upload is refused (use 0 for samples that must never be drawn).
+        Errors: INVALID_ARGUMENT (NaN/inf/negative weight, all zero, a ratio of positive weights
+        over 2^126 -- the message names both weights and the ratio --, wrong offsets/length),
         FAILED_PRECONDITION (policy is not STATIC, or the job already started), NOT_FOUND.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
