@@ -204,6 +204,12 @@ class ComputeBackend {
   virtual absl::StatusOr<Plan> PlanEpoch(const PlanSpec& spec, uint64_t epoch,
                                          absl::Span<const float> weights) = 0;
 
+  // An upper bound on the host memory that PlanEpoch(spec, ...) allocates besides the plan it
+  // returns (draw tables, selection keys, shuffle buffers), at its peak; `weighted`: with
+  // weights (not empty). The server admits a job by memory with it before allocating anything
+  // (server/job_memory.h). Saturates at UINT64_MAX. No plan is needed for it: pure arithmetic.
+  virtual uint64_t PlanScratchBytes(const PlanSpec& spec, bool weighted) const = 0;
+
   // Copies rank `rank`'s shard positions [start, start + out.size()) of `plan` into `out`.
   // INVALID_ARGUMENT if rank >= world_size or the range passes the shard's end.
   virtual absl::Status ExtractShard(const Plan& plan, const ShardSpec& shard, uint32_t rank,
