@@ -75,8 +75,12 @@ class SamplerServicer(object):
         computed before this call returns (for policies that need uploads, after the upload).
         Concurrent calls with one name and spec (every rank at start-up) share one job; a call that
         waits for another still planning epoch 0 ends at its deadline with DEADLINE_EXCEEDED (retry).
-        Errors: INVALID_ARGUMENT (spec), ALREADY_EXISTS, RESOURCE_EXHAUSTED (max jobs, max samples),
-        DEADLINE_EXCEEDED.
+        Admission by memory: the job's memory is estimated from its spec (see JobSpec) and must fit
+        in what the other jobs leave of the server's --max_memory_bytes; nothing is allocated
+        before. A failed create leaves nothing behind: the name and the job slot stay free.
+        Errors: INVALID_ARGUMENT (spec), ALREADY_EXISTS, RESOURCE_EXHAUSTED (max jobs, max samples,
+        memory: the message names spec.num_samples or spec.samples_per_epoch, the estimate and the
+        budget; or an allocation that failed anyway), DEADLINE_EXCEEDED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
