@@ -117,8 +117,8 @@ absl::Status NormaliseWeights(absl::Span<float> weights) {
   const double ratio = double{weights[max_at]} / double{weights[min_at]};  // Finite: < 2^277.
   if (ratio > kMaxWeightRatio) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "weights: the largest positive weight (weights[", max_at, "] = ", weights[max_at],
-        ") is ", ratio, " (2^", absl::StrFormat("%.1f", std::log2(ratio)), ") times the smallest (weights[",
+        "weights: the largest positive weight (weights[", max_at, "] = ", weights[max_at], ") is ",
+        ratio, " (2^", absl::StrFormat("%.1f", std::log2(ratio)), ") times the smallest (weights[",
         min_at, "] = ", weights[min_at],
         "); at most 2^126 is supported (normalised to mean 1, a smaller weight would no longer be "
         "a normal float: it could underflow to 0 and never be drawn, and its importance weight "

@@ -75,7 +75,7 @@ JobMemoryEstimate EstimateJobMemory(const JobConfig& config, const ComputeBacken
 }
 
 uint64_t DefaultMaxMemoryBytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES);     // NOLINT(runtime/int): sysconf's type.
+  const long pages = sysconf(_SC_PHYS_PAGES);    // NOLINT(runtime/int): sysconf's type.
   const long page_size = sysconf(_SC_PAGESIZE);  // NOLINT(runtime/int)
   uint64_t memory = pages > 0 && page_size > 0
                         ? MulSat(static_cast<uint64_t>(pages), static_cast<uint64_t>(page_size))

@@ -37,9 +37,9 @@ namespace samplerd {
 
 struct JobMemoryEstimate {
   uint64_t plans = 0;
-  uint64_t weights = 0;     // Base and epoch weights.
+  uint64_t weights = 0;  // Base and epoch weights.
   uint64_t loss_stats = 0;
-  uint64_t scratch = 0;     // The backend's planning scratch.
+  uint64_t scratch = 0;  // The backend's planning scratch.
   uint64_t ranks = 0;
 
   // The spec field that drives the estimate, for error messages: "spec.samples_per_epoch" when

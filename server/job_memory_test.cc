@@ -165,7 +165,8 @@ TEST_F(JobMemoryTest, EstimateBoundsWhatAJobReallyTakes) {
     if (!growth.supported) GTEST_SKIP() << "/proc/self/clear_refs cannot reset VmHWM here";
     ASSERT_EQ(growth.exit_code, 0) << "the measured code failed";
     std::printf("%s: growth %.1f MiB, estimate %.1f MiB (%s)\n", c.name.c_str(),
-                growth.bytes / 1048576.0, estimate.total() / 1048576.0, estimate.ToString().c_str());
+                growth.bytes / 1048576.0, estimate.total() / 1048576.0,
+                estimate.ToString().c_str());
     EXPECT_LE(growth.bytes, estimate.total() + loss_table_today + kSlack) << estimate.ToString();
   }
 }

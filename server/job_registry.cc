@@ -44,12 +44,12 @@ absl::Status JobRegistry::CheckMemory(const std::string& name,
   const uint64_t need = memory.total();
   if (need <= left) return absl::OkStatus();
   const std::string& field = memory.driving_field;
-  return absl::ResourceExhaustedError(absl::StrCat(
-      field, " = ", memory.driving_value, ": job '", name, "' needs an estimated ", FormatBytes(need),
-      " of memory (", memory.ToString(), "), more than the ", FormatBytes(left),
-      " left of --max_memory_bytes = ", FormatBytes(budget), " (", reserved_.size(),
-      " job(s) hold ", FormatBytes(reserved_total_), "); lower ", field,
-      ", delete a job or raise --max_memory_bytes"));
+  return absl::ResourceExhaustedError(
+      absl::StrCat(field, " = ", memory.driving_value, ": job '", name, "' needs an estimated ",
+                   FormatBytes(need), " of memory (", memory.ToString(), "), more than the ",
+                   FormatBytes(left), " left of --max_memory_bytes = ", FormatBytes(budget), " (",
+                   reserved_.size(), " job(s) hold ", FormatBytes(reserved_total_), "); lower ",
+                   field, ", delete a job or raise --max_memory_bytes"));
 }
 
 void JobRegistry::Reserve(const std::string& name, uint64_t bytes) {
@@ -204,10 +204,11 @@ absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Create(const std::string& name
   } catch (const std::bad_alloc&) {
     // The estimate fitted the budget but the machine had less (other processes, overcommit
     // refused): the partly built job was destroyed on the way here; its files go too.
-    job = absl::ResourceExhaustedError(absl::StrCat(
-        "job '", name, "': out of memory while creating it (estimated ", FormatBytes(memory.total()),
-        "; --max_memory_bytes = ", FormatBytes(limits_.max_memory_bytes),
-        " may exceed what this machine has free); nothing was created"));
+    job = absl::ResourceExhaustedError(
+        absl::StrCat("job '", name, "': out of memory while creating it (estimated ",
+                     FormatBytes(memory.total()),
+                     "; --max_memory_bytes = ", FormatBytes(limits_.max_memory_bytes),
+                     " may exceed what this machine has free); nothing was created"));
     if (!data_dir_.empty()) {
       std::error_code ec;
       std::filesystem::remove_all(JobDir(name), ec);

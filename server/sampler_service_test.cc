@@ -2,8 +2,8 @@
 #include "server/sampler_service.h"
 
 #include <algorithm>
-#include <cmath>
 #include <atomic>
+#include <cmath>
 #include <map>
 #include <set>
 #include <thread>

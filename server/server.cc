@@ -96,10 +96,9 @@ Server::Server(const Options& options, std::unique_ptr<ComputeBackend> backend)
     : options_(options),
       backend_(std::move(backend)),
       registry_(std::make_unique<JobRegistry>(
-          JobRegistry::Limits{static_cast<size_t>(options.max_jobs),
-                              JobLimits{options.max_samples_per_job},
-                              options.max_memory_bytes != 0 ? options.max_memory_bytes
-                                                            : DefaultMaxMemoryBytes()},
+          JobRegistry::Limits{
+              static_cast<size_t>(options.max_jobs), JobLimits{options.max_samples_per_job},
+              options.max_memory_bytes != 0 ? options.max_memory_bytes : DefaultMaxMemoryBytes()},
           backend_.get(), options.data_dir)),
       service_(std::make_unique<SamplerService>(registry_.get(), backend_.get(),
                                                 options.max_message_bytes)) {}
