@@ -435,6 +435,19 @@ TEST_F(SamplerServiceTest, StaticWeightsDecideTheDrawsAndTheImportanceWeights) {
   EXPECT_NEAR(is_weight[3], 0.502, 1e-5);
 }
 
+// A STATIC job of n samples, m per epoch, one rank, awaiting its weights: "rep" or "norep".
+std::string CreateStaticJob(SamplerClient& client, uint64_t n, uint64_t m, bool replacement) {
+  v1::JobSpec spec;
+  spec.set_num_samples(n);
+  spec.set_samples_per_epoch(m);
+  spec.set_world_size(1);
+  spec.set_replacement(replacement);
+  spec.mutable_policy()->set_base(v1::STATIC);
+  const std::string name = replacement ? "rep" : "norep";
+  EXPECT_TRUE(client.CreateJob(name, spec).ok());
+  return name;
+}
+
 // Issue 9, defect 5: [3.4e38, 1e-45 x 999] used to be accepted with zero_count 999 (with
 // replacement) or refused as "1 have [positive weight]" (without): normalised to mean 1 the
 // small weights underflowed to 0. Now the upload is refused in both modes, naming the ratio,
@@ -444,11 +457,7 @@ TEST_F(SamplerServiceTest, StaticWeightsBeyondTheSupportedRatioAreRefusedNamingI
   w[0] = 3.4e38f;
   for (bool replacement : {true, false}) {
     SCOPED_TRACE(replacement ? "with replacement" : "without replacement");
-    const std::string name = replacement ? "rep" : "norep";
-    v1::JobSpec spec = Spec(1000, 1, 500);
-    spec.set_replacement(replacement);
-    spec.mutable_policy()->set_base(v1::STATIC);
-    ASSERT_TRUE(client_->CreateJob(name, spec).ok());
+    const std::string name = CreateStaticJob(*client_, 1000, 500, replacement);
     const absl::Status s = client_->UploadWeights(name, w, 300);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
     EXPECT_THAT(std::string(s.message()), HasSubstr("weights[0] = 3.4e+38"));
@@ -465,11 +474,7 @@ TEST_F(SamplerServiceTest, StaticWeightsAtTheSupportedRatioStayPositive) {
   w[0] = 0x1p100f;  // 2^126 times the others.
   for (bool replacement : {true, false}) {
     SCOPED_TRACE(replacement ? "with replacement" : "without replacement");
-    const std::string name = replacement ? "rep" : "norep";
-    v1::JobSpec spec = Spec(1000, 1, 999);
-    spec.set_replacement(replacement);
-    spec.mutable_policy()->set_base(v1::STATIC);
-    ASSERT_TRUE(client_->CreateJob(name, spec).ok());
+    const std::string name = CreateStaticJob(*client_, 1000, 999, replacement);
     ASSERT_TRUE(client_->UploadWeights(name, w, 300).ok());
     auto status = client_->GetJobStatus(name);
     ASSERT_TRUE(status.ok()) << status.status();
