@@ -5,6 +5,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "kernels/det_math.h"
 
 namespace samplerd {
@@ -100,6 +101,32 @@ absl::Status ValidateWeights(absl::Span<const float> weights) {
     return absl::InvalidArgumentError(
         absl::StrCat("weights: all ", weights.size(), " weights are 0; at least one must be > 0"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status NormaliseWeights(absl::Span<float> weights) {
+  if (absl::Status s = ValidateWeights(weights); !s.ok()) return s;
+  size_t max_at = 0, min_at = 0;  // The largest and the smallest positive weight (first of ties).
+  double sum = 0;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const float w = weights[i];
+    sum += w;
+    if (w > weights[max_at]) max_at = i;
+    if (w > 0 && (weights[min_at] == 0 || w < weights[min_at])) min_at = i;
+  }
+  const double ratio = double{weights[max_at]} / double{weights[min_at]};  // Finite: < 2^277.
+  if (ratio > kMaxWeightRatio) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "weights: the largest positive weight (weights[", max_at, "] = ", weights[max_at], ") is ",
+        ratio, " (2^", absl::StrFormat("%.1f", std::log2(ratio)), ") times the smallest (weights[",
+        min_at, "] = ", weights[min_at],
+        "); at most 2^126 is supported (normalised to mean 1, a smaller weight would no longer be "
+        "a normal float: it could underflow to 0 and never be drawn, and its importance weight "
+        "1/w would overflow); raise the smallest positive weights or set them to 0"));
+  }
+  // Mean 1: importance weights are then 1 / w. Same arithmetic as always (plans stay the same).
+  const double mean = sum / static_cast<double>(weights.size());
+  for (float& w : weights) w = static_cast<float>(w / mean);
   return absl::OkStatus();
 }
 

@@ -153,6 +153,22 @@ absl::Status ClassBalancedWeights(absl::Span<const uint32_t> labels, double beta
 // value with its index: "weights[17] = nan: weights must be finite and >= 0".
 absl::Status ValidateWeights(absl::Span<const float> weights);
 
+// The largest supported ratio between the largest and the smallest positive static weight: 2^126.
+// Within it, every positive weight normalised to mean 1 is at least 2^-126 (the mean is at most
+// the largest weight), a normal float: it stays positive, so it is drawn with and without
+// replacement, and its importance weight 1 / w is a finite float. Beyond it the smallest weights
+// would underflow to 0 (or to subnormals whose inverse overflows), silently never drawn.
+inline constexpr double kMaxWeightRatio = 0x1p126;
+
+// Validates static weights (ValidateWeights, then the ratio of the largest to the smallest
+// positive weight <= kMaxWeightRatio) and normalises them to mean 1 in place: w / mean, the mean
+// summed in double in index order (so the result, and every plan drawn from it, is the same on
+// every machine). INVALID_ARGUMENT names the bad value, or for the ratio both weights and the
+// ratio: "weights: the largest positive weight (weights[0] = 3.40282e+38) is 2.4e+83 (2^277.0)
+// times the smallest (weights[1] = 1.4013e-45); at most 2^126 is supported ...". On error
+// `weights` is unchanged.
+absl::Status NormaliseWeights(absl::Span<float> weights);
+
 // Summary statistics of a weight vector (computed in double, in a fixed order).
 struct WeightSummary {
   double min = 0, max = 0, mean = 0;
@@ -189,6 +205,12 @@ class ComputeBackend {
   // depends only on (seed, epoch, j).
   virtual absl::StatusOr<Plan> PlanEpoch(const PlanSpec& spec, uint64_t epoch,
                                          absl::Span<const float> weights) = 0;
+
+  // An upper bound on the host memory that PlanEpoch(spec, ...) allocates besides the plan it
+  // returns (draw tables, selection keys, shuffle buffers), at its peak; `weighted`: with
+  // weights (not empty). The server admits a job by memory with it before allocating anything
+  // (server/job_memory.h). Saturates at UINT64_MAX. No plan is needed for it: pure arithmetic.
+  virtual uint64_t PlanScratchBytes(const PlanSpec& spec, bool weighted) const = 0;
 
   // Copies rank `rank`'s shard positions [start, start + out.size()) of `plan` into `out`.
   // INVALID_ARGUMENT if rank >= world_size or the range passes the shard's end.

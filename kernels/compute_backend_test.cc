@@ -152,6 +152,56 @@ TEST(ValidateTest, WeightsNameTheBadValue) {
   EXPECT_TRUE(ValidateWeights({0, 1}).ok());
 }
 
+TEST(NormaliseWeightsTest, ScalesToMeanOneWithTheSameArithmeticAsBefore) {
+  std::vector<float> w = {0, 2, 2, 4};
+  ASSERT_TRUE(NormaliseWeights(absl::MakeSpan(w)).ok());
+  EXPECT_THAT(w, ::testing::ElementsAre(0.0f, 1.0f, 1.0f, 2.0f));
+  // The plans' golden hashes depend on these exact bits: float / (double sum / n), rounded once.
+  std::vector<float> odd = {0.1f, 0.7f, 3.3f};
+  const double mean = (double{0.1f} + double{0.7f} + double{3.3f}) / 3;
+  ASSERT_TRUE(NormaliseWeights(absl::MakeSpan(odd)).ok());
+  EXPECT_EQ(odd[1], static_cast<float>(0.7f / mean));
+  // Bad values are reported as ValidateWeights does, and nothing is written.
+  std::vector<float> bad = {1, -1};
+  EXPECT_THAT(std::string(NormaliseWeights(absl::MakeSpan(bad)).message()),
+              HasSubstr("weights[1] = -1"));
+  EXPECT_THAT(bad, ::testing::ElementsAre(1.0f, -1.0f));
+}
+
+// The input: one weight near the float maximum and 999 at the smallest subnormal. Once
+// divided by the mean (3.4e35) the small ones were 0: OK with zero_count 999 with replacement,
+// "1 have [positive weight]" without. Now the upload is rejected, naming the ratio.
+TEST(NormaliseWeightsTest, RejectsARatioBeyond2To126NamingIt) {
+  std::vector<float> w(1000, 1e-45f);
+  w[0] = 3.4e38f;
+  const std::vector<float> before = w;
+  const absl::Status s = NormaliseWeights(absl::MakeSpan(w));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("weights[0] = 3.4e+38"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("weights[1] = 1.4013e-45"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("2.42632e+83 (2^277.0) times the smallest"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("at most 2^126"));
+  EXPECT_EQ(w, before);
+  // Just beyond the bound, zeros aside (they are not part of the ratio).
+  std::vector<float> over = {0, 0x1p100f, 0x1p-26f, 0x1p-27f};
+  EXPECT_EQ(NormaliseWeights(absl::MakeSpan(over)).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(NormaliseWeightsTest, AtTheBoundEveryPositiveWeightStaysANormalFloat) {
+  // Ratio exactly 2^126, the small weights as rare as possible (the mean is then near the
+  // largest weight): each normalised small weight is still >= FLT_MIN, so 1 / w is finite.
+  std::vector<float> w(1000, 0x1p-26f);
+  w[0] = 0x1p100f;
+  ASSERT_TRUE(NormaliseWeights(absl::MakeSpan(w)).ok());
+  for (float x : w) {
+    EXPECT_GE(x, std::numeric_limits<float>::min());
+    EXPECT_TRUE(std::isfinite(1.0f / x));
+  }
+  std::vector<float> single = {0, 0, 0x1p-149f};  // One positive weight: ratio 1.
+  ASSERT_TRUE(NormaliseWeights(absl::MakeSpan(single)).ok());
+  EXPECT_EQ(single[2], 3.0f);
+}
+
 TEST(ValidateTest, PolicyRangesNameFieldAndValue) {
   struct Case {
     void (*mutate)(WeightPolicyParams*);

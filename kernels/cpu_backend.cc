@@ -156,6 +156,8 @@ class CpuBackend final : public ComputeBackend {
   absl::StatusOr<Plan> PlanEpoch(const PlanSpec& spec, uint64_t epoch,
                                  absl::Span<const float> weights) override;
 
+  uint64_t PlanScratchBytes(const PlanSpec& spec, bool weighted) const override;
+
   absl::Status ExtractShard(const Plan& plan, const ShardSpec& shard, uint32_t rank, uint64_t start,
                             absl::Span<uint64_t> out) override;
 
@@ -350,6 +352,29 @@ absl::StatusOr<Plan> CpuBackend::PlanEpoch(const PlanSpec& spec, uint64_t epoch,
     FillPlan(spec, epoch, weights, plan.indices64);
   }
   return plan;
+}
+
+uint64_t CpuBackend::PlanScratchBytes(const PlanSpec& spec, bool weighted) const {
+  const uint64_t n = spec.num_samples, m = spec.samples_per_epoch;
+  // Beyond 2^56 the byte counts below could overflow; no machine holds such a plan anyway.
+  constexpr uint64_t kHuge = uint64_t{1} << 56;
+  if (n > kHuge || m > kHuge) return ~uint64_t{0};
+  // CountPositiveWeights: a count and a flag per chunk.
+  const uint64_t validation = weighted ? internal::NumChunks(n, kGrain) * 9 : 0;
+  // What FillPlan allocates besides the plan, path by path.
+  uint64_t fill = 0;
+  if (spec.order == SampleOrder::kSequential) {
+    fill = 0;
+  } else if (spec.replacement) {
+    fill = weighted ? internal::DrawTableBytes(n) : 0;  // Uniform draws need no table.
+  } else if (m == n) {
+    fill = internal::ShuffleScratchBytes(threads_, m);
+  } else {
+    // The selection, then the shuffle of the selected indices (which stay alive meanwhile).
+    fill = std::max(internal::SelectScratchBytes(threads_, n, m),
+                    m * sizeof(uint64_t) + internal::ShuffleScratchBytes(threads_, m));
+  }
+  return validation + fill;
 }
 
 template <typename T>

@@ -19,7 +19,7 @@ void* Allocate(size_t bytes) {
     if (p == nullptr) throw std::bad_alloc();
     return p;
   }
-  const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  const size_t rounded = LargeArrayBytes(bytes);
   void* p = std::aligned_alloc(kHugePage, rounded);
   if (p == nullptr) throw std::bad_alloc();
 #if defined(MADV_HUGEPAGE)

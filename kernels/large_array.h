@@ -25,6 +25,13 @@ void* Allocate(size_t bytes);
 void Free(void* p);
 }  // namespace large_array_internal
 
+// Bytes that an array of `bytes` really takes: arrays of 2 MiB or more are rounded up to whole
+// 2 MiB pages (Allocate below). For memory estimates.
+inline size_t LargeArrayBytes(size_t bytes) {
+  constexpr size_t kHugePage = size_t{2} << 20;
+  return bytes < kHugePage ? bytes : (bytes + kHugePage - 1) / kHugePage * kHugePage;
+}
+
 // A std::allocator for LargeVector. Stateless: all instances are equal.
 template <typename T>
 class LargeArrayAllocator {

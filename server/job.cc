@@ -165,12 +165,8 @@ absl::Status Job::UploadWeights(std::vector<float> weights) {
     return absl::InvalidArgumentError(absl::StrCat(
         "weights: ", weights.size(), " values for num_samples ", config_.plan.num_samples));
   }
-  if (absl::Status s = ValidateWeights(weights); !s.ok()) return s;
-  // Normalise to mean 1 (importance weights are then 1 / w).
-  double sum = 0;
-  for (float w : weights) sum += w;
-  const double mean = sum / static_cast<double>(weights.size());
-  for (float& w : weights) w = static_cast<float>(w / mean);
+  // Validated and normalised to mean 1 (importance weights are then 1 / w).
+  if (absl::Status s = NormaliseWeights(absl::MakeSpan(weights)); !s.ok()) return s;
   return InstallBaseAndPlan(std::move(weights));
 }
 

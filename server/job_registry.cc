@@ -7,10 +7,12 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <new>
 #include <system_error>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "glog/logging.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "server/persistence/file_util.h"
 
@@ -33,6 +35,33 @@ JobRegistry::JobRegistry(Limits limits, ComputeBackend* backend, std::string dat
 
 std::string JobRegistry::JobDir(const std::string& name) const {
   return absl::StrCat(data_dir_, "/jobs/", name);
+}
+
+absl::Status JobRegistry::CheckMemory(const std::string& name,
+                                      const JobMemoryEstimate& memory) const {
+  const uint64_t budget = limits_.max_memory_bytes;
+  const uint64_t left = budget > reserved_total_ ? budget - reserved_total_ : 0;
+  const uint64_t need = memory.total();
+  if (need <= left) return absl::OkStatus();
+  const std::string& field = memory.driving_field;
+  return absl::ResourceExhaustedError(
+      absl::StrCat(field, " = ", memory.driving_value, ": job '", name, "' needs an estimated ",
+                   FormatBytes(need), " of memory (", memory.ToString(), "), more than the ",
+                   FormatBytes(left), " left of --max_memory_bytes = ", FormatBytes(budget), " (",
+                   reserved_.size(), " job(s) hold ", FormatBytes(reserved_total_), "); lower ",
+                   field, ", delete a job or raise --max_memory_bytes"));
+}
+
+void JobRegistry::Reserve(const std::string& name, uint64_t bytes) {
+  reserved_[name] = bytes;
+  reserved_total_ += bytes;
+}
+
+void JobRegistry::Unreserve(const std::string& name) {
+  auto it = reserved_.find(name);
+  if (it == reserved_.end()) return;
+  reserved_total_ -= it->second;
+  reserved_.erase(it);
 }
 
 absl::Status JobRegistry::Recover() {
@@ -100,7 +129,17 @@ absl::Status JobRegistry::Recover() {
     recovered.emplace(name, *std::move(job));
   }
   absl::MutexLock lock(&mu_);
-  for (auto& [name, job] : recovered) jobs_.emplace(name, std::move(job));
+  for (auto& [name, job] : recovered) {
+    // Restored whatever the budget: refusing them would lose acknowledged state.
+    Reserve(name, EstimateJobMemory(job->config(), *backend_).total());
+    jobs_.emplace(name, std::move(job));
+  }
+  if (reserved_total_ > limits_.max_memory_bytes) {
+    LOG(WARNING) << "the " << jobs_.size() << " job(s) restored from " << data_dir_
+                 << " need an estimated " << FormatBytes(reserved_total_)
+                 << ", more than --max_memory_bytes = " << FormatBytes(limits_.max_memory_bytes)
+                 << "; no new job fits until some are deleted";
+  }
   return absl::OkStatus();
 }
 
@@ -115,6 +154,7 @@ absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Create(const std::string& name
   if (absl::Status s = ValidateJobName(name); !s.ok()) return s;
   absl::StatusOr<JobConfig> config = MakeJobConfig(spec, limits_.job);
   if (!config.ok()) return config.status();
+  const JobMemoryEstimate memory = EstimateJobMemory(*config, *backend_);
   {
     absl::MutexLock lock(&mu_);
     auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -143,31 +183,52 @@ absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Create(const std::string& name
       return absl::ResourceExhaustedError(absl::StrCat("max jobs reached: ", limits_.max_jobs,
                                                        " (--max_jobs); delete a job first"));
     }
+    if (absl::Status s = CheckMemory(name, memory); !s.ok()) return s;
     pending_.emplace(name, config->normalized);
+    Reserve(name, memory.total());
   }
   // Planning epoch 0 (and writing its snapshot) may take a while: not under the registry lock.
   absl::StatusOr<std::unique_ptr<Job>> job;
-  std::unique_ptr<JobJournal> journal;
-  if (!data_dir_.empty()) {
-    absl::StatusOr<std::unique_ptr<JobJournal>> created = JobJournal::Create(JobDir(name));
-    if (created.ok())
-      journal = *std::move(created);
-    else
-      job = created.status();
-  }
-  if (data_dir_.empty() || journal != nullptr) {
-    job = Job::Create(name, *std::move(config), backend_, std::move(journal));
+  try {
+    std::unique_ptr<JobJournal> journal;
+    if (!data_dir_.empty()) {
+      absl::StatusOr<std::unique_ptr<JobJournal>> created = JobJournal::Create(JobDir(name));
+      if (created.ok())
+        journal = *std::move(created);
+      else
+        job = created.status();
+    }
+    if (data_dir_.empty() || journal != nullptr) {
+      job = Job::Create(name, *std::move(config), backend_, std::move(journal));
+    }
+  } catch (const std::bad_alloc&) {
+    // The estimate fitted the budget but the machine had less (other processes, overcommit
+    // refused): the partly built job was destroyed on the way here; its files go too.
+    job = absl::ResourceExhaustedError(
+        absl::StrCat("job '", name, "': out of memory while creating it (estimated ",
+                     FormatBytes(memory.total()),
+                     "; --max_memory_bytes = ", FormatBytes(limits_.max_memory_bytes),
+                     " may exceed what this machine has free); nothing was created"));
+    if (!data_dir_.empty()) {
+      std::error_code ec;
+      std::filesystem::remove_all(JobDir(name), ec);
+      if (ec) LOG(WARNING) << "cannot remove " << JobDir(name) << ": " << ec.message();
+    }
   }
   std::shared_ptr<Job> shared;
   {
     absl::MutexLock lock(&mu_);
     pending_.erase(name);
-    if (!job.ok()) return job.status();
+    if (!job.ok()) {
+      Unreserve(name);
+      return job.status();
+    }
     shared = *std::move(job);
     if (!closed_) {
       jobs_.emplace(name, shared);
       return shared;
     }
+    Unreserve(name);
   }
   // CloseAll ran while this job was planned: it never becomes visible.
   shared->Close(absl::UnavailableError("samplerd is shutting down"));
@@ -207,6 +268,7 @@ absl::Status JobRegistry::Delete(const std::string& name) {
   {
     absl::MutexLock lock(&mu_);
     deleting_.erase(name);
+    Unreserve(name);
   }
   if (absl::Status s = std::move(removed); !s.ok()) {
     // The job is gone from this server either way; its files would come back at a restart.

@@ -22,6 +22,7 @@
 #include "proto/samplerd.pb.h"
 #include "server/job.h"
 #include "server/job_config.h"
+#include "server/job_memory.h"
 
 namespace samplerd {
 
@@ -30,6 +31,9 @@ class JobRegistry {
   struct Limits {
     size_t max_jobs = 64;
     JobLimits job;
+    // Memory budget of all jobs together: the sum of their estimates (server/job_memory.h) may
+    // not exceed it. Default: 80% of the memory of this machine or container.
+    uint64_t max_memory_bytes = DefaultMaxMemoryBytes();
   };
 
   // `backend` must outlive the registry. With a `data_dir`, every job is persisted in
@@ -40,12 +44,19 @@ class JobRegistry {
   // Locks data_dir (FAILED_PRECONDITION if another samplerd holds it) and loads every job
   // persisted there (a no-op without a data_dir). On any error (a corrupt file, a spec beyond
   // this server's limits) nothing is loaded and the error names the job and file: the server
-  // must not start with part of its state. Call once, before any other method.
+  // must not start with part of its state. Restored jobs count against max_memory_bytes but are
+  // never refused for it (a warning is logged when they exceed it). Call once, before any other
+  // method.
   absl::Status Recover() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Creates a job, or returns the existing one if `spec` normalises to the same spec.
-  // ALREADY_EXISTS for a different spec, RESOURCE_EXHAUSTED at max_jobs, INVALID_ARGUMENT for a
-  // bad name or spec, UNAVAILABLE after CloseAll. The job is planned outside the registry lock;
+  // ALREADY_EXISTS for a different spec, INVALID_ARGUMENT for a bad name or spec, UNAVAILABLE
+  // after CloseAll. RESOURCE_EXHAUSTED at max_jobs, when the job's memory estimate does not fit
+  // in what the live and pending jobs leave of max_memory_bytes (decided from the spec before
+  // anything is allocated; the message names the field that drives the estimate, the estimate
+  // and the budget), or when an allocation fails while the job is created anyway. On every
+  // error nothing is left behind: the name, the max_jobs slot, the memory and the job's
+  // directory are free again. The job is planned outside the registry lock;
   // concurrent creates of one name (every rank creating the job at start-up) wait for the first
   // and share its job: one plan is computed and one max_jobs slot is used. Such a wait ends at
   // `deadline` with DEADLINE_EXCEEDED (the first call goes on).
@@ -68,6 +79,11 @@ class JobRegistry {
 
  private:
   std::string JobDir(const std::string& name) const;
+  // RESOURCE_EXHAUSTED unless `memory` fits in what the reserved jobs leave of the budget.
+  absl::Status CheckMemory(const std::string& name, const JobMemoryEstimate& memory) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Reserve(const std::string& name, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Unreserve(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Limits limits_;
   ComputeBackend* const backend_;
@@ -81,6 +97,9 @@ class JobRegistry {
   // Jobs being deleted (their files removed off the lock): a create of the name waits, so that
   // the removal cannot take the new job's files.
   std::set<std::string> deleting_ ABSL_GUARDED_BY(mu_);
+  // Memory estimate of every job that is live, pending or being deleted, by name, and the sum.
+  std::map<std::string, uint64_t> reserved_ ABSL_GUARDED_BY(mu_);
+  uint64_t reserved_total_ ABSL_GUARDED_BY(mu_) = 0;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -1,10 +1,12 @@
 // The registry on its own: idempotent creation, limits, deletion and shutdown, with races.
 #include "server/job_registry.h"
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <new>
 #include <thread>
 #include <vector>
 
@@ -158,6 +160,129 @@ TEST_F(JobRegistryTest, CloseAllRefusesNewJobsAndWakesWaitersWithUnavailable) {
   EXPECT_EQ(waiter_code, absl::StatusCode::kUnavailable);
   EXPECT_EQ(registry.Create("b", Spec(10)).status().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ((*a)->EndEpoch(0, 0).status().code(), absl::StatusCode::kUnavailable);
+}
+
+// ---- Memory admission ---------------------------------------------------------------------
+
+// The issue's spec: one sample drawn 2^36 times per epoch, a 256 GiB plan.
+v1::JobSpec Unallocatable() {
+  v1::JobSpec spec = Spec(1);
+  spec.set_samples_per_epoch(uint64_t{1} << 36);
+  spec.set_replacement(true);
+  return spec;
+}
+
+// A backend whose PlanEpoch throws std::bad_alloc while `fail` is set: an allocation that fails
+// although the job's estimate fitted the budget.
+class FailingAllocationBackend : public testutil::GatedBackend {
+ public:
+  using GatedBackend::GatedBackend;
+  absl::StatusOr<Plan> PlanEpoch(const PlanSpec& spec, uint64_t epoch,
+                                 absl::Span<const float> weights) override {
+    if (fail) throw std::bad_alloc();
+    return GatedBackend::PlanEpoch(spec, epoch, weights);
+  }
+  std::atomic<bool> fail{true};
+};
+
+class MemoryAdmissionTest : public JobRegistryTest {
+ protected:
+  static std::vector<std::string> Dirs(const std::string& jobs_dir) {
+    std::vector<std::string> names;
+    for (const auto& entry : std::filesystem::directory_iterator(jobs_dir)) {
+      names.push_back(entry.path().filename().string());
+    }
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+
+  testutil::TestDir test_dir_;
+  const std::string dir_ = test_dir_.path();
+};
+
+// Issue 9, defect 1: three such creates used to throw out of the registry (UNKNOWN), each
+// leaking its name, a max_jobs slot and an empty job directory.
+TEST_F(MemoryAdmissionTest, AJobOverTheBudgetIsRefusedBeforeAnythingIsAllocated) {
+  JobRegistry::Limits limits{3, JobLimits()};
+  limits.max_memory_bytes = uint64_t{1} << 30;
+  JobRegistry registry(limits, backend_.get(), dir_);
+  ASSERT_TRUE(registry.Recover().ok());
+  for (const std::string name : {"big", "big", "big2"}) {
+    const absl::Status s = registry.Create(name, Unallocatable()).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("spec.samples_per_epoch = 68719476736"));
+    EXPECT_THAT(std::string(s.message()),
+                HasSubstr("needs an estimated 549755813952 bytes (512.0 GiB)"));
+    EXPECT_THAT(std::string(s.message()),
+                HasSubstr("--max_memory_bytes = 1073741824 bytes (1.0 GiB)"));
+  }
+  EXPECT_TRUE(registry.List().empty());
+  EXPECT_TRUE(Dirs(dir_ + "/jobs").empty());
+  EXPECT_EQ(registry.Delete("big").code(), absl::StatusCode::kNotFound);
+  // Every slot and both names are free.
+  EXPECT_TRUE(registry.Create("big", Spec(10)).ok());
+  EXPECT_TRUE(registry.Create("big2", Spec(10)).ok());
+  EXPECT_TRUE(registry.Create("third", Spec(10)).ok());
+  EXPECT_THAT(Dirs(dir_ + "/jobs"), ::testing::ElementsAre("big", "big2", "third"));
+}
+
+TEST_F(MemoryAdmissionTest, TheBudgetIsSharedByLiveJobsAndFreedByDelete) {
+  v1::JobSpec spec = Spec(1000);
+  spec.set_samples_per_epoch(1 << 20);
+  spec.set_replacement(true);
+  const uint64_t each =
+      EstimateJobMemory(*MakeJobConfig(spec, JobLimits()), *backend_).total();  // 8 MiB + 64.
+  JobRegistry::Limits limits{8, JobLimits()};
+  limits.max_memory_bytes = 2 * each + each / 2;
+  JobRegistry registry(limits, backend_.get());
+  ASSERT_TRUE(registry.Create("a", spec).ok());
+  ASSERT_TRUE(registry.Create("b", spec).ok());
+  const absl::Status full = registry.Create("c", spec).status();
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(full.message()), HasSubstr("spec.samples_per_epoch = 1048576"));
+  EXPECT_THAT(std::string(full.message()), HasSubstr("2 job(s) hold"));
+  EXPECT_THAT(std::string(full.message()), HasSubstr("plans 8.0 MiB"));
+  // An existing job is returned whatever the budget (it is already counted).
+  EXPECT_TRUE(registry.Create("a", spec).ok());
+  ASSERT_TRUE(registry.Delete("a").ok());
+  EXPECT_TRUE(registry.Create("c", spec).ok());
+}
+
+TEST_F(MemoryAdmissionTest, AnAllocationFailureFreesTheNameTheSlotAndTheDirectory) {
+  FailingAllocationBackend failing(backend_.get());
+  JobRegistry::Limits limits{3, JobLimits()};
+  limits.max_memory_bytes = ~uint64_t{0};  // Admitted: the allocation itself fails.
+  JobRegistry registry(limits, &failing, dir_);
+  ASSERT_TRUE(registry.Recover().ok());
+  for (const std::string name : {"a", "a", "b"}) {
+    const absl::Status s = registry.Create(name, Spec(10)).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("job '" + name + "': out of memory"));
+    EXPECT_THAT(std::string(s.message()), HasSubstr("nothing was created"));
+  }
+  EXPECT_TRUE(registry.List().empty());
+  EXPECT_TRUE(Dirs(dir_ + "/jobs").empty());
+  failing.fail = false;
+  EXPECT_TRUE(registry.Create("a", Spec(10)).ok());
+  EXPECT_TRUE(registry.Create("b", Spec(10)).ok());
+  EXPECT_TRUE(registry.Create("c", Spec(10)).ok());
+  EXPECT_THAT(Dirs(dir_ + "/jobs"), ::testing::ElementsAre("a", "b", "c"));
+}
+
+TEST_F(MemoryAdmissionTest, RestoredJobsCountButAreNeverRefused) {
+  {
+    JobRegistry registry(JobRegistry::Limits{8, JobLimits()}, backend_.get(), dir_);
+    ASSERT_TRUE(registry.Recover().ok());
+    ASSERT_TRUE(registry.Create("a", Spec(1000)).ok());
+  }
+  JobRegistry::Limits limits{8, JobLimits()};
+  limits.max_memory_bytes = 100;  // Less than job a alone.
+  JobRegistry registry(limits, backend_.get(), dir_);
+  ASSERT_TRUE(registry.Recover().ok());
+  EXPECT_EQ(registry.List().size(), 1u);
+  const absl::Status s = registry.Create("b", Spec(1)).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("1 job(s) hold"));
 }
 
 // ---- Persistence (--data_dir) -------------------------------------------------------------

@@ -23,6 +23,10 @@ ABSL_FLAG(std::string, backend, "auto",
 ABSL_FLAG(int, planner_threads, 0, "CPU backend threads (0 = all cores).");
 ABSL_FLAG(int, max_jobs, 64, "Most jobs at once.");
 ABSL_FLAG(uint64_t, max_samples_per_job, uint64_t{1} << 32, "Largest num_samples of a job.");
+ABSL_FLAG(uint64_t, max_memory_bytes, 0,
+          "Memory budget of all jobs together, in bytes; a CreateJob whose estimate does not fit "
+          "gets RESOURCE_EXHAUSTED (see proto/samplerd.proto JobSpec). 0 = 80% of the memory of "
+          "this machine or container (cgroup limit).");
 ABSL_FLAG(int, max_message_bytes, 64 << 20, "Largest gRPC message, both directions.");
 ABSL_FLAG(int, max_server_threads, 1024, "Most concurrent calls (each rank stream holds one).");
 ABSL_FLAG(int, grace_period_ms, 10000, "On SIGTERM, time for in-flight calls to finish.");
@@ -61,6 +65,7 @@ int main(int argc, char** argv) {
   options.planner_threads = absl::GetFlag(FLAGS_planner_threads);
   options.max_jobs = absl::GetFlag(FLAGS_max_jobs);
   options.max_samples_per_job = absl::GetFlag(FLAGS_max_samples_per_job);
+  options.max_memory_bytes = absl::GetFlag(FLAGS_max_memory_bytes);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.max_server_threads = absl::GetFlag(FLAGS_max_server_threads);
   options.grace_period = absl::Milliseconds(absl::GetFlag(FLAGS_grace_period_ms));

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <map>
 #include <set>
 #include <thread>
@@ -434,6 +435,64 @@ TEST_F(SamplerServiceTest, StaticWeightsDecideTheDrawsAndTheImportanceWeights) {
   ASSERT_TRUE(is_weight.count(1));
   EXPECT_NEAR(is_weight[1], 0.502 / 3.0, 1e-5);
   EXPECT_NEAR(is_weight[3], 0.502, 1e-5);
+}
+
+// A STATIC job of n samples, m per epoch, one rank, awaiting its weights: "rep" or "norep".
+std::string CreateStaticJob(SamplerClient& client, uint64_t n, uint64_t m, bool replacement) {
+  v1::JobSpec spec;
+  spec.set_num_samples(n);
+  spec.set_samples_per_epoch(m);
+  spec.set_world_size(1);
+  spec.set_replacement(replacement);
+  spec.mutable_policy()->set_base(v1::STATIC);
+  const std::string name = replacement ? "rep" : "norep";
+  EXPECT_TRUE(client.CreateJob(name, spec).ok());
+  return name;
+}
+
+// Issue 9, defect 5: [3.4e38, 1e-45 x 999] used to be accepted with zero_count 999 (with
+// replacement) or refused as "1 have [positive weight]" (without): normalised to mean 1 the
+// small weights underflowed to 0. Now the upload is refused in both modes, naming the ratio,
+// and the job still awaits its weights.
+TEST_F(SamplerServiceTest, StaticWeightsBeyondTheSupportedRatioAreRefusedNamingIt) {
+  std::vector<float> w(1000, 1e-45f);
+  w[0] = 3.4e38f;
+  for (bool replacement : {true, false}) {
+    SCOPED_TRACE(replacement ? "with replacement" : "without replacement");
+    const std::string name = CreateStaticJob(*client_, 1000, 500, replacement);
+    const absl::Status s = client_->UploadWeights(name, w, 300);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("weights[0] = 3.4e+38"));
+    EXPECT_THAT(std::string(s.message()), HasSubstr("(2^277.0) times the smallest (weights[1]"));
+    EXPECT_THAT(std::string(s.message()), HasSubstr("at most 2^126"));
+    EXPECT_FALSE(client_->GetJob(name)->plan_ready());
+  }
+}
+
+// At the supported ratio every positive weight stays drawable: none counts as zero, a draw
+// without replacement of all but one sample succeeds, and importance weights stay finite.
+TEST_F(SamplerServiceTest, StaticWeightsAtTheSupportedRatioStayPositive) {
+  std::vector<float> w(1000, 0x1p-26f);
+  w[0] = 0x1p100f;  // 2^126 times the others.
+  for (bool replacement : {true, false}) {
+    SCOPED_TRACE(replacement ? "with replacement" : "without replacement");
+    const std::string name = CreateStaticJob(*client_, 1000, 999, replacement);
+    ASSERT_TRUE(client_->UploadWeights(name, w, 300).ok());
+    auto status = client_->GetJobStatus(name);
+    ASSERT_TRUE(status.ok()) << status.status();
+    EXPECT_EQ(status->weights().zero_count(), 0u);
+    EXPECT_GT(status->weights().min(), 0.0);
+    std::set<uint64_t> drawn;
+    absl::Status s = client_->StreamShard(name, 0, 0, 1, 0, true, [&](const ShardSlice& sl) {
+      for (size_t k = 0; k < sl.indices.size(); ++k) {
+        drawn.insert(sl.indices[k]);
+        EXPECT_TRUE(std::isfinite(sl.is_weights[k])) << "index " << sl.indices[k];
+      }
+      return absl::OkStatus();
+    });
+    ASSERT_TRUE(s.ok()) << s;
+    if (!replacement) EXPECT_EQ(drawn.size(), 999u);
+  }
 }
 
 TEST_F(SamplerServiceTest, ClassBalancedLabels) {

@@ -9,6 +9,7 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
+#include "server/job_memory.h"
 
 namespace samplerd {
 namespace {
@@ -85,17 +86,20 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const Options& options) {
         absl::StrCat("cannot listen on ", JoinHostPort(options.host, options.port)));
   }
   LOG(INFO) << "samplerd serving on " << server->address() << " with the "
-            << server->backend_->name() << " backend";
+            << server->backend_->name() << " backend and a memory budget of "
+            << FormatBytes(options.max_memory_bytes != 0 ? options.max_memory_bytes
+                                                         : DefaultMaxMemoryBytes());
   return server;
 }
 
 Server::Server(const Options& options, std::unique_ptr<ComputeBackend> backend)
     : options_(options),
       backend_(std::move(backend)),
-      registry_(
-          std::make_unique<JobRegistry>(JobRegistry::Limits{static_cast<size_t>(options.max_jobs),
-                                                            JobLimits{options.max_samples_per_job}},
-                                        backend_.get(), options.data_dir)),
+      registry_(std::make_unique<JobRegistry>(
+          JobRegistry::Limits{
+              static_cast<size_t>(options.max_jobs), JobLimits{options.max_samples_per_job},
+              options.max_memory_bytes != 0 ? options.max_memory_bytes : DefaultMaxMemoryBytes()},
+          backend_.get(), options.data_dir)),
       service_(std::make_unique<SamplerService>(registry_.get(), backend_.get(),
                                                 options.max_message_bytes)) {}
 

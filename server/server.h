@@ -38,6 +38,10 @@ struct Options {
   int max_jobs = 64;
   // Largest num_samples of a job, >= 1 (beyond it: RESOURCE_EXHAUSTED).
   uint64_t max_samples_per_job = uint64_t{1} << 32;
+  // Memory budget of all jobs together, in bytes: a CreateJob whose estimate (server/job_memory.h)
+  // does not fit in what the other jobs leave gets RESOURCE_EXHAUSTED before anything is
+  // allocated. 0: 80% of the memory of this machine or container (DefaultMaxMemoryBytes).
+  uint64_t max_memory_bytes = 0;
   // Largest gRPC message in either direction, >= 4096 bytes. Shard chunks are cut to fit it.
   int max_message_bytes = 64 << 20;
   // Most concurrent synchronous calls, >= 16 (each open rank stream holds one thread; the

@@ -58,6 +58,18 @@ std::vector<uint64_t> QuantiseWeights(int threads, absl::Span<const float> weigh
   return q;
 }
 
+namespace {
+// The guide table's 2^g entries for n <= 2^32 weights: N/4 < 2^g <= N/2 (see BuildDrawTable).
+int GuideBits(uint64_t n) { return std::max(1, BitWidth(n) - 2); }
+}  // namespace
+
+uint64_t DrawTableBytes(uint64_t n) {
+  const uint64_t prefix = LargeArrayBytes((n + 1 + kPrefixPadding) * sizeof(uint64_t));
+  const uint64_t guide =
+      n > (uint64_t{1} << 32) ? 0 : LargeArrayBytes((uint64_t{1} << GuideBits(n)) * 4);
+  return prefix + guide + NumChunks(n, kGrain) * sizeof(uint64_t);
+}
+
 DrawTable BuildDrawTable(int threads, absl::Span<const float> weights) {
   DrawTable table;
   const uint64_t n = weights.size();
@@ -96,7 +108,7 @@ DrawTable BuildDrawTable(int threads, absl::Span<const float> weights) {
 
   // Guide table: 2^g entries with N/4 < 2^g <= N/2 (at most 2 bytes per sample), so a draw
   // scans ~2-4 prefix sums, mostly within one cache line.
-  const int g = std::max(1, BitWidth(n) - 2);
+  const int g = GuideBits(n);
   table.guide_shift = 64 - g;
   const uint64_t buckets = uint64_t{1} << g;
   table.guide.resize(buckets);

@@ -54,6 +54,10 @@ struct DrawTable {
 
 DrawTable BuildDrawTable(int threads, absl::Span<const float> weights);
 
+// Bytes that BuildDrawTable allocates for n weights, at most: the prefix sums, the guide table
+// and the per-chunk offsets.
+uint64_t DrawTableBytes(uint64_t n);
+
 // The draw for random bits r, by binary search over the prefix sums (the definition).
 uint64_t DrawByBinarySearch(const DrawTable& table, uint64_t r);
 

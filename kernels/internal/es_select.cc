@@ -101,6 +101,29 @@ void EsKeyBitsRangeWith(SimdLevel level, uint64_t seed, uint64_t epoch, uint64_t
   }
 }
 
+uint64_t SelectScratchBytes(int threads, uint64_t n, uint64_t m) {
+  if (n <= kSmallSelect) {  // keys, (key, index) pairs, the result.
+    return n * sizeof(uint64_t) + n * 2 * sizeof(uint64_t) + m * sizeof(uint64_t);
+  }
+  const uint64_t t_count = static_cast<uint64_t>(std::max(1, threads));
+  const uint64_t chunks = NumChunks(n, kGrain);
+  const uint64_t keys = LargeArrayBytes(n * sizeof(uint64_t));
+  const uint64_t histograms = t_count * kDigits * sizeof(uint64_t);
+  // The selected indices per chunk, reserved at 9/8 of their expected count (+ 16).
+  const uint64_t selected_lists = (m + m / 8 + 16 * chunks) * sizeof(uint64_t);
+  // Candidates: a sample's key falls in one given digit (a 1/16-wide slice of an octave) with
+  // probability at most max_x e^-x (1 - e^(-x/16)) < 1/(16 e) = 2.3%, whatever its weight; as
+  // 16-byte pairs that is 0.37 bytes per sample, twice that in vectors that grew by doubling,
+  // and once more for their concatenation. 1 byte per sample covers the lists, 1 more the copy.
+  const uint64_t candidate_lists = n, candidates = n;
+  const uint64_t result = m * sizeof(uint64_t);
+  // While the keys live: keys, histograms, then the lists being filled. After: the lists, the
+  // candidates' concatenation and the merged result (the keys are freed first).
+  const uint64_t with_keys = keys + histograms + selected_lists + candidate_lists;
+  const uint64_t merging = selected_lists + candidate_lists + candidates + result;
+  return std::max(with_keys, merging);
+}
+
 std::vector<uint64_t> SelectEfraimidisSpirakis(int threads, uint64_t seed, uint64_t epoch,
                                                uint64_t n, uint64_t m,
                                                absl::Span<const float> weights) {

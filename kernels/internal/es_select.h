@@ -43,6 +43,11 @@ std::vector<uint64_t> SelectEfraimidisSpirakis(int threads, uint64_t seed, uint6
                                                uint64_t n, uint64_t m,
                                                absl::Span<const float> weights);
 
+// Bytes that SelectEfraimidisSpirakis(threads, ..., n, m, ...) allocates at its peak, result
+// included, as a bound: about 9 per sample plus 9 per selected sample while the keys live, or
+// 2 per sample plus 17 per selected sample while the lists are merged, whichever is larger.
+uint64_t SelectScratchBytes(int threads, uint64_t n, uint64_t m);
+
 }  // namespace internal
 }  // namespace samplerd
 

@@ -218,6 +218,17 @@ int ShuffleBucketBits(uint64_t m) {
   return bits;
 }
 
+uint64_t ShuffleScratchBytes(int threads, uint64_t m) {
+  const int bits = ShuffleBucketBits(m);
+  if (bits == 0) return 0;  // Shuffled in place.
+  const uint64_t buckets = uint64_t{1} << bits;
+  const uint64_t t_count = static_cast<uint64_t>(std::max(1, threads));
+  // cursor and region_start (t_count x buckets each), bucket_start, and per thread one
+  // LineWriter: buckets + 1 lines of 64 bytes.
+  return t_count * buckets * 2 * sizeof(uint64_t) + (buckets + 1) * sizeof(uint64_t) +
+         t_count * (buckets + 1) * 64;
+}
+
 template <typename T>
 void ShuffleRange(int threads, uint64_t seed, uint64_t epoch, absl::Span<T> out) {
   Shuffle(threads, seed, epoch, RangeSource{}, out);

@@ -47,6 +47,11 @@ template <typename T>
 void ShuffleIndices(int threads, uint64_t seed, uint64_t epoch, absl::Span<const uint64_t> indices,
                     absl::Span<T> out);
 
+// Memory that one Shuffle of m inputs allocates besides `out`, at most: the per-thread bucket
+// cursors and 64-byte write-combining lines (at most 4096 buckets: a few MiB even with many
+// threads).
+uint64_t ShuffleScratchBytes(int threads, uint64_t m);
+
 }  // namespace internal
 }  // namespace samplerd
 

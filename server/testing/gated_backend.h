@@ -50,6 +50,9 @@ class GatedBackend : public ComputeBackend {
     }
     return inner_->PlanEpoch(spec, epoch, weights);
   }
+  uint64_t PlanScratchBytes(const PlanSpec& spec, bool weighted) const override {
+    return inner_->PlanScratchBytes(spec, weighted);
+  }
   absl::Status ExtractShard(const Plan& plan, const ShardSpec& shard, uint32_t rank, uint64_t start,
                             absl::Span<uint64_t> out) override {
     return inner_->ExtractShard(plan, shard, rank, start, out);

@@ -24,11 +24,14 @@ def samplerd_binary() -> str:
 
 
 class SamplerdProcess:
-    """samplerd started with --port=0; `address` is read from its startup line."""
+    """samplerd started with --port=0; `address` is read from its startup line.
 
-    def __init__(self, *args, cwd=None):
+    `popen_kwargs` go to subprocess.Popen (e.g. env, preexec_fn to set resource limits).
+    """
+
+    def __init__(self, *args, cwd=None, **popen_kwargs):
         self.proc = subprocess.Popen([samplerd_binary(), "--port=0", "--log_level=1", *args],
-                                     stdout=subprocess.PIPE, text=True, cwd=cwd)
+                                     stdout=subprocess.PIPE, text=True, cwd=cwd, **popen_kwargs)
         line = self.proc.stdout.readline()
         prefix = "samplerd listening on "
         if not line.startswith(prefix):

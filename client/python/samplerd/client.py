@@ -255,7 +255,7 @@ class Client:
         Raises:
             InvalidArgument: a bad argument (named), here or on the server.
             AlreadyExists: the name is taken by a job with another spec.
-            ResourceExhausted: the server's job or sample limit.
+            ResourceExhausted: the server's job, sample or memory limit (--max_memory_bytes).
             Unavailable: the server cannot be reached (after retries).
         """
         unknown = sorted(set(policy_params) - set(_POLICY_PARAMS))

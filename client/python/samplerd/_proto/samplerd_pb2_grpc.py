@@ -75,8 +75,12 @@ class SamplerServicer(object):
         computed before this call returns (for policies that need uploads, after the upload).
         Concurrent calls with one name and spec (every rank at start-up) share one job; a call that
         waits for another still planning epoch 0 ends at its deadline with DEADLINE_EXCEEDED (retry).
-        Errors: INVALID_ARGUMENT (spec), ALREADY_EXISTS, RESOURCE_EXHAUSTED (max jobs, max samples),
-        DEADLINE_EXCEEDED.
+        Admission by memory: the job's memory is estimated from its spec (see JobSpec) and must fit
+        in what the other jobs leave of the server's --max_memory_bytes; nothing is allocated
+        before. A failed create leaves nothing behind: the name and the job slot stay free.
+        Errors: INVALID_ARGUMENT (spec), ALREADY_EXISTS, RESOURCE_EXHAUSTED (max jobs, max samples,
+        memory: the message names spec.num_samples or spec.samples_per_epoch, the estimate and the
+        budget; or an allocation that failed anyway), DEADLINE_EXCEEDED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -110,7 +114,12 @@ class SamplerServicer(object):
         stream ends; nothing changes on error. Only allowed before the job started: before any shard
         position was streamed, loss reported or EndEpoch called (a re-upload before that replaces the
         plan of epoch 0).
-        Errors: INVALID_ARGUMENT (NaN/inf/negative weight, all zero, wrong offsets/length),
+        The weights are normalised to mean 1. Every positive weight stays drawable: the largest
+        positive weight may be at most 2^126 times the smallest one, so that each normalised
+        positive weight is a normal float (its importance weight 1 / w is finite); beyond that
+        ratio the upload is refused (use 0 for samples that must never be drawn).
+        Errors: INVALID_ARGUMENT (NaN/inf/negative weight, all zero, a ratio of positive weights
+        over 2^126 -- the message names both weights and the ratio --, wrong offsets/length),
         FAILED_PRECONDITION (policy is not STATIC, or the job already started), NOT_FOUND.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

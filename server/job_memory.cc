@@ -1,0 +1,92 @@
+#include "server/job_memory.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace samplerd {
+namespace {
+
+constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
+constexpr uint64_t kBytesPerRank = 64;
+
+uint64_t AddSat(uint64_t a, uint64_t b) { return a > kMax - b ? kMax : a + b; }
+uint64_t MulSat(uint64_t a, uint64_t b) { return b != 0 && a > kMax / b ? kMax : a * b; }
+
+// "512.0 GiB", "64 B".
+std::string HumanBytes(uint64_t bytes) {
+  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  if (bytes < 1024) return absl::StrCat(bytes, " B");
+  double value = static_cast<double>(bytes) / 1024;
+  int unit = 0;
+  while (value >= 1024 && unit + 1 < 6) {
+    value /= 1024;
+    ++unit;
+  }
+  return absl::StrFormat("%.1f %s", value, kUnits[unit]);
+}
+
+// A cgroup memory limit file: a number of bytes, or "max" (no limit). kMax if absent or
+// unlimited.
+uint64_t ReadCgroupLimit(const char* path) {
+  FILE* f = std::fopen(path, "r");
+  if (f == nullptr) return kMax;
+  unsigned long long limit = 0;  // NOLINT(runtime/int): the scanf type.
+  const bool numeric = std::fscanf(f, "%llu", &limit) == 1;
+  std::fclose(f);
+  return numeric && limit > 0 ? static_cast<uint64_t>(limit) : kMax;
+}
+
+}  // namespace
+
+uint64_t JobMemoryEstimate::total() const {
+  return AddSat(AddSat(AddSat(AddSat(plans, weights), loss_stats), scratch), ranks);
+}
+
+std::string JobMemoryEstimate::ToString() const {
+  return absl::StrCat("plans ", HumanBytes(plans), ", weights ", HumanBytes(weights),
+                      ", loss statistics ", HumanBytes(loss_stats), ", planning scratch ",
+                      HumanBytes(scratch), ", ranks ", HumanBytes(ranks));
+}
+
+JobMemoryEstimate EstimateJobMemory(const JobConfig& config, const ComputeBackend& backend) {
+  const PlanSpec& plan = config.plan;
+  const uint64_t n = plan.num_samples, m = plan.samples_per_epoch;
+  const bool weighted_base = config.policy.base != BaseWeightKind::kUniform;
+  const bool loss_policy = config.policy.loss != LossWeightKind::kNone;
+  JobMemoryEstimate e;
+  e.plans = MulSat(MulSat(2, m), Plan::Narrow(n) ? sizeof(uint32_t) : sizeof(uint64_t));
+  const uint64_t weight_vectors = (weighted_base ? 2 : 0) + (loss_policy ? 2 : 0);
+  e.weights = MulSat(MulSat(weight_vectors, n), sizeof(float));
+  e.loss_stats = loss_policy ? MulSat(n, sizeof(SampleLossStats)) : 0;
+  e.scratch = backend.PlanScratchBytes(plan, /*weighted=*/weighted_base || loss_policy);
+  e.ranks = MulSat(config.shard.world_size, kBytesPerRank);
+  const uint64_t rest = AddSat(AddSat(AddSat(e.weights, e.loss_stats), e.scratch), e.ranks);
+  // With M == N (M's default) the plans grow with N too: N is the knob a client turned.
+  const bool by_m = e.plans > rest && m != n;
+  e.driving_field = by_m ? "spec.samples_per_epoch" : "spec.num_samples";
+  e.driving_value = by_m ? m : n;
+  return e;
+}
+
+uint64_t DefaultMaxMemoryBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);    // NOLINT(runtime/int): sysconf's type.
+  const long page_size = sysconf(_SC_PAGESIZE);  // NOLINT(runtime/int)
+  uint64_t memory = pages > 0 && page_size > 0
+                        ? MulSat(static_cast<uint64_t>(pages), static_cast<uint64_t>(page_size))
+                        : kMax;
+  memory = std::min({memory, ReadCgroupLimit("/sys/fs/cgroup/memory.max"),
+                     ReadCgroupLimit("/sys/fs/cgroup/memory/memory.limit_in_bytes")});
+  return memory == kMax ? kMax : memory / 5 * 4;
+}
+
+std::string FormatBytes(uint64_t bytes) {
+  return absl::StrCat(bytes, " bytes (", HumanBytes(bytes), ")");
+}
+
+}  // namespace samplerd

@@ -1,0 +1,69 @@
+// How much memory a job needs, estimated from its spec alone, so that the server can admit jobs
+// by memory before allocating anything (JobRegistry, --max_memory_bytes).
+//
+// The estimate is the job's peak: at an epoch boundary the served plan, the next plan being
+// computed (or computed ahead) with its planning scratch, and the weights before and after the
+// recompute are all alive at once. Per sample (N) and per plan position (M), with b = 4 bytes
+// per index when N <= 2^32 and 8 beyond:
+//
+//   plans          2 b M      the plan served and the next one (computed one epoch ahead when
+//                             plans ignore the weights, else at the boundary while the served
+//                             one is still read)
+//   base weights   8 N        STATIC / CLASS_BALANCED: the base, and an upload being installed
+//   epoch weights  8 N        with a loss policy: W_e and W_{e+1} during the recompute
+//   loss stats     8 N        with a loss policy only
+//   plan scratch   backend    ComputeBackend::PlanScratchBytes: for the CPU backend ~10 N for a
+//                             weighted draw with replacement (the draw table), 9 N + 9 M (or
+//                             2 N + 17 M) for a selection without replacement (M < N), nothing
+//                             for uniform draws with replacement, sequential order or M == N
+//   ranks          64 R       per-rank bookkeeping
+//
+// So a UNIFORM job with replacement needs 2 b M (8 kB for M = 1000, whatever N); a STATIC job
+// with replacement 2 b M + 18 N; a LOSS job 2 b M + 16 N + its scratch. Not counted: the plan a
+// slow reader of the previous epoch may still hold, stream buffers (bounded server-wide) and the
+// per-rank sets of applied batch numbers (they grow with the batches of one epoch).
+//
+// Pure functions; thread-safe.
+#ifndef SAMPLERD_SERVER_JOB_MEMORY_H_
+#define SAMPLERD_SERVER_JOB_MEMORY_H_
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/compute_backend.h"
+#include "server/job_config.h"
+
+namespace samplerd {
+
+struct JobMemoryEstimate {
+  uint64_t plans = 0;
+  uint64_t weights = 0;  // Base and epoch weights.
+  uint64_t loss_stats = 0;
+  uint64_t scratch = 0;  // The backend's planning scratch.
+  uint64_t ranks = 0;
+
+  // The spec field that drives the estimate, for error messages: "spec.samples_per_epoch" when
+  // the plans weigh more than the rest and M != N, else "spec.num_samples"; and its value.
+  std::string driving_field;
+  uint64_t driving_value = 0;
+
+  // The sum, saturating at UINT64_MAX.
+  uint64_t total() const;
+  // "plans 512.0 GiB, weights 0 B, loss statistics 0 B, planning scratch 0 B, ranks 64 B".
+  std::string ToString() const;
+};
+
+// The estimate for `config` planned by `backend` (see the table above).
+JobMemoryEstimate EstimateJobMemory(const JobConfig& config, const ComputeBackend& backend);
+
+// The default of --max_memory_bytes: 80% of the memory this process may use, the smaller of
+// the physical memory (sysconf) and the cgroup limit of its container (cgroup v2 memory.max or
+// v1 memory.limit_in_bytes), so that a server in a Kubernetes pod sizes itself by the pod.
+uint64_t DefaultMaxMemoryBytes();
+
+// "549755813888 bytes (512.0 GiB)".
+std::string FormatBytes(uint64_t bytes);
+
+}  // namespace samplerd
+
+#endif  // SAMPLERD_SERVER_JOB_MEMORY_H_
