@@ -11,7 +11,8 @@
 //                             one is still read)
 //   base weights   8 N        STATIC / CLASS_BALANCED: the base, and an upload being installed
 //   epoch weights  8 N        with a loss policy: W_e and W_{e+1} during the recompute
-//   loss stats     8 N        with a loss policy only
+//   loss stats     8 N        with a loss policy only; 16 N when persisted (the copy that the
+//                             epoch's snapshot is written from after the boundary, job.h)
 //   plan scratch   backend    ComputeBackend::PlanScratchBytes: for the CPU backend ~10 N for a
 //                             weighted draw with replacement (the draw table), 9 N + 9 M (or
 //                             2 N + 17 M) for a selection without replacement (M < N), nothing
@@ -53,8 +54,10 @@ struct JobMemoryEstimate {
   std::string ToString() const;
 };
 
-// The estimate for `config` planned by `backend` (see the table above).
-JobMemoryEstimate EstimateJobMemory(const JobConfig& config, const ComputeBackend& backend);
+// The estimate for `config` planned by `backend` (see the table above); `persisted`: the job has
+// a journal (--data_dir).
+JobMemoryEstimate EstimateJobMemory(const JobConfig& config, const ComputeBackend& backend,
+                                    bool persisted);
 
 // The default of --max_memory_bytes: 80% of the memory this process may use, the smaller of
 // the physical memory (sysconf) and the cgroup limit of its container (cgroup v2 memory.max or

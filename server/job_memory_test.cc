@@ -42,7 +42,7 @@ JobConfig Config(const v1::JobSpec& spec) {
 class JobMemoryTest : public ::testing::Test {
  protected:
   JobMemoryEstimate Estimate(const v1::JobSpec& spec) {
-    return EstimateJobMemory(Config(spec), *backend_);
+    return EstimateJobMemory(Config(spec), *backend_, /*persisted=*/false);
   }
   std::unique_ptr<ComputeBackend> backend_ = NewCpuBackend(2);
 };
@@ -128,11 +128,7 @@ TEST_F(JobMemoryTest, EstimateBoundsWhatAJobReallyTakes) {
   for (const MeasuredCase& c : cases) {
     SCOPED_TRACE(c.name);
     const JobConfig config = Config(c.spec);
-    const JobMemoryEstimate estimate = EstimateJobMemory(config, *backend_);
-    // Until Job allocates its LossTable only with a loss policy (issue 9; the estimate already
-    // assumes it), every job takes 8 bytes per sample for it. Remove this allowance then.
-    const uint64_t loss_table_today =
-        config.policy.loss == LossWeightKind::kNone ? kN * sizeof(SampleLossStats) : 0;
+    const JobMemoryEstimate estimate = EstimateJobMemory(config, *backend_, /*persisted=*/false);
     auto run = [&] {
       auto job = Job::Create("m", config, backend_.get());
       if (!job.ok()) _exit(2);
@@ -167,7 +163,7 @@ TEST_F(JobMemoryTest, EstimateBoundsWhatAJobReallyTakes) {
     std::printf("%s: growth %.1f MiB, estimate %.1f MiB (%s)\n", c.name.c_str(),
                 growth.bytes / 1048576.0, estimate.total() / 1048576.0,
                 estimate.ToString().c_str());
-    EXPECT_LE(growth.bytes, estimate.total() + loss_table_today + kSlack) << estimate.ToString();
+    EXPECT_LE(growth.bytes, estimate.total() + kSlack) << estimate.ToString();
   }
 }
 

@@ -131,7 +131,7 @@ absl::Status JobRegistry::Recover() {
   absl::MutexLock lock(&mu_);
   for (auto& [name, job] : recovered) {
     // Restored whatever the budget: refusing them would lose acknowledged state.
-    Reserve(name, EstimateJobMemory(job->config(), *backend_).total());
+    Reserve(name, EstimateJobMemory(job->config(), *backend_, !data_dir_.empty()).total());
     jobs_.emplace(name, std::move(job));
   }
   if (reserved_total_ > limits_.max_memory_bytes) {
@@ -154,7 +154,7 @@ absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Create(const std::string& name
   if (absl::Status s = ValidateJobName(name); !s.ok()) return s;
   absl::StatusOr<JobConfig> config = MakeJobConfig(spec, limits_.job);
   if (!config.ok()) return config.status();
-  const JobMemoryEstimate memory = EstimateJobMemory(*config, *backend_);
+  const JobMemoryEstimate memory = EstimateJobMemory(*config, *backend_, !data_dir_.empty());
   {
     absl::MutexLock lock(&mu_);
     auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {

@@ -230,8 +230,8 @@ TEST_F(MemoryAdmissionTest, TheBudgetIsSharedByLiveJobsAndFreedByDelete) {
   v1::JobSpec spec = Spec(1000);
   spec.set_samples_per_epoch(1 << 20);
   spec.set_replacement(true);
-  const uint64_t each =
-      EstimateJobMemory(*MakeJobConfig(spec, JobLimits()), *backend_).total();  // 8 MiB + 64.
+  const uint64_t each = EstimateJobMemory(*MakeJobConfig(spec, JobLimits()), *backend_, false)
+                            .total();  // 8 MiB + 64.
   JobRegistry::Limits limits{8, JobLimits()};
   limits.max_memory_bytes = 2 * each + each / 2;
   JobRegistry registry(limits, backend_.get());

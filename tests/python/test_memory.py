@@ -110,9 +110,6 @@ def test_an_allocation_failure_leaves_nothing_behind(tmp_path):
         assert server.stop() == 0
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "needs server/job.cc to allocate the LossTable (8 B/sample) only with a loss policy, the "
-    "lead's change in issue 9; remove this marker when it lands"))
 def test_uniform_draws_with_replacement_need_no_per_sample_memory():
     """N = 2e9, M = 1000: within a 3 GiB address space (8 B/sample would be 16 GB)."""
     n = 2_000_000_000
