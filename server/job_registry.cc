@@ -99,7 +99,7 @@ absl::Status JobRegistry::Recover() {
     };
     absl::StatusOr<JobJournal::Recovered> journal = JobJournal::Recover(JobDir(name));
     if (absl::IsNotFound(journal.status())) {  // No job: never acknowledged, or not a job's.
-      LOG(WARNING) << "data_dir: skipping " << JobDir(name) << ": " << journal.status().message();
+      LOG(WARNING) << "data_dir: skipping " << journal.status().message();  // It names the dir.
       continue;
     }
     if (!journal.ok()) return context(journal.status());

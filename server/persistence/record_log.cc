@@ -1,6 +1,7 @@
 #include "server/persistence/record_log.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -66,8 +67,10 @@ std::string EncodeHeadBlock(absl::string_view header, uint64_t sequence, uint64_
   return block;
 }
 
-// The head of `file`, read from `path`: see ReadRecordLogHead.
-absl::StatusOr<RecordLogHead> DecodeHead(absl::string_view file, const std::string& path) {
+// The head of `path`, from `file` (its first bytes, at least the head's if it has them) and
+// `file_size`: see ReadRecordLogHead.
+absl::StatusOr<RecordLogHead> DecodeHead(absl::string_view file, uint64_t file_size,
+                                         const std::string& path) {
   bool found = false;
   RecordLogHead head;
   for (size_t at = 0; at + kBlockBytes <= std::min<size_t>(file.size(), kRecordLogHeadBytes);
@@ -93,8 +96,8 @@ absl::StatusOr<RecordLogHead> DecodeHead(absl::string_view file, const std::stri
   }
   if (!found) {
     return absl::DataLossError(absl::StrCat(
-        path, ": no intact head (the file is ", file.size(), " bytes; ",
-        file.size() <= kRecordLogHeadBytes
+        path, ": no intact head (the file is ", file_size, " bytes; ",
+        file_size <= kRecordLogHeadBytes
             ? "its creation never completed, or it is damaged"
             : "it is damaged, or not a samplerd log of format version 2",
         ")"));
@@ -105,9 +108,29 @@ absl::StatusOr<RecordLogHead> DecodeHead(absl::string_view file, const std::stri
 }  // namespace
 
 absl::StatusOr<RecordLogHead> ReadRecordLogHead(const std::string& path) {
-  absl::StatusOr<std::string> data = ReadFile(path);
-  if (!data.ok()) return data.status();
-  return DecodeHead(*data, path);
+  // The head only: a log may be large.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return PosixError("open", path, errno);
+  std::string head(kRecordLogHeadBytes, '\0');
+  size_t done = 0;
+  while (done < head.size()) {
+    const ssize_t n = ::pread(fd, head.data() + done, head.size() - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int error_number = errno;
+      ::close(fd);
+      return PosixError("read", path, error_number);
+    }
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  struct stat st;
+  const bool stat_ok = ::fstat(fd, &st) == 0;
+  const int error_number = errno;
+  ::close(fd);
+  if (!stat_ok) return PosixError("stat", path, error_number);
+  head.resize(done);
+  return DecodeHead(head, static_cast<uint64_t>(st.st_size), path);
 }
 
 absl::StatusOr<RecordLogContents> ReadRecordLog(const std::string& path, uint64_t synced_bytes) {
@@ -115,7 +138,7 @@ absl::StatusOr<RecordLogContents> ReadRecordLog(const std::string& path, uint64_
   if (!data.ok()) return data.status();
   const absl::string_view file = *data;
   RecordLogContents contents;
-  absl::StatusOr<RecordLogHead> head = DecodeHead(file, path);
+  absl::StatusOr<RecordLogHead> head = DecodeHead(file, file.size(), path);
   if (!head.ok()) return head.status();
   contents.head = *std::move(head);
   // Whatever lies within the synced bytes was on disk before anything was acknowledged.

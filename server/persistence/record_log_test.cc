@@ -547,6 +547,9 @@ TEST_F(RecordLogTest, ALogWithoutAnIntactHeadIsDataLoss) {
   WriteBytes(path_, bytes);
   ExpectDataLoss();
   EXPECT_THAT(ReadRecordLog(path_).status().message(), HasSubstr("no intact head"));
+  auto damaged = ReadRecordLogHead(path_);  // Records follow it: its creation had completed.
+  EXPECT_EQ(damaged.status().code(), absl::StatusCode::kDataLoss) << damaged.status();
+  EXPECT_THAT(damaged.status().message(), HasSubstr("it is damaged"));
   // A file no longer than the head: a creation cut by a crash looks the same.
   for (uint64_t size : {uint64_t{0}, uint64_t{10}, uint64_t{4096}, kRecordLogHeadBytes}) {
     WriteBytes(path_, std::string(size, '\0'));
