@@ -2,9 +2,8 @@
 
 #include <unistd.h>
 
-#include <cerrno>
-
 #include <algorithm>
+#include <cerrno>
 #include <filesystem>
 #include <system_error>
 #include <utility>
@@ -124,8 +123,9 @@ absl::StatusOr<JobJournal::Recovered> JobJournal::Recover(std::string dir) {
   }
   // The newest log's creation may have been cut by the crash (its head is synced before anything
   // is appended, and before a snapshot of its epoch is committed): nothing in it was
-  // acknowledged. Only that log, and only if it has no snapshot and nothing after its head.
-  if (!logs.empty() && logs.back() > epoch) {
+  // acknowledged. Only that log, only if it has no snapshot, its predecessor is there (created
+  // before it) and nothing follows its head.
+  if (logs.size() >= 2 && logs.back() > epoch && logs[logs.size() - 2] + 1 == logs.back()) {
     const std::string path = journal.LogPath(logs.back());
     absl::StatusOr<RecordLogHead> head = ReadRecordLogHead(path);
     std::error_code ec;
@@ -137,8 +137,7 @@ absl::StatusOr<JobJournal::Recovered> JobJournal::Recover(std::string dir) {
   }
   // Every epoch from the snapshot's to the newest has its log: the snapshot's was created before
   // the snapshot was committed, each later one after its predecessor was synced.
-  for (size_t i = 0; i <= logs.size(); ++i) {
-    if (i == logs.size() && i > 0) break;
+  for (size_t i = 0; i < std::max<size_t>(logs.size(), 1); ++i) {
     if (i < logs.size() && logs[i] == epoch + i) continue;
     return absl::DataLossError(absl::StrCat(
         journal.LogPath(epoch + i), " is missing, but ",

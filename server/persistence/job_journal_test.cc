@@ -553,6 +553,13 @@ TEST_F(JobJournalTest, ALogMissingBetweenTwoIsDataLoss) {
   EXPECT_EQ(recovered.status().code(), absl::StatusCode::kDataLoss) << recovered.status();
   EXPECT_THAT(recovered.status().message(),
               HasSubstr(absl::StrCat(LogPath(1), " is missing, but ", LogPath(2), " exists")));
+  // Also when the log after the gap looks like a creation cut by a crash: it is not removed,
+  // since the log before it is missing too.
+  WriteBytes(LogPath(2), "");
+  recovered = Recover();
+  EXPECT_EQ(recovered.status().code(), absl::StatusCode::kDataLoss) << recovered.status();
+  EXPECT_THAT(recovered.status().message(), HasSubstr(absl::StrCat(LogPath(1), " is missing")));
+  EXPECT_TRUE(std::filesystem::exists(LogPath(2)));
 }
 
 // The acknowledged losses and EndEpoch of the issue: a log cut inside its first record (nothing
