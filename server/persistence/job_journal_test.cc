@@ -131,6 +131,21 @@ class JobJournalTest : public ::testing::Test {
 
   absl::StatusOr<JobJournal::Recovered> Recover() { return JobJournal::Recover(dir_); }
 
+  // A new journal in epoch 0 (its snapshot committed, its log open) where each of `calls` was
+  // appended and synced, as acknowledged calls are.
+  std::unique_ptr<JobJournal> JournalInEpoch0(
+      const std::vector<std::vector<state::WalRecord>>& calls) {
+    auto journal = Create();
+    if (journal == nullptr) return nullptr;
+    WriteEpochSnapshot(*journal, 0);
+    EXPECT_TRUE(journal->BeginEpoch(0).ok());
+    for (const auto& call : calls) {
+      AppendAll(*journal, call);
+      EXPECT_TRUE(journal->Sync().ok());
+    }
+    return journal;
+  }
+
   testutil::TestDir test_dir_;
   const std::string root_ = test_dir_.path();
   const std::string dir_ = root_ + "/jobs/j";  // Not created: JobJournal::Create makes it.
@@ -520,22 +535,11 @@ TEST_F(JobJournalTest, CommittingASnapshotCreatesItsLogFirst) {
   EXPECT_EQ(header.epoch(), 0u);
   EXPECT_EQ(header.previous_log_bytes(), 0u);
   ASSERT_TRUE(journal->BeginEpoch(0).ok());  // The same log.
-  AppendAll(*journal, {Losses(0, 0, 1)});
-  ASSERT_TRUE(journal->Sync().ok());
-  auto recovered = Recover();
-  ASSERT_TRUE(recovered.ok()) << recovered.status();
-  EXPECT_EQ(Serialized(recovered->records), Serialized({Losses(0, 0, 1)}));
+  EXPECT_THAT(FileNames(dir_), ElementsAre("snapshot-0.bin", "wal-0.log"));
 }
 
 TEST_F(JobJournalTest, TheSnapshotsLogDeletedIsDataLossNamingIt) {
-  {
-    auto journal = Create();
-    ASSERT_NE(journal, nullptr);
-    WriteEpochSnapshot(*journal, 0);
-    ASSERT_TRUE(journal->BeginEpoch(0).ok());
-    AppendAll(*journal, {Losses(0, 0, 1), RankEnded(0, 0)});
-    ASSERT_TRUE(journal->Sync().ok());
-  }
+  ASSERT_NE(JournalInEpoch0({{Losses(0, 0, 1)}, {RankEnded(0, 0)}}), nullptr);
   std::filesystem::remove(LogPath(0));
   auto recovered = Recover();
   EXPECT_EQ(recovered.status().code(), absl::StatusCode::kDataLoss) << recovered.status();
@@ -565,16 +569,8 @@ TEST_F(JobJournalTest, ALogMissingBetweenTwoIsDataLoss) {
 // The acknowledged losses and EndEpoch of the issue: a log cut inside its first record (nothing
 // after the cut is left to say that it had been synced) is DATA_LOSS, not a torn tail.
 TEST_F(JobJournalTest, ALogCutInsideItsFirstSyncedRecordIsDataLoss) {
-  {
-    auto journal = Create();
-    ASSERT_NE(journal, nullptr);
-    WriteEpochSnapshot(*journal, 0);
-    ASSERT_TRUE(journal->BeginEpoch(0).ok());
-    AppendAll(*journal, {Losses(0, 0, 1)});
-    ASSERT_TRUE(journal->Sync().ok());  // Acknowledged: ReportLosses.
-    AppendAll(*journal, {RankEnded(0, 0)});
-    ASSERT_TRUE(journal->Sync().ok());  // Acknowledged: EndEpoch.
-  }
+  // Acknowledged: a ReportLosses, then an EndEpoch.
+  ASSERT_NE(JournalInEpoch0({{Losses(0, 0, 1)}, {RankEnded(0, 0)}}), nullptr);
   for (uint64_t cut : {kRecordLogHeadBytes + 5, kRecordLogHeadBytes}) {
     SCOPED_TRACE(absl::StrCat("cut at ", cut));
     std::filesystem::resize_file(LogPath(0), cut);
@@ -592,14 +588,8 @@ TEST_F(JobJournalTest, ALogCutInsideItsFirstSyncedRecordIsDataLoss) {
 TEST_F(JobJournalTest, AClosedLogCutShortIsDataLossThroughTheNextLogsHeader) {
   uint64_t closed_length = 0;
   {
-    auto journal = Create();
+    auto journal = JournalInEpoch0({{Losses(0, 0, 1)}, {RankEnded(0, 0)}});
     ASSERT_NE(journal, nullptr);
-    WriteEpochSnapshot(*journal, 0);
-    ASSERT_TRUE(journal->BeginEpoch(0).ok());
-    AppendAll(*journal, {Losses(0, 0, 1)});
-    ASSERT_TRUE(journal->Sync().ok());
-    AppendAll(*journal, {RankEnded(0, 0)});
-    ASSERT_TRUE(journal->Sync().ok());
     closed_length = std::filesystem::file_size(LogPath(0));
     ASSERT_TRUE(journal->StageSnapshot(Header(1), {}, Weights(1), {}).ok());
     ASSERT_TRUE(journal->BeginEpoch(1).ok());
