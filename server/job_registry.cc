@@ -96,9 +96,24 @@ absl::Status JobRegistry::Recover() {
                      " is locked); give each server its own data_dir"));
   }
   lock_fd_ = lock_fd;
+  // Only directories named like jobs are jobs. Anything else is skipped and left alone, never
+  // a reason to keep every job down: a fresh ext4 volume mounted at data_dir has lost+found, and
+  // an operator may park a file or a directory there.
   std::vector<std::string> names;
   for (const fs::directory_entry& entry : fs::directory_iterator(jobs_dir, ec)) {
-    if (entry.is_directory()) names.push_back(entry.path().filename().string());
+    const std::string name = entry.path().filename().string();
+    std::error_code type_error;
+    if (!entry.is_directory(type_error)) {
+      LOG(WARNING) << "data_dir: skipping " << entry.path().string()
+                   << ": not a job directory (not a directory)";
+      continue;
+    }
+    if (absl::Status s = ValidateJobName(name); !s.ok()) {
+      LOG(WARNING) << "data_dir: skipping " << entry.path().string()
+                   << ": not a job directory (" << s.message() << ")";
+      continue;
+    }
+    names.push_back(name);
   }
   if (ec) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -110,9 +125,11 @@ absl::Status JobRegistry::Recover() {
       return absl::Status(s.code(), absl::StrCat("recovering job '", name, "' from ", JobDir(name),
                                                  ": ", s.message()));
     };
-    if (absl::Status s = ValidateJobName(name); !s.ok()) return context(s);
     absl::StatusOr<JobJournal::Recovered> journal = JobJournal::Recover(JobDir(name));
-    if (absl::IsNotFound(journal.status())) continue;  // Never acknowledged; removed.
+    if (absl::IsNotFound(journal.status())) {  // No job: never acknowledged, or not a job's.
+      LOG(WARNING) << "data_dir: skipping " << journal.status().message();  // It names the dir.
+      continue;
+    }
     if (!journal.ok()) return context(journal.status());
     v1::JobSpec spec;
     if (!spec.ParseFromString(journal->snapshot.header.spec())) {

@@ -397,5 +397,51 @@ TEST_F(PersistentRegistryTest, ADirectoryWithoutSnapshotIsAnUnacknowledgedCreate
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/jobs/half"));
 }
 
+// What is not a job directory is skipped and left alone, never a reason to keep every job
+// down: lost+found (every fresh ext4 volume has one), a stray file, a directory whose name is not
+// a job name, or one with a job's name holding no snapshot and files samplerd never writes.
+TEST_F(PersistentRegistryTest, WhatIsNotAJobDirectoryIsSkippedAndLeftAlone) {
+  {
+    auto registry = Open();
+    ASSERT_TRUE(registry->Recover().ok());
+    ASSERT_TRUE(registry->Create("a", Spec(10)).ok());
+  }
+  const std::string jobs = dir_ + "/jobs";
+  std::filesystem::create_directories(jobs + "/lost+found");
+  std::ofstream(jobs + "/lost+found/#1234") << "a block fsck found";
+  std::ofstream(jobs + "/README") << "not a job";
+  std::filesystem::create_directories(jobs + "/not a job");
+  std::filesystem::create_directories(jobs + "/notes");
+  std::ofstream(jobs + "/notes/todo.txt") << "mine";
+  auto registry = Open();
+  const absl::Status s = registry->Recover();
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_THAT(Names(*registry), ::testing::ElementsAre("a"));
+  for (const char* kept : {"/lost+found/#1234", "/README", "/not a job", "/notes/todo.txt"}) {
+    EXPECT_TRUE(std::filesystem::exists(jobs + kept)) << kept;
+  }
+  // The job is served as before.
+  auto a = registry->Get("a");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_TRUE((*a)->EndEpoch(0, 0).ok());
+}
+
+// Skipping strays does not skip damage: a real job's corrupt directory still stops the start.
+TEST_F(PersistentRegistryTest, ACorruptJobNextToLostAndFoundStillStopsRecovery) {
+  {
+    auto registry = Open();
+    ASSERT_TRUE(registry->Recover().ok());
+    ASSERT_TRUE(registry->Create("a", Spec(10)).ok());
+  }
+  std::filesystem::create_directories(dir_ + "/jobs/lost+found");
+  std::filesystem::remove(dir_ + "/jobs/a/wal-0.log");
+  auto registry = Open();
+  const absl::Status s = registry->Recover();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("job 'a'"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("wal-0.log is missing"));
+  EXPECT_TRUE(Names(*registry).empty());
+}
+
 }  // namespace
 }  // namespace samplerd

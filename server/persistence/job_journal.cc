@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <filesystem>
 #include <system_error>
 #include <utility>
@@ -38,6 +39,7 @@ absl::Status FsError(absl::string_view what, const fs::path& path, const std::er
 struct DirFiles {
   std::vector<uint64_t> snapshots;  // Epochs, ascending.
   std::vector<uint64_t> logs;
+  std::vector<std::string> others;  // Names that are none of the journal's files.
 };
 
 // Lists a job directory; with `remove_temporary` (recovery only: a staged snapshot may be being
@@ -52,9 +54,13 @@ absl::StatusOr<DirFiles> ListDir(const std::string& dir, bool remove_temporary =
       files.snapshots.push_back(epoch);
     } else if (ParseEpoch(name, kLogPrefix, kLogSuffix, &epoch)) {
       files.logs.push_back(epoch);
-    } else if (remove_temporary && absl::EndsWith(name, ".tmp")) {
-      std::error_code ignored;  // A snapshot never committed: never used.
-      fs::remove(entry.path(), ignored);
+    } else if (absl::StartsWith(name, kSnapshotPrefix) && absl::EndsWith(name, ".tmp")) {
+      if (remove_temporary) {
+        std::error_code ignored;  // A snapshot never committed: never used.
+        fs::remove(entry.path(), ignored);
+      }
+    } else {
+      files.others.push_back(name);
     }
   }
   if (ec) return FsError("list", dir, ec);
@@ -88,9 +94,15 @@ absl::StatusOr<JobJournal::Recovered> JobJournal::Recover(std::string dir) {
   absl::StatusOr<DirFiles> files = ListDir(dir, /*remove_temporary=*/true);
   if (!files.ok()) return files.status();
   if (files->snapshots.empty()) {
+    if (!files->others.empty()) {  // Not written by samplerd: not ours to remove.
+      return absl::NotFoundError(absl::StrCat(dir, ": not a job directory (no snapshot, and '",
+                                              files->others.front(),
+                                              "' is not a samplerd file); left as it is"));
+    }
     std::error_code ec;
     fs::remove_all(dir, ec);
-    return absl::NotFoundError(absl::StrCat(dir, ": no snapshot (a job never acknowledged)"));
+    return absl::NotFoundError(
+        absl::StrCat(dir, ": no snapshot (a job never acknowledged); removed"));
   }
   Recovered recovered;
   recovered.journal.reset(new JobJournal(std::move(dir), /*replaying=*/true));
@@ -103,15 +115,57 @@ absl::StatusOr<JobJournal::Recovered> JobJournal::Recover(std::string dir) {
         absl::StrCat(journal.SnapshotPath(epoch), ": holds epoch ", snapshot->header.epoch()));
   }
   recovered.snapshot = *std::move(snapshot);
+  // The logs of the snapshot's epoch and later ones (older ones are superseded by it: a crash
+  // left them).
+  std::vector<uint64_t> logs;
   for (uint64_t log_epoch : files->logs) {
-    if (log_epoch < epoch) continue;  // Superseded by the snapshot (left by a crash).
-    const std::string path = journal.LogPath(log_epoch);
-    absl::StatusOr<RecordLogContents> log = ReadRecordLog(path);
+    if (log_epoch >= epoch) logs.push_back(log_epoch);
+  }
+  // The newest log's creation may have been cut by the crash (its head is synced before anything
+  // is appended, and before a snapshot of its epoch is committed): nothing in it was
+  // acknowledged. Only that log, only if it has no snapshot, its predecessor is there (created
+  // before it) and nothing follows its head.
+  if (logs.size() >= 2 && logs.back() > epoch && logs[logs.size() - 2] + 1 == logs.back()) {
+    const std::string path = journal.LogPath(logs.back());
+    absl::StatusOr<RecordLogHead> head = ReadRecordLogHead(path);
+    std::error_code ec;
+    const uintmax_t size = fs::file_size(path, ec);
+    if (absl::IsDataLoss(head.status()) && !ec && size <= kRecordLogHeadBytes) {
+      if (::unlink(path.c_str()) != 0) return PosixError("remove", path, errno);
+      logs.pop_back();
+    }
+  }
+  // Every epoch from the snapshot's to the newest has its log: the snapshot's was created before
+  // the snapshot was committed, each later one after its predecessor was synced.
+  for (size_t i = 0; i < std::max<size_t>(logs.size(), 1); ++i) {
+    if (i < logs.size() && logs[i] == epoch + i) continue;
+    return absl::DataLossError(absl::StrCat(
+        journal.LogPath(epoch + i), " is missing, but ",
+        i == 0 ? journal.SnapshotPath(epoch) : journal.LogPath(logs[i]),
+        " exists: the changes of epoch ", epoch + i, " are lost"));
+  }
+  // Read from the newest back: each log's header says how long the previous one was when it was
+  // closed, all of it synced.
+  std::vector<RecordLogContents> contents(logs.size());
+  uint64_t closed_length = 0;
+  for (size_t i = logs.size(); i-- > 0;) {
+    const std::string path = journal.LogPath(logs[i]);
+    absl::StatusOr<RecordLogContents> log = ReadRecordLog(path, closed_length);
     if (!log.ok()) return log.status();
-    for (size_t i = 0; i < log->records.size(); ++i) {
+    state::LogHeader header;
+    if (!header.ParseFromString(log->head.header) || header.epoch() != logs[i]) {
+      return absl::DataLossError(absl::StrCat(path, ": its header is not that of epoch ",
+                                              logs[i], "'s log"));
+    }
+    closed_length = header.previous_log_bytes();
+    contents[i] = *std::move(log);
+  }
+  for (size_t l = 0; l < logs.size(); ++l) {
+    for (size_t i = 0; i < contents[l].records.size(); ++i) {
       state::WalRecord& record = recovered.records.emplace_back();
-      if (!record.ParseFromString(log->records[i])) {
-        return absl::DataLossError(absl::StrCat(path, ": record ", i, " is malformed"));
+      if (!record.ParseFromString(contents[l].records[i])) {
+        return absl::DataLossError(
+            absl::StrCat(journal.LogPath(logs[l]), ": record ", i, " is malformed"));
       }
     }
   }
@@ -128,8 +182,31 @@ absl::Status JobJournal::StageSnapshot(const state::SnapshotHeader& header,
 }
 
 absl::Status JobJournal::CommitSnapshot(uint64_t epoch) {
+  if (absl::Status s = EnsureLogExists(epoch); !s.ok()) return s;
   if (absl::Status s = samplerd::CommitSnapshot(SnapshotPath(epoch)); !s.ok()) return s;
   return RemoveBefore(epoch);
+}
+
+absl::Status JobJournal::EnsureLogExists(uint64_t epoch) {
+  // OpenEpoch has usually created it already; an upload's or a creation's snapshot is committed
+  // first. Nothing to do either if there is no staged snapshot (the commit then fails).
+  {
+    absl::MutexLock lock(&mu_);
+    if (log_ != nullptr && log_epoch_ == epoch) return absl::OkStatus();
+  }
+  const std::string path = LogPath(epoch);
+  std::error_code ec;
+  if (fs::exists(path, ec) || !fs::exists(SnapshotPath(epoch) + ".tmp", ec)) {
+    return absl::OkStatus();
+  }
+  // Created (its header synced) but not made the current log: the current one, if any, may
+  // still be appended to. OpenEpoch(epoch) opens it.
+  state::LogHeader header;
+  header.set_epoch(epoch);
+  absl::StatusOr<std::unique_ptr<RecordLogWriter>> created =
+      RecordLogWriter::Open(path, header.SerializeAsString());
+  if (!created.ok()) return created.status();
+  return SyncDirectory(dir_);
 }
 
 absl::Status JobJournal::RemoveBefore(uint64_t epoch) const {
@@ -150,10 +227,13 @@ absl::Status JobJournal::OpenEpoch(uint64_t epoch) {
   // are on disk. Nothing appends to it any more (the job's epoch has moved on); a failure is
   // kept for every later call.
   std::shared_ptr<RecordLogWriter> previous;
+  uint64_t previous_epoch = 0;
   {
     absl::MutexLock lock(&mu_);
     previous = log_;
+    previous_epoch = log_epoch_;
   }
+  if (previous != nullptr && previous_epoch == epoch) return absl::OkStatus();  // Open already.
   if (previous != nullptr) {
     if (absl::Status s = previous->Sync(); !s.ok()) {
       absl::MutexLock lock(&mu_);
@@ -161,13 +241,27 @@ absl::Status JobJournal::OpenEpoch(uint64_t epoch) {
       return s;
     }
   }
-  absl::StatusOr<std::unique_ptr<RecordLogWriter>> opened = RecordLogWriter::Open(LogPath(epoch));
+  // A new log's header records the length of the closed one, all of it synced: recovery then
+  // detects that log cut short or damaged anywhere, not only before its last sync.
+  state::LogHeader header;
+  header.set_epoch(epoch);
+  if (previous != nullptr && previous_epoch + 1 == epoch) {
+    header.set_previous_log_bytes(previous->synced_bytes());
+  }
+  const std::string path = LogPath(epoch);
+  absl::StatusOr<std::unique_ptr<RecordLogWriter>> opened =
+      RecordLogWriter::Open(path, header.SerializeAsString());
   if (!opened.ok()) return opened.status();
+  if (state::LogHeader existing; !existing.ParseFromString((*opened)->header()) ||
+                                 existing.epoch() != epoch) {
+    return absl::DataLossError(
+        absl::StrCat(path, ": its header is not that of epoch ", epoch, "'s log"));
+  }
   if (absl::Status s = SyncDirectory(dir_); !s.ok()) return s;
   {
     absl::MutexLock lock(&mu_);
     log_ = *std::move(opened);
-    open_epoch_ = epoch;
+    log_epoch_ = epoch;
   }
   std::error_code ec;
   if (!std::filesystem::exists(SnapshotPath(epoch), ec)) return absl::OkStatus();
@@ -238,7 +332,7 @@ absl::Status JobJournal::StartEpochDurably(const EpochStart& start) {
 absl::Status JobJournal::WriteEpochSnapshot(const EpochStart& start) {
   {
     absl::MutexLock lock(&mu_);
-    if (log_ == nullptr || open_epoch_ != start.epoch) {
+    if (log_ == nullptr || log_epoch_ != start.epoch) {
       return absl::FailedPreconditionError(absl::StrCat(
           dir_, ": the snapshot of epoch ", start.epoch, " is written after its log is opened"));
     }

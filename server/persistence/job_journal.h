@@ -11,6 +11,16 @@
 // snapshots and logs are removed. A directory without a snapshot belongs to a job whose creation
 // was never acknowledged (or was being deleted): Recover removes it.
 //
+// Damage that recovery detects (DATA_LOSS naming the file) rather than loading less than was
+// acknowledged: a log's header is synced when the log is created, before anything is appended
+// to it and before a snapshot of its epoch is committed; a new log's header records the length
+// of the closed log (all of it synced); each log's head records how far it had been synced
+// (record_log.h). So these are DATA_LOSS: the snapshot's epoch's log missing, or any log between
+// it and the newest; a log cut short or damaged within what its head or the next log's header
+// says had been synced. Not detected (docs/PERSISTENCE.md): the newest log lost whole (or cut
+// inside its head) while its epoch has no committed snapshot yet; after a power loss, damage to
+// the records that the newest log's last Sync(s) made durable; a job's directory removed whole.
+//
 // Durability: the Log* methods write to the page cache; a caller acknowledges a change to its
 // client only after Sync returned OK.
 //
@@ -68,7 +78,8 @@ class JobJournal {
   // Before epoch `epoch` is published, when an EndEpoch opened it (or when a recovered job
   // publishes its snapshot's epoch): syncs and closes the previous log and makes wal-<epoch>.log
   // the log that the Log* calls write to (appending to it if it exists; a torn tail is cut). If
-  // snapshot-<epoch>.bin is committed, the files of earlier epochs are removed.
+  // snapshot-<epoch>.bin is committed, the files of earlier epochs are removed. A no-op if
+  // wal-<epoch>.log is the current log already; a new log is created with a synced header.
   absl::Status OpenEpoch(uint64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
   // After `start.epoch` was opened with OpenEpoch and published: writes its snapshot durably and
   // removes the files of earlier epochs. FAILED_PRECONDITION if that epoch's log is not the one
@@ -111,8 +122,11 @@ class JobJournal {
     // The snapshot's epoch's log records and those of later epochs, in order.
     std::vector<state::WalRecord> records;
   };
-  // Reads a job's directory. NOT_FOUND (and the directory is removed) when it has no snapshot;
-  // DATA_LOSS naming the file when the newest snapshot or a log is corrupt.
+  // Reads a job's directory. NOT_FOUND when it has no snapshot: the directory is removed if it
+  // holds nothing but the journal's files (a job never acknowledged), else left as it is (not a
+  // job's). DATA_LOSS naming the file when the newest snapshot or a log is corrupt or missing
+  // (see above); FAILED_PRECONDITION for files of another format version. The newest log, if its
+  // epoch has no snapshot and its creation never completed, is removed.
   static absl::StatusOr<Recovered> Recover(std::string dir);
 
   // Feeds `records` (from Recover) to `handlers`. DATA_LOSS naming the directory and the record
@@ -133,6 +147,8 @@ class JobJournal {
   // The halves of writing a snapshot (see snapshot.h): the arrays may change once StageSnapshot
   // returned; until CommitSnapshot(epoch) succeeded, the earlier epochs' files are kept, so a
   // crash in between recovers from them (and the logs after them).
+  // CommitSnapshot(epoch) first creates wal-<epoch>.log (its header synced) if it does not
+  // exist: a committed snapshot always has its log. It does not make it the current log.
   absl::Status StageSnapshot(const state::SnapshotHeader& header, absl::Span<const float> base,
                              absl::Span<const float> weights,
                              absl::Span<const SampleLossStats> loss_stats);
@@ -157,14 +173,16 @@ class JobJournal {
   absl::Status Log(const state::WalRecord& record);
   std::string SnapshotPath(uint64_t epoch) const;
   std::string LogPath(uint64_t epoch) const;
+  // Creates wal-<epoch>.log, durably, if it is absent and snapshot-<epoch> is staged.
+  absl::Status EnsureLogExists(uint64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
   // Removes the snapshots and logs of epochs before `epoch` (superseded by its snapshot).
   absl::Status RemoveBefore(uint64_t epoch) const;
 
   const std::string dir_;
   absl::Mutex mu_;
   std::shared_ptr<RecordLogWriter> log_ ABSL_GUARDED_BY(mu_);
-  absl::Status error_ ABSL_GUARDED_BY(mu_);       // Sticky: a previous log failed to sync.
-  uint64_t open_epoch_ ABSL_GUARDED_BY(mu_) = 0;  // The epoch of log_ (when log_ is set).
+  uint64_t log_epoch_ ABSL_GUARDED_BY(mu_) = 0;  // The epoch of log_, if any.
+  absl::Status error_ ABSL_GUARDED_BY(mu_);      // Sticky: a previous log failed to sync.
   bool replaying_ ABSL_GUARDED_BY(mu_);
 };
 

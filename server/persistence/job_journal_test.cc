@@ -105,9 +105,14 @@ class JobJournalTest : public ::testing::Test {
     }
   }
 
-  // Writes a log file directly with the record log.
-  static void WriteLogFile(const std::string& path, const std::vector<state::WalRecord>& records) {
-    auto writer = RecordLogWriter::Open(path);
+  // Writes epoch `epoch`'s log file directly with the record log, its header as a journal
+  // writes it.
+  void WriteLogFile(uint64_t epoch, const std::vector<state::WalRecord>& records,
+                    uint64_t previous_log_bytes = 0) {
+    state::LogHeader header;
+    header.set_epoch(epoch);
+    header.set_previous_log_bytes(previous_log_bytes);
+    auto writer = RecordLogWriter::Open(LogPath(epoch), header.SerializeAsString());
     ASSERT_TRUE(writer.ok()) << writer.status();
     for (const state::WalRecord& record : records) {
       ASSERT_TRUE((*writer)->Append(record.SerializeAsString()).ok());
@@ -127,6 +132,21 @@ class JobJournalTest : public ::testing::Test {
 
   absl::StatusOr<JobJournal::Recovered> Recover() { return JobJournal::Recover(dir_); }
 
+  // A new journal in epoch 0 (its snapshot committed, its log open) where each of `calls` was
+  // appended and synced, as acknowledged calls are.
+  std::unique_ptr<JobJournal> JournalInEpoch0(
+      const std::vector<std::vector<state::WalRecord>>& calls) {
+    auto journal = Create();
+    if (journal == nullptr) return nullptr;
+    WriteEpochSnapshot(*journal, 0);
+    EXPECT_TRUE(journal->OpenEpoch(0).ok());
+    for (const auto& call : calls) {
+      AppendAll(*journal, call);
+      EXPECT_TRUE(journal->Sync().ok());
+    }
+    return journal;
+  }
+
   testutil::TestDir test_dir_;
   const std::string root_ = test_dir_.path();
   const std::string dir_ = root_ + "/jobs/j";  // Not created: JobJournal::Create makes it.
@@ -142,7 +162,7 @@ TEST_F(JobJournalTest, CreateMakesTheDirectory) {
 
 TEST_F(JobJournalTest, CreateRemovesWhatAPreviousJobLeft) {
   ASSERT_TRUE(std::filesystem::create_directories(dir_));
-  WriteLogFile(LogPath(0), {RankEnded(0, 1)});
+  WriteLogFile(0, {RankEnded(0, 1)});
   WriteBytes(dir_ + "/snapshot-0.bin.tmp", "partial");
   auto journal = Create();
   ASSERT_NE(journal, nullptr);
@@ -210,8 +230,8 @@ TEST_F(JobJournalTest, WriteSnapshotAndOpenEpochRemoveTheOlderEpochsFiles) {
   AppendAll(*journal, {Losses(0, 0, 1), RankEnded(0, 0)});
   ASSERT_TRUE(journal->Sync().ok());
   EXPECT_THAT(FileNames(dir_), ElementsAre("snapshot-0.bin", "wal-0.log"));
-  WriteEpochSnapshot(*journal, 1);
-  EXPECT_THAT(FileNames(dir_), ElementsAre("snapshot-1.bin"));
+  WriteEpochSnapshot(*journal, 1);  // Its log is created first.
+  EXPECT_THAT(FileNames(dir_), ElementsAre("snapshot-1.bin", "wal-1.log"));
   ASSERT_TRUE(journal->OpenEpoch(1).ok());
   EXPECT_THAT(FileNames(dir_), ElementsAre("snapshot-1.bin", "wal-1.log"));
   AppendAll(*journal, {Losses(1, 0, 1)});
@@ -254,7 +274,8 @@ TEST_F(JobJournalTest, OpenEpochOfACommittedSnapshotRemovesTheOlderEpochsFiles) 
   // A crash in CommitSnapshot(1) after the rename, before epoch 0's files were removed.
   ASSERT_TRUE(std::filesystem::create_directories(dir_));
   WriteSnapshotFile(0);
-  WriteLogFile(LogPath(0), {Losses(0, 0, 1)});
+  WriteLogFile(0, {Losses(0, 0, 1)});
+  WriteLogFile(1, {});  // Created before the snapshot was committed.
   WriteSnapshotFile(1);
   auto recovered = Recover();
   ASSERT_TRUE(recovered.ok()) << recovered.status();
@@ -299,8 +320,8 @@ TEST_F(JobJournalTest, RecordsOfLaterEpochLogsFollowInOrder) {
   // A crash after epoch 1's log was opened but before snapshot-1 was written (or survived).
   ASSERT_TRUE(std::filesystem::create_directories(dir_));
   WriteSnapshotFile(0);
-  WriteLogFile(LogPath(0), {Losses(0, 0, 1), RankEnded(0, 0)});
-  WriteLogFile(LogPath(1), {Streamed(1, 0, 5), Losses(1, 0, 1)});
+  WriteLogFile(0, {Losses(0, 0, 1), RankEnded(0, 0)});
+  WriteLogFile(1, {Streamed(1, 0, 5), Losses(1, 0, 1)});
 
   auto recovered = Recover();
   ASSERT_TRUE(recovered.ok()) << recovered.status();
@@ -314,9 +335,9 @@ TEST_F(JobJournalTest, LogsAreReplayedInNumericEpochOrder) {
   // "wal-10.log" sorts before "wal-9.log" as a string.
   ASSERT_TRUE(std::filesystem::create_directories(dir_));
   WriteSnapshotFile(9);
-  WriteLogFile(LogPath(10), {Losses(10, 0, 1)});
-  WriteLogFile(LogPath(9), {Losses(9, 0, 1)});
-  WriteLogFile(LogPath(11), {Losses(11, 0, 1)});
+  WriteLogFile(10, {Losses(10, 0, 1)});
+  WriteLogFile(9, {Losses(9, 0, 1)});
+  WriteLogFile(11, {Losses(11, 0, 1)});
 
   auto recovered = Recover();
   ASSERT_TRUE(recovered.ok()) << recovered.status();
@@ -329,9 +350,9 @@ TEST_F(JobJournalTest, LogsOlderThanTheNewestSnapshotAreIgnored) {
   // A crash inside OpenEpoch(10), before it removed epoch 9's files.
   ASSERT_TRUE(std::filesystem::create_directories(dir_));
   WriteSnapshotFile(9);
-  WriteLogFile(LogPath(9), {Losses(9, 0, 1)});
+  WriteLogFile(9, {Losses(9, 0, 1)});
   WriteSnapshotFile(10);
-  WriteLogFile(LogPath(10), {Losses(10, 0, 1)});
+  WriteLogFile(10, {Losses(10, 0, 1)});
 
   auto recovered = Recover();
   ASSERT_TRUE(recovered.ok()) << recovered.status();
@@ -340,8 +361,9 @@ TEST_F(JobJournalTest, LogsOlderThanTheNewestSnapshotAreIgnored) {
   EXPECT_EQ(Serialized(recovered->records), Serialized({Losses(10, 0, 1)}));
 }
 
-TEST_F(JobJournalTest, TheNewestSnapshotWithoutALogHasNoRecords) {
+TEST_F(JobJournalTest, TheNewestSnapshotWithAnEmptyLogHasNoRecords) {
   ASSERT_TRUE(std::filesystem::create_directories(dir_));
+  WriteLogFile(2, {});
   WriteSnapshotFile(2);
   auto recovered = Recover();
   ASSERT_TRUE(recovered.ok()) << recovered.status();
@@ -355,7 +377,7 @@ TEST_F(JobJournalTest, ATornTailIsDroppedAndCutByOpenEpoch) {
     ASSERT_NE(journal, nullptr);
     WriteEpochSnapshot(*journal, 0);
     ASSERT_TRUE(journal->OpenEpoch(0).ok());
-    // Not synced: the crash may cut these (a synced one would carry a sync marker after it).
+    // Not synced: the crash may cut these (the head claims only what a Sync covered).
     AppendAll(*journal, {Losses(0, 0, 1), Losses(0, 0, 2)});
   }
   const uint64_t size = std::filesystem::file_size(LogPath(0));
@@ -375,7 +397,7 @@ TEST_F(JobJournalTest, ATornTailIsDroppedAndCutByOpenEpoch) {
 
 TEST_F(JobJournalTest, NoSnapshotIsNotFoundAndTheDirectoryIsRemoved) {
   ASSERT_TRUE(std::filesystem::create_directories(dir_));
-  WriteLogFile(LogPath(0), {Losses(0, 0, 1)});
+  WriteLogFile(0, {Losses(0, 0, 1)});
   auto recovered = Recover();
   EXPECT_EQ(recovered.status().code(), absl::StatusCode::kNotFound) << recovered.status();
   EXPECT_THAT(recovered.status().message(), HasSubstr(dir_));
@@ -394,7 +416,7 @@ TEST_F(JobJournalTest, AnEmptyDirectoryIsNotFoundAndRemoved) {
 TEST_F(JobJournalTest, ALeftoverTemporarySnapshotIsIgnoredAndRemoved) {
   ASSERT_TRUE(std::filesystem::create_directories(dir_));
   WriteSnapshotFile(2);
-  WriteLogFile(LogPath(2), {Losses(2, 0, 1)});
+  WriteLogFile(2, {Losses(2, 0, 1)});
   WriteBytes(dir_ + "/snapshot-3.bin.tmp", "half a snapshot");
 
   auto recovered = Recover();
@@ -433,13 +455,13 @@ TEST_F(JobJournalTest, ASnapshotOfAnotherEpochIsDataLoss) {
 TEST_F(JobJournalTest, ACorruptLogIsDataLossNamingIt) {
   ASSERT_TRUE(std::filesystem::create_directories(dir_));
   WriteSnapshotFile(0);
-  WriteLogFile(LogPath(0), {Losses(0, 0, 1), Losses(0, 0, 2), Losses(0, 0, 3)});
+  WriteLogFile(0, {Losses(0, 0, 1), Losses(0, 0, 2), Losses(0, 0, 3)});
   std::string bytes;
   {
     std::ifstream in(LogPath(0), std::ios::binary);
     bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   }
-  bytes[10] ^= 0x04;  // In the first record's payload.
+  bytes[kRecordLogHeadBytes + 10] ^= 0x04;  // In the first record's payload.
   WriteBytes(LogPath(0), bytes);
   auto recovered = Recover();
   EXPECT_EQ(recovered.status().code(), absl::StatusCode::kDataLoss) << recovered.status();
@@ -450,7 +472,9 @@ TEST_F(JobJournalTest, AMalformedRecordIsDataLossNamingTheLog) {
   ASSERT_TRUE(std::filesystem::create_directories(dir_));
   WriteSnapshotFile(0);
   {
-    auto writer = RecordLogWriter::Open(LogPath(0));
+    state::LogHeader header;
+    header.set_epoch(0);
+    auto writer = RecordLogWriter::Open(LogPath(0), header.SerializeAsString());
     ASSERT_TRUE(writer.ok()) << writer.status();
     ASSERT_TRUE((*writer)->Append(Losses(0, 0, 1).SerializeAsString()).ok());
     ASSERT_TRUE((*writer)->Append("\xff\xff\xff").ok());  // Intact framing, not a WalRecord.
@@ -481,7 +505,7 @@ TEST_F(JobJournalTest, AppendBeforeOpenEpochIsFailedPrecondition) {
   EXPECT_EQ(journal->Append(Losses(0, 0, 1).SerializeAsString()).code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(journal->Sync().ok());  // Nothing to sync.
-  WriteEpochSnapshot(*journal, 0);
+  WriteEpochSnapshot(*journal, 0);  // Creates its log, but does not open it.
   EXPECT_EQ(journal->Append(Losses(0, 0, 1).SerializeAsString()).code(),
             absl::StatusCode::kFailedPrecondition);
   ASSERT_TRUE(journal->OpenEpoch(0).ok());
@@ -490,10 +514,176 @@ TEST_F(JobJournalTest, AppendBeforeOpenEpochIsFailedPrecondition) {
 
 TEST_F(JobJournalTest, AppendOnARecoveredJournalBeforeOpenEpochIsFailedPrecondition) {
   ASSERT_TRUE(std::filesystem::create_directories(dir_));
+  WriteLogFile(0, {});
   WriteSnapshotFile(0);
   auto recovered = Recover();
   ASSERT_TRUE(recovered.ok()) << recovered.status();
   EXPECT_EQ(recovered->journal->Append("x").code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// ---- Lost or cut logs (a log is created, its header synced, before its epoch's snapshot is
+// committed; the head says how far it had been synced; the next log's header how long it was) --
+
+TEST_F(JobJournalTest, CommittingASnapshotCreatesItsLogFirst) {
+  auto journal = Create();
+  ASSERT_NE(journal, nullptr);
+  WriteEpochSnapshot(*journal, 0);  // As a creation or an upload does, before OpenEpoch.
+  EXPECT_THAT(FileNames(dir_), ElementsAre("snapshot-0.bin", "wal-0.log"));
+  auto head = ReadRecordLogHead(LogPath(0));
+  ASSERT_TRUE(head.ok()) << head.status();
+  state::LogHeader header;
+  ASSERT_TRUE(header.ParseFromString(head->header));
+  EXPECT_EQ(header.epoch(), 0u);
+  EXPECT_EQ(header.previous_log_bytes(), 0u);
+  ASSERT_TRUE(journal->OpenEpoch(0).ok());  // The same log.
+  EXPECT_THAT(FileNames(dir_), ElementsAre("snapshot-0.bin", "wal-0.log"));
+}
+
+TEST_F(JobJournalTest, TheSnapshotsLogDeletedIsDataLossNamingIt) {
+  ASSERT_NE(JournalInEpoch0({{Losses(0, 0, 1)}, {RankEnded(0, 0)}}), nullptr);
+  std::filesystem::remove(LogPath(0));
+  auto recovered = Recover();
+  EXPECT_EQ(recovered.status().code(), absl::StatusCode::kDataLoss) << recovered.status();
+  EXPECT_THAT(recovered.status().message(),
+              HasSubstr(absl::StrCat(LogPath(0), " is missing, but ", SnapshotPath(0))));
+  EXPECT_THAT(FileNames(dir_), ElementsAre("snapshot-0.bin"));  // Left for the operator.
+}
+
+TEST_F(JobJournalTest, ALogMissingBetweenTwoIsDataLoss) {
+  ASSERT_TRUE(std::filesystem::create_directories(dir_));
+  WriteSnapshotFile(0);
+  WriteLogFile(0, {Losses(0, 0, 1), RankEnded(0, 0)});
+  WriteLogFile(2, {Losses(2, 0, 1)});
+  auto recovered = Recover();
+  EXPECT_EQ(recovered.status().code(), absl::StatusCode::kDataLoss) << recovered.status();
+  EXPECT_THAT(recovered.status().message(),
+              HasSubstr(absl::StrCat(LogPath(1), " is missing, but ", LogPath(2), " exists")));
+  // Also when the log after the gap looks like a creation cut by a crash: it is not removed,
+  // since the log before it is missing too.
+  WriteBytes(LogPath(2), "");
+  recovered = Recover();
+  EXPECT_EQ(recovered.status().code(), absl::StatusCode::kDataLoss) << recovered.status();
+  EXPECT_THAT(recovered.status().message(), HasSubstr(absl::StrCat(LogPath(1), " is missing")));
+  EXPECT_TRUE(std::filesystem::exists(LogPath(2)));
+}
+
+// The acknowledged losses and EndEpoch of the issue: a log cut inside its first record (nothing
+// after the cut is left to say that it had been synced) is DATA_LOSS, not a torn tail.
+TEST_F(JobJournalTest, ALogCutInsideItsFirstSyncedRecordIsDataLoss) {
+  // Acknowledged: a ReportLosses, then an EndEpoch.
+  ASSERT_NE(JournalInEpoch0({{Losses(0, 0, 1)}, {RankEnded(0, 0)}}), nullptr);
+  for (uint64_t cut : {kRecordLogHeadBytes + 5, kRecordLogHeadBytes}) {
+    SCOPED_TRACE(absl::StrCat("cut at ", cut));
+    std::filesystem::resize_file(LogPath(0), cut);
+    auto recovered = Recover();
+    EXPECT_EQ(recovered.status().code(), absl::StatusCode::kDataLoss) << recovered.status();
+    EXPECT_THAT(recovered.status().message(), HasSubstr(LogPath(0)));
+    EXPECT_THAT(recovered.status().message(), HasSubstr("cut short"));
+    EXPECT_EQ(std::filesystem::file_size(LogPath(0)), cut);  // Not truncated further.
+  }
+}
+
+// After a power loss the head may still say what the Sync before the last one covered (its
+// rewrite after the last Sync not on disk yet): here its newer block is torn. A log that a later
+// one closed is covered anyway, by the length in that log's header.
+TEST_F(JobJournalTest, AClosedLogCutShortIsDataLossThroughTheNextLogsHeader) {
+  uint64_t closed_length = 0;
+  {
+    auto journal = JournalInEpoch0({{Losses(0, 0, 1)}, {RankEnded(0, 0)}});
+    ASSERT_NE(journal, nullptr);
+    closed_length = std::filesystem::file_size(LogPath(0));
+    ASSERT_TRUE(journal->StageSnapshot(Header(1), {}, Weights(1), {}).ok());
+    ASSERT_TRUE(journal->OpenEpoch(1).ok());
+    AppendAll(*journal, {Losses(1, 0, 1)});
+    ASSERT_TRUE(journal->Sync().ok());
+  }  // A crash before CommitSnapshot(1).
+  auto head = ReadRecordLogHead(LogPath(1));
+  ASSERT_TRUE(head.ok()) << head.status();
+  state::LogHeader header;
+  ASSERT_TRUE(header.ParseFromString(head->header));
+  EXPECT_EQ(header.epoch(), 1u);
+  EXPECT_EQ(header.previous_log_bytes(), closed_length);
+
+  // wal-0's newer head block torn, and its last record (the EndEpoch) cut.
+  auto wal0 = ReadRecordLogHead(LogPath(0));
+  ASSERT_TRUE(wal0.ok()) << wal0.status();
+  std::string bytes = testutil::ReadBytes(LogPath(0));
+  bytes[(wal0->sequence % 2) * 4096 + 20] ^= 1;
+  bytes.resize(closed_length - 3);
+  WriteBytes(LogPath(0), bytes);
+  auto without_header = ReadRecordLog(LogPath(0));  // The head alone: a torn tail.
+  ASSERT_TRUE(without_header.ok()) << without_header.status();
+  EXPECT_TRUE(without_header->torn_tail);
+  auto recovered = Recover();
+  EXPECT_EQ(recovered.status().code(), absl::StatusCode::kDataLoss) << recovered.status();
+  EXPECT_THAT(recovered.status().message(), HasSubstr(LogPath(0)));
+  EXPECT_THAT(recovered.status().message(),
+              HasSubstr(absl::StrCat("its first ", closed_length, " bytes had been synced")));
+}
+
+// A crash inside OpenEpoch(1), while creating the log: nothing was appended to it, nothing of
+// it acknowledged. It is removed and created again when the replay opens epoch 1.
+TEST_F(JobJournalTest, ANewestLogWhoseCreationWasCutIsRemoved) {
+  for (uint64_t size : {uint64_t{0}, uint64_t{100}, kRecordLogHeadBytes}) {
+    SCOPED_TRACE(absl::StrCat(size, " bytes"));
+    ASSERT_TRUE(std::filesystem::create_directories(dir_));
+    WriteSnapshotFile(0);
+    WriteLogFile(0, {Losses(0, 0, 1), RankEnded(0, 0)});
+    WriteBytes(LogPath(1), std::string(size, '\0'));
+    auto recovered = Recover();
+    ASSERT_TRUE(recovered.ok()) << recovered.status();
+    EXPECT_EQ(Serialized(recovered->records), Serialized({Losses(0, 0, 1), RankEnded(0, 0)}));
+    EXPECT_THAT(FileNames(dir_), ElementsAre("snapshot-0.bin", "wal-0.log"));
+    ASSERT_TRUE(recovered->journal->OpenEpoch(0).ok());
+    ASSERT_TRUE(recovered->journal->OpenEpoch(1).ok());
+    EXPECT_TRUE(ReadRecordLogHead(LogPath(1)).ok());
+    recovered->journal.reset();
+    std::filesystem::remove_all(dir_);
+  }
+}
+
+TEST_F(JobJournalTest, AHeadlessLogIsDataLossWhereItsCreationHadCompleted) {
+  ASSERT_TRUE(std::filesystem::create_directories(dir_));
+  WriteSnapshotFile(0);
+  WriteLogFile(0, {Losses(0, 0, 1), RankEnded(0, 0)});
+  WriteLogFile(1, {Losses(1, 0, 1)});
+  std::string bytes = testutil::ReadBytes(LogPath(1));
+  for (size_t i = 0; i < kRecordLogHeadBytes; ++i) bytes[i] = '\0';  // Records follow it.
+  WriteBytes(LogPath(1), bytes);
+  auto recovered = Recover();
+  EXPECT_EQ(recovered.status().code(), absl::StatusCode::kDataLoss) << recovered.status();
+  EXPECT_THAT(recovered.status().message(), HasSubstr(LogPath(1)));
+  EXPECT_THAT(recovered.status().message(), HasSubstr("no intact head"));
+
+  // The snapshot's own log: created before the snapshot was committed, so never unfinished.
+  std::filesystem::remove(LogPath(1));
+  WriteBytes(LogPath(0), "");
+  recovered = Recover();
+  EXPECT_EQ(recovered.status().code(), absl::StatusCode::kDataLoss) << recovered.status();
+  EXPECT_THAT(recovered.status().message(), HasSubstr(LogPath(0)));
+}
+
+TEST_F(JobJournalTest, ALogOfAnotherEpochIsDataLoss) {
+  ASSERT_TRUE(std::filesystem::create_directories(dir_));
+  WriteSnapshotFile(1);
+  WriteLogFile(0, {Losses(0, 0, 1)});
+  std::filesystem::rename(LogPath(0), LogPath(1));
+  auto recovered = Recover();
+  EXPECT_EQ(recovered.status().code(), absl::StatusCode::kDataLoss) << recovered.status();
+  EXPECT_THAT(recovered.status().message(),
+              HasSubstr(absl::StrCat(LogPath(1), ": its header is not that of epoch 1's log")));
+}
+
+// Not ours: a directory with a job's name but files samplerd never writes, and no snapshot.
+TEST_F(JobJournalTest, ADirectoryWithForeignFilesIsNotFoundAndLeftAlone) {
+  ASSERT_TRUE(std::filesystem::create_directories(dir_));
+  WriteBytes(dir_ + "/notes.txt", "mine");
+  WriteLogFile(0, {});
+  auto recovered = Recover();
+  EXPECT_EQ(recovered.status().code(), absl::StatusCode::kNotFound) << recovered.status();
+  EXPECT_THAT(recovered.status().message(), HasSubstr("not a job directory"));
+  EXPECT_THAT(recovered.status().message(), HasSubstr("notes.txt"));
+  EXPECT_THAT(FileNames(dir_), ElementsAre("notes.txt", "wal-0.log"));
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/testing/test_dir.h"
+#include "zlib.h"
 
 namespace samplerd {
 namespace {
@@ -45,7 +46,7 @@ uint64_t Framed(const std::string& payload) {
 
 // Where record `index` starts in a log of `records`.
 uint64_t OffsetOf(const std::vector<std::string>& records, size_t index) {
-  uint64_t offset = 0;
+  uint64_t offset = kRecordLogHeadBytes;
   for (size_t i = 0; i < index; ++i) offset += Framed(records[i]);
   return offset;
 }
@@ -54,8 +55,8 @@ class RecordLogTest : public ::testing::Test {
  protected:
   void SetUp() override { path_ = dir_ + "/wal-0.log"; }
 
-  // Writes `records` to a new log at path_; with `synced`, then syncs it (which appends a sync
-  // marker after them: damage before a marker is corruption, after the last one a torn tail).
+  // Writes `records` to a new log at path_; with `synced`, then syncs it (and the head then says
+  // so: damage within them is corruption, after them a torn tail).
   void WriteLog(const std::vector<std::string>& records, bool synced = false) {
     auto writer = RecordLogWriter::Open(path_);
     ASSERT_TRUE(writer.ok()) << writer.status();
@@ -132,26 +133,64 @@ TEST_F(RecordLogTest, RoundTripsManyRecords) {
 }
 
 TEST_F(RecordLogTest, TheFormatIsTheDocumentedOne) {
-  WriteLog({"abc"});
-  const std::string bytes = ReadBytes(path_);
-  ASSERT_EQ(bytes.size(), kHeaderBytes + 3 + kTrailerBytes);
-  EXPECT_EQ(bytes.substr(0, 4), std::string("\x03\x00\x00\x00", 4));  // Little-endian length.
-  EXPECT_EQ(bytes.substr(kHeaderBytes, 3), "abc");
+  ASSERT_EQ(kRecordLogHeadBytes, 8192u);
+  {
+    auto writer = RecordLogWriter::Open(path_, "hdr");
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    ASSERT_TRUE((*writer)->Append("abc").ok());
+  }
+  std::string bytes = ReadBytes(path_);
+  ASSERT_EQ(bytes.size(), kRecordLogHeadBytes + kHeaderBytes + 3 + kTrailerBytes);
+  // Two head blocks: magic, version 2, header length 3, header, sequence (0 and 1), synced
+  // bytes (the head itself), crc32 of the 43 bytes before it; zeros to 4096.
+  for (uint64_t block : {0, 1}) {
+    SCOPED_TRACE(absl::StrCat("head block ", block));
+    const std::string b = bytes.substr(block * 4096, 4096);
+    EXPECT_EQ(b.substr(0, 19), std::string("SMPLRDWL\x02\0\0\0\x03\0\0\0hdr", 19));
+    EXPECT_EQ(b.substr(19, 16), absl::StrCat(std::string(1, static_cast<char>(block)),
+                                             std::string(7, '\0'), std::string("\0\x20", 2),
+                                             std::string(6, '\0')));
+    EXPECT_EQ(b.substr(39), std::string(4096 - 39, '\0'));
+  }
+  const std::string record = bytes.substr(kRecordLogHeadBytes);
+  EXPECT_EQ(record.substr(0, 4), std::string("\x03\x00\x00\x00", 4));  // Little-endian length.
+  EXPECT_EQ(record.substr(kHeaderBytes, 3), "abc");
   // crc32("abc") = 0x352441c2, little-endian.
-  EXPECT_EQ(bytes.substr(kHeaderBytes + 3), std::string("\xc2\x41\x24\x35", 4));
+  EXPECT_EQ(record.substr(kHeaderBytes + 3), std::string("\xc2\x41\x24\x35", 4));
   // An empty record: length 0, crc32 of four zero bytes, crc32 of nothing (0).
   std::filesystem::remove(path_);
   WriteLog({""});
-  EXPECT_EQ(ReadBytes(path_), std::string("\x00\x00\x00\x00\x1c\xdf\x44\x21\x00\x00\x00\x00", 12));
+  EXPECT_EQ(ReadBytes(path_).substr(kRecordLogHeadBytes),
+            std::string("\x00\x00\x00\x00\x1c\xdf\x44\x21\x00\x00\x00\x00", 12));
 }
 
-TEST_F(RecordLogTest, OpenCreatesAnEmptyLog) {
-  ASSERT_TRUE(RecordLogWriter::Open(path_).ok());
+TEST_F(RecordLogTest, OpenCreatesAnEmptyLogWithItsHeader) {
+  {
+    auto writer = RecordLogWriter::Open(path_, "epoch 7");
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    EXPECT_EQ((*writer)->header(), "epoch 7");
+    EXPECT_EQ((*writer)->synced_bytes(), kRecordLogHeadBytes);
+  }
   auto contents = ReadRecordLog(path_);
   ASSERT_TRUE(contents.ok()) << contents.status();
   EXPECT_TRUE(contents->records.empty());
   EXPECT_FALSE(contents->torn_tail);
-  EXPECT_EQ(contents->valid_bytes, 0u);
+  EXPECT_EQ(contents->valid_bytes, kRecordLogHeadBytes);
+  EXPECT_EQ(contents->head.header, "epoch 7");
+  EXPECT_EQ(contents->head.synced_bytes, kRecordLogHeadBytes);
+  // Reopened, it keeps its header.
+  auto writer = RecordLogWriter::Open(path_, "another");
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  EXPECT_EQ((*writer)->header(), "epoch 7");
+}
+
+TEST_F(RecordLogTest, AHeaderTooLargeForTheHeadIsRefused) {
+  EXPECT_TRUE(RecordLogWriter::Open(path_, std::string(kRecordLogMaxHeaderBytes, 'h')).ok());
+  std::filesystem::remove(path_);
+  auto writer = RecordLogWriter::Open(path_, std::string(kRecordLogMaxHeaderBytes + 1, 'h'));
+  EXPECT_EQ(writer.status().code(), absl::StatusCode::kInvalidArgument) << writer.status();
+  EXPECT_THAT(writer.status().message(), HasSubstr("4061 bytes"));
+  EXPECT_FALSE(std::filesystem::exists(path_));
 }
 
 TEST_F(RecordLogTest, ReopenAppendsAfterTheLastRecord) {
@@ -355,7 +394,7 @@ TEST_F(RecordLogTest, CorruptFirstRecordIsDataLoss) {
   const std::vector<std::string> records = FiveRecords();
   WriteLog(records, /*synced=*/true);
   std::string bytes = ReadBytes(path_);
-  bytes[kHeaderBytes + 1] ^= 0x20;
+  bytes[kRecordLogHeadBytes + kHeaderBytes + 1] ^= 0x20;
   WriteBytes(path_, bytes);
   ExpectDataLoss();
 }
@@ -385,8 +424,7 @@ TEST_F(RecordLogTest, OnlyDamageCoveredByASyncIsCorruption) {
     for (size_t i = 2; i < records.size(); ++i) ASSERT_TRUE((*writer)->Append(records[i]).ok());
   }
   const std::string pristine = ReadBytes(path_);
-  constexpr uint64_t kMarkerBytes = kHeaderBytes + 8 + kTrailerBytes;
-  const uint64_t fourth = OffsetOf(records, 3) + kMarkerBytes;
+  const uint64_t fourth = OffsetOf(records, 3);
   std::string bytes = pristine;
   bytes[fourth + kHeaderBytes] ^= 0x01;
   WriteBytes(path_, bytes);
@@ -401,24 +439,144 @@ TEST_F(RecordLogTest, OnlyDamageCoveredByASyncIsCorruption) {
   ExpectDataLoss();
 }
 
-TEST_F(RecordLogTest, ASyncMarkerSaysHowManyBytesWereSynced) {
-  {
-    auto writer = RecordLogWriter::Open(path_);
-    ASSERT_TRUE(writer.ok()) << writer.status();
-    ASSERT_TRUE((*writer)->Append("abc").ok());
-    ASSERT_TRUE((*writer)->Sync().ok());
-    ASSERT_TRUE((*writer)->Sync().ok());  // Nothing new: no second marker.
-  }
+// The head says how far the file had been synced: after each Sync the older head block is
+// rewritten (alternately), and a Sync with nothing new writes nothing.
+TEST_F(RecordLogTest, TheHeadSaysHowManyBytesWereSynced) {
+  auto writer = RecordLogWriter::Open(path_);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  auto head = [&] {
+    auto h = ReadRecordLogHead(path_);
+    EXPECT_TRUE(h.ok()) << h.status();
+    return h.ok() ? *h : RecordLogHead();
+  };
+  EXPECT_EQ(head().sequence, 1u);
+  ASSERT_TRUE((*writer)->Append("abc").ok());
+  EXPECT_EQ(head().synced_bytes, kRecordLogHeadBytes);  // Appended, not synced.
+  ASSERT_TRUE((*writer)->Sync().ok());
+  const uint64_t one = kRecordLogHeadBytes + kHeaderBytes + 3 + kTrailerBytes;
+  EXPECT_EQ((*writer)->synced_bytes(), one);
+  EXPECT_EQ(head().synced_bytes, one);
+  EXPECT_EQ(head().sequence, 2u);  // In block 0.
+  const std::string after_one = ReadBytes(path_);
+  ASSERT_TRUE((*writer)->Sync().ok());  // Nothing new: the head stays as it is.
+  EXPECT_EQ(ReadBytes(path_), after_one);
+  ASSERT_TRUE((*writer)->Append("de").ok());
+  ASSERT_TRUE((*writer)->Sync().ok());
+  EXPECT_EQ(head().synced_bytes, one + kHeaderBytes + 2 + kTrailerBytes);
+  EXPECT_EQ(head().sequence, 3u);  // In block 1; block 0 still says `one`.
   const std::string bytes = ReadBytes(path_);
-  const uint64_t record = kHeaderBytes + 3 + kTrailerBytes;
-  ASSERT_EQ(bytes.size(), record + kHeaderBytes + 8 + kTrailerBytes);
-  // Length 8 with bit 31 set, then the synced size: the 15 bytes of the record.
-  EXPECT_EQ(bytes.substr(record, 4), std::string("\x08\x00\x00\x80", 4));
-  EXPECT_EQ(bytes.substr(record + kHeaderBytes, 8), std::string("\x0f\0\0\0\0\0\0\0", 8));
+  EXPECT_EQ(bytes.substr(0, 4096), after_one.substr(0, 4096));
+  EXPECT_EQ(bytes.size(), one + kHeaderBytes + 2 + kTrailerBytes);
+}
+
+// A log cut short of what had been synced lost acknowledged records: wherever the cut, even
+// inside the first record (no record after it is left to say anything).
+TEST_F(RecordLogTest, ALogCutShortOfItsSyncedBytesIsDataLoss) {
+  const std::vector<std::string> records = FiveRecords();
+  const uint64_t end = OffsetOf(records, records.size());
+  for (uint64_t cut : {kRecordLogHeadBytes, kRecordLogHeadBytes + 1, OffsetOf(records, 1) - 1,
+                       OffsetOf(records, 1), OffsetOf(records, 3) + 5, end - 1}) {
+    SCOPED_TRACE(absl::StrCat("cut at ", cut));
+    WriteLog(records, /*synced=*/true);
+    std::filesystem::resize_file(path_, cut);
+    ExpectDataLoss();
+    auto contents = ReadRecordLog(path_);
+    EXPECT_THAT(contents.status().message(),
+                HasSubstr(absl::StrCat("cut short: ", cut, " bytes, but its first ", end,
+                                       " bytes had been synced")));
+    std::filesystem::remove(path_);
+  }
+}
+
+// Zeroed or damaged synced records are corruption too, also the last one.
+TEST_F(RecordLogTest, DamageToTheLastSyncedRecordIsDataLoss) {
+  const std::vector<std::string> records = FiveRecords();
+  WriteLog(records, /*synced=*/true);
+  std::string bytes = ReadBytes(path_);
+  for (uint64_t i = OffsetOf(records, 4); i < bytes.size(); ++i) bytes[i] = '\0';
+  WriteBytes(path_, bytes);
+  ExpectDataLoss();
+}
+
+// A caller that knows a larger synced length (a closed log's, kept elsewhere) passes it: damage
+// the head's claim does not cover is then corruption too.
+TEST_F(RecordLogTest, ASyncedLengthKnownElsewhereCoversMore) {
+  const std::vector<std::string> records = FiveRecords();
+  WriteLog(records);  // Never synced: the head claims the head only.
+  std::filesystem::resize_file(path_, OffsetOf(records, 4) + 3);
+  auto torn = ReadRecordLog(path_);
+  ASSERT_TRUE(torn.ok()) << torn.status();
+  EXPECT_EQ(torn->records.size(), 4u);
+  auto known = ReadRecordLog(path_, OffsetOf(records, 5));
+  EXPECT_EQ(known.status().code(), absl::StatusCode::kDataLoss) << known.status();
+  EXPECT_THAT(known.status().message(), HasSubstr(path_));
+  auto smaller = ReadRecordLog(path_, OffsetOf(records, 4));
+  EXPECT_TRUE(smaller.ok()) << smaller.status();
+}
+
+// A crash can tear the head block being rewritten: the other one, durable, still holds the
+// previous claim, and the reader falls back to it.
+TEST_F(RecordLogTest, ATornHeadBlockFallsBackToTheOtherOne) {
+  const std::vector<std::string> records = FiveRecords();
+  {
+    auto writer = RecordLogWriter::Open(path_, "h");
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    for (size_t i = 0; i < 4; ++i) {
+      ASSERT_TRUE((*writer)->Append(records[i]).ok());
+      ASSERT_TRUE((*writer)->Sync().ok());  // Sequences 2..5; the last in block 1.
+    }
+  }
+  std::string bytes = ReadBytes(path_);
+  for (uint64_t i = 4096 + 30; i < 4096 + 40; ++i) bytes[i] = '\0';  // Block 1: its crc.
+  // The last synced record, then cut: no longer covered (block 0 says 3 records).
+  bytes.resize(OffsetOf(records, 3) + 7);
+  WriteBytes(path_, bytes);
+  auto head = ReadRecordLogHead(path_);
+  ASSERT_TRUE(head.ok()) << head.status();
+  EXPECT_EQ(head->sequence, 4u);
+  EXPECT_EQ(head->synced_bytes, OffsetOf(records, 3));
+  EXPECT_EQ(head->header, "h");
+  ExpectTornTailAfter({records[0], records[1], records[2]});
+}
+
+TEST_F(RecordLogTest, ALogWithoutAnIntactHeadIsDataLoss) {
+  WriteLog({"one"}, /*synced=*/true);
+  std::string bytes = ReadBytes(path_);
+  bytes[30] ^= 1;  // In each head block, a byte of the synced length.
+  bytes[4096 + 30] ^= 1;
+  WriteBytes(path_, bytes);
+  ExpectDataLoss();
+  EXPECT_THAT(ReadRecordLog(path_).status().message(), HasSubstr("no intact head"));
+  auto damaged = ReadRecordLogHead(path_);  // Records follow it: its creation had completed.
+  EXPECT_EQ(damaged.status().code(), absl::StatusCode::kDataLoss) << damaged.status();
+  EXPECT_THAT(damaged.status().message(), HasSubstr("it is damaged"));
+  // A file no longer than the head: a creation cut by a crash looks the same.
+  for (uint64_t size : {uint64_t{0}, uint64_t{10}, uint64_t{4096}, kRecordLogHeadBytes}) {
+    WriteBytes(path_, std::string(size, '\0'));
+    auto head = ReadRecordLogHead(path_);
+    EXPECT_EQ(head.status().code(), absl::StatusCode::kDataLoss) << head.status();
+    EXPECT_THAT(head.status().message(), HasSubstr("creation never completed"));
+  }
+  std::filesystem::remove(path_);
+  EXPECT_EQ(ReadRecordLogHead(path_).status().code(), absl::StatusCode::kNotFound);
+}
+
+// Damage and a file from another version look alike but for the checksum.
+TEST_F(RecordLogTest, AnotherFormatVersionIsFailedPrecondition) {
+  WriteLog({"one"});
+  std::string bytes = ReadBytes(path_);
+  for (uint64_t block : {0, 1}) {
+    std::string b = bytes.substr(block * 4096, 4096);
+    b[8] = 3;  // Format version 3, with a matching crc32.
+    const uint32_t crc = static_cast<uint32_t>(
+        crc32(0, reinterpret_cast<const unsigned char*>(b.data()), 16 + 0 + 16));
+    std::memcpy(&b[32], &crc, 4);
+    bytes.replace(block * 4096, 4096, b);
+  }
+  WriteBytes(path_, bytes);
   auto contents = ReadRecordLog(path_);
-  ASSERT_TRUE(contents.ok()) << contents.status();
-  EXPECT_THAT(contents->records, ElementsAre("abc"));  // Markers are not records.
-  EXPECT_EQ(contents->valid_bytes, bytes.size());
+  EXPECT_EQ(contents.status().code(), absl::StatusCode::kFailedPrecondition) << contents.status();
+  EXPECT_THAT(contents.status().message(), HasSubstr("log format version 3"));
 }
 
 }  // namespace

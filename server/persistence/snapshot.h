@@ -19,7 +19,10 @@
 
 namespace samplerd {
 
-inline constexpr uint32_t kSnapshotFormatVersion = 1;
+// The version of a job directory's format, kept in each snapshot. 2: the logs have a head
+// (record_log.h format 2) that says how far they had been synced, and a snapshot's epoch always
+// has its log. A directory of another version is refused (FAILED_PRECONDITION), not converted.
+inline constexpr uint32_t kSnapshotFormatVersion = 2;
 
 struct Snapshot {
   state::SnapshotHeader header;

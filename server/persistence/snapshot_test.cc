@@ -202,14 +202,14 @@ TEST_F(SnapshotTest, AnyFlippedByteOfTheChecksumIsDataLoss) {
 TEST_F(SnapshotTest, AFlippedFormatVersionIsDataLoss) {
   WriteFull();
   std::string bytes = ReadBytes(path_);
-  // The header starts with format_version = 1: tag 0x08, varint 0x01.
-  ASSERT_EQ(bytes.substr(12, 2), "\x08\x01");
-  bytes[13] = '\x00';  // format_version 0; the checksum no longer matches.
+  // The header starts with format_version = 2: tag 0x08, varint 0x02.
+  ASSERT_EQ(bytes.substr(12, 2), "\x08\x02");
+  bytes[13] = '\x01';  // format_version 1; the checksum no longer matches.
   WriteBytes(path_, bytes);
-  ExpectDataLoss("format_version 1 -> 0");
-  bytes[13] = '\x02';  // format_version 2.
+  ExpectDataLoss("format_version 2 -> 1");
+  bytes[13] = '\x03';  // format_version 3.
   WriteBytes(path_, bytes);
-  ExpectDataLoss("format_version 1 -> 2");
+  ExpectDataLoss("format_version 2 -> 3");
 }
 
 TEST_F(SnapshotTest, TruncatedFileIsDataLoss) {

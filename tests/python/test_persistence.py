@@ -77,20 +77,22 @@ def wait_plan_ready(client, job, epoch, timeout=10.0):
         time.sleep(0.02)
 
 
+WAL_HEAD_BYTES = 8192  # server/persistence/record_log.h: two 4096-byte head blocks.
+
+
 def wal_records(path):
     """(offset, payload) of each record of a write-ahead log, framed as in
-    server/persistence/record_log.h: u32 length | u32 crc(length) | payload | u32 crc(payload),
-    where bit 31 of the length marks a sync marker (left out here). The file must consist of whole
+    server/persistence/record_log.h (format 2): a head of WAL_HEAD_BYTES, then records
+    u32 length | u32 crc(length) | payload | u32 crc(payload). The file must consist of whole
     records."""
     data = path.read_bytes()
-    records, pos = [], 0
+    assert data[:8] == b"SMPLRDWL", f"{path}: not a format-2 log"
+    records, pos = [], WAL_HEAD_BYTES
     while pos < len(data):
         assert pos + 8 <= len(data), f"{path}: cut header at {pos}"
-        (word,) = struct.unpack_from("<I", data, pos)
-        length = word & 0x7FFFFFFF
+        (length,) = struct.unpack_from("<I", data, pos)
         assert pos + 12 + length <= len(data), f"{path}: record at {pos} of length {length} cut"
-        if not word & 0x80000000:
-            records.append((pos, data[pos + 8:pos + 8 + length]))
+        records.append((pos, data[pos + 8:pos + 8 + length]))
         pos += 12 + length
     return records
 
@@ -346,7 +348,7 @@ def test_torn_wal_tail_is_not_an_error(cluster, tmp_path):
     report(c, job, 0, 0, np.arange(400, 400 + 2 * BATCH), range(2))
     assert c.end_epoch(job, 0, 0).epoch_closed
     wait_plan_ready(c, job, 1)
-    indices = np.arange(4 * BATCH)
+    indices = np.arange(5 * BATCH)
     report(c, job, 1, 0, indices, range(4))  # Epoch 1 is not streamed: its log holds 4 batches.
     assert proc.kill() == -9
 
@@ -354,21 +356,93 @@ def test_torn_wal_tail_is_not_an_error(cluster, tmp_path):
     records = wal_records(wal)
     assert len(records) == 4 and all(is_loss_record(p) for _, p in records), \
         [p[:1] for _, p in records]
-    # A crash in the middle of the last append: its record (batch seq 3) is cut short, and so
-    # the sync marker that follows each acknowledged call is not there either. Its acknowledgment
-    # would have followed the sync, so as far as the client knows it was not sent.
+    # A crash in the middle of a fifth call's append, before its sync: its record (batch seq 4)
+    # is cut short. Its acknowledgment would have followed the sync, so as far as the client
+    # knows it was not sent.
     offset, payload = records[3]
-    with open(wal, "r+b") as f:
-        f.truncate(offset + 8 + len(payload) // 2)
+    fifth = wal.read_bytes()[offset:offset + 12 + len(payload)]  # The same size as seq 4's.
+    with open(wal, "ab") as f:
+        f.write(fifth[:len(fifth) // 2])
 
     proc, c = cluster(f"--data_dir={tmp_path}")
     assert c.get_job(job).current_epoch == 1
-    assert c.status(job).ranks[0].losses_accepted == 3 * BATCH
-    # The client resends what it was never told was applied: seq 3 is new, seq 2 a duplicate.
-    assert report(c, job, 1, 0, indices, [3])[0].accepted == BATCH
-    assert report(c, job, 1, 0, indices, [2])[0].duplicates == BATCH
+    assert c.status(job).ranks[0].losses_accepted == 4 * BATCH
+    # The client resends what it was never told was applied: seq 4 is new, seq 3 a duplicate.
+    assert report(c, job, 1, 0, indices, [4])[0].accepted == BATCH
+    assert report(c, job, 1, 0, indices, [3])[0].duplicates == BATCH
     # The torn bytes were cut before appending: the next start finds an intact log.
     assert proc.kill() == -9
+    assert len(wal_records(wal)) == 5
     proc, c = cluster(f"--data_dir={tmp_path}")
     status = c.status(job)
-    assert (status.job.current_epoch, status.ranks[0].losses_accepted) == (1, 4 * BATCH)
+    assert (status.job.current_epoch, status.ranks[0].losses_accepted) == (1, 5 * BATCH)
+
+
+def _two_rank_job_with_acknowledged_epoch_1(cluster, data_dir, job="j"):
+    """A two-rank job in epoch 1 (its snapshot committed, epoch 0's files gone) where rank 0 had
+    ReportLosses and then EndEpoch acknowledged, then SIGKILL. Returns wal-1.log's path after a
+    control start that shows the state came back intact."""
+    proc, c = cluster(f"--data_dir={data_dir}")
+    c.create_job(job, num_samples=1000, world_size=2, samples_per_epoch=400, loss="loss")
+    assert not c.end_epoch(job, 0, 0).epoch_closed
+    assert c.end_epoch(job, 0, 1).epoch_closed
+    wait_plan_ready(c, job, 1)
+    job_dir = data_dir / "jobs" / job
+    deadline = time.monotonic() + 10
+    while (job_dir / "wal-0.log").exists():  # The snapshot of epoch 1 is committed.
+        assert time.monotonic() < deadline, sorted(job_dir.iterdir())
+        time.sleep(0.02)
+    # Not streamed, so that the log holds these two records only.
+    assert report(c, job, 1, 0, np.arange(BATCH), [0])[0].accepted == BATCH
+    assert not c.end_epoch(job, 1, 0).epoch_closed
+    acknowledged = progress(c, job)
+    assert acknowledged["ranks"][0][1:] == (BATCH, True), acknowledged
+    assert proc.kill() == -9
+    wal = job_dir / "wal-1.log"
+    assert sorted(p.name for p in job_dir.iterdir()) == ["snapshot-1.bin", "wal-1.log"]
+    # Control: the intact directory starts with what was acknowledged.
+    proc, c = cluster(f"--data_dir={data_dir}")
+    assert progress(c, job) == same_progress(acknowledged)
+    assert proc.stop() == 0
+    return wal
+
+
+def test_deleted_wal_refuses_to_start(cluster, tmp_path):
+    wal = _two_rank_job_with_acknowledged_epoch_1(cluster, tmp_path)
+    wal.unlink()
+    rc, stderr = run_samplerd_expecting_failure(f"--data_dir={tmp_path}", timeout=10)
+    assert rc != 0
+    assert "DATA_LOSS" in stderr, stderr
+    assert "jobs/j/wal-1.log is missing" in stderr, stderr
+    assert not wal.exists()  # Nothing is created in its place.
+
+
+def test_wal_cut_inside_its_first_record_refuses_to_start(cluster, tmp_path):
+    wal = _two_rank_job_with_acknowledged_epoch_1(cluster, tmp_path)
+    records = wal_records(wal)
+    assert is_loss_record(records[0][1]), records
+    offset, payload = records[0]  # The acknowledged loss batch; the EndEpoch follows it.
+    cut = offset + 8 + len(payload) // 2
+    with open(wal, "r+b") as f:
+        f.truncate(cut)
+    rc, stderr = run_samplerd_expecting_failure(f"--data_dir={tmp_path}", timeout=10)
+    assert rc != 0
+    assert "DATA_LOSS" in stderr, stderr
+    assert "jobs/j/wal-1.log: cut short" in stderr, stderr
+    assert wal.stat().st_size == cut  # Left for the operator, not truncated further.
+
+
+def test_stray_entries_in_the_jobs_directory_do_not_stop_the_start(cluster, tmp_path):
+    proc, c = cluster(f"--data_dir={tmp_path}")
+    c.create_job("j", num_samples=1000, world_size=1, loss="loss")
+    report(c, "j", 0, 0, np.arange(2 * BATCH), range(2))
+    assert proc.kill() == -9
+    jobs = tmp_path / "jobs"
+    (jobs / "lost+found").mkdir()  # Every fresh ext4 volume has one.
+    (jobs / "lost+found" / "#4711").write_bytes(b"what fsck found")
+    (jobs / "README").write_text("a stray file")
+    proc, c = cluster(f"--data_dir={tmp_path}")
+    assert [j.name for j in c.list_jobs()] == ["j"]
+    assert c.status("j").ranks[0].losses_accepted == 2 * BATCH
+    assert (jobs / "lost+found" / "#4711").read_bytes() == b"what fsck found"
+    assert (jobs / "README").read_text() == "a stray file"
