@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "server/status_util.h"
+#include "proto/status_util.h"
 
 namespace samplerd {
 namespace {

@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "grpcpp/grpcpp.h"
-#include "server/status_util.h"
+#include "proto/status_util.h"
 
 namespace samplerd {
 namespace {
