@@ -15,7 +15,7 @@
 namespace samplerd {
 namespace {
 
-constexpr size_t kMaxBatchPairs = 1 << 20;
+constexpr size_t kMaxBatchPairs = v1::MAX_LOSS_BATCH_PAIRS;
 // How often a waiting StreamShard checks whether its caller went away.
 constexpr absl::Duration kCancelPoll = absl::Milliseconds(100);
 
@@ -533,11 +533,13 @@ absl::Status Job::ReportLosses(const LossBatchView& batch, v1::LossReportSummary
                                                    " entries but losses: ", batch.losses.size()));
   }
   if (batch.indices.empty()) {
-    return absl::InvalidArgumentError("indices: empty batch; send 1 to 1048576 pairs");
+    return absl::InvalidArgumentError(
+        absl::StrCat("indices: empty batch; send 1 to ", kMaxBatchPairs, " pairs"));
   }
   if (batch.indices.size() > kMaxBatchPairs) {
     return absl::InvalidArgumentError(
-        absl::StrCat("indices: ", batch.indices.size(), " pairs in one batch; at most 1048576"));
+        absl::StrCat("indices: ", batch.indices.size(), " pairs in one batch; at most ",
+                     kMaxBatchPairs));
   }
   for (size_t k = 0; k < batch.indices.size(); ++k) {
     if (batch.indices[k] >= n) {
