@@ -1,8 +1,13 @@
 #include "client/cpp/sampler_client.h"
 
+#include <memory>
+#include <vector>
+
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "proto/samplerd.grpc.pb.h"
 #include "server/server.h"
 
 namespace samplerd {
@@ -52,6 +57,82 @@ TEST(SamplerClientTest, ACallbackErrorStopsTheStreamAndIsReturned) {
   // Uploads validate their chunk size before sending anything.
   EXPECT_EQ(client->UploadWeights("j", std::vector<float>(4, 1.0f), 0).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// A server that ends ReportLosses and uploads OK after reading only their first message (as
+// samplerd did when a message in the middle did not parse): the client must not take that for
+// success.
+class UndercountingService final : public v1::Sampler::Service {
+ public:
+  grpc::Status UploadWeights(grpc::ServerContext*,
+                             grpc::ServerReader<v1::UploadWeightsChunk>* reader,
+                             v1::UploadSummary* summary) override {
+    v1::UploadWeightsChunk chunk;
+    if (reader->Read(&chunk)) summary->set_received(chunk.weights_size());
+    return grpc::Status::OK;
+  }
+  grpc::Status ReportLosses(grpc::ServerContext*, grpc::ServerReader<v1::LossBatch>* reader,
+                            v1::LossReportSummary* summary) override {
+    v1::LossBatch batch;
+    if (reader->Read(&batch)) {
+      summary->set_batches(1);
+      summary->set_accepted(batch.indices_size());
+    }
+    return grpc::Status::OK;
+  }
+};
+
+TEST(SamplerClientTest, ASummaryThatCountsLessThanWasSentIsDataLoss) {
+  UndercountingService service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_GT(port, 0);
+  auto client = *SamplerClient::Create("127.0.0.1:" + std::to_string(port));
+
+  std::vector<v1::LossBatch> batches(3);
+  for (size_t k = 0; k < batches.size(); ++k) {
+    batches[k].set_job("j");
+    batches[k].set_seq(k);
+    batches[k].add_indices(k);
+    batches[k].add_losses(1.0f);
+  }
+  absl::StatusOr<v1::LossReportSummary> summary = client->ReportLosses(batches);
+  EXPECT_EQ(summary.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(summary.status().message()),
+              HasSubstr("acknowledged 1 loss batches but the client sent 3"));
+
+  const absl::Status upload = client->UploadWeights("j", std::vector<float>(8, 1.0f), 4);
+  EXPECT_EQ(upload.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(upload.message()),
+              HasSubstr("acknowledged 4 weights but the client sent 8"));
+  server->Shutdown();
+}
+
+TEST(SamplerClientTest, ARealServerCountsEveryBatch) {
+  Options options;
+  options.port = 0;
+  auto server = Server::Create(options);
+  ASSERT_TRUE(server.ok());
+  auto client = *SamplerClient::Create((*server)->address());
+  v1::JobSpec spec;
+  spec.set_num_samples(10);
+  spec.set_world_size(1);
+  ASSERT_TRUE(client->CreateJob("j", spec).ok());
+  std::vector<v1::LossBatch> batches(4);
+  for (size_t k = 0; k < batches.size(); ++k) {
+    batches[k].set_job("j");
+    batches[k].set_seq(k % 2);  // Two of them are retries (duplicates): still counted.
+    batches[k].add_indices(k % 2);
+    batches[k].add_losses(1.0f);
+  }
+  absl::StatusOr<v1::LossReportSummary> summary = client->ReportLosses(batches);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(summary->batches(), 4u);
+  EXPECT_EQ(summary->accepted(), 2u);
+  EXPECT_EQ(summary->duplicates(), 2u);
 }
 
 }  // namespace
