@@ -6,6 +6,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/samplerd.pb.h"
+#include "server/testing/fake_raw_reader.h"
 
 namespace samplerd {
 namespace {
@@ -16,28 +17,6 @@ grpc::ByteBuffer Bytes(const std::string& bytes) {
   grpc::Slice slice(bytes);
   return grpc::ByteBuffer(&slice, 1);
 }
-
-// Hands out the given messages' bytes, then ends the stream.
-class FakeRawReader : public grpc::ServerReaderInterface<grpc::ByteBuffer> {
- public:
-  explicit FakeRawReader(std::vector<std::string> messages) : messages_(std::move(messages)) {}
-  void SendInitialMetadata() override {}
-  bool NextMessageSize(uint32_t* size) override {
-    if (next_ >= messages_.size()) return false;
-    *size = messages_[next_].size();
-    return true;
-  }
-  bool Read(grpc::ByteBuffer* message) override {
-    if (next_ >= messages_.size()) return false;
-    *message = Bytes(messages_[next_++]);
-    return true;
-  }
-  size_t read() const { return next_; }
-
- private:
-  std::vector<std::string> messages_;
-  size_t next_ = 0;
-};
 
 std::string Batch(uint64_t seq) {
   v1::LossBatch batch;
@@ -73,7 +52,10 @@ TEST(ParseRequestTest, MalformedBytesAreInvalidArgumentNamingTheType) {
 TEST(ParseRequestTest, AStringThatIsNotUtf8IsNamedWithItsValue) {
   v1::CreateJobRequest request;
   // name = "a\xff" by hand: the generated setter would refuse to serialize it.
-  const std::string bytes("\x0a\x02" "a\xff", 4);
+  const std::string bytes(
+      "\x0a\x02"
+      "a\xff",
+      4);
   const absl::Status s = ParseRequest(Bytes(bytes), &request);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(s.message()), HasSubstr("samplerd.v1.CreateJobRequest"));

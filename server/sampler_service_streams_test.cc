@@ -12,6 +12,7 @@
 #include "kernels/compute_backend.h"
 #include "server/job_registry.h"
 #include "server/sampler_service.h"
+#include "server/testing/fake_raw_reader.h"
 
 namespace samplerd {
 namespace {
@@ -45,28 +46,6 @@ class StalledShardWriter : public grpc::ServerWriterInterface<v1::ShardChunk> {
   }
   absl::Notification writing;
   absl::Notification release;
-};
-
-// Hands out the given messages' bytes, then ends the stream.
-class FakeRawReader : public grpc::ServerReaderInterface<grpc::ByteBuffer> {
- public:
-  explicit FakeRawReader(std::vector<std::string> messages) : messages_(std::move(messages)) {}
-  void SendInitialMetadata() override {}
-  bool NextMessageSize(uint32_t* size) override {
-    if (next_ >= messages_.size()) return false;
-    *size = messages_[next_].size();
-    return true;
-  }
-  bool Read(grpc::ByteBuffer* message) override {
-    if (next_ >= messages_.size()) return false;
-    grpc::Slice slice(messages_[next_++]);
-    *message = grpc::ByteBuffer(&slice, 1);
-    return true;
-  }
-
- private:
-  std::vector<std::string> messages_;
-  size_t next_ = 0;
 };
 
 std::vector<std::string> Serialized(const std::vector<v1::LossBatch>& batches) {

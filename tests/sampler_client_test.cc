@@ -59,6 +59,16 @@ TEST(SamplerClientTest, ACallbackErrorStopsTheStreamAndIsReturned) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// Job "j", epoch 0, rank 0: one loss for `index`.
+v1::LossBatch LossBatch(uint64_t seq, uint64_t index) {
+  v1::LossBatch batch;
+  batch.set_job("j");
+  batch.set_seq(seq);
+  batch.add_indices(index);
+  batch.add_losses(1.0f);
+  return batch;
+}
+
 // A server that ends ReportLosses and uploads OK after reading only their first message (as
 // samplerd did when a message in the middle did not parse): the client must not take that for
 // success.
@@ -92,14 +102,8 @@ TEST(SamplerClientTest, ASummaryThatCountsLessThanWasSentIsDataLoss) {
   ASSERT_GT(port, 0);
   auto client = *SamplerClient::Create("127.0.0.1:" + std::to_string(port));
 
-  std::vector<v1::LossBatch> batches(3);
-  for (size_t k = 0; k < batches.size(); ++k) {
-    batches[k].set_job("j");
-    batches[k].set_seq(k);
-    batches[k].add_indices(k);
-    batches[k].add_losses(1.0f);
-  }
-  absl::StatusOr<v1::LossReportSummary> summary = client->ReportLosses(batches);
+  absl::StatusOr<v1::LossReportSummary> summary =
+      client->ReportLosses({LossBatch(0, 0), LossBatch(1, 1), LossBatch(2, 2)});
   EXPECT_EQ(summary.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(std::string(summary.status().message()),
               HasSubstr("acknowledged 1 loss batches but the client sent 3"));
@@ -121,14 +125,9 @@ TEST(SamplerClientTest, ARealServerCountsEveryBatch) {
   spec.set_num_samples(10);
   spec.set_world_size(1);
   ASSERT_TRUE(client->CreateJob("j", spec).ok());
-  std::vector<v1::LossBatch> batches(4);
-  for (size_t k = 0; k < batches.size(); ++k) {
-    batches[k].set_job("j");
-    batches[k].set_seq(k % 2);  // Two of them are retries (duplicates): still counted.
-    batches[k].add_indices(k % 2);
-    batches[k].add_losses(1.0f);
-  }
-  absl::StatusOr<v1::LossReportSummary> summary = client->ReportLosses(batches);
+  // The last two are retries (duplicates): still counted.
+  absl::StatusOr<v1::LossReportSummary> summary =
+      client->ReportLosses({LossBatch(0, 0), LossBatch(1, 1), LossBatch(0, 0), LossBatch(1, 1)});
   ASSERT_TRUE(summary.ok()) << summary.status();
   EXPECT_EQ(summary->batches(), 4u);
   EXPECT_EQ(summary->accepted(), 2u);

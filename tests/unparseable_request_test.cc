@@ -80,6 +80,7 @@ class UnparseableRequestTest : public ::testing::Test {
     options.port = 0;
     options.planner_threads = 1;
     options.grace_period = absl::Milliseconds(200);
+    options.max_message_bytes = 1 << 16;
     server_ = *Server::Create(options);
     channel_ = grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials());
     stub_ = v1::Sampler::NewStub(channel_);
@@ -210,6 +211,16 @@ TEST_F(UnparseableRequestTest, ANameThatIsNotUtf8IsInvalidArgumentNamingTheField
                 return stub_->ListJobs(c, v1::ListJobsRequest(), &jobs);
               }).ok());
   EXPECT_EQ(jobs.jobs_size(), 2);  // Nothing was created.
+}
+
+// What gRPC answers itself, before samplerd sees the message (as the .proto says).
+TEST_F(UnparseableRequestTest, WhatGrpcAnswersBeforeSamplerdSeesTheMessage) {
+  grpc::Status s = RawCall(channel_, "/samplerd.v1.Sampler/GetJob",
+                           {std::string((1 << 16) + 1, '\x0d')});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("larger than max"));
+  s = RawCall(channel_, "/samplerd.v1.Sampler/NoSuchMethod", {""});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNIMPLEMENTED) << s.error_message();
 }
 
 TEST_F(UnparseableRequestTest, AValidRawRequestStillWorks) {
