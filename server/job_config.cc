@@ -42,9 +42,9 @@ absl::StatusOr<JobConfig> MakeJobConfig(const v1::JobSpec& spec, const JobLimits
   }
   if (spec.world_size() == 0)
     return absl::InvalidArgumentError("spec.world_size = 0: must be >= 1");
-  if (spec.world_size() > (1u << 20)) {
+  if (spec.world_size() > static_cast<uint32_t>(v1::MAX_WORLD_SIZE)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("spec.world_size = ", spec.world_size(), ": must be <= 1048576"));
+        absl::StrCat("spec.world_size = ", spec.world_size(), ": must be <= ", v1::MAX_WORLD_SIZE));
   }
   const uint64_t m = spec.samples_per_epoch() == 0 ? n : spec.samples_per_epoch();
   if (!spec.replacement() && m > n) {

@@ -11,11 +11,12 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "kernels/compute_backend.h"
+#include "proto/samplerd.pb.h"
 
 namespace samplerd {
 
-// Largest number of (index, loss) pairs in one batch (the API's limit, proto/samplerd.proto).
-inline constexpr uint64_t kMaxLossBatchPairs = uint64_t{1} << 20;
+// Largest number of (index, loss) pairs in one batch: the API's limit, defined in the .proto.
+inline constexpr uint64_t kMaxLossBatchPairs = v1::MAX_LOSS_BATCH_PAIRS;
 
 struct LossBatchView {
   uint64_t epoch = 0;

@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "glog/logging.h"
 #include "server/server.h"
+#include "server/stream_budget.h"
 
 ABSL_FLAG(std::string, host, "127.0.0.1", "Address to listen on (0.0.0.0 for all interfaces).");
 ABSL_FLAG(int, port, 50051, "Port to listen on; 0 picks a free port (printed at startup).");
@@ -29,6 +30,9 @@ ABSL_FLAG(uint64_t, max_memory_bytes, 0,
           "this machine or container (cgroup limit).");
 ABSL_FLAG(int, max_message_bytes, 64 << 20, "Largest gRPC message, both directions.");
 ABSL_FLAG(int, max_server_threads, 1024, "Most concurrent calls (each rank stream holds one).");
+ABSL_FLAG(uint64_t, max_stream_buffer_bytes, samplerd::kDefaultMaxStreamBufferBytes,
+          "Most bytes all open StreamShard calls together may buffer (about 16 bytes per index "
+          "of a chunk, 24 with importance weights); a stream beyond it gets RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int, grace_period_ms, 10000, "On SIGTERM, time for in-flight calls to finish.");
 ABSL_FLAG(int, log_level, 0, "Minimum log level to stderr: 0 INFO, 1 WARNING, 2 ERROR.");
 
@@ -68,6 +72,7 @@ int main(int argc, char** argv) {
   options.max_memory_bytes = absl::GetFlag(FLAGS_max_memory_bytes);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.max_server_threads = absl::GetFlag(FLAGS_max_server_threads);
+  options.max_stream_buffer_bytes = absl::GetFlag(FLAGS_max_stream_buffer_bytes);
   options.grace_period = absl::Milliseconds(absl::GetFlag(FLAGS_grace_period_ms));
 
   auto server = samplerd::Server::Create(options);

@@ -5,12 +5,21 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "server/status_util.h"
+#include "glog/logging.h"
+#include "google/protobuf/descriptor.h"
+#include "grpcpp/impl/codegen/proto_utils.h"  // SerializationTraits of the responses.
+#include "grpcpp/impl/rpc_service_method.h"
+#include "grpcpp/support/method_handler.h"
+#include "proto/status_util.h"
+#include "server/raw_request.h"
 
 namespace samplerd {
 namespace {
+
+using RpcType = grpc::internal::RpcMethod::RpcType;
 
 absl::Time DeadlineOf(const grpc::ServerContext& context) {
   const auto deadline = context.deadline();
@@ -20,23 +29,42 @@ absl::Time DeadlineOf(const grpc::ServerContext& context) {
   return absl::FromChrono(deadline);
 }
 
+// The .proto's description of the method at `path` ("/samplerd.v1.Sampler/Name"). A path, kind
+// or message type that does not match the .proto is a programmer error: CHECK-fails at start-up.
+const google::protobuf::MethodDescriptor& MethodAt(absl::string_view path, RpcType type,
+                                                   const google::protobuf::Descriptor* request,
+                                                   const google::protobuf::Descriptor* response) {
+  const google::protobuf::ServiceDescriptor* service =
+      v1::Job::descriptor()->file()->FindServiceByName("Sampler");
+  CHECK(service != nullptr);
+  const std::string prefix = absl::StrCat("/", service->full_name(), "/");
+  CHECK(absl::StartsWith(path, prefix)) << path;
+  const google::protobuf::MethodDescriptor* method =
+      service->FindMethodByName(std::string(path.substr(prefix.size())));
+  CHECK(method != nullptr) << path << " is not in proto/samplerd.proto";
+  CHECK_EQ(method->client_streaming(), type == RpcType::CLIENT_STREAMING) << path;
+  CHECK_EQ(method->server_streaming(), type == RpcType::SERVER_STREAMING) << path;
+  CHECK(method->input_type() == request) << path;
+  CHECK(method->output_type() == response) << path;
+  return *method;
+}
+
 // Reads a chunked upload (weights or labels) into one vector of N values. Chunks must name the
 // same job and arrive in order (offset == values received so far).
 template <typename Chunk, typename T, typename Values>
-absl::StatusOr<std::vector<T>> ReadUpload(grpc::ServerReaderInterface<Chunk>* reader,
+absl::StatusOr<std::vector<T>> ReadUpload(grpc::ServerReaderInterface<grpc::ByteBuffer>* reader,
                                           JobRegistry* registry, std::shared_ptr<Job>* job,
                                           const char* field, Values values_of) {
+  RequestStreamReader stream(reader);
   Chunk chunk;
   std::vector<T> values;
   std::string name;
-  bool first = true;
-  while (reader->Read(&chunk)) {
-    if (first) {
+  while (stream.Next(&chunk)) {
+    if (stream.parsed() == 1) {
       name = chunk.job();
       absl::StatusOr<std::shared_ptr<Job>> found = registry->Get(name);
       if (!found.ok()) return found.status();
       *job = *std::move(found);
-      first = false;
     } else if (chunk.job() != name) {
       return absl::InvalidArgumentError(absl::StrCat(
           "job = \"", chunk.job(), "\" differs from the stream's first chunk \"", name, "\""));
@@ -53,7 +81,13 @@ absl::StatusOr<std::vector<T>> ReadUpload(grpc::ServerReaderInterface<Chunk>* re
     }
     values.insert(values.end(), v.begin(), v.end());
   }
-  if (first) return absl::InvalidArgumentError(absl::StrCat(field, ": empty upload stream"));
+  if (!stream.status().ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(stream.status().message(), "; nothing of the upload was applied"));
+  }
+  if (stream.parsed() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": empty upload stream"));
+  }
   return values;
 }
 
@@ -80,46 +114,117 @@ bool SamplerService::AwaitNoCalls(absl::Time deadline) const {
   return calls_mu_.AwaitWithDeadline(absl::Condition(&idle), deadline);
 }
 
+template <typename Request, typename Response>
+void SamplerService::AddUnary(const char* path,
+                              grpc::Status (SamplerService::*handler)(grpc::ServerContext*,
+                                                                      const Request&, Response*)) {
+  MethodAt(path, RpcType::NORMAL_RPC, Request::descriptor(), Response::descriptor());
+  AddMethod(new grpc::internal::RpcServiceMethod(
+      path, RpcType::NORMAL_RPC,
+      new grpc::internal::RpcMethodHandler<SamplerService, grpc::ByteBuffer, Response>(
+          [handler](SamplerService* service, grpc::ServerContext* context,
+                    const grpc::ByteBuffer* raw, Response* response) {
+            CallScope call(service);
+            Request request;
+            if (absl::Status s = ParseRequest(*raw, &request); !s.ok()) return ToGrpcStatus(s);
+            return (service->*handler)(context, request, response);
+          },
+          this)));
+}
+
+template <typename Response>
+void SamplerService::AddClientStream(
+    const char* path,
+    grpc::Status (SamplerService::*impl)(grpc::ServerReaderInterface<grpc::ByteBuffer>*,
+                                         Response*)) {
+  AddMethod(new grpc::internal::RpcServiceMethod(
+      path, RpcType::CLIENT_STREAMING,
+      new grpc::internal::ClientStreamingHandler<SamplerService, grpc::ByteBuffer, Response>(
+          [impl](SamplerService* service, grpc::ServerContext*,
+                 grpc::ServerReader<grpc::ByteBuffer>* reader, Response* response) {
+            CallScope call(service);
+            return (service->*impl)(reader, response);
+          },
+          this)));
+}
+
 SamplerService::SamplerService(JobRegistry* registry, ComputeBackend* backend,
-                               int max_message_bytes)
-    : registry_(registry), backend_(backend), max_message_bytes_(max_message_bytes) {}
+                               int max_message_bytes, uint64_t max_stream_buffer_bytes)
+    : registry_(registry),
+      backend_(backend),
+      max_message_bytes_(max_message_bytes),
+      stream_budget_(max_stream_buffer_bytes) {
+  AddUnary("/samplerd.v1.Sampler/CreateJob", &SamplerService::CreateJob);
+  AddUnary("/samplerd.v1.Sampler/GetJob", &SamplerService::GetJob);
+  AddUnary("/samplerd.v1.Sampler/ListJobs", &SamplerService::ListJobs);
+  AddUnary("/samplerd.v1.Sampler/DeleteJob", &SamplerService::DeleteJob);
+  MethodAt("/samplerd.v1.Sampler/UploadWeights", RpcType::CLIENT_STREAMING,
+           v1::UploadWeightsChunk::descriptor(), v1::UploadSummary::descriptor());
+  AddClientStream("/samplerd.v1.Sampler/UploadWeights", &SamplerService::UploadWeightsImpl);
+  MethodAt("/samplerd.v1.Sampler/UploadLabels", RpcType::CLIENT_STREAMING,
+           v1::UploadLabelsChunk::descriptor(), v1::UploadSummary::descriptor());
+  AddClientStream("/samplerd.v1.Sampler/UploadLabels", &SamplerService::UploadLabelsImpl);
+  MethodAt("/samplerd.v1.Sampler/StreamShard", RpcType::SERVER_STREAMING,
+           v1::StreamShardRequest::descriptor(), v1::ShardChunk::descriptor());
+  AddMethod(new grpc::internal::RpcServiceMethod(
+      "/samplerd.v1.Sampler/StreamShard", RpcType::SERVER_STREAMING,
+      new grpc::internal::ServerStreamingHandler<SamplerService, grpc::ByteBuffer, v1::ShardChunk>(
+          [](SamplerService* service, grpc::ServerContext* context, const grpc::ByteBuffer* raw,
+             grpc::ServerWriter<v1::ShardChunk>* writer) {
+            CallScope call(service);
+            v1::StreamShardRequest request;
+            if (absl::Status s = ParseRequest(*raw, &request); !s.ok()) return ToGrpcStatus(s);
+            return service->StreamShardImpl(
+                request, DeadlineOf(*context), [context] { return context->IsCancelled(); },
+                writer);
+          },
+          this)));
+  MethodAt("/samplerd.v1.Sampler/ReportLosses", RpcType::CLIENT_STREAMING,
+           v1::LossBatch::descriptor(), v1::LossReportSummary::descriptor());
+  AddClientStream("/samplerd.v1.Sampler/ReportLosses", &SamplerService::ReportLossesImpl);
+  AddUnary("/samplerd.v1.Sampler/EndEpoch", &SamplerService::EndEpoch);
+  AddUnary("/samplerd.v1.Sampler/GetJobStatus", &SamplerService::GetJobStatus);
+  // Every method of the .proto is served (MethodAt checked each one registered above).
+  CHECK_EQ(v1::Job::descriptor()->file()->FindServiceByName("Sampler")->method_count(), 10);
+}
 
 grpc::Status SamplerService::CreateJob(grpc::ServerContext* context,
-                                       const v1::CreateJobRequest* request, v1::Job* response) {
-  CallScope call(this);
+                                       const v1::CreateJobRequest& request, v1::Job* response) {
   absl::StatusOr<std::shared_ptr<Job>> job =
-      registry_->Create(request->name(), request->spec(), DeadlineOf(*context));
+      registry_->Create(request.name(), request.spec(), DeadlineOf(*context));
   if (!job.ok()) return ToGrpcStatus(job.status());
   *response = (*job)->Describe();
   return grpc::Status::OK;
 }
 
-grpc::Status SamplerService::GetJob(grpc::ServerContext*, const v1::GetJobRequest* request,
+grpc::Status SamplerService::GetJob(grpc::ServerContext*, const v1::GetJobRequest& request,
                                     v1::Job* response) {
-  CallScope call(this);
-  absl::StatusOr<std::shared_ptr<Job>> job = registry_->Get(request->name());
+  absl::StatusOr<std::shared_ptr<Job>> job = registry_->Get(request.name());
   if (!job.ok()) return ToGrpcStatus(job.status());
   *response = (*job)->Describe();
+  if (request.has_rank()) {
+    const JobConfig& config = (*job)->config();
+    absl::StatusOr<uint64_t> length =
+        ShardLength(config.plan.samples_per_epoch, config.shard, request.rank());
+    if (!length.ok()) return ToGrpcStatus(length.status());
+    response->set_shard_length(*length);
+  }
   return grpc::Status::OK;
 }
 
-grpc::Status SamplerService::ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*,
+grpc::Status SamplerService::ListJobs(grpc::ServerContext*, const v1::ListJobsRequest&,
                                       v1::ListJobsResponse* response) {
-  CallScope call(this);
   for (const auto& job : registry_->List()) *response->add_jobs() = job->Describe();
   return grpc::Status::OK;
 }
 
-grpc::Status SamplerService::DeleteJob(grpc::ServerContext*, const v1::DeleteJobRequest* request,
+grpc::Status SamplerService::DeleteJob(grpc::ServerContext*, const v1::DeleteJobRequest& request,
                                        v1::DeleteJobResponse*) {
-  CallScope call(this);
-  return ToGrpcStatus(registry_->Delete(request->name()));
+  return ToGrpcStatus(registry_->Delete(request.name()));
 }
 
-grpc::Status SamplerService::UploadWeights(grpc::ServerContext*,
-                                           grpc::ServerReader<v1::UploadWeightsChunk>* reader,
-                                           v1::UploadSummary* response) {
-  CallScope call(this);
+grpc::Status SamplerService::UploadWeightsImpl(
+    grpc::ServerReaderInterface<grpc::ByteBuffer>* reader, v1::UploadSummary* response) {
   std::shared_ptr<Job> job;
   absl::StatusOr<std::vector<float>> weights = ReadUpload<v1::UploadWeightsChunk, float>(
       reader, registry_, &job, "weights",
@@ -131,10 +236,8 @@ grpc::Status SamplerService::UploadWeights(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status SamplerService::UploadLabels(grpc::ServerContext*,
-                                          grpc::ServerReader<v1::UploadLabelsChunk>* reader,
-                                          v1::UploadSummary* response) {
-  CallScope call(this);
+grpc::Status SamplerService::UploadLabelsImpl(grpc::ServerReaderInterface<grpc::ByteBuffer>* reader,
+                                              v1::UploadSummary* response) {
   std::shared_ptr<Job> job;
   absl::StatusOr<std::vector<uint32_t>> labels = ReadUpload<v1::UploadLabelsChunk, uint32_t>(
       reader, registry_, &job, "labels",
@@ -145,21 +248,19 @@ grpc::Status SamplerService::UploadLabels(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status SamplerService::StreamShard(grpc::ServerContext* context,
-                                         const v1::StreamShardRequest* request,
-                                         grpc::ServerWriter<v1::ShardChunk>* writer) {
-  CallScope call(this);
-  return StreamShardImpl(
-      *request, DeadlineOf(*context), [context] { return context->IsCancelled(); }, writer);
+uint64_t SamplerService::ChunkBytes(uint64_t indices, bool wide_indices, bool with_is_weights) {
+  const uint64_t wire = (wide_indices ? 8 : 4) + (with_is_weights ? 4 : 0);
+  return indices * (sizeof(uint64_t) + 2 * wire);
 }
 
 grpc::Status SamplerService::StreamShardImpl(const v1::StreamShardRequest& request,
                                              absl::Time deadline,
                                              const std::function<bool()>& cancelled,
                                              grpc::ServerWriterInterface<v1::ShardChunk>* writer) {
-  if (request.max_chunk_size() > kMaxChunk) {
+  const uint32_t max_chunk = v1::MAX_SHARD_CHUNK_SIZE;
+  if (request.max_chunk_size() > max_chunk) {
     return ToGrpcStatus(absl::InvalidArgumentError(
-        absl::StrCat("max_chunk_size = ", request.max_chunk_size(), ": must be <= ", kMaxChunk)));
+        absl::StrCat("max_chunk_size = ", request.max_chunk_size(), ": must be <= ", max_chunk)));
   }
   absl::StatusOr<std::shared_ptr<Job>> job = registry_->Get(request.job());
   if (!job.ok()) return ToGrpcStatus(job.status());
@@ -178,9 +279,15 @@ grpc::Status SamplerService::StreamShardImpl(const v1::StreamShardRequest& reque
   // few bytes of header fields.
   const uint64_t bytes_per_index = (wide ? 8 : 4) + (request.with_is_weights() ? 4 : 0);
   const uint64_t fits = std::max<int64_t>(max_message_bytes_ - 128, 0) / bytes_per_index;
-  const uint64_t chunk_size = std::max<uint64_t>(
-      1, std::min<uint64_t>(
-             request.max_chunk_size() == 0 ? kDefaultChunk : request.max_chunk_size(), fits));
+  const uint64_t requested = request.max_chunk_size() == 0
+                                 ? static_cast<uint64_t>(v1::DEFAULT_SHARD_CHUNK_SIZE)
+                                 : request.max_chunk_size();
+  const uint64_t chunk_size = std::max<uint64_t>(1, std::min<uint64_t>(requested, fits));
+  // Held until the call ends: what its largest chunk costs while a slow reader holds it.
+  absl::StatusOr<StreamBudget::Reservation> buffer_bytes = stream_budget_.Reserve(
+      ChunkBytes(std::max<uint64_t>(1, std::min(chunk_size, length - request.start_offset())), wide,
+                 request.with_is_weights()));
+  if (!buffer_bytes.ok()) return ToGrpcStatus(buffer_bytes.status());
   const std::vector<float>& weights = *lease->view.weights;
   std::vector<uint64_t> buffer;
   v1::ShardChunk chunk;
@@ -227,21 +334,15 @@ grpc::Status SamplerService::StreamShardImpl(const v1::StreamShardRequest& reque
   return grpc::Status::OK;
 }
 
-grpc::Status SamplerService::ReportLosses(grpc::ServerContext*,
-                                          grpc::ServerReader<v1::LossBatch>* reader,
-                                          v1::LossReportSummary* response) {
-  CallScope call(this);
-  return ReportLossesImpl(reader, response);
-}
-
-grpc::Status SamplerService::ReportLossesImpl(grpc::ServerReaderInterface<v1::LossBatch>* reader,
+grpc::Status SamplerService::ReportLossesImpl(grpc::ServerReaderInterface<grpc::ByteBuffer>* reader,
                                               v1::LossReportSummary* response) {
+  RequestStreamReader stream(reader);
   v1::LossBatch batch;
   std::shared_ptr<Job> job;
   // The summary acknowledges the batches: they are made durable first (one sync per job and
-  // call, not per batch).
+  // call, not per batch). So is what an error keeps: the batches before it were applied.
   auto sync = [&job]() { return job ? job->Sync() : absl::OkStatus(); };
-  while (reader->Read(&batch)) {
+  while (stream.Next(&batch)) {
     if (!job || job->name() != batch.job()) {
       if (absl::Status s = sync(); !s.ok()) return ToGrpcStatus(s);
       absl::StatusOr<std::shared_ptr<Job>> found = registry_->Get(batch.job());
@@ -260,26 +361,31 @@ grpc::Status SamplerService::ReportLossesImpl(grpc::ServerReaderInterface<v1::Lo
           s.code(), absl::StrCat("batch seq = ", batch.seq(), " of rank ", batch.rank(), ": ",
                                  s.message(), " (earlier batches of this stream were applied)")));
     }
+    response->set_batches(response->batches() + 1);
   }
-  return ToGrpcStatus(sync());
+  if (absl::Status synced = sync(); !synced.ok()) return ToGrpcStatus(synced);
+  if (!stream.status().ok()) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat(stream.status().message(), "; batches before it applied: ", stream.parsed(),
+                     "; nothing after it was read")));
+  }
+  return grpc::Status::OK;
 }
 
-grpc::Status SamplerService::EndEpoch(grpc::ServerContext*, const v1::EndEpochRequest* request,
+grpc::Status SamplerService::EndEpoch(grpc::ServerContext*, const v1::EndEpochRequest& request,
                                       v1::EndEpochResponse* response) {
-  CallScope call(this);
-  absl::StatusOr<std::shared_ptr<Job>> job = registry_->Get(request->job());
+  absl::StatusOr<std::shared_ptr<Job>> job = registry_->Get(request.job());
   if (!job.ok()) return ToGrpcStatus(job.status());
-  absl::StatusOr<v1::EndEpochResponse> r = (*job)->EndEpoch(request->epoch(), request->rank());
+  absl::StatusOr<v1::EndEpochResponse> r = (*job)->EndEpoch(request.epoch(), request.rank());
   if (!r.ok()) return ToGrpcStatus(r.status());
   *response = *std::move(r);
   return grpc::Status::OK;
 }
 
 grpc::Status SamplerService::GetJobStatus(grpc::ServerContext*,
-                                          const v1::GetJobStatusRequest* request,
+                                          const v1::GetJobStatusRequest& request,
                                           v1::JobStatus* response) {
-  CallScope call(this);
-  absl::StatusOr<std::shared_ptr<Job>> job = registry_->Get(request->name());
+  absl::StatusOr<std::shared_ptr<Job>> job = registry_->Get(request.name());
   if (!job.ok()) return ToGrpcStatus(job.status());
   *response = (*job)->Status();
   return grpc::Status::OK;

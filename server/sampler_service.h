@@ -1,7 +1,13 @@
 // SamplerService: the gRPC adapter of samplerd.v1.Sampler (see proto/samplerd.proto for every
-// RPC's contract). It checks the shape of each request, looks the job up in the JobRegistry,
-// calls the core and converts the status. Its only state is the count of calls in its handlers,
-// which Server::Shutdown waits on.
+// RPC's contract). It parses each request, checks its shape, looks the job up in the JobRegistry,
+// calls the core and converts the status. Its state: the count of calls in its handlers, which
+// Server::Shutdown waits on, and the budget of the bytes that open StreamShard calls buffer.
+//
+// Requests arrive as raw bytes: the service registers the ten methods of samplerd.v1.Sampler
+// itself (names and kinds checked against the .proto's descriptor at construction) with
+// grpc::ByteBuffer requests, and parses them with server/raw_request.h, so that a request that
+// does not parse is INVALID_ARGUMENT with a message (see raw_request.h for what gRPC's generated
+// handlers do instead). Responses are the generated messages.
 //
 // Thread-safe: gRPC runs the handlers concurrently, and CallsInFlight / AwaitNoCalls may be
 // called from any thread.
@@ -18,54 +24,62 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
+#include "grpcpp/impl/service_type.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "grpcpp/support/sync_stream.h"
 #include "kernels/compute_backend.h"
-#include "proto/samplerd.grpc.pb.h"
+#include "proto/samplerd.pb.h"
 #include "server/job_registry.h"
+#include "server/stream_budget.h"
 
 namespace samplerd {
 
-class SamplerService final : public v1::Sampler::Service {
+class SamplerService final : public grpc::Service {
  public:
-  // Default and largest number of indices per ShardChunk.
-  static constexpr uint32_t kDefaultChunk = 1 << 16;
-  static constexpr uint32_t kMaxChunk = 1 << 20;
-
   // `registry` and `backend` must outlive the service. `max_message_bytes` is the server's send
   // limit: shard chunks are made small enough to fit it whatever max_chunk_size asks for.
-  SamplerService(JobRegistry* registry, ComputeBackend* backend, int max_message_bytes = 64 << 20);
+  // `max_stream_buffer_bytes` bounds the chunk bytes all open StreamShard calls hold together
+  // (see StreamBudget and StreamShardImpl).
+  SamplerService(JobRegistry* registry, ComputeBackend* backend, int max_message_bytes = 64 << 20,
+                 uint64_t max_stream_buffer_bytes = kDefaultMaxStreamBufferBytes);
 
-  grpc::Status CreateJob(grpc::ServerContext* context, const v1::CreateJobRequest* request,
-                         v1::Job* response) override;
-  grpc::Status GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request,
-                      v1::Job* response) override;
-  grpc::Status ListJobs(grpc::ServerContext* context, const v1::ListJobsRequest* request,
-                        v1::ListJobsResponse* response) override;
-  grpc::Status DeleteJob(grpc::ServerContext* context, const v1::DeleteJobRequest* request,
-                         v1::DeleteJobResponse* response) override;
-  grpc::Status UploadWeights(grpc::ServerContext* context,
-                             grpc::ServerReader<v1::UploadWeightsChunk>* reader,
-                             v1::UploadSummary* response) override;
-  grpc::Status UploadLabels(grpc::ServerContext* context,
-                            grpc::ServerReader<v1::UploadLabelsChunk>* reader,
-                            v1::UploadSummary* response) override;
-  grpc::Status StreamShard(grpc::ServerContext* context, const v1::StreamShardRequest* request,
-                           grpc::ServerWriter<v1::ShardChunk>* writer) override;
-  grpc::Status ReportLosses(grpc::ServerContext* context, grpc::ServerReader<v1::LossBatch>* reader,
-                            v1::LossReportSummary* response) override;
-  grpc::Status EndEpoch(grpc::ServerContext* context, const v1::EndEpochRequest* request,
-                        v1::EndEpochResponse* response) override;
-  grpc::Status GetJobStatus(grpc::ServerContext* context, const v1::GetJobStatusRequest* request,
-                            v1::JobStatus* response) override;
+  // The unary RPCs, given their parsed request.
+  grpc::Status CreateJob(grpc::ServerContext* context, const v1::CreateJobRequest& request,
+                         v1::Job* response);
+  grpc::Status GetJob(grpc::ServerContext* context, const v1::GetJobRequest& request,
+                      v1::Job* response);
+  grpc::Status ListJobs(grpc::ServerContext* context, const v1::ListJobsRequest& request,
+                        v1::ListJobsResponse* response);
+  grpc::Status DeleteJob(grpc::ServerContext* context, const v1::DeleteJobRequest& request,
+                         v1::DeleteJobResponse* response);
+  grpc::Status EndEpoch(grpc::ServerContext* context, const v1::EndEpochRequest& request,
+                        v1::EndEpochResponse* response);
+  grpc::Status GetJobStatus(grpc::ServerContext* context, const v1::GetJobStatusRequest& request,
+                            v1::JobStatus* response);
 
-  // Network-free cores of the streaming handlers. `deadline` bounds waiting for a plan;
-  // `cancelled` is polled while waiting and between chunks. A stream whose job is deleted ends
-  // with NOT_FOUND at the next chunk; on shutdown (UNAVAILABLE) a stream already writing is let
-  // finish within the grace period.
+  // Network-free cores of the streaming handlers. Client streams read raw messages and parse
+  // them one by one: a message that does not parse ends the call with INVALID_ARGUMENT naming
+  // its position (uploads apply nothing; ReportLosses keeps the batches before it, made
+  // durable first). ReportLossesImpl counts the batches it processed in response->batches().
+  grpc::Status UploadWeightsImpl(grpc::ServerReaderInterface<grpc::ByteBuffer>* reader,
+                                 v1::UploadSummary* response);
+  grpc::Status UploadLabelsImpl(grpc::ServerReaderInterface<grpc::ByteBuffer>* reader,
+                                v1::UploadSummary* response);
+  grpc::Status ReportLossesImpl(grpc::ServerReaderInterface<grpc::ByteBuffer>* reader,
+                                v1::LossReportSummary* response);
+  // `deadline` bounds waiting for a plan; `cancelled` is polled while waiting and between
+  // chunks. A stream whose job is deleted ends with NOT_FOUND at the next chunk; on shutdown
+  // (UNAVAILABLE) a stream already writing is let finish within the grace period. Before it
+  // writes, a call reserves the bytes of its largest chunk from the stream budget (ChunkBytes)
+  // until it ends; RESOURCE_EXHAUSTED if they do not fit.
   grpc::Status StreamShardImpl(const v1::StreamShardRequest& request, absl::Time deadline,
                                const std::function<bool()>& cancelled,
                                grpc::ServerWriterInterface<v1::ShardChunk>* writer);
-  grpc::Status ReportLossesImpl(grpc::ServerReaderInterface<v1::LossBatch>* reader,
-                                v1::LossReportSummary* response);
+
+  // Bytes a StreamShard call holds while one chunk of `indices` indices is in flight: the
+  // extracted indices (8 bytes each), the ShardChunk message, and gRPC's serialized copy of it
+  // until the reader takes it.
+  static uint64_t ChunkBytes(uint64_t indices, bool wide_indices, bool with_is_weights);
 
   // Calls running in this service's handlers now.
   int64_t CallsInFlight() const ABSL_LOCKS_EXCLUDED(calls_mu_);
@@ -73,6 +87,8 @@ class SamplerService final : public v1::Sampler::Service {
   // graceful shutdown: gRPC's own Shutdown(deadline) also waits for idle client connections to
   // close, so it would always take the whole grace period while trainers stay connected.
   bool AwaitNoCalls(absl::Time deadline) const ABSL_LOCKS_EXCLUDED(calls_mu_);
+  // Bytes reserved by open StreamShard calls now.
+  uint64_t StreamBufferBytesInUse() const { return stream_budget_.in_use(); }
 
  private:
   // Counts a handler invocation for its lifetime.
@@ -85,9 +101,21 @@ class SamplerService final : public v1::Sampler::Service {
     SamplerService* const service_;
   };
 
+  // Register one method of samplerd.v1.Sampler (`path`, e.g. "/samplerd.v1.Sampler/GetJob",
+  // a string literal: gRPC keeps the pointer) with a raw request.
+  template <typename Request, typename Response>
+  void AddUnary(const char* path,
+                grpc::Status (SamplerService::*handler)(grpc::ServerContext*, const Request&,
+                                                        Response*));
+  template <typename Response>
+  void AddClientStream(const char* path,
+                       grpc::Status (SamplerService::*impl)(
+                           grpc::ServerReaderInterface<grpc::ByteBuffer>*, Response*));
+
   JobRegistry* const registry_;
   ComputeBackend* const backend_;
   const int max_message_bytes_;
+  StreamBudget stream_budget_;
   mutable absl::Mutex calls_mu_;
   int64_t calls_in_flight_ ABSL_GUARDED_BY(calls_mu_) = 0;
 };

@@ -1,13 +1,18 @@
 // The streaming handlers driven without a network, through fake gRPC streams (as Reverb's
-// FakeInsertStream): chunk sizes, a client that goes away mid-shard, and a batch stream with a
-// bad batch in the middle.
+// FakeInsertStream): chunk sizes, a client that goes away mid-shard, a batch stream with a bad
+// batch or an unparseable message in the middle, and the stream buffer budget.
+#include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/compute_backend.h"
 #include "server/job_registry.h"
 #include "server/sampler_service.h"
+#include "server/testing/fake_raw_reader.h"
 
 namespace samplerd {
 namespace {
@@ -30,26 +35,24 @@ class FakeShardWriter : public grpc::ServerWriterInterface<v1::ShardChunk> {
   const size_t accept_;
 };
 
-// Hands out the given batches, then ends the stream.
-class FakeBatchReader : public grpc::ServerReaderInterface<v1::LossBatch> {
+// Blocks every Write until released: a reader that stopped reading.
+class StalledShardWriter : public grpc::ServerWriterInterface<v1::ShardChunk> {
  public:
-  explicit FakeBatchReader(std::vector<v1::LossBatch> batches) : batches_(std::move(batches)) {}
   void SendInitialMetadata() override {}
-  bool NextMessageSize(uint32_t* size) override {
-    if (next_ >= batches_.size()) return false;
-    *size = batches_[next_].ByteSizeLong();
-    return true;
+  bool Write(const v1::ShardChunk&, grpc::WriteOptions) override {
+    writing.Notify();
+    release.WaitForNotification();
+    return false;  // The client went away meanwhile.
   }
-  bool Read(v1::LossBatch* batch) override {
-    if (next_ >= batches_.size()) return false;
-    *batch = batches_[next_++];
-    return true;
-  }
-
- private:
-  std::vector<v1::LossBatch> batches_;
-  size_t next_ = 0;
+  absl::Notification writing;
+  absl::Notification release;
 };
+
+std::vector<std::string> Serialized(const std::vector<v1::LossBatch>& batches) {
+  std::vector<std::string> out;
+  for (const v1::LossBatch& b : batches) out.push_back(b.SerializeAsString());
+  return out;
+}
 
 class StreamsTest : public ::testing::Test {
  protected:
@@ -110,7 +113,7 @@ TEST_F(StreamsTest, ABadBatchFailsTheStreamAfterTheGoodOnesWereApplied) {
   bad = good;
   bad.set_seq(2);
   bad.set_indices(0, 5000);
-  FakeBatchReader reader({good, bad});
+  FakeRawReader reader(Serialized({good, bad}));
   v1::LossReportSummary summary;
   grpc::Status s = service_.ReportLossesImpl(&reader, &summary);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
@@ -118,6 +121,80 @@ TEST_F(StreamsTest, ABadBatchFailsTheStreamAfterTheGoodOnesWereApplied) {
   EXPECT_THAT(s.error_message(), HasSubstr("indices[0] = 5000"));
   EXPECT_EQ(summary.accepted(), 1u);
   EXPECT_EQ((*registry_.Get("j"))->Status().samples_seen(), 1u);
+}
+
+TEST_F(StreamsTest, AnUnparseableMessageFailsTheStreamNamingItsPosition) {
+  v1::LossBatch first, second;
+  first.set_job("j");
+  first.set_seq(1);
+  first.add_indices(3);
+  first.add_losses(0.5f);
+  second = first;
+  second.set_seq(2);
+  second.set_indices(0, 4);
+  // Field 1 as fixed32 with 2 of its 4 bytes: not a LossBatch.
+  FakeRawReader reader(
+      {first.SerializeAsString(), std::string("\x0d\x01\x02", 3), second.SerializeAsString()});
+  v1::LossReportSummary summary;
+  grpc::Status s = service_.ReportLossesImpl(&reader, &summary);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("message 2 of the stream could not be parsed"));
+  EXPECT_THAT(s.error_message(), HasSubstr("batches before it applied: 1"));
+  EXPECT_EQ(summary.batches(), 1u);
+  // Batch 1 applied, batch 2 never read.
+  EXPECT_EQ((*registry_.Get("j"))->Status().samples_seen(), 1u);
+}
+
+TEST_F(StreamsTest, SummaryCountsEveryBatchIncludingDuplicates) {
+  v1::LossBatch batch;
+  batch.set_job("j");
+  batch.set_seq(1);
+  batch.add_indices(3);
+  batch.add_losses(0.5f);
+  FakeRawReader reader(Serialized({batch, batch, batch}));
+  v1::LossReportSummary summary;
+  ASSERT_TRUE(service_.ReportLossesImpl(&reader, &summary).ok());
+  EXPECT_EQ(summary.batches(), 3u);
+  EXPECT_EQ(summary.accepted(), 1u);
+  EXPECT_EQ(summary.duplicates(), 2u);
+}
+
+TEST_F(StreamsTest, StalledStreamsHoldTheBufferBudgetAndTheNextOneIsRefused) {
+  // Room for one stream of 64-index chunks (16 bytes an index) and not two.
+  const uint64_t one = SamplerService::ChunkBytes(64, false, false);
+  ASSERT_EQ(one, 64u * 16);
+  SamplerService service(&registry_, backend_.get(), 64 << 20, one + one / 2);
+  StalledShardWriter stalled;
+  grpc::Status first;
+  std::thread reader([&] {
+    first = service.StreamShardImpl(
+        Request(64), absl::InfiniteFuture(), [] { return false; }, &stalled);
+  });
+  stalled.writing.WaitForNotification();
+  EXPECT_EQ(service.StreamBufferBytesInUse(), one);
+  FakeShardWriter writer(1000);
+  grpc::Status second = service.StreamShardImpl(
+      Request(64), absl::InfiniteFuture(), [] { return false; }, &writer);
+  EXPECT_EQ(second.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(second.error_message(), HasSubstr("--max_stream_buffer_bytes"));
+  EXPECT_THAT(second.error_message(), HasSubstr(absl::StrCat("needs ", one, " bytes")));
+  EXPECT_TRUE(writer.chunks.empty());
+  // A smaller chunk still fits beside the stalled stream.
+  FakeShardWriter small(1000);
+  EXPECT_TRUE(service
+                  .StreamShardImpl(
+                      Request(16), absl::InfiniteFuture(), [] { return false; }, &small)
+                  .ok());
+  stalled.release.Notify();
+  reader.join();
+  EXPECT_EQ(first.error_code(), grpc::StatusCode::UNAVAILABLE);
+  // The stalled stream gave its bytes back: the refused one now fits.
+  EXPECT_EQ(service.StreamBufferBytesInUse(), 0u);
+  FakeShardWriter again(1000);
+  EXPECT_TRUE(service
+                  .StreamShardImpl(
+                      Request(64), absl::InfiniteFuture(), [] { return false; }, &again)
+                  .ok());
 }
 
 TEST_F(StreamsTest, ChunksAreCutToFitTheMessageLimit) {

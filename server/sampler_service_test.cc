@@ -304,6 +304,45 @@ TEST_F(SamplerServiceTest, ManyConcurrentRankStreams) {
   EXPECT_EQ(all.size(), world * per_rank);
 }
 
+TEST(StreamBufferBudgetTest, AStreamWhoseChunkDoesNotFitIsResourceExhaustedNamingTheFlag) {
+  Options options;
+  options.port = 0;
+  options.planner_threads = 1;
+  options.grace_period = absl::Seconds(1);
+  // One stream of default-sized chunks (65536 indices, 16 bytes each) fits; a chunk of 2^20
+  // indices (16 MiB while in flight) does not.
+  options.max_stream_buffer_bytes = 1 << 20;
+  auto server = Server::Create(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto client = *SamplerClient::Create((*server)->address());
+  v1::JobSpec spec;
+  spec.set_num_samples(1 << 21);
+  spec.set_world_size(1);
+  ASSERT_TRUE(client->CreateJob("big", spec).ok());
+  auto stream = [&](uint32_t max_chunk_size, uint64_t* received) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    v1::StreamShardRequest request;
+    request.set_job("big");
+    request.set_world_size(1);
+    request.set_max_chunk_size(max_chunk_size);
+    auto reader = client->stub()->StreamShard(&context, request);
+    v1::ShardChunk chunk;
+    while (reader->Read(&chunk)) *received += chunk.indices32_size();
+    return reader->Finish();
+  };
+  uint64_t received = 0;
+  grpc::Status s = stream(1 << 20, &received);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("needs 16777216 bytes"));
+  EXPECT_THAT(s.error_message(), HasSubstr("of the 1048576 bytes"));
+  EXPECT_THAT(s.error_message(), HasSubstr("--max_stream_buffer_bytes"));
+  EXPECT_EQ(received, 0u);
+  // The default chunk size fits, and the refused stream held nothing.
+  ASSERT_TRUE(stream(0, &received).ok());
+  EXPECT_EQ(received, uint64_t{1} << 21);
+}
+
 TEST_F(SamplerServiceTest, DeletingAJobEndsItsStreamsWithNotFound) {
   ASSERT_TRUE(client_->CreateJob("d", Spec(2'000'000, 2)).ok());
   // One rank waits for epoch 1, another is in the middle of epoch 0's 1e6 indices.

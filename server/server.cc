@@ -42,6 +42,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const Options& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_server_threads = ", options.max_server_threads, ": must be >= 16"));
   }
+  if (options.max_stream_buffer_bytes == 0) {
+    return absl::InvalidArgumentError("max_stream_buffer_bytes = 0: must be >= 1");
+  }
   if (options.planner_threads < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("planner_threads = ", options.planner_threads, ": must be >= 0"));
@@ -101,7 +104,8 @@ Server::Server(const Options& options, std::unique_ptr<ComputeBackend> backend)
               options.max_memory_bytes != 0 ? options.max_memory_bytes : DefaultMaxMemoryBytes()},
           backend_.get(), options.data_dir)),
       service_(std::make_unique<SamplerService>(registry_.get(), backend_.get(),
-                                                options.max_message_bytes)) {}
+                                                options.max_message_bytes,
+                                                options.max_stream_buffer_bytes)) {}
 
 Server::~Server() { Shutdown(); }
 

@@ -16,6 +16,7 @@
 #include "kernels/compute_backend.h"
 #include "server/job_registry.h"
 #include "server/sampler_service.h"
+#include "server/stream_budget.h"
 
 namespace samplerd {
 
@@ -47,6 +48,11 @@ struct Options {
   // Most concurrent synchronous calls, >= 16 (each open rank stream holds one thread; the
   // default leaves room for hundreds of ranks plus their loss reports).
   int max_server_threads = 1024;
+  // Most bytes all open StreamShard calls together may hold for their chunks, >= 1. A call
+  // holds about 16 bytes per index of its chunk (24 with importance weights, 8 more per index
+  // with N > 2^32): ~1 MiB at the default chunk size, ~16-32 MiB at the largest. A call whose
+  // chunk does not fit beside the others' gets RESOURCE_EXHAUSTED. See StreamBudget.
+  uint64_t max_stream_buffer_bytes = kDefaultMaxStreamBufferBytes;
   // On Shutdown, how long in-flight calls may take to finish before they are cancelled (>= 0).
   absl::Duration grace_period = absl::Seconds(10);
 };

@@ -45,6 +45,8 @@ TEST(ServerTest, BadOptionsNameTheOption) {
        "max_message_bytes = 100"},
       {[](Options* o) { o->max_server_threads = 2; }, absl::StatusCode::kInvalidArgument,
        "max_server_threads = 2"},
+      {[](Options* o) { o->max_stream_buffer_bytes = 0; }, absl::StatusCode::kInvalidArgument,
+       "max_stream_buffer_bytes = 0"},
       {[](Options* o) { o->planner_threads = -1; }, absl::StatusCode::kInvalidArgument,
        "planner_threads = -1"},
       {[](Options* o) { o->grace_period = absl::Seconds(-1); }, absl::StatusCode::kInvalidArgument,

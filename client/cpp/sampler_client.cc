@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "grpcpp/grpcpp.h"
-#include "server/status_util.h"
+#include "proto/status_util.h"
 
 namespace samplerd {
 namespace {
@@ -26,6 +26,14 @@ grpc::Status WriteChunks(grpc::ClientWriter<Chunk>* writer, const std::string& j
   }
   writer->WritesDone();
   return writer->Finish();
+}
+
+// The server must have counted every value or batch sent: a call that ends OK with fewer would
+// otherwise lose them silently (e.g. a server that stops reading at a bad message and ends OK).
+absl::Status CheckCount(const char* what, uint64_t counted, uint64_t sent) {
+  if (counted == sent) return absl::OkStatus();
+  return absl::DataLossError(
+      absl::StrCat("the server acknowledged ", counted, " ", what, " but the client sent ", sent));
 }
 
 }  // namespace
@@ -128,25 +136,31 @@ absl::StatusOr<v1::EndEpochResponse> SamplerClient::EndEpoch(const std::string& 
 absl::Status SamplerClient::UploadWeights(const std::string& job, absl::Span<const float> weights,
                                           size_t chunk_size) {
   if (chunk_size == 0) return absl::InvalidArgumentError("chunk_size = 0: must be >= 1");
-  return WithRetries([&](grpc::ClientContext* c) {
-    v1::UploadSummary summary;
+  v1::UploadSummary summary;
+  absl::Status s = WithRetries([&](grpc::ClientContext* c) {
+    summary.Clear();
     auto writer = stub_->UploadWeights(c, &summary);
     return WriteChunks<v1::UploadWeightsChunk, float>(
         writer.get(), job, weights, chunk_size,
         [](v1::UploadWeightsChunk* chunk, float w) { chunk->add_weights(w); });
   });
+  if (!s.ok()) return s;
+  return CheckCount("weights", summary.received(), weights.size());
 }
 
 absl::Status SamplerClient::UploadLabels(const std::string& job, absl::Span<const uint32_t> labels,
                                          size_t chunk_size) {
   if (chunk_size == 0) return absl::InvalidArgumentError("chunk_size = 0: must be >= 1");
-  return WithRetries([&](grpc::ClientContext* c) {
-    v1::UploadSummary summary;
+  v1::UploadSummary summary;
+  absl::Status s = WithRetries([&](grpc::ClientContext* c) {
+    summary.Clear();
     auto writer = stub_->UploadLabels(c, &summary);
     return WriteChunks<v1::UploadLabelsChunk, uint32_t>(
         writer.get(), job, labels, chunk_size,
         [](v1::UploadLabelsChunk* chunk, uint32_t label) { chunk->add_labels(label); });
   });
+  if (!s.ok()) return s;
+  return CheckCount("labels", summary.received(), labels.size());
 }
 
 absl::Status SamplerClient::StreamShard(
@@ -236,6 +250,10 @@ absl::StatusOr<v1::LossReportSummary> SamplerClient::ReportLosses(
     return writer->Finish();
   });
   if (!s.ok()) return s;
+  if (absl::Status counted = CheckCount("loss batches", summary.batches(), batches.size());
+      !counted.ok()) {
+    return counted;
+  }
   return summary;
 }
 

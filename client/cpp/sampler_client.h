@@ -5,8 +5,11 @@
 // Streaming a shard resumes transparently after a broken stream (StreamShard's start_offset), so a
 // caller sees every index of its shard exactly once, in order.
 //
+// Every summary the server returns is checked against what was sent (uploads: values received;
+// ReportLosses: batches counted), so a stream cut short can never pass for a complete one.
+//
 // Thread-safety: a SamplerClient is safe for concurrent use from many threads (the channel and
-// stub are); LossReporter is not (one per reporting thread).
+// stub are).
 #ifndef SAMPLERD_CLIENT_CPP_SAMPLER_CLIENT_H_
 #define SAMPLERD_CLIENT_CPP_SAMPLER_CLIENT_H_
 
@@ -59,7 +62,8 @@ class SamplerClient {
   absl::StatusOr<v1::EndEpochResponse> EndEpoch(const std::string& job, uint64_t epoch,
                                                 uint32_t rank);
 
-  // Uploads N static weights (or labels) in chunks of `chunk_size`.
+  // Uploads N static weights (or labels) in chunks of `chunk_size`. DATA_LOSS if the server
+  // acknowledges another count of values than was sent.
   absl::Status UploadWeights(const std::string& job, absl::Span<const float> weights,
                              size_t chunk_size = 1 << 18);
   absl::Status UploadLabels(const std::string& job, absl::Span<const uint32_t> labels,
@@ -78,6 +82,7 @@ class SamplerClient {
                                                   uint32_t rank, uint32_t world_size);
 
   // Sends `batches` on one ReportLosses stream. Batches must be valid LossBatch messages.
+  // DATA_LOSS if the server's summary counts another number of batches than were sent.
   absl::StatusOr<v1::LossReportSummary> ReportLosses(absl::Span<const v1::LossBatch> batches);
 
   v1::Sampler::Stub* stub() { return stub_.get(); }

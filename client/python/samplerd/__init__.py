@@ -9,12 +9,12 @@ For PyTorch, see samplerd.torch (DistributedWeightedSampler, IndexedDataset).
 """
 
 from .client import Client, Policy, ShardChunk, check_loss_batch
-from .errors import (AlreadyExists, DeadlineExceeded, FailedPrecondition, InvalidArgument,
-                     NotFound, ResourceExhausted, SamplerError, Unavailable)
+from .errors import (AlreadyExists, DataLoss, DeadlineExceeded, FailedPrecondition,
+                     InvalidArgument, NotFound, ResourceExhausted, SamplerError, Unavailable)
 
 __all__ = [
     "Client", "Policy", "ShardChunk", "check_loss_batch", "SamplerError", "InvalidArgument",
     "NotFound", "AlreadyExists", "FailedPrecondition", "ResourceExhausted", "DeadlineExceeded",
-    "Unavailable",
+    "Unavailable", "DataLoss",
 ]
 __version__ = "0.1.0"

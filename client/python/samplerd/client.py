@@ -2,7 +2,9 @@
 
 Every call has a deadline; UNAVAILABLE is retried with exponential backoff; gRPC errors become
 `samplerd.errors` exceptions that keep the server's message. Arguments are checked at the call
-site, so a wrong shape or a NaN loss raises where the caller made the mistake.
+site, so a wrong shape or a NaN loss raises where the caller made the mistake. The summaries of
+client streams are checked against what was sent (DataLoss on a mismatch). The API's limits
+(batch size, chunk size) come from the .proto (samplerd_pb2.MAX_LOSS_BATCH_PAIRS, ...).
 """
 
 import dataclasses
@@ -23,7 +25,6 @@ _BASES = {"uniform": pb.UNIFORM, "static": pb.STATIC, "class_balanced": pb.CLASS
 _LOSSES = {"none": pb.NONE, "loss": pb.LOSS, "multiplicative": pb.MULTIPLICATIVE}
 _POLICY_PARAMS = ("class_balance_beta", "ema_decay", "alpha", "epsilon", "mix", "clamp_lo",
                   "clamp_hi", "prior_loss", "eta")
-MAX_BATCH = 1 << 20
 
 
 class ShardChunk(NamedTuple):
@@ -89,11 +90,27 @@ def _bad(message):
     return errors.InvalidArgument(message)
 
 
+def _check_count(what, acknowledged, sent):
+    """A call that ended OK must have counted all that was sent: anything else was lost."""
+    if acknowledged != sent:
+        raise errors.DataLoss(f"the server acknowledged {acknowledged} {what} but the client "
+                              f"sent {sent}")
+
+
+def loss_batch_message(job: str, epoch: int, rank: int, seq: int, indices: np.ndarray,
+                       losses: np.ndarray) -> pb.LossBatch:
+    """The LossBatch message of a batch already validated by check_loss_batch (not re-checked)."""
+    return pb.LossBatch(job=job, epoch=epoch, rank=rank, seq=seq, indices=indices.tolist(),
+                        losses=losses.tolist())
+
+
 def check_loss_batch(indices, losses, num_samples: Optional[int] = None):
     """Validates one batch of (index, loss) pairs; returns them as (int64, float32) arrays.
 
-    Indices must be integers (or integral floats) in [0, num_samples), or [0, 2^63) without
-    num_samples; losses must be >= 0 and finite as float32, the type they are sent as.
+    The one client-side check of loss batches (the server checks them again). A batch has 1 to
+    MAX_LOSS_BATCH_PAIRS pairs (proto/samplerd.proto). Indices must be integers (or integral
+    floats) in [0, num_samples), or [0, 2^63) without num_samples; losses must be >= 0 and
+    finite as float32, the type they are sent as.
 
     Raises:
         InvalidArgument: naming the field and the first bad value.
@@ -109,6 +126,8 @@ def check_loss_batch(indices, losses, num_samples: Optional[int] = None):
         raise _bad(f"indices: {idx.shape[0]} entries but losses: {los64.shape[0]}")
     if idx.size == 0:
         raise _bad("indices: empty batch")
+    if idx.size > pb.MAX_LOSS_BATCH_PAIRS:
+        raise _bad(f"indices: {idx.size} pairs in one batch; at most {pb.MAX_LOSS_BATCH_PAIRS}")
     if idx.dtype.kind not in "iu" and not (
             idx.dtype.kind == "f" and np.all(np.isfinite(idx)) and np.all(idx == np.floor(idx))):
         raise _bad(f"indices: dtype {idx.dtype} is not an integer type")
@@ -287,13 +306,22 @@ class Client:
             policy=policy.to_proto())
         return self._call(self._stub.CreateJob, pb.CreateJobRequest(name=name, spec=spec))
 
-    def get_job(self, name: str) -> pb.Job:
+    def get_job(self, name: str, rank: Optional[int] = None) -> pb.Job:
         """Returns the job's spec (defaults filled in), current epoch and plan readiness.
 
+        Args:
+            name: the job name.
+            rank: if given, the reply's `shard_length` is this data-parallel rank's shard
+                length (the same in every epoch).
         Raises:
-            NotFound: no job of that name. Unavailable.
+            NotFound: no job of that name.
+            InvalidArgument: rank outside [0, world_size).
+            Unavailable.
         """
-        return self._call(self._stub.GetJob, pb.GetJobRequest(name=name))
+        request = pb.GetJobRequest(name=name)
+        if rank is not None:
+            request.rank = rank
+        return self._call(self._stub.GetJob, request)
 
     def list_jobs(self) -> List[pb.Job]:
         """Returns all jobs, ordered by name.
@@ -385,7 +413,9 @@ class Client:
         def chunks():  # A fresh iterator per attempt: a retried upload starts over.
             for lo in range(0, values.size, chunk_size):
                 yield make_chunk(lo, values[lo:lo + chunk_size])
-        return self._call(lambda _, timeout: method(chunks(), timeout=timeout), None).received
+        received = self._call(lambda _, timeout: method(chunks(), timeout=timeout), None).received
+        _check_count("values", received, values.size)
+        return received
 
     # -- shards ---------------------------------------------------------------------------------
 
@@ -486,19 +516,16 @@ class Client:
                 applied twice (counted as duplicates), so use a new seq for every batch.
             num_samples: if given, indices are range-checked here as well as on the server.
         Returns:
-            The LossReportSummary (accepted, stale, duplicates, stale_epochs).
+            The LossReportSummary (accepted, stale, duplicates, stale_epochs, batches).
         Raises:
-            InvalidArgument: shapes differ, empty batch, NaN/inf/negative loss, index out of
-                range (named, here or on the server); nothing of the batch is applied.
+            InvalidArgument: shapes differ, empty or oversized batch, NaN/inf/negative loss,
+                index out of range (named, here or on the server); nothing of the batch is
+                applied.
             FailedPrecondition: the epoch is not open yet.
-            NotFound, Unavailable.
+            NotFound, Unavailable, DataLoss (see report_loss_batches).
         """
         idx, los = check_loss_batch(indices, losses, num_samples)
-        if idx.size > MAX_BATCH:
-            raise _bad(f"indices: {idx.size} pairs in one batch; at most {MAX_BATCH}")
-        batch = pb.LossBatch(job=job, epoch=epoch, rank=rank, seq=seq,
-                             indices=idx.tolist(), losses=los.tolist())
-        return self.report_loss_batches([batch])
+        return self.report_loss_batches([loss_batch_message(job, epoch, rank, seq, idx, los)])
 
     def report_loss_batches(self, batches: Sequence[pb.LossBatch]) -> pb.LossReportSummary:
         """Sends prepared LossBatch messages on one stream, unchecked (the fast path).
@@ -510,9 +537,14 @@ class Client:
             The LossReportSummary of all batches.
         Raises:
             InvalidArgument, FailedPrecondition, NotFound, Unavailable (see report_losses).
+            DataLoss: the call ended OK but the summary counts fewer (or more) batches than
+                were sent.
         """
-        return self._call(
+        batches = list(batches)
+        summary = self._call(
             lambda _, timeout: self._stub.ReportLosses(iter(batches), timeout=timeout), None)
+        _check_count("loss batches", summary.batches, len(batches))
+        return summary
 
     def end_epoch(self, job: str, epoch: int, rank: int) -> pb.EndEpochResponse:
         """Marks data-parallel rank `rank` done with `epoch` (idempotent per epoch and rank).

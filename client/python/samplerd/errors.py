@@ -59,6 +59,13 @@ class DeadlineExceeded(SamplerError, TimeoutError):
     default_code = grpc.StatusCode.DEADLINE_EXCEEDED
 
 
+class DataLoss(SamplerError):
+    """The server acknowledged less than was sent (a summary's count differs from what the
+    client sent): something was not applied although the call ended OK."""
+
+    default_code = grpc.StatusCode.DATA_LOSS
+
+
 class Unavailable(SamplerError, ConnectionError):
     """The server is down, unreachable or shutting down (after the client's retries)."""
 
@@ -73,6 +80,7 @@ _BY_CODE = {
     grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhausted,
     grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceeded,
     grpc.StatusCode.UNAVAILABLE: Unavailable,
+    grpc.StatusCode.DATA_LOSS: DataLoss,
 }
 
 

@@ -29,18 +29,10 @@ import torch.distributed as dist
 from torch.utils.data import Dataset, Sampler
 
 from . import errors
-from .client import Client, check_loss_batch
+from ._proto import samplerd_pb2 as pb
+from .client import Client, check_loss_batch, loss_batch_message
 
 _DONE = object()
-
-
-def _shard_length(m: int, world_size: int, rank: int, uneven: int) -> int:
-    """Length of a rank's shard of an M-position plan (kernels/compute_backend.h ShardLength)."""
-    if uneven == 2:  # DROP_LAST
-        return m // world_size
-    if uneven == 3:  # UNEVEN
-        return m // world_size + (1 if rank < m % world_size else 0)
-    return (m + world_size - 1) // world_size  # PAD
 
 
 def _one_per_sample(field, values):
@@ -81,7 +73,8 @@ class DistributedWeightedSampler(Sampler):
         rank, world_size: data-parallel rank and world size; default to torch.distributed's.
             Tensor/pipeline-parallel peers pass their data-parallel rank and size.
         prefetch: stream the shard in a background thread while training consumes it.
-        report_batch_size: losses are sent in batches of this many pairs, asynchronously.
+        report_batch_size: losses are sent in batches of this many pairs, asynchronously
+            (1 to MAX_LOSS_BATCH_PAIRS).
         timeout: seconds to wait for an epoch's plan (other ranks may still be finishing).
         end_epoch: end each epoch on the server when the rank moves on (see the module doc).
 
@@ -109,18 +102,20 @@ class DistributedWeightedSampler(Sampler):
             raise errors.FailedPrecondition(
                 f"world_size = {world_size} does not match job '{job}' world_size = "
                 f"{spec.world_size}")
-        if report_batch_size < 1:
-            raise errors.InvalidArgument(f"report_batch_size = {report_batch_size}: must be >= 1")
+        if not 1 <= report_batch_size <= pb.MAX_LOSS_BATCH_PAIRS:
+            raise errors.InvalidArgument(f"report_batch_size = {report_batch_size}: must be in "
+                                         f"[1, {pb.MAX_LOSS_BATCH_PAIRS}]")
         self.job = job
         self.rank = rank
         self.world_size = world_size
         self.num_samples = spec.num_samples
-        self._length = _shard_length(spec.samples_per_epoch, world_size, rank, spec.uneven)
+        described = self.client.get_job(job, rank=rank)  # The server computes the length.
+        self._length = described.shard_length
         self.prefetch = prefetch
         self.report_batch_size = report_batch_size
         self.timeout = timeout
         self.end_epoch_on_exhaust = end_epoch
-        self.epoch = self.client.get_job(job).current_epoch
+        self.epoch = described.current_epoch
         self._iter_epoch = None  # The epoch losses are reported for.
         self._seq = 0
         self._seq_epoch = None
@@ -128,7 +123,7 @@ class DistributedWeightedSampler(Sampler):
         self._sender = None
         self._send_queue = None
         self._send_error = None
-        self.last_summary = {"accepted": 0, "stale": 0, "duplicates": 0}
+        self.last_summary = {"accepted": 0, "stale": 0, "duplicates": 0, "batches": 0}
 
     def __len__(self):
         return self._length
@@ -231,7 +226,9 @@ class DistributedWeightedSampler(Sampler):
                 return
             epoch, seq, idx, los = item
             try:
-                s = self.client.report_losses(self.job, epoch, self.rank, idx, los, seq=seq)
+                # Checked by report() already (check_loss_batch): sent as they are.
+                s = self.client.report_loss_batches(
+                    [loss_batch_message(self.job, epoch, self.rank, seq, idx, los)])
                 for k in self.last_summary:
                     self.last_summary[k] += getattr(s, k)
             except Exception as e:  # Surfaced at the next report() or flush().
@@ -272,8 +269,12 @@ class DistributedWeightedSampler(Sampler):
         idx = np.concatenate(self._pending_idx)
         los = np.concatenate(self._pending_loss)
         self._pending_idx, self._pending_loss = [], []
-        self._send_queue.put((self._iter_epoch, self._seq, idx, los))
-        self._seq += 1
+        # Reports accumulate past report_batch_size: send batches of at most that many pairs
+        # (<= MAX_LOSS_BATCH_PAIRS, the server's limit).
+        for lo in range(0, idx.size, self.report_batch_size):
+            hi = lo + self.report_batch_size
+            self._send_queue.put((self._iter_epoch, self._seq, idx[lo:hi], los[lo:hi]))
+            self._seq += 1
 
     def flush(self) -> None:
         """Sends the queued losses and waits until the server acknowledged them."""

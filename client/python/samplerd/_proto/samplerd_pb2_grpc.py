@@ -87,7 +87,8 @@ class SamplerServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def GetJob(self, request, context):
-        """Returns the job's spec and current epoch. Errors: NOT_FOUND.
+        """Returns the job's spec and current epoch, and with GetJobRequest.rank that rank's shard
+        length. Errors: NOT_FOUND, INVALID_ARGUMENT (rank >= world_size).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -119,8 +120,9 @@ class SamplerServicer(object):
         positive weight is a normal float (its importance weight 1 / w is finite); beyond that
         ratio the upload is refused (use 0 for samples that must never be drawn).
         Errors: INVALID_ARGUMENT (NaN/inf/negative weight, all zero, a ratio of positive weights
-        over 2^126 -- the message names both weights and the ratio --, wrong offsets/length),
-        FAILED_PRECONDITION (policy is not STATIC, or the job already started), NOT_FOUND.
+        over 2^126 -- the message names both weights and the ratio --, wrong offsets/length, a chunk
+        that does not parse: nothing is applied), FAILED_PRECONDITION (policy is not STATIC, or the
+        job already started), NOT_FOUND.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -129,7 +131,8 @@ class SamplerServicer(object):
     def UploadLabels(self, request_iterator, context):
         """Uploads the per-sample class labels of a job whose base policy is CLASS_BALANCED, chunked as
         UploadWeights. Applied atomically when the stream ends.
-        Errors: INVALID_ARGUMENT (label count != N, wrong offsets), FAILED_PRECONDITION, NOT_FOUND.
+        Errors: INVALID_ARGUMENT (label count != N, wrong offsets, a chunk that does not parse),
+        FAILED_PRECONDITION, NOT_FOUND.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -140,10 +143,13 @@ class SamplerServicer(object):
         shard (resume after a broken stream: pass the number of indices already received). If the
         epoch is still being planned the call waits, bounded by its deadline. Several readers may
         stream the same data-parallel rank at once (tensor/pipeline-parallel peers) and receive
-        identical chunks. Respects flow control: the server never buffers a whole shard.
+        identical chunks. Respects flow control: the server never buffers a whole shard, only one
+        chunk per call, and all open calls together at most --max_stream_buffer_bytes (a call whose
+        chunk does not fit in what is left ends at once with RESOURCE_EXHAUSTED: retry later, or ask
+        for a smaller max_chunk_size).
         Errors: INVALID_ARGUMENT (rank >= world_size, start_offset > shard length),
         FAILED_PRECONDITION (world_size differs from the job's, epoch already closed or more than
-        one ahead), DEADLINE_EXCEEDED, NOT_FOUND.
+        one ahead), RESOURCE_EXHAUSTED (stream buffer budget), DEADLINE_EXCEEDED, NOT_FOUND.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -159,8 +165,13 @@ class SamplerServicer(object):
         anything is applied. A bad batch ends the call with its error, whose message names the
         batch's seq; the batches before it in the same call were applied, so a client can resend
         from the failing batch on (resending earlier ones is harmless: they count as duplicates).
+        A message that does not parse as a LossBatch ends the call likewise, with INVALID_ARGUMENT
+        naming its position in the stream ("message 2 of the stream could not be parsed"). On
+        success the summary counts every batch received (`batches`): a client checks it against
+        the number it sent.
         Errors: INVALID_ARGUMENT (index >= N, NaN/inf/negative loss, length mismatch, empty batch,
-        rank >= world_size), FAILED_PRECONDITION (epoch not yet open), NOT_FOUND.
+        rank >= world_size, unparseable message), FAILED_PRECONDITION (epoch not yet open),
+        NOT_FOUND.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

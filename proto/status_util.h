@@ -1,7 +1,8 @@
 // The one place where absl::Status and grpc::Status are converted (both directions), with the
-// message capped so that a huge client value cannot make a huge error.
-#ifndef SAMPLERD_SERVER_STATUS_UTIL_H_
-#define SAMPLERD_SERVER_STATUS_UTIL_H_
+// message capped so that a huge client value cannot make a huge error. Shared by the server's
+// service adapter and the C++ client: it lives beside the API, not in //server.
+#ifndef SAMPLERD_PROTO_STATUS_UTIL_H_
+#define SAMPLERD_PROTO_STATUS_UTIL_H_
 
 #include "absl/status/status.h"
 #include "grpcpp/support/status.h"
@@ -17,4 +18,4 @@ absl::Status FromGrpcStatus(const grpc::Status& status);
 
 }  // namespace samplerd
 
-#endif  // SAMPLERD_SERVER_STATUS_UTIL_H_
+#endif  // SAMPLERD_PROTO_STATUS_UTIL_H_

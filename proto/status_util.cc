@@ -1,4 +1,4 @@
-#include "server/status_util.h"
+#include "proto/status_util.h"
 
 #include <string>
 

@@ -1,0 +1,123 @@
+#include "server/raw_request.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/unknown_field_set.h"
+#include "grpcpp/support/proto_buffer_reader.h"
+
+namespace samplerd {
+namespace {
+
+// Longest prefix of a bad string value quoted in an error.
+constexpr size_t kMaxQuotedBytes = 64;
+
+// Well-formed UTF-8 as protobuf requires of proto3 strings: no overlong forms, no surrogates,
+// nothing above U+10FFFF.
+bool IsValidUtf8(absl::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = s[i];
+    size_t extra;
+    unsigned char lo = 0x80, hi = 0xBF;  // Range of the second byte.
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if (c >= 0xC2 && c <= 0xDF) {
+      extra = 1;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      extra = 2;
+      if (c == 0xE0) lo = 0xA0;  // Overlong.
+      if (c == 0xED) hi = 0x9F;  // Surrogates.
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      extra = 3;
+      if (c == 0xF0) lo = 0x90;  // Overlong.
+      if (c == 0xF4) hi = 0x8F;  // Above U+10FFFF.
+    } else {
+      return false;
+    }
+    if (s.size() - i <= extra) return false;
+    for (size_t k = 1; k <= extra; ++k) {
+      const unsigned char b = s[i + k];
+      if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) return false;
+    }
+    i += extra + 1;
+  }
+  return true;
+}
+
+// Why `bytes` do not parse as `type`. Diagnosed only after a failed parse, so it costs nothing
+// on the good path: bytes that are well-formed wire format but do not parse have a string field
+// that is not valid UTF-8 (proto3 has no required fields); name it if it is a top-level one.
+std::string WhyUnparseable(const std::string& bytes, const google::protobuf::Descriptor& type) {
+  google::protobuf::UnknownFieldSet fields;
+  if (fields.ParseFromString(bytes)) {
+    for (int i = 0; i < fields.field_count(); ++i) {
+      const google::protobuf::UnknownField& f = fields.field(i);
+      if (f.type() != google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED) continue;
+      const google::protobuf::FieldDescriptor* field = type.FindFieldByNumber(f.number());
+      if (field == nullptr || field->type() != google::protobuf::FieldDescriptor::TYPE_STRING ||
+          IsValidUtf8(f.length_delimited())) {
+        continue;
+      }
+      const std::string& value = f.length_delimited();
+      return absl::StrCat(field->name(), " = \"",
+                          absl::CHexEscape(absl::string_view(value).substr(0, kMaxQuotedBytes)),
+                          value.size() > kMaxQuotedBytes ? "...\"" : "\"",
+                          " is not valid UTF-8 (proto3 strings must be)");
+    }
+  }
+  return absl::StrCat("not a valid protobuf encoding (", bytes.size(), " bytes)");
+}
+
+// Parses `raw` into `message`; on failure, the reason (without the type).
+bool Parse(const grpc::ByteBuffer& raw, google::protobuf::Message* message, std::string* why) {
+  if (!raw.Valid()) {
+    *why = "no message";
+    return false;
+  }
+  grpc::ByteBuffer copy(raw);  // Shares the slices; the reader needs a mutable buffer.
+  {
+    grpc::ProtoBufferReader reader(&copy);
+    if (reader.status().ok() && message->ParseFromZeroCopyStream(&reader)) return true;
+  }
+  std::vector<grpc::Slice> slices;
+  std::string bytes;
+  if (raw.Dump(&slices).ok()) {
+    for (const grpc::Slice& slice : slices) {
+      bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+    }
+  }
+  *why = WhyUnparseable(bytes, *message->GetDescriptor());
+  return false;
+}
+
+}  // namespace
+
+absl::Status ParseRequest(const grpc::ByteBuffer& raw, google::protobuf::Message* message) {
+  std::string why;
+  if (Parse(raw, message, &why)) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("the request could not be parsed as ", message->GetTypeName(), ": ", why));
+}
+
+bool RequestStreamReader::Next(google::protobuf::Message* message) {
+  if (!status_.ok() || !reader_->Read(&raw_)) return false;
+  std::string why;
+  const bool parsed = Parse(raw_, message, &why);
+  raw_.Clear();
+  if (!parsed) {
+    status_ = absl::InvalidArgumentError(absl::StrCat("message ", parsed_ + 1,
+                                                      " of the stream could not be parsed as ",
+                                                      message->GetTypeName(), ": ", why));
+    return false;
+  }
+  ++parsed_;
+  return true;
+}
+
+}  // namespace samplerd

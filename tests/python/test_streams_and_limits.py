@@ -1,0 +1,129 @@
+"""Client streams end loudly, never silently short; the API's limits and shard lengths come from
+the server and the .proto, not from constants re-typed in the client."""
+
+from concurrent import futures
+
+import grpc
+import numpy as np
+import pytest
+
+import samplerd
+from samplerd._proto import samplerd_pb2 as pb
+from samplerd._proto import samplerd_pb2_grpc as pb_grpc
+from samplerd.torch import DistributedWeightedSampler
+
+# Field 1 as fixed32 (tag 0x0d) with only 2 of its 4 bytes: no message of the API parses it.
+GARBAGE = b"\x0d\x01\x02"
+
+
+def _batch(seq, index):
+    return pb.LossBatch(job="j", seq=seq, indices=[index], losses=[1.0]).SerializeToString()
+
+
+def test_an_unparseable_message_fails_the_loss_stream_at_its_position(client, server):
+    client.create_job("j", num_samples=100, world_size=1, loss="loss")
+    with grpc.insecure_channel(server.address) as channel:
+        report = channel.stream_unary("/samplerd.v1.Sampler/ReportLosses")  # Raw bytes.
+        with pytest.raises(grpc.RpcError) as info:
+            report(iter([_batch(1, 1), GARBAGE, _batch(2, 2)]), timeout=10)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "message 2 of the stream could not be parsed as samplerd.v1.LossBatch" in \
+        info.value.details()
+    status = client.status("j")
+    assert status.samples_seen == 1  # Batch 1 was applied, batch 2 was never read.
+
+
+def test_an_unparseable_upload_chunk_applies_nothing(client, server):
+    client.create_job("st", num_samples=4, world_size=1, base="static")
+    chunk = pb.UploadWeightsChunk(job="st", weights=[1, 2, 3, 4]).SerializeToString()
+    with grpc.insecure_channel(server.address) as channel:
+        upload = channel.stream_unary("/samplerd.v1.Sampler/UploadWeights")
+        with pytest.raises(grpc.RpcError) as info:
+            upload(iter([chunk, GARBAGE]), timeout=10)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "message 2 of the stream" in info.value.details()
+    assert not client.get_job("st").plan_ready
+
+
+class _Undercounting(pb_grpc.SamplerServicer):
+    """Ends client streams OK after their first message, as samplerd once did at a bad one."""
+
+    def ReportLosses(self, request_iterator, context):
+        first = next(request_iterator)
+        return pb.LossReportSummary(accepted=len(first.indices), batches=1)
+
+    def UploadWeights(self, request_iterator, context):
+        return pb.UploadSummary(received=len(next(request_iterator).weights))
+
+
+@pytest.fixture
+def undercounting_address():
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    pb_grpc.add_SamplerServicer_to_server(_Undercounting(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    yield f"127.0.0.1:{port}"
+    server.stop(None)
+
+
+def test_a_summary_that_counts_less_than_was_sent_is_data_loss(undercounting_address):
+    with samplerd.Client(undercounting_address, timeout=10) as c:
+        batches = [pb.LossBatch(job="j", seq=k, indices=[k], losses=[1.0]) for k in range(3)]
+        with pytest.raises(samplerd.DataLoss,
+                           match="acknowledged 1 loss batches but the client sent 3"):
+            c.report_loss_batches(batches)
+        # A single batch (report_losses) is all that server counts: that matches.
+        assert c.report_losses("j", 0, 0, [1, 2], [1.0, 1.0], seq=0).batches == 1
+        with pytest.raises(samplerd.DataLoss, match="acknowledged 2 values but the client sent 6"):
+            c.upload_weights("j", np.ones(6), chunk_size=2)
+
+
+def test_a_real_server_counts_every_batch_including_retries(client):
+    client.create_job("j", num_samples=10, world_size=1)
+    batches = [pb.LossBatch(job="j", seq=k % 2, indices=[k % 2], losses=[1.0]) for k in range(4)]
+    summary = client.report_loss_batches(batches)
+    assert (summary.batches, summary.accepted, summary.duplicates) == (4, 2, 2)
+
+
+@pytest.mark.parametrize("uneven, lengths", [
+    ("pad", [4, 4, 4]), ("drop_last", [3, 3, 3]), ("uneven", [4, 3, 3])])
+def test_the_server_tells_each_rank_its_shard_length(client, server, uneven, lengths):
+    client.create_job("s", num_samples=10, world_size=3, uneven=uneven)
+    assert [client.get_job("s", rank=r).shard_length for r in range(3)] == lengths
+    assert [len(client.read_shard("s", 0, r, 3)) for r in range(3)] == lengths
+    assert not client.get_job("s").HasField("shard_length")  # Only when asked for a rank.
+    with pytest.raises(samplerd.InvalidArgument, match=r"rank = 3 is outside \[0, world_size = 3\)"):
+        client.get_job("s", rank=3)
+    for r in range(3):
+        sampler = DistributedWeightedSampler(server.address, "s", rank=r, world_size=3)
+        assert len(sampler) == lengths[r] == len(list(sampler))
+        sampler.close()
+
+
+def test_limits_come_from_the_proto(client, server):
+    assert pb.MAX_LOSS_BATCH_PAIRS == 1 << 20
+    assert pb.MAX_SHARD_CHUNK_SIZE == 1 << 20 and pb.DEFAULT_SHARD_CHUNK_SIZE == 1 << 16
+    n = pb.MAX_LOSS_BATCH_PAIRS + 1
+    with pytest.raises(samplerd.InvalidArgument, match=f"{n} pairs in one batch; at most "
+                                                       f"{pb.MAX_LOSS_BATCH_PAIRS}"):
+        samplerd.check_loss_batch(np.zeros(n, dtype=np.int64), np.zeros(n))
+    client.create_job("m", num_samples=10, world_size=1)
+    with pytest.raises(samplerd.InvalidArgument, match=r"report_batch_size = 1048577"):
+        DistributedWeightedSampler(server.address, "m", rank=0, world_size=1,
+                                   report_batch_size=n)
+    # The server's chunk limit is the same constant.
+    with pytest.raises(samplerd.InvalidArgument, match=f"max_chunk_size = {n}"):
+        client.read_shard("m", 0, 0, 1, chunk_size=n)
+
+
+def test_the_stream_buffer_budget_is_resource_exhausted_naming_the_flag():
+    from conftest import SamplerdProcess
+    server = SamplerdProcess("--max_stream_buffer_bytes=1048576")
+    try:
+        with samplerd.Client(server.address, timeout=10) as c:
+            c.create_job("big", num_samples=1 << 21, world_size=1)
+            with pytest.raises(samplerd.ResourceExhausted, match="--max_stream_buffer_bytes"):
+                c.read_shard("big", 0, 0, 1, chunk_size=1 << 20)
+            assert len(c.read_shard("big", 0, 0, 1)) == 1 << 21  # Default chunks fit.
+    finally:
+        assert server.stop() == 0

@@ -1,0 +1,138 @@
+#include "client/cpp/sampler_client.h"
+
+#include <memory>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "proto/samplerd.grpc.pb.h"
+#include "server/server.h"
+
+namespace samplerd {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(SamplerClientTest, ADeadServerIsUnavailableAfterBoundedRetries) {
+  ClientOptions options;
+  options.timeout = absl::Milliseconds(300);
+  options.max_retries = 2;
+  options.initial_backoff = absl::Milliseconds(20);
+  auto client = SamplerClient::Create("127.0.0.1:1", options);  // Nothing listens on port 1.
+  ASSERT_TRUE(client.ok());
+  const absl::Time start = absl::Now();
+  auto jobs = (*client)->ListJobs();
+  EXPECT_EQ(jobs.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+TEST(SamplerClientTest, BadOptionsAreRejected) {
+  EXPECT_EQ(SamplerClient::Create("").status().code(), absl::StatusCode::kInvalidArgument);
+  ClientOptions options;
+  options.max_retries = -1;
+  auto client = SamplerClient::Create("127.0.0.1:1", options);
+  EXPECT_THAT(std::string(client.status().message()), HasSubstr("max_retries = -1"));
+}
+
+TEST(SamplerClientTest, ACallbackErrorStopsTheStreamAndIsReturned) {
+  Options options;
+  options.port = 0;
+  auto server = Server::Create(options);
+  ASSERT_TRUE(server.ok());
+  auto client = *SamplerClient::Create((*server)->address());
+  v1::JobSpec spec;
+  spec.set_num_samples(1 << 18);
+  spec.set_world_size(1);
+  ASSERT_TRUE(client->CreateJob("j", spec).ok());
+  int chunks = 0;
+  absl::Status s = client->StreamShard("j", 0, 0, 1, 0, false, [&](const ShardSlice& slice) {
+    ++chunks;
+    EXPECT_EQ(slice.shard_length, uint64_t{1} << 18);
+    return absl::AbortedError("trainer stopped");
+  });
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(chunks, 1);
+  // Uploads validate their chunk size before sending anything.
+  EXPECT_EQ(client->UploadWeights("j", std::vector<float>(4, 1.0f), 0).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// Job "j", epoch 0, rank 0: one loss for `index`.
+v1::LossBatch LossBatch(uint64_t seq, uint64_t index) {
+  v1::LossBatch batch;
+  batch.set_job("j");
+  batch.set_seq(seq);
+  batch.add_indices(index);
+  batch.add_losses(1.0f);
+  return batch;
+}
+
+// A server that ends ReportLosses and uploads OK after reading only their first message (as
+// samplerd did when a message in the middle did not parse): the client must not take that for
+// success.
+class UndercountingService final : public v1::Sampler::Service {
+ public:
+  grpc::Status UploadWeights(grpc::ServerContext*,
+                             grpc::ServerReader<v1::UploadWeightsChunk>* reader,
+                             v1::UploadSummary* summary) override {
+    v1::UploadWeightsChunk chunk;
+    if (reader->Read(&chunk)) summary->set_received(chunk.weights_size());
+    return grpc::Status::OK;
+  }
+  grpc::Status ReportLosses(grpc::ServerContext*, grpc::ServerReader<v1::LossBatch>* reader,
+                            v1::LossReportSummary* summary) override {
+    v1::LossBatch batch;
+    if (reader->Read(&batch)) {
+      summary->set_batches(1);
+      summary->set_accepted(batch.indices_size());
+    }
+    return grpc::Status::OK;
+  }
+};
+
+TEST(SamplerClientTest, ASummaryThatCountsLessThanWasSentIsDataLoss) {
+  UndercountingService service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_GT(port, 0);
+  auto client = *SamplerClient::Create("127.0.0.1:" + std::to_string(port));
+
+  absl::StatusOr<v1::LossReportSummary> summary =
+      client->ReportLosses({LossBatch(0, 0), LossBatch(1, 1), LossBatch(2, 2)});
+  EXPECT_EQ(summary.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(summary.status().message()),
+              HasSubstr("acknowledged 1 loss batches but the client sent 3"));
+
+  const absl::Status upload = client->UploadWeights("j", std::vector<float>(8, 1.0f), 4);
+  EXPECT_EQ(upload.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(upload.message()),
+              HasSubstr("acknowledged 4 weights but the client sent 8"));
+  server->Shutdown();
+}
+
+TEST(SamplerClientTest, ARealServerCountsEveryBatch) {
+  Options options;
+  options.port = 0;
+  auto server = Server::Create(options);
+  ASSERT_TRUE(server.ok());
+  auto client = *SamplerClient::Create((*server)->address());
+  v1::JobSpec spec;
+  spec.set_num_samples(10);
+  spec.set_world_size(1);
+  ASSERT_TRUE(client->CreateJob("j", spec).ok());
+  // The last two are retries (duplicates): still counted.
+  absl::StatusOr<v1::LossReportSummary> summary =
+      client->ReportLosses({LossBatch(0, 0), LossBatch(1, 1), LossBatch(0, 0), LossBatch(1, 1)});
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(summary->batches(), 4u);
+  EXPECT_EQ(summary->accepted(), 2u);
+  EXPECT_EQ(summary->duplicates(), 2u);
+}
+
+}  // namespace
+}  // namespace samplerd
