@@ -657,7 +657,9 @@ TEST(WeightsTest, GoldenHashes) {
         ASSERT_TRUE(std::isfinite(w) && w >= 0) << g.name << ": " << w;
         sum += w;
       }
-      if (g.kind != LossWeightKind::kNone) EXPECT_NEAR(sum / g.n, 1.0, 1e-4) << g.name;
+      if (g.kind != LossWeightKind::kNone) {
+        EXPECT_NEAR(sum / g.n, 1.0, 1e-4) << g.name;
+      }
     }
   }
 }
