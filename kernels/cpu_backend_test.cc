@@ -758,22 +758,27 @@ TEST(WeightsTest, RecomputeMatchesItsDefinitionBitForBit) {
     std::vector<float> current =
         round % 4 == 1 ? std::vector<float>() : RandomWeights(n, round + 100, 0.1 * next());
     if (!current.empty()) current[n / 2] = 2.0f;
-    std::vector<float> with_ones = current.empty() ? std::vector<float>(n, 1.0f) : current;
+    const std::vector<float> with_ones = current.empty() ? std::vector<float>(n, 1.0f) : current;
     std::vector<SampleLossStats> stats = VariedStats(n, round + 200);
     if (round % 8 == 5) stats.assign(n, SampleLossStats{});  // Nothing seen yet.
     const std::vector<float> want = ReferenceRecompute(p, 5, base, current, stats);
     for (int threads : {1, 2}) {
-      std::vector<float> got(n, 7.0f);
-      ASSERT_TRUE(NewCpuBackend(threads)
-                      ->RecomputeWeights(p, 5, base, with_ones, stats, absl::MakeSpan(got))
-                      .ok())
-          << round;
-      ASSERT_EQ(std::memcmp(got.data(), want.data(), n * sizeof(float)), 0)
-          << "round " << round << ", n " << n << ", " << threads << " threads";
-      ++compared;
+      // An empty `current` means all ones: the same result as ones passed explicitly.
+      const std::vector<float>* currents[] = {&current, &with_ones};
+      for (const std::vector<float>* c : currents) {
+        std::vector<float> got(n, 7.0f);
+        ASSERT_TRUE(NewCpuBackend(threads)
+                        ->RecomputeWeights(p, 5, base, *c, stats, absl::MakeSpan(got))
+                        .ok())
+            << round;
+        ASSERT_EQ(std::memcmp(got.data(), want.data(), n * sizeof(float)), 0)
+            << "round " << round << ", n " << n << ", " << threads << " threads, "
+            << (c->empty() ? "no current weights" : "current weights");
+        ++compared;
+      }
     }
   }
-  EXPECT_EQ(compared, 80);
+  EXPECT_EQ(compared, 160);
 }
 
 TEST(WeightsTest, BadStatisticsChangeNothing) {

@@ -415,11 +415,10 @@ void Job::PlanNextEpoch(uint64_t closed_epoch) {
   if (config_.policy.loss != LossWeightKind::kNone) {
     // losses_ is not written while planning_ is set (see job.h).
     auto recomputed = std::make_shared<std::vector<float>>(n);
-    const std::vector<float> ones =
-        current->empty() ? std::vector<float>(n, 1.0f) : std::vector<float>();
+    // An empty `current` (uniform W_e) means all ones to the backend.
     status = backend_->RecomputeWeights(
         config_.policy, closed_epoch, base ? absl::MakeConstSpan(*base) : absl::Span<const float>(),
-        current->empty() ? ones : *current, losses_.View(), absl::MakeSpan(*recomputed));
+        *current, losses_.View(), absl::MakeSpan(*recomputed));
     next = std::move(recomputed);
   }
   const double recompute_ms = MillisSince(start);
