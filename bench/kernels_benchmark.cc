@@ -1,8 +1,11 @@
-// Google Benchmark of the CPU backend: weight recompute (loss policy), plans with and without
-// replacement, and shard extraction, at N = 1e6, 1e7 and 1e8.
+// Google Benchmark of the CPU backend: weight recompute (loss and multiplicative policies), plans
+// with and without replacement, and shard extraction, at N = 1e6, 1e7 and 1e8.
 //
 //   bazel run //bench:kernels_benchmark                       # all sizes (~1 minute)
 //   bazel run //bench:kernels_benchmark -- --benchmark_filter='/1000000/'  # one size
+//   bazel run //bench:kernels_benchmark -- --benchmark_filter='Recompute.*/10000000/' \
+//       --benchmark_repetitions=5   # A/B on a busy machine: compare the _min rows
+#include <algorithm>
 #include <vector>
 
 #include "benchmark/benchmark.h"
@@ -26,20 +29,32 @@ ComputeBackend& Backend() {
   return *backend;
 }
 
-void BM_RecomputeLossPolicy(benchmark::State& state) {
+// The weight recompute at the end of an epoch: every sample seen, current weights given (as
+// the server passes them from the second epoch on). threads: the backend's (0: all cores).
+void Recompute(benchmark::State& state, LossWeightKind kind, int threads) {
   const uint64_t n = state.range(0);
   const std::vector<float> ema = Weights(n), current(n, 1.0f);
   std::vector<SampleLossStats> stats(n);
   for (uint64_t i = 0; i < n; ++i) stats[i] = {ema[i], 1, EpochMarker(0)};
   std::vector<float> out(n);
   WeightPolicyParams p;
-  p.loss = LossWeightKind::kLoss;
+  p.loss = kind;
   p.alpha = 0.5;  // Not 1: exercises the deterministic Pow.
+  ComputeBackend& backend = threads == 0 ? Backend() : *NewCpuBackend(threads).release();
   for (auto _ : state) {
     benchmark::DoNotOptimize(
-        Backend().RecomputeWeights(p, 0, {}, current, stats, absl::MakeSpan(out)));
+        backend.RecomputeWeights(p, 0, {}, current, stats, absl::MakeSpan(out)));
   }
   state.SetItemsProcessed(state.iterations() * n);
+}
+
+void BM_RecomputeLossPolicy(benchmark::State& state) { Recompute(state, LossWeightKind::kLoss, 0); }
+void BM_RecomputeMultiplicative(benchmark::State& state) {
+  Recompute(state, LossWeightKind::kMultiplicative, 0);
+}
+// On one thread the CPU column is the whole cost: steadier than wall time on a loaded machine.
+void BM_RecomputeLossPolicyOneThread(benchmark::State& state) {
+  Recompute(state, LossWeightKind::kLoss, 1);
 }
 
 void Plan(benchmark::State& state, bool replacement, uint64_t m_divisor, bool weighted) {
@@ -77,7 +92,11 @@ void BM_ExtractShard(benchmark::State& state) {
 // Wall time (UseRealTime): the backend runs on all cores, and items/s should count them all.
 #define SIZES \
   Arg(1'000'000)->Arg(10'000'000)->Arg(100'000'000)->Unit(benchmark::kMillisecond)->UseRealTime()
-BENCHMARK(BM_RecomputeLossPolicy)->SIZES->Iterations(3);
+// With --benchmark_repetitions, also the fastest repetition (the least disturbed by other load).
+double Min(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
+BENCHMARK(BM_RecomputeLossPolicy)->SIZES->Iterations(3)->ComputeStatistics("min", Min);
+BENCHMARK(BM_RecomputeMultiplicative)->SIZES->Iterations(3)->ComputeStatistics("min", Min);
+BENCHMARK(BM_RecomputeLossPolicyOneThread)->SIZES->Iterations(3)->ComputeStatistics("min", Min);
 BENCHMARK(BM_PlanWithReplacement)->SIZES->Iterations(3);
 BENCHMARK(BM_PlanWithoutReplacementAll)->SIZES->Iterations(3);
 BENCHMARK(BM_PlanWithoutReplacementTenth)->SIZES->Iterations(3);

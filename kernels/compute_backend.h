@@ -189,7 +189,8 @@ class ComputeBackend {
   // W_{e+1} from the base weights, the current weights W_e and the loss statistics, after epoch
   // `closed_epoch` ended (samples with last_epoch == EpochMarker(closed_epoch) were seen in it).
   //   base:     N base weights (mean 1), or empty for uniform.
-  //   current:  W_e, N entries (the multiplicative policy updates it).
+  //   current:  W_e, N entries, or empty for all ones (uniform W_e). Validated when given; only
+  //             the multiplicative policy reads it (and updates it).
   //   out:      N entries; may alias `current`. Result normalised to mean 1.
   // With LossWeightKind::kNone the result is the base weights.
   virtual absl::Status RecomputeWeights(const WeightPolicyParams& policy, uint64_t closed_epoch,

@@ -11,11 +11,12 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/compute_backend.h"
 #include "kernels/det_math.h"
-#include "kernels/internal/det_math_batch.h"
 #include "kernels/internal/draw_table.h"
 #include "kernels/internal/es_select.h"
 #include "kernels/internal/parallel.h"
+#include "kernels/internal/recompute_passes.h"
 #include "kernels/internal/shuffle.h"
+#include "kernels/internal/simd_level.h"
 #include "kernels/philox.h"
 
 namespace samplerd {
@@ -77,11 +78,9 @@ absl::StatusOr<uint64_t> CountPositiveWeights(int threads, absl::Span<const floa
   return total;
 }
 
-// Checks the sizes and values of RecomputeWeights' inputs; the message names the first bad
-// entry (the lowest index, whatever the thread count).
-absl::Status ValidateRecomputeInputs(int threads, const WeightPolicyParams& policy,
-                                     absl::Span<const float> base, absl::Span<const float> current,
-                                     LossStatsView stats, absl::Span<float> out) {
+// Checks the sizes of RecomputeWeights' inputs (their values are checked by the first pass).
+absl::Status CheckRecomputeSizes(absl::Span<const float> base, absl::Span<const float> current,
+                                 LossStatsView stats, absl::Span<float> out) {
   const size_t n = out.size();
   if (n == 0) return absl::InvalidArgumentError("weights: num_samples = 0");
   auto size_error = [n](const char* field, size_t got) {
@@ -89,58 +88,26 @@ absl::Status ValidateRecomputeInputs(int threads, const WeightPolicyParams& poli
         absl::StrCat(field, ": ", got, " values for num_samples ", n));
   };
   if (!base.empty() && base.size() != n) return size_error("base", base.size());
-  if (current.size() != n) return size_error("current", current.size());
+  if (!current.empty() && current.size() != n) return size_error("current", current.size());
   if (stats.size() != n) return size_error("stats", stats.size());
-  auto valid_weight = [](float w) { return std::isfinite(w) && w >= 0; };
-  // The EMA is defined once a loss was applied (count > 0 or a last epoch).
-  auto valid_stats = [](const SampleLossStats& s) {
-    return (s.count == 0 && s.last_epoch == 0) || (std::isfinite(s.ema_loss) && s.ema_loss >= 0);
-  };
-  auto bad = [&](uint64_t i) {
-    return (!base.empty() && !valid_weight(base[i])) || !valid_weight(current[i]) ||
-           !valid_stats(stats[i]);
-  };
-  constexpr uint64_t kNone = ~uint64_t{0};
-  std::vector<uint64_t> first_bad(internal::NumChunks(n, kGrain), kNone);
-  std::vector<uint8_t> base_positive(first_bad.size(), 0), current_positive(first_bad.size(), 0);
-  ParallelForChunks(threads, n, kGrain, [&](uint64_t c, uint64_t b, uint64_t e) {
-    bool any_base = false, any_current = false;
-    for (uint64_t i = b; i < e; ++i) {
-      if (bad(i)) {
-        first_bad[c] = i;
-        return;
-      }
-      any_base |= !base.empty() && base[i] > 0;
-      any_current |= current[i] > 0;
-    }
-    base_positive[c] = any_base;
-    current_positive[c] = any_current;
-  });
-  for (uint64_t i : first_bad) {
-    if (i == kNone) continue;
-    if (!base.empty() && !valid_weight(base[i])) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("base[", i, "] = ", base[i], ": must be finite and >= 0"));
-    }
-    if (!valid_weight(current[i])) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("current[", i, "] = ", current[i], ": must be finite and >= 0"));
-    }
-    return absl::InvalidArgumentError(
-        absl::StrCat("stats[", i, "].ema_loss = ", stats[i].ema_loss, ": must be finite and >= 0"));
-  }
-  auto any = [](const std::vector<uint8_t>& v) {
-    return std::find(v.begin(), v.end(), 1) != v.end();
-  };
-  if (!base.empty() && !any(base_positive)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("base: all ", n, " weights are 0; at least one must be > 0"));
-  }
-  if (policy.loss == LossWeightKind::kMultiplicative && !any(current_positive)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("current: all ", n, " weights are 0; at least one must be > 0"));
-  }
   return absl::OkStatus();
+}
+
+// The error for sample i, the first with a bad entry (internal::ChunkScan::first_bad): names
+// the field and the value.
+absl::Status BadRecomputeInput(absl::Span<const float> base, absl::Span<const float> current,
+                               LossStatsView stats, uint64_t i) {
+  auto valid_weight = [](float w) { return std::isfinite(w) && w >= 0; };
+  if (!base.empty() && !valid_weight(base[i])) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("base[", i, "] = ", base[i], ": must be finite and >= 0"));
+  }
+  if (!current.empty() && !valid_weight(current[i])) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("current[", i, "] = ", current[i], ": must be finite and >= 0"));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("stats[", i, "].ema_loss = ", stats[i].ema_loss, ": must be finite and >= 0"));
 }
 
 class CpuBackend final : public ComputeBackend {
@@ -165,18 +132,47 @@ class CpuBackend final : public ComputeBackend {
                                 uint32_t rank, uint64_t start, absl::Span<uint64_t> out) override;
 
  private:
-  // Sum of f(i) over [0, n), in double, combined in chunk order (thread-count independent).
-  template <typename F>
-  double DeterministicSum(uint64_t n, const F& f) const {
-    std::vector<double> partial(internal::NumChunks(n, kGrain), 0.0);
-    ParallelForChunks(threads_, n, kGrain, [&](uint64_t c, uint64_t b, uint64_t e) {
-      double s = 0;
-      for (uint64_t i = b; i < e; ++i) s += f(i);
-      partial[c] = s;
-    });
+  // pass(begin, end, results) over the groups of chunks of [0, n) (recompute_passes.h), in
+  // parallel: one result per chunk, in chunk order.
+  template <typename Result, typename Pass>
+  std::vector<Result> OverChunkGroups(uint64_t n, const Pass& pass) const {
+    std::vector<Result> results(internal::NumChunks(n, internal::kSumChunk));
+    ParallelForChunks(threads_, n, internal::kSumChunk * internal::kChunksPerGroup,
+                      [&](uint64_t g, uint64_t b, uint64_t e) {
+                        pass(b, e, results.data() + g * internal::kChunksPerGroup);
+                      });
+    return results;
+  }
+
+  // The sum over [0, n) of the terms that pass(begin, end, sums) sums per chunk: the chunks'
+  // sums added in chunk order.
+  template <typename Pass>
+  double SumInChunkOrder(uint64_t n, const Pass& pass) const {
     double total = 0;
-    for (double s : partial) total += s;
+    for (double s : OverChunkGroups<double>(n, pass)) total += s;
     return total;
+  }
+
+  // out[i] = the raw weights of `rule` (internal::RawWeightRule; finite, >= 0, not all 0 where
+  // not excluded), whose sum is raw_sum, scaled to mean 1, clamped to [lo, hi], scaled to mean
+  // 1 again; excluded samples (a zero base or current weight) get exactly 0, so they are never
+  // drawn.
+  void NormaliseClampWrite(const internal::RecomputeArrays& arrays,
+                           const internal::RawWeightRule& rule, double raw_sum, double lo,
+                           double hi, uint64_t n) const {
+    const internal::SimdLevel level = internal::BestSimdLevel();
+    // mean == 0: every raw weight vanished (e.g. all loss factors underflowed against a sample
+    // that the base excludes); the samples that are not excluded are then equal.
+    const internal::ClampRule clamp{raw_sum / static_cast<double>(n), lo, hi};
+    const double mean_clamped =
+        SumInChunkOrder(n,
+                        [&](uint64_t b, uint64_t e, double* sums) {
+                          internal::SumClampedChunks(level, arrays, rule, clamp, b, e, sums);
+                        }) /
+        static_cast<double>(n);
+    ParallelForChunks(threads_, n, kGrain, [&](uint64_t, uint64_t b, uint64_t e) {
+      internal::WriteWeightsRange(level, arrays, rule, clamp, mean_clamped, b, e);
+    });
   }
 
   // Sizes `indices` to M and writes the plan (validated inputs) into it: uint32_t when
@@ -213,114 +209,98 @@ absl::Status CpuBackend::RecomputeWeights(const WeightPolicyParams& policy, uint
                                           absl::Span<const float> current, LossStatsView stats,
                                           absl::Span<float> out) {
   if (absl::Status s = ValidatePolicy(policy); !s.ok()) return s;
-  if (absl::Status s = ValidateRecomputeInputs(threads_, policy, base, current, stats, out);
-      !s.ok()) {
-    return s;
-  }
+  if (absl::Status s = CheckRecomputeSizes(base, current, stats, out); !s.ok()) return s;
   const uint64_t n = out.size();
-  auto base_at = [&](uint64_t i) { return base.empty() ? 1.0 : double{base[i]}; };
-  auto zero_base = [&](uint64_t i) { return !base.empty() && base[i] == 0; };
+  const internal::SimdLevel level = internal::BestSimdLevel();
+  const internal::RecomputeArrays arrays{base.empty() ? nullptr : base.data(),
+                                         current.empty() ? nullptr : current.data(), stats.data(),
+                                         out.data()};
+  internal::RawWeightRule rule;
+  rule.kind = policy.loss;
+  rule.mix = policy.mix;
+  rule.eta = policy.eta;
+  rule.marker = EpochMarker(closed_epoch);
+
+  // Pass 1: validation, and what the policy needs from the statistics (for MULTIPLICATIVE the
+  // raw weights' sum). Nothing is written before it is complete.
+  const std::vector<internal::ChunkScan> scans = OverChunkGroups<internal::ChunkScan>(
+      n, [&](uint64_t b, uint64_t e, internal::ChunkScan* chunk_scans) {
+        internal::ScanChunks(level, arrays, rule, b, e, chunk_scans);
+      });
+  internal::ChunkScan all;
+  for (const internal::ChunkScan& scan : scans) {
+    // The lowest bad index, whatever the thread count: chunks are in index order.
+    if (scan.first_bad != internal::kNoSample) {
+      return BadRecomputeInput(base, current, stats, scan.first_bad);
+    }
+    all.base_positive |= scan.base_positive;
+    all.current_positive |= scan.current_positive;
+    all.seen += scan.seen;
+    all.ema_sum += scan.ema_sum;
+    all.ema_max = std::max(all.ema_max, scan.ema_max);
+    all.unseen |= scan.unseen;
+    all.raw_sum += scan.raw_sum;
+  }
+  if (!base.empty() && !all.base_positive) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("base: all ", n, " weights are 0; at least one must be > 0"));
+  }
+  if (policy.loss == LossWeightKind::kMultiplicative && !current.empty() && !all.current_positive) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("current: all ", n, " weights are 0; at least one must be > 0"));
+  }
 
   switch (policy.loss) {
     case LossWeightKind::kNone: {
       ParallelForChunks(threads_, n, kGrain, [&](uint64_t, uint64_t b, uint64_t e) {
-        for (uint64_t i = b; i < e; ++i) out[i] = static_cast<float>(base_at(i));
+        if (base.empty()) {
+          std::fill(out.begin() + b, out.begin() + e, 1.0f);
+        } else {
+          std::copy(base.begin() + b, base.begin() + e, out.begin() + b);
+        }
       });
       return absl::OkStatus();
     }
     case LossWeightKind::kLoss: {
-      // One pass over the statistics: per chunk, the number of seen samples, the sum and the
-      // maximum of their EMAs, and whether any sample is unseen (combined in chunk order).
-      struct ChunkStats {
-        double seen = 0, ema_sum = 0, ema_max = 0;
-        bool unseen = false;
-      };
-      std::vector<ChunkStats> chunk_stats(internal::NumChunks(n, kGrain));
-      ParallelForChunks(threads_, n, kGrain, [&](uint64_t c, uint64_t b, uint64_t e) {
-        ChunkStats cs;
-        for (uint64_t i = b; i < e; ++i) {
-          if (stats[i].count > 0) {
-            const double ema = stats[i].ema_loss;
-            cs.seen += 1;
-            cs.ema_sum += ema;
-            cs.ema_max = std::max(cs.ema_max, ema);
-          } else {
-            cs.unseen = true;
-          }
-        }
-        chunk_stats[c] = cs;
-      });
-      ChunkStats all;
-      for (const ChunkStats& cs : chunk_stats) {
-        all.seen += cs.seen;
-        all.ema_sum += cs.ema_sum;
-        all.ema_max = std::max(all.ema_max, cs.ema_max);
-        all.unseen |= cs.unseen;
-      }
       // Prior loss of samples never seen: configured, or the mean EMA of the seen samples.
-      double prior = 0;
+      internal::LossFactorParams factors;
       if (policy.prior_loss.has_value()) {
-        prior = *policy.prior_loss;
+        factors.prior = *policy.prior_loss;
       } else if (all.seen > 0) {
-        prior = all.ema_sum / all.seen;
+        factors.prior = all.ema_sum / static_cast<double>(all.seen);
       }
-      auto x = [&](uint64_t i) {
-        return (stats[i].count > 0 ? double{stats[i].ema_loss} : prior) + policy.epsilon;
-      };
       // f_i = (x_i / x_max)^alpha, in (0, 1]: (x_i)^alpha up to a common factor, which the
       // normalisation removes, computed without overflow (losses near the float maximum with
       // alpha 8 would overflow even a double). x_max = max(v_i) + epsilon is max(v_i +
       // epsilon) (rounding is monotone), exact and order-independent.
-      const double x_max =
-          std::max(all.seen > 0 ? all.ema_max : 0.0, all.unseen ? prior : 0.0) + policy.epsilon;
-      const double log2_x_max = det::Log2(x_max);
-      // f is computed once and parked in `out` (validation is over, so writing is allowed; out
-      // may alias `current`, which the loss policy does not read), in blocks through the
-      // vectorised det::Log2 / det::Exp2. A factor that underflows to 0 is harmless: the clamp
-      // lifts every sample with a positive base weight to clamp_lo.
-      std::vector<double> chunk_sum(internal::NumChunks(n, kGrain), 0.0);
-      ParallelForChunks(threads_, n, kGrain, [&](uint64_t c, uint64_t b, uint64_t e) {
-        constexpr uint64_t kBlock = 512;
-        double f[kBlock];
-        double sum = 0;
-        for (uint64_t k = b; k < e; k += kBlock) {
-          const uint64_t count = std::min(kBlock, e - k);
-          for (uint64_t j = 0; j < count; ++j) f[j] = x(k + j);
-          if (policy.alpha == 1.0) {
-            for (uint64_t j = 0; j < count; ++j) f[j] /= x_max;
-          } else {  // (x / x_max)^alpha = 2^(alpha (log2 x - log2 x_max)).
-            internal::Log2Many(f, count, f);
-            for (uint64_t j = 0; j < count; ++j) f[j] = policy.alpha * (f[j] - log2_x_max);
-            internal::Exp2Many(f, count, f);
-          }
-          for (uint64_t j = 0; j < count; ++j) {
-            out[k + j] = static_cast<float>(f[j]);
-            sum += double{out[k + j]};
-          }
-        }
-        chunk_sum[c] = sum;
+      factors.epsilon = policy.epsilon;
+      factors.alpha = policy.alpha;
+      factors.x_max =
+          std::max(all.seen > 0 ? double{all.ema_max} : 0.0, all.unseen ? factors.prior : 0.0) +
+          policy.epsilon;
+      factors.log2_x_max = det::Log2(factors.x_max);
+      // Pass 2: f is computed once and parked in `out` (validation is over, so writing is
+      // allowed; out may alias `current`, which the loss policy does not read). A factor that
+      // underflows to 0 is harmless: the clamp lifts every sample with a positive base weight
+      // to clamp_lo.
+      rule.mean_f =
+          SumInChunkOrder(n,
+                          [&](uint64_t b, uint64_t e, double* sums) {
+                            internal::LossFactorsChunks(level, arrays, factors, b, e, sums);
+                          }) /
+          static_cast<double>(n);
+      // Pass 3: the raw weights' sum; passes 4 and 5: the clamp and the result.
+      const double raw_sum = SumInChunkOrder(n, [&](uint64_t b, uint64_t e, double* sums) {
+        internal::SumRawChunks(level, arrays, rule, b, e, sums);
       });
-      double total_f = 0;
-      for (double sum : chunk_sum) total_f += sum;
-      const double mean_f = total_f / static_cast<double>(n);
-      const double mix = policy.mix;
-      NormaliseClampWrite(
-          [&](uint64_t i) { return base_at(i) * ((1.0 - mix) * out[i] / mean_f + mix); }, zero_base,
-          policy.clamp_lo, policy.clamp_hi, out);
+      NormaliseClampWrite(arrays, rule, raw_sum, policy.clamp_lo, policy.clamp_hi, n);
       return absl::OkStatus();
     }
-    case LossWeightKind::kMultiplicative: {
-      const uint16_t seen_marker = EpochMarker(closed_epoch);
-      // In double: w (1 + eta ema) may pass the float range before the normalisation.
-      NormaliseClampWrite(
-          [&](uint64_t i) {
-            const double w = current[i];
-            return stats[i].last_epoch == seen_marker ? w * (1.0 + policy.eta * stats[i].ema_loss)
-                                                      : w;
-          },
-          [&](uint64_t i) { return current[i] == 0; }, policy.clamp_lo, policy.clamp_hi, out);
+    case LossWeightKind::kMultiplicative:
+      // In double: w (1 + eta ema) may pass the float range before the normalisation. The raw
+      // weights' sum came with pass 1; passes 2 and 3: the clamp and the result.
+      NormaliseClampWrite(arrays, rule, all.raw_sum, policy.clamp_lo, policy.clamp_hi, n);
       return absl::OkStatus();
-    }
   }
   return absl::InvalidArgumentError("policy.loss: unknown kind");
 }

@@ -3,13 +3,16 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/compute_backend.h"
+#include "kernels/det_math.h"
 #include "kernels/internal/draw_table.h"
 #include "kernels/testing/test_util.h"
 
@@ -479,6 +482,304 @@ TEST(WeightsTest, RecomputeDoesNotDependOnThreads) {
         NewCpuBackend(4)->RecomputeWeights(p, 5, base, base, stats, absl::MakeSpan(b)).ok());
     EXPECT_EQ(a, b);
   }
+}
+
+// FNV-1a over the IEEE bits of the weights: the weight hash of the golden tests.
+uint64_t Fnv1a(const std::vector<float>& v) {
+  uint64_t h = 1469598103934665603ull;
+  for (float x : v) {
+    uint32_t bits;
+    std::memcpy(&bits, &x, sizeof bits);
+    for (int b = 0; b < 4; ++b) {
+      h ^= (bits >> (8 * b)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  }
+  return h;
+}
+
+// Loss statistics that reach every branch of the recompute: never seen (count 0, last 0, an
+// EMA left undefined: NaN), seen in the closed epoch (marker of epoch 5) or before it, EMAs of
+// 0, -0, subnormal, ordinary and near the float maximum.
+std::vector<SampleLossStats> VariedStats(uint64_t n, uint64_t seed) {
+  const std::vector<float> u = RandomWeights(n, seed, 0.0);  // [0.1, 4.1)
+  std::vector<SampleLossStats> stats(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    const int kind = static_cast<int>(u[i] * 1000) % 16;
+    SampleLossStats& s = stats[i];
+    if (kind < 3) {
+      s = {std::numeric_limits<float>::quiet_NaN(), 0, 0};
+      continue;
+    }
+    s.count = static_cast<uint16_t>(1 + kind);
+    s.last_epoch = kind % 2 ? EpochMarker(5) : EpochMarker(4);
+    switch (kind) {
+      case 3:
+        s.ema_loss = 0.0f;
+        break;
+      case 4:
+        s.ema_loss = -0.0f;
+        break;
+      case 5:
+        s.ema_loss = 1e-40f;
+        break;
+      case 6:
+        s.ema_loss = u[i] * 1e30f;
+        break;
+      default:
+        s.ema_loss = (u[i] - 0.1f) * (u[i] - 0.1f);
+        break;
+    }
+  }
+  return stats;
+}
+
+// Golden hashes of RecomputeWeights: like the plans' (PlanTest.GoldenHashes), a change here
+// changes every later epoch's weights and plans for users with the same losses, and breaks the
+// agreement with other backends. Each case runs on 1, 2 and 3 threads.
+TEST(WeightsTest, GoldenHashes) {
+  struct Golden {
+    const char* name;
+    LossWeightKind kind;
+    double alpha, mix, clamp_lo, clamp_hi, eta;
+    std::optional<double> prior;
+    bool with_base;  // Base weights (5% zeros); the current weights always have 5% zeros.
+    uint64_t n;
+    uint64_t hash;
+  } goldens[] = {
+      {"loss alpha 1",
+       LossWeightKind::kLoss,
+       1.0,
+       0.0,
+       0.1,
+       10,
+       1,
+       {},
+       false,
+       1000,
+       0xabb432e72b298728ull},
+      {"loss alpha 1 n 1",
+       LossWeightKind::kLoss,
+       1.0,
+       0.0,
+       0.1,
+       10,
+       1,
+       {},
+       false,
+       1,
+       0x2fa183a08531045aull},
+      {"loss alpha 0.5 mix base",
+       LossWeightKind::kLoss,
+       0.5,
+       0.1,
+       0.1,
+       10,
+       1,
+       {},
+       true,
+       200'003,
+       0x7aa066777b86cfdaull},
+      {"loss alpha 8 prior narrow clamp", LossWeightKind::kLoss, 8.0, 0.0, 0.5, 2, 1, 0.3, false,
+       200'003, 0xb2c435d4439ed1full},
+      {"loss alpha 0 base",
+       LossWeightKind::kLoss,
+       0.0,
+       0.3,
+       0.1,
+       10,
+       1,
+       {},
+       true,
+       70'000,
+       0x4c80c33b1212b880ull},
+      {"loss alpha 0.7 base prior 0", LossWeightKind::kLoss, 0.7, 0.0, 0.01, 100, 1, 0.0, true,
+       131'072, 0xedf77e3210ffa388ull},
+      {"multiplicative",
+       LossWeightKind::kMultiplicative,
+       1,
+       0,
+       0.1,
+       10,
+       1.0,
+       {},
+       false,
+       200'003,
+       0xd98a68e29267816aull},
+      {"multiplicative eta 100 base",
+       LossWeightKind::kMultiplicative,
+       1,
+       0,
+       0.2,
+       5,
+       100.0,
+       {},
+       true,
+       65'537,
+       0x46d2f9ac09ab687cull},
+      {"none base",
+       LossWeightKind::kNone,
+       1,
+       0,
+       0.1,
+       10,
+       1,
+       {},
+       true,
+       70'000,
+       0x20b62e518accd4full},
+      {"none", LossWeightKind::kNone, 1, 0, 0.1, 10, 1, {}, false, 1000, 0x7e4699ac296945c3ull},
+  };
+  for (const Golden& g : goldens) {
+    WeightPolicyParams p;
+    p.loss = g.kind;
+    p.alpha = g.alpha;
+    p.mix = g.mix;
+    p.clamp_lo = g.clamp_lo;
+    p.clamp_hi = g.clamp_hi;
+    p.eta = g.eta;
+    p.prior_loss = g.prior;
+    const std::vector<float> base =
+        g.with_base ? RandomWeights(g.n, 11, 0.05) : std::vector<float>();
+    std::vector<float> current = RandomWeights(g.n, 12, 0.05);
+    current[0] = 1.0f;  // At least one positive.
+    const std::vector<SampleLossStats> stats = VariedStats(g.n, 13);
+    for (int threads : {1, 2, 3}) {
+      std::vector<float> out(g.n, 7.0f);
+      ASSERT_TRUE(NewCpuBackend(threads)
+                      ->RecomputeWeights(p, 5, base, current, stats, absl::MakeSpan(out))
+                      .ok())
+          << g.name;
+      EXPECT_EQ(Fnv1a(out), g.hash)
+          << g.name << ", " << threads << " threads: 0x" << std::hex << Fnv1a(out);
+      // Not a hash of something degenerate: finite weights >= 0 (of mean 1 with a loss policy).
+      double sum = 0;
+      for (float w : out) {
+        ASSERT_TRUE(std::isfinite(w) && w >= 0) << g.name << ": " << w;
+        sum += w;
+      }
+      if (g.kind != LossWeightKind::kNone) {
+        EXPECT_NEAR(sum / g.n, 1.0, 1e-4) << g.name;
+      }
+    }
+  }
+}
+
+// RecomputeWeights by its definition (docs/SAMPLING.md), one sample at a time: the executable
+// specification the optimised backend must match bit for bit. Every sum is taken in index order
+// within chunks of 65536 samples, and the chunks' sums in chunk order.
+std::vector<float> ReferenceRecompute(const WeightPolicyParams& p, uint64_t closed_epoch,
+                                      const std::vector<float>& base,
+                                      const std::vector<float>& current,
+                                      const std::vector<SampleLossStats>& stats) {
+  const uint64_t n = stats.size();
+  auto chunked_sum = [n](const auto& f) {
+    constexpr uint64_t kChunk = 65536;
+    double total = 0;
+    for (uint64_t b = 0; b < n; b += kChunk) {
+      double s = 0;
+      for (uint64_t i = b; i < std::min(n, b + kChunk); ++i) s += f(i);
+      total += s;
+    }
+    return total;
+  };
+  auto base_at = [&](uint64_t i) { return base.empty() ? 1.0 : double{base[i]}; };
+  auto current_at = [&](uint64_t i) { return current.empty() ? 1.0 : double{current[i]}; };
+  std::vector<float> out(n);
+  if (p.loss == LossWeightKind::kNone) {
+    for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<float>(base_at(i));
+    return out;
+  }
+  std::function<double(uint64_t)> raw;
+  std::function<bool(uint64_t)> excluded;
+  std::vector<float> f(n);
+  if (p.loss == LossWeightKind::kLoss) {
+    auto seen = [&](uint64_t i) { return stats[i].count > 0; };
+    uint64_t seen_count = 0;
+    double ema_max = 0;
+    for (uint64_t i = 0; i < n; ++i) {
+      if (seen(i)) ++seen_count, ema_max = std::max(ema_max, double{stats[i].ema_loss});
+    }
+    const double ema_sum =
+        chunked_sum([&](uint64_t i) { return seen(i) ? double{stats[i].ema_loss} : 0.0; });
+    const double prior = p.prior_loss.has_value() ? *p.prior_loss
+                         : seen_count > 0         ? ema_sum / static_cast<double>(seen_count)
+                                                  : 0.0;
+    const double x_max =
+        std::max(ema_max, seen_count < n ? prior : 0.0) + p.epsilon;  // ema_max = 0 if none seen
+    for (uint64_t i = 0; i < n; ++i) {
+      const double x = (seen(i) ? double{stats[i].ema_loss} : prior) + p.epsilon;
+      f[i] = static_cast<float>(
+          p.alpha == 1.0 ? x / x_max : det::Exp2(p.alpha * (det::Log2(x) - det::Log2(x_max))));
+    }
+    const double mean_f =
+        chunked_sum([&](uint64_t i) { return double{f[i]}; }) / static_cast<double>(n);
+    raw = [&, mean_f](uint64_t i) { return base_at(i) * ((1.0 - p.mix) * f[i] / mean_f + p.mix); };
+    excluded = [&](uint64_t i) { return !base.empty() && base[i] == 0; };
+  } else {
+    raw = [&](uint64_t i) {
+      return stats[i].last_epoch == EpochMarker(closed_epoch)
+                 ? current_at(i) * (1.0 + p.eta * stats[i].ema_loss)
+                 : current_at(i);
+    };
+    excluded = [&](uint64_t i) { return !current.empty() && current[i] == 0; };
+  }
+  const double mean = chunked_sum(raw) / static_cast<double>(n);
+  auto clamped = [&](uint64_t i) {
+    return excluded(i) ? 0.0 : std::clamp(mean > 0 ? raw(i) / mean : 1.0, p.clamp_lo, p.clamp_hi);
+  };
+  const double mean2 = chunked_sum(clamped) / static_cast<double>(n);
+  for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<float>(clamped(i) / mean2);
+  return out;
+}
+
+TEST(WeightsTest, RecomputeMatchesItsDefinitionBitForBit) {
+  // Random policies, sizes around the chunk and vector boundaries, and inputs of every kind.
+  uint64_t s = 99;
+  auto next = [&s] {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<double>(s >> 11) / 9007199254740992.0;  // [0, 1)
+  };
+  const uint64_t sizes[] = {1, 2, 7, 513, 65'535, 65'536, 65'537, 140'001};
+  int compared = 0;
+  for (int round = 0; round < 40; ++round) {
+    const uint64_t n = sizes[round % 8];
+    WeightPolicyParams p;
+    p.loss = round % 3 == 2 ? LossWeightKind::kMultiplicative : LossWeightKind::kLoss;
+    const double alphas[] = {1.0, 0.0, 0.5, 2.0, 8.0, 0.3};
+    p.alpha = alphas[round % 6];
+    p.epsilon = round % 4 == 0 ? 1e-3 : 1e-6 + next();
+    p.mix = round % 5 == 0 ? 0.0 : next();
+    p.clamp_lo = 0.01 + 0.99 * next();
+    p.clamp_hi = 1.0 + 20 * next();
+    p.eta = 0.01 + 10 * next();
+    if (round % 7 == 3) p.prior_loss = next();
+    const std::vector<float> base =
+        round % 2 ? RandomWeights(n, round, 0.1 * next()) : std::vector<float>();
+    std::vector<float> current =
+        round % 4 == 1 ? std::vector<float>() : RandomWeights(n, round + 100, 0.1 * next());
+    if (!current.empty()) current[n / 2] = 2.0f;
+    const std::vector<float> with_ones = current.empty() ? std::vector<float>(n, 1.0f) : current;
+    std::vector<SampleLossStats> stats = VariedStats(n, round + 200);
+    if (round % 8 == 5) stats.assign(n, SampleLossStats{});  // Nothing seen yet.
+    const std::vector<float> want = ReferenceRecompute(p, 5, base, current, stats);
+    for (int threads : {1, 2}) {
+      // An empty `current` means all ones: the same result as ones passed explicitly.
+      const std::vector<float>* currents[] = {&current, &with_ones};
+      for (const std::vector<float>* c : currents) {
+        std::vector<float> got(n, 7.0f);
+        ASSERT_TRUE(NewCpuBackend(threads)
+                        ->RecomputeWeights(p, 5, base, *c, stats, absl::MakeSpan(got))
+                        .ok())
+            << round;
+        ASSERT_EQ(std::memcmp(got.data(), want.data(), n * sizeof(float)), 0)
+            << "round " << round << ", n " << n << ", " << threads << " threads, "
+            << (c->empty() ? "no current weights" : "current weights");
+        ++compared;
+      }
+    }
+  }
+  EXPECT_EQ(compared, 160);
 }
 
 TEST(WeightsTest, BadStatisticsChangeNothing) {

@@ -38,14 +38,24 @@ SAMPLERD_HD double UniformOpen01(uint64_t r) {
 
 // The polynomial cores of Log2 and Exp2, shared with the vectorised loops of
 // kernels/internal/ (the same operations in the same order, so the results are bit-identical).
+// Templates on the value type T: double here and on the device; kernels/internal/det_math_batch
+// passes groups of vector registers, so that the polynomials of several samples are evaluated
+// side by side (each lane with exactly the operations below). Force-inlined on the host: the
+// vectorised loops are compiled once per SIMD level, and an out-of-line copy would be compiled
+// for the baseline level only.
+#if defined(__CUDACC__)
+#define SAMPLERD_HD_CORE SAMPLERD_HD
+#else
+#define SAMPLERD_HD_CORE inline __attribute__((always_inline))
+#endif
 
 // e + log2(m) for a reduced mantissa m in [sqrt(1/2), sqrt(2)) and an integral e.
-SAMPLERD_HD double Log2OfReduced(double m, double e) {
+template <typename T>
+SAMPLERD_HD_CORE T Log2OfReducedT(T m, T e) {
   // ln(m) = 2 atanh(s) = 2 (s + s^3/3 + s^5/5 + ...), s = (m - 1) / (m + 1).
-  const double s = (m - 1.0) / (m + 1.0);
-  const double s2 = s * s;
-  double p = 1.0 / 23.0;
-  p = p * s2 + 1.0 / 21.0;
+  const T s = (m - 1.0) / (m + 1.0);
+  const T s2 = s * s;
+  T p = s2 * (1.0 / 23.0) + 1.0 / 21.0;  // Horner from p = 1/23 (x * y is y * x in IEEE).
   p = p * s2 + 1.0 / 19.0;
   p = p * s2 + 1.0 / 17.0;
   p = p * s2 + 1.0 / 15.0;
@@ -56,15 +66,16 @@ SAMPLERD_HD double Log2OfReduced(double m, double e) {
   p = p * s2 + 1.0 / 5.0;
   p = p * s2 + 1.0 / 3.0;
   p = p * s2 + 1.0;
-  const double ln_m = 2.0 * s * p;
+  const T ln_m = 2.0 * s * p;
   return e + ln_m * 1.4426950408889634;  // 1 / ln 2
 }
+SAMPLERD_HD_CORE double Log2OfReduced(double m, double e) { return Log2OfReducedT(m, e); }
 
 // e^t for t in [0, ln 2).
-SAMPLERD_HD double ExpOfReduced(double t) {
+template <typename T>
+SAMPLERD_HD_CORE T ExpOfReducedT(T t) {
   // e^t by its Taylor series (Horner), t < 0.7: 20 terms reach 1e-20.
-  double p = 1.0 / 2432902008176640000.0;  // 1/20!
-  p = p * t + 1.0 / 121645100408832000.0;
+  T p = t * (1.0 / 2432902008176640000.0) + 1.0 / 121645100408832000.0;  // From p = 1/20!.
   p = p * t + 1.0 / 6402373705728000.0;
   p = p * t + 1.0 / 355687428096000.0;
   p = p * t + 1.0 / 20922789888000.0;
@@ -86,6 +97,7 @@ SAMPLERD_HD double ExpOfReduced(double t) {
   p = p * t + 1.0;
   return p;
 }
+SAMPLERD_HD_CORE double ExpOfReduced(double t) { return ExpOfReducedT(t); }
 
 // log2(x) for finite x > 0; relative error below 1e-15. Returns -inf for 0, NaN for x < 0.
 SAMPLERD_HD double Log2(double x) {

@@ -38,13 +38,12 @@ absl::StatusOr<std::shared_ptr<const std::vector<float>>> EpochPlanner::Recomput
   if (config_.policy.loss == LossWeightKind::kNone) return inputs.current;
   const uint64_t n = config_.plan.num_samples;
   auto next = std::make_shared<std::vector<float>>(n);
-  const std::vector<float> ones =
-      inputs.current->empty() ? std::vector<float>(n, 1.0f) : std::vector<float>();
   const absl::Span<const float> base =
       inputs.base ? absl::MakeConstSpan(*inputs.base) : absl::Span<const float>();
-  if (absl::Status s = backend_->RecomputeWeights(config_.policy, closed_epoch, base,
-                                                  inputs.current->empty() ? ones : *inputs.current,
-                                                  inputs.losses, absl::MakeSpan(*next));
+  // An empty `current` (uniform W_e) means all ones to the backend.
+  if (absl::Status s =
+          backend_->RecomputeWeights(config_.policy, closed_epoch, base, *inputs.current,
+                                     inputs.losses, absl::MakeSpan(*next));
       !s.ok()) {
     return s;
   }

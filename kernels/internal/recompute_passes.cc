@@ -1,0 +1,427 @@
+#include "kernels/internal/recompute_passes.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+
+#include "kernels/det_math.h"
+#include "kernels/internal/det_math_batch.h"
+
+namespace samplerd {
+namespace internal {
+namespace {
+
+// The loops below are written without branches on the data, so that the compiler vectorises
+// them, and force-inlined into one function per SIMD level (bottom of the file), which compiles
+// them for that level. Each pass works in blocks: a vectorised loop computes the block's terms,
+// then a scalar loop adds them up in index order (SumChunks; the compiler does not reorder an
+// IEEE sum without -ffast-math).
+#define SAMPLERD_INLINE __attribute__((always_inline)) inline
+
+constexpr uint64_t kBlock = 512;  // Samples per block: 4 KiB of terms, in L1.
+
+// A SampleLossStats read as one 64-bit word (one load, which vectorises; the fields are of mixed
+// sizes): the EMA's bits in bits 0-31, count in 32-47, last_epoch in 48-63.
+static_assert(sizeof(SampleLossStats) == 8 && offsetof(SampleLossStats, ema_loss) == 0 &&
+                  offsetof(SampleLossStats, count) == 4 &&
+                  offsetof(SampleLossStats, last_epoch) == 6,
+              "SampleLossStats layout");
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the stats word assumes little-endian");
+
+SAMPLERD_INLINE uint64_t StatsWord(const SampleLossStats* s) {
+  uint64_t w;
+  std::memcpy(&w, s, sizeof w);
+  return w;
+}
+SAMPLERD_INLINE uint32_t EmaBits(uint64_t word) { return static_cast<uint32_t>(word); }
+SAMPLERD_INLINE uint32_t CountOf(uint64_t word) { return (word >> 32) & 0xffff; }
+SAMPLERD_INLINE uint32_t MarkerOf(uint64_t word) { return static_cast<uint32_t>(word >> 48); }
+// count > 0 or last_epoch > 0: a loss was applied, so the EMA is defined.
+SAMPLERD_INLINE uint32_t EmaDefined(uint64_t word) { return (word >> 32) != 0; }
+
+SAMPLERD_INLINE uint32_t FloatBits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, sizeof b);
+  return b;
+}
+SAMPLERD_INLINE float FloatFromBits(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, sizeof f);
+  return f;
+}
+
+// `if_true` when `condition`, else `if_false`, selected on the bits. Both values are computed
+// whatever the condition, as in the vector lanes; with a plain `?:` the compiler may move a
+// computation into its branch and then not vectorise the loop (an IEEE operation that may trap
+// is not executed speculatively under the default -ftrapping-math).
+SAMPLERD_INLINE double Choose(bool condition, double if_true, double if_false) {
+  const uint64_t mask = -static_cast<uint64_t>(condition);
+  return det::FromBits((det::Bits(if_true) & mask) | (det::Bits(if_false) & ~mask));
+}
+
+// On the IEEE bits of a float: not finite or < 0 is every pattern from +inf up except -0;
+// > 0 and finite is (+0, +inf).
+SAMPLERD_INLINE uint32_t BadBits(uint32_t b) { return (b >= 0x7f800000u) & (b != 0x80000000u); }
+SAMPLERD_INLINE uint32_t PositiveBits(uint32_t b) { return b - 1u < 0x7f7fffffu; }
+
+// The bad entry of sample i (ChunkScan::first_bad), one sample at a time: only called for a
+// block known to hold one.
+bool BadAt(const RecomputeArrays& a, uint64_t i) {
+  const uint64_t word = StatsWord(a.stats + i);
+  return (BadBits(EmaBits(word)) & EmaDefined(word)) ||
+         (a.base != nullptr && BadBits(FloatBits(a.base[i]))) ||
+         (a.current != nullptr && BadBits(FloatBits(a.current[i])));
+}
+
+// raw_i of RawWeightRule. kWeights: whether the policy's weights (base for kLoss, current for
+// kMultiplicative) are given; 1 otherwise, and 1 * v is v.
+template <LossWeightKind kKind, bool kWeights>
+SAMPLERD_INLINE double RawAt(const RecomputeArrays& a, const RawWeightRule& rule,
+                             double one_minus_mix, uint64_t i) {
+  if constexpr (kKind == LossWeightKind::kLoss) {
+    const double weight = kWeights ? double{a.base[i]} : 1.0;
+    return weight * (one_minus_mix * double{a.out[i]} / rule.mean_f + rule.mix);
+  } else {
+    const uint64_t word = StatsWord(a.stats + i);
+    const double weight = kWeights ? double{a.current[i]} : 1.0;
+    const double ema = FloatFromBits(EmaBits(word));
+    // Computed for every sample and selected: the EMA of an unseen sample may be undefined.
+    const double updated = weight * (1.0 + rule.eta * ema);
+    return Choose(MarkerOf(word) == rule.marker, updated, weight);
+  }
+}
+
+template <LossWeightKind kKind, bool kWeights>
+SAMPLERD_INLINE bool ExcludedAt(const RecomputeArrays& a, uint64_t i) {
+  if constexpr (!kWeights) return false;
+  return (kKind == LossWeightKind::kLoss ? a.base[i] : a.current[i]) == 0;
+}
+
+// c_i of ClampRule; mean_positive is clamp.mean > 0.
+template <LossWeightKind kKind, bool kWeights>
+SAMPLERD_INLINE double ClampedAt(const RecomputeArrays& a, const RawWeightRule& rule,
+                                 double one_minus_mix, const ClampRule& clamp, bool mean_positive,
+                                 uint64_t i) {
+  const double raw = RawAt<kKind, kWeights>(a, rule, one_minus_mix, i);
+  const double scaled = Choose(mean_positive, raw / clamp.mean, 1.0);
+  // std::clamp's definition.
+  const double c = Choose(scaled < clamp.lo, clamp.lo, Choose(clamp.hi < scaled, clamp.hi, scaled));
+  return Choose(ExcludedAt<kKind, kWeights>(a, i), 0.0, c);
+}
+
+// The per-chunk sums of a group of chunks: [begin, end), begin a multiple of kSumChunk, holds up
+// to kChunksPerGroup chunks ("lanes"). block_terms(lane, first, count, terms) writes the terms
+// of samples [first, first + count) of a lane's chunk to terms[0, count) and returns how many it
+// wrote (count, or 0 for a lane it gave up: the scan at a bad entry). sums[lane] is the sum of
+// the lane's terms in index order.
+//
+// The lanes advance together, one block at a time, and their sums are added up interleaved: a
+// sum in index order is a chain of dependent additions (one per ~4 cycles), and the chains of
+// different chunks are independent, so the CPU overlaps them. Each chunk's sum is still taken
+// term by term in index order; a lane's missing terms (past its chunk's end) are +0, which
+// leaves a sum unchanged (a sum that starts at +0 and adds terms >= 0 or -0 is never -0).
+template <typename BlockTerms>
+SAMPLERD_INLINE void SumChunks(uint64_t begin, uint64_t end, const BlockTerms& block_terms,
+                               double* sums) {
+  double s[kChunksPerGroup] = {};
+  alignas(64) double terms[kChunksPerGroup][kBlock];
+  const uint64_t longest = std::min(end - begin, kSumChunk);  // Lane 0's length.
+  for (uint64_t offset = 0; offset < longest; offset += kBlock) {
+    for (uint64_t lane = 0; lane < kChunksPerGroup; ++lane) {
+      const uint64_t first = begin + lane * kSumChunk + offset;
+      const uint64_t lane_end = std::min(end, begin + (lane + 1) * kSumChunk);
+      const uint64_t count = first < lane_end ? std::min(kBlock, lane_end - first) : 0;
+      const uint64_t written = count > 0 ? block_terms(lane, first, count, terms[lane]) : 0;
+      std::fill(terms[lane] + written, terms[lane] + kBlock, 0.0);
+    }
+    for (uint64_t j = 0; j < kBlock; ++j) {
+      for (uint64_t lane = 0; lane < kChunksPerGroup; ++lane) s[lane] += terms[lane][j];
+    }
+  }
+  const uint64_t lanes = (end - begin + kSumChunk - 1) / kSumChunk;
+  for (uint64_t lane = 0; lane < lanes; ++lane) sums[lane] = s[lane];
+}
+
+// ---- ScanChunks
+
+// Validates samples [first, first + count) into `scan` and writes the block's terms (kLoss: the
+// EMAs of the seen samples, +0 for the others; kMultiplicative: raw_i). Returns false at a bad
+// entry, with scan.first_bad set.
+template <LossWeightKind kKind, bool kBase, bool kCurrent>
+SAMPLERD_INLINE bool ScanBlock(const RecomputeArrays& a, const RawWeightRule& rule, uint64_t first,
+                               uint64_t count, ChunkScan& scan, uint32_t& ema_max_bits,
+                               double* terms) {
+  // Reductions of this loop only (the vectoriser takes those of an innermost loop).
+  uint32_t bad = 0, base_positive = 0, current_positive = 0, unseen = 0, max_bits = 0, seen = 0;
+  for (uint64_t j = 0; j < count; ++j) {
+    const uint64_t i = first + j;
+    const uint64_t word = StatsWord(a.stats + i);
+    const uint32_t ema_bits = EmaBits(word);
+    bad |= BadBits(ema_bits) & EmaDefined(word);
+    if constexpr (kBase) {
+      const uint32_t b = FloatBits(a.base[i]);
+      bad |= BadBits(b);
+      base_positive |= PositiveBits(b);
+    }
+    if constexpr (kCurrent) {
+      const uint32_t b = FloatBits(a.current[i]);
+      bad |= BadBits(b);
+      current_positive |= PositiveBits(b);
+    }
+    if constexpr (kKind == LossWeightKind::kLoss) {
+      const uint32_t seen_i = CountOf(word) != 0;
+      seen += seen_i;
+      unseen |= seen_i ^ 1;
+      // The largest EMA by its bits (non-negative floats order like their bits; -0 as +0).
+      max_bits = std::max(max_bits, ema_bits & -(seen_i & (ema_bits != 0x80000000u)));
+      terms[j] = Choose(seen_i, FloatFromBits(ema_bits), 0.0);
+    } else if constexpr (kKind == LossWeightKind::kMultiplicative) {
+      terms[j] = RawAt<kKind, kCurrent>(a, rule, 0.0, i);
+    } else {
+      terms[j] = 0;
+    }
+  }
+  if (bad) {
+    for (uint64_t i = first;; ++i) {
+      if (BadAt(a, i)) {
+        scan.first_bad = i;
+        return false;
+      }
+    }
+  }
+  scan.base_positive |= base_positive;
+  scan.current_positive |= current_positive;
+  scan.unseen |= unseen;
+  scan.seen += seen;
+  ema_max_bits = std::max(ema_max_bits, max_bits);
+  return true;
+}
+
+template <LossWeightKind kKind, bool kBase, bool kCurrent>
+SAMPLERD_INLINE void ScanTyped(const RecomputeArrays& a, const RawWeightRule& rule, uint64_t begin,
+                               uint64_t end, ChunkScan* scans) {
+  ChunkScan lane_scan[kChunksPerGroup];
+  uint32_t ema_max_bits[kChunksPerGroup] = {};
+  double sums[kChunksPerGroup];
+  SumChunks(
+      begin, end,
+      [&](uint64_t lane, uint64_t first, uint64_t count, double* terms)
+          __attribute__((always_inline))
+              ->uint64_t {
+                if (lane_scan[lane].first_bad != kNoSample) return 0;
+                return ScanBlock<kKind, kBase, kCurrent>(a, rule, first, count, lane_scan[lane],
+                                                         ema_max_bits[lane], terms)
+                           ? count
+                           : 0;
+              },
+      sums);
+  const uint64_t lanes = (end - begin + kSumChunk - 1) / kSumChunk;
+  for (uint64_t lane = 0; lane < lanes; ++lane) {
+    ChunkScan& scan = lane_scan[lane];
+    scan.ema_max = FloatFromBits(ema_max_bits[lane]);
+    (kKind == LossWeightKind::kLoss ? scan.ema_sum : scan.raw_sum) = sums[lane];
+    scans[lane] = scan;
+  }
+}
+
+template <LossWeightKind kKind, bool kBase>
+SAMPLERD_INLINE void ScanWithCurrent(const RecomputeArrays& a, const RawWeightRule& rule,
+                                     uint64_t begin, uint64_t end, ChunkScan* scans) {
+  a.current != nullptr ? ScanTyped<kKind, kBase, true>(a, rule, begin, end, scans)
+                       : ScanTyped<kKind, kBase, false>(a, rule, begin, end, scans);
+}
+
+template <LossWeightKind kKind>
+SAMPLERD_INLINE void ScanWithBase(const RecomputeArrays& a, const RawWeightRule& rule,
+                                  uint64_t begin, uint64_t end, ChunkScan* scans) {
+  a.base != nullptr ? ScanWithCurrent<kKind, true>(a, rule, begin, end, scans)
+                    : ScanWithCurrent<kKind, false>(a, rule, begin, end, scans);
+}
+
+SAMPLERD_INLINE void ScanLoop(const RecomputeArrays& a, const RawWeightRule& rule, uint64_t begin,
+                              uint64_t end, ChunkScan* scans) {
+  switch (rule.kind) {
+    case LossWeightKind::kLoss:
+      return ScanWithBase<LossWeightKind::kLoss>(a, rule, begin, end, scans);
+    case LossWeightKind::kMultiplicative:
+      return ScanWithBase<LossWeightKind::kMultiplicative>(a, rule, begin, end, scans);
+    case LossWeightKind::kNone:
+      break;
+  }
+  ScanWithBase<LossWeightKind::kNone>(a, rule, begin, end, scans);
+}
+
+// ---- LossFactorsChunks
+
+SAMPLERD_INLINE void LossFactorsLoop(SimdLevel level, const RecomputeArrays& a,
+                                     const LossFactorParams& p, uint64_t begin, uint64_t end,
+                                     double* sums) {
+  SumChunks(
+      begin, end,
+      [&](uint64_t, uint64_t first, uint64_t count, double* x) __attribute__((always_inline))
+          ->uint64_t {
+            for (uint64_t j = 0; j < count; ++j) {
+              const uint64_t word = StatsWord(a.stats + first + j);
+              const double ema = FloatFromBits(EmaBits(word));
+              x[j] = Choose(CountOf(word) != 0, ema, p.prior) + p.epsilon;
+            }
+            if (p.alpha == 1.0) {
+              for (uint64_t j = 0; j < count; ++j) x[j] = x[j] / p.x_max;
+            } else {  // (x / x_max)^alpha = 2^(alpha (log2 x - log2 x_max)).
+              Log2ManyWith(level, x, count, x);
+              for (uint64_t j = 0; j < count; ++j) x[j] = p.alpha * (x[j] - p.log2_x_max);
+              Exp2ManyWith(level, x, count, x);
+            }
+            for (uint64_t j = 0; j < count; ++j) {
+              const float f = static_cast<float>(x[j]);
+              a.out[first + j] = f;
+              x[j] = f;
+            }
+            return count;
+          },
+      sums);
+}
+
+// ---- SumRawChunks, SumClampedChunks, WriteWeightsRange
+
+template <LossWeightKind kKind, bool kWeights>
+SAMPLERD_INLINE void SumRawTyped(const RecomputeArrays& a, const RawWeightRule& rule,
+                                 uint64_t begin, uint64_t end, double* sums) {
+  const double one_minus_mix = 1.0 - rule.mix;
+  SumChunks(
+      begin, end,
+      [&](uint64_t, uint64_t first, uint64_t count, double* terms) __attribute__((always_inline))
+          ->uint64_t {
+            for (uint64_t j = 0; j < count; ++j) {
+              terms[j] = RawAt<kKind, kWeights>(a, rule, one_minus_mix, first + j);
+            }
+            return count;
+          },
+      sums);
+}
+
+template <LossWeightKind kKind, bool kWeights>
+SAMPLERD_INLINE void SumClampedTyped(const RecomputeArrays& a, const RawWeightRule& rule,
+                                     const ClampRule& clamp, uint64_t begin, uint64_t end,
+                                     double* sums) {
+  const double one_minus_mix = 1.0 - rule.mix;
+  const bool mean_positive = clamp.mean > 0;
+  SumChunks(
+      begin, end,
+      [&](uint64_t, uint64_t first, uint64_t count, double* terms) __attribute__((always_inline))
+          ->uint64_t {
+            for (uint64_t j = 0; j < count; ++j) {
+              terms[j] = ClampedAt<kKind, kWeights>(a, rule, one_minus_mix, clamp, mean_positive,
+                                                    first + j);
+            }
+            return count;
+          },
+      sums);
+}
+
+template <LossWeightKind kKind, bool kWeights>
+SAMPLERD_INLINE void WriteTyped(const RecomputeArrays& a, const RawWeightRule& rule,
+                                const ClampRule& clamp, double mean_clamped, uint64_t begin,
+                                uint64_t end) {
+  const double one_minus_mix = 1.0 - rule.mix;
+  const bool mean_positive = clamp.mean > 0;
+  for (uint64_t i = begin; i < end; ++i) {
+    const double c = ClampedAt<kKind, kWeights>(a, rule, one_minus_mix, clamp, mean_positive, i);
+    a.out[i] = static_cast<float>(c / mean_clamped);
+  }
+}
+
+// Calls Typed<kind, weights given>(a, rule, ...) for the rule's kind (kLoss or kMultiplicative).
+#define SAMPLERD_BY_RULE(Typed, a, rule, ...)                                              \
+  ((rule).kind == LossWeightKind::kLoss                                                    \
+       ? ((a).base != nullptr ? Typed<LossWeightKind::kLoss, true>(a, rule, __VA_ARGS__)   \
+                              : Typed<LossWeightKind::kLoss, false>(a, rule, __VA_ARGS__)) \
+       : ((a).current != nullptr                                                           \
+              ? Typed<LossWeightKind::kMultiplicative, true>(a, rule, __VA_ARGS__)         \
+              : Typed<LossWeightKind::kMultiplicative, false>(a, rule, __VA_ARGS__)))
+
+SAMPLERD_INLINE void SumRawLoop(const RecomputeArrays& a, const RawWeightRule& rule, uint64_t begin,
+                                uint64_t end, double* sums) {
+  SAMPLERD_BY_RULE(SumRawTyped, a, rule, begin, end, sums);
+}
+
+SAMPLERD_INLINE void SumClampedLoop(const RecomputeArrays& a, const RawWeightRule& rule,
+                                    const ClampRule& clamp, uint64_t begin, uint64_t end,
+                                    double* sums) {
+  SAMPLERD_BY_RULE(SumClampedTyped, a, rule, clamp, begin, end, sums);
+}
+
+SAMPLERD_INLINE void WriteWeightsLoop(const RecomputeArrays& a, const RawWeightRule& rule,
+                                      const ClampRule& clamp, double mean_clamped, uint64_t begin,
+                                      uint64_t end) {
+  SAMPLERD_BY_RULE(WriteTyped, a, rule, clamp, mean_clamped, begin, end);
+}
+
+// ---- One function per SIMD level for each pass, and the choice between them.
+
+#define SAMPLERD_PER_LEVEL(Name, Params, Args)                                \
+  SAMPLERD_TARGET_AVX512 void Name##Avx512 Params { return Name##Loop Args; } \
+  SAMPLERD_TARGET_AVX2 void Name##Avx2 Params { return Name##Loop Args; }     \
+  void Name##Scalar Params { return Name##Loop Args; }
+
+#define SAMPLERD_CHOOSE_LEVEL(level, Name, Args) \
+  switch (level) {                               \
+    case SimdLevel::kAvx512:                     \
+      return Name##Avx512 Args;                  \
+    case SimdLevel::kAvx2:                       \
+      return Name##Avx2 Args;                    \
+    case SimdLevel::kScalar:                     \
+      break;                                     \
+  }                                              \
+  return Name##Scalar Args
+
+SAMPLERD_PER_LEVEL(Scan,
+                   (const RecomputeArrays& a, const RawWeightRule& rule, uint64_t b, uint64_t e,
+                    ChunkScan* scans),
+                   (a, rule, b, e, scans))
+SAMPLERD_PER_LEVEL(LossFactors,
+                   (SimdLevel level, const RecomputeArrays& a, const LossFactorParams& p,
+                    uint64_t b, uint64_t e, double* sums),
+                   (level, a, p, b, e, sums))
+SAMPLERD_PER_LEVEL(SumRaw,
+                   (const RecomputeArrays& a, const RawWeightRule& rule, uint64_t b, uint64_t e,
+                    double* sums),
+                   (a, rule, b, e, sums))
+SAMPLERD_PER_LEVEL(SumClamped,
+                   (const RecomputeArrays& a, const RawWeightRule& rule, const ClampRule& c,
+                    uint64_t b, uint64_t e, double* sums),
+                   (a, rule, c, b, e, sums))
+SAMPLERD_PER_LEVEL(WriteWeights,
+                   (const RecomputeArrays& a, const RawWeightRule& rule, const ClampRule& c,
+                    double mean_clamped, uint64_t b, uint64_t e),
+                   (a, rule, c, mean_clamped, b, e))
+
+}  // namespace
+
+void ScanChunks(SimdLevel level, const RecomputeArrays& arrays, const RawWeightRule& rule,
+                uint64_t begin, uint64_t end, ChunkScan* scans) {
+  SAMPLERD_CHOOSE_LEVEL(level, Scan, (arrays, rule, begin, end, scans));
+}
+
+void LossFactorsChunks(SimdLevel level, const RecomputeArrays& arrays,
+                       const LossFactorParams& params, uint64_t begin, uint64_t end, double* sums) {
+  SAMPLERD_CHOOSE_LEVEL(level, LossFactors, (level, arrays, params, begin, end, sums));
+}
+
+void SumRawChunks(SimdLevel level, const RecomputeArrays& arrays, const RawWeightRule& rule,
+                  uint64_t begin, uint64_t end, double* sums) {
+  SAMPLERD_CHOOSE_LEVEL(level, SumRaw, (arrays, rule, begin, end, sums));
+}
+
+void SumClampedChunks(SimdLevel level, const RecomputeArrays& arrays, const RawWeightRule& rule,
+                      const ClampRule& clamp, uint64_t begin, uint64_t end, double* sums) {
+  SAMPLERD_CHOOSE_LEVEL(level, SumClamped, (arrays, rule, clamp, begin, end, sums));
+}
+
+void WriteWeightsRange(SimdLevel level, const RecomputeArrays& arrays, const RawWeightRule& rule,
+                       const ClampRule& clamp, double mean_clamped, uint64_t begin, uint64_t end) {
+  SAMPLERD_CHOOSE_LEVEL(level, WriteWeights, (arrays, rule, clamp, mean_clamped, begin, end));
+}
+
+}  // namespace internal
+}  // namespace samplerd

@@ -1,0 +1,110 @@
+// The passes of CpuBackend::RecomputeWeights (kernels/cpu_backend.cc), vectorised where the
+// CPU allows.
+//
+// The weights are defined (docs/SAMPLING.md; ReferenceRecompute in cpu_backend_test.cc is the
+// executable version) by IEEE operations in double on each sample, and by sums taken in index
+// order within each chunk of kSumChunk samples, the chunks' sums then added in chunk order. So
+// the vector lanes here compute each sample's term (the same operations in the same order, no
+// FMA: -ffp-contract=off), and each chunk's sum is then taken one term at a time: every
+// SimdLevel returns the same bits as the scalar definition.
+//
+// The summing passes work on a group of up to kChunksPerGroup consecutive chunks, [begin, end)
+// with begin a multiple of kSumChunk, and return one result per chunk: the sums of the group's
+// chunks are added up side by side (independent chains of additions, which the CPU overlaps).
+// RecomputeWeights runs the groups in parallel; the results do not depend on the thread count.
+//
+// Samples: base and current weights (nullptr: all 1) and the loss statistics; `out` may alias
+// `current` (a pass that writes out[i] reads current[i] before). Thread-safe (pure) for disjoint
+// ranges of `out`.
+#ifndef SAMPLERD_KERNELS_INTERNAL_RECOMPUTE_PASSES_H_
+#define SAMPLERD_KERNELS_INTERNAL_RECOMPUTE_PASSES_H_
+
+#include <cstdint>
+
+#include "kernels/compute_backend.h"
+#include "kernels/internal/simd_level.h"
+
+namespace samplerd {
+namespace internal {
+
+struct RecomputeArrays {
+  const float* base = nullptr;     // N base weights, or nullptr: all 1.
+  const float* current = nullptr;  // N current weights W_e, or nullptr: all 1.
+  const SampleLossStats* stats = nullptr;
+  float* out = nullptr;
+};
+
+// How a sample's raw weight is formed, by policy (the terms of the first normalisation):
+//   kLoss:           raw_i = base_i ((1 - mix) f_i / mean_f + mix), f_i read from out[i]
+//                    (LossFactorsChunks wrote it); excluded (weight exactly 0): base_i == 0.
+//   kMultiplicative: raw_i = current_i (1 + eta ema_i) if stats_i.last_epoch == marker (seen
+//                    in the closed epoch), else current_i; excluded: current_i == 0.
+struct RawWeightRule {
+  LossWeightKind kind = LossWeightKind::kNone;
+  double mix = 0, mean_f = 1;  // kLoss.
+  double eta = 1;              // kMultiplicative.
+  uint16_t marker = 0;         // kMultiplicative: EpochMarker(closed epoch).
+};
+
+constexpr uint64_t kNoSample = ~uint64_t{0};
+
+// What the first pass finds in a chunk: validation, and what the next passes need.
+struct ChunkScan {
+  // The lowest index with a bad entry: a base or current weight not finite or < 0, or the EMA
+  // of a sample with count > 0 or last_epoch > 0 not finite or < 0. When set, the fields below
+  // are unspecified.
+  uint64_t first_bad = kNoSample;
+  bool base_positive = false;     // Some base weight > 0 (false when base is nullptr).
+  bool current_positive = false;  // Some current weight > 0 (false when current is nullptr).
+  // kLoss: the samples with count > 0 ("seen"): how many, the sum of their EMAs and the largest
+  // EMA (0 if none); whether any sample is unseen.
+  uint64_t seen = 0;
+  double ema_sum = 0;
+  float ema_max = 0;
+  bool unseen = false;
+  // kMultiplicative: the sum of raw_i.
+  double raw_sum = 0;
+};
+
+// Samples per chunk of every sum (part of the definition of the weights), and chunks per group.
+constexpr uint64_t kSumChunk = 1 << 16;
+constexpr uint64_t kChunksPerGroup = 4;
+
+// Validates the group [begin, end) and gathers what `rule.kind` needs: scans[c] for each of its
+// chunks. Writes nothing to arrays.out.
+void ScanChunks(SimdLevel level, const RecomputeArrays& arrays, const RawWeightRule& rule,
+                uint64_t begin, uint64_t end, ChunkScan* scans);
+
+// The loss factors of the LOSS policy:
+//   x_i = (count_i > 0 ? ema_i : prior) + epsilon,
+//   f_i = x_i / x_max when alpha == 1, else det::Exp2(alpha (det::Log2(x_i) - log2_x_max)),
+// written to out[i] as floats; sums[c] = the sum of the floats (as doubles) of chunk c.
+struct LossFactorParams {
+  double prior = 0, epsilon = 0, alpha = 1, x_max = 1;
+  double log2_x_max = 0;  // det::Log2(x_max).
+};
+void LossFactorsChunks(SimdLevel level, const RecomputeArrays& arrays,
+                       const LossFactorParams& params, uint64_t begin, uint64_t end, double* sums);
+
+// sums[c] = the sum of raw_i (RawWeightRule) over chunk c.
+void SumRawChunks(SimdLevel level, const RecomputeArrays& arrays, const RawWeightRule& rule,
+                  uint64_t begin, uint64_t end, double* sums);
+
+// The clamp between the two normalisations: c_i = 0 for an excluded sample, else
+// std::clamp(mean > 0 ? raw_i / mean : 1.0, lo, hi), with `mean` the mean raw weight.
+struct ClampRule {
+  double mean = 1, lo = 0, hi = 0;
+};
+
+// sums[c] = the sum of c_i over chunk c.
+void SumClampedChunks(SimdLevel level, const RecomputeArrays& arrays, const RawWeightRule& rule,
+                      const ClampRule& clamp, uint64_t begin, uint64_t end, double* sums);
+
+// out[i] = float(c_i / mean_clamped) for i in [begin, end) (any range).
+void WriteWeightsRange(SimdLevel level, const RecomputeArrays& arrays, const RawWeightRule& rule,
+                       const ClampRule& clamp, double mean_clamped, uint64_t begin, uint64_t end);
+
+}  // namespace internal
+}  // namespace samplerd
+
+#endif  // SAMPLERD_KERNELS_INTERNAL_RECOMPUTE_PASSES_H_

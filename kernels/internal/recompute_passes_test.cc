@@ -1,0 +1,112 @@
+#include "kernels/internal/recompute_passes.h"
+
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/det_math.h"
+#include "kernels/testing/test_util.h"
+
+namespace samplerd {
+namespace internal {
+namespace {
+
+using testutil::RandomWeights;
+
+// Every pass at every SIMD level the CPU supports returns the bits of the scalar level, on a
+// group of chunks whose last one is short, with unseen samples (undefined EMAs), samples seen
+// in the closed epoch and before it, and zero weights.
+TEST(RecomputePassesTest, EveryLevelMatchesScalar) {
+  const uint64_t n = 3 * kSumChunk + 1234;  // One group: three full chunks and a short one.
+  const std::vector<float> base = RandomWeights(n, 1, 0.1), current = RandomWeights(n, 2, 0.1);
+  const std::vector<float> u = RandomWeights(n, 3, 0.0);
+  std::vector<SampleLossStats> stats(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    const int kind = static_cast<int>(u[i] * 100) % 4;
+    stats[i] = kind == 0 ? SampleLossStats{std::numeric_limits<float>::quiet_NaN(), 0, 0}
+                         : SampleLossStats{u[i] * u[i], 1, static_cast<uint16_t>(kind)};
+  }
+  struct Run {
+    std::vector<ChunkScan> scans = std::vector<ChunkScan>(kChunksPerGroup);
+    std::vector<double> sums;
+    std::vector<float> out;
+  };
+  auto run = [&](SimdLevel level, LossWeightKind kind) {
+    Run r;
+    r.out.assign(n, 7.0f);
+    const RecomputeArrays arrays{base.data(), current.data(), stats.data(), r.out.data()};
+    RawWeightRule rule;
+    rule.kind = kind;
+    rule.mix = 0.25;
+    rule.mean_f = 0.6;
+    rule.eta = 3;
+    rule.marker = 2;
+    ScanChunks(level, arrays, rule, 0, n, r.scans.data());
+    double sums[kChunksPerGroup];
+    if (kind == LossWeightKind::kLoss) {
+      LossFactorParams factors;
+      factors.prior = 0.3;
+      factors.epsilon = 1e-3;
+      factors.alpha = 0.7;
+      factors.x_max = 4.2;
+      factors.log2_x_max = det::Log2(factors.x_max);
+      LossFactorsChunks(level, arrays, factors, 0, n, sums);
+      r.sums.insert(r.sums.end(), sums, sums + kChunksPerGroup);
+      SumRawChunks(level, arrays, rule, 0, n, sums);
+      r.sums.insert(r.sums.end(), sums, sums + kChunksPerGroup);
+    }
+    const ClampRule clamp{1.3, 0.2, 3};
+    SumClampedChunks(level, arrays, rule, clamp, 0, n, sums);
+    r.sums.insert(r.sums.end(), sums, sums + kChunksPerGroup);
+    WriteWeightsRange(level, arrays, rule, clamp, 0.9, 0, n);
+    return r;
+  };
+  for (LossWeightKind kind : {LossWeightKind::kLoss, LossWeightKind::kMultiplicative}) {
+    const Run want = run(SimdLevel::kScalar, kind);
+    for (SimdLevel level : SupportedSimdLevels()) {
+      const Run got = run(level, kind);
+      const int l = static_cast<int>(level);
+      for (uint64_t c = 0; c < kChunksPerGroup; ++c) {
+        EXPECT_EQ(got.scans[c].first_bad, kNoSample) << l;
+        EXPECT_EQ(got.scans[c].seen, want.scans[c].seen) << l;
+        EXPECT_EQ(det::Bits(got.scans[c].ema_sum), det::Bits(want.scans[c].ema_sum)) << l;
+        EXPECT_EQ(got.scans[c].ema_max, want.scans[c].ema_max) << l;
+        EXPECT_EQ(det::Bits(got.scans[c].raw_sum), det::Bits(want.scans[c].raw_sum)) << l;
+      }
+      ASSERT_EQ(got.sums.size(), want.sums.size());
+      for (size_t k = 0; k < got.sums.size(); ++k) {
+        EXPECT_EQ(det::Bits(got.sums[k]), det::Bits(want.sums[k])) << l << ", sum " << k;
+      }
+      EXPECT_EQ(std::memcmp(got.out.data(), want.out.data(), n * sizeof(float)), 0) << l;
+    }
+  }
+}
+
+// A bad entry stops its chunk's scan and is found at its index, in any lane of a group.
+TEST(RecomputePassesTest, ScanFindsTheFirstBadEntryOfEachChunk) {
+  const uint64_t n = 2 * kSumChunk + 100;
+  std::vector<float> base(n, 1.0f), current(n, 1.0f);
+  std::vector<SampleLossStats> stats(n, SampleLossStats{1.0f, 1, 1});
+  base[kSumChunk + 700] = -1;                                                // Chunk 1.
+  stats[kSumChunk + 900].ema_loss = std::numeric_limits<float>::infinity();  // Chunk 1, later.
+  current[2 * kSumChunk + 99] = std::numeric_limits<float>::quiet_NaN();     // Chunk 2, last.
+  stats[5] = {std::numeric_limits<float>::quiet_NaN(), 0, 0};  // Undefined EMA: not an error.
+  for (SimdLevel level : SupportedSimdLevels()) {
+    std::vector<ChunkScan> scans(kChunksPerGroup);
+    RawWeightRule rule;
+    rule.kind = LossWeightKind::kLoss;
+    ScanChunks(level, {base.data(), current.data(), stats.data(), nullptr}, rule, 0, n,
+               scans.data());
+    EXPECT_EQ(scans[0].first_bad, kNoSample);
+    EXPECT_EQ(scans[0].seen, kSumChunk - 1);
+    EXPECT_TRUE(scans[0].unseen);
+    EXPECT_EQ(scans[1].first_bad, kSumChunk + 700);
+    EXPECT_EQ(scans[2].first_bad, 2 * kSumChunk + 99);
+  }
+}
+
+}  // namespace
+}  // namespace internal
+}  // namespace samplerd
