@@ -34,19 +34,10 @@ absl::StatusOr<PlannedEpoch> EpochPlanner::Plan(uint64_t epoch,
 }
 
 absl::StatusOr<std::shared_ptr<const std::vector<float>>> EpochPlanner::Recompute(
-    uint64_t closed_epoch, const RecomputeInputs& inputs) {
+    uint64_t closed_epoch, const RecomputeInputs& inputs) const {
   if (config_.policy.loss == LossWeightKind::kNone) return inputs.current;
   const uint64_t n = config_.plan.num_samples;
-  // W_{e-1}'s buffer, if no reader holds it any more (use_count 1: only this thread can copy
-  // spare_weights_), saves allocating and zero-filling N floats on the boundary's path
-  // (~30 ms at 1e7). The object was created non-const, so writing through it is allowed.
-  std::shared_ptr<std::vector<float>> next;
-  if (spare_weights_ != nullptr && spare_weights_.use_count() == 1 && spare_weights_->size() == n) {
-    next = std::const_pointer_cast<std::vector<float>>(std::move(spare_weights_));
-  } else {
-    spare_weights_.reset();
-    next = std::make_shared<std::vector<float>>(n);
-  }
+  auto next = std::make_shared<std::vector<float>>(n);
   const absl::Span<const float> base =
       inputs.base ? absl::MakeConstSpan(*inputs.base) : absl::Span<const float>();
   // An empty `current` (uniform W_e) means all ones to the backend.
@@ -56,8 +47,6 @@ absl::StatusOr<std::shared_ptr<const std::vector<float>>> EpochPlanner::Recomput
       !s.ok()) {
     return s;
   }
-  // W_e is retired once the epoch's readers are done: the next recompute may reuse it.
-  if (!inputs.current->empty()) spare_weights_ = inputs.current;
   return std::shared_ptr<const std::vector<float>>(std::move(next));
 }
 

@@ -91,9 +91,8 @@ class EpochPlanner {
   absl::StatusOr<PlannedEpoch> PlanWith(uint64_t epoch,
                                         std::shared_ptr<const std::vector<float>> weights,
                                         double recompute_ms) ABSL_LOCKS_EXCLUDED(ahead_mu_);
-  // Runs on the planner thread only (one task at a time).
   absl::StatusOr<std::shared_ptr<const std::vector<float>>> Recompute(
-      uint64_t closed_epoch, const RecomputeInputs& inputs);
+      uint64_t closed_epoch, const RecomputeInputs& inputs) const;
 
   const JobConfig& config_;
   ComputeBackend* const backend_;
@@ -102,11 +101,6 @@ class EpochPlanner {
   absl::Mutex mu_ ABSL_ACQUIRED_BEFORE(ahead_mu_);
   std::thread thread_ ABSL_GUARDED_BY(mu_);
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
-
-  // The weights of the epoch before the current one, kept for Recompute to reuse their buffer
-  // (the peak, W_e and W_{e+1} during a recompute, is unchanged). Planner thread only: tasks
-  // run one at a time, each started after the previous one was joined.
-  std::shared_ptr<const std::vector<float>> spare_weights_;
 
   absl::Mutex ahead_mu_;
   bool ahead_stopped_ ABSL_GUARDED_BY(ahead_mu_) = false;

@@ -88,42 +88,6 @@ TEST_F(EpochPlannerTest, StartNextRecomputesThenPlans) {
   EXPECT_FALSE(result->view.unit_is_weights);
 }
 
-TEST_F(EpochPlannerTest, ReusedWeightBuffersGiveTheSameWeightsAsFreshOnes) {
-  // From the third boundary on, the recompute writes into W_{e-1}'s buffer: nothing of it may
-  // leak into W_{e+1}.
-  const JobConfig config = Config(3000, 300, v1::LOSS);
-  EpochPlanner planner(config, backend_.get());
-  std::shared_ptr<const std::vector<float>> current = Uniform();
-  std::vector<float> reference;  // Empty: uniform.
-  const void* reused = nullptr;
-  for (uint64_t e = 0; e < 5; ++e) {
-    std::vector<SampleLossStats> stats(3000);
-    for (uint64_t i = e; i < 3000; i += 2 + e) {
-      stats[i] = {static_cast<float>((i * 7 + e) % 11), 1, EpochMarker(e)};
-    }
-    RecomputeInputs inputs;
-    inputs.current = current;
-    inputs.losses = stats;
-    absl::Notification done;
-    absl::StatusOr<PlannedEpoch> result = absl::UnknownError("not run");
-    ASSERT_TRUE(planner.StartNext(e, std::move(inputs), [&](absl::StatusOr<PlannedEpoch> p) {
-      result = std::move(p);
-      done.Notify();
-    }));
-    done.WaitForNotification();
-    ASSERT_TRUE(result.ok()) << result.status();
-    std::vector<float> want(3000);
-    ASSERT_TRUE(
-        backend_->RecomputeWeights(config.policy, e, {}, reference, stats, absl::MakeSpan(want))
-            .ok());
-    EXPECT_EQ(*result->view.weights, want) << "epoch " << e + 1;
-    if (e == 1) reused = current->data();  // W_1: no reader holds it after this boundary.
-    if (e == 2) EXPECT_EQ(result->view.weights->data(), reused) << "W_3 is not in W_1's buffer";
-    reference = want;
-    current = result->view.weights;
-  }
-}
-
 TEST_F(EpochPlannerTest, NothingStartsAfterStop) {
   const JobConfig config = Config(100, 100, v1::NONE);
   EpochPlanner planner(config, backend_.get());
