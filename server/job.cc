@@ -281,23 +281,19 @@ void Job::FinishPlanningNext(absl::StatusOr<PlannedEpoch> planned) {
   JobJournal::EpochStart start;
   if (status.ok() && journal_ != nullptr) {
     // The snapshot opening the epoch is written after the epoch is published (ranks are served
-    // meanwhile), from this copy of the loss statistics taken while nothing writes them. Until
-    // it is committed, recovery replays the closed epoch's log from the previous snapshot.
-    absl::StatusOr<const LossTable*> losses = LossesWhilePlanning();
-    if (!losses.ok()) return;  // Closed meanwhile: nothing is published.
-    std::vector<SampleLossStats> stats;
-    uint64_t seen = 0;
-    if (*losses != nullptr && (*losses)->SamplesSeen() > 0) {
-      stats.assign((*losses)->View().begin(), (*losses)->View().end());
-      seen = (*losses)->SamplesSeen();
-    }
+    // meanwhile): its loss statistics are derived from the previous snapshot and the closed
+    // epochs' logs (nothing is copied on the boundary's path). Until it is committed, recovery
+    // replays the same logs from the previous snapshot.
     std::shared_ptr<const std::vector<float>> base;
     {
       absl::MutexLock lock(&mu_);
+      if (std::holds_alternative<Closed>(phase_)) return;  // Nothing is published.
       base = base_;
     }
-    start = MakeEpochStart(epoch, /*planned=*/true, std::move(base), planned->view.weights,
-                           std::move(stats), seen);
+    start = MakeEpochStart(epoch, /*planned=*/true, std::move(base), planned->view.weights, {}, 0);
+    start.loss_stats_from_logs = config_.policy.loss != LossWeightKind::kNone;
+    start.num_samples = config_.plan.num_samples;
+    start.ema_decay = config_.policy.ema_decay;
     status = journal_->OpenEpoch(epoch);
   }
   if (!status.ok()) {
@@ -470,15 +466,18 @@ absl::StatusOr<v1::EndEpochResponse> Job::EndEpoch(uint64_t epoch, uint32_t rank
     response.set_epoch_closed(true);
     inputs.base = base_;
     inputs.current = std::get<Serving>(phase_).view.weights;
-    // Read by the planner off the lock; nothing writes the table while the job is Planning.
-    if (losses_.has_value()) inputs.losses = losses_->View();
     epoch_ = epoch + 1;
     phase_ = Planning{std::nullopt, absl::Now()};
   }
-  // False once Close stopped the planner: waiters were woken with the close reason.
-  planner_.StartNext(epoch, std::move(inputs), [this](absl::StatusOr<PlannedEpoch> planned) {
-    FinishPlanningNext(std::move(planned));
-  });
+  // The recompute reads the table off the lock while the job is Planning. Closed meanwhile: no
+  // planner starts (waiters were woken with the close reason).
+  if (absl::StatusOr<const LossTable*> losses = LossesWhilePlanning(); losses.ok()) {
+    if (*losses != nullptr) inputs.losses = (*losses)->View();
+    // False once Close stopped the planner: waiters were woken with the close reason.
+    planner_.StartNext(epoch, std::move(inputs), [this](absl::StatusOr<PlannedEpoch> planned) {
+      FinishPlanningNext(std::move(planned));
+    });
+  }
   // Durable before it is acknowledged. The epoch closed in memory either way, so the planner
   // starts first: if the sync fails, this call fails (not acknowledged) but the job moves on.
   if (absl::Status s = Sync(); !s.ok()) return s;

@@ -210,7 +210,7 @@ class Job {
   // Waits until the job is not planning; the planning error if it failed.
   absl::Status AwaitNotPlanning() ABSL_LOCKS_EXCLUDED(mu_);
 
-  // The loss table, for the planner thread to read without mu_ (the snapshot copy): only while
+  // The loss table, for the recompute to read without mu_: only while
   // the job is Planning, when no call writes it (ReportLosses needs Serving); a CHECK asserts the
   // phase. Null without a loss policy; the close reason once the job is closed.
   absl::StatusOr<const LossTable*> LossesWhilePlanning() const ABSL_LOCKS_EXCLUDED(mu_);

@@ -64,7 +64,7 @@ JobMemoryEstimate EstimateJobMemory(const JobConfig& config, const ComputeBacken
   e.plans = MulSat(MulSat(2, m), Plan::Narrow(n) ? sizeof(uint32_t) : sizeof(uint64_t));
   const uint64_t weight_vectors = (weighted_base ? 2 : 0) + (loss_policy ? 2 : 0);
   e.weights = MulSat(MulSat(weight_vectors, n), sizeof(float));
-  e.loss_stats = loss_policy ? MulSat(MulSat(persisted ? 2 : 1, n), sizeof(SampleLossStats)) : 0;
+  e.loss_stats = loss_policy ? MulSat(MulSat(persisted ? 3 : 1, n), sizeof(SampleLossStats)) : 0;
   e.scratch = backend.PlanScratchBytes(plan, /*weighted=*/weighted_base || loss_policy);
   e.ranks = MulSat(config.shard.world_size, kBytesPerRank);
   const uint64_t rest = AddSat(AddSat(AddSat(e.weights, e.loss_stats), e.scratch), e.ranks);

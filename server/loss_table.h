@@ -10,6 +10,7 @@
 #define SAMPLERD_SERVER_LOSS_TABLE_H_
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -46,6 +47,9 @@ class LossTable {
   // Replaces every sample's statistics (a restored snapshot). INVALID_ARGUMENT unless
   // stats.size() == num_samples.
   absl::Status Restore(std::vector<SampleLossStats> stats);
+
+  // Gives the statistics away (the table is empty afterwards).
+  std::vector<SampleLossStats> Release() && { return std::move(stats_); }
 
   // Samples with at least one loss over the job's life.
   uint64_t SamplesSeen() const { return samples_seen_; }

@@ -139,10 +139,10 @@ absl::StatusOr<JobJournal::Recovered> JobJournal::Recover(std::string dir) {
   // the snapshot was committed, each later one after its predecessor was synced.
   for (size_t i = 0; i < std::max<size_t>(logs.size(), 1); ++i) {
     if (i < logs.size() && logs[i] == epoch + i) continue;
-    return absl::DataLossError(absl::StrCat(
-        journal.LogPath(epoch + i), " is missing, but ",
-        i == 0 ? journal.SnapshotPath(epoch) : journal.LogPath(logs[i]),
-        " exists: the changes of epoch ", epoch + i, " are lost"));
+    return absl::DataLossError(
+        absl::StrCat(journal.LogPath(epoch + i), " is missing, but ",
+                     i == 0 ? journal.SnapshotPath(epoch) : journal.LogPath(logs[i]),
+                     " exists: the changes of epoch ", epoch + i, " are lost"));
   }
   // Read from the newest back: each log's header says how long the previous one was when it was
   // closed, all of it synced.
@@ -154,8 +154,8 @@ absl::StatusOr<JobJournal::Recovered> JobJournal::Recover(std::string dir) {
     if (!log.ok()) return log.status();
     state::LogHeader header;
     if (!header.ParseFromString(log->head.header) || header.epoch() != logs[i]) {
-      return absl::DataLossError(absl::StrCat(path, ": its header is not that of epoch ",
-                                              logs[i], "'s log"));
+      return absl::DataLossError(
+          absl::StrCat(path, ": its header is not that of epoch ", logs[i], "'s log"));
     }
     closed_length = header.previous_log_bytes();
     contents[i] = *std::move(log);
@@ -252,8 +252,8 @@ absl::Status JobJournal::OpenEpoch(uint64_t epoch) {
   absl::StatusOr<std::unique_ptr<RecordLogWriter>> opened =
       RecordLogWriter::Open(path, header.SerializeAsString());
   if (!opened.ok()) return opened.status();
-  if (state::LogHeader existing; !existing.ParseFromString((*opened)->header()) ||
-                                 existing.epoch() != epoch) {
+  if (state::LogHeader existing;
+      !existing.ParseFromString((*opened)->header()) || existing.epoch() != epoch) {
     return absl::DataLossError(
         absl::StrCat(path, ": its header is not that of epoch ", epoch, "'s log"));
   }
@@ -337,8 +337,61 @@ absl::Status JobJournal::WriteEpochSnapshot(const EpochStart& start) {
           dir_, ": the snapshot of epoch ", start.epoch, " is written after its log is opened"));
     }
   }
-  if (absl::Status s = StageEpochStart(start); !s.ok()) return s;
+  if (!start.loss_stats_from_logs) {
+    if (absl::Status s = StageEpochStart(start); !s.ok()) return s;
+    return CommitSnapshot(start.epoch);
+  }
+  EpochStart derived = start;
+  if (absl::Status s = DeriveLossStats(&derived); !s.ok()) return s;
+  if (absl::Status s = StageEpochStart(derived); !s.ok()) return s;
   return CommitSnapshot(start.epoch);
+}
+
+absl::Status JobJournal::DeriveLossStats(EpochStart* start) const {
+  absl::StatusOr<DirFiles> files = ListDir(dir_);
+  if (!files.ok()) return files.status();
+  const auto newest = std::find_if(files->snapshots.rbegin(), files->snapshots.rend(),
+                                   [&](uint64_t e) { return e < start->epoch; });
+  if (newest == files->snapshots.rend()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(dir_, ": no snapshot before epoch ", start->epoch, " to derive it from"));
+  }
+  LossTable table(start->num_samples, start->ema_decay);
+  {
+    absl::StatusOr<Snapshot> previous = ReadSnapshot(SnapshotPath(*newest));
+    if (!previous.ok()) return previous.status();
+    if (!previous->loss_stats.empty()) {
+      if (absl::Status s = table.Restore(std::move(previous->loss_stats)); !s.ok()) {
+        return absl::DataLossError(absl::StrCat(SnapshotPath(*newest), ": ", s.message()));
+      }
+    }
+  }  // Its base and weights are not needed: freed here.
+  for (uint64_t e = *newest; e < start->epoch; ++e) {
+    const std::string path = LogPath(e);
+    absl::StatusOr<RecordLogContents> log = ReadRecordLog(path);
+    if (!log.ok()) return log.status();
+    state::WalRecord record;
+    for (size_t i = 0; i < log->records.size(); ++i) {
+      if (!record.ParseFromString(log->records[i])) {
+        return absl::DataLossError(absl::StrCat(path, ": record ", i, " is malformed"));
+      }
+      if (!record.has_losses()) continue;
+      const state::Losses& losses = record.losses();
+      if (losses.indices_size() != losses.losses_size()) {
+        return absl::DataLossError(absl::StrCat(path, ": record ", i, " is malformed"));
+      }
+      for (int k = 0; k < losses.indices_size(); ++k) {
+        if (losses.indices(k) >= start->num_samples) {
+          return absl::DataLossError(absl::StrCat(path, ": record ", i, " has index ",
+                                                  losses.indices(k), " >= num_samples"));
+        }
+        table.Apply(losses.indices(k), losses.losses(k), losses.epoch());
+      }
+    }
+  }
+  start->samples_seen = table.SamplesSeen();
+  if (start->samples_seen > 0) start->loss_stats = std::move(table).Release();
+  return absl::OkStatus();
 }
 
 JobJournal::EncodedLosses::EncodedLosses(const LossBatchView& batch) {

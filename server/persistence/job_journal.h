@@ -52,6 +52,7 @@
 #include "absl/types/span.h"
 #include "kernels/compute_backend.h"
 #include "server/loss_batch.h"
+#include "server/loss_table.h"
 #include "server/persistence/record_log.h"
 #include "server/persistence/snapshot.h"
 #include "server/persistence/state.pb.h"
@@ -73,6 +74,11 @@ class JobJournal {
     std::shared_ptr<const std::vector<float>> weights;  // W_epoch; null or empty: uniform.
     std::vector<SampleLossStats> loss_stats;            // Empty: no loss ever applied.
     uint64_t samples_seen = 0;
+    // WriteEpochSnapshot only: derive loss_stats from the previous snapshot and the logs of the
+    // epochs since (a LossTable of `num_samples` with `ema_decay` replaying their loss records).
+    bool loss_stats_from_logs = false;
+    uint64_t num_samples = 0;
+    double ema_decay = 0;
   };
 
   // Before epoch `epoch` is published, when an EndEpoch opened it (or when a recovered job
@@ -82,8 +88,12 @@ class JobJournal {
   // wal-<epoch>.log is the current log already; a new log is created with a synced header.
   absl::Status OpenEpoch(uint64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
   // After `start.epoch` was opened with OpenEpoch and published: writes its snapshot durably and
-  // removes the files of earlier epochs. FAILED_PRECONDITION if that epoch's log is not the one
-  // open (a later epoch opened meanwhile: its own snapshot will supersede this one).
+  // removes the files of earlier epochs. With `loss_stats_from_logs`, the loss statistics are
+  // those of the newest earlier snapshot with the loss records of its epoch's log and of every
+  // later closed epoch's log applied in order: the job's own table at the epoch's start, computed
+  // off the boundary's path (the job's table is written again as soon as the epoch is served).
+  // FAILED_PRECONDITION if that epoch's log is not the one open (a later epoch opened meanwhile:
+  // its own snapshot will supersede this one).
   absl::Status WriteEpochSnapshot(const EpochStart& start) ABSL_LOCKS_EXCLUDED(mu_);
   // Before an epoch planned by a creation or an upload is published: writes its snapshot
   // durably, then (if planned) opens its log.
@@ -168,6 +178,8 @@ class JobJournal {
  private:
   explicit JobJournal(std::string dir, bool replaying = false)
       : dir_(std::move(dir)), replaying_(replaying) {}
+  // The loss statistics at the start of `epoch` from the files (see WriteEpochSnapshot).
+  absl::Status DeriveLossStats(EpochStart* start) const;
   // Writes `start`'s snapshot to the page cache (StageSnapshot).
   absl::Status StageEpochStart(const EpochStart& start);
   absl::Status Log(const state::WalRecord& record);
