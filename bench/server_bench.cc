@@ -222,7 +222,9 @@ int main(int argc, char** argv) {
   std::printf("| indices/s to 1 rank | %.1f M/s | >= 50 M/s |\n", stream1 / 1e6);
   std::printf("| indices/s to 64 ranks (aggregate) | %.1f M/s | |\n", stream64 / 1e6);
   std::printf("| loss pairs/s ingested | %.1f M/s | >= 20 M/s |\n", ingest / 1e6);
-  std::printf("| epoch boundary, loss policy, N = %.0e | %.1f ms | <= 150 ms (in memory; --data_dir within 15%) |\n", (double)n,
-              boundary);
+  std::printf(
+      "| epoch boundary, loss policy, N = %.0e | %.1f ms | <= 150 ms (in memory; --data_dir within "
+      "15%%) |\n",
+      (double)n, boundary);
   return 0;
 }
