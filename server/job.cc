@@ -125,8 +125,9 @@ std::string Job::WhyNotServing(uint64_t epoch) const {
 absl::StatusOr<const LossTable*> Job::LossesWhilePlanning() const {
   absl::MutexLock lock(&mu_);
   if (const auto* closed = std::get_if<Closed>(&phase_)) return closed->reason;
-  // Only the planner leaves Planning for Serving (Publish): until the caller, that planner, has
-  // published, nothing writes the table. A closed job's table is never written again either.
+  // Called by EndEpoch right after it entered Planning for the next epoch: only that epoch's
+  // planner leaves this Planning (Publish, or Failed), and nothing writes the table until it has
+  // published. A closed job's table is never written again either.
   CHECK(IsPlanning()) << "job '" << name_ << "': loss table read off the lock while not planning";
   return losses_.has_value() ? &*losses_ : nullptr;
 }
@@ -306,11 +307,8 @@ void Job::FinishPlanningNext(absl::StatusOr<PlannedEpoch> planned) {
     return;
   }
   if (!Publish(*planned, nullptr) || journal_ == nullptr) return;
-  if (absl::Status s = journal_->WriteEpochSnapshot(start); !s.ok()) {
-    // The epoch is served; a restart recovers from the previous snapshot and the logs (kept).
-    LOG(ERROR) << "job '" << name_ << "': the snapshot of epoch " << epoch
-               << " was not written: " << s;
-  }
+  // Off this thread too, so that a short epoch's boundary never waits for the previous snapshot.
+  journal_->ScheduleEpochSnapshot(std::move(start));
 }
 
 // ---- Shards -------------------------------------------------------------------------------------
@@ -325,7 +323,10 @@ absl::StatusOr<ShardLease> Job::AcquireShard(uint64_t epoch, uint32_t rank, uint
   }
   absl::StatusOr<uint64_t> length =
       ShardLength(config_.plan.samples_per_epoch, config_.shard, rank);
-  if (!length.ok()) return length.status();
+  if (!length.ok()) {
+    return absl::Status(length.status().code(),
+                        absl::StrCat(length.status().message(), " (job '", name_, "')"));
+  }
   absl::MutexLock lock(&mu_);
   // Settled: the epoch is served, or can no longer be (closed, failed, not the current or next).
   auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -348,7 +349,10 @@ absl::StatusOr<ShardLease> Job::AcquireShard(uint64_t epoch, uint32_t rank, uint
                                                epoch, " of job '", name_, "'"));
     }
   }
-  if (epoch > epoch_ + 1) {
+  // A closed or failed job answers so first (UNAVAILABLE says retry; INTERNAL, tell the operator).
+  const bool settled_for_good =
+      std::holds_alternative<Closed>(phase_) || std::holds_alternative<Failed>(phase_);
+  if (epoch > epoch_ + 1 && !settled_for_good) {
     return absl::FailedPreconditionError(
         absl::StrCat("epoch = ", epoch, " of job '", name_, "' is not open; the current epoch is ",
                      epoch_, " (shards are served for the current and the next epoch)"));

@@ -5,6 +5,7 @@
 //   AwaitingUpload ──upload──> Planning(0) ──> Serving(e) ──every rank EndEpoch(e)──>
 //   Planning(e+1) ──> Serving(e+1) ...         any phase ──Close──> Closed
 //   Planning ──planning failed──> Failed       Serving(0), not started ──re-upload──> Planning(0)
+//   Planning(0) of an upload ──failed──> back to AwaitingUpload or the previous Serving(0)
 //
 // Jobs with a UNIFORM base plan epoch 0 at creation; STATIC / CLASS_BALANCED jobs wait for their
 // upload. The EpochPlanner (epoch_planner.h) computes each epoch off the lock; the Job publishes

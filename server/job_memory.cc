@@ -65,6 +65,9 @@ JobMemoryEstimate EstimateJobMemory(const JobConfig& config, const ComputeBacken
   const uint64_t weight_vectors = (weighted_base ? 2 : 0) + (loss_policy ? 2 : 0);
   e.weights = MulSat(MulSat(weight_vectors, n), sizeof(float));
   e.loss_stats = loss_policy ? MulSat(MulSat(persisted ? 3 : 1, n), sizeof(SampleLossStats)) : 0;
+  // Persisted: the closed epoch's log read back to derive the snapshot, twice its size (the file
+  // and its records), about 14 bytes per reported pair; one pair per plan position.
+  if (loss_policy && persisted) e.loss_stats = AddSat(e.loss_stats, MulSat(m, 28));
   e.scratch = backend.PlanScratchBytes(plan, /*weighted=*/weighted_base || loss_policy);
   e.ranks = MulSat(config.shard.world_size, kBytesPerRank);
   const uint64_t rest = AddSat(AddSat(AddSat(e.weights, e.loss_stats), e.scratch), e.ranks);

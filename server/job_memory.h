@@ -11,9 +11,10 @@
 //                             one is still read)
 //   base weights   8 N        STATIC / CLASS_BALANCED: the base, and an upload being installed
 //   epoch weights  8 N        with a loss policy: W_e and W_{e+1} during the recompute
-//   loss stats     8 N        with a loss policy only; 24 N when persisted: after a boundary the
-//                             journal derives the epoch's snapshot from the previous one (its
-//                             16 B/sample read back) and the logs (job_journal.h)
+//   loss stats     8 N        with a loss policy only; 24 N + 28 M when persisted: after a
+//                             boundary the journal derives the epoch's snapshot from the
+//                             previous one (16 B/sample read back) and the closed epoch's log
+//                             (read whole: ~2 x 14 B per reported pair) (job_journal.h)
 //   plan scratch   backend    ComputeBackend::PlanScratchBytes: for the CPU backend ~10 N for a
 //                             weighted draw with replacement (the draw table), 9 N + 9 M (or
 //                             2 N + 17 M) for a selection without replacement (M < N), nothing

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "glog/logging.h"
 #include "server/persistence/file_util.h"
 
 namespace samplerd {
@@ -172,7 +173,48 @@ absl::StatusOr<JobJournal::Recovered> JobJournal::Recover(std::string dir) {
   return recovered;
 }
 
-JobJournal::~JobJournal() = default;
+JobJournal::~JobJournal() { StopSnapshots(/*drop_pending=*/false); }
+
+void JobJournal::ScheduleEpochSnapshot(EpochStart start) {
+  absl::MutexLock lock(&snapshot_mu_);
+  if (snapshots_stopped_) return;
+  pending_snapshot_ = std::move(start);
+  if (snapshot_running_) return;  // The running thread takes it next.
+  // A thread that set snapshot_running_ = false has left the lock for good: joins at once.
+  if (snapshot_thread_.joinable()) snapshot_thread_.join();
+  snapshot_running_ = true;
+  snapshot_thread_ = std::thread([this] { WriteScheduledSnapshots(); });
+}
+
+void JobJournal::WriteScheduledSnapshots() {
+  while (true) {
+    EpochStart start;
+    {
+      absl::MutexLock lock(&snapshot_mu_);
+      if (!pending_snapshot_.has_value()) {
+        snapshot_running_ = false;
+        return;
+      }
+      start = *std::move(pending_snapshot_);
+      pending_snapshot_.reset();
+    }
+    if (absl::Status s = WriteEpochSnapshot(start); !s.ok()) {
+      LOG(ERROR) << dir_ << ": the snapshot of epoch " << start.epoch
+                 << " was not written (recovery replays the logs from an older one): " << s;
+    }
+  }
+}
+
+void JobJournal::StopSnapshots(bool drop_pending) {
+  std::thread thread;
+  {
+    absl::MutexLock lock(&snapshot_mu_);
+    snapshots_stopped_ = true;
+    if (drop_pending) pending_snapshot_.reset();
+    thread = std::move(snapshot_thread_);
+  }
+  if (thread.joinable()) thread.join();
+}
 
 absl::Status JobJournal::StageSnapshot(const state::SnapshotHeader& header,
                                        absl::Span<const float> base,
@@ -292,6 +334,7 @@ absl::Status JobJournal::Sync() {
 }
 
 absl::Status JobJournal::Remove() {
+  StopSnapshots(/*drop_pending=*/true);
   {
     absl::MutexLock lock(&mu_);
     log_.reset();
@@ -332,7 +375,7 @@ absl::Status JobJournal::StartEpochDurably(const EpochStart& start) {
 absl::Status JobJournal::WriteEpochSnapshot(const EpochStart& start) {
   {
     absl::MutexLock lock(&mu_);
-    if (log_ == nullptr || log_epoch_ != start.epoch) {
+    if (log_ == nullptr || log_epoch_ < start.epoch) {
       return absl::FailedPreconditionError(absl::StrCat(
           dir_, ": the snapshot of epoch ", start.epoch, " is written after its log is opened"));
     }

@@ -41,7 +41,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -88,13 +90,19 @@ class JobJournal {
   // wal-<epoch>.log is the current log already; a new log is created with a synced header.
   absl::Status OpenEpoch(uint64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
   // After `start.epoch` was opened with OpenEpoch and published: writes its snapshot durably and
-  // removes the files of earlier epochs. With `loss_stats_from_logs`, the loss statistics are
+  // removes the files of earlier epochs (an epoch opened since does not stop it: its own
+  // snapshot will supersede this one). With `loss_stats_from_logs`, the loss statistics are
   // those of the newest earlier snapshot with the loss records of its epoch's log and of every
   // later closed epoch's log applied in order: the job's own table at the epoch's start, computed
   // off the boundary's path (the job's table is written again as soon as the epoch is served).
   // FAILED_PRECONDITION if that epoch's log is not the one open (a later epoch opened meanwhile:
   // its own snapshot will supersede this one).
   absl::Status WriteEpochSnapshot(const EpochStart& start) ABSL_LOCKS_EXCLUDED(mu_);
+  // WriteEpochSnapshot on the journal's snapshot thread, so that neither the epoch boundary nor
+  // the next one waits for it: a start scheduled while one is written replaces any not yet
+  // begun (the newest supersedes). A failure is logged; recovery then starts from the older
+  // snapshot and the logs, which are kept.
+  void ScheduleEpochSnapshot(EpochStart start) ABSL_LOCKS_EXCLUDED(snapshot_mu_);
   // Before an epoch planned by a creation or an upload is published: writes its snapshot
   // durably, then (if planned) opens its log.
   absl::Status StartEpochDurably(const EpochStart& start) ABSL_LOCKS_EXCLUDED(mu_);
@@ -171,13 +179,19 @@ class JobJournal {
   // Makes every record appended so far durable.
   absl::Status Sync() ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Removes the directory (the job was deleted): the snapshots first, so that a crash midway
-  // leaves a directory that Recover discards.
+  // Removes the directory (the job was deleted): waits for a snapshot being written and drops
+  // any scheduled one, then removes the snapshots first, so that a crash midway leaves a
+  // directory that Recover discards.
   absl::Status Remove() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   explicit JobJournal(std::string dir, bool replaying = false)
       : dir_(std::move(dir)), replaying_(replaying) {}
+  // The snapshot thread's loop: writes the scheduled starts until none is left.
+  void WriteScheduledSnapshots() ABSL_LOCKS_EXCLUDED(snapshot_mu_);
+  // No snapshot is scheduled any more; waits for the thread. With `drop_pending`, a scheduled
+  // snapshot not yet begun is not written.
+  void StopSnapshots(bool drop_pending) ABSL_LOCKS_EXCLUDED(snapshot_mu_);
   // The loss statistics at the start of `epoch` from the files (see WriteEpochSnapshot).
   absl::Status DeriveLossStats(EpochStart* start) const;
   // Writes `start`'s snapshot to the page cache (StageSnapshot).
@@ -196,6 +210,13 @@ class JobJournal {
   uint64_t log_epoch_ ABSL_GUARDED_BY(mu_) = 0;  // The epoch of log_, if any.
   absl::Status error_ ABSL_GUARDED_BY(mu_);      // Sticky: a previous log failed to sync.
   bool replaying_ ABSL_GUARDED_BY(mu_);
+
+  // The snapshot thread (ScheduleEpochSnapshot). Never held with mu_ (the thread takes mu_).
+  absl::Mutex snapshot_mu_;
+  std::thread snapshot_thread_ ABSL_GUARDED_BY(snapshot_mu_);
+  bool snapshot_running_ ABSL_GUARDED_BY(snapshot_mu_) = false;
+  bool snapshots_stopped_ ABSL_GUARDED_BY(snapshot_mu_) = false;
+  std::optional<EpochStart> pending_snapshot_ ABSL_GUARDED_BY(snapshot_mu_);
 };
 
 }  // namespace samplerd

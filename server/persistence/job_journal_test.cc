@@ -688,3 +688,52 @@ TEST_F(JobJournalTest, ADirectoryWithForeignFilesIsNotFoundAndLeftAlone) {
 
 }  // namespace
 }  // namespace samplerd
+
+namespace samplerd {
+namespace {
+
+JobJournal::EpochStart PlannedStart(uint64_t epoch, std::vector<float> weights) {
+  JobJournal::EpochStart start;
+  start.job = "j";
+  start.spec = "spec";
+  start.epoch = epoch;
+  start.planned = true;
+  start.weights = std::make_shared<const std::vector<float>>(std::move(weights));
+  return start;
+}
+
+TEST_F(JobJournalTest, ScheduledSnapshotsAreWrittenOffTheCallerAndTheNewestSupersedes) {
+  auto journal = Create();
+  ASSERT_NE(journal, nullptr);
+  WriteEpochSnapshot(*journal, 0);
+  ASSERT_TRUE(journal->OpenEpoch(0).ok());
+  ASSERT_TRUE(journal->OpenEpoch(1).ok());
+  ASSERT_TRUE(journal->OpenEpoch(2).ok());
+  // Epoch 1's snapshot is scheduled after epoch 2 opened (a short epoch): still allowed.
+  journal->ScheduleEpochSnapshot(PlannedStart(1, Weights(1)));
+  journal->ScheduleEpochSnapshot(PlannedStart(2, Weights(2)));
+  journal.reset();  // Waits for what was scheduled.
+  EXPECT_THAT(FileNames(dir_), ElementsAre("snapshot-2.bin", "wal-2.log"));
+  absl::StatusOr<JobJournal::Recovered> recovered = JobJournal::Recover(dir_);
+  ASSERT_TRUE(recovered.ok()) << recovered.status();
+  EXPECT_EQ(recovered->snapshot.header.epoch(), 2u);
+  EXPECT_EQ(recovered->snapshot.weights, Weights(2));
+}
+
+TEST_F(JobJournalTest, RemoveWaitsForAScheduledSnapshotAndLeavesNothing) {
+  auto journal = Create();
+  ASSERT_NE(journal, nullptr);
+  WriteEpochSnapshot(*journal, 0);
+  ASSERT_TRUE(journal->OpenEpoch(0).ok());
+  ASSERT_TRUE(journal->OpenEpoch(1).ok());
+  journal->ScheduleEpochSnapshot(PlannedStart(1, std::vector<float>(1 << 20, 1.0f)));
+  ASSERT_TRUE(journal->Remove().ok());
+  // A snapshot committed after the removal would bring the deleted job back at a restart.
+  EXPECT_FALSE(std::filesystem::exists(dir_));
+  journal->ScheduleEpochSnapshot(PlannedStart(1, Weights(1)));  // Ignored once removed.
+  journal.reset();
+  EXPECT_FALSE(std::filesystem::exists(dir_));
+}
+
+}  // namespace
+}  // namespace samplerd
