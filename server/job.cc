@@ -92,9 +92,9 @@ absl::Status Job::CheckEpochOpen(uint64_t epoch) const {
     return absl::FailedPreconditionError(absl::StrCat(
         "epoch = ", epoch, " of job '", name_, "' is closed; the current epoch is ", epoch_));
   }
+  const std::string why = serving ? "" : absl::StrCat(" (", WhyNotServing(epoch_), ")");
   return absl::FailedPreconditionError(absl::StrCat(
-      "epoch = ", epoch, " of job '", name_, "' is not open; the current epoch is ", epoch_,
-      serving ? "" : " (", serving ? "" : WhyNotServing(epoch_), serving ? "" : ")"));
+      "epoch = ", epoch, " of job '", name_, "' is not open; the current epoch is ", epoch_, why));
 }
 
 std::string Job::WhyNotServing(uint64_t epoch) const {
@@ -274,6 +274,7 @@ bool Job::Publish(const PlannedEpoch& planned, std::shared_ptr<const std::vector
 }
 
 void Job::FinishPlanningNext(absl::StatusOr<PlannedEpoch> planned) {
+  // The epoch being planned: EndEpoch made it current when it entered Planning.
   const uint64_t epoch = [&] {
     absl::MutexLock lock(&mu_);
     return epoch_;

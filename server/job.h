@@ -15,6 +15,10 @@
 // a plan or weights are computed or while a client is streamed to: readers take a reference to
 // the immutable EpochView (plan + weights of the epoch) and release the lock.
 //
+// Lock order: Job::mu_, then JobJournal's lock (the Log* calls are made under mu_). The
+// EpochPlanner's locks are never taken with mu_ held; its thread takes mu_ (in the `done`
+// callback) but never the planner's own lock, so EpochPlanner::Stop may join it under that lock.
+//
 // Rules (see proto/samplerd.proto for the client-visible contract):
 //   - Losses for the serving epoch are applied; older epochs are counted as stale; later epochs
 //     are FAILED_PRECONDITION.
