@@ -125,12 +125,33 @@ def test_loss_batch_checks_the_values_as_sent(indices, losses, message):
         samplerd.check_loss_batch(indices, losses)
 
 
-def test_loss_batch_accepts_integral_floats_and_the_largest_index():
-    idx, los = samplerd.check_loss_batch(np.array([3.0, 2.0**62]), np.array([0.0, 3e38]))
+def test_loss_batch_accepts_integer_indices_up_to_the_largest():
+    idx, los = samplerd.check_loss_batch(np.array([3, 2**62]), np.array([0.0, 3e38]))
     assert idx.dtype == np.int64 and idx.tolist() == [3, 2**62]
     assert los.dtype == np.float32 and np.all(np.isfinite(los))
     idx, _ = samplerd.check_loss_batch(np.array([2**63 - 1], dtype=np.uint64), [1.0])
     assert idx.tolist() == [2**63 - 1]
+
+
+@pytest.mark.parametrize("indices, dtype", [
+    (np.array([16777217], dtype=np.float32), "float32"),  # Holds 16777216: already rounded.
+    (np.array([3.0, 4.0]), "float64"),                    # Whole-valued, still refused.
+    ([1.0, 2.0], "float64"),
+    (np.array([1], dtype=np.float16), "float16"),
+])
+def test_floating_point_indices_are_refused_naming_the_dtype(client, indices, dtype):
+    """A float index may already have been rounded (float32 above 2^24), so none is accepted,
+    whole-valued or not; the batch is refused before anything is sent."""
+    client.create_job("f", num_samples=1 << 25, world_size=1)
+    next(client.stream_shard("f", 0, 0, 1))  # Open epoch 0: a sent batch would be accepted.
+    losses = [0.5] * len(indices)
+    with pytest.raises(samplerd.InvalidArgument,
+                       match=rf"indices: dtype {dtype} is a floating-point type"):
+        samplerd.check_loss_batch(indices, losses)
+    with pytest.raises(samplerd.InvalidArgument,
+                       match=rf"indices: dtype {dtype} is a floating-point type"):
+        client.report_losses("f", 0, 0, indices, losses, seq=0)
+    assert client.status("f").ranks[0].losses_accepted == 0
 
 
 def test_client_side_argument_errors(client):

@@ -108,9 +108,9 @@ def check_loss_batch(indices, losses, num_samples: Optional[int] = None):
     """Validates one batch of (index, loss) pairs; returns them as (int64, float32) arrays.
 
     The one client-side check of loss batches (the server checks them again). A batch has 1 to
-    MAX_LOSS_BATCH_PAIRS pairs (proto/samplerd.proto). Indices must be integers (or integral
-    floats) in [0, num_samples), or [0, 2^63) without num_samples; losses must be >= 0 and
-    finite as float32, the type they are sent as.
+    MAX_LOSS_BATCH_PAIRS pairs (proto/samplerd.proto). Indices must be of an integer dtype
+    (never floating point, even whole-valued) in [0, num_samples), or [0, 2^63) without
+    num_samples; losses must be >= 0 and finite as float32, the type they are sent as.
 
     Raises:
         InvalidArgument: naming the field and the first bad value.
@@ -128,11 +128,15 @@ def check_loss_batch(indices, losses, num_samples: Optional[int] = None):
         raise _bad("indices: empty batch")
     if idx.size > pb.MAX_LOSS_BATCH_PAIRS:
         raise _bad(f"indices: {idx.size} pairs in one batch; at most {pb.MAX_LOSS_BATCH_PAIRS}")
-    if idx.dtype.kind not in "iu" and not (
-            idx.dtype.kind == "f" and np.all(np.isfinite(idx)) and np.all(idx == np.floor(idx))):
+    # Floats are refused even when whole-valued: float32 holds only integers up to 2^24
+    # exactly (16777217 is already 16777216), so a float index may be another sample's.
+    if idx.dtype.kind == "f":
+        raise _bad(f"indices: dtype {idx.dtype} is a floating-point type; indices must be "
+                   "integers (an int64 tensor or array): a float index may already be rounded")
+    if idx.dtype.kind not in "iu":
         raise _bad(f"indices: dtype {idx.dtype} is not an integer type")
-    # Range checks before the conversion to int64, which would wrap uint64 values >= 2^63 and
-    # large floats to negative numbers.
+    # Range checks before the conversion to int64, which would wrap uint64 values >= 2^63 to
+    # negative numbers.
     bad = np.flatnonzero(idx < 0)
     if bad.size:
         raise _bad(f"indices[{bad[0]}] = {idx[bad[0]]}: must be >= 0")
@@ -510,7 +514,8 @@ class Client:
 
         Args:
             job, epoch, rank: whose losses (epoch: the epoch the samples were drawn in).
-            indices: dataset indices in [0, N) (list, array or CPU tensor, 1-D).
+            indices: integer dataset indices in [0, N) (list, array or CPU tensor, 1-D; a
+                floating-point dtype is refused).
             losses: one finite loss >= 0 per index.
             seq: per (epoch, rank) batch number; a retried batch with the same seq is not
                 applied twice (counted as duplicates), so use a new seq for every batch.
@@ -519,8 +524,8 @@ class Client:
             The LossReportSummary (accepted, stale, duplicates, stale_epochs, batches).
         Raises:
             InvalidArgument: shapes differ, empty or oversized batch, NaN/inf/negative loss,
-                index out of range (named, here or on the server); nothing of the batch is
-                applied.
+                floating-point indices, index out of range (named, here or on the server);
+                nothing of the batch is applied.
             FailedPrecondition: the epoch is not open yet.
             NotFound, Unavailable, DataLoss (see report_loss_batches).
         """

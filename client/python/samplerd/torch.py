@@ -247,7 +247,9 @@ class DistributedWeightedSampler(Sampler):
         Accepts tensors (any device), numpy arrays or lists. Sent asynchronously in batches.
 
         Raises:
-            InvalidArgument: shapes differ, a loss is NaN/inf/negative, an index is out of range.
+            InvalidArgument: shapes differ, a loss is NaN/inf/negative, an index is out of range,
+                the indices are floating point (refused even when whole-valued: a float32
+                index above 2^24 may already be rounded to another sample's).
         """
         self._raise_send_error()
         if self._iter_epoch is None:
