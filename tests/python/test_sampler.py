@@ -128,6 +128,107 @@ def test_a_consumer_that_stops_early_releases_the_stream(client, server, prefetc
             t.name == "samplerd-prefetch-0" for t in threading.enumerate()):
         time.sleep(0.05)
     assert not [t.name for t in threading.enumerate() if t.name == "samplerd-prefetch-0"]
-    # The same epoch can be iterated again from the start, whole.
-    assert len(list(sampler)) == 300_000
+    # The same epoch can be iterated again from the start, whole (set_epoch: without it the
+    # next iteration would serve the next epoch).
+    sampler.set_epoch(0)
+    again = list(sampler)
+    assert len(again) == 300_000 and again[0] == first
     sampler.close()
+
+
+def test_float_index_tensors_are_refused_naming_the_dtype(client, server):
+    """float32 holds 16777217 as 16777216: a float index tensor is refused, not rounded."""
+    n = (1 << 24) + 2
+    client.create_job("fl", num_samples=n, world_size=1, samples_per_epoch=8)
+    sampler = DistributedWeightedSampler(server.address, "fl", rank=0, world_size=1)
+    list(sampler)
+    with pytest.raises(samplerd.InvalidArgument, match=r"indices: dtype float32 is a floating"):
+        sampler.report(torch.tensor([16777217], dtype=torch.float32), torch.tensor([0.5]))
+    with pytest.raises(samplerd.InvalidArgument, match=r"indices: dtype float64 is a floating"):
+        sampler.report(torch.tensor([3.0], dtype=torch.float64), torch.tensor([0.5]))
+    sampler.report(torch.tensor([16777217]), torch.tensor([0.5]))  # int64: exact.
+    sampler.flush()
+    assert client.status("fl").ranks[0].losses_accepted == 1
+    assert sampler.last_summary["accepted"] == 1
+    sampler.close()
+
+
+@pytest.mark.parametrize("prefetch", [True, False])
+def test_a_failed_iteration_leaves_the_sampler_usable(client, server, prefetch):
+    """An epoch the server refuses to stream is not begun: its error is raised once, by the
+    iteration, and set_epoch, the next iteration and close() work (no EndEpoch of it)."""
+    client.create_job("fail", num_samples=40, world_size=1)
+    sampler = DistributedWeightedSampler(server.address, "fail", rank=0, world_size=1,
+                                         prefetch=prefetch, timeout=5)
+    sampler.set_epoch(5)
+    with pytest.raises(samplerd.SamplerError, match="5") as failed:
+        list(sampler)
+    with pytest.raises(type(failed.value)):  # Retrying the same epoch fails the same way.
+        list(sampler)
+    with pytest.raises(samplerd.FailedPrecondition, match="before the sampler was iterated"):
+        sampler.report([1], [0.5])  # Nothing was begun, so no epoch to report losses for.
+    sampler.set_epoch(0)
+    got = list(sampler)
+    np.testing.assert_array_equal(got, client.read_shard("fail", 0, 0, 1))
+    sampler.report(got[:4], [1.0] * 4)
+    sampler.close()  # Flushes and ends epoch 0, not 5.
+    assert client.status("fail").job.current_epoch == 1
+    assert sampler.last_summary["accepted"] == 4
+
+
+def test_a_failed_iteration_after_a_served_epoch_ends_only_the_served_one(client, server):
+    client.create_job("fail2", num_samples=40, world_size=1)
+    sampler = DistributedWeightedSampler(server.address, "fail2", rank=0, world_size=1,
+                                         timeout=5)
+    list(sampler)  # Epoch 0.
+    sampler.set_epoch(7)  # Moving on ends epoch 0.
+    assert client.status("fail2").job.current_epoch == 1
+    with pytest.raises(samplerd.SamplerError, match="7"):
+        list(sampler)
+    sampler.set_epoch(1)
+    np.testing.assert_array_equal(list(sampler), client.read_shard("fail2", 1, 0, 1))
+    sampler.close()
+    assert client.status("fail2").job.current_epoch == 2
+
+
+def test_without_set_epoch_each_iteration_serves_the_next_epoch(client, server):
+    """Whether the previous iteration was consumed whole or stopped early (break), the next one
+    without set_epoch serves the next epoch and ends the previous one on the server."""
+    client.create_job("next", num_samples=30, world_size=1)
+    sampler = DistributedWeightedSampler(server.address, "next", rank=0, world_size=1)
+    np.testing.assert_array_equal(list(sampler), client.read_shard("next", 0, 0, 1))
+    np.testing.assert_array_equal(list(sampler), client.read_shard("next", 1, 0, 1))
+    assert client.status("next").job.current_epoch == 1  # Epoch 1 not ended yet.
+    for _ in sampler:  # Epoch 2, stopped early.
+        break
+    assert client.status("next").job.current_epoch == 2
+    np.testing.assert_array_equal(list(sampler), client.read_shard("next", 3, 0, 1))
+    assert client.status("next").job.current_epoch == 3
+    sampler.set_epoch(3)  # An epoch is served again only when asked for.
+    it = iter(sampler)
+    first = next(it)
+    it.close()
+    sampler.set_epoch(3)
+    again = list(sampler)
+    assert again[0] == first
+    np.testing.assert_array_equal(again, client.read_shard("next", 3, 0, 1))
+    sampler.close()
+    assert client.status("next").job.current_epoch == 4
+
+
+def test_a_dataloader_loop_without_set_epoch_advances_after_a_break(client, server):
+    n = 32
+    client.create_job("dlb", num_samples=n, world_size=1)
+    sampler = DistributedWeightedSampler(server.address, "dlb", rank=0, world_size=1)
+    loader = DataLoader(IndexedDataset(TensorDataset(torch.arange(n))), sampler=sampler,
+                        batch_size=4)
+    for epoch in range(3):
+        seen = []
+        for step, (idx, _) in enumerate(loader):
+            seen.extend(idx.tolist())
+            if epoch == 0 and step == 1:
+                break  # A shortened epoch.
+        expected = client.read_shard("dlb", epoch, 0, 1)
+        np.testing.assert_array_equal(seen, expected[:8] if epoch == 0 else expected)
+    sampler.close()
+    assert client.status("dlb").job.current_epoch == 3

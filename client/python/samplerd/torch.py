@@ -10,6 +10,10 @@
             loss.mean().backward(); opt.step(); opt.zero_grad()
     sampler.close()   # Flushes the last losses and ends the last epoch.
 
+Without set_epoch() each iteration serves the epoch after the one the previous iteration served,
+also when that one stopped early (break); set_epoch(e) makes the next iteration serve e. An
+iteration whose stream failed before delivering served nothing (see set_epoch).
+
 An epoch ends on the server (its losses flushed, then EndEpoch) when this rank moves on: at the
 next set_epoch() or iteration, or at close(). Not when the sampler's iterator is exhausted: a
 DataLoader draws indices ahead of training, and the losses of those last batches must still count.
@@ -115,8 +119,11 @@ class DistributedWeightedSampler(Sampler):
         self.report_batch_size = report_batch_size
         self.timeout = timeout
         self.end_epoch_on_exhaust = end_epoch
+        # The epoch the next iteration serves: set_epoch's, else the one after the last served.
         self.epoch = described.current_epoch
-        self._iter_epoch = None  # The epoch losses are reported for.
+        # The epoch served (its stream delivered) and not yet ended: the one losses are reported
+        # for, and the one end_epoch() ends. An epoch whose stream failed is never recorded.
+        self._iter_epoch = None
         self._seq = 0
         self._seq_epoch = None
         self._pending_idx, self._pending_loss = [], []
@@ -137,7 +144,13 @@ class DistributedWeightedSampler(Sampler):
 
     def set_epoch(self, epoch: int) -> None:
         """Selects the epoch the next iteration serves (as DistributedSampler.set_epoch), and
-        ends the previously iterated epoch if it differs."""
+        ends the previously served epoch if it differs.
+
+        Without it, an iteration serves the epoch after the previous served one (the job's
+        current epoch for the first), whether that one was consumed whole or stopped early
+        (break, exception): to serve an epoch again, call set_epoch with it. An iteration whose
+        stream failed before delivering anything served nothing: the next one retries its epoch.
+        """
         if self._iter_epoch is not None and self._iter_epoch != int(epoch):
             self.end_epoch()
         self.epoch = int(epoch)
@@ -156,17 +169,24 @@ class DistributedWeightedSampler(Sampler):
     def __iter__(self):
         epoch = self.epoch
         if self._iter_epoch is not None and self._iter_epoch != epoch:
+            # Before streaming `epoch`: the server plans it once every rank ended the last one.
             self.end_epoch()
-        self._begin_epoch(epoch)
         chunks = self._prefetched(epoch) if self.prefetch else self.client.stream_shard(
             self.job, epoch, self.rank, self.world_size, timeout=self.timeout)
+        served = False
         try:
             for chunk in chunks:
+                if not served:
+                    # Begun only now that the stream delivered: a refused epoch (not open, too
+                    # far ahead) raises here once and leaves nothing to end or report for.
+                    self._serve_epoch(epoch)
+                    served = True
                 for index in chunk.indices.tolist():
                     yield index
         finally:
             chunks.close()  # A consumer that stops early releases the stream (and prefetcher) now.
-        self.epoch = epoch + 1  # The next iteration serves the next epoch unless set_epoch.
+        if not served:  # An empty shard, streamed without error.
+            self._serve_epoch(epoch)
 
     def _prefetched(self, epoch):
         q = queue.Queue(maxsize=4)  # Bounded: at most a few chunks ahead of training.
@@ -207,8 +227,13 @@ class DistributedWeightedSampler(Sampler):
 
     # -- losses ---------------------------------------------------------------------------------
 
-    def _begin_epoch(self, epoch):
+    def _serve_epoch(self, epoch):
+        """Records `epoch` as served (its stream delivered): losses are reported for it, it is
+        ended when the rank moves on, and the next iteration without set_epoch serves epoch + 1
+        (decided now, not when the iterator is closed: a DataLoader may drop its iterator after
+        a break only at garbage collection)."""
         self._iter_epoch = epoch
+        self.epoch = epoch + 1
         if self._seq_epoch != epoch:  # seq numbers batches per (epoch, rank); a re-iteration
             self._seq_epoch = epoch   # of the same epoch continues them (no false "retries").
             self._seq = 0
