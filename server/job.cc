@@ -293,9 +293,10 @@ void Job::FinishPlanningNext(absl::StatusOr<PlannedEpoch> planned) {
       base = base_;
     }
     start = MakeEpochStart(epoch, /*planned=*/true, std::move(base), planned->view.weights, {}, 0);
-    start.loss_stats_from_logs = config_.policy.loss != LossWeightKind::kNone;
-    start.num_samples = config_.plan.num_samples;
-    start.ema_decay = config_.policy.ema_decay;
+    if (config_.policy.loss != LossWeightKind::kNone) {
+      start.loss_stats_from_logs = JobJournal::EpochStart::LossTableParams{
+          config_.plan.num_samples, config_.policy.ema_decay};
+    }
     status = journal_->OpenEpoch(epoch);
   }
   if (!status.ok()) {

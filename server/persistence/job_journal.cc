@@ -380,7 +380,7 @@ absl::Status JobJournal::WriteEpochSnapshot(const EpochStart& start) {
           dir_, ": the snapshot of epoch ", start.epoch, " is written after its log is opened"));
     }
   }
-  if (!start.loss_stats_from_logs) {
+  if (!start.loss_stats_from_logs.has_value()) {
     if (absl::Status s = StageEpochStart(start); !s.ok()) return s;
     return CommitSnapshot(start.epoch);
   }
@@ -399,7 +399,8 @@ absl::Status JobJournal::DeriveLossStats(EpochStart* start) const {
     return absl::FailedPreconditionError(
         absl::StrCat(dir_, ": no snapshot before epoch ", start->epoch, " to derive it from"));
   }
-  LossTable table(start->num_samples, start->ema_decay);
+  const uint64_t n = start->loss_stats_from_logs->num_samples;
+  LossTable table(n, start->loss_stats_from_logs->ema_decay);
   {
     absl::StatusOr<Snapshot> previous = ReadSnapshot(SnapshotPath(*newest));
     if (!previous.ok()) return previous.status();
@@ -424,7 +425,7 @@ absl::Status JobJournal::DeriveLossStats(EpochStart* start) const {
         return absl::DataLossError(absl::StrCat(path, ": record ", i, " is malformed"));
       }
       for (int k = 0; k < losses.indices_size(); ++k) {
-        if (losses.indices(k) >= start->num_samples) {
+        if (losses.indices(k) >= n) {
           return absl::DataLossError(absl::StrCat(path, ": record ", i, " has index ",
                                                   losses.indices(k), " >= num_samples"));
         }

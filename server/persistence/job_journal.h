@@ -76,11 +76,14 @@ class JobJournal {
     std::shared_ptr<const std::vector<float>> weights;  // W_epoch; null or empty: uniform.
     std::vector<SampleLossStats> loss_stats;            // Empty: no loss ever applied.
     uint64_t samples_seen = 0;
-    // WriteEpochSnapshot only: derive loss_stats from the previous snapshot and the logs of the
-    // epochs since (a LossTable of `num_samples` with `ema_decay` replaying their loss records).
-    bool loss_stats_from_logs = false;
-    uint64_t num_samples = 0;
-    double ema_decay = 0;
+    // WriteEpochSnapshot only, instead of loss_stats and samples_seen (which it then fills):
+    // derive them from the previous snapshot and the logs of the epochs since, replaying their
+    // loss records into a LossTable with these parameters.
+    struct LossTableParams {
+      uint64_t num_samples = 0;
+      double ema_decay = 0;
+    };
+    std::optional<LossTableParams> loss_stats_from_logs;
   };
 
   // Before epoch `epoch` is published, when an EndEpoch opened it (or when a recovered job
