@@ -7,6 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "google/protobuf/descriptor.h"
+// IsStructurallyValidUTF8: the very check protobuf applies to proto3 strings when parsing.
+#include "google/protobuf/stubs/common.h"
 #include "google/protobuf/unknown_field_set.h"
 #include "grpcpp/support/proto_buffer_reader.h"
 
@@ -15,40 +17,6 @@ namespace {
 
 // Longest prefix of a bad string value quoted in an error.
 constexpr size_t kMaxQuotedBytes = 64;
-
-// Well-formed UTF-8 as protobuf requires of proto3 strings: no overlong forms, no surrogates,
-// nothing above U+10FFFF.
-bool IsValidUtf8(absl::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const unsigned char c = s[i];
-    size_t extra;
-    unsigned char lo = 0x80, hi = 0xBF;  // Range of the second byte.
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if (c >= 0xC2 && c <= 0xDF) {
-      extra = 1;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      extra = 2;
-      if (c == 0xE0) lo = 0xA0;  // Overlong.
-      if (c == 0xED) hi = 0x9F;  // Surrogates.
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      extra = 3;
-      if (c == 0xF0) lo = 0x90;  // Overlong.
-      if (c == 0xF4) hi = 0x8F;  // Above U+10FFFF.
-    } else {
-      return false;
-    }
-    if (s.size() - i <= extra) return false;
-    for (size_t k = 1; k <= extra; ++k) {
-      const unsigned char b = s[i + k];
-      if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) return false;
-    }
-    i += extra + 1;
-  }
-  return true;
-}
 
 // Why `bytes` do not parse as `type`. Diagnosed only after a failed parse, so it costs nothing
 // on the good path: bytes that are well-formed wire format but do not parse have a string field
@@ -61,7 +29,7 @@ std::string WhyUnparseable(const std::string& bytes, const google::protobuf::Des
       if (f.type() != google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED) continue;
       const google::protobuf::FieldDescriptor* field = type.FindFieldByNumber(f.number());
       if (field == nullptr || field->type() != google::protobuf::FieldDescriptor::TYPE_STRING ||
-          IsValidUtf8(f.length_delimited())) {
+          google::protobuf::internal::IsStructurallyValidUTF8(f.length_delimited())) {
         continue;
       }
       const std::string& value = f.length_delimited();

@@ -450,11 +450,7 @@ JobJournal::EncodedLosses::EncodedLosses(const LossBatchView& batch) {
 }
 
 absl::Status JobJournal::LogLosses(const EncodedLosses& batch) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (replaying_) return absl::OkStatus();
-  }
-  return Append(batch.bytes_);
+  return AppendUnlessReplaying(batch.bytes_);
 }
 
 absl::Status JobJournal::LogRankEnded(uint64_t epoch, uint32_t rank) {
@@ -474,11 +470,15 @@ absl::Status JobJournal::LogStreamed(uint64_t epoch, uint32_t rank, uint64_t pos
 }
 
 absl::Status JobJournal::Log(const state::WalRecord& record) {
+  return AppendUnlessReplaying(record.SerializeAsString());
+}
+
+absl::Status JobJournal::AppendUnlessReplaying(absl::string_view record) {
   {
     absl::MutexLock lock(&mu_);
     if (replaying_) return absl::OkStatus();
   }
-  return Append(record.SerializeAsString());
+  return Append(record);
 }
 
 absl::Status JobJournal::Replay(const std::vector<state::WalRecord>& records,

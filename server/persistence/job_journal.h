@@ -200,6 +200,8 @@ class JobJournal {
   // Writes `start`'s snapshot to the page cache (StageSnapshot).
   absl::Status StageEpochStart(const EpochStart& start);
   absl::Status Log(const state::WalRecord& record);
+  // Append, except in replay mode (the records replayed are the journal's own).
+  absl::Status AppendUnlessReplaying(absl::string_view record) ABSL_LOCKS_EXCLUDED(mu_);
   std::string SnapshotPath(uint64_t epoch) const;
   std::string LogPath(uint64_t epoch) const;
   // Creates wal-<epoch>.log, durably, if it is absent and snapshot-<epoch> is staged.

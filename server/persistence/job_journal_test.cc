@@ -702,17 +702,29 @@ JobJournal::EpochStart PlannedStart(uint64_t epoch, std::vector<float> weights) 
   return start;
 }
 
-TEST_F(JobJournalTest, ScheduledSnapshotsAreWrittenOffTheCallerAndTheNewestSupersedes) {
+TEST_F(JobJournalTest, AScheduledSnapshotIsWrittenAfterALaterEpochOpened) {
   auto journal = Create();
   ASSERT_NE(journal, nullptr);
   WriteEpochSnapshot(*journal, 0);
   ASSERT_TRUE(journal->OpenEpoch(0).ok());
   ASSERT_TRUE(journal->OpenEpoch(1).ok());
   ASSERT_TRUE(journal->OpenEpoch(2).ok());
-  // Epoch 1's snapshot is scheduled after epoch 2 opened (a short epoch): still allowed.
+  // Epoch 1's snapshot, scheduled after epoch 2 opened (a short epoch), is still written.
+  journal->ScheduleEpochSnapshot(PlannedStart(1, Weights(1)));
+  journal.reset();  // Waits for what was scheduled.
+  EXPECT_THAT(FileNames(dir_), ElementsAre("snapshot-1.bin", "wal-1.log", "wal-2.log"));
+}
+
+TEST_F(JobJournalTest, ScheduledSnapshotsEndAtTheNewest) {
+  auto journal = Create();
+  ASSERT_NE(journal, nullptr);
+  WriteEpochSnapshot(*journal, 0);
+  ASSERT_TRUE(journal->OpenEpoch(0).ok());
+  ASSERT_TRUE(journal->OpenEpoch(1).ok());
+  ASSERT_TRUE(journal->OpenEpoch(2).ok());
   journal->ScheduleEpochSnapshot(PlannedStart(1, Weights(1)));
   journal->ScheduleEpochSnapshot(PlannedStart(2, Weights(2)));
-  journal.reset();  // Waits for what was scheduled.
+  journal.reset();
   EXPECT_THAT(FileNames(dir_), ElementsAre("snapshot-2.bin", "wal-2.log"));
   absl::StatusOr<JobJournal::Recovered> recovered = JobJournal::Recover(dir_);
   ASSERT_TRUE(recovered.ok()) << recovered.status();
