@@ -89,25 +89,30 @@ double StreamThroughput(SamplerClient& client, uint64_t n, uint32_t world_size) 
   return Median(rates);
 }
 
-// Builds loss batches covering [0, n) for (job, epoch, rank 0) in batches of `batch`.
-std::vector<v1::LossBatch> LossBatches(const std::string& job, uint64_t epoch, uint64_t begin,
-                                       uint64_t end, uint32_t rank, uint64_t batch) {
+// Loss batches of `batch` pairs covering rank `rank`'s whole shard of `epoch`, in shard order
+// (as a trainer reports them, step after step): the shard is read from the server first.
+std::vector<v1::LossBatch> LossBatches(SamplerClient& client, const std::string& job,
+                                       uint64_t epoch, uint32_t rank, uint32_t world_size,
+                                       uint64_t batch) {
+  auto shard = client.ReadShard(job, epoch, rank, world_size);
+  CHECK_OK_OR_DIE(shard.status());
   std::vector<v1::LossBatch> batches;
   uint64_t seq = 0;
-  for (uint64_t lo = begin; lo < end; lo += batch) {
+  for (uint64_t lo = 0; lo < shard->size(); lo += batch) {
     v1::LossBatch b;
     b.set_job(job);
     b.set_epoch(epoch);
     b.set_rank(rank);
     b.set_seq(seq++);
-    const uint64_t hi = std::min(end, lo + batch);
+    const uint64_t hi = std::min<uint64_t>(shard->size(), lo + batch);
     b.mutable_indices()->Reserve(hi - lo);
     b.mutable_losses()->Reserve(hi - lo);
-    for (uint64_t i = lo; i < hi; ++i) {
-      // Scattered over the dataset like a shuffled shard (a bijection of [begin, end)).
-      const uint64_t index = begin + (i - begin) * 2654435761ull % (end - begin);
+    b.mutable_positions()->Reserve(hi - lo);
+    for (uint64_t p = lo; p < hi; ++p) {
+      const uint64_t index = (*shard)[p];
       b.add_indices(index);
       b.add_losses(static_cast<float>(index % 1000) * 1e-3f);
+      b.add_positions(p);
     }
     batches.push_back(std::move(b));
   }
@@ -123,7 +128,7 @@ double IngestThroughput(SamplerClient& client, uint64_t n) {
     CHECK_OK_OR_DIE(client.CreateJob(job, Spec(n, streams, v1::LOSS)).status());
     std::vector<std::vector<v1::LossBatch>> per_stream;
     for (int s = 0; s < streams; ++s) {
-      per_stream.push_back(LossBatches(job, 0, n * s / streams, n * (s + 1) / streams, s, 1 << 16));
+      per_stream.push_back(LossBatches(client, job, 0, s, streams, 1 << 16));
     }
     std::atomic<uint64_t> accepted{0};
     const absl::Time start = absl::Now();
@@ -156,10 +161,8 @@ double BoundaryLatencyMs(SamplerClient& client, uint64_t n) {
   std::vector<double> latencies;
   for (int epoch = 0; epoch < absl::GetFlag(FLAGS_repeats); ++epoch) {
     for (uint32_t r = 0; r < world_size; ++r) {
-      CHECK_OK_OR_DIE(client
-                          .ReportLosses(LossBatches(job, epoch, n * r / world_size,
-                                                    n * (r + 1) / world_size, r, 1 << 16))
-                          .status());
+      CHECK_OK_OR_DIE(
+          client.ReportLosses(LossBatches(client, job, epoch, r, world_size, 1 << 16)).status());
     }
     // A real epoch trains for a while between its shard and its end: give the server that
     // time (it plans ahead where plans do not depend on the weights).

@@ -76,9 +76,10 @@ int main(int argc, char** argv) {
         batch.set_epoch(epoch);
         batch.set_rank(r);
         batch.set_seq(0);
-        for (uint64_t index : shards[r]) {
-          batch.add_indices(index);
-          batch.add_losses(SyntheticLoss(index));
+        for (uint64_t position = 0; position < shards[r].size(); ++position) {
+          batch.add_indices(shards[r][position]);
+          batch.add_losses(SyntheticLoss(shards[r][position]));
+          batch.add_positions(position);
         }
         if (auto s = client.ReportLosses({batch}); !s.ok()) {
           errors[r] = s.status();

@@ -388,7 +388,9 @@ absl::Status Job::RecordStreamed(uint64_t epoch, uint32_t rank, uint64_t positio
 // ---- Losses -------------------------------------------------------------------------------------
 
 absl::Status Job::ReportLosses(const LossBatchView& batch, v1::LossReportSummary* summary) {
-  if (absl::Status s = ValidateLossBatch(batch, config_.plan.num_samples, config_.shard); !s.ok()) {
+  if (absl::Status s = ValidateLossBatch(batch, config_.plan.num_samples,
+                                         config_.plan.samples_per_epoch, config_.shard);
+      !s.ok()) {
     return absl::Status(s.code(), absl::StrCat(s.message(), " (job '", name_, "')"));
   }
   // Encoded before taking the lock (other ranks report concurrently).
@@ -409,24 +411,41 @@ absl::Status Job::ReportLosses(const LossBatchView& batch, v1::LossReportSummary
     return absl::OkStatus();
   }
   if (absl::Status s = CheckEpochOpen(batch.epoch); !s.ok()) return s;
+  // Each index must be the one this rank was served at its position: a loss for another rank's
+  // sample would otherwise take that sample's one loss of the epoch. Checked under the lock
+  // against the published plan (one plan read per pair, as the table's own write).
+  const Plan& plan = *std::get<Serving>(phase_).view.plan;
+  const uint64_t m = config_.plan.samples_per_epoch;
+  absl::StatusOr<uint64_t> shard_length = ShardLength(m, config_.shard, batch.rank);
   RankState& rank = ranks_[batch.rank];
-  if (rank.seqs.contains(batch.seq)) {
-    summary->set_duplicates(summary->duplicates() + batch.indices.size());
+  const size_t size = batch.indices.size();
+  size_t fresh = 0;
+  for (size_t k = 0; k < size; ++k) {
+    const uint64_t served = plan[ShardToPlanPosition(m, config_.shard, batch.rank,
+                                                     batch.positions[k])];
+    if (served != batch.indices[k]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "indices[", k, "] = ", batch.indices[k], " was not served to rank ", batch.rank,
+          " at positions[", k, "] = ", batch.positions[k], " of epoch ", batch.epoch,
+          " (that position holds index ", served, "): report each loss under the index and the "
+          "shard position the rank was served (job '", name_, "')"));
+    }
+    fresh += !rank.reported.Contains(batch.positions[k]);
+  }
+  if (fresh == 0) {  // A retry, or positions a restarted trainer trained again.
+    summary->set_duplicates(summary->duplicates() + size);
     return absl::OkStatus();
   }
   if (record.has_value()) {
     if (absl::Status s = journal_->LogLosses(*record); !s.ok()) return s;
   }
-  rank.seqs.insert(batch.seq);
-  const size_t size = batch.indices.size();
-  uint64_t accepted = size;
-  if (losses_.has_value()) {
-    accepted = 0;
-    constexpr size_t kAhead = 16;  // Prefetch distance: overlaps the cache misses of scattered i.
-    for (size_t k = 0; k < size; ++k) {
-      if (k + kAhead < size) losses_->Prefetch(batch.indices[k + kAhead]);
-      accepted += losses_->Apply(batch.indices[k], batch.losses[k], batch.epoch);
-    }
+  uint64_t accepted = 0;
+  constexpr size_t kAhead = 16;  // Prefetch distance: overlaps the cache misses of scattered i.
+  for (size_t k = 0; k < size; ++k) {
+    if (losses_.has_value() && k + kAhead < size) losses_->Prefetch(batch.indices[k + kAhead]);
+    if (!rank.reported.Insert(batch.positions[k], *shard_length)) continue;
+    accepted += !losses_.has_value() ||
+                losses_->Apply(batch.indices[k], batch.losses[k], batch.epoch);
   }
   rank.accepted += accepted;
   summary->set_accepted(summary->accepted() + accepted);

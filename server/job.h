@@ -22,9 +22,11 @@
 // Rules (see proto/samplerd.proto for the client-visible contract):
 //   - Losses for the serving epoch are applied; older epochs are counted as stale; later epochs
 //     are FAILED_PRECONDITION.
-//   - A batch (epoch, rank, seq) already applied is a duplicate. One loss per (epoch, index): a
-//     second report of it counts as a duplicate (LossTable). Without a loss policy the job keeps
-//     no per-sample statistics (no LossTable): only whole batches are deduplicated.
+//   - A loss is identified by (epoch, rank, shard position); the shard must hold its index at
+//     that position. A position already reported is a duplicate (PositionSet), whatever process
+//     or batch sends it. One loss per (epoch, index): a report from a second position counts as
+//     a duplicate too (LossTable). Without a loss policy the job keeps no per-sample statistics
+//     (no LossTable): only positions are deduplicated.
 //   - Every request is validated whole before anything changes.
 //
 // Persistence (when the job has a JobJournal): every state change is logged under mu_ before it
@@ -44,7 +46,6 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -55,6 +56,7 @@
 #include "server/job_config.h"
 #include "server/loss_batch.h"
 #include "server/loss_table.h"
+#include "server/position_set.h"
 #include "server/persistence/job_journal.h"
 
 namespace samplerd {
@@ -119,8 +121,9 @@ class Job {
   absl::Status RecordStreamed(uint64_t epoch, uint32_t rank, uint64_t position)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Validates the batch whole, then applies it; adds to `summary` (accepted, stale, duplicates;
-  // stale_epochs kept ascending without repeats).
+  // Validates the batch whole (also that the rank's shard holds each index at its position),
+  // then applies its new positions; adds to `summary` (accepted, stale, duplicates; stale_epochs
+  // kept ascending without repeats). A batch with no new position is not logged.
   absl::Status ReportLosses(const LossBatchView& batch, v1::LossReportSummary* summary)
       ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -172,8 +175,8 @@ class Job {
     uint64_t streamed = 0;
     uint64_t accepted = 0;
     bool ended = false;
-    absl::flat_hash_set<uint64_t> seqs;  // Loss batches applied.
-    bool Started() const { return streamed > 0 || ended || !seqs.empty(); }
+    PositionSet reported;  // Shard positions whose loss was reported (and logged).
+    bool Started() const { return streamed > 0 || ended || reported.count() > 0; }
   };
 
   Job(std::string name, JobConfig config, ComputeBackend* backend,

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "server/position_set.h"
 
 namespace samplerd {
 namespace {
@@ -66,10 +67,13 @@ JobMemoryEstimate EstimateJobMemory(const JobConfig& config, const ComputeBacken
   e.weights = MulSat(MulSat(weight_vectors, n), sizeof(float));
   e.loss_stats = loss_policy ? MulSat(MulSat(persisted ? 3 : 1, n), sizeof(SampleLossStats)) : 0;
   // Persisted: the closed epoch's log read back to derive the snapshot, twice its size (the file
-  // and its records), about 14 bytes per reported pair; one pair per plan position.
-  if (loss_policy && persisted) e.loss_stats = AddSat(e.loss_stats, MulSat(m, 28));
+  // and its records), about 22 bytes per reported pair; one pair per plan position.
+  if (loss_policy && persisted) e.loss_stats = AddSat(e.loss_stats, MulSat(m, 44));
   e.scratch = backend.PlanScratchBytes(plan, /*weighted=*/weighted_base || loss_policy);
-  e.ranks = MulSat(config.shard.world_size, kBytesPerRank);
+  // Rank 0's shard is the longest (ShardLength): a bound on every rank's PositionSet.
+  const uint64_t shard_length = ShardLength(m, config.shard, 0).value_or(0);
+  e.ranks = MulSat(config.shard.world_size,
+                   AddSat(kBytesPerRank, PositionSet::BytesFor(shard_length)));
   const uint64_t rest = AddSat(AddSat(AddSat(e.weights, e.loss_stats), e.scratch), e.ranks);
   // With M == N (M's default) the plans grow with N too: N is the knob a client turned.
   const bool by_m = e.plans > rest && m != n;

@@ -11,20 +11,20 @@
 //                             one is still read)
 //   base weights   8 N        STATIC / CLASS_BALANCED: the base, and an upload being installed
 //   epoch weights  8 N        with a loss policy: W_e and W_{e+1} during the recompute
-//   loss stats     8 N        with a loss policy only; 24 N + 28 M when persisted: after a
+//   loss stats     8 N        with a loss policy only; 24 N + 44 M when persisted: after a
 //                             boundary the journal derives the epoch's snapshot from the
 //                             previous one (16 B/sample read back) and the closed epoch's log
-//                             (read whole: ~2 x 14 B per reported pair) (job_journal.h)
+//                             (read whole: ~2 x 22 B per reported pair) (job_journal.h)
 //   plan scratch   backend    ComputeBackend::PlanScratchBytes: for the CPU backend ~10 N for a
 //                             weighted draw with replacement (the draw table), 9 N + 9 M (or
 //                             2 N + 17 M) for a selection without replacement (M < N), nothing
 //                             for uniform draws with replacement, sequential order or M == N
-//   ranks          64 R       per-rank bookkeeping
+//   ranks          64 R +     per-rank bookkeeping, and the reported shard positions of the
+//                  M / 8      epoch (one bit per position, PositionSet)
 //
 // So a UNIFORM job with replacement needs 2 b M (8 kB for M = 1000, whatever N); a STATIC job
 // with replacement 2 b M + 18 N; a LOSS job 2 b M + 16 N + its scratch. Not counted: the plan a
-// slow reader of the previous epoch may still hold, stream buffers (bounded server-wide) and the
-// per-rank sets of applied batch numbers (they grow with the batches of one epoch).
+// slow reader of the previous epoch may still hold and stream buffers (bounded server-wide).
 //
 // Pure functions; thread-safe.
 #ifndef SAMPLERD_SERVER_JOB_MEMORY_H_

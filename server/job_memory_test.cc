@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "kernels/testing/peak_memory.h"
 #include "server/job.h"
+#include "server/testing/loss_batches.h"
 
 namespace samplerd {
 namespace {
@@ -141,18 +142,27 @@ TEST_F(JobMemoryTest, EstimateBoundsWhatAJobReallyTakes) {
         for (uint64_t i = 0; i < kN; ++i) labels[i] = static_cast<uint32_t>(i % 10);
         if (!(*job)->UploadLabels(labels).ok()) _exit(4);
       }
-      std::vector<uint64_t> indices(1 << 16);
-      std::vector<float> losses(indices.size());
       for (uint64_t epoch = 0; epoch < 2; ++epoch) {
-        if (!(*job)->AcquireShard(epoch, 0, 1, absl::Now() + absl::Seconds(60)).ok()) _exit(5);
-        for (uint64_t start = 0; start < kN; start += indices.size()) {
-          for (uint64_t k = 0; k < indices.size(); ++k) {
-            indices[k] = start + k;
-            losses[k] = static_cast<float>((start + k) % 13);
+        auto lease = (*job)->AcquireShard(epoch, 0, 1, absl::Now() + absl::Seconds(60));
+        if (!lease.ok()) _exit(5);
+        // Every position of the shard reported, in batches of 2^16 (a buffer of one batch: the
+        // test's own memory stays out of the measurement).
+        std::vector<uint64_t> chunk;
+        for (uint64_t start = 0; start < lease->shard_length; start += 1 << 16) {
+          chunk.resize(std::min<uint64_t>(1 << 16, lease->shard_length - start));
+          if (!backend_->ExtractShard(*lease->view.plan, lease->shard, 0, start,
+                                      absl::MakeSpan(chunk))
+                   .ok()) {
+            _exit(9);
           }
+          testutil::OwnedLossBatch batch = testutil::BatchOfRange(
+              epoch, 0, start, chunk, 0, chunk.size(),
+              [](uint64_t i) { return static_cast<float>(i % 13); });
+          for (uint64_t& p : batch.positions) p += start;
           v1::LossReportSummary summary;
-          if (!(*job)->ReportLosses({epoch, 0, start, indices, losses}, &summary).ok()) _exit(6);
+          if (!(*job)->ReportLosses(batch.view(), &summary).ok()) _exit(6);
         }
+        lease = absl::CancelledError("released");  // Its plan is the job's to free, not ours.
         if (!(*job)->EndEpoch(epoch, 0).ok()) _exit(7);
       }
       if (!(*job)->AcquireShard(2, 0, 1, absl::Now() + absl::Seconds(60)).ok()) _exit(8);

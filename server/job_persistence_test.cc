@@ -14,6 +14,7 @@
 #include "server/job_config.h"
 #include "server/persistence/job_journal.h"
 #include "server/persistence/record_log.h"
+#include "server/testing/loss_batches.h"
 #include "server/testing/test_dir.h"
 
 namespace samplerd {
@@ -73,11 +74,11 @@ class JobPersistenceTest : public ::testing::Test {
   // batch with sequence number `seq`, and syncs.
   static v1::LossReportSummary Report(Job& job, uint64_t epoch, uint32_t rank, uint64_t seq,
                                       const std::vector<uint64_t>& shard, size_t from, size_t to) {
-    std::vector<uint64_t> indices(shard.begin() + from, shard.begin() + to);
-    std::vector<float> losses;
-    for (uint64_t i : indices) losses.push_back(static_cast<float>((i * 7 + epoch) % 11) / 4);
+    const auto batch = testutil::BatchOfRange(epoch, rank, seq, shard, from, to, [&](uint64_t i) {
+      return static_cast<float>((i * 7 + epoch) % 11) / 4;
+    });
     v1::LossReportSummary summary;
-    EXPECT_TRUE(job.ReportLosses({epoch, rank, seq, indices, losses}, &summary).ok());
+    EXPECT_TRUE(job.ReportLosses(batch.view(), &summary).ok());
     EXPECT_TRUE(job.Sync().ok());
     return summary;
   }

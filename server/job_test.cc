@@ -4,6 +4,7 @@
 #include <atomic>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -11,11 +12,13 @@
 #include "gtest/gtest.h"
 #include "kernels/testing/test_util.h"
 #include "server/testing/gated_backend.h"
+#include "server/testing/loss_batches.h"
 
 namespace samplerd {
 namespace {
 
 using ::testing::HasSubstr;
+using testutil::BatchAt;
 using testutil::GatedBackend;
 
 class JobTest : public ::testing::Test {
@@ -37,6 +40,19 @@ class JobTest : public ::testing::Test {
 
   static absl::Time Soon() { return absl::Now() + absl::Seconds(10); }
 
+  // Rank `rank`'s shard of `epoch` (position k at [k]); waits for its plan.
+  std::vector<uint64_t> Shard(Job& job, uint64_t epoch, uint32_t rank) {
+    auto lease = job.AcquireShard(epoch, rank, job.config().shard.world_size, Soon());
+    EXPECT_TRUE(lease.ok()) << lease.status();
+    if (!lease.ok()) return {};
+    std::vector<uint64_t> out(lease->shard_length);
+    EXPECT_TRUE(
+        backend_->ExtractShard(*lease->view.plan, lease->shard, rank, 0, absl::MakeSpan(out)).ok());
+    return out;
+  }
+
+  static float One(uint64_t) { return 1.0f; }
+
   std::unique_ptr<ComputeBackend> backend_ = NewCpuBackend(2);
 };
 
@@ -45,10 +61,9 @@ TEST_F(JobTest, EpochClosesWhenEveryRankEndedIt) {
   auto lease = job->AcquireShard(0, 1, 2, Soon());
   ASSERT_TRUE(lease.ok()) << lease.status();
   EXPECT_EQ(lease->shard_length, 50u);
-  const std::vector<uint64_t> idx = {1, 2, 3};
-  const std::vector<float> loss = {1, 2, 3};
+  const auto batch = BatchAt(0, 1, 0, Shard(*job, 0, 1), {1, 2, 3}, One);
   v1::LossReportSummary summary;
-  ASSERT_TRUE(job->ReportLosses({0, 1, 0, idx, loss}, &summary).ok());
+  ASSERT_TRUE(job->ReportLosses(batch.view(), &summary).ok());
   EXPECT_EQ(summary.accepted(), 3u);
 
   auto first = job->EndEpoch(0, 0);
@@ -66,7 +81,7 @@ TEST_F(JobTest, EpochClosesWhenEveryRankEndedIt) {
   EXPECT_EQ(job->AcquireShard(0, 0, 2, Soon()).status().code(),
             absl::StatusCode::kFailedPrecondition);
   v1::LossReportSummary stale;
-  ASSERT_TRUE(job->ReportLosses({0, 0, 9, idx, loss}, &stale).ok());
+  ASSERT_TRUE(job->ReportLosses(batch.view(), &stale).ok());
   EXPECT_EQ(stale.stale(), 3u);
   EXPECT_TRUE(job->EndEpoch(0, 1).ok());
 }
@@ -148,35 +163,86 @@ TEST_F(JobTest, ADeadlineWhilePlanningSaysSo) {
 }
 
 TEST_F(JobTest, WithoutALossPolicyNoPerSampleStatisticsAreKept) {
-  // Losses are acknowledged (a generic training loop may report them) but not kept: whole
-  // batches are deduplicated, single indices are not.
+  // Losses are acknowledged (a generic training loop may report them) but not kept: positions
+  // are deduplicated, indices are not.
   auto job = MakeJob(100, 1, v1::NONE);
-  const std::vector<uint64_t> idx = {7, 7, 8};
-  const std::vector<float> loss = {1, 1, 1};
+  const std::vector<uint64_t> shard = Shard(*job, 0, 0);
+  const auto batch = BatchAt(0, 0, 0, shard, {7, 7, 8}, One);
   v1::LossReportSummary s;
-  ASSERT_TRUE(job->ReportLosses({0, 0, 0, idx, loss}, &s).ok());
-  EXPECT_EQ(s.accepted(), 3u);
-  ASSERT_TRUE(job->ReportLosses({0, 0, 0, idx, loss}, &s).ok());  // A retried batch.
-  EXPECT_EQ(s.accepted(), 3u);
-  EXPECT_EQ(s.duplicates(), 3u);
+  ASSERT_TRUE(job->ReportLosses(batch.view(), &s).ok());
+  EXPECT_EQ(s.accepted(), 2u);  // Position 7 twice in one batch: once.
+  EXPECT_EQ(s.duplicates(), 1u);
+  ASSERT_TRUE(job->ReportLosses(batch.view(), &s).ok());  // A retried batch.
+  EXPECT_EQ(s.accepted(), 2u);
+  EXPECT_EQ(s.duplicates(), 4u);
   EXPECT_EQ(job->Status().samples_seen(), 0u);
 }
 
-TEST_F(JobTest, OneLossPerSamplePerEpoch) {
-  auto job = MakeJob(100, 2, v1::LOSS);
-  const std::vector<uint64_t> idx = {7, 7, 8};
-  const std::vector<float> loss = {1, 1, 1};
+TEST_F(JobTest, OneLossPerPositionAndPerSamplePerEpoch) {
+  // M = 5 over 2 ranks, padded: shards of 3; rank 1's position 2 is plan position 5 mod 5 = 0,
+  // which rank 0 was served at its position 0 (interleaved).
+  auto job = MakeJob(100, 2, v1::LOSS, 5);
+  const std::vector<uint64_t> zero = Shard(*job, 0, 0), one = Shard(*job, 0, 1);
+  ASSERT_EQ(one[2], zero[0]);
   v1::LossReportSummary s;
-  ASSERT_TRUE(job->ReportLosses({0, 0, 0, idx, loss}, &s).ok());
-  EXPECT_EQ(s.accepted(), 2u);  // The second 7 is a duplicate.
-  EXPECT_EQ(s.duplicates(), 1u);
-  const std::vector<uint64_t> more = {7, 9};
-  ASSERT_TRUE(job->ReportLosses({0, 1, 0, more, {1, 1}}, &s).ok());  // 7 already has one.
+  ASSERT_TRUE(job->ReportLosses(BatchAt(0, 0, 0, zero, {0, 1}, One).view(), &s).ok());
+  EXPECT_EQ(s.accepted(), 2u);
+  const auto more = BatchAt(0, 1, 0, one, {0, 2}, One);  // Its position 2: that sample again.
+  ASSERT_TRUE(job->ReportLosses(more.view(), &s).ok());
   EXPECT_EQ(s.accepted(), 3u);
-  EXPECT_EQ(s.duplicates(), 2u);
-  ASSERT_TRUE(job->ReportLosses({0, 1, 0, more, {1, 1}}, &s).ok());  // A retried batch.
-  EXPECT_EQ(s.duplicates(), 4u);
+  EXPECT_EQ(s.duplicates(), 1u);
+  ASSERT_TRUE(job->ReportLosses(more.view(), &s).ok());  // A retried batch.
+  EXPECT_EQ(s.duplicates(), 3u);
   EXPECT_EQ(job->Status().samples_seen(), 3u);
+  EXPECT_EQ(job->Status().ranks(1).losses_accepted(), 1u);
+}
+
+TEST_F(JobTest, ARetryIsRecognisedByItsPositionsWhateverItsSeq) {
+  // Issue 11, defect 1: a restarted reporter numbers its batches from 0 again. Its new positions
+  // are applied; positions the previous process reported are duplicates, whatever the seq.
+  auto job = MakeJob(200, 1, v1::LOSS);
+  const std::vector<uint64_t> shard = Shard(*job, 0, 0);
+  v1::LossReportSummary first;
+  ASSERT_TRUE(
+      job->ReportLosses(testutil::BatchOfRange(0, 0, 0, shard, 0, 50, One).view(), &first).ok());
+  ASSERT_TRUE(
+      job->ReportLosses(testutil::BatchOfRange(0, 0, 1, shard, 50, 100, One).view(), &first).ok());
+  EXPECT_EQ(first.accepted(), 100u);
+  // The new process: seq 0 again, for the other 100 positions, then a repeat of 90..109.
+  v1::LossReportSummary second;
+  ASSERT_TRUE(job->ReportLosses(testutil::BatchOfRange(0, 0, 0, shard, 100, 200, One).view(),
+                                &second)
+                  .ok());
+  EXPECT_EQ(second.accepted(), 100u);
+  EXPECT_EQ(second.duplicates(), 0u);
+  ASSERT_TRUE(
+      job->ReportLosses(testutil::BatchOfRange(0, 0, 1, shard, 90, 110, One).view(), &second)
+          .ok());
+  EXPECT_EQ(second.accepted(), 100u);
+  EXPECT_EQ(second.duplicates(), 20u);
+  EXPECT_EQ(job->Status().samples_seen(), 200u);
+}
+
+TEST_F(JobTest, ALossForAnIndexNotServedAtItsPositionIsRefusedAndChangesNothing) {
+  // Issue 11, defect 4: rank 0 reporting one of rank 1's samples would take that sample's one
+  // loss of the epoch, and rank 1's real loss would then count as a duplicate.
+  auto job = MakeJob(100, 2, v1::LOSS);
+  const std::vector<uint64_t> zero = Shard(*job, 0, 0), one = Shard(*job, 0, 1);
+  testutil::OwnedLossBatch theft = BatchAt(0, 0, 3, zero, {0, 1}, One);
+  theft.indices[1] = one[1];
+  v1::LossReportSummary s;
+  const absl::Status refused = job->ReportLosses(theft.view(), &s);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.message()),
+              HasSubstr(absl::StrCat("indices[1] = ", one[1], " was not served to rank 0 at "
+                                     "positions[1] = 1 of epoch 0 (that position holds index ",
+                                     zero[1], ")")));
+  EXPECT_EQ(s.accepted() + s.duplicates(), 0u);
+  EXPECT_EQ(job->Status().samples_seen(), 0u);  // Nothing of the batch was applied.
+  ASSERT_TRUE(job->ReportLosses(BatchAt(0, 1, 0, one, {1}, One).view(), &s).ok());
+  EXPECT_EQ(s.accepted(), 1u);  // The owner's loss counts.
+  ASSERT_TRUE(job->ReportLosses(BatchAt(0, 0, 3, zero, {0, 1}, One).view(), &s).ok());
+  EXPECT_EQ(s.accepted(), 3u);
 }
 
 TEST_F(JobTest, StaleEpochsAreAscendingWithoutRepeats) {
@@ -185,11 +251,11 @@ TEST_F(JobTest, StaleEpochsAreAscendingWithoutRepeats) {
     ASSERT_TRUE(job->EndEpoch(e, 0).ok());
     ASSERT_TRUE(job->AcquireShard(e + 1, 0, 1, Soon()).ok());
   }
-  const std::vector<uint64_t> idx = {1, 2};
+  const std::vector<uint64_t> idx = {1, 2}, positions = {0, 1};
   const std::vector<float> loss = {1, 1};
   v1::LossReportSummary s;
   for (uint64_t e : {2, 0, 2, 1, 0}) {
-    ASSERT_TRUE(job->ReportLosses({e, 0, e, idx, loss}, &s).ok());
+    ASSERT_TRUE(job->ReportLosses({e, 0, e, idx, loss, positions}, &s).ok());
   }
   EXPECT_EQ(s.stale(), 10u);
   EXPECT_EQ(s.accepted(), 0u);
@@ -220,13 +286,13 @@ TEST_F(JobTest, AWaiterWhoseCallerWentAwayGivesUp) {
 
 TEST_F(JobTest, EpochOrderOfShardsLossesAndEnds) {
   auto job = MakeJob(100, 3, v1::LOSS);
-  const std::vector<uint64_t> idx = {1};
+  const std::vector<uint64_t> idx = {1}, positions = {0};
   const std::vector<float> loss = {1};
   v1::LossReportSummary s;
   // Future epochs: the next one may be waited for; two ahead is refused at once.
   EXPECT_EQ(job->AcquireShard(2, 0, 3, Soon()).status().code(),
             absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(job->ReportLosses({1, 0, 0, idx, loss}, &s).code(),
+  EXPECT_EQ(job->ReportLosses({1, 0, 0, idx, loss, positions}, &s).code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(job->EndEpoch(1, 0).status().code(), absl::StatusCode::kFailedPrecondition);
   auto mismatch = job->AcquireShard(0, 0, 4, Soon());
@@ -298,9 +364,7 @@ TEST_F(JobTest, StaticWeightsArriveBeforeTheFirstLossOnly) {
   const absl::Status after_stream = job->UploadWeights({1, 2, 1, 1});
   EXPECT_EQ(after_stream.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(after_stream.message()), ::testing::HasSubstr("already started"));
-  const std::vector<uint64_t> idx = {1};
-  const std::vector<float> loss = {1};
-  ASSERT_TRUE(job->ReportLosses({0, 0, 0, idx, loss}, &s).ok());
+  ASSERT_TRUE(job->ReportLosses(BatchAt(0, 0, 0, Shard(*job, 0, 0), {0}, One).view(), &s).ok());
   EXPECT_EQ(job->UploadWeights({1, 1, 1, 1}).code(), absl::StatusCode::kFailedPrecondition);
 }
 
@@ -324,9 +388,9 @@ TEST_F(JobTest, AReuploadWithdrawsEpochZeroUntilItsNewPlanIsPublished) {
   gated.AwaitHeldCall();
   EXPECT_FALSE(job->Describe().plan_ready());
   v1::LossReportSummary s;
-  const std::vector<uint64_t> idx = {1};
+  const std::vector<uint64_t> idx = {1}, positions = {0};
   const std::vector<float> loss = {1};
-  const absl::Status report = job->ReportLosses({0, 0, 0, idx, loss}, &s);
+  const absl::Status report = job->ReportLosses({0, 0, 0, idx, loss, positions}, &s);
   EXPECT_EQ(report.code(), absl::StatusCode::kFailedPrecondition) << report;
   EXPECT_THAT(std::string(report.message()), HasSubstr("still being planned"));
   EXPECT_EQ(job->EndEpoch(0, 0).status().code(), absl::StatusCode::kFailedPrecondition);
@@ -370,10 +434,10 @@ TEST_F(JobTest, ManyEpochsWithConcurrentRanks) {
           ++errors;
           return;
         }
-        std::vector<float> losses(shard.size());
-        for (size_t k = 0; k < shard.size(); ++k) losses[k] = shard[k] < 40 ? 5.0f : 0.5f;
+        const auto batch = testutil::BatchOfRange(e, r, e, shard, 0, shard.size(),
+                                                  [](uint64_t i) { return i < 40 ? 5.0f : 0.5f; });
         v1::LossReportSummary s;
-        if (!job->ReportLosses({e, r, e, shard, losses}, &s).ok() || s.accepted() != shard.size() ||
+        if (!job->ReportLosses(batch.view(), &s).ok() || s.accepted() != shard.size() ||
             !job->EndEpoch(e, r).ok()) {
           ++errors;
           return;

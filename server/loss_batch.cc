@@ -7,11 +7,17 @@
 namespace samplerd {
 
 absl::Status ValidateLossBatch(const LossBatchView& batch, uint64_t num_samples,
-                               const ShardSpec& shard) {
-  if (absl::Status s = CheckRank(shard, batch.rank); !s.ok()) return s;
+                               uint64_t samples_per_epoch, const ShardSpec& shard) {
+  absl::StatusOr<uint64_t> shard_length = ShardLength(samples_per_epoch, shard, batch.rank);
+  if (!shard_length.ok()) return shard_length.status();  // The rank.
   if (batch.indices.size() != batch.losses.size()) {
     return absl::InvalidArgumentError(absl::StrCat("indices: ", batch.indices.size(),
                                                    " entries but losses: ", batch.losses.size()));
+  }
+  if (batch.positions.size() != batch.indices.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "positions: ", batch.positions.size(), " entries but indices: ", batch.indices.size(),
+        " (every loss names the shard position its index was served at)"));
   }
   if (batch.indices.empty()) {
     return absl::InvalidArgumentError(
@@ -26,6 +32,11 @@ absl::Status ValidateLossBatch(const LossBatchView& batch, uint64_t num_samples,
       return absl::InvalidArgumentError(absl::StrCat("indices[", k, "] = ", batch.indices[k],
                                                      " is outside [0, num_samples = ", num_samples,
                                                      ")"));
+    }
+    if (batch.positions[k] >= *shard_length) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("positions[", k, "] = ", batch.positions[k], " is outside rank ",
+                       batch.rank, "'s shard [0, ", *shard_length, ")"));
     }
     const float loss = batch.losses[k];
     if (!(std::isfinite(loss) && loss >= 0)) {

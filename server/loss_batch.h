@@ -21,17 +21,21 @@ inline constexpr uint64_t kMaxLossBatchPairs = v1::MAX_LOSS_BATCH_PAIRS;
 struct LossBatchView {
   uint64_t epoch = 0;
   uint32_t rank = 0;
-  uint64_t seq = 0;  // Chosen by the reporter per (epoch, rank); identifies a retried batch.
+  uint64_t seq = 0;  // Chosen by the reporter; names the batch in errors.
   absl::Span<const uint64_t> indices;
   absl::Span<const float> losses;
+  // The shard position each index was served at: the pair's identity (see position_set.h).
+  absl::Span<const uint64_t> positions;
 };
 
-// OK if `batch` can be applied to a job of `num_samples` samples and `shard`'s ranks: a valid
-// rank, as many losses as indices, 1 to kMaxLossBatchPairs pairs, every index < num_samples and
-// every loss finite and >= 0. INVALID_ARGUMENT naming the first offending field and value
-// otherwise. Does not look at the epoch (whether it is open is the job's state).
+// OK if `batch` can be applied to a job of `num_samples` samples, `samples_per_epoch` plan
+// positions and `shard`'s ranks: a valid rank, as many losses and positions as indices, 1 to
+// kMaxLossBatchPairs pairs, every index < num_samples, every loss finite and >= 0, every position
+// inside the rank's shard. INVALID_ARGUMENT naming the first offending field and value otherwise.
+// Does not look at the epoch (whether it is open is the job's state) nor at the plan (whether the
+// shard holds each index at its position is checked by the job against the epoch's plan).
 absl::Status ValidateLossBatch(const LossBatchView& batch, uint64_t num_samples,
-                               const ShardSpec& shard);
+                               uint64_t samples_per_epoch, const ShardSpec& shard);
 
 }  // namespace samplerd
 

@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <limits>
+#include <numeric>
+#include <optional>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -12,13 +14,22 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// A job of N = 10 samples, M = `m` plan positions and 2 ranks (shards of M / 2 positions).
+// Without `positions`, the pairs are at shard positions 0, 1, ...
 absl::Status Check(uint32_t rank, const std::vector<uint64_t>& indices,
-                   const std::vector<float>& losses, uint64_t n = 10) {
+                   const std::vector<float>& losses,
+                   std::optional<std::vector<uint64_t>> positions = std::nullopt,
+                   uint64_t m = 10) {
+  if (!positions.has_value()) {
+    positions.emplace(indices.size());
+    std::iota(positions->begin(), positions->end(), 0);
+  }
   LossBatchView batch;
   batch.rank = rank;
   batch.indices = indices;
   batch.losses = losses;
-  return ValidateLossBatch(batch, n, ShardSpec{2});
+  batch.positions = *positions;
+  return ValidateLossBatch(batch, /*num_samples=*/10, m, ShardSpec{2});
 }
 
 TEST(LossBatchTest, AcceptsAWellFormedBatch) { EXPECT_TRUE(Check(1, {0, 9}, {0.0f, 2.5f}).ok()); }
@@ -37,6 +48,10 @@ TEST(LossBatchTest, NamesTheFirstBadFieldAndValue) {
       {Check(0, {3, 4}, {1, nan}), "losses[1] = nan"},
       {Check(0, {3}, {-1}), "losses[0] = -1"},
       {Check(0, {3}, {std::numeric_limits<float>::infinity()}), "losses[0] = inf"},
+      {Check(0, {3, 4}, {1, 1}, std::vector<uint64_t>{0}),
+       "positions: 1 entries but indices: 2"},
+      {Check(1, {3, 4}, {1, 1}, std::vector<uint64_t>{4, 5}),
+       "positions[1] = 5 is outside rank 1's shard [0, 5)"},
   };
   for (const Case& c : cases) {
     EXPECT_EQ(c.status.code(), absl::StatusCode::kInvalidArgument) << c.message;
@@ -47,10 +62,11 @@ TEST(LossBatchTest, NamesTheFirstBadFieldAndValue) {
 TEST(LossBatchTest, AtMostTheLimitOfPairs) {
   std::vector<uint64_t> indices(kMaxLossBatchPairs, 1);
   std::vector<float> losses(kMaxLossBatchPairs, 1.0f);
-  EXPECT_TRUE(Check(0, indices, losses).ok());
+  const uint64_t m = 4 * kMaxLossBatchPairs;  // Shards long enough for every position.
+  EXPECT_TRUE(Check(0, indices, losses, std::nullopt, m).ok());
   indices.push_back(1);
   losses.push_back(1.0f);
-  const absl::Status s = Check(0, indices, losses);
+  const absl::Status s = Check(0, indices, losses, std::nullopt, m);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("1048577 pairs in one batch; at most 1048576"));
 }

@@ -355,6 +355,7 @@ grpc::Status SamplerService::ReportLossesImpl(grpc::ServerReaderInterface<grpc::
     view.seq = batch.seq();
     view.indices = absl::MakeConstSpan(batch.indices().data(), batch.indices_size());
     view.losses = absl::MakeConstSpan(batch.losses().data(), batch.losses_size());
+    view.positions = absl::MakeConstSpan(batch.positions().data(), batch.positions_size());
     if (absl::Status s = job->ReportLosses(view, response); !s.ok()) {
       if (absl::Status synced = sync(); !synced.ok()) return ToGrpcStatus(synced);
       return ToGrpcStatus(absl::Status(

@@ -71,6 +71,18 @@ class StreamsTest : public ::testing::Test {
     r.set_max_chunk_size(chunk);
     return r;
   }
+  // A loss for rank 0's shard position `position` of epoch 0 (the index served there).
+  v1::LossBatch LossAt(uint64_t seq, uint64_t position) {
+    auto lease = (*registry_.Get("j"))->AcquireShard(0, 0, 2, absl::InfiniteFuture());
+    EXPECT_TRUE(lease.ok()) << lease.status();
+    v1::LossBatch batch;
+    batch.set_job("j");
+    batch.set_seq(seq);
+    batch.add_indices((*lease->view.plan)[ShardToPlanPosition(1000, lease->shard, 0, position)]);
+    batch.add_losses(0.5f);
+    batch.add_positions(position);
+    return batch;
+  }
   std::unique_ptr<ComputeBackend> backend_ = NewCpuBackend(1);
   JobRegistry registry_{JobRegistry::Limits(), backend_.get()};
   SamplerService service_{&registry_, backend_.get()};
@@ -105,13 +117,7 @@ TEST_F(StreamsTest, AClientThatGoesAwayStopsTheStream) {
 }
 
 TEST_F(StreamsTest, ABadBatchFailsTheStreamAfterTheGoodOnesWereApplied) {
-  v1::LossBatch good, bad;
-  good.set_job("j");
-  good.set_seq(1);
-  good.add_indices(3);
-  good.add_losses(0.5f);
-  bad = good;
-  bad.set_seq(2);
+  v1::LossBatch good = LossAt(1, 3), bad = LossAt(2, 4);
   bad.set_indices(0, 5000);
   FakeRawReader reader(Serialized({good, bad}));
   v1::LossReportSummary summary;
@@ -124,14 +130,7 @@ TEST_F(StreamsTest, ABadBatchFailsTheStreamAfterTheGoodOnesWereApplied) {
 }
 
 TEST_F(StreamsTest, AnUnparseableMessageFailsTheStreamNamingItsPosition) {
-  v1::LossBatch first, second;
-  first.set_job("j");
-  first.set_seq(1);
-  first.add_indices(3);
-  first.add_losses(0.5f);
-  second = first;
-  second.set_seq(2);
-  second.set_indices(0, 4);
+  v1::LossBatch first = LossAt(1, 3), second = LossAt(2, 4);
   // Field 1 as fixed32 with 2 of its 4 bytes: not a LossBatch.
   FakeRawReader reader(
       {first.SerializeAsString(), std::string("\x0d\x01\x02", 3), second.SerializeAsString()});
@@ -146,11 +145,7 @@ TEST_F(StreamsTest, AnUnparseableMessageFailsTheStreamNamingItsPosition) {
 }
 
 TEST_F(StreamsTest, SummaryCountsEveryBatchIncludingDuplicates) {
-  v1::LossBatch batch;
-  batch.set_job("j");
-  batch.set_seq(1);
-  batch.add_indices(3);
-  batch.add_losses(0.5f);
+  const v1::LossBatch batch = LossAt(1, 3);
   FakeRawReader reader(Serialized({batch, batch, batch}));
   v1::LossReportSummary summary;
   ASSERT_TRUE(service_.ReportLossesImpl(&reader, &summary).ok());

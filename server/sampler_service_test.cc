@@ -62,16 +62,19 @@ class SamplerServiceTest : public ::testing::Test {
     return shards;
   }
 
+  // The losses of `shard`'s positions [from, to) (the shard as streamed to `rank`).
   v1::LossBatch Batch(const std::string& job, uint64_t epoch, uint32_t rank, uint64_t seq,
-                      const std::vector<uint64_t>& indices, float (*loss)(uint64_t)) {
+                      const std::vector<uint64_t>& shard, float (*loss)(uint64_t),
+                      size_t from = 0, size_t to = SIZE_MAX) {
     v1::LossBatch b;
     b.set_job(job);
     b.set_epoch(epoch);
     b.set_rank(rank);
     b.set_seq(seq);
-    for (uint64_t i : indices) {
-      b.add_indices(i);
-      b.add_losses(loss(i));
+    for (size_t p = from; p < std::min(to, shard.size()); ++p) {
+      b.add_indices(shard[p]);
+      b.add_losses(loss(shard[p]));
+      b.add_positions(p);
     }
     return b;
   }
@@ -228,9 +231,11 @@ TEST_F(SamplerServiceTest, PeersOfOneRankShareChunksAndLossesCountOnce) {
 
 TEST_F(SamplerServiceTest, StaleLossesAreCountedAndIgnored) {
   ASSERT_TRUE(client_->CreateJob("s", Spec(100, 1)).ok());
+  auto closed = client_->ReadShard("s", 0, 0, 1);
+  ASSERT_TRUE(closed.ok());
   ASSERT_TRUE(client_->EndEpoch("s", 0, 0).ok());
   ASSERT_TRUE(client_->ReadShard("s", 1, 0, 1).ok());  // Waits for epoch 1's plan.
-  auto summary = client_->ReportLosses({Batch("s", 0, 0, 0, {1, 2, 3}, HardLoss)});
+  auto summary = client_->ReportLosses({Batch("s", 0, 0, 0, *closed, HardLoss, 0, 3)});
   ASSERT_TRUE(summary.ok());
   EXPECT_EQ(summary->stale(), 3u);
   EXPECT_EQ(summary->accepted(), 0u);
@@ -395,9 +400,12 @@ TEST_F(SamplerServiceTest, ImportanceWeightsFollowTheLossWeights) {
   spec.set_replacement(true);
   spec.mutable_policy()->set_loss(v1::LOSS);
   ASSERT_TRUE(client_->CreateJob("is", spec).ok());
-  std::vector<uint64_t> all(n);
-  for (uint64_t i = 0; i < n; ++i) all[i] = i;
-  ASSERT_TRUE(client_->ReportLosses({Batch("is", 0, 0, 0, all, HardLoss)}).ok());
+  for (uint32_t r = 0; r < 2; ++r) {  // Both shards: 40000 draws see every sample.
+    auto shard = client_->ReadShard("is", 0, r, 2);
+    ASSERT_TRUE(shard.ok());
+    ASSERT_TRUE(client_->ReportLosses({Batch("is", 0, r, 0, *shard, HardLoss)}).ok());
+  }
+  ASSERT_EQ(client_->GetJobStatus("is")->samples_seen(), n);
   ASSERT_TRUE(client_->EndEpoch("is", 0, 0).ok());
   ASSERT_TRUE(client_->EndEpoch("is", 0, 1).ok());
   double sum = 0, hard_sum = 0, easy_sum = 0;
@@ -422,7 +430,9 @@ TEST_F(SamplerServiceTest, ImportanceWeightsFollowTheLossWeights) {
   v1::JobSpec once = Spec(500, 1);
   once.mutable_policy()->set_loss(v1::LOSS);
   ASSERT_TRUE(client_->CreateJob("once", once).ok());
-  ASSERT_TRUE(client_->ReportLosses({Batch("once", 0, 0, 0, {1, 2, 3}, HardLoss)}).ok());
+  auto once_shard = client_->ReadShard("once", 0, 0, 1);
+  ASSERT_TRUE(once_shard.ok());
+  ASSERT_TRUE(client_->ReportLosses({Batch("once", 0, 0, 0, *once_shard, HardLoss, 0, 3)}).ok());
   ASSERT_TRUE(client_->EndEpoch("once", 0, 0).ok());
   absl::Status s = client_->StreamShard("once", 1, 0, 1, 0, true, [&](const ShardSlice& sl) {
     for (float w : sl.is_weights) EXPECT_EQ(w, 1.0f);
@@ -550,7 +560,7 @@ TEST_F(SamplerServiceTest, ClassBalancedLabels) {
   // Balanced: each class half of the draws (binomial sd 0.005).
   EXPECT_NEAR(static_cast<double>(minority) / shard->size(), 0.5, 0.03);
   // Uploads after the job started are refused and change nothing.
-  ASSERT_TRUE(client_->ReportLosses({Batch("cb", 0, 0, 0, {5}, HardLoss)}).ok());
+  ASSERT_TRUE(client_->ReportLosses({Batch("cb", 0, 0, 0, *shard, HardLoss, 0, 1)}).ok());
   EXPECT_EQ(client_->UploadLabels("cb", labels).code(), absl::StatusCode::kFailedPrecondition);
 }
 

@@ -23,7 +23,7 @@ class BadInputTest : public ::testing::Test {
     options.port = 0;
     options.max_samples_per_job = 1'000'000;
     options.max_jobs = 3;
-    options.max_message_bytes = 16 << 20;
+    options.max_message_bytes = 24 << 20;  // Fits MAX_LOSS_BATCH_PAIRS + 1 pairs (~21 MB).
     options.grace_period = absl::Milliseconds(200);
     server_ = *Server::Create(options);
     channel_ = grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials());
@@ -39,7 +39,9 @@ class BadInputTest : public ::testing::Test {
     v1::Job job;
     ASSERT_TRUE(
         Call([&](grpc::ClientContext* c) { return stub_->CreateJob(c, create, &job); }).ok());
-    ASSERT_TRUE(Report(Batch(0, 0, 0, {1, 2, 3}, {0.5f, 1.0f, 2.0f})).ok());
+    const std::vector<uint64_t> shard = ShardOf("j", 0);
+    ASSERT_EQ(shard.size(), 25u);
+    ASSERT_TRUE(Report(Batch(0, 0, 0, {shard[0], shard[1], shard[2]}, {0.5f, 1.0f, 2.0f})).ok());
     // "st": static weights, not uploaded yet.
     create.set_name("st");
     create.mutable_spec()->mutable_policy()->set_base(v1::STATIC);
@@ -74,9 +76,10 @@ class BadInputTest : public ::testing::Test {
     return f(&context);
   }
 
+  // Pairs at shard positions 0, 1, ... unless `positions` says otherwise.
   static v1::LossBatch Batch(uint64_t epoch, uint32_t rank, uint64_t seq,
                              std::vector<uint64_t> indices, std::vector<float> losses,
-                             const std::string& job = "j") {
+                             const std::string& job = "j", std::vector<uint64_t> positions = {}) {
     v1::LossBatch b;
     b.set_job(job);
     b.set_epoch(epoch);
@@ -84,7 +87,29 @@ class BadInputTest : public ::testing::Test {
     b.set_seq(seq);
     for (uint64_t i : indices) b.add_indices(i);
     for (float l : losses) b.add_losses(l);
+    if (positions.empty()) {
+      for (uint64_t p = 0; p < indices.size(); ++p) b.add_positions(p);
+    }
+    for (uint64_t p : positions) b.add_positions(p);
     return b;
+  }
+
+  // Rank `rank`'s shard of job `name`'s current epoch (world size 4), position k at [k].
+  std::vector<uint64_t> ShardOf(const std::string& name, uint32_t rank) {
+    v1::StreamShardRequest request;
+    request.set_job(name);
+    request.set_rank(rank);
+    request.set_world_size(4);
+    std::vector<uint64_t> shard;
+    EXPECT_TRUE(Call([&](grpc::ClientContext* c) {
+                  auto reader = stub_->StreamShard(c, request);
+                  v1::ShardChunk chunk;
+                  while (reader->Read(&chunk)) {
+                    shard.insert(shard.end(), chunk.indices32().begin(), chunk.indices32().end());
+                  }
+                  return reader->Finish();
+                }).ok());
+    return shard;
   }
 
   grpc::Status Report(const v1::LossBatch& batch) {
@@ -211,7 +236,8 @@ TEST_F(BadInputTest, EveryBadRequestIsRejectedPreciselyAndChangesNothing) {
   nan_weights[1] = nan;
   std::vector<uint64_t> huge_idx((1 << 20) + 1, 1);
   std::vector<float> huge_loss((1 << 20) + 1, 1.0f);
-  // 1.5 M pairs: about 18 MB on the wire, over the server's 16 MiB message limit.
+  // 1.5 M pairs (index, loss, position): about 30 MB on the wire, over the server's 24 MiB
+  // message limit.
   std::vector<uint64_t> wire_idx(1'500'000, 1);
   std::vector<float> wire_loss(1'500'000, 1.0f);
   auto labels = [](std::string job, uint32_t count) {
@@ -233,6 +259,7 @@ TEST_F(BadInputTest, EveryBadRequestIsRejectedPreciselyAndChangesNothing) {
         [=](BadInputTest* t) { return t->Call([&](grpc::ClientContext* c) { return f(t, c); }); };
   };
 
+  const std::vector<uint64_t> j0 = ShardOf("j", 0), j1 = ShardOf("j", 1);
   struct Case {
     std::string what;
     std::function<grpc::Status(BadInputTest*)> call;
@@ -306,6 +333,16 @@ TEST_F(BadInputTest, EveryBadRequestIsRejectedPreciselyAndChangesNothing) {
        report(Batch(0, 0, 1, {4}, {-1})),
        grpc::INVALID_ARGUMENT,
        {"losses[0] = -1"}},
+      {"position outside the rank's shard",
+       report(Batch(0, 0, 1, {j0[0]}, {1}, "j", {25})),
+       grpc::INVALID_ARGUMENT,
+       {"positions[0] = 25", "rank 0's shard [0, 25)"}},
+      // Issue 11, defect 4: another rank's sample would take that sample's loss of the epoch.
+      {"an index not served to the rank at its position",
+       report(Batch(0, 0, 1, {j0[5], j1[6]}, {1, 1}, "j", {5, 6})),
+       grpc::INVALID_ARGUMENT,
+       {absl::StrCat("indices[1] = ", j1[6], " was not served to rank 0 at positions[1] = 6"),
+        absl::StrCat("that position holds index ", j0[6])}},
       {"length mismatch",
        report(Batch(0, 0, 1, {4, 5}, {1})),
        grpc::INVALID_ARGUMENT,
@@ -523,7 +560,7 @@ TEST_F(BadInputTest, EveryBadRequestIsRejectedPreciselyAndChangesNothing) {
     EXPECT_TRUE(after[3] == before[3]) << "job 'adv' changed";
   }
   // And the fingerprint does see changes: a valid report changes it.
-  ASSERT_TRUE(Report(Batch(0, 1, 9, {7}, {1.0f})).ok());
+  ASSERT_TRUE(Report(Batch(0, 1, 9, {j1[0]}, {1.0f})).ok());
   EXPECT_FALSE(Fingerprint("j") == before[1]);
 }
 

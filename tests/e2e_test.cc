@@ -151,6 +151,7 @@ TEST(EndToEndTest, SixRanksThreeEpochsAgainstTheRealBinary) {
           for (size_t k = lo; k < std::min(shard->size(), lo + 1000); ++k) {
             b.add_indices((*shard)[k]);
             b.add_losses(is_hard((*shard)[k]) ? 2.5f : 0.2f);
+            b.add_positions(k);
           }
           batches.push_back(b);
         }

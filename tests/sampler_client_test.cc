@@ -59,13 +59,14 @@ TEST(SamplerClientTest, ACallbackErrorStopsTheStreamAndIsReturned) {
             absl::StatusCode::kInvalidArgument);
 }
 
-// Job "j", epoch 0, rank 0: one loss for `index`.
-v1::LossBatch LossBatch(uint64_t seq, uint64_t index) {
+// Job "j", epoch 0, rank 0: one loss for `index`, served at shard position `position`.
+v1::LossBatch LossBatch(uint64_t seq, uint64_t index, uint64_t position) {
   v1::LossBatch batch;
   batch.set_job("j");
   batch.set_seq(seq);
   batch.add_indices(index);
   batch.add_losses(1.0f);
+  batch.add_positions(position);
   return batch;
 }
 
@@ -103,7 +104,7 @@ TEST(SamplerClientTest, ASummaryThatCountsLessThanWasSentIsDataLoss) {
   auto client = *SamplerClient::Create("127.0.0.1:" + std::to_string(port));
 
   absl::StatusOr<v1::LossReportSummary> summary =
-      client->ReportLosses({LossBatch(0, 0), LossBatch(1, 1), LossBatch(2, 2)});
+      client->ReportLosses({LossBatch(0, 0, 0), LossBatch(1, 1, 1), LossBatch(2, 2, 2)});
   EXPECT_EQ(summary.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(std::string(summary.status().message()),
               HasSubstr("acknowledged 1 loss batches but the client sent 3"));
@@ -125,9 +126,12 @@ TEST(SamplerClientTest, ARealServerCountsEveryBatch) {
   spec.set_num_samples(10);
   spec.set_world_size(1);
   ASSERT_TRUE(client->CreateJob("j", spec).ok());
+  auto shard = client->ReadShard("j", 0, 0, 1);
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  const v1::LossBatch first = LossBatch(0, (*shard)[0], 0), second = LossBatch(1, (*shard)[1], 1);
   // The last two are retries (duplicates): still counted.
   absl::StatusOr<v1::LossReportSummary> summary =
-      client->ReportLosses({LossBatch(0, 0), LossBatch(1, 1), LossBatch(0, 0), LossBatch(1, 1)});
+      client->ReportLosses({first, second, first, second});
   ASSERT_TRUE(summary.ok()) << summary.status();
   EXPECT_EQ(summary->batches(), 4u);
   EXPECT_EQ(summary->accepted(), 2u);

@@ -116,14 +116,32 @@ class UnparseableRequestTest : public ::testing::Test {
     return status;
   }
 
-  static std::string Batch(uint64_t seq, uint64_t index) {
+  // A loss for the index served at shard position `position` of "j" (one rank, epoch 0).
+  std::string Batch(uint64_t seq, uint64_t position) {
+    if (shard_.empty()) {
+      v1::StreamShardRequest request;
+      request.set_job("j");
+      request.set_world_size(1);
+      EXPECT_TRUE(Unary([&](grpc::ClientContext* c) {
+                    auto reader = stub_->StreamShard(c, request);
+                    v1::ShardChunk chunk;
+                    while (reader->Read(&chunk)) {
+                      shard_.insert(shard_.end(), chunk.indices32().begin(),
+                                    chunk.indices32().end());
+                    }
+                    return reader->Finish();
+                  }).ok());
+    }
     v1::LossBatch batch;
     batch.set_job("j");
     batch.set_seq(seq);
-    batch.add_indices(index);
+    batch.add_indices(shard_.at(position));
     batch.add_losses(1.0f);
+    batch.add_positions(position);
     return batch.SerializeAsString();
   }
+
+  std::vector<uint64_t> shard_;  // Of "j", read at the first Batch.
 
   std::unique_ptr<Server> server_;
   std::shared_ptr<grpc::Channel> channel_;

@@ -446,6 +446,7 @@ JobJournal::EncodedLosses::EncodedLosses(const LossBatchView& batch) {
   losses->set_seq(batch.seq);
   losses->mutable_indices()->Add(batch.indices.begin(), batch.indices.end());
   losses->mutable_losses()->Add(batch.losses.begin(), batch.losses.end());
+  losses->mutable_positions()->Add(batch.positions.begin(), batch.positions.end());
   bytes_ = record.SerializeAsString();
 }
 
@@ -510,6 +511,8 @@ absl::Status JobJournal::Replay(const std::vector<state::WalRecord>& records,
           view.indices =
               absl::MakeConstSpan(r.losses().indices().data(), r.losses().indices_size());
           view.losses = absl::MakeConstSpan(r.losses().losses().data(), r.losses().losses_size());
+          view.positions =
+              absl::MakeConstSpan(r.losses().positions().data(), r.losses().positions_size());
           s = handlers.losses(view);
           break;
         }

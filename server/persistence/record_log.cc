@@ -99,7 +99,8 @@ absl::StatusOr<RecordLogHead> DecodeHead(absl::string_view file, uint64_t file_s
         path, ": no intact head (the file is ", file_size, " bytes; ",
         file_size <= kRecordLogHeadBytes
             ? "its creation never completed, or it is damaged"
-            : "it is damaged, or not a samplerd log of format version 2",
+            : absl::StrCat("it is damaged, or not a samplerd log of format version ",
+                           kRecordLogFormatVersion),
         ")"));
   }
   return head;

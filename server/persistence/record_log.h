@@ -1,6 +1,6 @@
 // RecordLog: an append-only file of checksummed records, the write-ahead log of a job's epoch.
 //
-// Format (little-endian), format version 2:
+// Format (little-endian), format version 3:
 //   head: two 4096-byte blocks, each
 //     "SMPLRDWL" | u32 format version | u32 header length | header | u64 sequence |
 //     u64 synced bytes | u32 crc32(everything before it in the block) | zeros
@@ -9,7 +9,7 @@
 // The header is the caller's (a job's log says which epoch it holds); both blocks carry it. A
 // record header has its own checksum so that a corrupted length is detected where it is, instead
 // of being taken for the end of the file. (Format 1 had no head and kept sync markers among the
-// records; it is not read.)
+// records; format 2's loss records had no shard positions. Neither is read.)
 //
 // How far the file had been synced: after each completed fdatasync the writer rewrites one head
 // block in place (alternately, the one with the older sequence) with "the first N bytes of this
@@ -47,7 +47,7 @@
 
 namespace samplerd {
 
-inline constexpr uint32_t kRecordLogFormatVersion = 2;
+inline constexpr uint32_t kRecordLogFormatVersion = 3;
 // Bytes before the first record: the two head blocks.
 inline constexpr uint64_t kRecordLogHeadBytes = 8192;
 // The largest header a log can carry.

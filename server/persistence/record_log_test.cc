@@ -141,12 +141,12 @@ TEST_F(RecordLogTest, TheFormatIsTheDocumentedOne) {
   }
   std::string bytes = ReadBytes(path_);
   ASSERT_EQ(bytes.size(), kRecordLogHeadBytes + kHeaderBytes + 3 + kTrailerBytes);
-  // Two head blocks: magic, version 2, header length 3, header, sequence (0 and 1), synced
+  // Two head blocks: magic, version 3, header length 3, header, sequence (0 and 1), synced
   // bytes (the head itself), crc32 of the 43 bytes before it; zeros to 4096.
   for (uint64_t block : {0, 1}) {
     SCOPED_TRACE(absl::StrCat("head block ", block));
     const std::string b = bytes.substr(block * 4096, 4096);
-    EXPECT_EQ(b.substr(0, 19), std::string("SMPLRDWL\x02\0\0\0\x03\0\0\0hdr", 19));
+    EXPECT_EQ(b.substr(0, 19), std::string("SMPLRDWL\x03\0\0\0\x03\0\0\0hdr", 19));
     EXPECT_EQ(b.substr(19, 16), absl::StrCat(std::string(1, static_cast<char>(block)),
                                              std::string(7, '\0'), std::string("\0\x20", 2),
                                              std::string(6, '\0')));
@@ -567,7 +567,7 @@ TEST_F(RecordLogTest, AnotherFormatVersionIsFailedPrecondition) {
   std::string bytes = ReadBytes(path_);
   for (uint64_t block : {0, 1}) {
     std::string b = bytes.substr(block * 4096, 4096);
-    b[8] = 3;  // Format version 3, with a matching crc32.
+    b[8] = 4;  // Format version 4, with a matching crc32.
     const uint32_t crc = static_cast<uint32_t>(
         crc32(0, reinterpret_cast<const unsigned char*>(b.data()), 16 + 0 + 16));
     std::memcpy(&b[32], &crc, 4);
@@ -576,7 +576,7 @@ TEST_F(RecordLogTest, AnotherFormatVersionIsFailedPrecondition) {
   WriteBytes(path_, bytes);
   auto contents = ReadRecordLog(path_);
   EXPECT_EQ(contents.status().code(), absl::StatusCode::kFailedPrecondition) << contents.status();
-  EXPECT_THAT(contents.status().message(), HasSubstr("log format version 3"));
+  EXPECT_THAT(contents.status().message(), HasSubstr("log format version 4"));
 }
 
 }  // namespace

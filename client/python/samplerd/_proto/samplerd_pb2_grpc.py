@@ -157,20 +157,23 @@ class SamplerServicer(object):
 
     def ReportLosses(self, request_iterator, context):
         """Reports per-sample losses, keyed by the real dataset index, in batches. Losses for the
-        current epoch are applied; losses for older epochs are counted as stale and ignored. A batch
-        with the same (job, epoch, rank, seq) as one already applied is a retry: counted as a
-        duplicate, not applied twice. One loss per sample per epoch: a later report of the same
-        (epoch, index) -- a tensor-parallel peer of the same data-parallel rank, or an index drawn
-        twice with replacement -- is counted as a duplicate. Every batch is validated whole before
-        anything is applied. A bad batch ends the call with its error, whose message names the
-        batch's seq; the batches before it in the same call were applied, so a client can resend
+        current epoch are applied; losses for older epochs are counted as stale and ignored. Each
+        loss names the shard position its index was served at (LossBatch.positions): a position of
+        (epoch, rank) already reported -- a retried batch, or a restarted trainer's repeat -- is
+        counted as a duplicate, not applied twice, and a position never reported is applied whatever
+        process sends it. One loss per sample per epoch: a later report of the same (epoch, index)
+        from another position -- a tensor-parallel peer of the same data-parallel rank, an index
+        drawn twice with replacement, a padded position -- is counted as a duplicate. Every batch is
+        validated whole before anything is applied. A bad batch ends the call with its error, whose
+        message names the batch's seq; the batches before it in the same call were applied, so a client can resend
         from the failing batch on (resending earlier ones is harmless: they count as duplicates).
         A message that does not parse as a LossBatch ends the call likewise, with INVALID_ARGUMENT
         naming its position in the stream ("message 2 of the stream could not be parsed"). On
         success the summary counts every batch received (`batches`): a client checks it against
         the number it sent.
         Errors: INVALID_ARGUMENT (index >= N, NaN/inf/negative loss, length mismatch, empty batch,
-        rank >= world_size, unparseable message), FAILED_PRECONDITION (epoch not yet open),
+        rank >= world_size, position >= shard length, an index not at its position of the rank's
+        shard, unparseable message), FAILED_PRECONDITION (epoch not yet open),
         NOT_FOUND.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

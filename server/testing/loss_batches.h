@@ -1,0 +1,52 @@
+// Loss batches for server tests: the pairs a rank was really served, with their shard positions.
+#ifndef SAMPLERD_SERVER_TESTING_LOSS_BATCHES_H_
+#define SAMPLERD_SERVER_TESTING_LOSS_BATCHES_H_
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "server/loss_batch.h"
+
+namespace samplerd {
+namespace testutil {
+
+// A LossBatchView with its own arrays.
+struct OwnedLossBatch {
+  uint64_t epoch = 0;
+  uint32_t rank = 0;
+  uint64_t seq = 0;
+  std::vector<uint64_t> indices;
+  std::vector<float> losses;
+  std::vector<uint64_t> positions;
+
+  LossBatchView view() const { return {epoch, rank, seq, indices, losses, positions}; }
+};
+
+// The pairs of `shard` (a rank's shard as streamed: position k holds shard[k]) at `positions`,
+// each with loss `loss(index)`.
+inline OwnedLossBatch BatchAt(uint64_t epoch, uint32_t rank, uint64_t seq,
+                              absl::Span<const uint64_t> shard, std::vector<uint64_t> positions,
+                              const std::function<float(uint64_t index)>& loss) {
+  OwnedLossBatch b{epoch, rank, seq, {}, {}, std::move(positions)};
+  for (uint64_t p : b.positions) {
+    b.indices.push_back(shard[p]);
+    b.losses.push_back(loss(shard[p]));
+  }
+  return b;
+}
+
+// The pairs at shard positions [from, to).
+inline OwnedLossBatch BatchOfRange(uint64_t epoch, uint32_t rank, uint64_t seq,
+                                   absl::Span<const uint64_t> shard, uint64_t from, uint64_t to,
+                                   const std::function<float(uint64_t index)>& loss) {
+  std::vector<uint64_t> positions;
+  for (uint64_t p = from; p < to; ++p) positions.push_back(p);
+  return BatchAt(epoch, rank, seq, shard, std::move(positions), loss);
+}
+
+}  // namespace testutil
+}  // namespace samplerd
+
+#endif  // SAMPLERD_SERVER_TESTING_LOSS_BATCHES_H_
