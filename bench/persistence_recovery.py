@@ -46,7 +46,8 @@ def report_epoch(client, epoch, world):
         shard = client.read_shard("rec", epoch, rank, world)
         for seq, start in enumerate(range(0, shard.size, BATCH)):
             part = shard[start:start + BATCH]
-            client.report_losses("rec", epoch, rank, part, (part % 97) / 97.0, seq=seq)
+            client.report_losses("rec", epoch, rank, part, (part % 97) / 97.0,
+                                 np.arange(start, start + part.size), seq=seq)
 
 
 def state(client):

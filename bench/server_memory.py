@@ -41,13 +41,12 @@ def steady_state_growth(binary, n):
         idle = rss_bytes(proc.pid)
         with samplerd.Client(address, timeout=300) as c:
             c.create_job("mem", num_samples=n, world_size=2, loss="loss")
-            idx = np.arange(n, dtype=np.int64)
             for rank in range(2):
-                lo, hi = rank * n // 2, (rank + 1) * n // 2
-                for start in range(lo, hi, 1 << 20):
-                    end = min(hi, start + (1 << 20))
-                    c.report_losses("mem", 0, rank, idx[start:end], np.full(end - start, 0.5),
-                                    seq=start)
+                shard = c.read_shard("mem", 0, rank, 2)
+                for start in range(0, shard.size, 1 << 20):
+                    end = min(shard.size, start + (1 << 20))
+                    c.report_losses("mem", 0, rank, shard[start:end], np.full(end - start, 0.5),
+                                    np.arange(start, end), seq=start)
             for rank in range(2):
                 c.end_epoch("mem", 0, rank)
             while not c.get_job("mem").plan_ready:

@@ -30,9 +30,10 @@ def test_shards_losses_and_epochs(client):
     assert [len(s) for s in shards] == [500, 500]
     assert len(np.intersect1d(shards[0], shards[1])) == 0
     losses = np.where(shards[0] < 100, 5.0, 0.1)
-    summary = client.report_losses("j", 0, 0, shards[0], losses, seq=0)
+    positions = np.arange(500)
+    summary = client.report_losses("j", 0, 0, shards[0], losses, positions, seq=0)
     assert summary.accepted == 500
-    again = client.report_losses("j", 0, 0, shards[0], losses, seq=0)  # A retry.
+    again = client.report_losses("j", 0, 0, shards[0], losses, positions, seq=0)  # A retry.
     assert again.accepted == 0 and again.duplicates == 500
     status = client.status("j")
     assert status.ranks[0].losses_accepted == 500 and status.ranks[1].indices_streamed == 500
@@ -106,7 +107,8 @@ def test_call_site_validation(client, indices, losses, message):
     client.create_job("v", num_samples=10, world_size=1)
     before = client.status("v")
     with pytest.raises(samplerd.InvalidArgument, match=message):
-        client.report_losses("v", 0, 0, indices, losses, seq=0, num_samples=10)
+        client.report_losses("v", 0, 0, indices, losses, np.arange(len(indices)), seq=0,
+                             num_samples=10)
     assert client.status("v") == before  # Nothing was sent.
 
 
@@ -151,7 +153,7 @@ def test_floating_point_indices_are_refused_naming_the_dtype(client, indices, dt
         samplerd.check_loss_batch(indices, losses)
     with pytest.raises(samplerd.InvalidArgument,
                        match=rf"indices: dtype {dtype} is a floating-point type"):
-        client.report_losses("f", 0, 0, indices, losses, seq=0)
+        client.report_losses("f", 0, 0, indices, losses, np.arange(len(indices)), seq=0)
     assert client.status("f").ranks[0].losses_accepted == 0
 
 

@@ -13,9 +13,10 @@ import pytest
 import samplerd
 from conftest import SamplerdProcess
 
-# The spec: one sample drawn 2^36 times per epoch (a 256 GiB plan, 512 GiB estimated).
+# The spec: one sample drawn 2^36 times per epoch (a 256 GiB plan, 520 GiB estimated).
 UNALLOCATABLE = dict(num_samples=1, world_size=1, samples_per_epoch=1 << 36, replacement=True)
-UNALLOCATABLE_ESTIMATE = 2 * 4 * (1 << 36) + 64  # Two plans of 4-byte indices, one rank.
+# Two plans of 4-byte indices; one rank: 64 bytes and a bit per shard position.
+UNALLOCATABLE_ESTIMATE = 2 * 4 * (1 << 36) + 64 + (1 << 36) // 8
 
 
 def default_budget_upper_bound():
@@ -83,7 +84,8 @@ def test_a_raised_sample_limit_is_still_bounded_by_memory(tmp_path):
             with pytest.raises(samplerd.ResourceExhausted) as e:
                 c.create_job("huge", num_samples=5_000_000_000, world_size=1)
             assert "spec.num_samples = 5000000000" in e.value.message
-            assert "needs an estimated 8000" in e.value.message
+            # 80 GB of plans (and a bit per shard position).
+            assert "needs an estimated 806" in e.value.message
             assert "plans 74.5 GiB" in e.value.message
             assert c.list_jobs() == []
     finally:

@@ -41,14 +41,20 @@ def losses_for(indices, epoch):
 
 
 def report(client, job, epoch, rank, shard, seqs):
-    """Reports batches `seqs` of `shard`, one call each (so each is acknowledged on its own);
-    returns the summaries."""
+    """Reports batches `seqs` of `shard` (the rank's shard as streamed), one call each (so each
+    is acknowledged on its own); returns the summaries."""
     summaries = []
     for seq in seqs:
-        part = shard[seq * BATCH:(seq + 1) * BATCH]
+        positions = np.arange(seq * BATCH, min((seq + 1) * BATCH, len(shard)))
+        part = shard[positions]
         summaries.append(client.report_losses(job, epoch, rank, part, losses_for(part, epoch),
-                                              seq=seq))
+                                              positions, seq=seq))
     return summaries
+
+
+def loss_records(path):
+    """The loss records of a write-ahead log (a shard read adds a stream-progress record)."""
+    return [r for r in wal_records(path) if is_loss_record(r[1])]
 
 
 def progress(client, job):
@@ -82,11 +88,11 @@ WAL_HEAD_BYTES = 8192  # server/persistence/record_log.h: two 4096-byte head blo
 
 def wal_records(path):
     """(offset, payload) of each record of a write-ahead log, framed as in
-    server/persistence/record_log.h (format 2): a head of WAL_HEAD_BYTES, then records
+    server/persistence/record_log.h (format 3): a head of WAL_HEAD_BYTES, then records
     u32 length | u32 crc(length) | payload | u32 crc(payload). The file must consist of whole
     records."""
     data = path.read_bytes()
-    assert data[:8] == b"SMPLRDWL", f"{path}: not a format-2 log"
+    assert data[:8] == b"SMPLRDWL", f"{path}: not a samplerd log"
     records, pos = [], WAL_HEAD_BYTES
     while pos < len(data):
         assert pos + 8 <= len(data), f"{path}: cut header at {pos}"
@@ -192,8 +198,9 @@ def test_a_client_rides_through_a_samplerd_crash_and_restart(cluster, tmp_path):
         got, seq = [], 0
         for chunk in c.stream_shard(job, 0, 0, 1, chunk_size=20_000):
             got.extend(chunk.indices.tolist())
+            positions = chunk.offset + np.arange(len(chunk.indices))
             summary = c.report_losses(job, 0, 0, chunk.indices, losses_for(chunk.indices, 0),
-                                      seq=seq)
+                                      positions, seq=seq)
             assert summary.accepted + summary.duplicates == len(chunk.indices)
             seq += 1
             if len(got) == 20_000:  # Mid-epoch: kill it, and bring it back on the same port.
@@ -212,7 +219,8 @@ def test_a_client_rides_through_a_samplerd_crash_and_restart(cluster, tmp_path):
         after = c.read_shard(job, 1, 0, 1)
     for seq, start in enumerate(range(0, len(expected), 1 << 20)):
         part = expected[start:start + (1 << 20)]
-        ref.report_losses(job, 0, 0, part, losses_for(part, 0), seq=seq)
+        ref.report_losses(job, 0, 0, part, losses_for(part, 0),
+                          np.arange(start, start + len(part)), seq=seq)
     assert ref.end_epoch(job, 0, 0).epoch_closed
     wait_plan_ready(ref, job, 1)
     np.testing.assert_array_equal(after, ref.read_shard(job, 1, 0, 1))
@@ -251,7 +259,7 @@ def test_deleted_job_stays_deleted_after_restart(cluster, tmp_path):
     a_proc, a = cluster(f"--data_dir={tmp_path}")
     for name in ("keep", "gone"):
         a.create_job(name, num_samples=100, world_size=1, loss="loss")
-        a.report_losses(name, 0, 0, np.arange(BATCH), losses_for(np.arange(BATCH), 0), seq=0)
+        report(a, name, 0, 0, a.read_shard(name, 0, 0, 1), [0])
     assert (tmp_path / "jobs" / "gone").is_dir()
     a.delete_job("gone")
     assert not (tmp_path / "jobs" / "gone").exists()
@@ -267,14 +275,14 @@ def test_deleted_job_stays_deleted_after_restart(cluster, tmp_path):
     # The name is free again, for a fresh job with nothing of the old one.
     a.create_job("gone", num_samples=100, world_size=1, loss="loss")
     assert a.status("gone").ranks[0].losses_accepted == 0
-    again = a.report_losses("gone", 0, 0, np.arange(BATCH), losses_for(np.arange(BATCH), 0), seq=0)
+    again = report(a, "gone", 0, 0, a.read_shard("gone", 0, 0, 1), [0])[0]
     assert (again.accepted, again.duplicates) == (BATCH, 0)
 
 
 def test_without_data_dir_nothing_is_written_or_restored(cluster, tmp_path):
     a_proc, a = cluster(cwd=tmp_path)
     a.create_job("mem", num_samples=100, world_size=1, loss="loss")
-    a.report_losses("mem", 0, 0, np.arange(BATCH), losses_for(np.arange(BATCH), 0), seq=0)
+    report(a, "mem", 0, 0, a.read_shard("mem", 0, 0, 1), [0])
     assert a_proc.kill() == -9
     assert list(tmp_path.iterdir()) == []
     _, a = cluster(cwd=tmp_path)
@@ -321,19 +329,18 @@ def test_corrupt_snapshot_refuses_to_start(cluster, tmp_path):
 def test_corrupt_wal_record_in_the_middle_refuses_to_start(cluster, tmp_path):
     proc, c = cluster(f"--data_dir={tmp_path}")
     c.create_job("j", num_samples=1000, world_size=1, loss="loss")
-    indices = np.arange(6 * BATCH)
-    report(c, "j", 0, 0, indices, range(6))  # No stream: the log holds the 6 batches only.
+    indices = c.read_shard("j", 0, 0, 1)  # One chunk: one stream-progress record.
+    report(c, "j", 0, 0, indices, range(6))
     assert proc.kill() == -9
     wal = tmp_path / "jobs" / "j" / "wal-0.log"
-    records = wal_records(wal)
-    assert len(records) == 6 and all(is_loss_record(p) for _, p in records), \
-        [p[:1] for _, p in records]
+    records = loss_records(wal)
+    assert len(records) == 6 and len(wal_records(wal)) == 7
     # Control: the intact log starts, with every batch.
     proc, c = cluster(f"--data_dir={tmp_path}")
     assert c.status("j").ranks[0].losses_accepted == 6 * BATCH
     assert proc.stop() == 0
 
-    offset, payload = wal_records(wal)[2]  # Followed by 3 intact records.
+    offset, payload = loss_records(wal)[2]  # Followed by 3 intact records.
     flip_byte(wal, offset + 8 + len(payload) // 2)
 
     rc, stderr = run_samplerd_expecting_failure(f"--data_dir={tmp_path}", timeout=10)
@@ -345,17 +352,16 @@ def test_torn_wal_tail_is_not_an_error(cluster, tmp_path):
     job = "j"
     proc, c = cluster(f"--data_dir={tmp_path}")
     c.create_job(job, num_samples=1000, world_size=1, samples_per_epoch=400, loss="loss")
-    report(c, job, 0, 0, np.arange(400, 400 + 2 * BATCH), range(2))
+    report(c, job, 0, 0, c.read_shard(job, 0, 0, 1), range(2))
     assert c.end_epoch(job, 0, 0).epoch_closed
     wait_plan_ready(c, job, 1)
-    indices = np.arange(5 * BATCH)
-    report(c, job, 1, 0, indices, range(4))  # Epoch 1 is not streamed: its log holds 4 batches.
+    indices = c.read_shard(job, 1, 0, 1)  # One chunk: the log's first record, then 4 batches.
+    report(c, job, 1, 0, indices, range(4))
     assert proc.kill() == -9
 
     wal = tmp_path / "jobs" / job / "wal-1.log"
-    records = wal_records(wal)
-    assert len(records) == 4 and all(is_loss_record(p) for _, p in records), \
-        [p[:1] for _, p in records]
+    records = loss_records(wal)
+    assert len(records) == 4 and len(wal_records(wal)) == 5 and wal_records(wal)[-1] == records[-1]
     # A crash in the middle of a fifth call's append, before its sync: its record (batch seq 4)
     # is cut short. Its acknowledgment would have followed the sync, so as far as the client
     # knows it was not sent.
@@ -372,7 +378,7 @@ def test_torn_wal_tail_is_not_an_error(cluster, tmp_path):
     assert report(c, job, 1, 0, indices, [3])[0].duplicates == BATCH
     # The torn bytes were cut before appending: the next start finds an intact log.
     assert proc.kill() == -9
-    assert len(wal_records(wal)) == 5
+    assert len(loss_records(wal)) == 5
     proc, c = cluster(f"--data_dir={tmp_path}")
     status = c.status(job)
     assert (status.job.current_epoch, status.ranks[0].losses_accepted) == (1, 5 * BATCH)
@@ -392,8 +398,8 @@ def _two_rank_job_with_acknowledged_epoch_1(cluster, data_dir, job="j"):
     while (job_dir / "wal-0.log").exists():  # The snapshot of epoch 1 is committed.
         assert time.monotonic() < deadline, sorted(job_dir.iterdir())
         time.sleep(0.02)
-    # Not streamed, so that the log holds these two records only.
-    assert report(c, job, 1, 0, np.arange(BATCH), [0])[0].accepted == BATCH
+    # One chunk read: the log holds its progress record, the loss batch and the EndEpoch.
+    assert report(c, job, 1, 0, c.read_shard(job, 1, 0, 2), [0])[0].accepted == BATCH
     assert not c.end_epoch(job, 1, 0).epoch_closed
     acknowledged = progress(c, job)
     assert acknowledged["ranks"][0][1:] == (BATCH, True), acknowledged
@@ -417,11 +423,11 @@ def test_deleted_wal_refuses_to_start(cluster, tmp_path):
     assert not wal.exists()  # Nothing is created in its place.
 
 
-def test_wal_cut_inside_its_first_record_refuses_to_start(cluster, tmp_path):
+def test_wal_cut_inside_an_acknowledged_record_refuses_to_start(cluster, tmp_path):
     wal = _two_rank_job_with_acknowledged_epoch_1(cluster, tmp_path)
     records = wal_records(wal)
-    assert is_loss_record(records[0][1]), records
-    offset, payload = records[0]  # The acknowledged loss batch; the EndEpoch follows it.
+    assert len(records) == 3 and is_loss_record(records[1][1]), records
+    offset, payload = records[1]  # The acknowledged loss batch; the EndEpoch follows it.
     cut = offset + 8 + len(payload) // 2
     with open(wal, "r+b") as f:
         f.truncate(cut)
@@ -435,7 +441,7 @@ def test_wal_cut_inside_its_first_record_refuses_to_start(cluster, tmp_path):
 def test_stray_entries_in_the_jobs_directory_do_not_stop_the_start(cluster, tmp_path):
     proc, c = cluster(f"--data_dir={tmp_path}")
     c.create_job("j", num_samples=1000, world_size=1, loss="loss")
-    report(c, "j", 0, 0, np.arange(2 * BATCH), range(2))
+    report(c, "j", 0, 0, c.read_shard("j", 0, 0, 1), range(2))
     assert proc.kill() == -9
     jobs = tmp_path / "jobs"
     (jobs / "lost+found").mkdir()  # Every fresh ext4 volume has one.

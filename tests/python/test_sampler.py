@@ -138,15 +138,20 @@ def test_a_consumer_that_stops_early_releases_the_stream(client, server, prefetc
 
 def test_float_index_tensors_are_refused_naming_the_dtype(client, server):
     """float32 holds 16777217 as 16777216: a float index tensor is refused, not rounded."""
-    n = (1 << 24) + 2
-    client.create_job("fl", num_samples=n, world_size=1, samples_per_epoch=8)
+    n = 1 << 25
+    client.create_job("fl", num_samples=n, world_size=1, samples_per_epoch=64)
     sampler = DistributedWeightedSampler(server.address, "fl", rank=0, world_size=1)
-    list(sampler)
+    served = list(sampler)
+    # An odd index above 2^24, which float32 cannot hold (each of the 64 draws is one with
+    # probability 1/4).
+    odd = next(i for i in served if i > (1 << 24) and i % 2 == 1)
+    assert int(torch.tensor([odd], dtype=torch.float32).item()) != odd
     with pytest.raises(samplerd.InvalidArgument, match=r"indices: dtype float32 is a floating"):
-        sampler.report(torch.tensor([16777217], dtype=torch.float32), torch.tensor([0.5]))
+        sampler.report(torch.tensor([odd], dtype=torch.float32), torch.tensor([0.5]))
     with pytest.raises(samplerd.InvalidArgument, match=r"indices: dtype float64 is a floating"):
-        sampler.report(torch.tensor([3.0], dtype=torch.float64), torch.tensor([0.5]))
-    sampler.report(torch.tensor([16777217]), torch.tensor([0.5]))  # int64: exact.
+        sampler.report(torch.tensor([float(served[0])], dtype=torch.float64),
+                       torch.tensor([0.5]))
+    sampler.report(torch.tensor([odd]), torch.tensor([0.5]))  # int64: exact.
     sampler.flush()
     assert client.status("fl").ranks[0].losses_accepted == 1
     assert sampler.last_summary["accepted"] == 1

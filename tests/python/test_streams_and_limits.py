@@ -16,16 +16,20 @@ from samplerd.torch import DistributedWeightedSampler
 GARBAGE = b"\x0d\x01\x02"
 
 
-def _batch(seq, index):
-    return pb.LossBatch(job="j", seq=seq, indices=[index], losses=[1.0]).SerializeToString()
+def _batch(seq, shard, position):
+    """A loss for the index `shard` (rank 0's, epoch 0) holds at `position`."""
+    return pb.LossBatch(job="j", seq=seq, indices=[int(shard[position])], losses=[1.0],
+                        positions=[position])
 
 
 def test_an_unparseable_message_fails_the_loss_stream_at_its_position(client, server):
     client.create_job("j", num_samples=100, world_size=1, loss="loss")
+    shard = client.read_shard("j", 0, 0, 1)
     with grpc.insecure_channel(server.address) as channel:
         report = channel.stream_unary("/samplerd.v1.Sampler/ReportLosses")  # Raw bytes.
         with pytest.raises(grpc.RpcError) as info:
-            report(iter([_batch(1, 1), GARBAGE, _batch(2, 2)]), timeout=10)
+            report(iter([_batch(1, shard, 1).SerializeToString(), GARBAGE,
+                         _batch(2, shard, 2).SerializeToString()]), timeout=10)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "message 2 of the stream could not be parsed as samplerd.v1.LossBatch" in \
         info.value.details()
@@ -68,19 +72,21 @@ def undercounting_address():
 
 def test_a_summary_that_counts_less_than_was_sent_is_data_loss(undercounting_address):
     with samplerd.Client(undercounting_address, timeout=10) as c:
-        batches = [pb.LossBatch(job="j", seq=k, indices=[k], losses=[1.0]) for k in range(3)]
+        batches = [pb.LossBatch(job="j", seq=k, indices=[k], losses=[1.0], positions=[k])
+                   for k in range(3)]
         with pytest.raises(samplerd.DataLoss,
                            match="acknowledged 1 loss batches but the client sent 3"):
             c.report_loss_batches(batches)
         # A single batch (report_losses) is all that server counts: that matches.
-        assert c.report_losses("j", 0, 0, [1, 2], [1.0, 1.0], seq=0).batches == 1
+        assert c.report_losses("j", 0, 0, [1, 2], [1.0, 1.0], [0, 1]).batches == 1
         with pytest.raises(samplerd.DataLoss, match="acknowledged 2 values but the client sent 6"):
             c.upload_weights("j", np.ones(6), chunk_size=2)
 
 
 def test_a_real_server_counts_every_batch_including_retries(client):
     client.create_job("j", num_samples=10, world_size=1)
-    batches = [pb.LossBatch(job="j", seq=k % 2, indices=[k % 2], losses=[1.0]) for k in range(4)]
+    shard = client.read_shard("j", 0, 0, 1)
+    batches = [_batch(k % 2, shard, k % 2) for k in range(4)]
     summary = client.report_loss_batches(batches)
     assert (summary.batches, summary.accepted, summary.duplicates) == (4, 2, 2)
 

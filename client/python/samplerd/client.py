@@ -98,10 +98,28 @@ def _check_count(what, acknowledged, sent):
 
 
 def loss_batch_message(job: str, epoch: int, rank: int, seq: int, indices: np.ndarray,
-                       losses: np.ndarray) -> pb.LossBatch:
+                       losses: np.ndarray, positions: np.ndarray) -> pb.LossBatch:
     """The LossBatch message of a batch already validated by check_loss_batch (not re-checked)."""
     return pb.LossBatch(job=job, epoch=epoch, rank=rank, seq=seq, indices=indices.tolist(),
-                        losses=losses.tolist())
+                        losses=losses.tolist(), positions=positions.tolist())
+
+
+def check_positions(positions, count: int) -> np.ndarray:
+    """Validates the shard positions of a batch of `count` pairs; returns them as int64.
+
+    Raises:
+        InvalidArgument: not 1-D integers >= 0, or not one per pair.
+    """
+    pos = np.asarray(positions)
+    if pos.ndim != 1 or pos.shape[0] != count:
+        raise _bad(f"positions: shape {pos.shape} for {count} indices; one shard position per "
+                   "index (where the index was served: ShardChunk.offset + its place)")
+    if pos.size and pos.dtype.kind not in "iu":
+        raise _bad(f"positions: dtype {pos.dtype} is not an integer type")
+    bad = np.flatnonzero(pos < 0)
+    if bad.size:
+        raise _bad(f"positions[{bad[0]}] = {pos[bad[0]]}: must be >= 0")
+    return pos.astype(np.int64, copy=False)
 
 
 def check_loss_batch(indices, losses, num_samples: Optional[int] = None):
@@ -508,8 +526,8 @@ class Client:
 
     # -- losses and epochs ----------------------------------------------------------------------
 
-    def report_losses(self, job: str, epoch: int, rank: int, indices, losses, seq: int, *,
-                      num_samples: Optional[int] = None) -> pb.LossReportSummary:
+    def report_losses(self, job: str, epoch: int, rank: int, indices, losses, positions, *,
+                      seq: int = 0, num_samples: Optional[int] = None) -> pb.LossReportSummary:
         """Reports one batch of per-sample losses keyed by the true dataset index.
 
         Args:
@@ -517,26 +535,32 @@ class Client:
             indices: integer dataset indices in [0, N) (list, array or CPU tensor, 1-D; a
                 floating-point dtype is refused).
             losses: one finite loss >= 0 per index.
-            seq: per (epoch, rank) batch number; a retried batch with the same seq is not
-                applied twice (counted as duplicates), so use a new seq for every batch.
+            positions: for each index, the position of rank's shard it was served at
+                (ShardChunk.offset + its place in the chunk). A loss is identified by (epoch,
+                rank, position): a position already reported -- a retry, or a restarted
+                trainer training it again -- counts as a duplicate, whatever process sends it.
+            seq: a number naming the batch in the server's errors.
             num_samples: if given, indices are range-checked here as well as on the server.
         Returns:
             The LossReportSummary (accepted, stale, duplicates, stale_epochs, batches).
         Raises:
             InvalidArgument: shapes differ, empty or oversized batch, NaN/inf/negative loss,
-                floating-point indices, index out of range (named, here or on the server);
-                nothing of the batch is applied.
+                floating-point indices, index out of range, a position outside the shard or an
+                index not served at its position (named, here or on the server); nothing of the
+                batch is applied.
             FailedPrecondition: the epoch is not open yet.
             NotFound, Unavailable, DataLoss (see report_loss_batches).
         """
         idx, los = check_loss_batch(indices, losses, num_samples)
-        return self.report_loss_batches([loss_batch_message(job, epoch, rank, seq, idx, los)])
+        pos = check_positions(positions, idx.size)
+        return self.report_loss_batches(
+            [loss_batch_message(job, epoch, rank, seq, idx, los, pos)])
 
     def report_loss_batches(self, batches: Sequence[pb.LossBatch]) -> pb.LossReportSummary:
         """Sends prepared LossBatch messages on one stream, unchecked (the fast path).
 
-        Retried whole on UNAVAILABLE: the server counts batches it already applied, by
-        (epoch, rank, seq), as duplicates.
+        Retried whole on UNAVAILABLE: the server counts the positions it already applied, by
+        (epoch, rank, position), as duplicates.
 
         Returns:
             The LossReportSummary of all batches.

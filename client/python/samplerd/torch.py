@@ -35,6 +35,7 @@ from torch.utils.data import Dataset, Sampler
 from . import errors
 from ._proto import samplerd_pb2 as pb
 from .client import Client, check_loss_batch, loss_batch_message
+from .positions import ServedPositions
 
 _DONE = object()
 
@@ -124,9 +125,13 @@ class DistributedWeightedSampler(Sampler):
         # The epoch served (its stream delivered) and not yet ended: the one losses are reported
         # for, and the one end_epoch() ends. An epoch whose stream failed is never recorded.
         self._iter_epoch = None
+        # The positions of _iter_epoch's shard handed out so far, and which have a loss.
+        self._served = None
+        # (epoch, shard position) from load_state_dict: where the next iteration of that epoch
+        # starts.
+        self._resume = None
         self._seq = 0
-        self._seq_epoch = None
-        self._pending_idx, self._pending_loss = [], []
+        self._pending_idx, self._pending_loss, self._pending_pos = [], [], []
         self._sender = None
         self._send_queue = None
         self._send_error = None
@@ -138,7 +143,8 @@ class DistributedWeightedSampler(Sampler):
     def __getstate__(self):
         # A DataLoader iterates its sampler in the main process and never sends it to workers
         # (num_workers > 0 is fine, with fork or spawn). A copy in another process would stream
-        # the same shard and report losses under the same batch numbers, so refuse clearly.
+        # the same shard without knowing which positions this one reported, so refuse clearly
+        # (a restarted trainer uses state_dict / load_state_dict instead).
         raise TypeError("DistributedWeightedSampler holds a gRPC channel and reporter threads "
                         "and cannot be pickled; create one per training process")
 
@@ -164,6 +170,64 @@ class DistributedWeightedSampler(Sampler):
             self.client.end_epoch(self.job, self._iter_epoch, self.rank)
         self._iter_epoch = None
 
+    # -- checkpoints ----------------------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        """Where this rank is: the epoch, and the shard position training has consumed up to.
+
+        In the shape torchdata's StatefulDataLoader expects of a sampler. Save it in the
+        trainer's checkpoint, together with the model, after the step whose losses were last
+        reported; a restarted trainer passes it to load_state_dict and continues exactly after
+        the last index whose loss was reported -- not after the last one the DataLoader
+        prefetched, also with num_workers > 0. Flushes first: every loss reported before the
+        call is acknowledged by the server when it returns, so none is lost if the process dies
+        after the checkpoint; losses reported after it and re-reported by the restarted trainer
+        count once (the server knows them by shard position).
+
+        Consumed means reported: a trainer that reports no losses resumes at the start of its
+        epoch.
+        """
+        self.flush()
+        if self._iter_epoch is not None:
+            epoch, position = self._iter_epoch, self._served.consumed()
+        elif self._resume is not None:
+            epoch, position = self._resume
+        else:
+            epoch, position = self.epoch, 0
+        return {"version": 1, "job": self.job, "rank": self.rank,
+                "world_size": self.world_size, "epoch": int(epoch), "position": int(position)}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Makes the next iteration continue where `state` (from state_dict) left off.
+
+        Raises:
+            InvalidArgument: a state of another job or rank, or not from state_dict.
+            FailedPrecondition: a state saved with another world size.
+        """
+        try:
+            version, job, rank = state["version"], state["job"], state["rank"]
+            world_size, epoch, position = state["world_size"], state["epoch"], state["position"]
+        except (KeyError, TypeError) as e:
+            raise errors.InvalidArgument(
+                f"state: not a DistributedWeightedSampler.state_dict() (missing {e})") from None
+        if version != 1:
+            raise errors.InvalidArgument(f"state['version'] = {version}; this client reads 1")
+        if job != self.job or rank != self.rank:
+            raise errors.InvalidArgument(
+                f"state: saved by job '{job}' rank {rank}; this sampler is job '{self.job}' "
+                f"rank {self.rank}")
+        if world_size != self.world_size:
+            raise errors.FailedPrecondition(
+                f"state['world_size'] = {world_size} differs from this sampler's world_size = "
+                f"{self.world_size}")
+        if not (isinstance(position, int) and 0 <= position <= self._length):
+            raise errors.InvalidArgument(
+                f"state['position'] = {position} is outside [0, shard length = {self._length}]")
+        if self._iter_epoch is not None:
+            self.end_epoch()
+        self.epoch = int(epoch)
+        self._resume = (int(epoch), int(position))
+
     # -- iteration ------------------------------------------------------------------------------
 
     def __iter__(self):
@@ -171,24 +235,28 @@ class DistributedWeightedSampler(Sampler):
         if self._iter_epoch is not None and self._iter_epoch != epoch:
             # Before streaming `epoch`: the server plans it once every rank ended the last one.
             self.end_epoch()
-        chunks = self._prefetched(epoch) if self.prefetch else self.client.stream_shard(
-            self.job, epoch, self.rank, self.world_size, timeout=self.timeout)
-        served = False
+        start = self._resume[1] if self._resume is not None and self._resume[0] == epoch else 0
+        served = ServedPositions(start)
+        chunks = self._prefetched(epoch, start) if self.prefetch else self.client.stream_shard(
+            self.job, epoch, self.rank, self.world_size, start_offset=start,
+            timeout=self.timeout)
+        begun = False
         try:
             for chunk in chunks:
-                if not served:
+                if not begun:
                     # Begun only now that the stream delivered: a refused epoch (not open, too
                     # far ahead) raises here once and leaves nothing to end or report for.
-                    self._serve_epoch(epoch)
-                    served = True
+                    self._serve_epoch(epoch, served)
+                    begun = True
+                served.extend(chunk.indices)
                 for index in chunk.indices.tolist():
                     yield index
         finally:
             chunks.close()  # A consumer that stops early releases the stream (and prefetcher) now.
-        if not served:  # An empty shard, streamed without error.
-            self._serve_epoch(epoch)
+        if not begun:  # An empty shard (or nothing left of it), streamed without error.
+            self._serve_epoch(epoch, served)
 
-    def _prefetched(self, epoch):
+    def _prefetched(self, epoch, start):
         q = queue.Queue(maxsize=4)  # Bounded: at most a few chunks ahead of training.
         stop = threading.Event()
 
@@ -205,7 +273,8 @@ class DistributedWeightedSampler(Sampler):
         def pump():
             try:
                 for chunk in self.client.stream_shard(self.job, epoch, self.rank,
-                                                      self.world_size, timeout=self.timeout):
+                                                      self.world_size, start_offset=start,
+                                                      timeout=self.timeout):
                     if not put(chunk):
                         return
                 put(_DONE)
@@ -227,16 +296,15 @@ class DistributedWeightedSampler(Sampler):
 
     # -- losses ---------------------------------------------------------------------------------
 
-    def _serve_epoch(self, epoch):
-        """Records `epoch` as served (its stream delivered): losses are reported for it, it is
-        ended when the rank moves on, and the next iteration without set_epoch serves epoch + 1
-        (decided now, not when the iterator is closed: a DataLoader may drop its iterator after
-        a break only at garbage collection)."""
+    def _serve_epoch(self, epoch, served):
+        """Records `epoch` as served (its stream delivered): losses are reported for it (their
+        positions from `served`), it is ended when the rank moves on, and the next iteration
+        without set_epoch serves epoch + 1 (decided now, not when the iterator is closed: a
+        DataLoader may drop its iterator after a break only at garbage collection)."""
         self._iter_epoch = epoch
+        self._served = served
+        self._resume = None
         self.epoch = epoch + 1
-        if self._seq_epoch != epoch:  # seq numbers batches per (epoch, rank); a re-iteration
-            self._seq_epoch = epoch   # of the same epoch continues them (no false "retries").
-            self._seq = 0
         if self._sender is None:
             self._send_queue = queue.Queue(maxsize=8)
             self._sender = threading.Thread(target=self._send_loop, daemon=True,
@@ -249,11 +317,11 @@ class DistributedWeightedSampler(Sampler):
             if item is None:
                 self._send_queue.task_done()
                 return
-            epoch, seq, idx, los = item
+            epoch, seq, idx, los, pos = item
             try:
                 # Checked by report() already (check_loss_batch): sent as they are.
                 s = self.client.report_loss_batches(
-                    [loss_batch_message(self.job, epoch, self.rank, seq, idx, los)])
+                    [loss_batch_message(self.job, epoch, self.rank, seq, idx, los, pos)])
                 for k in self.last_summary:
                     self.last_summary[k] += getattr(s, k)
             except Exception as e:  # Surfaced at the next report() or flush().
@@ -270,11 +338,16 @@ class DistributedWeightedSampler(Sampler):
         """Queues per-sample losses of the current epoch, keyed by the true dataset index.
 
         Accepts tensors (any device), numpy arrays or lists. Sent asynchronously in batches.
+        Each index is reported under the shard position this sampler yielded it at (the
+        earliest one without a loss, for an index yielded twice), which is how the server
+        counts each loss exactly once, across retries and restarts.
 
         Raises:
             InvalidArgument: shapes differ, a loss is NaN/inf/negative, an index is out of range,
                 the indices are floating point (refused even when whole-valued: a float32
-                index above 2^24 may already be rounded to another sample's).
+                index above 2^24 may already be rounded to another sample's), or an index this
+                sampler did not yield in this epoch (or already has a loss for each time it was
+                yielded). Nothing of the call is queued then.
         """
         self._raise_send_error()
         if self._iter_epoch is None:
@@ -285,8 +358,10 @@ class DistributedWeightedSampler(Sampler):
             losses = losses.detach().float().cpu().numpy()
         idx, los = check_loss_batch(_one_per_sample("indices", indices),
                                     _one_per_sample("losses", losses), self.num_samples)
+        pos = self._served.assign(idx, self.rank, self._iter_epoch)
         self._pending_idx.append(idx)
         self._pending_loss.append(los)
+        self._pending_pos.append(pos)
         if sum(a.size for a in self._pending_idx) >= self.report_batch_size:
             self._send_pending()
 
@@ -295,12 +370,14 @@ class DistributedWeightedSampler(Sampler):
             return
         idx = np.concatenate(self._pending_idx)
         los = np.concatenate(self._pending_loss)
-        self._pending_idx, self._pending_loss = [], []
+        pos = np.concatenate(self._pending_pos)
+        self._pending_idx, self._pending_loss, self._pending_pos = [], [], []
         # Reports accumulate past report_batch_size: send batches of at most that many pairs
-        # (<= MAX_LOSS_BATCH_PAIRS, the server's limit).
+        # (<= MAX_LOSS_BATCH_PAIRS, the server's limit). seq only names a batch in errors.
         for lo in range(0, idx.size, self.report_batch_size):
             hi = lo + self.report_batch_size
-            self._send_queue.put((self._iter_epoch, self._seq, idx[lo:hi], los[lo:hi]))
+            self._send_queue.put(
+                (self._iter_epoch, self._seq, idx[lo:hi], los[lo:hi], pos[lo:hi]))
             self._seq += 1
 
     def flush(self) -> None:

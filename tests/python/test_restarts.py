@@ -1,0 +1,160 @@
+"""Trainers that restart (issue 11): exactly-once loss reporting across processes, losses for
+indices a rank was not served, and mid-epoch resume with state_dict / load_state_dict."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+import samplerd
+from samplerd.torch import DistributedWeightedSampler
+
+CLIENT_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "client", "python")
+
+
+def test_a_restarted_ranks_new_losses_are_applied(client, server):
+    """Defect 1: a sampler reports 100 losses in 2 batches and its process dies; a new sampler
+    for the same job and rank reports the other 100 indices of the shard. Its batches are
+    numbered from 0 again, but the losses are told apart by shard position: all 100 apply."""
+    client.create_job("r", num_samples=400, world_size=2, loss="loss")
+    child = textwrap.dedent(f"""
+        import os, sys, torch
+        sys.path.insert(0, {CLIENT_DIR!r})
+        from samplerd.torch import DistributedWeightedSampler
+        s = DistributedWeightedSampler({server.address!r}, "r", rank=0, world_size=2,
+                                       report_batch_size=50)
+        got = list(s)
+        s.report(torch.tensor(got[:100]), torch.full((100,), 2.0))
+        s.flush()
+        print(s.last_summary["batches"], s.last_summary["accepted"], flush=True)
+        os.kill(os.getpid(), 9)  # Dies without closing: no EndEpoch, nothing cleaned up.
+    """)
+    proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert proc.stdout.split() == ["2", "100"]
+
+    again = DistributedWeightedSampler(server.address, "r", rank=0, world_size=2,
+                                       report_batch_size=50)
+    got = list(again)
+    again.report(torch.tensor(got[100:]), torch.full((100,), 1.0))
+    again.flush()
+    assert (again.last_summary["accepted"], again.last_summary["duplicates"]) == (100, 0)
+    # The dead process's losses, reported again (a trainer re-training them): counted once.
+    again.report(torch.tensor(got[:100]), torch.full((100,), 1.0))
+    again.flush()
+    assert (again.last_summary["accepted"], again.last_summary["duplicates"]) == (100, 100)
+    assert client.status("r").ranks[0].losses_accepted == 200
+    assert client.status("r").samples_seen == 200
+    again.close()
+
+
+def test_a_loss_for_another_ranks_index_is_refused_naming_index_and_rank(client, server):
+    """Defect 4: rank 0 reporting rank 1's sample would take that sample's one loss of the epoch
+    and turn rank 1's real loss into a duplicate."""
+    client.create_job("own", num_samples=100, world_size=2, loss="loss")
+    zero, one = client.read_shard("own", 0, 0, 2), client.read_shard("own", 0, 1, 2)
+    with pytest.raises(samplerd.InvalidArgument) as e:
+        client.report_losses("own", 0, 0, [zero[0], one[1]], [1.0, 1.0], [0, 1])
+    assert f"indices[1] = {one[1]} was not served to rank 0 at positions[1] = 1" in \
+        e.value.message
+    assert client.status("own").samples_seen == 0  # Nothing of the batch applied.
+    assert client.report_losses("own", 0, 1, [one[1]], [1.0], [1]).accepted == 1
+
+    # The sampler refuses it before sending: it knows what it yielded.
+    sampler = DistributedWeightedSampler(server.address, "own", rank=0, world_size=2)
+    list(sampler)
+    with pytest.raises(samplerd.InvalidArgument,
+                       match=rf"indices\[1\] = {one[2]} was not served to rank 0 in epoch 0"):
+        sampler.report(torch.tensor([zero[3], one[2]]), torch.tensor([1.0, 1.0]))
+    sampler.report(torch.tensor([zero[3]]), torch.tensor([1.0]))  # Still usable, nothing queued.
+    sampler.flush()
+    assert sampler.last_summary["accepted"] == 1
+    sampler.close()
+
+
+def test_reports_in_any_order_and_repeated_indices_get_their_own_positions(client, server):
+    """With replacement an index may be yielded twice: each report takes the next position
+    holding it; reports out of the yielded order are matched too."""
+    client.create_job("rep", num_samples=5, world_size=1, samples_per_epoch=60, replacement=True,
+                      loss="loss")
+    sampler = DistributedWeightedSampler(server.address, "rep", rank=0, world_size=1)
+    got = np.array(list(sampler))
+    assert len(np.unique(got)) < len(got)  # 60 draws of 5 samples.
+    order = np.random.default_rng(0).permutation(len(got))
+    sampler.report(torch.tensor(got[order[:30]]), torch.ones(30))
+    sampler.report(torch.tensor(got[order[30:]]), torch.ones(30))
+    sampler.flush()
+    # Every position once: 5 samples' losses applied, the other 55 draws are duplicates of them.
+    assert sampler.last_summary["accepted"] + sampler.last_summary["duplicates"] == 60
+    assert client.status("rep").samples_seen == 5
+    with pytest.raises(samplerd.InvalidArgument, match="already has a loss"):
+        sampler.report(torch.tensor(got[:1]), torch.ones(1))  # All its positions have one.
+    assert sampler.state_dict()["position"] == 60
+    sampler.close()
+
+
+class _Indices(Dataset):
+    def __len__(self):
+        return 1000
+
+    def __getitem__(self, i):
+        return i
+
+
+def test_state_dict_resumes_after_what_training_consumed_not_what_was_prefetched(client, server):
+    """A DataLoader with worker processes draws indices ahead of training; the checkpoint taken
+    after step k resumes at step k + 1 exactly, and the losses of the steps after it that the
+    first process reported too count once."""
+    client.create_job("ck", num_samples=1000, world_size=2, loss="loss")
+    shard = client.read_shard("ck", 0, 1, 2)
+    first = DistributedWeightedSampler(server.address, "ck", rank=1, world_size=2)
+    loader = DataLoader(_Indices(), sampler=first, batch_size=10, num_workers=2)
+    consumed, checkpoint = [], None
+    for step, idx in enumerate(loader):
+        first.report(idx, torch.full((len(idx),), 0.5))
+        consumed.extend(idx.tolist())
+        if step == 11:
+            checkpoint = first.state_dict()  # After 12 steps: 120 positions trained.
+        if step == 14:
+            break  # Dies here: steps 12-14 were trained and reported after the checkpoint.
+    first.flush()
+    assert checkpoint["epoch"] == 0 and checkpoint["position"] == 120
+    assert first.last_summary["accepted"] == 150
+
+    second = DistributedWeightedSampler(server.address, "ck", rank=1, world_size=2)
+    second.load_state_dict(checkpoint)
+    resumed = []
+    for idx in DataLoader(_Indices(), sampler=second, batch_size=10, num_workers=2):
+        second.report(idx, torch.full((len(idx),), 0.5))
+        resumed.extend(idx.tolist())
+    second.flush()
+    np.testing.assert_array_equal(consumed[:120] + resumed, shard)  # Nothing skipped or repeated.
+    assert (second.last_summary["accepted"], second.last_summary["duplicates"]) == (350, 30)
+    assert client.status("ck").ranks[1].losses_accepted == 500
+    assert second.state_dict() == dict(checkpoint, position=500)
+    second.close()  # Ends epoch 0 for rank 1.
+    assert client.status("ck").ranks[1].ended
+
+
+def test_load_state_dict_refuses_another_ranks_state(client, server):
+    client.create_job("st", num_samples=100, world_size=2)
+    a = DistributedWeightedSampler(server.address, "st", rank=0, world_size=2)
+    b = DistributedWeightedSampler(server.address, "st", rank=1, world_size=2)
+    with pytest.raises(samplerd.InvalidArgument, match="saved by job 'st' rank 0"):
+        b.load_state_dict(a.state_dict())
+    with pytest.raises(samplerd.InvalidArgument, match=r"state\['position'\] = 51"):
+        a.load_state_dict(dict(a.state_dict(), position=51))
+    with pytest.raises(samplerd.FailedPrecondition, match=r"state\['world_size'\] = 4"):
+        a.load_state_dict(dict(a.state_dict(), world_size=4))
+    with pytest.raises(samplerd.InvalidArgument, match="missing 'position'"):
+        a.load_state_dict({"version": 1, "job": "st", "rank": 0, "world_size": 2, "epoch": 0})
+    assert a.state_dict()["position"] == 0  # Unchanged by the refusals.
+    a.close()
+    b.close()
