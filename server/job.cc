@@ -50,6 +50,7 @@ Job::Job(std::string name, JobConfig config, ComputeBackend* backend,
       journal_(std::move(journal)),
       planner_(config_, backend_),
       ranks_(config_.shard.world_size) {
+  if (journal_ != nullptr) journal_->KeepEpochStarts(config_.rewind_epochs);
   absl::MutexLock lock(&mu_);
   if (config_.policy.loss != LossWeightKind::kNone) {
     losses_.emplace(config_.plan.num_samples, config_.policy.ema_decay);
@@ -142,6 +143,7 @@ absl::Status Job::AwaitNotPlanning() {
 
 v1::Job Job::Describe() const {
   v1::Job job;
+  for (uint64_t e : RewindableEpochs()) job.add_rewindable_epochs(e);
   absl::MutexLock lock(&mu_);
   DescribeLocked(&job);
   return job;
@@ -220,7 +222,7 @@ absl::Status Job::InstallBaseAndPlan(std::vector<float> base) {
     s = journal_->StartEpochDurably(MakeEpochStart(0, /*planned=*/true, new_base, new_base, {}, 0));
   }
   if (s.ok()) {
-    if (Publish(*planned, new_base)) return absl::OkStatus();
+    if (Publish(*planned, new_base, StartToKeep(*planned, new_base))) return absl::OkStatus();
     absl::MutexLock lock(&mu_);  // Closed while planning: only Close leaves this Planning.
     if (const auto* closed = std::get_if<Closed>(&phase_)) return closed->reason;
     return absl::InternalError(absl::StrCat("job '", name_, "': epoch 0 was not published"));
@@ -256,10 +258,33 @@ JobJournal::EpochStart Job::MakeEpochStart(uint64_t epoch, bool planned,
   return start;
 }
 
-bool Job::Publish(const PlannedEpoch& planned, std::shared_ptr<const std::vector<float>> new_base) {
+std::optional<Job::KeptStart> Job::StartToKeep(
+    const PlannedEpoch& planned, std::shared_ptr<const std::vector<float>> base) const {
+  if (journal_ != nullptr || config_.rewind_epochs == 0) return std::nullopt;
+  absl::StatusOr<const LossTable*> losses = LossesWhilePlanning();
+  if (!losses.ok()) return std::nullopt;  // Closed: nothing is published.
+  KeptStart start;
+  start.epoch = planned.epoch;
+  start.base = std::move(base);
+  start.weights = planned.view.weights;
+  if (*losses != nullptr) {
+    const LossStatsView stats = (*losses)->View();
+    start.loss_stats.assign(stats.begin(), stats.end());
+  }
+  return start;
+}
+
+bool Job::Publish(const PlannedEpoch& planned, std::shared_ptr<const std::vector<float>> new_base,
+                  std::optional<KeptStart> kept) {
   {
     absl::MutexLock lock(&mu_);
     if (!IsPlanning()) return false;  // Closed meanwhile.
+    if (kept.has_value()) {
+      // A re-upload replaces epoch 0's start; after a rewind, the forgotten epochs are gone.
+      while (!kept_.empty() && kept_.back().epoch >= kept->epoch) kept_.pop_back();
+      kept_.push_back(*std::move(kept));
+      while (kept_.size() > config_.rewind_epochs) kept_.pop_front();
+    }
     epoch_ = planned.epoch;
     phase_ = Serving{planned.view};
     if (new_base != nullptr) base_ = std::move(new_base);
@@ -308,7 +333,16 @@ void Job::FinishPlanningNext(absl::StatusOr<PlannedEpoch> planned) {
     if (IsPlanning()) phase_ = Failed{status};
     return;
   }
-  if (!Publish(*planned, nullptr) || journal_ == nullptr) return;
+  std::optional<KeptStart> kept;
+  if (journal_ == nullptr) {
+    std::shared_ptr<const std::vector<float>> base;
+    {
+      absl::MutexLock lock(&mu_);
+      base = base_;
+    }
+    kept = StartToKeep(*planned, std::move(base));
+  }
+  if (!Publish(*planned, nullptr, std::move(kept)) || journal_ == nullptr) return;
   // Off this thread too, so that a short epoch's boundary never waits for the previous snapshot.
   journal_->ScheduleEpochSnapshot(std::move(start));
 }
@@ -509,11 +543,134 @@ absl::StatusOr<v1::EndEpochResponse> Job::EndEpoch(uint64_t epoch, uint32_t rank
   return response;
 }
 
+// ---- Rewinds ------------------------------------------------------------------------------------
+
+std::vector<uint64_t> Job::RewindableEpochs() const {
+  if (config_.rewind_epochs == 0) return {};
+  if (journal_ == nullptr) {
+    std::vector<uint64_t> epochs;
+    absl::MutexLock lock(&mu_);
+    for (const KeptStart& start : kept_) epochs.push_back(start.epoch);
+    return epochs;
+  }
+  absl::StatusOr<std::vector<uint64_t>> epochs = journal_->KeptEpochStarts();
+  if (!epochs.ok()) {
+    LOG(WARNING) << "job '" << name_ << "': listing its snapshots failed: " << epochs.status();
+    return {};
+  }
+  return *std::move(epochs);
+}
+
+absl::StatusOr<Job::KeptStart> Job::FindStart(uint64_t epoch) const {
+  const std::vector<uint64_t> kept = RewindableEpochs();
+  if (std::find(kept.begin(), kept.end(), epoch) == kept.end()) {
+    const std::string flag = absl::StrCat(" (--rewind_epochs = ", config_.rewind_epochs, ")");
+    if (kept.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job '", name_, "' keeps no epoch start to rewind to", flag));
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "epoch = ", epoch, " of job '", name_, "': its start is not kept; the oldest kept is ",
+        kept.front(), " (kept: ", absl::StrJoin(kept, ", "), ")", flag));
+  }
+  KeptStart start;
+  start.epoch = epoch;
+  if (journal_ == nullptr) {
+    absl::MutexLock lock(&mu_);
+    for (const KeptStart& k : kept_) {
+      if (k.epoch == epoch) start = k;  // A copy: the kept one stays for another rewind.
+    }
+    return start;
+  }
+  absl::StatusOr<JobJournal::EpochStart> read = journal_->ReadEpochStart(epoch);
+  if (!read.ok()) return read.status();
+  if (!read->planned) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("epoch = ", epoch, " of job '", name_, "' was never planned"));
+  }
+  start.base = std::move(read->base);
+  start.weights = std::move(read->weights);
+  start.loss_stats = std::move(read->loss_stats);
+  return start;
+}
+
+absl::Status Job::Rewind(uint64_t epoch) {
+  std::optional<EpochView> serving;
+  {
+    absl::MutexLock lock(&mu_);
+    // After a planning in progress (an epoch closing): then the current epoch is settled.
+    auto settled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !IsPlanning(); };
+    mu_.Await(absl::Condition(&settled));
+    if (const auto* closed = std::get_if<Closed>(&phase_)) return closed->reason;
+    if (std::holds_alternative<AwaitingUpload>(phase_)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job '", name_, "' has no plan yet (it waits for its upload): nothing to rewind"));
+    }
+    if (epoch > epoch_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("epoch = ", epoch, " of job '", name_, "' is after the current epoch ",
+                       epoch_, ": a rewind goes back to the start of an epoch reached"));
+    }
+    // Planning from here on: losses, EndEpoch and uploads wait or are refused meanwhile.
+    if (const auto* s = std::get_if<Serving>(&phase_)) serving = s->view;
+    phase_ = Planning{serving, absl::Now()};
+  }
+  // Until the journal is rewound, a failure leaves the job as it was.
+  auto undo = [&](absl::Status s) {
+    absl::MutexLock lock(&mu_);
+    if (IsPlanning()) {
+      if (serving.has_value()) {
+        phase_ = Serving{*serving};
+      } else {
+        phase_ = Failed{s};  // It was Failed: it stays so.
+      }
+    }
+    return s;
+  };
+  absl::StatusOr<KeptStart> start = FindStart(epoch);
+  if (!start.ok()) return undo(start.status());
+  absl::StatusOr<PlannedEpoch> planned = planner_.Plan(epoch, start->weights);
+  if (!planned.ok()) return undo(planned.status());
+  if (journal_ != nullptr) {
+    if (absl::Status s = journal_->Rewind(epoch); absl::IsNotFound(s)) {
+      return undo(absl::FailedPreconditionError(absl::StrCat(
+          "epoch = ", epoch, " of job '", name_, "': its start is no longer kept")));
+    } else if (!s.ok()) {
+      LOG(ERROR) << "job '" << name_ << "': rewinding to epoch " << epoch << " failed: " << s;
+      absl::MutexLock lock(&mu_);
+      if (IsPlanning()) phase_ = Failed{s};
+      return s;
+    }
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (!IsPlanning()) {  // Closed meanwhile.
+      if (const auto* closed = std::get_if<Closed>(&phase_)) return closed->reason;
+    }
+    if (losses_.has_value()) {
+      if (start->loss_stats.empty()) {
+        losses_.emplace(config_.plan.num_samples, config_.policy.ema_decay);
+      } else if (absl::Status s = losses_->Restore(std::move(start->loss_stats)); !s.ok()) {
+        phase_ = Failed{s};
+        return s;
+      }
+    }
+    while (!kept_.empty() && kept_.back().epoch > epoch) kept_.pop_back();
+  }
+  if (!Publish(*planned, start->base)) {
+    absl::MutexLock lock(&mu_);
+    if (const auto* closed = std::get_if<Closed>(&phase_)) return closed->reason;
+  }
+  LOG(INFO) << "job '" << name_ << "': rewound to the start of epoch " << epoch;
+  return absl::OkStatus();
+}
+
 // ---- Status -------------------------------------------------------------------------------------
 
 v1::JobStatus Job::Status() const {
   v1::JobStatus status;
   status.set_backend(backend_->name());
+  for (uint64_t e : RewindableEpochs()) status.mutable_job()->add_rewindable_epochs(e);
   absl::MutexLock lock(&mu_);
   DescribeLocked(status.mutable_job());
   for (uint32_t r = 0; r < ranks_.size(); ++r) {

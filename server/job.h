@@ -38,6 +38,7 @@
 #define SAMPLERD_SERVER_JOB_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -93,6 +94,10 @@ class Job {
 
   // Current epoch and readiness, as the proto Job.
   v1::Job Describe() const ABSL_LOCKS_EXCLUDED(mu_);
+  uint64_t CurrentEpoch() const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return epoch_;
+  }
 
   // Static weights / class labels (N values). FAILED_PRECONDITION if the base policy differs or
   // the job already started (a shard position was streamed, a loss accepted or a rank ended an
@@ -130,6 +135,17 @@ class Job {
   // Rank `rank` finished `epoch`. Idempotent. The last rank starts planning epoch + 1.
   absl::StatusOr<v1::EndEpochResponse> EndEpoch(uint64_t epoch, uint32_t rank)
       ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Puts the job back to the start of `epoch` (proto RewindJob): its weights, loss statistics
+  // and epoch number then, every rank's progress cleared; plans `epoch` again (the same plan as
+  // the first time) on the caller's thread and publishes it. Waits for a planning in progress.
+  // FAILED_PRECONDITION if the start of `epoch` is not kept (naming the oldest that is), if it
+  // is after the current epoch, or if the job awaits its upload; the close reason if closed.
+  // With a journal the rewind is durable when it returns; if writing it fails the job is
+  // Failed (INTERNAL) and a restart finishes the rewind.
+  absl::Status Rewind(uint64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
+  // The epochs whose start is kept, ascending.
+  std::vector<uint64_t> RewindableEpochs() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // One consistent view of the job (taken under one lock acquisition).
   v1::JobStatus Status() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -170,6 +186,15 @@ class Job {
   };
   using Phase = std::variant<AwaitingUpload, Planning, Serving, Failed, Closed>;
 
+  // The state at an epoch's start, kept in memory for Rewind when there is no journal (the
+  // journal keeps snapshots).
+  struct KeptStart {
+    uint64_t epoch = 0;
+    std::shared_ptr<const std::vector<float>> base;
+    std::shared_ptr<const std::vector<float>> weights;
+    std::vector<SampleLossStats> loss_stats;  // Empty without a loss policy.
+  };
+
   // Per-epoch bookkeeping of one rank, reset when an epoch is published.
   struct RankState {
     uint64_t streamed = 0;
@@ -200,10 +225,18 @@ class Job {
   // Installs validated base weights and plans epoch 0 (an upload) on the caller's thread.
   absl::Status InstallBaseAndPlan(std::vector<float> base) ABSL_LOCKS_EXCLUDED(mu_);
   // Makes `planned` the serving epoch (and `new_base` the base, if set) if the job is still
-  // Planning it; returns false (nothing changed) if it was closed meanwhile. Then lets the
-  // planner compute the next plan ahead.
-  bool Publish(const PlannedEpoch& planned, std::shared_ptr<const std::vector<float>> new_base)
+  // Planning it; returns false (nothing changed) if it was closed meanwhile. Keeps `kept` (the
+  // epoch's start, in memory) if set. Then lets the planner compute the next plan ahead.
+  bool Publish(const PlannedEpoch& planned, std::shared_ptr<const std::vector<float>> new_base,
+               std::optional<KeptStart> kept = std::nullopt) ABSL_LOCKS_EXCLUDED(mu_);
+  // The start of the epoch being published, for kept_; nullopt with a journal or without
+  // rewinds. Reads the loss table: only while Planning (LossesWhilePlanning).
+  std::optional<KeptStart> StartToKeep(const PlannedEpoch& planned,
+                                       std::shared_ptr<const std::vector<float>> base) const
       ABSL_LOCKS_EXCLUDED(mu_);
+  // The kept start of `epoch`: from kept_, or the journal's snapshot. FAILED_PRECONDITION
+  // naming the kept epochs otherwise.
+  absl::StatusOr<KeptStart> FindStart(uint64_t epoch) const ABSL_LOCKS_EXCLUDED(mu_);
   // The planner's `done` after EndEpoch closed `planned`'s predecessor: opens the epoch's log,
   // publishes, then writes its snapshot (off the boundary's path). Runs on the planner thread.
   void FinishPlanningNext(absl::StatusOr<PlannedEpoch> planned) ABSL_LOCKS_EXCLUDED(mu_);
@@ -246,6 +279,8 @@ class Job {
   WeightSummary weight_summary_ ABSL_GUARDED_BY(mu_);
   double last_recompute_ms_ ABSL_GUARDED_BY(mu_) = 0;
   double last_plan_ms_ ABSL_GUARDED_BY(mu_) = 0;
+  // The newest config_.rewind_epochs epoch starts, ascending (no journal only).
+  std::deque<KeptStart> kept_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace samplerd

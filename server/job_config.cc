@@ -33,6 +33,7 @@ absl::Status ValidateJobName(const std::string& name) {
 
 absl::StatusOr<JobConfig> MakeJobConfig(const v1::JobSpec& spec, const JobLimits& limits) {
   JobConfig c;
+  c.rewind_epochs = limits.rewind_epochs;
   const uint64_t n = spec.num_samples();
   if (n == 0) return absl::InvalidArgumentError("spec.num_samples = 0: must be >= 1");
   if (n > limits.max_samples_per_job) {

@@ -17,9 +17,11 @@
 
 namespace samplerd {
 
-// Server-wide limits applied to every job.
+// Server-wide limits and settings applied to every job.
 struct JobLimits {
   uint64_t max_samples_per_job = uint64_t{1} << 32;
+  // Epoch starts kept for RewindJob (--rewind_epochs), the current one's included; 0: none.
+  uint32_t rewind_epochs = 3;
 };
 
 struct JobConfig {
@@ -27,6 +29,8 @@ struct JobConfig {
   ShardSpec shard;
   WeightPolicyParams policy;
   v1::JobSpec normalized;  // The spec with defaults filled in, as returned to clients.
+  // The server's setting (JobLimits::rewind_epochs), not part of the spec.
+  uint32_t rewind_epochs = 0;
 };
 
 // Validates `spec` and fills defaults. INVALID_ARGUMENT names the field and value

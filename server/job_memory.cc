@@ -46,13 +46,15 @@ uint64_t ReadCgroupLimit(const char* path) {
 }  // namespace
 
 uint64_t JobMemoryEstimate::total() const {
-  return AddSat(AddSat(AddSat(AddSat(plans, weights), loss_stats), scratch), ranks);
+  return AddSat(AddSat(AddSat(AddSat(AddSat(plans, weights), loss_stats), scratch), ranks),
+                rewind);
 }
 
 std::string JobMemoryEstimate::ToString() const {
   return absl::StrCat("plans ", HumanBytes(plans), ", weights ", HumanBytes(weights),
                       ", loss statistics ", HumanBytes(loss_stats), ", planning scratch ",
-                      HumanBytes(scratch), ", ranks ", HumanBytes(ranks));
+                      HumanBytes(scratch), ", ranks ", HumanBytes(ranks), ", rewind ",
+                      HumanBytes(rewind));
 }
 
 JobMemoryEstimate EstimateJobMemory(const JobConfig& config, const ComputeBackend& backend,
@@ -74,7 +76,14 @@ JobMemoryEstimate EstimateJobMemory(const JobConfig& config, const ComputeBacken
   const uint64_t shard_length = ShardLength(m, config.shard, 0).value_or(0);
   e.ranks = MulSat(config.shard.world_size,
                    AddSat(kBytesPerRank, PositionSet::BytesFor(shard_length)));
-  const uint64_t rest = AddSat(AddSat(AddSat(e.weights, e.loss_stats), e.scratch), e.ranks);
+  // Without a loss policy an epoch start is its (shared) weights only: nothing is copied.
+  if (!persisted && loss_policy && config.rewind_epochs > 0) {
+    const uint64_t k = config.rewind_epochs;
+    e.rewind = AddSat(MulSat(MulSat(k, n), sizeof(SampleLossStats)),
+                      MulSat(MulSat(k - 1, n), sizeof(float)));
+  }
+  const uint64_t rest =
+      AddSat(AddSat(AddSat(AddSat(e.weights, e.loss_stats), e.scratch), e.ranks), e.rewind);
   // With M == N (M's default) the plans grow with N too: N is the knob a client turned.
   const bool by_m = e.plans > rest && m != n;
   e.driving_field = by_m ? "spec.samples_per_epoch" : "spec.num_samples";

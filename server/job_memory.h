@@ -21,6 +21,9 @@
 //                             for uniform draws with replacement, sequential order or M == N
 //   ranks          64 R +     per-rank bookkeeping, and the reported shard positions of the
 //                  M / 8      epoch (one bit per position, PositionSet)
+//   rewind         K (8 N     without --data_dir, with a loss policy: the K = --rewind_epochs
+//                  + 4 N)     epoch starts kept in memory, each a copy of the loss statistics
+//                             and (but the current one) its epoch's weights; on disk otherwise
 //
 // So a UNIFORM job with replacement needs 2 b M (8 kB for M = 1000, whatever N); a STATIC job
 // with replacement 2 b M + 18 N; a LOSS job 2 b M + 16 N + its scratch. Not counted: the plan a
@@ -44,6 +47,7 @@ struct JobMemoryEstimate {
   uint64_t loss_stats = 0;
   uint64_t scratch = 0;  // The backend's planning scratch.
   uint64_t ranks = 0;
+  uint64_t rewind = 0;  // Epoch starts kept in memory for RewindJob.
 
   // The spec field that drives the estimate, for error messages: "spec.samples_per_epoch" when
   // the plans weigh more than the rest and M != N, else "spec.num_samples"; and its value.
@@ -52,7 +56,8 @@ struct JobMemoryEstimate {
 
   // The sum, saturating at UINT64_MAX.
   uint64_t total() const;
-  // "plans 512.0 GiB, weights 0 B, loss statistics 0 B, planning scratch 0 B, ranks 64 B".
+  // "plans 512.0 GiB, weights 0 B, loss statistics 0 B, planning scratch 0 B, ranks 64 B,
+  // rewind 0 B".
   std::string ToString() const;
 };
 

@@ -167,7 +167,7 @@ JobRegistry::~JobRegistry() {
 
 absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Create(const std::string& name,
                                                          const v1::JobSpec& spec,
-                                                         absl::Time deadline) {
+                                                         absl::Time deadline, bool resume) {
   if (absl::Status s = ValidateJobName(name); !s.ok()) return s;
   absl::StatusOr<JobConfig> config = MakeJobConfig(spec, limits_.job);
   if (!config.ok()) return config.status();
@@ -180,8 +180,16 @@ absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Create(const std::string& name
     while (true) {
       if (closed_) return absl::UnavailableError("samplerd is shutting down");
       if (auto it = jobs_.find(name); it != jobs_.end()) {
-        if (SameSpec(it->second->config().normalized, config->normalized)) return it->second;
-        return Conflict(name);
+        if (!SameSpec(it->second->config().normalized, config->normalized)) return Conflict(name);
+        // Lock order: the registry's mu_, then the job's.
+        const uint64_t epoch = it->second->CurrentEpoch();
+        if (epoch == 0 || resume) return it->second;
+        // Every rank creates the job at start-up, so epoch 0 is idempotent; past it, this is a
+        // script run again against a job that already trained.
+        return absl::FailedPreconditionError(absl::StrCat(
+            "name = \"", name, "\": the job exists and is at epoch ", epoch,
+            ": resume it (CreateJob with resume = true; Python: create_job(..., resume=True)), "
+            "rewind it (RewindJob to one of its kept epoch starts) or delete it (DeleteJob)"));
       }
       auto pending = pending_.find(name);
       if (pending == pending_.end() && deleting_.count(name) == 0) break;

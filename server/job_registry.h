@@ -60,9 +60,11 @@ class JobRegistry {
   // concurrent creates of one name (every rank creating the job at start-up) wait for the first
   // and share its job: one plan is computed and one max_jobs slot is used. Such a wait ends at
   // `deadline` with DEADLINE_EXCEEDED (the first call goes on).
+  // A job of this name and spec that is past epoch 0 is returned only with `resume` (a run
+  // continuing it); without, FAILED_PRECONDITION says to resume, rewind or delete it.
   absl::StatusOr<std::shared_ptr<Job>> Create(const std::string& name, const v1::JobSpec& spec,
-                                              absl::Time deadline = absl::InfiniteFuture())
-      ABSL_LOCKS_EXCLUDED(mu_);
+                                              absl::Time deadline = absl::InfiniteFuture(),
+                                              bool resume = false) ABSL_LOCKS_EXCLUDED(mu_);
 
   // NOT_FOUND naming the job.
   absl::StatusOr<std::shared_ptr<Job>> Get(const std::string& name) const ABSL_LOCKS_EXCLUDED(mu_);

@@ -24,6 +24,10 @@ ABSL_FLAG(std::string, backend, "auto",
 ABSL_FLAG(int, planner_threads, 0, "CPU backend threads (0 = all cores).");
 ABSL_FLAG(int, max_jobs, 64, "Most jobs at once.");
 ABSL_FLAG(uint64_t, max_samples_per_job, uint64_t{1} << 32, "Largest num_samples of a job.");
+ABSL_FLAG(uint32_t, rewind_epochs, 3,
+          "Epoch starts each job keeps for RewindJob, the current one's included (0: none). In "
+          "memory (no --data_dir) each costs up to 12 bytes per sample, counted in the job's "
+          "memory estimate; with --data_dir they are snapshot files.");
 ABSL_FLAG(uint64_t, max_memory_bytes, 0,
           "Memory budget of all jobs together, in bytes; a CreateJob whose estimate does not fit "
           "gets RESOURCE_EXHAUSTED (see proto/samplerd.proto JobSpec). 0 = 80% of the memory of "
@@ -69,6 +73,7 @@ int main(int argc, char** argv) {
   options.planner_threads = absl::GetFlag(FLAGS_planner_threads);
   options.max_jobs = absl::GetFlag(FLAGS_max_jobs);
   options.max_samples_per_job = absl::GetFlag(FLAGS_max_samples_per_job);
+  options.rewind_epochs = absl::GetFlag(FLAGS_rewind_epochs);
   options.max_memory_bytes = absl::GetFlag(FLAGS_max_memory_bytes);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.max_server_threads = absl::GetFlag(FLAGS_max_server_threads);

@@ -158,6 +158,7 @@ SamplerService::SamplerService(JobRegistry* registry, ComputeBackend* backend,
   AddUnary("/samplerd.v1.Sampler/GetJob", &SamplerService::GetJob);
   AddUnary("/samplerd.v1.Sampler/ListJobs", &SamplerService::ListJobs);
   AddUnary("/samplerd.v1.Sampler/DeleteJob", &SamplerService::DeleteJob);
+  AddUnary("/samplerd.v1.Sampler/RewindJob", &SamplerService::RewindJob);
   MethodAt("/samplerd.v1.Sampler/UploadWeights", RpcType::CLIENT_STREAMING,
            v1::UploadWeightsChunk::descriptor(), v1::UploadSummary::descriptor());
   AddClientStream("/samplerd.v1.Sampler/UploadWeights", &SamplerService::UploadWeightsImpl);
@@ -185,13 +186,13 @@ SamplerService::SamplerService(JobRegistry* registry, ComputeBackend* backend,
   AddUnary("/samplerd.v1.Sampler/EndEpoch", &SamplerService::EndEpoch);
   AddUnary("/samplerd.v1.Sampler/GetJobStatus", &SamplerService::GetJobStatus);
   // Every method of the .proto is served (MethodAt checked each one registered above).
-  CHECK_EQ(v1::Job::descriptor()->file()->FindServiceByName("Sampler")->method_count(), 10);
+  CHECK_EQ(v1::Job::descriptor()->file()->FindServiceByName("Sampler")->method_count(), 11);
 }
 
 grpc::Status SamplerService::CreateJob(grpc::ServerContext* context,
                                        const v1::CreateJobRequest& request, v1::Job* response) {
-  absl::StatusOr<std::shared_ptr<Job>> job =
-      registry_->Create(request.name(), request.spec(), DeadlineOf(*context));
+  absl::StatusOr<std::shared_ptr<Job>> job = registry_->Create(
+      request.name(), request.spec(), DeadlineOf(*context), request.resume());
   if (!job.ok()) return ToGrpcStatus(job.status());
   *response = (*job)->Describe();
   return grpc::Status::OK;
@@ -221,6 +222,15 @@ grpc::Status SamplerService::ListJobs(grpc::ServerContext*, const v1::ListJobsRe
 grpc::Status SamplerService::DeleteJob(grpc::ServerContext*, const v1::DeleteJobRequest& request,
                                        v1::DeleteJobResponse*) {
   return ToGrpcStatus(registry_->Delete(request.name()));
+}
+
+grpc::Status SamplerService::RewindJob(grpc::ServerContext*, const v1::RewindJobRequest& request,
+                                       v1::Job* response) {
+  absl::StatusOr<std::shared_ptr<Job>> job = registry_->Get(request.name());
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  if (absl::Status s = (*job)->Rewind(request.epoch()); !s.ok()) return ToGrpcStatus(s);
+  *response = (*job)->Describe();
+  return grpc::Status::OK;
 }
 
 grpc::Status SamplerService::UploadWeightsImpl(

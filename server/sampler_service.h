@@ -52,6 +52,8 @@ class SamplerService final : public grpc::Service {
                         v1::ListJobsResponse* response);
   grpc::Status DeleteJob(grpc::ServerContext* context, const v1::DeleteJobRequest& request,
                          v1::DeleteJobResponse* response);
+  grpc::Status RewindJob(grpc::ServerContext* context, const v1::RewindJobRequest& request,
+                         v1::Job* response);
   grpc::Status EndEpoch(grpc::ServerContext* context, const v1::EndEpochRequest& request,
                         v1::EndEpochResponse* response);
   grpc::Status GetJobStatus(grpc::ServerContext* context, const v1::GetJobStatusRequest& request,

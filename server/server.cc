@@ -31,6 +31,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const Options& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_jobs = ", options.max_jobs, ": must be >= 1"));
   }
+  if (options.rewind_epochs > kMaxRewindEpochs) {
+    return absl::InvalidArgumentError(absl::StrCat("rewind_epochs = ", options.rewind_epochs,
+                                                   ": must be <= ", kMaxRewindEpochs));
+  }
   if (options.max_samples_per_job == 0) {
     return absl::InvalidArgumentError("max_samples_per_job = 0: must be >= 1");
   }
@@ -100,7 +104,8 @@ Server::Server(const Options& options, std::unique_ptr<ComputeBackend> backend)
       backend_(std::move(backend)),
       registry_(std::make_unique<JobRegistry>(
           JobRegistry::Limits{
-              static_cast<size_t>(options.max_jobs), JobLimits{options.max_samples_per_job},
+              static_cast<size_t>(options.max_jobs),
+              JobLimits{options.max_samples_per_job, options.rewind_epochs},
               options.max_memory_bytes != 0 ? options.max_memory_bytes : DefaultMaxMemoryBytes()},
           backend_.get(), options.data_dir)),
       service_(std::make_unique<SamplerService>(registry_.get(), backend_.get(),

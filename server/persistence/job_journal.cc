@@ -1,5 +1,6 @@
 #include "server/persistence/job_journal.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,6 +26,7 @@ constexpr absl::string_view kSnapshotPrefix = "snapshot-";
 constexpr absl::string_view kSnapshotSuffix = ".bin";
 constexpr absl::string_view kLogPrefix = "wal-";
 constexpr absl::string_view kLogSuffix = ".log";
+constexpr absl::string_view kRewindPrefix = "rewind-";
 
 // The epoch in "<prefix><epoch><suffix>", or false.
 bool ParseEpoch(absl::string_view name, absl::string_view prefix, absl::string_view suffix,
@@ -40,6 +42,7 @@ absl::Status FsError(absl::string_view what, const fs::path& path, const std::er
 struct DirFiles {
   std::vector<uint64_t> snapshots;  // Epochs, ascending.
   std::vector<uint64_t> logs;
+  std::vector<uint64_t> rewinds;    // Rewinds begun and not finished (at most one).
   std::vector<std::string> others;  // Names that are none of the journal's files.
 };
 
@@ -55,6 +58,8 @@ absl::StatusOr<DirFiles> ListDir(const std::string& dir, bool remove_temporary =
       files.snapshots.push_back(epoch);
     } else if (ParseEpoch(name, kLogPrefix, kLogSuffix, &epoch)) {
       files.logs.push_back(epoch);
+    } else if (ParseEpoch(name, kRewindPrefix, "", &epoch)) {
+      files.rewinds.push_back(epoch);
     } else if (absl::StartsWith(name, kSnapshotPrefix) && absl::EndsWith(name, ".tmp")) {
       if (remove_temporary) {
         std::error_code ignored;  // A snapshot never committed: never used.
@@ -80,6 +85,10 @@ std::string JobJournal::LogPath(uint64_t epoch) const {
   return absl::StrCat(dir_, "/", kLogPrefix, epoch, kLogSuffix);
 }
 
+std::string JobJournal::RewindMarkerPath(uint64_t epoch) const {
+  return absl::StrCat(dir_, "/", kRewindPrefix, epoch);
+}
+
 absl::StatusOr<std::unique_ptr<JobJournal>> JobJournal::Create(std::string dir) {
   std::error_code ec;
   fs::remove_all(dir, ec);
@@ -94,6 +103,14 @@ absl::StatusOr<std::unique_ptr<JobJournal>> JobJournal::Create(std::string dir) 
 absl::StatusOr<JobJournal::Recovered> JobJournal::Recover(std::string dir) {
   absl::StatusOr<DirFiles> files = ListDir(dir, /*remove_temporary=*/true);
   if (!files.ok()) return files.status();
+  if (!files->rewinds.empty()) {  // Acknowledged or not, a begun rewind is finished first.
+    const JobJournal journal(dir);
+    if (absl::Status s = FinishRewind(journal, files->rewinds.front()); !s.ok()) return s;
+    LOG(INFO) << dir << ": finished the rewind to epoch " << files->rewinds.front()
+              << " that a stop interrupted";
+    files = ListDir(dir);
+    if (!files.ok()) return files.status();
+  }
   if (files->snapshots.empty()) {
     if (!files->others.empty()) {  // Not written by samplerd: not ours to remove.
       return absl::NotFoundError(absl::StrCat(dir, ": not a job directory (no snapshot, and '",
@@ -178,7 +195,10 @@ JobJournal::~JobJournal() { StopSnapshots(/*drop_pending=*/false); }
 void JobJournal::ScheduleEpochSnapshot(EpochStart start) {
   absl::MutexLock lock(&snapshot_mu_);
   if (snapshots_stopped_) return;
-  pending_snapshot_ = std::move(start);
+  // Written in order; only the newest keep_snapshots_ are worth writing (the older ones would
+  // be removed at once), so a backlog of short epochs drops its oldest.
+  pending_snapshots_.push_back(std::move(start));
+  while (pending_snapshots_.size() > keep_snapshots_.load()) pending_snapshots_.pop_front();
   if (snapshot_running_) return;  // The running thread takes it next.
   // A thread that set snapshot_running_ = false has left the lock for good: joins at once.
   if (snapshot_thread_.joinable()) snapshot_thread_.join();
@@ -191,12 +211,12 @@ void JobJournal::WriteScheduledSnapshots() {
     EpochStart start;
     {
       absl::MutexLock lock(&snapshot_mu_);
-      if (!pending_snapshot_.has_value()) {
+      if (pending_snapshots_.empty()) {
         snapshot_running_ = false;
         return;
       }
-      start = *std::move(pending_snapshot_);
-      pending_snapshot_.reset();
+      start = std::move(pending_snapshots_.front());
+      pending_snapshots_.pop_front();
     }
     if (absl::Status s = WriteEpochSnapshot(start); !s.ok()) {
       LOG(ERROR) << dir_ << ": the snapshot of epoch " << start.epoch
@@ -210,7 +230,7 @@ void JobJournal::StopSnapshots(bool drop_pending) {
   {
     absl::MutexLock lock(&snapshot_mu_);
     snapshots_stopped_ = true;
-    if (drop_pending) pending_snapshot_.reset();
+    if (drop_pending) pending_snapshots_.clear();
     thread = std::move(snapshot_thread_);
   }
   if (thread.joinable()) thread.join();
@@ -254,9 +274,13 @@ absl::Status JobJournal::EnsureLogExists(uint64_t epoch) {
 absl::Status JobJournal::RemoveBefore(uint64_t epoch) const {
   absl::StatusOr<DirFiles> files = ListDir(dir_);
   if (!files.ok()) return files.status();
+  // The newest keep_snapshots_ snapshots up to `epoch` stay (the epoch starts a rewind can use).
+  std::vector<uint64_t> older;
   for (uint64_t e : files->snapshots) {
-    if (e < epoch) ::unlink(SnapshotPath(e).c_str());
+    if (e <= epoch) older.push_back(e);
   }
+  const size_t keep = keep_snapshots_.load();
+  for (size_t i = 0; i + keep < older.size(); ++i) ::unlink(SnapshotPath(older[i]).c_str());
   for (uint64_t e : files->logs) {
     if (e < epoch) ::unlink(LogPath(e).c_str());
   }
@@ -347,6 +371,98 @@ absl::Status JobJournal::Remove() {
   fs::remove_all(dir_, ec);
   if (ec) return FsError("remove", dir_, ec);
   return absl::OkStatus();
+}
+
+// ---- Rewinds ------------------------------------------------------------------------------------
+
+absl::StatusOr<std::vector<uint64_t>> JobJournal::KeptEpochStarts() const {
+  absl::StatusOr<DirFiles> files = ListDir(dir_);
+  if (!files.ok()) return files.status();
+  // A snapshot just committed has not yet made RemoveBefore remove the oldest one.
+  const size_t keep = keep_snapshots_.load();
+  std::vector<uint64_t>& kept = files->snapshots;
+  if (kept.size() > keep) kept.erase(kept.begin(), kept.end() - keep);
+  return kept;
+}
+
+absl::StatusOr<JobJournal::EpochStart> JobJournal::ReadEpochStart(uint64_t epoch) const {
+  absl::StatusOr<Snapshot> snapshot = ReadSnapshot(SnapshotPath(epoch));
+  if (!snapshot.ok()) return snapshot.status();
+  const state::SnapshotHeader& h = snapshot->header;
+  if (h.epoch() != epoch) {
+    return absl::DataLossError(absl::StrCat(SnapshotPath(epoch), ": holds epoch ", h.epoch()));
+  }
+  EpochStart start;
+  start.job = h.job();
+  start.spec = h.spec();
+  start.epoch = epoch;
+  start.planned = h.planned();
+  if (h.has_base()) {
+    start.base = std::make_shared<const std::vector<float>>(std::move(snapshot->base));
+  }
+  start.weights = std::make_shared<const std::vector<float>>(std::move(snapshot->weights));
+  start.loss_stats = std::move(snapshot->loss_stats);
+  start.samples_seen = h.samples_seen();
+  return start;
+}
+
+absl::Status JobJournal::Rewind(uint64_t epoch) {
+  std::error_code ec;
+  if (!fs::exists(SnapshotPath(epoch), ec)) {
+    return absl::NotFoundError(absl::StrCat(SnapshotPath(epoch), ": no such epoch start"));
+  }
+  // A scheduled snapshot of a later epoch must not be committed after the rewind.
+  std::thread writer;
+  {
+    absl::MutexLock lock(&snapshot_mu_);
+    pending_snapshots_.clear();
+    writer = std::move(snapshot_thread_);
+  }
+  if (writer.joinable()) writer.join();
+  // The marker first: from here on, a restart finishes the rewind.
+  const std::string marker = RewindMarkerPath(epoch);
+  const int fd = ::open(marker.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
+  if (fd < 0) return PosixError("create", marker, errno);
+  const bool synced = ::fsync(fd) == 0;
+  const int sync_errno = errno;
+  ::close(fd);
+  if (!synced) return PosixError("fsync", marker, sync_errno);
+  if (absl::Status s = SyncDirectory(dir_); !s.ok()) return s;
+  {
+    absl::MutexLock lock(&mu_);
+    log_.reset();  // The abandoned epochs' log: removed below.
+  }
+  if (absl::Status s = FinishRewind(*this, epoch); !s.ok()) {
+    absl::MutexLock lock(&mu_);
+    error_ = s;  // Nothing is acknowledged until a restart finished the rewind.
+    return s;
+  }
+  return OpenEpoch(epoch);
+}
+
+absl::Status JobJournal::FinishRewind(const JobJournal& journal, uint64_t epoch) {
+  absl::StatusOr<DirFiles> files = ListDir(journal.dir_);
+  if (!files.ok()) return files.status();
+  // Later snapshots first: a stop midway leaves snapshot-<epoch> the newest, with the marker.
+  for (auto e = files->snapshots.rbegin(); e != files->snapshots.rend() && *e > epoch; ++e) {
+    const std::string path = journal.SnapshotPath(*e);
+    if (::unlink(path.c_str()) != 0) return PosixError("remove", path, errno);
+  }
+  for (uint64_t e : files->logs) {
+    const std::string path = journal.LogPath(e);
+    if (e >= epoch && ::unlink(path.c_str()) != 0) return PosixError("remove", path, errno);
+  }
+  // The epoch's fresh log (its header synced): a committed snapshot always has its log.
+  state::LogHeader header;
+  header.set_epoch(epoch);
+  absl::StatusOr<std::unique_ptr<RecordLogWriter>> created =
+      RecordLogWriter::Open(journal.LogPath(epoch), header.SerializeAsString());
+  if (!created.ok()) return created.status();
+  created->reset();
+  if (absl::Status s = SyncDirectory(journal.dir_); !s.ok()) return s;
+  const std::string marker = journal.RewindMarkerPath(epoch);
+  if (::unlink(marker.c_str()) != 0) return PosixError("remove", marker, errno);
+  return SyncDirectory(journal.dir_);
 }
 
 // ---- The typed calls ---------------------------------------------------------------------------

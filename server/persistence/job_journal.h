@@ -5,11 +5,13 @@
 //   <dir>/wal-<e>.log       epoch e's state changes after the snapshot, in the order they were
 //                           applied (record_log.h; state.proto WalRecord): loss batches, ranks
 //                           that ended the epoch, stream progress.
+//   <dir>/rewind-<e>        a rewind to the start of epoch e begun (Rewind); Recover finishes it.
 // The job's state is the newest snapshot plus its epoch's log and any later ones, replayed in
 // order through the job's own methods (plans and weights are deterministic, so replay gives back
-// the same plans). A snapshot is written when an epoch opens; once it is durable the older
-// snapshots and logs are removed. A directory without a snapshot belongs to a job whose creation
-// was never acknowledged (or was being deleted): Recover removes it.
+// the same plans). A snapshot is written when an epoch opens; once it is durable the older logs
+// are removed, and the older snapshots but the newest KeepEpochStarts() ones (the epoch starts a
+// job can be rewound to). A directory without a snapshot belongs to a job whose creation was
+// never acknowledged (or was being deleted): Recover removes it.
 //
 // Damage that recovery detects (DATA_LOSS naming the file) rather than loading less than was
 // acknowledged: a log's header is synced when the log is created, before anything is appended
@@ -38,7 +40,10 @@
 #ifndef SAMPLERD_SERVER_PERSISTENCE_JOB_JOURNAL_H_
 #define SAMPLERD_SERVER_PERSISTENCE_JOB_JOURNAL_H_
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -102,9 +107,10 @@ class JobJournal {
   // its own snapshot will supersede this one).
   absl::Status WriteEpochSnapshot(const EpochStart& start) ABSL_LOCKS_EXCLUDED(mu_);
   // WriteEpochSnapshot on the journal's snapshot thread, so that neither the epoch boundary nor
-  // the next one waits for it: a start scheduled while one is written replaces any not yet
-  // begun (the newest supersedes). A failure is logged; recovery then starts from the older
-  // snapshot and the logs, which are kept.
+  // the next one waits for it. Written in the order scheduled; of the starts not yet begun only
+  // the newest KeepEpochStarts() are kept (older ones would be removed at once: with one kept,
+  // the newest supersedes). A failure is logged; recovery then starts from the older snapshot
+  // and the logs, which are kept.
   void ScheduleEpochSnapshot(EpochStart start) ABSL_LOCKS_EXCLUDED(snapshot_mu_);
   // Before an epoch planned by a creation or an upload is published: writes its snapshot
   // durably, then (if planned) opens its log.
@@ -187,6 +193,25 @@ class JobJournal {
   // directory that Recover discards.
   absl::Status Remove() ABSL_LOCKS_EXCLUDED(mu_);
 
+  // ---- Epoch starts kept for a rewind.
+
+  // How many epoch starts (snapshots, the newest included) are kept; at least 1. Set before
+  // the first snapshot is committed.
+  void KeepEpochStarts(uint32_t count) { keep_snapshots_ = std::max<uint32_t>(count, 1); }
+  // The epochs whose start is kept (committed snapshots), ascending.
+  absl::StatusOr<std::vector<uint64_t>> KeptEpochStarts() const;
+  // The kept start of `epoch`, as its snapshot holds it (`spec` and `job` included). NOT_FOUND if
+  // it is not kept; DATA_LOSS if the file is damaged.
+  absl::StatusOr<EpochStart> ReadEpochStart(uint64_t epoch) const;
+  // Puts the journal back to the start of `epoch`, whose snapshot must be kept: the snapshots
+  // of later epochs and the logs from `epoch` on are removed, and a fresh wal-<epoch>.log is the
+  // current log. A scheduled snapshot not yet begun is dropped (one being written is waited
+  // for). Durable when it returns: the marker rewind-<epoch> is committed first, and Recover
+  // finishes a rewind that a crash interrupted. NOT_FOUND, with nothing changed, if the
+  // snapshot is gone (removed since it was listed); any other error may leave the rewind half
+  // done: the journal then refuses further writes, and the next Recover finishes it.
+  absl::Status Rewind(uint64_t epoch) ABSL_LOCKS_EXCLUDED(mu_, snapshot_mu_);
+
  private:
   explicit JobJournal(std::string dir, bool replaying = false)
       : dir_(std::move(dir)), replaying_(replaying) {}
@@ -206,8 +231,14 @@ class JobJournal {
   std::string LogPath(uint64_t epoch) const;
   // Creates wal-<epoch>.log, durably, if it is absent and snapshot-<epoch> is staged.
   absl::Status EnsureLogExists(uint64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
-  // Removes the snapshots and logs of epochs before `epoch` (superseded by its snapshot).
+  // Removes the logs of epochs before `epoch` (superseded by its snapshot) and the snapshots
+  // before the newest keep_snapshots_.
   absl::Status RemoveBefore(uint64_t epoch) const;
+  // The file steps of a rewind to `epoch` after its marker is committed (Rewind, and Recover
+  // for an interrupted one): removes later snapshots and the logs from `epoch` on, creates a
+  // fresh wal-<epoch>.log, then removes the marker.
+  static absl::Status FinishRewind(const JobJournal& journal, uint64_t epoch);
+  std::string RewindMarkerPath(uint64_t epoch) const;
 
   const std::string dir_;
   absl::Mutex mu_;
@@ -217,11 +248,13 @@ class JobJournal {
   bool replaying_ ABSL_GUARDED_BY(mu_);
 
   // The snapshot thread (ScheduleEpochSnapshot). Never held with mu_ (the thread takes mu_).
+  std::atomic<uint32_t> keep_snapshots_{1};
+
   absl::Mutex snapshot_mu_;
   std::thread snapshot_thread_ ABSL_GUARDED_BY(snapshot_mu_);
   bool snapshot_running_ ABSL_GUARDED_BY(snapshot_mu_) = false;
   bool snapshots_stopped_ ABSL_GUARDED_BY(snapshot_mu_) = false;
-  std::optional<EpochStart> pending_snapshot_ ABSL_GUARDED_BY(snapshot_mu_);
+  std::deque<EpochStart> pending_snapshots_ ABSL_GUARDED_BY(snapshot_mu_);
 };
 
 }  // namespace samplerd

@@ -405,7 +405,9 @@ def _two_rank_job_with_acknowledged_epoch_1(cluster, data_dir, job="j"):
     assert acknowledged["ranks"][0][1:] == (BATCH, True), acknowledged
     assert proc.kill() == -9
     wal = job_dir / "wal-1.log"
-    assert sorted(p.name for p in job_dir.iterdir()) == ["snapshot-1.bin", "wal-1.log"]
+    # (snapshot-0.bin stays too: an epoch start kept for a rewind, --rewind_epochs.)
+    assert sorted(p.name for p in job_dir.iterdir()) == ["snapshot-0.bin", "snapshot-1.bin",
+                                                         "wal-1.log"]
     # Control: the intact directory starts with what was acknowledged.
     proc, c = cluster(f"--data_dir={data_dir}")
     assert progress(c, job) == same_progress(acknowledged)

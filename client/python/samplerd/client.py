@@ -268,8 +268,8 @@ class Client:
                    samples_per_epoch: int = 0, replacement: bool = False,
                    order="weighted_random", partition="interleaved", uneven="pad",
                    policy: Optional[Policy] = None, base=None, loss=None,
-                   **policy_params) -> pb.Job:
-        """Creates a job (idempotent for an identical spec).
+                   resume: bool = False, **policy_params) -> pb.Job:
+        """Creates a job (idempotent for an identical spec while the job is in epoch 0).
 
         The weight policy is given either as `policy=Policy(...)` or flat as `base=`, `loss=`
         and parameter keywords (`loss="loss", alpha=1.0`), not both. Enum-like arguments take
@@ -289,13 +289,19 @@ class Client:
             policy: a Policy (or a dict of its fields).
             base: "uniform" (default), "static" or "class_balanced".
             loss: "none" (default), "loss" or "multiplicative".
+            resume: continue a job of this name and spec that is past epoch 0 (a restarted
+                run). Without it such a job raises FailedPrecondition: a script run again
+                must say whether it resumes the job, rewinds it (rewind_job) or replaces it
+                (delete_job first).
             **policy_params: class_balance_beta, ema_decay, alpha, epsilon, mix, clamp_lo,
                 clamp_hi, prior_loss, eta (see Policy and the .proto for ranges and defaults).
         Returns:
-            The job as stored (defaults filled in).
+            The job as stored (defaults filled in), in its current epoch.
         Raises:
             InvalidArgument: a bad argument (named), here or on the server.
             AlreadyExists: the name is taken by a job with another spec.
+            FailedPrecondition: the job exists past epoch 0 and resume is not set (the
+                message names its epoch and the three ways on).
             ResourceExhausted: the server's job, sample or memory limit (--max_memory_bytes).
             Unavailable: the server cannot be reached (after retries).
         """
@@ -326,7 +332,23 @@ class Client:
             partition=_choice("partition", partition, _PARTITIONS),
             uneven=_choice("uneven", uneven, _UNEVEN),
             policy=policy.to_proto())
-        return self._call(self._stub.CreateJob, pb.CreateJobRequest(name=name, spec=spec))
+        return self._call(self._stub.CreateJob,
+                          pb.CreateJobRequest(name=name, spec=spec, resume=bool(resume)))
+
+    def rewind_job(self, name: str, epoch: int) -> pb.Job:
+        """Puts the job back to the start of `epoch` (a run restored from a checkpoint taken
+        then): its weights, loss statistics and epoch number then, every rank's progress cleared.
+        The epochs after it are planned as the first time. `get_job(name).rewindable_epochs`
+        lists the epochs whose start the server keeps (--rewind_epochs).
+
+        Raises:
+            FailedPrecondition: the start of `epoch` is not kept (the message names the oldest
+                kept), or `epoch` is after the current one.
+            NotFound, Unavailable.
+        """
+        if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)) or epoch < 0:
+            raise _bad(f"epoch = {epoch!r}: must be an integer >= 0")
+        return self._call(self._stub.RewindJob, pb.RewindJobRequest(name=name, epoch=int(epoch)))
 
     def get_job(self, name: str, rank: Optional[int] = None) -> pb.Job:
         """Returns the job's spec (defaults filled in), current epoch and plan readiness.

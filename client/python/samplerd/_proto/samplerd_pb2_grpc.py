@@ -34,6 +34,11 @@ class SamplerStub(object):
                 request_serializer=samplerd__pb2.DeleteJobRequest.SerializeToString,
                 response_deserializer=samplerd__pb2.DeleteJobResponse.FromString,
                 )
+        self.RewindJob = channel.unary_unary(
+                '/samplerd.v1.Sampler/RewindJob',
+                request_serializer=samplerd__pb2.RewindJobRequest.SerializeToString,
+                response_deserializer=samplerd__pb2.Job.FromString,
+                )
         self.UploadWeights = channel.stream_unary(
                 '/samplerd.v1.Sampler/UploadWeights',
                 request_serializer=samplerd__pb2.UploadWeightsChunk.SerializeToString,
@@ -71,14 +76,18 @@ class SamplerServicer(object):
 
     def CreateJob(self, request, context):
         """Creates a job. Idempotent: the same name with an identical spec returns the existing job
-        (its current state). The same name with another spec: ALREADY_EXISTS. The plan of epoch 0 is
+        (its current state) while it is in epoch 0, so that every rank of a group may create it at
+        start-up. Past epoch 0 that is a script run again against a job that already trained:
+        FAILED_PRECONDITION naming the epoch and the three ways on -- resume it (the same call with
+        CreateJobRequest.resume), rewind it (RewindJob) or delete it (DeleteJob). The same name with another spec: ALREADY_EXISTS. The plan of epoch 0 is
         computed before this call returns (for policies that need uploads, after the upload).
         Concurrent calls with one name and spec (every rank at start-up) share one job; a call that
         waits for another still planning epoch 0 ends at its deadline with DEADLINE_EXCEEDED (retry).
         Admission by memory: the job's memory is estimated from its spec (see JobSpec) and must fit
         in what the other jobs leave of the server's --max_memory_bytes; nothing is allocated
         before. A failed create leaves nothing behind: the name and the job slot stay free.
-        Errors: INVALID_ARGUMENT (spec), ALREADY_EXISTS, RESOURCE_EXHAUSTED (max jobs, max samples,
+        Errors: INVALID_ARGUMENT (spec), ALREADY_EXISTS, FAILED_PRECONDITION (past epoch 0 without
+        resume), RESOURCE_EXHAUSTED (max jobs, max samples,
         memory: the message names spec.num_samples or spec.samples_per_epoch, the estimate and the
         budget; or an allocation that failed anyway), DEADLINE_EXCEEDED.
         """
@@ -104,6 +113,23 @@ class SamplerServicer(object):
     def DeleteJob(self, request, context):
         """Deletes a job and its persisted state. Open streams on it end with NOT_FOUND.
         Errors: NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RewindJob(self, request, context):
+        """Puts the job back to the start of an earlier epoch (a run restored from a checkpoint taken
+        then): the weights, loss statistics and epoch number it had at that start, every rank's
+        progress cleared, the later epochs forgotten. The epochs after it are planned exactly as the
+        first time (plans depend on (seed, epoch, weights) only) -- as long as the same losses are
+        reported. The server keeps the last --rewind_epochs epoch starts (Job.rewindable_epochs), in
+        memory, or on disk with --data_dir; with --data_dir the rewind is durable when the call
+        returns. Losses and EndEpoch for the forgotten epochs are then FAILED_PRECONDITION (epochs
+        not open yet) until the job reaches them again.
+        Errors: NOT_FOUND, FAILED_PRECONDITION (the epoch's start is not kept: the message names
+        the oldest one that is; an epoch after the current one; a job awaiting its upload),
+        INTERNAL (a failed write: the rewind finishes at the next start).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -219,6 +245,11 @@ def add_SamplerServicer_to_server(servicer, server):
                     request_deserializer=samplerd__pb2.DeleteJobRequest.FromString,
                     response_serializer=samplerd__pb2.DeleteJobResponse.SerializeToString,
             ),
+            'RewindJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.RewindJob,
+                    request_deserializer=samplerd__pb2.RewindJobRequest.FromString,
+                    response_serializer=samplerd__pb2.Job.SerializeToString,
+            ),
             'UploadWeights': grpc.stream_unary_rpc_method_handler(
                     servicer.UploadWeights,
                     request_deserializer=samplerd__pb2.UploadWeightsChunk.FromString,
@@ -324,6 +355,23 @@ class Sampler(object):
         return grpc.experimental.unary_unary(request, target, '/samplerd.v1.Sampler/DeleteJob',
             samplerd__pb2.DeleteJobRequest.SerializeToString,
             samplerd__pb2.DeleteJobResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def RewindJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/samplerd.v1.Sampler/RewindJob',
+            samplerd__pb2.RewindJobRequest.SerializeToString,
+            samplerd__pb2.Job.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 

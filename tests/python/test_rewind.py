@@ -1,0 +1,94 @@
+"""Rewinding a job to a checkpoint's epoch, and a script run again against a job that trained
+(issue 11), through the real binary: with and without --data_dir, and across a restart."""
+
+import time
+
+import numpy as np
+import pytest
+
+import samplerd
+from conftest import SamplerdProcess
+
+WORLD = 2
+SPEC = dict(num_samples=2000, world_size=WORLD, samples_per_epoch=1000, seed=7, loss="loss")
+
+
+def losses_for(indices, epoch):
+    return ((np.asarray(indices) * (epoch + 5)) % 11) / 11.0
+
+
+def run_epoch(c, job, epoch):
+    """Every rank reads its shard, reports a loss for each position and ends the epoch; returns
+    the shards. Waits for the epoch's plan."""
+    shards = [c.read_shard(job, epoch, r, WORLD, timeout=30) for r in range(WORLD)]
+    for r, shard in enumerate(shards):
+        c.report_losses(job, epoch, r, shard, losses_for(shard, epoch), np.arange(len(shard)))
+        c.end_epoch(job, epoch, r)
+    return shards
+
+
+def await_kept(c, job, epoch):
+    """With --data_dir the epoch starts are snapshots written in the background."""
+    deadline = time.monotonic() + 30
+    while epoch not in c.get_job(job).rewindable_epochs:
+        assert time.monotonic() < deadline, f"the start of epoch {epoch} was never kept"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("persisted", [False, True], ids=["in_memory", "data_dir"])
+def test_epochs_after_a_rewind_equal_the_first_run_bit_for_bit(tmp_path, persisted):
+    args = [f"--data_dir={tmp_path}"] if persisted else []
+    server = SamplerdProcess("--rewind_epochs=3", *args)
+    try:
+        c = samplerd.Client(server.address, timeout=30)
+        c.create_job("rw", **SPEC)
+        first = [run_epoch(c, "rw", e) for e in range(4)]
+        first.append([c.read_shard("rw", 4, r, WORLD, timeout=30) for r in range(WORLD)])
+        for e in (2, 3, 4):
+            await_kept(c, "rw", e)
+        assert list(c.get_job("rw").rewindable_epochs) == [2, 3, 4]
+
+        # A script run again: told what to do, nothing changed.
+        with pytest.raises(samplerd.FailedPrecondition) as again:
+            c.create_job("rw", **SPEC)
+        for part in ("at epoch 4", "resume it", "rewind it", "delete it"):
+            assert part in again.value.message
+        assert c.create_job("rw", resume=True, **SPEC).current_epoch == 4
+
+        with pytest.raises(samplerd.FailedPrecondition, match="the oldest kept is 2"):
+            c.rewind_job("rw", 1)
+        rewound = c.rewind_job("rw", 2)
+        assert rewound.current_epoch == 2 and list(rewound.rewindable_epochs) == [2]
+        assert c.status("rw").ranks[0].losses_accepted == 0
+        if persisted:  # Durable when acknowledged: a crash right after it keeps the rewind.
+            c.close()
+            assert server.kill() == -9
+            server = SamplerdProcess("--rewind_epochs=3", *args)
+            c = samplerd.Client(server.address, timeout=30)
+            assert c.get_job("rw").current_epoch == 2
+        second = [run_epoch(c, "rw", e) for e in (2, 3)]
+        for e, shards in zip((2, 3), second):
+            for r in range(WORLD):
+                np.testing.assert_array_equal(shards[r], first[e][r], err_msg=f"epoch {e}")
+        for r in range(WORLD):  # Epoch 4 is planned from the same weights again.
+            np.testing.assert_array_equal(c.read_shard("rw", 4, r, WORLD, timeout=30),
+                                          first[4][r])
+        c.close()
+    finally:
+        assert server.stop() == 0
+
+
+def test_without_kept_starts_a_rewind_says_so(tmp_path):
+    server = SamplerdProcess("--rewind_epochs=0")
+    try:
+        with samplerd.Client(server.address, timeout=30) as c:
+            c.create_job("none", **SPEC)
+            run_epoch(c, "none", 0)
+            assert list(c.get_job("none").rewindable_epochs) == []
+            with pytest.raises(samplerd.FailedPrecondition,
+                               match=r"keeps no epoch start to rewind to \(--rewind_epochs = 0\)"):
+                c.rewind_job("none", 1)
+            with pytest.raises(samplerd.InvalidArgument, match="epoch = -1"):
+                c.rewind_job("none", -1)
+    finally:
+        assert server.stop() == 0
