@@ -354,3 +354,6 @@ def test_samplerctl_entry_point_is_installed(tmp_path):
     for code in ctl.EXIT_CODES:  # The documented table is the one main() uses.
         assert f"\n  {code:>3}  {ctl.EXIT_CODES[code][:20]}" in result.stdout
     assert "3  no such job: NOT_FOUND" in result.stdout
+    readme = (CLIENT_DIR / "README.md").read_text()
+    for code in ctl.EXIT_CODES:  # The README's table has a row for each.
+        assert f"\n| {code} | " in readme, code
