@@ -12,7 +12,7 @@ APT_PACKAGES=(
   libgoogle-glog-dev libgflags-dev libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev
   # Python side: the client's runtime deps, torch (CPU, gloo) for the DDP tests, tooling.
   python3 python3-venv python3-pip python3-grpcio python3-protobuf python3-grpc-tools
-  python3-numpy python3-torch python3-matplotlib python3-pytest
+  python3-numpy python3-torch python3-matplotlib python3-pytest python3-yaml
 )
 
 missing=()
@@ -34,6 +34,9 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 if [[ ! -x "$ROOT/.venv/bin/python" ]]; then
   /usr/bin/python3 -m venv --system-site-packages "$ROOT/.venv"
 fi
+# The grpc.health.v1 stubs (samplerctl health) are not in Debian: from PyPI, pinned to Debian's
+# grpcio 1.51 and without its dependencies, so that pip does not replace Debian's grpcio/protobuf.
+"$ROOT/.venv/bin/python" -m pip install -q --no-deps grpcio-health-checking==1.51.1
 if [[ -f "$ROOT/client/python/pyproject.toml" || -f "$ROOT/client/python/setup.py" ]]; then
   "$ROOT/.venv/bin/python" -m pip install -q --no-build-isolation --no-deps "$ROOT/client/python" \
     || "$ROOT/.venv/bin/python" -m pip install -q "$ROOT/client/python"

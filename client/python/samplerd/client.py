@@ -350,6 +350,11 @@ class Client:
             raise _bad(f"epoch = {epoch!r}: must be an integer >= 0")
         return self._call(self._stub.RewindJob, pb.RewindJobRequest(name=name, epoch=int(epoch)))
 
+    def create_job_from_spec(self, name: str, spec: pb.JobSpec) -> pb.Job:
+        """Creates a job from a JobSpec message as it is (samplerctl's spec files); the server
+        checks it. Returns and raises as create_job."""
+        return self._call(self._stub.CreateJob, pb.CreateJobRequest(name=name, spec=spec))
+
     def get_job(self, name: str, rank: Optional[int] = None) -> pb.Job:
         """Returns the job's spec (defaults filled in), current epoch and plan readiness.
 
@@ -392,6 +397,21 @@ class Client:
             NotFound: no job of that name. Unavailable.
         """
         return self._call(self._stub.GetJobStatus, pb.GetJobStatusRequest(name=name))
+
+    def health(self, service: str = "") -> str:
+        """Asks the standard health service (grpc.health.v1.Health/Check) about `service`
+        ("" is the whole server, "samplerd.v1.Sampler" the sampler service).
+
+        Returns:
+            The serving status name: "SERVING", "NOT_SERVING" (e.g. shutting down) or "UNKNOWN".
+        Raises:
+            NotFound: the server does not know `service`. Unavailable.
+        """
+        # Imported here so that the rest of the client works without grpcio-health-checking.
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+        response = self._call(health_pb2_grpc.HealthStub(self._channel).Check,
+                              health_pb2.HealthCheckRequest(service=service))
+        return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
 
     # -- uploads --------------------------------------------------------------------------------
 

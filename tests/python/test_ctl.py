@@ -1,0 +1,359 @@
+"""samplerctl run as a user runs it: a subprocess (`python -m samplerd.ctl`) against a real
+samplerd on a free port; its exit codes, stdout (--json parsed) and stderr messages."""
+
+import json
+import os
+import pathlib
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import grpc
+import numpy as np
+import pytest
+
+import samplerd
+from samplerd import ctl
+from samplerd._proto import samplerd_pb2 as pb
+from samplerd._proto import samplerd_pb2_grpc as pb_grpc
+from conftest import ROOT, SamplerdProcess
+
+CLIENT_DIR = ROOT / "client" / "python"
+
+
+def ctl_env(**extra):
+    """The environment of a samplerctl run: the worktree's package, none of the caller's
+    SAMPLERD_* settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SAMPLERD_")}
+    env["PYTHONPATH"] = str(CLIENT_DIR)
+    env.update(extra)
+    return env
+
+
+def ctl_cmd(target, *args):
+    return [sys.executable, "-m", "samplerd.ctl", *(["--target", target] if target else []),
+            *map(str, args)]
+
+
+def run_ctl(target, *args, env=None, timeout=30):
+    """Runs samplerctl [--target TARGET] ARGS to completion."""
+    return subprocess.run(ctl_cmd(target, *args), capture_output=True, text=True,
+                          env=env or ctl_env(), timeout=timeout)
+
+
+def run_json(target, *args, expect_rc=0):
+    """Runs samplerctl --json ARGS; checks the exit code; returns stdout's one JSON document."""
+    result = run_ctl(target, "--json", *args)
+    assert result.returncode == expect_rc, (result.returncode, result.stdout, result.stderr)
+    return json.loads(result.stdout)
+
+
+def write(path, text):
+    path.write_text(text)
+    return path
+
+
+SPEC = """\
+num_samples: 1000
+world_size: 2
+samples_per_epoch: 400
+seed: 7
+policy:
+  loss: LOSS
+  alpha: 1
+  mix: 0.1
+"""
+
+
+def test_create_list_status_delete(server, tmp_path):
+    target = server.address
+    spec = write(tmp_path / "spec.yaml", SPEC)
+    job = run_json(target, "create", "train", "--spec", spec)
+    assert job["name"] == "train" and job["plan_ready"] is True
+    assert job["spec"]["num_samples"] == "1000" and job["spec"]["world_size"] == 2
+    assert job["spec"]["policy"]["loss"] == "LOSS" and job["spec"]["policy"]["mix"] == 0.1
+    # The --json spec goes back into create as a JSON spec: the same spec, so idempotent.
+    status = run_json(target, "status", "train")
+    same = write(tmp_path / "same.json", json.dumps(status["job"]["spec"]))
+    assert run_json(target, "create", "train", "--spec", same)["name"] == "train"
+
+    assert status["job"]["current_epoch"] == "0"
+    assert [r["rank"] for r in status["ranks"]] == [0, 1]
+    assert status["weights"]["effective_sample_size"] == pytest.approx(1000)
+    # Global options also after the command; the target also from SAMPLERD_TARGET.
+    listed = subprocess.run(ctl_cmd(None, "list", "--json"), capture_output=True, text=True,
+                            env=ctl_env(SAMPLERD_TARGET=target), timeout=30)
+    assert listed.returncode == 0, listed.stderr
+    assert [j["name"] for j in json.loads(listed.stdout)["jobs"]] == ["train"]
+
+    human = run_ctl(target, "status", "train")
+    assert human.returncode == 0
+    assert "job train: epoch 0, plan ready" in human.stdout
+    assert "UNIFORM x LOSS" in human.stdout and "ESS 1000" in human.stdout
+    table = run_ctl(target, "list").stdout.splitlines()
+    assert table[0].split()[:6] == ["NAME", "EPOCH", "PLAN", "N", "M", "WORLD"]
+    assert table[1].split()[:6] == ["train", "0", "ready", "1000", "400", "2"]
+
+    assert run_json(target, "delete", "train") == {"job": "train", "deleted": True}
+    assert run_json(target, "list") == {"jobs": []}
+
+
+def test_bad_specs_name_the_file_and_field_and_create_nothing(server, tmp_path):
+    target = server.address
+    cases = {  # file content -> what stderr must name
+        "num_samples: 10\nworld_size: 1\npolicy: {alphaa: 1}\n": ['"alphaa"', "JobSpec.policy"],
+        "num_samples: 10\nworld_size: 1\nreplacment: true\n": ['"replacment"'],
+        "num_samples: 10\nworld_size: 1\norder: RANDOM\n": ["RANDOM", "JobSpec.order"],
+        "num_samples: -5\nworld_size: 1\n": ["num_samples", "-5"],
+        "num_samples: [10\n": ["not valid YAML"],
+        "- 10\n- 1\n": ["expected a mapping of JobSpec fields", "list"],
+    }
+    for i, (text, names) in enumerate(cases.items()):
+        path = write(tmp_path / f"bad{i}.yaml", text)
+        result = run_ctl(target, "create", "j", "--spec", path)
+        assert result.returncode == ctl.EXIT_BAD_INPUT, (text, result.stderr)
+        assert result.stderr.startswith(f"samplerctl: {path}: "), result.stderr
+        for name in names:
+            assert name in result.stderr, (text, result.stderr)
+    missing = run_ctl(target, "create", "j", "--spec", tmp_path / "nope.yaml")
+    assert missing.returncode == ctl.EXIT_BAD_INPUT
+    assert f"{tmp_path / 'nope.yaml'}: cannot read" in missing.stderr
+    # A spec that parses but that the server refuses: INVALID_ARGUMENT naming the field.
+    zero = write(tmp_path / "zero.json", '{"num_samples": 10, "world_size": 0}')
+    result = run_ctl(target, "--json", "create", "j", "--spec", zero)
+    assert result.returncode == ctl.EXIT_BAD_INPUT
+    assert result.stderr.startswith("samplerctl: INVALID_ARGUMENT: ") and \
+        "world_size" in result.stderr
+    assert json.loads(result.stdout)["error"]["code"] == "INVALID_ARGUMENT"
+    assert run_json(target, "list") == {"jobs": []}
+
+    # The same name with another spec: ALREADY_EXISTS, and the job is unchanged.
+    run_json(target, "create", "j", "--spec", write(tmp_path / "a.yaml", SPEC))
+    other = write(tmp_path / "b.yaml", SPEC.replace("seed: 7", "seed: 8"))
+    result = run_ctl(target, "create", "j", "--spec", other)
+    assert result.returncode == ctl.EXIT_CONFLICT
+    assert result.stderr.startswith("samplerctl: ALREADY_EXISTS: ")
+    assert run_json(target, "status", "j")["job"]["spec"]["seed"] == "7"
+
+
+def test_unknown_job_exit_codes(server, tmp_path):
+    target = server.address
+    weights = tmp_path / "w.npy"
+    np.save(weights, np.ones(3, dtype=np.float32))
+    for args in (("status", "ghost"), ("delete", "ghost"), ("upload-weights", "ghost", weights),
+                 ("status", "ghost", "--watch")):
+        result = run_ctl(target, *args)
+        assert result.returncode == ctl.EXIT_NOT_FOUND, (args, result.stderr)
+        assert result.stderr.startswith("samplerctl: NOT_FOUND: ") and "ghost" in result.stderr
+    error = run_json(target, "status", "ghost", expect_rc=ctl.EXIT_NOT_FOUND)["error"]
+    assert error["code"] == "NOT_FOUND" and error["exit_code"] == 3 and "ghost" in error["message"]
+    assert run_json(target, "delete", "ghost", "--if-exists") == {"job": "ghost",
+                                                                 "deleted": False}
+
+
+def test_uploads_from_npy(server, tmp_path):
+    target = server.address
+
+    def npy(name, array):
+        np.save(tmp_path / name, array)
+        return tmp_path / name
+
+    run_json(target, "create", "static", "--spec",
+             write(tmp_path / "s.yaml", "num_samples: 5\nworld_size: 1\npolicy: {base: STATIC}\n"))
+    assert run_json(target, "status", "static")["job"]["plan_ready"] is False
+    refused = {  # file -> what stderr must name besides the file
+        npy("w2d.npy", np.ones((5, 1))): ["shape (5, 1)", "dtype float64"],
+        npy("wstr.npy", np.array(["a", "b"])): ["shape (2,)", "dtype <U1"],
+        npy("wempty.npy", np.zeros(0)): ["shape (0,)"],
+        npy("wnan.npy", np.array([1, np.nan, 1, 1, 1])): ["weights[1] = nan"],
+        npy("w4.npy", np.ones(4)): ["4"],  # The server's count check.
+        write(tmp_path / "text.npy", "not numpy\n"): ["not a .npy array"],
+    }
+    for path, names in refused.items():
+        result = run_ctl(target, "upload-weights", "static", path)
+        assert result.returncode == ctl.EXIT_BAD_INPUT, (path, result.stderr)
+        assert str(path) in result.stderr, result.stderr
+        for name in names:
+            assert name in result.stderr, (path, result.stderr)
+    assert run_json(target, "status", "static")["job"]["plan_ready"] is False  # Nothing applied.
+    good = npy("w.npy", np.array([1, 2, 3, 4, 5], dtype=np.float32))
+    assert run_json(target, "upload-weights", "static", good) == {
+        "job": "static", "file": str(good), "received": 5}
+    status = run_json(target, "status", "static")
+    assert status["job"]["plan_ready"] is True
+    assert status["weights"]["max"] == pytest.approx(5 / 3)  # The weights arrived (mean 1).
+    # Labels: an integer dtype; a job whose policy is not CLASS_BALANCED refuses them.
+    labels = npy("labels.npy", np.array([0, 1, 0, 1, 1], dtype=np.int32))
+    result = run_ctl(target, "upload-labels", "static", labels)
+    assert result.returncode == ctl.EXIT_CONFLICT
+    assert result.stderr.startswith("samplerctl: FAILED_PRECONDITION: ")
+    run_json(target, "create", "balanced", "--spec", write(
+        tmp_path / "b.yaml", "num_samples: 5\nworld_size: 1\npolicy: {base: CLASS_BALANCED}\n"))
+    result = run_ctl(target, "upload-labels", "balanced", good)  # float32: not labels.
+    assert result.returncode == ctl.EXIT_BAD_INPUT
+    assert f"{good}: shape (5,) dtype float32" in result.stderr
+    assert run_json(target, "upload-labels", "balanced", labels)["received"] == 5
+    status = run_json(target, "status", "balanced")
+    assert status["weights"]["min"] == pytest.approx(5 / 6) and status["job"]["plan_ready"]
+
+
+def test_unreachable_server_and_bad_connection_files(tmp_path):
+    stopped = SamplerdProcess()
+    target = stopped.address
+    assert stopped.stop() == 0
+    result = run_ctl(target, "--json", "list")
+    assert result.returncode == ctl.EXIT_UNAVAILABLE, result.stderr
+    assert result.stderr.startswith("samplerctl: UNAVAILABLE: ") and target in result.stderr
+    assert json.loads(result.stdout)["error"]["exit_code"] == ctl.EXIT_UNAVAILABLE
+    # A certificate file that cannot be read is bad input, named, before any connection.
+    result = run_ctl(target, "list", "--ca", tmp_path / "ca.pem")
+    assert result.returncode == ctl.EXIT_BAD_INPUT
+    assert result.stderr.startswith(f"samplerctl: {tmp_path / 'ca.pem'}: cannot read")
+    result = run_ctl(target, "list", env=ctl_env(SAMPLERD_CLIENT_CERT=str(tmp_path / "c.pem")))
+    assert result.returncode == ctl.EXIT_BAD_INPUT and "c.pem: cannot read" in result.stderr
+    usage = run_ctl(target, "status")  # No JOB: argparse's usage error.
+    assert usage.returncode == ctl.EXIT_BAD_INPUT and "usage: samplerctl" in usage.stderr
+
+
+def test_health(server):
+    result = run_ctl(server.address, "--json", "health")
+    report = json.loads(result.stdout)
+    services = report["services"]
+    assert set(services) == {"", "samplerd.v1.Sampler"}
+    assert services[""] == "SERVING"
+    # Exit 0 exactly when every service is SERVING (the named one is SERVICE_UNKNOWN on a
+    # server from before issue 13's health fix).
+    serving = all(s == "SERVING" for s in services.values())
+    assert report["serving"] is serving
+    assert result.returncode == (ctl.EXIT_OK if serving else ctl.EXIT_NOT_SERVING)
+
+
+def test_health_is_not_serving_while_the_server_shuts_down():
+    """SIGTERM turns health NOT_SERVING while a stream holds the server in its grace period."""
+    server = SamplerdProcess("--grace_period_ms=30000")
+    stalled = None
+    try:
+        with samplerd.Client(server.address) as client:
+            client.create_job("big", num_samples=4_000_000, world_size=1, replacement=True)
+        # A reader that stops after one chunk, with a small flow-control window: the server's
+        # writes block and its shutdown waits for this call.
+        channel = grpc.insecure_channel(server.address, options=[
+            ("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 65536)])
+        stalled = pb_grpc.SamplerStub(channel).StreamShard(
+            pb.StreamShardRequest(job="big", world_size=1, max_chunk_size=4096), timeout=60)
+        next(stalled)
+        server.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while True:
+            result = run_ctl(server.address, "--json", "health")
+            report = json.loads(result.stdout)
+            if report["services"][""] != "SERVING" or time.monotonic() > deadline:
+                break
+        assert report["services"][""] == "NOT_SERVING", report
+        assert result.returncode == ctl.EXIT_NOT_SERVING and report["serving"] is False
+    finally:
+        if stalled is not None:
+            stalled.cancel()
+            channel.close()
+        assert server.stop() == 0
+
+
+class Reader:
+    """Collects a process's stdout lines in a thread (so the test never blocks on a read)."""
+
+    def __init__(self, proc):
+        self.lines = queue.Queue()
+        self.thread = threading.Thread(target=self._read, args=(proc.stdout,), daemon=True)
+        self.thread.start()
+
+    def _read(self, stream):
+        for line in stream:
+            self.lines.put(line)
+
+    def until(self, predicate, timeout=15):
+        """Reads lines until predicate(line) holds; returns the lines read."""
+        seen = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            seen.append(line)
+            if predicate(line):
+                return seen
+        pytest.fail(f"no such line within {timeout} s; read: {seen[-5:]}")
+
+
+def test_status_watch_follows_a_job_until_ctrl_c_or_deletion(server, client):
+    client.create_job("w", num_samples=100, world_size=2, samples_per_epoch=40, loss="loss")
+    watch = subprocess.Popen(ctl_cmd(server.address, "--json", "status", "w", "--watch",
+                                     "--interval", "0.05"),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=ctl_env())
+    human = subprocess.Popen(ctl_cmd(server.address, "status", "w", "--watch", "--interval",
+                                     "0.05"),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=ctl_env())
+    try:
+        reader, human_reader = Reader(watch), Reader(human)
+        reader.until(lambda line: json.loads(line)["job"]["current_epoch"] == "0")
+        # Rank 0 streams and reports epoch 0: the watch shows its progress before the epoch ends.
+        shard = client.read_shard("w", 0, 0, 2)
+        client.report_losses("w", 0, 0, shard, shard % 7 + 0.5, seq=0)
+        progress = reader.until(lambda line: json.loads(line)["ranks"][0]["losses_accepted"]
+                                == str(shard.size))
+        assert json.loads(progress[-1])["ranks"][0]["indices_streamed"] == str(shard.size)
+        assert json.loads(progress[-1])["ranks"][1]["ended"] is False
+        for rank in (0, 1):
+            client.end_epoch("w", 0, rank)
+        lines = reader.until(lambda line: json.loads(line)["job"]["current_epoch"] == "1")
+        closed = json.loads(lines[-1])
+        assert closed["samples_seen"] == str(np.unique(shard).size)
+        assert closed["weights"]["max"] > closed["weights"]["min"]  # Recomputed from losses.
+        watch.send_signal(signal.SIGINT)
+        assert watch.wait(timeout=10) == ctl.EXIT_OK, watch.stderr.read()
+        reader.thread.join(timeout=5)
+        while not reader.lines.empty():  # Every refresh is one JSON document on one line.
+            json.loads(reader.lines.get())
+
+        # The human-readable watch ends with the job's deletion, with NOT_FOUND's exit code.
+        seen = human_reader.until(lambda line: line.startswith("job w: epoch 1"))
+        client.delete_job("w")
+        assert human.wait(timeout=10) == ctl.EXIT_NOT_FOUND
+        assert human.stderr.read().startswith("samplerctl: NOT_FOUND: ")
+        human_reader.thread.join(timeout=5)
+        text = "".join(seen + list(human_reader.lines.queue))
+        assert "Every 0.05 s: samplerctl status w" in text and "RANK  STREAMED" in text
+    finally:
+        for proc in (watch, human):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def test_samplerctl_entry_point_is_installed(tmp_path):
+    """pip installs a `samplerctl` script (pyproject's [project.scripts]) that runs the CLI."""
+    source = tmp_path / "src"
+    shutil.copytree(CLIENT_DIR, source,
+                    ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+                    "--no-build-isolation", "--target", str(target), str(source)],
+                   check=True, capture_output=True, timeout=120)
+    script = target / "bin" / "samplerctl"
+    assert os.access(script, os.X_OK)
+    result = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=30,
+                            env=dict(ctl_env(), PYTHONPATH=str(target)))
+    assert result.returncode == 0, result.stderr
+    assert "exit codes:" in result.stdout
+    for code in ctl.EXIT_CODES:  # The documented table is the one main() uses.
+        assert f"\n  {code:>3}  {ctl.EXIT_CODES[code][:20]}" in result.stdout
+    assert "3  no such job: NOT_FOUND" in result.stdout
+    readme = (CLIENT_DIR / "README.md").read_text()
+    for code in ctl.EXIT_CODES:  # The README's table has a row for each.
+        assert f"\n| {code} | " in readme, code
