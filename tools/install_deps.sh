@@ -1,19 +1,41 @@
 #!/usr/bin/env bash
 # Installs everything samplerd needs on a fresh Debian 12 machine (run as root, or via sudo).
 # Idempotent: packages already present are skipped quickly. Nothing is fetched outside Debian's
-# apt registry; the Python client is installed from this checkout into .venv.
+# apt registry and PyPI; the Python client and the test tools are installed into .venv.
+#
+#   tools/install_deps.sh                everything: build, tests, Python client (CI, developers)
+#   tools/install_deps.sh --server-only  only what `bazel build //server:samplerd` needs (the
+#                                        container image's build stage: no torch, no .venv)
 set -euo pipefail
 
-APT_PACKAGES=(
+server_only=0
+case "${1:-}" in
+  "") ;;
+  --server-only) server_only=1 ;;
+  *) echo "install_deps: unknown argument '$1' (expected nothing or --server-only)" >&2; exit 2 ;;
+esac
+
+# What building the server needs; a library the server links goes here, so that the image's
+# build stage (deploy/docker/Dockerfile) gets it.
+SERVER_BUILD_PACKAGES=(
   # Build: offline Bazel 4.2.3 and a C++17 toolchain.
   bazel-bootstrap g++ pkg-config
   # System libraries wrapped by //third_party.
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
-  libgoogle-glog-dev libgflags-dev libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev
+  libgoogle-glog-dev libgflags-dev zlib1g-dev
+)
+APT_PACKAGES=(
+  "${SERVER_BUILD_PACKAGES[@]}"
+  # Test-only C++ libraries wrapped by //third_party.
+  libgtest-dev libgmock-dev libbenchmark-dev
   # Python side: the client's runtime deps, torch (CPU, gloo) for the DDP tests, tooling.
   python3 python3-venv python3-pip python3-grpcio python3-protobuf python3-grpc-tools
   python3-numpy python3-torch python3-matplotlib python3-pytest python3-yaml
+  # Deploy checks (tests/python/test_deploy*.py): shellcheck for the scripts, systemd-analyze
+  # for the unit, setpriv (util-linux) for the image-start check.
+  shellcheck systemd util-linux
 )
+((server_only)) && APT_PACKAGES=("${SERVER_BUILD_PACKAGES[@]}")
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -29,6 +51,11 @@ else
   echo "install_deps: all apt packages present"
 fi
 
+if ((server_only)); then
+  echo "install_deps: done (server build only)"
+  exit 0
+fi
+
 # The Python client in a venv that sees Debian's torch/grpc/protobuf (nothing large downloaded).
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 if [[ ! -x "$ROOT/.venv/bin/python" ]]; then
@@ -41,4 +68,6 @@ if [[ -f "$ROOT/client/python/pyproject.toml" || -f "$ROOT/client/python/setup.p
   "$ROOT/.venv/bin/python" -m pip install -q --no-build-isolation --no-deps "$ROOT/client/python" \
     || "$ROOT/.venv/bin/python" -m pip install -q "$ROOT/client/python"
 fi
+# Deploy checks: kubernetes-validate ships the Kubernetes JSON schemas (validates offline).
+"$ROOT/.venv/bin/python" -m pip install -q "kubernetes-validate==1.37.0"
 echo "install_deps: done"

@@ -4,10 +4,10 @@
 # Prints one closing line: "tests: N passed, N failed".
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$ROOT"
+cd "$ROOT" || exit 1
 
 # A fresh machine: install first (a no-op when everything is there).
-command -v bazel >/dev/null && [[ -x .venv/bin/python ]] || bash tools/install_deps.sh
+if ! command -v bazel >/dev/null || [[ ! -x .venv/bin/python ]]; then bash tools/install_deps.sh; fi
 
 passed=0
 failed=0

@@ -1,0 +1,151 @@
+"""deploy/slurm/train.sbatch run for real, with stand-ins for Slurm's srun and scontrol.
+
+No Slurm runs here, so `srun` is a small program that starts a step's tasks on this machine
+with the variables Slurm gives each task (SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS) and
+forwards SIGTERM to them, as srun does; `scontrol show hostnames` prints the node list. The
+server and the health check are real. The trainer records what it saw when it started: its
+rank variables and whether samplerd already answered SERVING, so the test shows the ordering.
+Also: shellcheck passes on every shell script in deploy/ and tools/.
+"""
+
+import fcntl
+import json
+import os
+import pathlib
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, samplerd_binary
+
+SBATCH = ROOT / "deploy" / "slurm" / "train.sbatch"
+
+SRUN = r'''#!PYTHON
+"""srun stand-in: runs the step's tasks here; forwards SIGTERM; exits with the worst status."""
+import os, signal, subprocess, sys
+args, ntasks = sys.argv[1:], int(os.environ["SLURM_NTASKS"])
+while args and args[0].startswith("--"):
+    option = args.pop(0)
+    if option.startswith("--ntasks="):
+        ntasks = int(option.split("=", 1)[1])
+    assert option.split("=")[0] in ("--nodes", "--ntasks", "--nodelist", "--overlap",
+                                    "--gres", "--kill-on-bad-exit"), option
+tasks = [subprocess.Popen(args, env={**os.environ, "SLURM_PROCID": str(i),
+                                     "SLURM_LOCALID": str(i), "SLURM_NTASKS": str(ntasks)})
+         for i in range(ntasks)]
+signal.signal(signal.SIGTERM, lambda *_: [t.send_signal(signal.SIGTERM) for t in tasks])
+sys.exit(max(abs(t.wait()) for t in tasks))
+'''
+
+SCONTROL = r'''#!/bin/sh
+[ "$1 $2" = "show hostnames" ] && echo "$3" | tr ',' '\n'
+'''
+
+TRAINER = r'''
+import json, os, sys
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+names = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SAMPLERD_ADDRESS")
+seen = {name: os.environ.get(name) for name in names}
+# No waiting and no retry: the server must already serve when a trainer starts.
+with grpc.insecure_channel(seen["SAMPLERD_ADDRESS"] or "unset:1") as channel:
+    try:
+        response = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service=""), timeout=5)
+        seen["health"] = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
+    except grpc.RpcError as error:
+        seen["health"] = error.code().name
+out = sys.argv[1]
+with open(os.path.join(out, f"rank-{seen['RANK']}.json"), "w") as f:
+    json.dump(seen, f)
+'''
+
+
+def server_flags():
+    """--plaintext where the server has the flag (it then refuses to start without TLS or it);
+    an older binary rejects it as unknown."""
+    help_text = subprocess.run([samplerd_binary(), "--help"], capture_output=True,
+                               text=True).stdout
+    return "--plaintext" if "--plaintext " in help_text else ""
+
+
+@pytest.fixture
+def slurm(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("srun", SRUN.replace("PYTHON", sys.executable)),
+                       ("scontrol", SCONTROL)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(stat.S_IRWXU)
+    (tmp_path / "trainer.py").write_text(TRAINER)
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {
+        # The venv's python3 first: the script's health check runs `python3`.
+        "PATH": f"{bin_dir}:{pathlib.Path(sys.executable).parent}:/usr/bin:/bin",
+        "SLURM_JOB_NODELIST": "localhost", "SLURM_NTASKS": "3",
+        "SLURM_SUBMIT_DIR": str(tmp_path), "SLURM_JOB_NAME": "run1",
+        "SAMPLERD_BIN": samplerd_binary(), "SAMPLERD_FLAGS": server_flags(),
+        "SAMPLERD_START_TIMEOUT": "30",
+    }
+
+    def run(**extra):
+        return subprocess.run(["bash", str(SBATCH), sys.executable, str(tmp_path / "trainer.py"),
+                               str(out)], env={**env, **extra}, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=60)
+    return run, out, tmp_path / "samplerd-state" / "run1"
+
+
+def lock_is_free(data_dir):
+    """samplerd holds an exclusive flock on DATA_DIR/LOCK while it runs."""
+    with open(data_dir / "LOCK") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            return False
+
+
+def test_trainers_start_after_the_server_serves_with_their_rank_variables(slurm):
+    run, out, data_dir = slurm
+    result = run()
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "train.sbatch: samplerd serving at localhost:" in result.stdout
+    ranks = [json.loads((out / f"rank-{r}.json").read_text()) for r in range(3)]
+    port = result.stdout.split("serving at localhost:")[1].split()[0]
+    for rank, seen in enumerate(ranks):
+        assert seen["health"] == "SERVING", seen
+        assert seen["RANK"] == seen["LOCAL_RANK"] == str(rank)
+        assert seen["WORLD_SIZE"] == "3"
+        assert seen["MASTER_ADDR"] == "localhost" and int(seen["MASTER_PORT"]) > 0
+        assert seen["SAMPLERD_ADDRESS"] == f"localhost:{port}"
+    # The server ran on the job's state directory and was stopped at the end.
+    assert (data_dir / "jobs").is_dir()
+    assert lock_is_free(data_dir), "samplerd still runs after the script ended"
+
+
+def test_no_trainer_starts_when_the_server_does_not(slurm):
+    run, out, _ = slurm
+    result = run(SAMPLERD_FLAGS="--max_jobs=0")  # The server refuses this value at start.
+    assert result.returncode == 1
+    assert "samplerd exited before serving" in result.stderr
+    assert "max_jobs" in result.stderr  # Its own message is passed on.
+    assert not list(out.iterdir()), "a trainer started without a server"
+
+
+def test_the_trainers_exit_status_is_the_jobs(slurm):
+    run, out, data_dir = slurm
+    (out.parent / "trainer.py").write_text("import sys; sys.exit(3)")
+    result = run()
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert lock_is_free(data_dir)
+
+
+def test_every_shell_script_is_shellcheck_clean():
+    scripts = sorted(p for d in ("deploy", "tools") for p in (ROOT / d).rglob("*")
+                     if p.suffix in (".sh", ".sbatch"))
+    assert SBATCH in scripts and ROOT / "tools" / "run_tests.sh" in scripts
+    result = subprocess.run(["shellcheck", *map(str, scripts)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
