@@ -141,8 +141,8 @@ void SamplerService::AddUnary(const char* path,
 template <typename Response>
 void SamplerService::AddClientStream(
     const char* path,
-    grpc::Status (SamplerService::*impl)(grpc::ServerReaderInterface<grpc::ByteBuffer>*,
-                                         Response*, const Caller&)) {
+    grpc::Status (SamplerService::*impl)(grpc::ServerReaderInterface<grpc::ByteBuffer>*, Response*,
+                                         const Caller&)) {
   AddMethod(new grpc::internal::RpcServiceMethod(
       path, RpcType::CLIENT_STREAMING,
       new grpc::internal::ClientStreamingHandler<SamplerService, grpc::ByteBuffer, Response>(
@@ -261,8 +261,7 @@ grpc::Status SamplerService::UploadWeightsImpl(
 }
 
 grpc::Status SamplerService::UploadLabelsImpl(grpc::ServerReaderInterface<grpc::ByteBuffer>* reader,
-                                              v1::UploadSummary* response,
-                                              const Caller& caller) {
+                                              v1::UploadSummary* response, const Caller& caller) {
   std::shared_ptr<Job> job;
   absl::StatusOr<std::vector<uint32_t>> labels = ReadUpload<v1::UploadLabelsChunk, uint32_t>(
       reader, registry_, caller, &job, "labels",

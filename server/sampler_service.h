@@ -117,10 +117,9 @@ class SamplerService final : public grpc::Service {
                 grpc::Status (SamplerService::*handler)(grpc::ServerContext*, const Request&,
                                                         Response*));
   template <typename Response>
-  void AddClientStream(const char* path,
-                       grpc::Status (SamplerService::*impl)(
-                           grpc::ServerReaderInterface<grpc::ByteBuffer>*, Response*,
-                           const Caller&));
+  void AddClientStream(const char* path, grpc::Status (SamplerService::*impl)(
+                                             grpc::ServerReaderInterface<grpc::ByteBuffer>*,
+                                             Response*, const Caller&));
 
   // Who the call is from: UNAUTHENTICATED without a valid bearer token when the server has
   // tokens; an unrestricted Caller when it has none.

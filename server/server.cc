@@ -24,8 +24,7 @@ std::string JoinHostPort(const std::string& host, int port) {
 
 // Whether `host` only listens on this machine (where plaintext tokens stay on the machine).
 bool IsLoopback(const std::string& host) {
-  return host == "localhost" || host == "::1" || host == "[::1]" ||
-         absl::StartsWith(host, "127.");
+  return host == "localhost" || host == "::1" || host == "[::1]" || absl::StartsWith(host, "127.");
 }
 
 }  // namespace
@@ -93,8 +92,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const Options& options) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(JoinHostPort(options.host, options.port), *credentials,
-                           &server->port_);
+  builder.AddListeningPort(JoinHostPort(options.host, options.port), *credentials, &server->port_);
   builder.RegisterService(server->service_.get());
   // No SO_REUSEPORT (gRPC's default on Linux): a second samplerd on the same port must fail to
   // start, not silently share the port and split the ranks between two servers' state.
@@ -112,14 +110,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const Options& options) {
         absl::StrCat("cannot listen on ", JoinHostPort(options.host, options.port)));
   }
   LOG(INFO) << "samplerd serving on " << server->address() << " ("
-            << (options.plaintext                ? "plaintext"
+            << (options.plaintext               ? "plaintext"
                 : options.tls_client_ca.empty() ? "TLS"
                                                 : "mutual TLS")
             << (server->authorizer_ != nullptr
                     ? absl::StrCat(", ", server->authorizer_->size(), " bearer tokens")
                     : std::string(", no bearer tokens"))
-            << ") with the "
-            << server->backend_->name() << " backend and a memory budget of "
+            << ") with the " << server->backend_->name() << " backend and a memory budget of "
             << FormatBytes(options.max_memory_bytes != 0 ? options.max_memory_bytes
                                                          : DefaultMaxMemoryBytes());
   return server;
@@ -135,10 +132,9 @@ Server::Server(const Options& options, std::unique_ptr<ComputeBackend> backend,
               static_cast<size_t>(options.max_jobs), JobLimits{options.max_samples_per_job},
               options.max_memory_bytes != 0 ? options.max_memory_bytes : DefaultMaxMemoryBytes()},
           backend_.get(), options.data_dir)),
-      service_(std::make_unique<SamplerService>(registry_.get(), backend_.get(),
-                                                options.max_message_bytes,
-                                                options.max_stream_buffer_bytes,
-                                                authorizer_.get())) {}
+      service_(std::make_unique<SamplerService>(
+          registry_.get(), backend_.get(), options.max_message_bytes,
+          options.max_stream_buffer_bytes, authorizer_.get())) {}
 
 Server::~Server() { Shutdown(); }
 

@@ -87,8 +87,7 @@ TEST_F(TlsTest, ATrustedServerIsReachedAndAnUntrustedOneIsNot) {
 
   auto impostor = StartServer("other_server", "");
   ASSERT_NE(impostor, nullptr);
-  EXPECT_EQ(ListJobs(impostor->address(), Trusting("ca")).code(),
-            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(ListJobs(impostor->address(), Trusting("ca")).code(), absl::StatusCode::kUnavailable);
 }
 
 TEST_F(TlsTest, MutualTlsNeedsAClientCertificateFromTheClientCa) {
@@ -103,8 +102,7 @@ TEST_F(TlsTest, MutualTlsNeedsAClientCertificateFromTheClientCa) {
 
 TEST_F(TlsTest, TheClientSendsItsTokenFromOptionsOrTheEnvironment) {
   const std::string tokens = dir_.path() + "/tokens";
-  testutil::WriteBytes(tokens,
-                       absl::StrCat(kAdminToken, " admin\n", kTrainToken, " jobs=train\n"));
+  testutil::WriteBytes(tokens, absl::StrCat(kAdminToken, " admin\n", kTrainToken, " jobs=train\n"));
   auto server = StartServer("server", "ca", tokens);
   ASSERT_NE(server, nullptr);
   ClientOptions options = Trusting("ca", "client");

@@ -32,8 +32,8 @@ std::string GrantedJobs(const TokenGrant& grant) {
 absl::StatusOr<std::shared_ptr<const TokenTable>> LoadTable(const std::string& path) {
   absl::StatusOr<TokenTable> table = TokenTable::Load(path);
   if (!table.ok()) {
-    return absl::Status(table.status().code(),
-                        absl::StrCat("auth_tokens_file = \"", path, "\": ", table.status().message()));
+    return absl::Status(table.status().code(), absl::StrCat("auth_tokens_file = \"", path,
+                                                            "\": ", table.status().message()));
   }
   if (table->size() == 0) {
     // No call would pass: surely not what was meant (to stop all calls, stop the server).

@@ -62,8 +62,8 @@ absl::StatusOr<UniqueX509> FirstCertificate(absl::string_view flag, const std::s
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const TransportSecurity& security) {
-  const bool any_tls = !security.tls_cert.empty() || !security.tls_key.empty() ||
-                       !security.tls_client_ca.empty();
+  const bool any_tls =
+      !security.tls_cert.empty() || !security.tls_key.empty() || !security.tls_client_ca.empty();
   if (security.plaintext) {
     if (any_tls) {
       return absl::InvalidArgumentError(
@@ -109,8 +109,8 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
   if (!security.tls_client_ca.empty()) {
     absl::StatusOr<std::string> ca_pem = ReadFlagFile("tls_client_ca", security.tls_client_ca);
     if (!ca_pem.ok()) return ca_pem.status();
-    if (absl::StatusOr<UniqueX509> ca = FirstCertificate("tls_client_ca", security.tls_client_ca,
-                                                         *ca_pem);
+    if (absl::StatusOr<UniqueX509> ca =
+            FirstCertificate("tls_client_ca", security.tls_client_ca, *ca_pem);
         !ca.ok()) {
       return ca.status();
     }

@@ -15,7 +15,8 @@
 namespace samplerd {
 namespace {
 
-constexpr size_t kMinTokenLength = 16;  // Shorter is guessable; generate with `openssl rand -hex 32`.
+constexpr size_t kMinTokenLength =
+    16;  // Shorter is guessable; generate with `openssl rand -hex 32`.
 constexpr size_t kMaxTokenLength = 4096;
 constexpr absl::string_view kJobsPrefix = "jobs=";
 
@@ -39,8 +40,8 @@ absl::StatusOr<TokenGrant> ParseGrant(absl::string_view grant) {
     return result;
   }
   if (!absl::StartsWith(grant, kJobsPrefix)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "grant \"", grant, "\": expected \"admin\" or \"jobs=NAME[,NAME...]\""));
+    return absl::InvalidArgumentError(
+        absl::StrCat("grant \"", grant, "\": expected \"admin\" or \"jobs=NAME[,NAME...]\""));
   }
   for (absl::string_view job : absl::StrSplit(grant.substr(kJobsPrefix.size()), ',')) {
     if (absl::Status s = ValidateJobName(std::string(job)); !s.ok()) {
@@ -70,8 +71,8 @@ absl::StatusOr<TokenTable> TokenTable::Parse(absl::string_view text, absl::strin
     auto bad = [&](absl::string_view why) {
       return absl::InvalidArgumentError(absl::StrCat(source, ": line ", line_number, ": ", why));
     };
-    std::vector<absl::string_view> fields = absl::StrSplit(line, absl::ByAnyChar(" \t"),
-                                                           absl::SkipEmpty());
+    std::vector<absl::string_view> fields =
+        absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
     if (fields.size() != 2) {
       return bad(absl::StrCat("expected \"TOKEN admin\" or \"TOKEN jobs=NAME[,NAME...]\", got ",
                               fields.size(), " fields"));
@@ -84,8 +85,7 @@ absl::StatusOr<TokenTable> TokenTable::Parse(absl::string_view text, absl::strin
     if (auto [it, inserted] = line_of_digest.emplace(key, line_number); !inserted) {
       return bad(absl::StrCat("the token of line ", it->second, " again"));
     }
-    table.entries_.push_back(
-        Entry{digest, std::make_shared<const TokenGrant>(*std::move(grant))});
+    table.entries_.push_back(Entry{digest, std::make_shared<const TokenGrant>(*std::move(grant))});
   }
   return table;
 }

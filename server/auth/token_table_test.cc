@@ -16,8 +16,8 @@ constexpr char kAdmin[] = "admin-token-0123456789abcdef";
 constexpr char kTrain[] = "train-token-0123456789abcdef";
 
 TEST(TokenTableTest, ParsesAdminAndJobGrantsSkippingCommentsAndBlankLines) {
-  auto table = TokenTable::Parse(absl::StrCat("# who may do what\n\n", kAdmin, "  admin\n",
-                                              "  ", kTrain, "\tjobs=train,eval.v2 \n"),
+  auto table = TokenTable::Parse(absl::StrCat("# who may do what\n\n", kAdmin, "  admin\n", "  ",
+                                              kTrain, "\tjobs=train,eval.v2 \n"),
                                  "tokens");
   ASSERT_TRUE(table.ok()) << table.status();
   EXPECT_EQ(table->size(), 2u);
