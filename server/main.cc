@@ -107,7 +107,9 @@ int main(int argc, char** argv) {
   int signal = 0;
   while (sigwait(&signals, &signal) == 0 && signal == SIGHUP) {
     // A bad file keeps the tokens in use: a typo must not lock every trainer out.
-    if (absl::Status s = (*server)->ReloadAuthTokens(); s.ok()) {
+    if (options.auth_tokens_file.empty()) {
+      LOG(INFO) << "SIGHUP: no --auth_tokens_file, nothing to reload";
+    } else if (absl::Status s = (*server)->ReloadAuthTokens(); s.ok()) {
       LOG(INFO) << "SIGHUP: reloaded " << options.auth_tokens_file;
     } else {
       LOG(ERROR) << "SIGHUP: " << s.message() << "; keeping the tokens in use";
