@@ -31,7 +31,8 @@ BATCH = 1 << 20
 
 def start(binary, data_dir, n):
     begin = time.monotonic()
-    proc = subprocess.Popen([binary, "--port=0", "--log_level=1", f"--data_dir={data_dir}",
+    proc = subprocess.Popen([binary, "--plaintext", "--port=0", "--log_level=1",
+                             f"--data_dir={data_dir}",
                              f"--max_samples_per_job={max(n, 1 << 32)}"],
                             stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline()

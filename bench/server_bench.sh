@@ -10,7 +10,7 @@ N="${1:-10000000}"
 shift || true
 bazel build //server:samplerd //bench:server_bench 2>&1 | grep -Ev '^[0-9]+\.[0-9]+: src/main/tools/' | tail -2
 log="$(mktemp)"
-bazel-bin/server/samplerd --port=0 --max_samples_per_job=2000000000 "$@" >"$log" 2>"$log.err" &
+bazel-bin/server/samplerd --plaintext --port=0 --max_samples_per_job=2000000000 "$@" >"$log" 2>"$log.err" &
 pid=$!
 trap 'kill -TERM $pid 2>/dev/null || true; rm -f "$log" "$log.err"' EXIT
 for _ in $(seq 1 100); do grep -q "listening on" "$log" && break; sleep 0.1; done

@@ -33,7 +33,7 @@ def rss_bytes(pid):
 
 
 def steady_state_growth(binary, n):
-    proc = subprocess.Popen([binary, "--port=0", "--log_level=1",
+    proc = subprocess.Popen([binary, "--plaintext", "--port=0", "--log_level=1",
                              f"--max_samples_per_job={max(n, 1 << 32)}"],
                             stdout=subprocess.PIPE, text=True)
     try:

@@ -21,8 +21,8 @@ import ddp_train  # noqa: E402
 
 
 def start_samplerd(binary):
-    proc = subprocess.Popen([binary, "--port=0", "--log_level=1"], stdout=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen([binary, "--plaintext", "--port=0", "--log_level=1"],
+                            stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
     if not line.startswith("samplerd listening on "):
         proc.kill()

@@ -1,5 +1,5 @@
-// samplerd: flags only. Fills Options, starts the server, prints the bound address, and shuts
-// down gracefully on SIGTERM/SIGINT (exit 0).
+// samplerd: flags only. Fills Options, starts the server, prints the bound address, re-reads
+// the tokens file on SIGHUP, and shuts down gracefully on SIGTERM/SIGINT (exit 0).
 #include <csignal>
 #include <cstdio>
 #include <string>
@@ -38,14 +38,29 @@ ABSL_FLAG(uint64_t, max_stream_buffer_bytes, samplerd::kDefaultMaxStreamBufferBy
           "Most bytes all open StreamShard calls together may buffer (about 16 bytes per index "
           "of a chunk, 24 with importance weights); a stream beyond it gets RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int, grace_period_ms, 10000, "On SIGTERM, time for in-flight calls to finish.");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM file with the server's certificate chain (leaf first); with --tls_key, serves TLS.");
+ABSL_FLAG(std::string, tls_key, "", "PEM file with the private key of --tls_cert (unencrypted).");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM file of CA certificates: when set, every client must present a certificate signed "
+          "by one of them (mutual TLS).");
+ABSL_FLAG(bool, plaintext, false,
+          "Serve without TLS (for loopback, or a network that is already encrypted). Either this "
+          "or --tls_cert/--tls_key is required.");
+ABSL_FLAG(std::string, auth_tokens_file, "",
+          "File of bearer tokens, one per line: \"TOKEN admin\" or \"TOKEN jobs=NAME,...\" "
+          "(docs/SECURITY.md). When set, every Sampler call needs \"authorization: Bearer TOKEN\"; "
+          "re-read on SIGHUP. Keep it chmod 600.");
 ABSL_FLAG(int, log_level, 0, "Minimum log level to stderr: 0 INFO, 1 WARNING, 2 ERROR.");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "sampler coordination service for distributed data-parallel training.\n"
       "Prints \"samplerd listening on HOST:PORT\" once serving; SIGTERM/SIGINT stop it "
-      "gracefully.\n"
-      "Usage: samplerd [--host=127.0.0.1] [--port=50051 | --port=0] [flags]");
+      "gracefully; SIGHUP re-reads --auth_tokens_file.\n"
+      "Usage: samplerd (--tls_cert=PEM --tls_key=PEM [--tls_client_ca=PEM] | --plaintext)\n"
+      "                [--host=127.0.0.1] [--port=50051 | --port=0] [--auth_tokens_file=FILE] "
+      "[flags]");
   // --help lists this file's flags (Abseil would look for samplerd.cc by the binary's name).
   absl::FlagsUsageConfig usage;
   usage.contains_helpshort_flags = [](absl::string_view file) {
@@ -58,12 +73,13 @@ int main(int argc, char** argv) {
   FLAGS_minloglevel = absl::GetFlag(FLAGS_log_level);
   google::InitGoogleLogging(argv[0]);
 
-  // Block the stop signals in every thread; this thread takes them with sigwait.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // Block the signals in every thread; this thread takes them with sigwait.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   samplerd::Options options;
   options.host = absl::GetFlag(FLAGS_host);
@@ -79,6 +95,11 @@ int main(int argc, char** argv) {
   options.max_server_threads = absl::GetFlag(FLAGS_max_server_threads);
   options.max_stream_buffer_bytes = absl::GetFlag(FLAGS_max_stream_buffer_bytes);
   options.grace_period = absl::Milliseconds(absl::GetFlag(FLAGS_grace_period_ms));
+  options.plaintext = absl::GetFlag(FLAGS_plaintext);
+  options.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  options.tls_key = absl::GetFlag(FLAGS_tls_key);
+  options.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+  options.auth_tokens_file = absl::GetFlag(FLAGS_auth_tokens_file);
 
   auto server = samplerd::Server::Create(options);
   if (!server.ok()) {
@@ -89,7 +110,16 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
 
   int signal = 0;
-  sigwait(&stop_signals, &signal);
+  while (sigwait(&signals, &signal) == 0 && signal == SIGHUP) {
+    // A bad file keeps the tokens in use: a typo must not lock every trainer out.
+    if (options.auth_tokens_file.empty()) {
+      LOG(INFO) << "SIGHUP: no --auth_tokens_file, nothing to reload";
+    } else if (absl::Status s = (*server)->ReloadAuthTokens(); s.ok()) {
+      LOG(INFO) << "SIGHUP: reloaded " << options.auth_tokens_file;
+    } else {
+      LOG(ERROR) << "SIGHUP: " << s.message() << "; keeping the tokens in use";
+    }
+  }
   LOG(INFO) << "signal " << signal << ": shutting down";
   (*server)->Shutdown();
   (*server)->Wait();

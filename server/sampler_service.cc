@@ -53,8 +53,9 @@ const google::protobuf::MethodDescriptor& MethodAt(absl::string_view path, RpcTy
 // same job and arrive in order (offset == values received so far).
 template <typename Chunk, typename T, typename Values>
 absl::StatusOr<std::vector<T>> ReadUpload(grpc::ServerReaderInterface<grpc::ByteBuffer>* reader,
-                                          JobRegistry* registry, std::shared_ptr<Job>* job,
-                                          const char* field, Values values_of) {
+                                          JobRegistry* registry, const Caller& caller,
+                                          std::shared_ptr<Job>* job, const char* field,
+                                          Values values_of) {
   RequestStreamReader stream(reader);
   Chunk chunk;
   std::vector<T> values;
@@ -62,6 +63,7 @@ absl::StatusOr<std::vector<T>> ReadUpload(grpc::ServerReaderInterface<grpc::Byte
   while (stream.Next(&chunk)) {
     if (stream.parsed() == 1) {
       name = chunk.job();
+      if (absl::Status s = caller.MayUseJob(name); !s.ok()) return s;
       absl::StatusOr<std::shared_ptr<Job>> found = registry->Get(name);
       if (!found.ok()) return found.status();
       *job = *std::move(found);
@@ -118,15 +120,19 @@ template <typename Request, typename Response>
 void SamplerService::AddUnary(const char* path,
                               grpc::Status (SamplerService::*handler)(grpc::ServerContext*,
                                                                       const Request&, Response*)) {
-  MethodAt(path, RpcType::NORMAL_RPC, Request::descriptor(), Response::descriptor());
+  const MethodAccess access = MethodAccess::Of(
+      MethodAt(path, RpcType::NORMAL_RPC, Request::descriptor(), Response::descriptor()));
   AddMethod(new grpc::internal::RpcServiceMethod(
       path, RpcType::NORMAL_RPC,
       new grpc::internal::RpcMethodHandler<SamplerService, grpc::ByteBuffer, Response>(
-          [handler](SamplerService* service, grpc::ServerContext* context,
-                    const grpc::ByteBuffer* raw, Response* response) {
+          [handler, access](SamplerService* service, grpc::ServerContext* context,
+                            const grpc::ByteBuffer* raw, Response* response) {
             CallScope call(service);
+            absl::StatusOr<Caller> caller = service->CallerOf(*context);
+            if (!caller.ok()) return ToGrpcStatus(caller.status());
             Request request;
             if (absl::Status s = ParseRequest(*raw, &request); !s.ok()) return ToGrpcStatus(s);
+            if (absl::Status s = access.Check(*caller, request); !s.ok()) return ToGrpcStatus(s);
             return (service->*handler)(context, request, response);
           },
           this)));
@@ -135,24 +141,29 @@ void SamplerService::AddUnary(const char* path,
 template <typename Response>
 void SamplerService::AddClientStream(
     const char* path,
-    grpc::Status (SamplerService::*impl)(grpc::ServerReaderInterface<grpc::ByteBuffer>*,
-                                         Response*)) {
+    grpc::Status (SamplerService::*impl)(grpc::ServerReaderInterface<grpc::ByteBuffer>*, Response*,
+                                         const Caller&)) {
   AddMethod(new grpc::internal::RpcServiceMethod(
       path, RpcType::CLIENT_STREAMING,
       new grpc::internal::ClientStreamingHandler<SamplerService, grpc::ByteBuffer, Response>(
-          [impl](SamplerService* service, grpc::ServerContext*,
+          [impl](SamplerService* service, grpc::ServerContext* context,
                  grpc::ServerReader<grpc::ByteBuffer>* reader, Response* response) {
             CallScope call(service);
-            return (service->*impl)(reader, response);
+            // The job of each message is checked by the Impl as it reads it.
+            absl::StatusOr<Caller> caller = service->CallerOf(*context);
+            if (!caller.ok()) return ToGrpcStatus(caller.status());
+            return (service->*impl)(reader, response, *caller);
           },
           this)));
 }
 
 SamplerService::SamplerService(JobRegistry* registry, ComputeBackend* backend,
-                               int max_message_bytes, uint64_t max_stream_buffer_bytes)
+                               int max_message_bytes, uint64_t max_stream_buffer_bytes,
+                               const Authorizer* authorizer)
     : registry_(registry),
       backend_(backend),
       max_message_bytes_(max_message_bytes),
+      authorizer_(authorizer),
       stream_budget_(max_stream_buffer_bytes) {
   AddUnary("/samplerd.v1.Sampler/CreateJob", &SamplerService::CreateJob);
   AddUnary("/samplerd.v1.Sampler/GetJob", &SamplerService::GetJob);
@@ -165,16 +176,23 @@ SamplerService::SamplerService(JobRegistry* registry, ComputeBackend* backend,
   MethodAt("/samplerd.v1.Sampler/UploadLabels", RpcType::CLIENT_STREAMING,
            v1::UploadLabelsChunk::descriptor(), v1::UploadSummary::descriptor());
   AddClientStream("/samplerd.v1.Sampler/UploadLabels", &SamplerService::UploadLabelsImpl);
-  MethodAt("/samplerd.v1.Sampler/StreamShard", RpcType::SERVER_STREAMING,
-           v1::StreamShardRequest::descriptor(), v1::ShardChunk::descriptor());
+  const MethodAccess stream_shard_access = MethodAccess::Of(
+      MethodAt("/samplerd.v1.Sampler/StreamShard", RpcType::SERVER_STREAMING,
+               v1::StreamShardRequest::descriptor(), v1::ShardChunk::descriptor()));
   AddMethod(new grpc::internal::RpcServiceMethod(
       "/samplerd.v1.Sampler/StreamShard", RpcType::SERVER_STREAMING,
       new grpc::internal::ServerStreamingHandler<SamplerService, grpc::ByteBuffer, v1::ShardChunk>(
-          [](SamplerService* service, grpc::ServerContext* context, const grpc::ByteBuffer* raw,
-             grpc::ServerWriter<v1::ShardChunk>* writer) {
+          [stream_shard_access](SamplerService* service, grpc::ServerContext* context,
+                                const grpc::ByteBuffer* raw,
+                                grpc::ServerWriter<v1::ShardChunk>* writer) {
             CallScope call(service);
+            absl::StatusOr<Caller> caller = service->CallerOf(*context);
+            if (!caller.ok()) return ToGrpcStatus(caller.status());
             v1::StreamShardRequest request;
             if (absl::Status s = ParseRequest(*raw, &request); !s.ok()) return ToGrpcStatus(s);
+            if (absl::Status s = stream_shard_access.Check(*caller, request); !s.ok()) {
+              return ToGrpcStatus(s);
+            }
             return service->StreamShardImpl(
                 request, DeadlineOf(*context), [context] { return context->IsCancelled(); },
                 writer);
@@ -187,6 +205,11 @@ SamplerService::SamplerService(JobRegistry* registry, ComputeBackend* backend,
   AddUnary("/samplerd.v1.Sampler/GetJobStatus", &SamplerService::GetJobStatus);
   // Every method of the .proto is served (MethodAt checked each one registered above).
   CHECK_EQ(v1::Job::descriptor()->file()->FindServiceByName("Sampler")->method_count(), 11);
+}
+
+absl::StatusOr<Caller> SamplerService::CallerOf(const grpc::ServerContext& context) const {
+  if (authorizer_ == nullptr) return Caller::Unrestricted();
+  return authorizer_->Authenticate(context.client_metadata());
 }
 
 grpc::Status SamplerService::CreateJob(grpc::ServerContext* context,
@@ -234,10 +257,11 @@ grpc::Status SamplerService::RewindJob(grpc::ServerContext*, const v1::RewindJob
 }
 
 grpc::Status SamplerService::UploadWeightsImpl(
-    grpc::ServerReaderInterface<grpc::ByteBuffer>* reader, v1::UploadSummary* response) {
+    grpc::ServerReaderInterface<grpc::ByteBuffer>* reader, v1::UploadSummary* response,
+    const Caller& caller) {
   std::shared_ptr<Job> job;
   absl::StatusOr<std::vector<float>> weights = ReadUpload<v1::UploadWeightsChunk, float>(
-      reader, registry_, &job, "weights",
+      reader, registry_, caller, &job, "weights",
       [](const v1::UploadWeightsChunk& c) -> const auto& { return c.weights(); });
   if (!weights.ok()) return ToGrpcStatus(weights.status());
   const uint64_t received = weights->size();
@@ -247,10 +271,10 @@ grpc::Status SamplerService::UploadWeightsImpl(
 }
 
 grpc::Status SamplerService::UploadLabelsImpl(grpc::ServerReaderInterface<grpc::ByteBuffer>* reader,
-                                              v1::UploadSummary* response) {
+                                              v1::UploadSummary* response, const Caller& caller) {
   std::shared_ptr<Job> job;
   absl::StatusOr<std::vector<uint32_t>> labels = ReadUpload<v1::UploadLabelsChunk, uint32_t>(
-      reader, registry_, &job, "labels",
+      reader, registry_, caller, &job, "labels",
       [](const v1::UploadLabelsChunk& c) -> const auto& { return c.labels(); });
   if (!labels.ok()) return ToGrpcStatus(labels.status());
   if (absl::Status s = job->UploadLabels(*labels); !s.ok()) return ToGrpcStatus(s);
@@ -345,7 +369,8 @@ grpc::Status SamplerService::StreamShardImpl(const v1::StreamShardRequest& reque
 }
 
 grpc::Status SamplerService::ReportLossesImpl(grpc::ServerReaderInterface<grpc::ByteBuffer>* reader,
-                                              v1::LossReportSummary* response) {
+                                              v1::LossReportSummary* response,
+                                              const Caller& caller) {
   RequestStreamReader stream(reader);
   v1::LossBatch batch;
   std::shared_ptr<Job> job;
@@ -355,6 +380,11 @@ grpc::Status SamplerService::ReportLossesImpl(grpc::ServerReaderInterface<grpc::
   while (stream.Next(&batch)) {
     if (!job || job->name() != batch.job()) {
       if (absl::Status s = sync(); !s.ok()) return ToGrpcStatus(s);
+      if (absl::Status s = caller.MayUseJob(batch.job()); !s.ok()) {
+        return ToGrpcStatus(absl::Status(
+            s.code(), absl::StrCat("batch seq = ", batch.seq(), " of rank ", batch.rank(), ": ",
+                                   s.message(), " (earlier batches of this stream were applied)")));
+      }
       absl::StatusOr<std::shared_ptr<Job>> found = registry_->Get(batch.job());
       if (!found.ok()) return ToGrpcStatus(found.status());
       job = *std::move(found);

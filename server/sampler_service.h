@@ -29,6 +29,7 @@
 #include "grpcpp/support/sync_stream.h"
 #include "kernels/compute_backend.h"
 #include "proto/samplerd.pb.h"
+#include "server/auth/authorizer.h"
 #include "server/job_registry.h"
 #include "server/stream_budget.h"
 
@@ -39,9 +40,12 @@ class SamplerService final : public grpc::Service {
   // `registry` and `backend` must outlive the service. `max_message_bytes` is the server's send
   // limit: shard chunks are made small enough to fit it whatever max_chunk_size asks for.
   // `max_stream_buffer_bytes` bounds the chunk bytes all open StreamShard calls hold together
-  // (see StreamBudget and StreamShardImpl).
+  // (see StreamBudget and StreamShardImpl). `authorizer`, if not null, must outlive the service:
+  // every call then needs a bearer token that grants it (server/auth/authorizer.h), checked
+  // before anything else happens; null: no token checks.
   SamplerService(JobRegistry* registry, ComputeBackend* backend, int max_message_bytes = 64 << 20,
-                 uint64_t max_stream_buffer_bytes = kDefaultMaxStreamBufferBytes);
+                 uint64_t max_stream_buffer_bytes = kDefaultMaxStreamBufferBytes,
+                 const Authorizer* authorizer = nullptr);
 
   // The unary RPCs, given their parsed request.
   grpc::Status CreateJob(grpc::ServerContext* context, const v1::CreateJobRequest& request,
@@ -63,12 +67,17 @@ class SamplerService final : public grpc::Service {
   // them one by one: a message that does not parse ends the call with INVALID_ARGUMENT naming
   // its position (uploads apply nothing; ReportLosses keeps the batches before it, made
   // durable first). ReportLossesImpl counts the batches it processed in response->batches().
+  // Each message's job must be one `caller` may use (PERMISSION_DENIED otherwise, with the same
+  // effect as a message that does not parse); the default is a server without tokens.
   grpc::Status UploadWeightsImpl(grpc::ServerReaderInterface<grpc::ByteBuffer>* reader,
-                                 v1::UploadSummary* response);
+                                 v1::UploadSummary* response,
+                                 const Caller& caller = Caller::Unrestricted());
   grpc::Status UploadLabelsImpl(grpc::ServerReaderInterface<grpc::ByteBuffer>* reader,
-                                v1::UploadSummary* response);
+                                v1::UploadSummary* response,
+                                const Caller& caller = Caller::Unrestricted());
   grpc::Status ReportLossesImpl(grpc::ServerReaderInterface<grpc::ByteBuffer>* reader,
-                                v1::LossReportSummary* response);
+                                v1::LossReportSummary* response,
+                                const Caller& caller = Caller::Unrestricted());
   // `deadline` bounds waiting for a plan; `cancelled` is polled while waiting and between
   // chunks. A stream whose job is deleted ends with NOT_FOUND at the next chunk; on shutdown
   // (UNAVAILABLE) a stream already writing is let finish within the grace period. Before it
@@ -110,13 +119,18 @@ class SamplerService final : public grpc::Service {
                 grpc::Status (SamplerService::*handler)(grpc::ServerContext*, const Request&,
                                                         Response*));
   template <typename Response>
-  void AddClientStream(const char* path,
-                       grpc::Status (SamplerService::*impl)(
-                           grpc::ServerReaderInterface<grpc::ByteBuffer>*, Response*));
+  void AddClientStream(const char* path, grpc::Status (SamplerService::*impl)(
+                                             grpc::ServerReaderInterface<grpc::ByteBuffer>*,
+                                             Response*, const Caller&));
+
+  // Who the call is from: UNAUTHENTICATED without a valid bearer token when the server has
+  // tokens; an unrestricted Caller when it has none.
+  absl::StatusOr<Caller> CallerOf(const grpc::ServerContext& context) const;
 
   JobRegistry* const registry_;
   ComputeBackend* const backend_;
   const int max_message_bytes_;
+  const Authorizer* const authorizer_;  // Null: no token checks.
   StreamBudget stream_budget_;
   mutable absl::Mutex calls_mu_;
   int64_t calls_in_flight_ ABSL_GUARDED_BY(calls_mu_) = 0;

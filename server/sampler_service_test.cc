@@ -15,6 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/server.h"
+#include "server/testing/test_server_options.h"
 
 namespace samplerd {
 namespace {
@@ -24,8 +25,7 @@ using ::testing::HasSubstr;
 class SamplerServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    Options options;
-    options.port = 0;
+    Options options = testutil::LoopbackTestOptions();
     options.planner_threads = 2;
     options.grace_period = absl::Seconds(1);
     auto server = Server::Create(options);
@@ -310,8 +310,7 @@ TEST_F(SamplerServiceTest, ManyConcurrentRankStreams) {
 }
 
 TEST(StreamBufferBudgetTest, AStreamWhoseChunkDoesNotFitIsResourceExhaustedNamingTheFlag) {
-  Options options;
-  options.port = 0;
+  Options options = testutil::LoopbackTestOptions();
   options.planner_threads = 1;
   options.grace_period = absl::Seconds(1);
   // One stream of default-sized chunks (65536 indices, 16 bytes each) fits; a chunk of 2^20

@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
+#include "server/auth/server_credentials.h"
 #include "server/job_memory.h"
 
 namespace samplerd {
@@ -18,6 +20,11 @@ namespace {
 std::string JoinHostPort(const std::string& host, int port) {
   const bool bare_ipv6 = host.find(':') != std::string::npos && host.front() != '[';
   return bare_ipv6 ? absl::StrCat("[", host, "]:", port) : absl::StrCat(host, ":", port);
+}
+
+// Whether `host` only listens on this machine (where plaintext tokens stay on the machine).
+bool IsLoopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || host == "[::1]" || absl::StartsWith(host, "127.");
 }
 
 }  // namespace
@@ -68,14 +75,28 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const Options& options) {
         absl::StrCat("backend = \"", options.backend, "\": expected auto, cpu or cuda"));
   }
 
-  std::unique_ptr<Server> server(new Server(options, std::move(backend)));
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = MakeServerCredentials(
+      {options.plaintext, options.tls_cert, options.tls_key, options.tls_client_ca});
+  if (!credentials.ok()) return credentials.status();
+  std::unique_ptr<Authorizer> authorizer;
+  if (!options.auth_tokens_file.empty()) {
+    absl::StatusOr<std::unique_ptr<Authorizer>> created =
+        Authorizer::Create(options.auth_tokens_file);
+    if (!created.ok()) return created.status();
+    authorizer = *std::move(created);
+    if (options.plaintext && !IsLoopback(options.host)) {
+      LOG(WARNING) << "bearer tokens over plaintext on host " << options.host
+                   << ": anyone on the network path can read them; use --tls_cert/--tls_key";
+    }
+  }
+
+  std::unique_ptr<Server> server(new Server(options, std::move(backend), std::move(authorizer)));
   // The persisted jobs are back before the port opens: no client sees a partial state.
   if (absl::Status s = server->registry_->Recover(); !s.ok()) return s;
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(JoinHostPort(options.host, options.port),
-                           grpc::InsecureServerCredentials(), &server->port_);
+  builder.AddListeningPort(JoinHostPort(options.host, options.port), *credentials, &server->port_);
   builder.RegisterService(server->service_.get());
   // No SO_REUSEPORT (gRPC's default on Linux): a second samplerd on the same port must fail to
   // start, not silently share the port and split the ranks between two servers' state.
@@ -92,25 +113,33 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const Options& options) {
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", JoinHostPort(options.host, options.port)));
   }
-  LOG(INFO) << "samplerd serving on " << server->address() << " with the "
-            << server->backend_->name() << " backend and a memory budget of "
+  LOG(INFO) << "samplerd serving on " << server->address() << " ("
+            << (options.plaintext               ? "plaintext"
+                : options.tls_client_ca.empty() ? "TLS"
+                                                : "mutual TLS")
+            << (server->authorizer_ != nullptr
+                    ? absl::StrCat(", ", server->authorizer_->size(), " bearer tokens")
+                    : std::string(", no bearer tokens"))
+            << ") with the " << server->backend_->name() << " backend and a memory budget of "
             << FormatBytes(options.max_memory_bytes != 0 ? options.max_memory_bytes
                                                          : DefaultMaxMemoryBytes());
   return server;
 }
 
-Server::Server(const Options& options, std::unique_ptr<ComputeBackend> backend)
+Server::Server(const Options& options, std::unique_ptr<ComputeBackend> backend,
+               std::unique_ptr<Authorizer> authorizer)
     : options_(options),
       backend_(std::move(backend)),
+      authorizer_(std::move(authorizer)),
       registry_(std::make_unique<JobRegistry>(
           JobRegistry::Limits{
               static_cast<size_t>(options.max_jobs),
               JobLimits{options.max_samples_per_job, options.rewind_epochs},
               options.max_memory_bytes != 0 ? options.max_memory_bytes : DefaultMaxMemoryBytes()},
           backend_.get(), options.data_dir)),
-      service_(std::make_unique<SamplerService>(registry_.get(), backend_.get(),
-                                                options.max_message_bytes,
-                                                options.max_stream_buffer_bytes)) {}
+      service_(std::make_unique<SamplerService>(
+          registry_.get(), backend_.get(), options.max_message_bytes,
+          options.max_stream_buffer_bytes, authorizer_.get())) {}
 
 Server::~Server() { Shutdown(); }
 
@@ -138,6 +167,13 @@ void Server::Shutdown() {
   if (!drained) LOG(WARNING) << "grace period over: cancelling the calls still running";
   server_->Shutdown(absl::ToChronoTime(
       drained ? std::min(deadline, absl::Now() + absl::Milliseconds(100)) : absl::Now()));
+}
+
+absl::Status Server::ReloadAuthTokens() {
+  if (authorizer_ == nullptr) {
+    return absl::FailedPreconditionError("no --auth_tokens_file to reload");
+  }
+  return authorizer_->Reload();
 }
 
 void Server::Wait() {

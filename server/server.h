@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "kernels/compute_backend.h"
+#include "server/auth/authorizer.h"
 #include "server/job_registry.h"
 #include "server/sampler_service.h"
 #include "server/stream_budget.h"
@@ -61,6 +62,18 @@ struct Options {
   uint64_t max_stream_buffer_bytes = kDefaultMaxStreamBufferBytes;
   // On Shutdown, how long in-flight calls may take to finish before they are cancelled (>= 0).
   absl::Duration grace_period = absl::Seconds(10);
+
+  // Transport security (server/auth/server_credentials.h, docs/SECURITY.md): TLS with the PEM
+  // files tls_cert and tls_key, mutual TLS when tls_client_ca is set too, or `plaintext`, which
+  // must be asked for: with neither, Create fails naming the flags. Tests on loopback set
+  // plaintext (server/testing/test_server_options.h).
+  bool plaintext = false;
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_client_ca;
+  // Bearer tokens and what they grant (server/auth/token_table.h has the format). Empty: calls
+  // need no token. Re-read by ReloadAuthTokens.
+  std::string auth_tokens_file;
 };
 
 class Server {
@@ -83,11 +96,19 @@ class Server {
   // Blocks until the server has shut down.
   void Wait();
 
+  // Re-reads Options::auth_tokens_file (main.cc calls it on SIGHUP): calls after it see the new
+  // tokens. On an error (naming the file and line) the tokens in use stay. FAILED_PRECONDITION
+  // if the server has no tokens file.
+  absl::Status ReloadAuthTokens();
+
  private:
-  Server(const Options& options, std::unique_ptr<ComputeBackend> backend);
+  Server(const Options& options, std::unique_ptr<ComputeBackend> backend,
+         std::unique_ptr<Authorizer> authorizer);
 
   const Options options_;
   std::unique_ptr<ComputeBackend> backend_;
+  // Null without Options::auth_tokens_file. Before service_, which uses it.
+  std::unique_ptr<Authorizer> authorizer_;
   std::unique_ptr<JobRegistry> registry_;
   std::unique_ptr<SamplerService> service_;
   std::unique_ptr<grpc::Server> server_;

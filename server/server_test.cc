@@ -1,6 +1,7 @@
 // Server on its own: option checks, health checking and reflection answering standard tools, and
 // a graceful shutdown (waiting streams end UNAVAILABLE at once, streams already writing finish).
 #include "server/server.h"
+#include "server/testing/test_server_options.h"
 
 #include <thread>
 #include <vector>
@@ -19,8 +20,7 @@ namespace {
 using ::testing::HasSubstr;
 
 Options TestOptions() {
-  Options options;
-  options.port = 0;
+  Options options = testutil::LoopbackTestOptions();
   options.planner_threads = 2;
   options.grace_period = absl::Seconds(5);
   return options;

@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "proto/samplerd.grpc.pb.h"
 #include "server/server.h"
+#include "server/testing/test_server_options.h"
 
 namespace samplerd {
 namespace {
@@ -19,8 +20,7 @@ using ::testing::HasSubstr;
 class BadInputTest : public ::testing::Test {
  public:  // The table's lambdas call these through a BadInputTest*.
   void SetUp() override {
-    Options options;
-    options.port = 0;
+    Options options = testutil::LoopbackTestOptions();
     options.max_samples_per_job = 1'000'000;
     options.max_jobs = 3;
     options.max_message_bytes = 24 << 20;  // Fits MAX_LOSS_BATCH_PAIRS + 1 pairs (~21 MB).

@@ -33,8 +33,8 @@ class SamplerdProcess {
       dup2(out[1], STDOUT_FILENO);
       close(out[0]);
       close(out[1]);
-      execl("server/samplerd", "samplerd", "--port=0", "--log_level=1", "--grace_period_ms=20000",
-            static_cast<char*>(nullptr));
+      execl("server/samplerd", "samplerd", "--plaintext", "--port=0", "--log_level=1",
+            "--grace_period_ms=20000", static_cast<char*>(nullptr));
       _exit(127);
     }
     close(out[1]);

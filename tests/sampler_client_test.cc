@@ -9,6 +9,7 @@
 #include "gtest/gtest.h"
 #include "proto/samplerd.grpc.pb.h"
 #include "server/server.h"
+#include "server/testing/test_server_options.h"
 
 namespace samplerd {
 namespace {
@@ -37,8 +38,7 @@ TEST(SamplerClientTest, BadOptionsAreRejected) {
 }
 
 TEST(SamplerClientTest, ACallbackErrorStopsTheStreamAndIsReturned) {
-  Options options;
-  options.port = 0;
+  Options options = testutil::LoopbackTestOptions();
   auto server = Server::Create(options);
   ASSERT_TRUE(server.ok());
   auto client = *SamplerClient::Create((*server)->address());
@@ -117,8 +117,7 @@ TEST(SamplerClientTest, ASummaryThatCountsLessThanWasSentIsDataLoss) {
 }
 
 TEST(SamplerClientTest, ARealServerCountsEveryBatch) {
-  Options options;
-  options.port = 0;
+  Options options = testutil::LoopbackTestOptions();
   auto server = Server::Create(options);
   ASSERT_TRUE(server.ok());
   auto client = *SamplerClient::Create((*server)->address());

@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "proto/samplerd.grpc.pb.h"
 #include "server/server.h"
+#include "server/testing/test_server_options.h"
 
 namespace samplerd {
 namespace {
@@ -76,8 +77,7 @@ grpc::Status RawCall(const std::shared_ptr<grpc::Channel>& channel, const std::s
 class UnparseableRequestTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    Options options;
-    options.port = 0;
+    Options options = testutil::LoopbackTestOptions();
     options.planner_threads = 1;
     options.grace_period = absl::Milliseconds(200);
     options.max_message_bytes = 1 << 16;

@@ -23,11 +23,15 @@ SERVER_BUILD_PACKAGES=(
   # System libraries wrapped by //third_party.
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libgoogle-glog-dev libgflags-dev zlib1g-dev
+  # TLS: libssl-dev for the server's PEM checks and token digests (//third_party:openssl).
+  libssl-dev
 )
 APT_PACKAGES=(
   "${SERVER_BUILD_PACKAGES[@]}"
   # Test-only C++ libraries wrapped by //third_party.
   libgtest-dev libgmock-dev libbenchmark-dev
+  # The openssl tool for the certificates the TLS tests make (tests/make_test_certs.sh).
+  openssl
   # Python side: the client's runtime deps, torch (CPU, gloo) for the DDP tests, tooling.
   python3 python3-venv python3-pip python3-grpcio python3-protobuf python3-grpc-tools
   python3-numpy python3-torch python3-matplotlib python3-pytest python3-yaml

@@ -1,8 +1,14 @@
 #include "client/cpp/sampler_client.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "grpcpp/grpcpp.h"
@@ -36,6 +42,55 @@ absl::Status CheckCount(const char* what, uint64_t counted, uint64_t sent) {
       absl::StrCat("the server acknowledged ", counted, " ", what, " but the client sent ", sent));
 }
 
+// `*field` (named `name`), or the environment variable `env` when it is empty.
+void DefaultFromEnvironment(std::string* field, const char* env) {
+  if (!field->empty()) return;
+  if (const char* value = std::getenv(env); value != nullptr) *field = value;
+}
+
+// The PEM contents of the file at `path`, named `field` in errors.
+absl::StatusOr<std::string> ReadPem(const char* field, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in.is_open()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " = \"", path, "\": cannot open it: ", std::strerror(errno)));
+  }
+  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!absl::StrContains(data, "-----BEGIN ")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " = \"", path, "\": not PEM (no '-----BEGIN ' line)"));
+  }
+  return data;
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(
+    const ClientOptions& options) {
+  if (options.client_cert.empty() != options.client_key.empty()) {
+    return absl::InvalidArgumentError(
+        options.client_key.empty()
+            ? absl::StrCat("client_cert = \"", options.client_cert, "\" without client_key")
+            : absl::StrCat("client_key = \"", options.client_key, "\" without client_cert"));
+  }
+  if (!options.tls && options.root_certificates.empty() && options.client_cert.empty()) {
+    return grpc::InsecureChannelCredentials();
+  }
+  grpc::SslCredentialsOptions ssl;
+  if (!options.root_certificates.empty()) {
+    absl::StatusOr<std::string> roots = ReadPem("root_certificates", options.root_certificates);
+    if (!roots.ok()) return roots.status();
+    ssl.pem_root_certs = *std::move(roots);
+  }
+  if (!options.client_cert.empty()) {
+    absl::StatusOr<std::string> cert = ReadPem("client_cert", options.client_cert);
+    if (!cert.ok()) return cert.status();
+    absl::StatusOr<std::string> key = ReadPem("client_key", options.client_key);
+    if (!key.ok()) return key.status();
+    ssl.pem_cert_chain = *std::move(cert);
+    ssl.pem_private_key = *std::move(key);
+  }
+  return grpc::SslCredentials(ssl);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SamplerClient>> SamplerClient::Create(const std::string& address,
@@ -45,9 +100,22 @@ absl::StatusOr<std::unique_ptr<SamplerClient>> SamplerClient::Create(const std::
     return absl::InvalidArgumentError(
         absl::StrCat("max_retries = ", options.max_retries, ": must be >= 0"));
   }
+  DefaultFromEnvironment(&options.root_certificates, "SAMPLERD_CA");
+  DefaultFromEnvironment(&options.client_cert, "SAMPLERD_CLIENT_CERT");
+  DefaultFromEnvironment(&options.client_key, "SAMPLERD_CLIENT_KEY");
+  DefaultFromEnvironment(&options.token, "SAMPLERD_TOKEN");
+  for (char c : options.token) {
+    if (c < 0x21 || c > 0x7e) {  // Never echo the token itself.
+      return absl::InvalidArgumentError(
+          "token: must be printable ASCII without spaces (as in --auth_tokens_file)");
+    }
+  }
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      ChannelCredentials(options);
+  if (!credentials.ok()) return credentials.status();
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
-  auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  auto channel = grpc::CreateCustomChannel(address, *credentials, args);
   return std::unique_ptr<SamplerClient>(new SamplerClient(std::move(channel), options));
 }
 
@@ -56,6 +124,9 @@ SamplerClient::SamplerClient(std::shared_ptr<grpc::Channel> channel, ClientOptio
 
 void SamplerClient::PrepareContext(grpc::ClientContext* context) const {
   context->set_deadline(absl::ToChronoTime(absl::Now() + options_.timeout));
+  // Metadata rather than gRPC's call credentials, which plaintext channels refuse (a token on
+  // a loopback plaintext server is a legitimate setup).
+  if (!options_.token.empty()) context->AddMetadata("authorization", "Bearer " + options_.token);
 }
 
 absl::Status SamplerClient::WithRetries(

@@ -38,6 +38,22 @@ struct ClientOptions {
   absl::Duration max_backoff = absl::Seconds(2);
   // Largest message accepted from the server.
   int max_receive_message_bytes = 64 << 20;
+
+  // Security (docs/SECURITY.md), the same settings as the Python client's. Each empty one is
+  // taken from its environment variable, if set: SAMPLERD_CA, SAMPLERD_CLIENT_CERT,
+  // SAMPLERD_CLIENT_KEY, SAMPLERD_TOKEN.
+  //
+  // TLS is used when `tls` is true or any of the three PEM files is set; plaintext otherwise.
+  bool tls = false;
+  // Path of the PEM file of the CA(s) that signed the server's certificate. Empty with TLS:
+  // gRPC's default roots.
+  std::string root_certificates;
+  // Paths of the client's PEM certificate and private key, for a server that requires mutual
+  // TLS (--tls_client_ca). Both or neither.
+  std::string client_cert;
+  std::string client_key;
+  // Bearer token sent with every call as "authorization: Bearer <token>".
+  std::string token;
 };
 
 // One shard chunk as delivered to a StreamShard callback.
@@ -50,7 +66,9 @@ struct ShardSlice {
 
 class SamplerClient {
  public:
-  // Connects (lazily) to `address` ("host:port"), insecure credentials.
+  // Connects (lazily) to `address` ("host:port"), with TLS or plaintext as `options` say.
+  // INVALID_ARGUMENT, naming the field and the path, for a PEM file that cannot be read or is
+  // not PEM, or client_cert without client_key (or the reverse).
   static absl::StatusOr<std::unique_ptr<SamplerClient>> Create(const std::string& address,
                                                                ClientOptions options = {});
 
@@ -85,6 +103,8 @@ class SamplerClient {
   // DATA_LOSS if the server's summary counts another number of batches than were sent.
   absl::StatusOr<v1::LossReportSummary> ReportLosses(absl::Span<const v1::LossBatch> batches);
 
+  // The generated stub, for calls this class does not wrap. Its calls carry no bearer token:
+  // add ClientOptions::token's "authorization" metadata to their contexts yourself.
   v1::Sampler::Stub* stub() { return stub_.get(); }
   const ClientOptions& options() const { return options_; }
 

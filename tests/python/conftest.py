@@ -26,11 +26,13 @@ def samplerd_binary() -> str:
 class SamplerdProcess:
     """samplerd started with --port=0; `address` is read from its startup line.
 
+    Plaintext on loopback unless `plaintext` is False (then ARGS choose TLS: test_security.py).
     `popen_kwargs` go to subprocess.Popen (e.g. env, preexec_fn to set resource limits).
     """
 
-    def __init__(self, *args, cwd=None, **popen_kwargs):
-        self.proc = subprocess.Popen([samplerd_binary(), "--port=0", "--log_level=1", *args],
+    def __init__(self, *args, cwd=None, plaintext=True, **popen_kwargs):
+        self.proc = subprocess.Popen([samplerd_binary(), "--port=0", "--log_level=1",
+                                      *(["--plaintext"] if plaintext else []), *args],
                                      stdout=subprocess.PIPE, text=True, cwd=cwd, **popen_kwargs)
         line = self.proc.stdout.readline()
         prefix = "samplerd listening on "
@@ -53,15 +55,17 @@ class SamplerdProcess:
         return self.proc.wait(timeout=30)
 
 
-def run_samplerd_expecting_failure(*args, timeout=30):
-    """Runs samplerd --port=0 ARGS, which must refuse to start; returns (exit code, stderr).
+def run_samplerd_expecting_failure(*args, timeout=30, plaintext=True):
+    """Runs samplerd --port=0 [--plaintext] ARGS, which must refuse to start; returns (exit
+    code, stderr).
 
     Fails the test at once if samplerd starts serving instead (prints its listening line), and
     if it has not exited after `timeout` seconds.
     """
     with tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen([samplerd_binary(), "--port=0", *args], stdout=subprocess.PIPE,
-                                stderr=err, text=True)
+        proc = subprocess.Popen([samplerd_binary(), "--port=0",
+                                 *(["--plaintext"] if plaintext else []), *args],
+                                stdout=subprocess.PIPE, stderr=err, text=True)
         timed_out = threading.Event()
 
         def expire():

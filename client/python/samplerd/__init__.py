@@ -10,11 +10,12 @@ For PyTorch, see samplerd.torch (DistributedWeightedSampler, IndexedDataset).
 
 from .client import Client, Policy, ShardChunk, check_loss_batch
 from .errors import (AlreadyExists, DataLoss, DeadlineExceeded, FailedPrecondition,
-                     InvalidArgument, NotFound, ResourceExhausted, SamplerError, Unavailable)
+                     InvalidArgument, NotFound, PermissionDenied, ResourceExhausted, SamplerError,
+                     Unauthenticated, Unavailable)
 
 __all__ = [
     "Client", "Policy", "ShardChunk", "check_loss_batch", "SamplerError", "InvalidArgument",
     "NotFound", "AlreadyExists", "FailedPrecondition", "ResourceExhausted", "DeadlineExceeded",
-    "Unavailable", "DataLoss",
+    "Unavailable", "DataLoss", "Unauthenticated", "PermissionDenied",
 ]
 __version__ = "0.1.0"

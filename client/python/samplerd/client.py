@@ -14,7 +14,7 @@ from typing import Iterator, List, NamedTuple, Optional, Sequence
 import grpc
 import numpy as np
 
-from . import errors
+from . import _security, errors
 from ._proto import samplerd_pb2 as pb
 from ._proto import samplerd_pb2_grpc as pb_grpc
 
@@ -184,9 +184,19 @@ class Client:
         initial_backoff: first backoff in seconds; doubles up to max_backoff.
         max_backoff: largest backoff in seconds.
         max_message_bytes: largest gRPC message either way (the server has its own limit).
+        root_certificates: PEM of the CA(s) that signed the server's certificate: a path, or
+            the bytes. Default: $SAMPLERD_CA.
+        client_cert, client_key: the client's PEM certificate and private key (paths or bytes),
+            for a server that requires mutual TLS. Default: $SAMPLERD_CLIENT_CERT and
+            $SAMPLERD_CLIENT_KEY.
+        token: bearer token, sent with every call (`authorization: Bearer <token>`).
+            Default: $SAMPLERD_TOKEN.
+        tls: True for TLS, False for plaintext; None (default): TLS if any of the three PEM
+            settings is given, else plaintext. See docs/SECURITY.md.
 
     Raises:
-        InvalidArgument: a malformed address or a negative max_retries.
+        InvalidArgument: a malformed address or a negative max_retries; a PEM file that cannot
+            be read, client_cert without client_key, a token with spaces.
 
     Use as a context manager to close the channel. Safe to share between threads; not
     picklable (create one per process).
@@ -194,7 +204,8 @@ class Client:
 
     def __init__(self, address: str, *, timeout: float = 30.0, max_retries: int = 5,
                  initial_backoff: float = 0.05, max_backoff: float = 2.0,
-                 max_message_bytes: int = 64 << 20):
+                 max_message_bytes: int = 64 << 20, root_certificates=None, client_cert=None,
+                 client_key=None, token: Optional[str] = None, tls: Optional[bool] = None):
         if not address or ":" not in address:
             raise _bad(f"address = {address!r}: expected host:port")
         if max_retries < 0:
@@ -205,7 +216,7 @@ class Client:
         self.initial_backoff = initial_backoff
         self.max_backoff = max_backoff
         backoff_ms = [max(1, int(initial_backoff * 1000)), max(1, int(max_backoff * 1000))]
-        self._channel = grpc.insecure_channel(address, options=[
+        self._channel = _security.open_channel(address, [
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
             # The channel's own reconnect backoff (default 1 s, growing to 120 s) fails calls
@@ -213,7 +224,8 @@ class Client:
             # a server restart finds a reconnected channel.
             ("grpc.initial_reconnect_backoff_ms", backoff_ms[0]),
             ("grpc.max_reconnect_backoff_ms", backoff_ms[1]),
-        ])
+        ], root_certificates=root_certificates, client_cert=client_cert, client_key=client_key,
+            token=token, tls=tls)
         self._stub = pb_grpc.SamplerStub(self._channel)
         self._last_watch = -1e9  # When the last retry stopped watching the channel.
         self._closed = False

@@ -9,7 +9,7 @@ import grpc
 class SamplerError(Exception):
     """Base class. `code` is the grpc.StatusCode, `message` the server's (or client's) message.
 
-    Raised as such for codes without a subclass (UNKNOWN, INTERNAL, PERMISSION_DENIED...).
+    Raised as such for codes without a subclass (UNKNOWN, INTERNAL...).
     """
 
     default_code = grpc.StatusCode.UNKNOWN
@@ -72,6 +72,20 @@ class Unavailable(SamplerError, ConnectionError):
     default_code = grpc.StatusCode.UNAVAILABLE
 
 
+class Unauthenticated(SamplerError, PermissionError):
+    """No valid bearer token: the server has --auth_tokens_file and the call sent no token, or
+    one it does not know (pass token= or set SAMPLERD_TOKEN; docs/SECURITY.md)."""
+
+    default_code = grpc.StatusCode.UNAUTHENTICATED
+
+
+class PermissionDenied(SamplerError, PermissionError):
+    """The token is valid but does not grant this job (the message names it), or the call needs
+    an admin token (ListJobs, DeleteJob)."""
+
+    default_code = grpc.StatusCode.PERMISSION_DENIED
+
+
 _BY_CODE = {
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
     grpc.StatusCode.NOT_FOUND: NotFound,
@@ -81,6 +95,8 @@ _BY_CODE = {
     grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceeded,
     grpc.StatusCode.UNAVAILABLE: Unavailable,
     grpc.StatusCode.DATA_LOSS: DataLoss,
+    grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
 }
 
 

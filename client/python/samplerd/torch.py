@@ -82,6 +82,8 @@ class DistributedWeightedSampler(Sampler):
             (1 to MAX_LOSS_BATCH_PAIRS).
         timeout: seconds to wait for an epoch's plan (other ranks may still be finishing).
         end_epoch: end each epoch on the server when the rank moves on (see the module doc).
+        client_options: keyword arguments of samplerd.Client when client_or_address is an
+            address, e.g. {"root_certificates": "ca.pem", "token": ...} (docs/SECURITY.md).
 
     Raises:
         InvalidArgument: rank outside the world. FailedPrecondition: world size differs from the
@@ -91,9 +93,12 @@ class DistributedWeightedSampler(Sampler):
     def __init__(self, client_or_address: Union[Client, str], job: str,
                  rank: Optional[int] = None, world_size: Optional[int] = None, *,
                  prefetch: bool = True, report_batch_size: int = 8192, timeout: float = 300.0,
-                 end_epoch: bool = True):
+                 end_epoch: bool = True, client_options: Optional[dict] = None):
         self._owns_client = not isinstance(client_or_address, Client)
-        self.client = Client(client_or_address) if self._owns_client else client_or_address
+        if client_options and not self._owns_client:
+            raise errors.InvalidArgument("client_options: given with a Client; pass them to it")
+        self.client = (Client(client_or_address, **(client_options or {})) if self._owns_client
+                       else client_or_address)
         if rank is None or world_size is None:
             if not (dist.is_available() and dist.is_initialized()):
                 raise errors.InvalidArgument(

@@ -1,0 +1,71 @@
+// TokenTable: the bearer tokens of --auth_tokens_file and what each grants (docs/SECURITY.md).
+//
+// File format, one token per line; blank lines and lines starting with '#' are skipped:
+//
+//   # token                              grant
+//   3f9c1a7e0b5d4c2a8e6f1d9b7a5c3e1f     admin
+//   a1b2c3d4e5f60718293a4b5c6d7e8f90     jobs=train,eval
+//
+// A token is 16 to 4096 printable ASCII characters without spaces (it travels in an HTTP/2
+// header); the grant is `admin` (every job, and the server-wide calls) or `jobs=` followed by a
+// comma-separated list of job names (server/job_config.h's rule: [A-Za-z0-9._-], so a comma
+// cannot be part of a name). A token may appear only once.
+//
+// The table keeps only the SHA-256 digest of each token, and Find compares the digest of the
+// presented token with every entry without stopping early, so the time it takes says nothing
+// about which bytes of a guess were right.
+//
+// Immutable after Parse: safe for concurrent use.
+#ifndef SAMPLERD_SERVER_AUTH_TOKEN_TABLE_H_
+#define SAMPLERD_SERVER_AUTH_TOKEN_TABLE_H_
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace samplerd {
+
+// What one token may do.
+struct TokenGrant {
+  // Every job, and the calls that are not about one job (ListJobs, DeleteJob).
+  bool admin = false;
+  // The jobs a non-admin token may use (create, read, stream, report, end epochs).
+  absl::flat_hash_set<std::string> jobs;
+};
+
+class TokenTable {
+ public:
+  // Parses the text of a tokens file. INVALID_ARGUMENT naming `source` (the file's path, for
+  // messages) and the line number of the first bad line; the message never contains a token.
+  static absl::StatusOr<TokenTable> Parse(absl::string_view text, absl::string_view source);
+  // Reads and parses the file at `path`. NOT_FOUND / PERMISSION_DENIED / INVALID_ARGUMENT, each
+  // naming the path.
+  static absl::StatusOr<TokenTable> Load(const std::string& path);
+
+  // The grant of `token`, or nullptr if the table has no such token. Constant time in the
+  // token's content (see the file comment); linear in the number of entries.
+  std::shared_ptr<const TokenGrant> Find(absl::string_view token) const;
+
+  size_t size() const { return entries_.size(); }
+
+ private:
+  using Digest = std::array<uint8_t, 32>;
+  struct Entry {
+    Digest digest;
+    std::shared_ptr<const TokenGrant> grant;
+  };
+  static Digest Sha256(absl::string_view data);
+
+  std::vector<Entry> entries_;
+};
+
+}  // namespace samplerd
+
+#endif  // SAMPLERD_SERVER_AUTH_TOKEN_TABLE_H_
