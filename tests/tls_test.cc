@@ -125,6 +125,7 @@ TEST_F(TlsTest, TheClientSendsItsTokenFromOptionsOrTheEnvironment) {
   batch.set_job("train");
   batch.add_indices((*shard)[0]);
   batch.add_losses(0.5f);
+  batch.add_positions(0);
   EXPECT_TRUE(train->ReportLosses({batch}).ok());
   EXPECT_TRUE(train->EndEpoch("train", 0, 0).ok());
   // ...but no other job, and no server-wide call; the denial names the job, never the token.

@@ -8,6 +8,7 @@ import tempfile
 import time
 
 import grpc
+import numpy as np
 import pytest
 
 import samplerd
@@ -264,7 +265,8 @@ def test_a_job_token_runs_its_job_and_a_loss_stream_cannot_switch_to_another(cer
         admin.create_job("secret", num_samples=100, world_size=1)
         trainer.create_job("train", num_samples=100, world_size=1, loss="loss")
         shard = trainer.read_shard("train", 0, 0, 1)
-        assert trainer.report_losses("train", 0, 0, shard[:10], [1.0] * 10, seq=0).accepted == 10
+        assert trainer.report_losses("train", 0, 0, shard[:10], [1.0] * 10,
+                                     np.arange(10)).accepted == 10
         with pytest.raises(samplerd.PermissionDenied, match='job = "secret"'):
             trainer.read_shard("secret", 0, 0, 1)
         with pytest.raises(samplerd.PermissionDenied, match="DeleteJob needs an admin token"):
@@ -275,8 +277,9 @@ def test_a_job_token_runs_its_job_and_a_loss_stream_cannot_switch_to_another(cer
         (certs / "ca.pem").read_bytes()))
     try:
         batches = [pb.LossBatch(job="train", epoch=0, rank=0, seq=1, indices=[int(shard[20])],
-                                losses=[2.0]),
-                   pb.LossBatch(job="secret", epoch=0, rank=0, seq=2, indices=[0], losses=[2.0])]
+                                losses=[2.0], positions=[20]),
+                   pb.LossBatch(job="secret", epoch=0, rank=0, seq=2, indices=[0], losses=[2.0],
+                                positions=[0])]
         report = channel.stream_unary(f"/{SERVICE.full_name}/ReportLosses",
                                       request_serializer=pb.LossBatch.SerializeToString,
                                       response_deserializer=pb.LossReportSummary.FromString)
