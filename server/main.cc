@@ -24,10 +24,11 @@ ABSL_FLAG(std::string, backend, "auto",
 ABSL_FLAG(int, planner_threads, 0, "CPU backend threads (0 = all cores).");
 ABSL_FLAG(int, max_jobs, 64, "Most jobs at once.");
 ABSL_FLAG(uint64_t, max_samples_per_job, uint64_t{1} << 32, "Largest num_samples of a job.");
-ABSL_FLAG(uint32_t, rewind_epochs, 3,
-          "Epoch starts each job keeps for RewindJob, the current one's included (0: none). In "
-          "memory (no --data_dir) each costs up to 12 bytes per sample, counted in the job's "
-          "memory estimate; with --data_dir they are snapshot files.");
+ABSL_FLAG(int, rewind_epochs, -1,
+          "Epoch starts each job keeps for RewindJob, the current one's included (0: none; -1: "
+          "3 with --data_dir, where they are snapshot files, and 0 without, where each costs up "
+          "to 12 bytes per sample, counted in the job's memory estimate, and a copy of the loss "
+          "statistics at every epoch boundary).");
 ABSL_FLAG(uint64_t, max_memory_bytes, 0,
           "Memory budget of all jobs together, in bytes; a CreateJob whose estimate does not fit "
           "gets RESOURCE_EXHAUSTED (see proto/samplerd.proto JobSpec). 0 = 80% of the memory of "

@@ -38,9 +38,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const Options& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_jobs = ", options.max_jobs, ": must be >= 1"));
   }
-  if (options.rewind_epochs > kMaxRewindEpochs) {
+  if (options.rewind_epochs < -1 || options.rewind_epochs > kMaxRewindEpochs) {
     return absl::InvalidArgumentError(absl::StrCat("rewind_epochs = ", options.rewind_epochs,
-                                                   ": must be <= ", kMaxRewindEpochs));
+                                                   ": must be in [-1, ", kMaxRewindEpochs, "]"));
   }
   if (options.max_samples_per_job == 0) {
     return absl::InvalidArgumentError("max_samples_per_job = 0: must be >= 1");
@@ -134,7 +134,10 @@ Server::Server(const Options& options, std::unique_ptr<ComputeBackend> backend,
       registry_(std::make_unique<JobRegistry>(
           JobRegistry::Limits{
               static_cast<size_t>(options.max_jobs),
-              JobLimits{options.max_samples_per_job, options.rewind_epochs},
+              JobLimits{options.max_samples_per_job,
+                        static_cast<uint32_t>(options.rewind_epochs >= 0 ? options.rewind_epochs
+                                              : options.data_dir.empty() ? 0
+                                                                         : kDefaultRewindEpochs)},
               options.max_memory_bytes != 0 ? options.max_memory_bytes : DefaultMaxMemoryBytes()},
           backend_.get(), options.data_dir)),
       service_(std::make_unique<SamplerService>(

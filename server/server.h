@@ -21,7 +21,8 @@
 
 namespace samplerd {
 
-inline constexpr uint32_t kMaxRewindEpochs = 1000;
+inline constexpr int kMaxRewindEpochs = 1000;
+inline constexpr int kDefaultRewindEpochs = 3;
 
 // Server settings; every field has a usable default (main.cc's flags mirror them). Server::Create
 // rejects out-of-range values with INVALID_ARGUMENT naming the field.
@@ -42,10 +43,12 @@ struct Options {
   int max_jobs = 64;
   // Largest num_samples of a job, >= 1 (beyond it: RESOURCE_EXHAUSTED).
   uint64_t max_samples_per_job = uint64_t{1} << 32;
-  // Epoch starts each job keeps for RewindJob, the current one's included, 0 to
-  // kMaxRewindEpochs (0: no rewind). In memory they cost each job up to 12 bytes per sample per
-  // start (counted in its memory estimate); with data_dir they are snapshot files on disk.
-  uint32_t rewind_epochs = 3;
+  // Epoch starts each job keeps for RewindJob, the current one's included, -1 to
+  // kMaxRewindEpochs (0: no rewind; -1: kDefaultRewindEpochs with a data_dir, where they are
+  // snapshot files on disk, 0 without). In memory they cost each job up to 12 bytes per sample
+  // per start (counted in its memory estimate) and a copy of its loss statistics at every epoch
+  // boundary.
+  int rewind_epochs = -1;
   // Memory budget of all jobs together, in bytes: a CreateJob whose estimate (server/job_memory.h)
   // does not fit in what the other jobs leave gets RESOURCE_EXHAUSTED before anything is
   // allocated. 0: 80% of the memory of this machine or container (DefaultMaxMemoryBytes).

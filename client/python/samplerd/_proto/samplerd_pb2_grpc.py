@@ -79,17 +79,18 @@ class SamplerServicer(object):
         (its current state) while it is in epoch 0, so that every rank of a group may create it at
         start-up. Past epoch 0 that is a script run again against a job that already trained:
         FAILED_PRECONDITION naming the epoch and the three ways on -- resume it (the same call with
-        CreateJobRequest.resume), rewind it (RewindJob) or delete it (DeleteJob). The same name with another spec: ALREADY_EXISTS. The plan of epoch 0 is
-        computed before this call returns (for policies that need uploads, after the upload).
+        CreateJobRequest.resume), rewind it (RewindJob) or delete it (DeleteJob). The same name
+        with another spec: ALREADY_EXISTS. The plan of epoch 0 is computed before this call returns
+        (for policies that need uploads, after the upload).
         Concurrent calls with one name and spec (every rank at start-up) share one job; a call that
         waits for another still planning epoch 0 ends at its deadline with DEADLINE_EXCEEDED (retry).
         Admission by memory: the job's memory is estimated from its spec (see JobSpec) and must fit
         in what the other jobs leave of the server's --max_memory_bytes; nothing is allocated
         before. A failed create leaves nothing behind: the name and the job slot stay free.
         Errors: INVALID_ARGUMENT (spec), ALREADY_EXISTS, FAILED_PRECONDITION (past epoch 0 without
-        resume), RESOURCE_EXHAUSTED (max jobs, max samples,
-        memory: the message names spec.num_samples or spec.samples_per_epoch, the estimate and the
-        budget; or an allocation that failed anyway), DEADLINE_EXCEEDED.
+        resume), RESOURCE_EXHAUSTED (max jobs, max samples, memory: the message names
+        spec.num_samples or spec.samples_per_epoch, the estimate and the budget; or an allocation
+        that failed anyway), DEADLINE_EXCEEDED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -123,8 +124,9 @@ class SamplerServicer(object):
         then): the weights, loss statistics and epoch number it had at that start, every rank's
         progress cleared, the later epochs forgotten. The epochs after it are planned exactly as the
         first time (plans depend on (seed, epoch, weights) only) -- as long as the same losses are
-        reported. The server keeps the last --rewind_epochs epoch starts (Job.rewindable_epochs), in
-        memory, or on disk with --data_dir; with --data_dir the rewind is durable when the call
+        reported. The server keeps the last --rewind_epochs epoch starts (Job.rewindable_epochs;
+        default 3 on disk with --data_dir, none in memory without, where they cost memory); with
+        --data_dir the rewind is durable when the call
         returns. Losses and EndEpoch for the forgotten epochs are then FAILED_PRECONDITION (epochs
         not open yet) until the job reaches them again.
         Errors: NOT_FOUND, FAILED_PRECONDITION (the epoch's start is not kept: the message names
@@ -191,8 +193,9 @@ class SamplerServicer(object):
         from another position -- a tensor-parallel peer of the same data-parallel rank, an index
         drawn twice with replacement, a padded position -- is counted as a duplicate. Every batch is
         validated whole before anything is applied. A bad batch ends the call with its error, whose
-        message names the batch's seq; the batches before it in the same call were applied, so a client can resend
-        from the failing batch on (resending earlier ones is harmless: they count as duplicates).
+        message names the batch's seq; the batches before it in the same call were applied, so a
+        client can resend from the failing batch on (resending earlier ones is harmless: they count
+        as duplicates).
         A message that does not parse as a LossBatch ends the call likewise, with INVALID_ARGUMENT
         naming its position in the stream ("message 2 of the stream could not be parsed"). On
         success the summary counts every batch received (`batches`): a client checks it against
