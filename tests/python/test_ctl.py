@@ -357,3 +357,32 @@ def test_samplerctl_entry_point_is_installed(tmp_path):
     readme = (CLIENT_DIR / "README.md").read_text()
     for code in ctl.EXIT_CODES:  # The README's table has a row for each.
         assert f"\n| {code} | " in readme, code
+
+
+def test_create_again_resume_and_rewind(tmp_path):
+    """A job past epoch 0: `create` again exits 4 saying what to do; --resume and `rewind` are
+    the ways on."""
+    from conftest import SamplerdProcess
+    import samplerd
+    server = SamplerdProcess("--rewind_epochs=3")
+    try:
+        target = server.address
+        spec = write(tmp_path / "spec.yaml", SPEC)
+        assert run_json(target, "create", "train", "--spec", spec)["current_epoch"] == "0"
+        with samplerd.Client(target, timeout=20) as c:
+            for epoch in (0, 1):
+                for rank in (0, 1):
+                    c.end_epoch("train", epoch, rank)
+                c.read_shard("train", epoch + 1, 0, 2)  # Waits for the next epoch's plan.
+        again = run_ctl(target, "create", "train", "--spec", spec)
+        assert again.returncode == 4, again.stderr
+        assert "at epoch 2: resume it" in again.stderr and "rewind it" in again.stderr
+        resumed = run_json(target, "create", "train", "--spec", spec, "--resume")
+        assert resumed["current_epoch"] == "2" and resumed["rewindable_epochs"] == ["0", "1", "2"]
+        rewound = run_json(target, "rewind", "train", "1")
+        assert rewound["current_epoch"] == "1" and rewound["rewindable_epochs"] == ["0", "1"]
+        assert "rewindable epochs  0, 1" in run_ctl(target, "status", "train").stdout
+        too_far = run_ctl(target, "rewind", "train", "5")
+        assert too_far.returncode == 4 and "after the current epoch 1" in too_far.stderr
+    finally:
+        assert server.stop() == 0

@@ -344,8 +344,7 @@ class Client:
             partition=_choice("partition", partition, _PARTITIONS),
             uneven=_choice("uneven", uneven, _UNEVEN),
             policy=policy.to_proto())
-        return self._call(self._stub.CreateJob,
-                          pb.CreateJobRequest(name=name, spec=spec, resume=bool(resume)))
+        return self.create_job_from_spec(name, spec, resume=resume)
 
     def rewind_job(self, name: str, epoch: int) -> pb.Job:
         """Puts the job back to the start of `epoch` (a run restored from a checkpoint taken
@@ -362,10 +361,11 @@ class Client:
             raise _bad(f"epoch = {epoch!r}: must be an integer >= 0")
         return self._call(self._stub.RewindJob, pb.RewindJobRequest(name=name, epoch=int(epoch)))
 
-    def create_job_from_spec(self, name: str, spec: pb.JobSpec) -> pb.Job:
+    def create_job_from_spec(self, name: str, spec: pb.JobSpec, *, resume: bool = False) -> pb.Job:
         """Creates a job from a JobSpec message as it is (samplerctl's spec files); the server
-        checks it. Returns and raises as create_job."""
-        return self._call(self._stub.CreateJob, pb.CreateJobRequest(name=name, spec=spec))
+        checks it. Takes `resume`, returns and raises as create_job."""
+        return self._call(self._stub.CreateJob,
+                          pb.CreateJobRequest(name=name, spec=spec, resume=bool(resume)))
 
     def get_job(self, name: str, rank: Optional[int] = None) -> pb.Job:
         """Returns the job's spec (defaults filled in), current epoch and plan readiness.

@@ -155,6 +155,7 @@ def _format_job(job: pb.Job) -> str:
         f"{_enum(pb.Order, s.order)}  {_enum(pb.Partition, s.partition)}  "
         f"{_enum(pb.UnevenPolicy, s.uneven)}",
         f"  policy  {_policy_text(s.policy)}",
+        "  rewindable epochs  " + (", ".join(str(e) for e in job.rewindable_epochs) or "none"),
     ])
 
 
@@ -324,11 +325,14 @@ def _args_create(parser):
                              "proto/samplerd.proto, e.g. {num_samples: 1000, world_size: 4, "
                              "samples_per_epoch: 250, policy: {loss: LOSS, alpha: 1}}; enum "
                              "values by their .proto names")
+    parser.add_argument("--resume", action="store_true",
+                        help="a job of this name and spec past epoch 0 is returned as it is "
+                             "(without: exit 4, the job is at epoch E: resume, rewind or delete)")
 
 
 def _cmd_create(ctx, args):
     spec = read_spec(args.spec)
-    job = ctx.client.create_job_from_spec(args.job, spec)
+    job = ctx.client.create_job_from_spec(args.job, spec, resume=args.resume)
     ctx.emit(message_to_dict(job), _format_job(job))
     return EXIT_OK
 
@@ -349,6 +353,18 @@ def _cmd_delete(ctx, args):
         existed = False
     ctx.emit({"job": args.job, "deleted": existed},
              f"deleted job {args.job}" if existed else f"no job {args.job}: nothing to delete")
+    return EXIT_OK
+
+
+def _args_rewind(parser):
+    _args_job(parser)
+    parser.add_argument("epoch", type=int, help="an epoch whose start the server keeps "
+                                               "(status: rewindable epochs)")
+
+
+def _cmd_rewind(ctx, args):
+    job = ctx.client.rewind_job(args.job, args.epoch)
+    ctx.emit(message_to_dict(job), _format_job(job))
     return EXIT_OK
 
 
@@ -407,6 +423,8 @@ COMMANDS = (
     Command("create", "create a job from a spec file (idempotent for the same spec)",
             _args_create, _cmd_create),
     Command("delete", "delete a job and its state (asks nothing)", _args_delete, _cmd_delete),
+    Command("rewind", "put a job back to the start of a kept epoch (a restored checkpoint's)",
+            _args_rewind, _cmd_rewind),
     Command("upload-weights", "upload a STATIC job's per-sample weights from a .npy file",
             _args_upload, _cmd_upload_weights),
     Command("upload-labels", "upload a CLASS_BALANCED job's per-sample labels from a .npy file",
