@@ -15,6 +15,7 @@
 #include "server/job_config.h"
 #include "server/persistence/job_journal.h"
 #include "server/persistence/record_log.h"
+#include "server/testing/job_shards.h"
 #include "server/testing/loss_batches.h"
 #include "server/testing/test_dir.h"
 
@@ -62,13 +63,7 @@ class JobPersistenceTest : public ::testing::Test {
   }
 
   std::vector<uint64_t> Shard(Job& job, uint64_t epoch, uint32_t rank) {
-    auto lease = job.AcquireShard(epoch, rank, kWorld, absl::Now() + absl::Seconds(30));
-    EXPECT_TRUE(lease.ok()) << lease.status();
-    if (!lease.ok()) return {};
-    std::vector<uint64_t> out(lease->shard_length);
-    EXPECT_TRUE(
-        backend_->ExtractShard(*lease->view.plan, lease->shard, rank, 0, absl::MakeSpan(out)).ok());
-    return out;
+    return testutil::ShardOf(job, *backend_, epoch, rank);
   }
 
   // Reports a loss derived from (epoch, index) for shard positions [from, to) of `rank`, as one

@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "kernels/testing/test_util.h"
 #include "server/testing/gated_backend.h"
+#include "server/testing/job_shards.h"
 #include "server/testing/loss_batches.h"
 
 namespace samplerd {
@@ -40,15 +41,8 @@ class JobTest : public ::testing::Test {
 
   static absl::Time Soon() { return absl::Now() + absl::Seconds(10); }
 
-  // Rank `rank`'s shard of `epoch` (position k at [k]); waits for its plan.
   std::vector<uint64_t> Shard(Job& job, uint64_t epoch, uint32_t rank) {
-    auto lease = job.AcquireShard(epoch, rank, job.config().shard.world_size, Soon());
-    EXPECT_TRUE(lease.ok()) << lease.status();
-    if (!lease.ok()) return {};
-    std::vector<uint64_t> out(lease->shard_length);
-    EXPECT_TRUE(
-        backend_->ExtractShard(*lease->view.plan, lease->shard, rank, 0, absl::MakeSpan(out)).ok());
-    return out;
+    return testutil::ShardOf(job, *backend_, epoch, rank);
   }
 
   static float One(uint64_t) { return 1.0f; }
