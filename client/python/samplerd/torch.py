@@ -23,6 +23,7 @@ plan: shards are disjoint and of equal length, and the weights (recomputed by th
 losses of all ranks) are the same for everybody.
 """
 
+import numbers
 import queue
 import threading
 from typing import Optional, Union
@@ -225,7 +226,8 @@ class DistributedWeightedSampler(Sampler):
             raise errors.FailedPrecondition(
                 f"state['world_size'] = {world_size} differs from this sampler's world_size = "
                 f"{self.world_size}")
-        if not (isinstance(position, int) and 0 <= position <= self._length):
+        if not (isinstance(position, numbers.Integral) and not isinstance(position, bool)
+                and 0 <= position <= self._length):
             raise errors.InvalidArgument(
                 f"state['position'] = {position} is outside [0, shard length = {self._length}]")
         if self._iter_epoch is not None:
