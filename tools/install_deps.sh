@@ -10,9 +10,12 @@ APT_PACKAGES=(
   # System libraries wrapped by //third_party.
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libgoogle-glog-dev libgflags-dev libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev
+  libcivetweb-dev
   # Python side: the client's runtime deps, torch (CPU, gloo) for the DDP tests, tooling.
   python3 python3-venv python3-pip python3-grpcio python3-protobuf python3-grpc-tools
   python3-numpy python3-torch python3-matplotlib python3-pytest
+  # Operations tests: a real Prometheus server scrapes samplerd (tests/python/test_metrics_prometheus.py).
+  prometheus
 )
 
 missing=()
