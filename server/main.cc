@@ -2,6 +2,7 @@
 // down gracefully on SIGTERM/SIGINT (exit 0).
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -9,7 +10,8 @@
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
-#include "glog/logging.h"
+#include "absl/strings/str_cat.h"
+#include "server/logging_setup.h"
 #include "server/server.h"
 #include "server/stream_budget.h"
 
@@ -35,6 +37,16 @@ ABSL_FLAG(uint64_t, max_stream_buffer_bytes, samplerd::kDefaultMaxStreamBufferBy
           "of a chunk, 24 with importance weights); a stream beyond it gets RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int, grace_period_ms, 10000, "On SIGTERM, time for in-flight calls to finish.");
 ABSL_FLAG(int, log_level, 0, "Minimum log level to stderr: 0 INFO, 1 WARNING, 2 ERROR.");
+ABSL_FLAG(int, metrics_port, -1,
+          "Port of the Prometheus metrics endpoint (http://HOST:PORT/metrics, see "
+          "docs/OPERATIONS.md): -1 none, 0 a free port (printed at startup).");
+ABSL_FLAG(std::string, metrics_host, "",
+          "Address the metrics endpoint listens on; empty: the same as --host.");
+
+// glog's --v, as an Abseil flag (see server/logging_setup.h for why it is declared here).
+ABSL_FLAG(int, v, 0,
+          "Verbose logging: 1 adds a line per RPC (event=rpc method=... code=... ms=...). "
+          "Events and errors are logged at every level.");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
@@ -50,9 +62,7 @@ int main(int argc, char** argv) {
   usage.contains_help_flags = usage.contains_helpshort_flags;
   absl::SetFlagsUsageConfig(usage);
   absl::ParseCommandLine(argc, argv);
-  FLAGS_logtostderr = true;
-  FLAGS_minloglevel = absl::GetFlag(FLAGS_log_level);
-  google::InitGoogleLogging(argv[0]);
+  samplerd::InitLogging(argv[0], absl::GetFlag(FLAGS_log_level), absl::GetFlag(FLAGS_v));
 
   // Block the stop signals in every thread; this thread takes them with sigwait.
   sigset_t stop_signals;
@@ -74,18 +84,24 @@ int main(int argc, char** argv) {
   options.max_server_threads = absl::GetFlag(FLAGS_max_server_threads);
   options.max_stream_buffer_bytes = absl::GetFlag(FLAGS_max_stream_buffer_bytes);
   options.grace_period = absl::Milliseconds(absl::GetFlag(FLAGS_grace_period_ms));
+  options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  options.metrics_host = absl::GetFlag(FLAGS_metrics_host);
 
   auto server = samplerd::Server::Create(options);
   if (!server.ok()) {
     std::fprintf(stderr, "samplerd: %s\n", server.status().ToString().c_str());
     return 1;
   }
+  // Scripts and tests read the first line; the metrics line, if any, comes after it.
   std::printf("samplerd listening on %s\n", (*server)->address().c_str());
+  if (!(*server)->metrics_url().empty()) {
+    std::printf("samplerd metrics on %s\n", (*server)->metrics_url().c_str());
+  }
   std::fflush(stdout);
 
   int signal = 0;
   sigwait(&stop_signals, &signal);
-  LOG(INFO) << "signal " << signal << ": shutting down";
+  samplerd::LogEvent(absl::StrCat("event=signal signal=", sigabbrev_np(signal)));
   (*server)->Shutdown();
   (*server)->Wait();
   return 0;

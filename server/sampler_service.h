@@ -30,6 +30,8 @@
 #include "kernels/compute_backend.h"
 #include "proto/samplerd.pb.h"
 #include "server/job_registry.h"
+#include "server/metrics/registry.h"
+#include "server/service_metrics.h"
 #include "server/stream_budget.h"
 
 namespace samplerd {
@@ -39,9 +41,11 @@ class SamplerService final : public grpc::Service {
   // `registry` and `backend` must outlive the service. `max_message_bytes` is the server's send
   // limit: shard chunks are made small enough to fit it whatever max_chunk_size asks for.
   // `max_stream_buffer_bytes` bounds the chunk bytes all open StreamShard calls hold together
-  // (see StreamBudget and StreamShardImpl).
+  // (see StreamBudget and StreamShardImpl). The per-job counters (ServiceMetrics) go to
+  // `metrics` (which must outlive the service); with nullptr they are kept but not exported.
   SamplerService(JobRegistry* registry, ComputeBackend* backend, int max_message_bytes = 64 << 20,
-                 uint64_t max_stream_buffer_bytes = kDefaultMaxStreamBufferBytes);
+                 uint64_t max_stream_buffer_bytes = kDefaultMaxStreamBufferBytes,
+                 metrics::Registry* metrics = nullptr);
 
   // The unary RPCs, given their parsed request.
   grpc::Status CreateJob(grpc::ServerContext* context, const v1::CreateJobRequest& request,
@@ -116,6 +120,7 @@ class SamplerService final : public grpc::Service {
   ComputeBackend* const backend_;
   const int max_message_bytes_;
   StreamBudget stream_budget_;
+  ServiceMetrics metrics_;
   mutable absl::Mutex calls_mu_;
   int64_t calls_in_flight_ ABSL_GUARDED_BY(calls_mu_) = 0;
 };

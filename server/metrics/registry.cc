@@ -40,8 +40,13 @@ void AppendValue(std::string* out, double value) {
     // Integers in full ("100000", not the shorter "1e+05"): counts read as counts.
     absl::StrAppend(out, static_cast<int64_t>(value));
   } else {
-    char buffer[32];
-    const auto result = std::to_chars(buffer, buffer + sizeof(buffer), value);
+    // Positional notation where Go's strconv (Prometheus's own formatting) uses it: "0.0005"
+    // as a histogram bound, not "5e-04".
+    const double magnitude = std::abs(value);
+    const auto format = magnitude >= 1e-4 && magnitude < 1e21 ? std::chars_format::fixed
+                                                              : std::chars_format::general;
+    char buffer[64];
+    const auto result = std::to_chars(buffer, buffer + sizeof(buffer), value, format);
     out->append(buffer, result.ptr);
   }
 }

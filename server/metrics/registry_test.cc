@@ -21,6 +21,7 @@ TEST(RegistryTest, RendersTheExactTextFormat) {
   registry.AddGauge("test_up", "Whether it is up.")->WithLabels({})->Set(1);
   auto* latency =
       registry.AddHistogram("test_latency_seconds", "Latency.", {"method"}, {0.1, 1, 2.5});
+  registry.AddGauge("test_small", "Small.")->WithLabels({})->Set(0.0005);
   auto h = latency->WithLabels({"GetJob"});
   h->Observe(0.05);
   h->Observe(0.1);  // On a bound: counted in that bucket (le means <=).
@@ -46,6 +47,9 @@ TEST(RegistryTest, RendersTheExactTextFormat) {
             "# TYPE test_rpcs_total counter\n"
             "test_rpcs_total{method=\"CreateJob\",code=\"NOT_FOUND\"} 1\n"
             "test_rpcs_total{method=\"GetJob\",code=\"OK\"} 3\n"
+            "# HELP test_small Small.\n"
+            "# TYPE test_small gauge\n"
+            "test_small 0.0005\n"
             "# HELP test_up Whether it is up.\n"
             "# TYPE test_up gauge\n"
             "test_up 1\n");
