@@ -180,21 +180,21 @@ void Server::AddStateGauges() {
     };
   };
   metrics_->AddGaugeCallback(
-      "samplerd_job_epoch", "The job's current epoch (being served, or planned).", {"job"},
+      "samplerd_job_epoch", "The job's current epoch (being served, or planned).", {"job_name"},
       per_job([](const Job&, const v1::JobStatus& s) {
         return static_cast<double>(s.job().current_epoch());
       }));
   metrics_->AddGaugeCallback(
-      "samplerd_job_plan_ready", "1 while the job's current epoch is served, else 0.", {"job"},
+      "samplerd_job_plan_ready", "1 while the job's current epoch is served, else 0.", {"job_name"},
       per_job([](const Job&, const v1::JobStatus& s) { return s.job().plan_ready() ? 1.0 : 0.0; }));
   metrics_->AddGaugeCallback(
-      "samplerd_job_ranks_ended", "Ranks that ended the job's current epoch (EndEpoch).", {"job"},
+      "samplerd_job_ranks_ended", "Ranks that ended the job's current epoch (EndEpoch).", {"job_name"},
       per_job([](const Job&, const v1::JobStatus& s) {
         return static_cast<double>(std::count_if(s.ranks().begin(), s.ranks().end(),
                                                  [](const v1::RankProgress& r) { return r.ended(); }));
       }));
   metrics_->AddGaugeCallback(
-      "samplerd_job_world_size", "The job's world size (ranks per epoch).", {"job"},
+      "samplerd_job_world_size", "The job's world size (ranks per epoch).", {"job_name"},
       per_job([](const Job& job, const v1::JobStatus&) {
         return static_cast<double>(job.config().shard.world_size);
       }));
@@ -202,7 +202,7 @@ void Server::AddStateGauges() {
   const bool persisted = !options_.data_dir.empty();
   metrics_->AddGaugeCallback(
       "samplerd_job_memory_estimate_bytes",
-      "The job's estimated memory (what it counts against --max_memory_bytes).", {"job"},
+      "The job's estimated memory (what it counts against --max_memory_bytes).", {"job_name"},
       per_job([backend, persisted](const Job& job, const v1::JobStatus&) {
         return static_cast<double>(EstimateJobMemory(job.config(), *backend, persisted).total());
       }));

@@ -148,20 +148,20 @@ TEST_F(ServerMetricsTest, ExportsRpcsJobsAndLossOutcomes) {
   std::string text;
   for (absl::Time deadline = absl::Now() + absl::Seconds(20); absl::Now() < deadline;) {
     text = Metrics();
-    if (text.find("samplerd_job_plan_ready{job=\"j\"} 1\n") != std::string::npos &&
-        text.find("samplerd_job_epoch{job=\"j\"} 2\n") != std::string::npos) {
+    if (text.find("samplerd_job_plan_ready{job_name=\"j\"} 1\n") != std::string::npos &&
+        text.find("samplerd_job_epoch{job_name=\"j\"} 2\n") != std::string::npos) {
       break;
     }
     absl::SleepFor(absl::Milliseconds(20));
   }
-  EXPECT_THAT(text, HasSubstr("samplerd_job_epoch{job=\"j\"} 2\n"));
-  EXPECT_THAT(text, HasSubstr("samplerd_job_ranks_ended{job=\"j\"} 0\n"));
-  EXPECT_THAT(text, HasSubstr("samplerd_job_world_size{job=\"j\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("samplerd_job_epoch{job_name=\"j\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("samplerd_job_ranks_ended{job_name=\"j\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("samplerd_job_world_size{job_name=\"j\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("samplerd_jobs 1\n"));
-  EXPECT_THAT(text, HasSubstr("samplerd_indices_streamed_total{job=\"j\"} 200\n"));
-  EXPECT_THAT(text, HasSubstr("samplerd_loss_pairs_total{job=\"j\",outcome=\"accepted\"} 10\n"));
-  EXPECT_THAT(text, HasSubstr("samplerd_loss_pairs_total{job=\"j\",outcome=\"duplicate\"} 10\n"));
-  EXPECT_THAT(text, HasSubstr("samplerd_loss_pairs_total{job=\"j\",outcome=\"stale\"} 5\n"));
+  EXPECT_THAT(text, HasSubstr("samplerd_indices_streamed_total{job_name=\"j\"} 200\n"));
+  EXPECT_THAT(text, HasSubstr("samplerd_loss_pairs_total{job_name=\"j\",outcome=\"accepted\"} 10\n"));
+  EXPECT_THAT(text, HasSubstr("samplerd_loss_pairs_total{job_name=\"j\",outcome=\"duplicate\"} 10\n"));
+  EXPECT_THAT(text, HasSubstr("samplerd_loss_pairs_total{job_name=\"j\",outcome=\"stale\"} 5\n"));
   const std::string sampler = "service=\"samplerd.v1.Sampler\"";
   EXPECT_THAT(text, HasSubstr("samplerd_rpcs_total{" + sampler +
                               ",method=\"CreateJob\",code=\"OK\"} 1\n"));
@@ -176,7 +176,7 @@ TEST_F(ServerMetricsTest, ExportsRpcsJobsAndLossOutcomes) {
   EXPECT_THAT(text, HasSubstr("samplerd_rpc_duration_seconds_count{" + sampler +
                               ",method=\"StreamShard\"} 2\n"));
   EXPECT_THAT(text, HasSubstr("samplerd_build_info{version=\""));
-  EXPECT_THAT(text, HasSubstr("samplerd_job_memory_estimate_bytes{job=\"j\"} "));
+  EXPECT_THAT(text, HasSubstr("samplerd_job_memory_estimate_bytes{job_name=\"j\"} "));
   EXPECT_THAT(text, HasSubstr("samplerd_stream_buffer_bytes 0\n"));
   // The process-wide families are served too (planning ran at least three times here).
   EXPECT_THAT(text, HasSubstr("# TYPE samplerd_epoch_plan_seconds histogram\n"));
@@ -191,7 +191,7 @@ TEST_F(ServerMetricsTest, ExportsRpcsJobsAndLossOutcomes) {
     ASSERT_TRUE(stub_->DeleteJob(&context, request, &response).ok());
   }
   text = Metrics();
-  EXPECT_THAT(text, Not(HasSubstr("job=\"j\"")));
+  EXPECT_THAT(text, Not(HasSubstr("job_name=\"j\"")));
   EXPECT_THAT(text, HasSubstr("samplerd_jobs 0\n"));
 }
 

@@ -11,13 +11,13 @@ ServiceMetrics::ServiceMetrics(metrics::Registry* registry)
     : own_registry_(registry == nullptr ? std::make_unique<metrics::Registry>() : nullptr),
       streamed_((registry != nullptr ? registry : own_registry_.get())
                     ->AddCounter("samplerd_indices_streamed_total",
-                                 "Shard indices sent to ranks by StreamShard.", {"job"})),
+                                 "Shard indices sent to ranks by StreamShard.", {"job_name"})),
       loss_pairs_((registry != nullptr ? registry : own_registry_.get())
                       ->AddCounter("samplerd_loss_pairs_total",
                                    "(index, loss) pairs reported by ReportLosses, by outcome: "
                                    "accepted, stale (an older epoch's), duplicate (already "
                                    "applied).",
-                                   {"job", "outcome"})) {}
+                                   {"job_name", "outcome"})) {}
 
 std::shared_ptr<metrics::Counter> ServiceMetrics::IndicesStreamed(const std::string& job) {
   return streamed_->WithLabels({job});

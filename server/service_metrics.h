@@ -3,9 +3,12 @@
 // them). State the jobs hold (epoch, ranks ended, memory) is read at scrape time instead
 // (Server's gauges), so the jobs carry no instrumentation.
 //
-//   samplerd_indices_streamed_total{job}       shard indices sent to ranks
-//   samplerd_loss_pairs_total{job, outcome}    (index, loss) pairs reported, by outcome:
-//                                              accepted, stale (an older epoch), duplicate
+//   samplerd_indices_streamed_total{job_name}      shard indices sent to ranks
+//   samplerd_loss_pairs_total{job_name, outcome}   (index, loss) pairs reported, by outcome:
+//                                                  accepted, stale (an older epoch), duplicate
+//
+// The label is job_name, not job: Prometheus sets `job` (and `instance`) on every series it
+// scrapes, and would rename ours to exported_job.
 //
 // A deleted job's series are removed (ForgetJob); a job's counters start at 0 with the process.
 //
