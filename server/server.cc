@@ -105,9 +105,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const Options& options) {
   // interceptor, not by each handler.
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(std::make_unique<metrics::RpcMetricsInterceptorFactory>(
-      server->metrics_.get(),
-      std::set<std::string>{SamplerServiceName(), "grpc.health.v1.Health",
-                            "grpc.reflection.v1alpha.ServerReflection"}));
+      server->metrics_.get(), std::set<std::string>{SamplerServiceName(), "grpc.health.v1.Health",
+                                                    "grpc.reflection.v1alpha.ServerReflection"}));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   builder.AddListeningPort(JoinHostPort(options.host, options.port),
                            grpc::InsecureServerCredentials(), &server->port_);
@@ -132,8 +131,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const Options& options) {
   server->server_->GetHealthCheckService()->SetServingStatus(SamplerServiceName(), true);
   LOG(INFO) << "event=serving address=" << LogValue(server->address())
             << " backend=" << server->backend_->name() << " memory_budget_bytes="
-            << (options.max_memory_bytes != 0 ? options.max_memory_bytes
-                                              : DefaultMaxMemoryBytes())
+            << (options.max_memory_bytes != 0 ? options.max_memory_bytes : DefaultMaxMemoryBytes())
             << " metrics=" << LogValue(server->metrics_url()) << " version=" << kVersion;
   return server;
 }
@@ -147,9 +145,9 @@ Server::Server(const Options& options, std::unique_ptr<ComputeBackend> backend)
               options.max_memory_bytes != 0 ? options.max_memory_bytes : DefaultMaxMemoryBytes()},
           backend_.get(), options.data_dir)),
       metrics_(std::make_unique<metrics::Registry>()),
-      service_(std::make_unique<SamplerService>(
-          registry_.get(), backend_.get(), options.max_message_bytes,
-          options.max_stream_buffer_bytes, metrics_.get())) {}
+      service_(std::make_unique<SamplerService>(registry_.get(), backend_.get(),
+                                                options.max_message_bytes,
+                                                options.max_stream_buffer_bytes, metrics_.get())) {}
 
 Server::~Server() { Shutdown(); }
 
@@ -160,8 +158,9 @@ std::string Server::metrics_url() const {
 }
 
 void Server::AddStateGauges() {
-  metrics_->AddGauge("samplerd_build_info", "The samplerd build: its version and backend.",
-                     {"version", "backend"})
+  metrics_
+      ->AddGauge("samplerd_build_info", "The samplerd build: its version and backend.",
+                 {"version", "backend"})
       ->WithLabels({kVersion, std::string(backend_->name())})
       ->Set(1);
   JobRegistry* const jobs = registry_.get();
@@ -179,25 +178,25 @@ void Server::AddStateGauges() {
       return samples;
     };
   };
-  metrics_->AddGaugeCallback(
-      "samplerd_job_epoch", "The job's current epoch (being served, or planned).", {"job_name"},
-      per_job([](const Job&, const v1::JobStatus& s) {
-        return static_cast<double>(s.job().current_epoch());
-      }));
+  metrics_->AddGaugeCallback("samplerd_job_epoch",
+                             "The job's current epoch (being served, or planned).", {"job_name"},
+                             per_job([](const Job&, const v1::JobStatus& s) {
+                               return static_cast<double>(s.job().current_epoch());
+                             }));
   metrics_->AddGaugeCallback(
       "samplerd_job_plan_ready", "1 while the job's current epoch is served, else 0.", {"job_name"},
       per_job([](const Job&, const v1::JobStatus& s) { return s.job().plan_ready() ? 1.0 : 0.0; }));
-  metrics_->AddGaugeCallback(
-      "samplerd_job_ranks_ended", "Ranks that ended the job's current epoch (EndEpoch).", {"job_name"},
-      per_job([](const Job&, const v1::JobStatus& s) {
-        return static_cast<double>(std::count_if(s.ranks().begin(), s.ranks().end(),
-                                                 [](const v1::RankProgress& r) { return r.ended(); }));
-      }));
-  metrics_->AddGaugeCallback(
-      "samplerd_job_world_size", "The job's world size (ranks per epoch).", {"job_name"},
-      per_job([](const Job& job, const v1::JobStatus&) {
-        return static_cast<double>(job.config().shard.world_size);
-      }));
+  metrics_->AddGaugeCallback("samplerd_job_ranks_ended",
+                             "Ranks that ended the job's current epoch (EndEpoch).", {"job_name"},
+                             per_job([](const Job&, const v1::JobStatus& s) {
+                               return static_cast<double>(std::count_if(
+                                   s.ranks().begin(), s.ranks().end(),
+                                   [](const v1::RankProgress& r) { return r.ended(); }));
+                             }));
+  metrics_->AddGaugeCallback("samplerd_job_world_size", "The job's world size (ranks per epoch).",
+                             {"job_name"}, per_job([](const Job& job, const v1::JobStatus&) {
+                               return static_cast<double>(job.config().shard.world_size);
+                             }));
   const ComputeBackend* const backend = backend_.get();
   const bool persisted = !options_.data_dir.empty();
   metrics_->AddGaugeCallback(
@@ -208,19 +207,20 @@ void Server::AddStateGauges() {
       }));
   const double budget = static_cast<double>(
       options_.max_memory_bytes != 0 ? options_.max_memory_bytes : DefaultMaxMemoryBytes());
-  metrics_->AddGauge("samplerd_memory_budget_bytes",
-                     "Memory budget of all jobs together (--max_memory_bytes).")
+  metrics_
+      ->AddGauge("samplerd_memory_budget_bytes",
+                 "Memory budget of all jobs together (--max_memory_bytes).")
       ->WithLabels({})
       ->Set(budget);
   const SamplerService* const service = service_.get();
-  metrics_->AddGaugeCallback(
-      "samplerd_stream_buffer_bytes", "Bytes reserved by open StreamShard calls now.", {},
-      [service] {
-        return std::vector<metrics::GaugeSample>{
-            {{}, static_cast<double>(service->StreamBufferBytesInUse())}};
-      });
-  metrics_->AddGauge("samplerd_stream_buffer_limit_bytes",
-                     "Most bytes open StreamShard calls may reserve (--max_stream_buffer_bytes).")
+  metrics_->AddGaugeCallback("samplerd_stream_buffer_bytes",
+                             "Bytes reserved by open StreamShard calls now.", {}, [service] {
+                               return std::vector<metrics::GaugeSample>{
+                                   {{}, static_cast<double>(service->StreamBufferBytesInUse())}};
+                             });
+  metrics_
+      ->AddGauge("samplerd_stream_buffer_limit_bytes",
+                 "Most bytes open StreamShard calls may reserve (--max_stream_buffer_bytes).")
       ->WithLabels({})
       ->Set(static_cast<double>(options_.max_stream_buffer_bytes));
 }

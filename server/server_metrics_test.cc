@@ -159,14 +159,16 @@ TEST_F(ServerMetricsTest, ExportsRpcsJobsAndLossOutcomes) {
   EXPECT_THAT(text, HasSubstr("samplerd_job_world_size{job_name=\"j\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("samplerd_jobs 1\n"));
   EXPECT_THAT(text, HasSubstr("samplerd_indices_streamed_total{job_name=\"j\"} 200\n"));
-  EXPECT_THAT(text, HasSubstr("samplerd_loss_pairs_total{job_name=\"j\",outcome=\"accepted\"} 10\n"));
-  EXPECT_THAT(text, HasSubstr("samplerd_loss_pairs_total{job_name=\"j\",outcome=\"duplicate\"} 10\n"));
+  EXPECT_THAT(text,
+              HasSubstr("samplerd_loss_pairs_total{job_name=\"j\",outcome=\"accepted\"} 10\n"));
+  EXPECT_THAT(text,
+              HasSubstr("samplerd_loss_pairs_total{job_name=\"j\",outcome=\"duplicate\"} 10\n"));
   EXPECT_THAT(text, HasSubstr("samplerd_loss_pairs_total{job_name=\"j\",outcome=\"stale\"} 5\n"));
   const std::string sampler = "service=\"samplerd.v1.Sampler\"";
-  EXPECT_THAT(text, HasSubstr("samplerd_rpcs_total{" + sampler +
-                              ",method=\"CreateJob\",code=\"OK\"} 1\n"));
-  EXPECT_THAT(text, HasSubstr("samplerd_rpcs_total{" + sampler +
-                              ",method=\"EndEpoch\",code=\"OK\"} 2\n"));
+  EXPECT_THAT(
+      text, HasSubstr("samplerd_rpcs_total{" + sampler + ",method=\"CreateJob\",code=\"OK\"} 1\n"));
+  EXPECT_THAT(
+      text, HasSubstr("samplerd_rpcs_total{" + sampler + ",method=\"EndEpoch\",code=\"OK\"} 2\n"));
   EXPECT_THAT(text, HasSubstr("samplerd_rpcs_total{" + sampler +
                               ",method=\"GetJob\",code=\"NOT_FOUND\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("samplerd_rpcs_total{" + sampler +
@@ -204,8 +206,8 @@ TEST_F(ServerMetricsTest, UnknownMethodsDoNotCreateSeries) {
     grpc::ByteBuffer request(&empty, 1), response;
     grpc::Status status;
     absl::Notification done;
-    generic.UnaryCall(&context, absl::StrCat("/evil.Service", i, "/Method", i),
-                      grpc::StubOptions(), &request, &response, [&](grpc::Status s) {
+    generic.UnaryCall(&context, absl::StrCat("/evil.Service", i, "/Method", i), grpc::StubOptions(),
+                      &request, &response, [&](grpc::Status s) {
                         status = std::move(s);
                         done.Notify();
                       });

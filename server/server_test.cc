@@ -1,5 +1,6 @@
 // Server on its own: option checks, health checking (for "" and the named service, and while
-// shutting down) and reflection answering standard tools, and a graceful shutdown (waiting streams end UNAVAILABLE at once, streams already writing finish).
+// shutting down) and reflection answering standard tools, and a graceful shutdown (waiting streams
+// end UNAVAILABLE at once, streams already writing finish).
 #include "server/server.h"
 
 #include <thread>
@@ -103,7 +104,8 @@ grpc::Status RawUnary(grpc::Channel* channel, const std::string& method, const s
 int HealthStatus(grpc::Channel* channel, const std::string& service, grpc::Status* error) {
   // HealthCheckRequest{service = 1}; the answer HealthCheckResponse{status = 1} is 08 <status>.
   std::string request;
-  if (!service.empty()) request = std::string("\x0a", 1) + static_cast<char>(service.size()) + service;
+  if (!service.empty())
+    request = std::string("\x0a", 1) + static_cast<char>(service.size()) + service;
   std::string response;
   *error = RawUnary(channel, "/grpc.health.v1.Health/Check", request, &response);
   if (!error->ok()) return -1;

@@ -44,11 +44,9 @@ absl::StatusOr<std::unique_ptr<HttpExporter>> HttpExporter::Start(
   const std::string address = JoinHostPort(host, port);
   // Two workers: one scrape at a time is the normal load; a second keeps a stuck client from
   // blocking Prometheus. Connections are closed after each request (no keep-alive threads).
-  const char* options[] = {"listening_ports", address.c_str(),
-                           "num_threads", "2",
-                           "request_timeout_ms", "10000",
-                           "enable_keep_alive", "no",
-                           nullptr};
+  const char* options[] = {
+      "listening_ports", address.c_str(),     "num_threads", "2",    "request_timeout_ms",
+      "10000",           "enable_keep_alive", "no",          nullptr};
   mg_callbacks callbacks;
   std::memset(&callbacks, 0, sizeof(callbacks));
   callbacks.log_message = &LogCivetWebMessage;

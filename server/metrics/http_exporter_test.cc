@@ -43,7 +43,8 @@ Response Fetch(int port, const std::string& method, const std::string& path) {
       }
     }
     char buffer[4096];
-    for (int n; (n = mg_read(connection, buffer, sizeof(buffer))) > 0;) response.body.append(buffer, n);
+    for (int n; (n = mg_read(connection, buffer, sizeof(buffer))) > 0;)
+      response.body.append(buffer, n);
   }
   mg_close_connection(connection);
   return response;

@@ -19,10 +19,10 @@ const ProcessMetrics& Process() {
     m->recompute_seconds = Only(r.AddHistogram(
         "samplerd_epoch_recompute_seconds",
         "Weight recompute at an epoch boundary (W_e to W_e+1 from the losses), in seconds.", {}));
-    m->plan_seconds = Only(r.AddHistogram(
-        "samplerd_epoch_plan_seconds", "Planning of an epoch's index list, in seconds.", {}));
-    m->snapshot_write_seconds = Only(r.AddHistogram(
-        "samplerd_snapshot_write_seconds", "Writing a snapshot file, in seconds.", {}));
+    m->plan_seconds = Only(r.AddHistogram("samplerd_epoch_plan_seconds",
+                                          "Planning of an epoch's index list, in seconds.", {}));
+    m->snapshot_write_seconds = Only(r.AddHistogram("samplerd_snapshot_write_seconds",
+                                                    "Writing a snapshot file, in seconds.", {}));
     m->snapshot_commit_seconds = Only(r.AddHistogram(
         "samplerd_snapshot_commit_seconds",
         "Making a written snapshot durable and current (fsync, rename, directory sync), in "

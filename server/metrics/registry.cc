@@ -112,8 +112,7 @@ Histogram::Histogram(std::vector<double> bounds)
 
 void Histogram::Observe(double value) {
   // The first bound >= value: bucket `le` counts observations <= le. NaN lands in +Inf.
-  const size_t bucket =
-      std::lower_bound(bounds_.begin(), bounds_.end(), value) - bounds_.begin();
+  const size_t bucket = std::lower_bound(bounds_.begin(), bounds_.end(), value) - bounds_.begin();
   counts_[bucket].fetch_add(1, std::memory_order_relaxed);
   AtomicAdd(&sum_, value);
 }
@@ -163,8 +162,8 @@ void FamilyBase::Render(std::string* out) const {
 }
 
 void FamilyBase::AppendSample(std::string* out, absl::string_view suffix,
-                              const std::vector<std::string>& label_values,
-                              absl::string_view extra, double value) const {
+                              const std::vector<std::string>& label_values, absl::string_view extra,
+                              double value) const {
   absl::StrAppend(out, name_, suffix);
   if (!label_values.empty() || !extra.empty()) {
     out->push_back('{');

@@ -165,8 +165,7 @@ class Registry {
   // Add a family. The pointer lives as long as the registry. A family without labels has its
   // one series from the start (rendered as 0 before the first update).
   Family<Counter>* AddCounter(std::string name, std::string help,
-                              std::vector<std::string> label_names = {})
-      ABSL_LOCKS_EXCLUDED(mu_);
+                              std::vector<std::string> label_names = {}) ABSL_LOCKS_EXCLUDED(mu_);
   Family<Gauge>* AddGauge(std::string name, std::string help,
                           std::vector<std::string> label_names = {}) ABSL_LOCKS_EXCLUDED(mu_);
   Family<Histogram>* AddHistogram(std::string name, std::string help,
@@ -178,8 +177,7 @@ class Registry {
   // rendering thread, with no lock of the registry held; it must be thread-safe and must
   // outlive the registry's last Render.
   void AddGaugeCallback(std::string name, std::string help, std::vector<std::string> label_names,
-                        std::function<std::vector<GaugeSample>()> collect)
-      ABSL_LOCKS_EXCLUDED(mu_);
+                        std::function<std::vector<GaugeSample>()> collect) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Every family in the text format 0.0.4, ordered by name.
   std::string Render() const ABSL_LOCKS_EXCLUDED(mu_);
