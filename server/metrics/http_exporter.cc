@@ -37,6 +37,14 @@ absl::StatusOr<std::unique_ptr<HttpExporter>> HttpExporter::Start(
         absl::StrCat("metrics_port = ", port, ": must be 0..65535 (or -1: no metrics)"));
   }
   if (host.empty()) return absl::InvalidArgumentError("metrics_host = \"\": must not be empty");
+  // Debian's libcivetweb is built without IPv6: say so rather than CivetWeb's "Failed to setup
+  // server ports" (e.g. --host=:: leaves --metrics_host to be set to an IPv4 address).
+  if (host.find(':') != std::string::npos && mg_check_feature(MG_FEATURES_IPV6) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "metrics_host = \"", host,
+        "\": this samplerd's CivetWeb has no IPv6 support; give --metrics_host an IPv4 address "
+        "(e.g. 0.0.0.0 or 127.0.0.1)"));
+  }
   static std::once_flag library_initialized;
   std::call_once(library_initialized, [] { mg_init_library(0); });
 

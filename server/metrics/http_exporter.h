@@ -25,8 +25,9 @@ namespace metrics {
 
 class HttpExporter {
  public:
-  // Listens on host:port (an IPv4 or IPv6 literal, or a name CivetWeb resolves; port 0 picks a
-  // free one). INVALID_ARGUMENT for a port out of 0..65535 or an empty host, UNAVAILABLE when
+  // Listens on host:port (an IPv4 literal or a name CivetWeb resolves; IPv6 only if CivetWeb
+  // was built with it, which Debian's is not; port 0 picks a free one). INVALID_ARGUMENT for a
+  // port out of 0..65535, an empty host or an IPv6 host without IPv6 support, UNAVAILABLE when
   // the address cannot be bound (CivetWeb's reason in the message).
   static absl::StatusOr<std::unique_ptr<HttpExporter>> Start(
       const std::string& host, int port, std::vector<const Registry*> registries);

@@ -86,6 +86,12 @@ TEST(HttpExporterTest, BadAddressesAreRefusedNamingTheFlag) {
   EXPECT_EQ(empty_host.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(empty_host.status().message()), HasSubstr("metrics_host"));
 
+  if (mg_check_feature(MG_FEATURES_IPV6) == 0) {
+    auto ipv6 = HttpExporter::Start("::1", 0, {&registry});
+    EXPECT_EQ(ipv6.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(ipv6.status().message()), HasSubstr("metrics_host = \"::1\""));
+  }
+
   // A port already taken.
   auto first = HttpExporter::Start("127.0.0.1", 0, {&registry});
   ASSERT_TRUE(first.ok());
