@@ -8,6 +8,7 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "server/metrics/process_metrics.h"
 
 namespace samplerd {
 namespace {
@@ -68,6 +69,7 @@ absl::StatusOr<PlannedEpoch> EpochPlanner::PlanWith(
   PlannedEpoch planned;
   planned.epoch = epoch;
   planned.plan_ms = MillisSince(start);
+  metrics::Process().plan_seconds->Observe(planned.plan_ms / 1e3);
   planned.recompute_ms = recompute_ms;
   if (weights->empty()) {
     planned.weight_summary = SummarizeWeights(std::vector<float>(1, 1.0f));
@@ -95,7 +97,9 @@ bool EpochPlanner::StartNext(uint64_t closed_epoch, RecomputeInputs inputs,
     if (!weights.ok()) {
       done(weights.status());
     } else {
-      done(PlanWith(closed_epoch + 1, *std::move(weights), MillisSince(start)));
+      const double recompute_ms = MillisSince(start);
+      metrics::Process().recompute_seconds->Observe(recompute_ms / 1e3);
+      done(PlanWith(closed_epoch + 1, *std::move(weights), recompute_ms));
     }
 #if defined(__GLIBC__)
     // An epoch boundary is a quiet moment: give the memory of the epoch's freed message buffers

@@ -294,6 +294,8 @@ bool Job::Publish(const PlannedEpoch& planned, std::shared_ptr<const std::vector
     for (RankState& r : ranks_) r = RankState();
     ranks_ended_ = 0;
   }
+  LOG(INFO) << "event=epoch_opened job=" << name_ << " epoch=" << planned.epoch
+            << " recompute_ms=" << planned.recompute_ms << " plan_ms=" << planned.plan_ms;
   planner_.PlanAhead(planned);
   return true;
 }
@@ -528,6 +530,7 @@ absl::StatusOr<v1::EndEpochResponse> Job::EndEpoch(uint64_t epoch, uint32_t rank
     epoch_ = epoch + 1;
     phase_ = Planning{std::nullopt, absl::Now()};
   }
+  LOG(INFO) << "event=epoch_closed job=" << name_ << " epoch=" << epoch;
   // The recompute reads the table off the lock while the job is Planning. Closed meanwhile: no
   // planner starts (waiters were woken with the close reason).
   if (absl::StatusOr<const LossTable*> losses = LossesWhilePlanning(); losses.ok()) {

@@ -12,8 +12,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "glog/logging.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "server/log_fields.h"
 #include "server/persistence/file_util.h"
 
 namespace samplerd {
@@ -66,6 +68,8 @@ void JobRegistry::Unreserve(const std::string& name) {
 
 absl::Status JobRegistry::Recover() {
   if (data_dir_.empty()) return absl::OkStatus();
+  const absl::Time start = absl::Now();
+  uint64_t records = 0;  // Log records replayed, over all jobs.
   namespace fs = std::filesystem;
   const fs::path jobs_dir = fs::path(data_dir_) / "jobs";
   std::error_code ec;
@@ -140,6 +144,7 @@ absl::Status JobRegistry::Recover() {
       return context(absl::FailedPreconditionError(absl::StrCat(
           "its spec does not fit this server's limits (", config.status().message(), ")")));
     }
+    records += journal->records.size();
     absl::StatusOr<std::unique_ptr<Job>> job =
         Job::Restore(name, *std::move(config), backend_, *std::move(journal));
     if (!job.ok()) return context(job.status());
@@ -157,6 +162,8 @@ absl::Status JobRegistry::Recover() {
                  << ", more than --max_memory_bytes = " << FormatBytes(limits_.max_memory_bytes)
                  << "; no new job fits until some are deleted";
   }
+  LOG(INFO) << "event=recovered data_dir=" << LogValue(data_dir_) << " jobs=" << jobs_.size()
+            << " records=" << records << " ms=" << absl::ToInt64Milliseconds(absl::Now() - start);
   return absl::OkStatus();
 }
 
@@ -213,6 +220,7 @@ absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Create(const std::string& name
     Reserve(name, memory.total());
   }
   // Planning epoch 0 (and writing its snapshot) may take a while: not under the registry lock.
+  const absl::Time start = absl::Now();
   absl::StatusOr<std::unique_ptr<Job>> job;
   try {
     std::unique_ptr<JobJournal> journal;
@@ -241,6 +249,7 @@ absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Create(const std::string& name
     }
   }
   std::shared_ptr<Job> shared;
+  bool visible = false;
   {
     absl::MutexLock lock(&mu_);
     pending_.erase(name);
@@ -249,11 +258,24 @@ absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Create(const std::string& name
       return job.status();
     }
     shared = *std::move(job);
-    if (!closed_) {
+    visible = !closed_;
+    if (visible) {
       jobs_.emplace(name, shared);
-      return shared;
+    } else {
+      Unreserve(name);
     }
-    Unreserve(name);
+  }
+  if (visible) {  // Logged off the registry lock.
+    const v1::JobSpec& normalized = shared->config().normalized;
+    LOG(INFO) << "event=job_created job=" << name << " num_samples=" << normalized.num_samples()
+              << " world_size=" << normalized.world_size()
+              << " samples_per_epoch=" << shared->config().plan.samples_per_epoch
+              << " base=" << v1::BasePolicy_Name(normalized.policy().base())
+              << " loss=" << v1::LossPolicy_Name(normalized.policy().loss())
+              << " memory_bytes=" << memory.total()
+              << " persisted=" << (data_dir_.empty() ? "false" : "true")
+              << " ms=" << absl::ToInt64Milliseconds(absl::Now() - start);
+    return shared;
   }
   // CloseAll ran while this job was planned: it never becomes visible.
   shared->Close(absl::UnavailableError("samplerd is shutting down"));
@@ -295,6 +317,8 @@ absl::Status JobRegistry::Delete(const std::string& name) {
     deleting_.erase(name);
     Unreserve(name);
   }
+  LOG(INFO) << "event=job_deleted job=" << name
+            << " files_removed=" << (removed.ok() ? "true" : "false");
   if (absl::Status s = std::move(removed); !s.ok()) {
     // The job is gone from this server either way; its files would come back at a restart.
     return absl::Status(s.code(), absl::StrCat("job '", name,

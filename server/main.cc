@@ -2,6 +2,7 @@
 // the tokens file on SIGHUP, and shuts down gracefully on SIGTERM/SIGINT (exit 0).
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -9,7 +10,8 @@
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
-#include "glog/logging.h"
+#include "absl/strings/str_cat.h"
+#include "server/logging_setup.h"
 #include "server/server.h"
 #include "server/stream_budget.h"
 
@@ -53,6 +55,16 @@ ABSL_FLAG(std::string, auth_tokens_file, "",
           "(docs/SECURITY.md). When set, every Sampler call needs \"authorization: Bearer TOKEN\"; "
           "re-read on SIGHUP. Keep it chmod 600.");
 ABSL_FLAG(int, log_level, 0, "Minimum log level to stderr: 0 INFO, 1 WARNING, 2 ERROR.");
+ABSL_FLAG(int, metrics_port, -1,
+          "Port of the Prometheus metrics endpoint (http://HOST:PORT/metrics, see "
+          "docs/OPERATIONS.md): -1 none, 0 a free port (printed at startup).");
+ABSL_FLAG(std::string, metrics_host, "",
+          "Address the metrics endpoint listens on; empty: the same as --host.");
+
+// glog's --v, as an Abseil flag (see server/logging_setup.h for why it is declared here).
+ABSL_FLAG(int, v, 0,
+          "Verbose logging: 1 adds a line per RPC (event=rpc method=... code=... ms=...). "
+          "Events and errors are logged at every level.");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
@@ -70,9 +82,7 @@ int main(int argc, char** argv) {
   usage.contains_help_flags = usage.contains_helpshort_flags;
   absl::SetFlagsUsageConfig(usage);
   absl::ParseCommandLine(argc, argv);
-  FLAGS_logtostderr = true;
-  FLAGS_minloglevel = absl::GetFlag(FLAGS_log_level);
-  google::InitGoogleLogging(argv[0]);
+  samplerd::InitLogging(argv[0], absl::GetFlag(FLAGS_log_level), absl::GetFlag(FLAGS_v));
 
   // Block the signals in every thread; this thread takes them with sigwait.
   sigset_t signals;
@@ -101,27 +111,35 @@ int main(int argc, char** argv) {
   options.tls_key = absl::GetFlag(FLAGS_tls_key);
   options.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
   options.auth_tokens_file = absl::GetFlag(FLAGS_auth_tokens_file);
+  options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  options.metrics_host = absl::GetFlag(FLAGS_metrics_host);
 
   auto server = samplerd::Server::Create(options);
   if (!server.ok()) {
     std::fprintf(stderr, "samplerd: %s\n", server.status().ToString().c_str());
     return 1;
   }
+  // Scripts and tests read the first line; the metrics line, if any, comes after it.
   std::printf("samplerd listening on %s\n", (*server)->address().c_str());
+  if (!(*server)->metrics_url().empty()) {
+    std::printf("samplerd metrics on %s\n", (*server)->metrics_url().c_str());
+  }
   std::fflush(stdout);
 
   int signal = 0;
   while (sigwait(&signals, &signal) == 0 && signal == SIGHUP) {
     // A bad file keeps the tokens in use: a typo must not lock every trainer out.
     if (options.auth_tokens_file.empty()) {
-      LOG(INFO) << "SIGHUP: no --auth_tokens_file, nothing to reload";
+      samplerd::LogEvent("event=reload_tokens result=skipped reason=\"no --auth_tokens_file\"");
     } else if (absl::Status s = (*server)->ReloadAuthTokens(); s.ok()) {
-      LOG(INFO) << "SIGHUP: reloaded " << options.auth_tokens_file;
+      samplerd::LogEvent(absl::StrCat("event=reload_tokens result=ok file=",
+                                      options.auth_tokens_file));
     } else {
-      LOG(ERROR) << "SIGHUP: " << s.message() << "; keeping the tokens in use";
+      samplerd::LogErrorEvent(absl::StrCat("event=reload_tokens result=kept_old error=\"",
+                                           s.message(), "\""));
     }
   }
-  LOG(INFO) << "signal " << signal << ": shutting down";
+  samplerd::LogEvent(absl::StrCat("event=signal signal=", sigabbrev_np(signal)));
   (*server)->Shutdown();
   (*server)->Wait();
   return 0;

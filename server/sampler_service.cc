@@ -159,12 +159,13 @@ void SamplerService::AddClientStream(
 
 SamplerService::SamplerService(JobRegistry* registry, ComputeBackend* backend,
                                int max_message_bytes, uint64_t max_stream_buffer_bytes,
-                               const Authorizer* authorizer)
+                               const Authorizer* authorizer, metrics::Registry* metrics)
     : registry_(registry),
       backend_(backend),
       max_message_bytes_(max_message_bytes),
       authorizer_(authorizer),
-      stream_budget_(max_stream_buffer_bytes) {
+      stream_budget_(max_stream_buffer_bytes),
+      metrics_(metrics) {
   AddUnary("/samplerd.v1.Sampler/CreateJob", &SamplerService::CreateJob);
   AddUnary("/samplerd.v1.Sampler/GetJob", &SamplerService::GetJob);
   AddUnary("/samplerd.v1.Sampler/ListJobs", &SamplerService::ListJobs);
@@ -244,7 +245,9 @@ grpc::Status SamplerService::ListJobs(grpc::ServerContext*, const v1::ListJobsRe
 
 grpc::Status SamplerService::DeleteJob(grpc::ServerContext*, const v1::DeleteJobRequest& request,
                                        v1::DeleteJobResponse*) {
-  return ToGrpcStatus(registry_->Delete(request.name()));
+  absl::Status deleted = registry_->Delete(request.name());
+  if (!absl::IsNotFound(deleted)) metrics_.ForgetJob(request.name());
+  return ToGrpcStatus(deleted);
 }
 
 grpc::Status SamplerService::RewindJob(grpc::ServerContext*, const v1::RewindJobRequest& request,
@@ -323,6 +326,7 @@ grpc::Status SamplerService::StreamShardImpl(const v1::StreamShardRequest& reque
                  request.with_is_weights()));
   if (!buffer_bytes.ok()) return ToGrpcStatus(buffer_bytes.status());
   const std::vector<float>& weights = *lease->view.weights;
+  const std::shared_ptr<metrics::Counter> streamed = metrics_.IndicesStreamed(request.job());
   std::vector<uint64_t> buffer;
   v1::ShardChunk chunk;
   uint64_t pos = request.start_offset();
@@ -358,6 +362,7 @@ grpc::Status SamplerService::StreamShardImpl(const v1::StreamShardRequest& reque
     if (!writer->Write(chunk)) {
       return grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream closed by the client");
     }
+    streamed->Increment(static_cast<double>(count));
     // Deleted meanwhile: stop (the proto promises NOT_FOUND). Shutting down (UNAVAILABLE): an
     // in-flight stream may finish within the grace period, the server cancels it after.
     if (absl::Status closed = (*job)->RecordStreamed(request.epoch(), request.rank(), pos);
@@ -396,12 +401,14 @@ grpc::Status SamplerService::ReportLossesImpl(grpc::ServerReaderInterface<grpc::
     view.indices = absl::MakeConstSpan(batch.indices().data(), batch.indices_size());
     view.losses = absl::MakeConstSpan(batch.losses().data(), batch.losses_size());
     view.positions = absl::MakeConstSpan(batch.positions().data(), batch.positions_size());
+    const v1::LossReportSummary before = *response;
     if (absl::Status s = job->ReportLosses(view, response); !s.ok()) {
       if (absl::Status synced = sync(); !synced.ok()) return ToGrpcStatus(synced);
       return ToGrpcStatus(absl::Status(
           s.code(), absl::StrCat("batch seq = ", batch.seq(), " of rank ", batch.rank(), ": ",
                                  s.message(), " (earlier batches of this stream were applied)")));
     }
+    metrics_.CountLosses(batch.job(), before, *response);
     response->set_batches(response->batches() + 1);
   }
   if (absl::Status synced = sync(); !synced.ok()) return ToGrpcStatus(synced);

@@ -31,6 +31,8 @@
 #include "proto/samplerd.pb.h"
 #include "server/auth/authorizer.h"
 #include "server/job_registry.h"
+#include "server/metrics/registry.h"
+#include "server/service_metrics.h"
 #include "server/stream_budget.h"
 
 namespace samplerd {
@@ -42,10 +44,12 @@ class SamplerService final : public grpc::Service {
   // `max_stream_buffer_bytes` bounds the chunk bytes all open StreamShard calls hold together
   // (see StreamBudget and StreamShardImpl). `authorizer`, if not null, must outlive the service:
   // every call then needs a bearer token that grants it (server/auth/authorizer.h), checked
-  // before anything else happens; null: no token checks.
+  // before anything else happens; null: no token checks. The per-job counters (ServiceMetrics)
+  // go to `metrics` (which must outlive the service); with nullptr they are kept but not
+  // exported.
   SamplerService(JobRegistry* registry, ComputeBackend* backend, int max_message_bytes = 64 << 20,
                  uint64_t max_stream_buffer_bytes = kDefaultMaxStreamBufferBytes,
-                 const Authorizer* authorizer = nullptr);
+                 const Authorizer* authorizer = nullptr, metrics::Registry* metrics = nullptr);
 
   // The unary RPCs, given their parsed request.
   grpc::Status CreateJob(grpc::ServerContext* context, const v1::CreateJobRequest& request,
@@ -132,6 +136,7 @@ class SamplerService final : public grpc::Service {
   const int max_message_bytes_;
   const Authorizer* const authorizer_;  // Null: no token checks.
   StreamBudget stream_budget_;
+  ServiceMetrics metrics_;
   mutable absl::Mutex calls_mu_;
   int64_t calls_in_flight_ ABSL_GUARDED_BY(calls_mu_) = 0;
 };

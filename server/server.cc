@@ -1,7 +1,11 @@
 #include "server/server.h"
 
 #include <algorithm>
+#include <functional>
+#include <set>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -12,6 +16,10 @@
 #include "grpcpp/resource_quota.h"
 #include "server/auth/server_credentials.h"
 #include "server/job_memory.h"
+#include "server/log_fields.h"
+#include "server/metrics/process_metrics.h"
+#include "server/metrics/rpc_interceptor.h"
+#include "server/version.h"
 
 namespace samplerd {
 namespace {
@@ -25,6 +33,13 @@ std::string JoinHostPort(const std::string& host, int port) {
 // Whether `host` only listens on this machine (where plaintext tokens stay on the machine).
 bool IsLoopback(const std::string& host) {
   return host == "localhost" || host == "::1" || host == "[::1]" || absl::StartsWith(host, "127.");
+}
+
+// The full name of the Sampler service ("samplerd.v1.Sampler"), from the .proto.
+const std::string& SamplerServiceName() {
+  static const std::string* const name =
+      new std::string(v1::Job::descriptor()->file()->FindServiceByName("Sampler")->full_name());
+  return *name;
 }
 
 }  // namespace
@@ -64,6 +79,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const Options& options) {
     return absl::InvalidArgumentError(absl::StrCat(
         "grace_period = ", absl::FormatDuration(options.grace_period), ": must be >= 0"));
   }
+  if (options.metrics_port < -1 || options.metrics_port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics_port = ", options.metrics_port,
+                     ": must be -1 (no metrics), 0 (a free port) or 1..65535"));
+  }
   std::unique_ptr<ComputeBackend> backend;
   if (options.backend == "auto" || options.backend == "cpu") {
     backend = NewCpuBackend(options.planner_threads);
@@ -91,11 +111,29 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const Options& options) {
   }
 
   std::unique_ptr<Server> server(new Server(options, std::move(backend), std::move(authorizer)));
+  metrics::Process();  // Its families are exported from the start, at 0.
+  server->AddStateGauges();
+  // Metrics are served before recovery, which can take minutes for a large job: an operator
+  // sees the process up (and its job count grow) meanwhile.
+  if (options.metrics_port >= 0) {
+    absl::StatusOr<std::unique_ptr<metrics::HttpExporter>> exporter = metrics::HttpExporter::Start(
+        options.metrics_host.empty() ? options.host : options.metrics_host, options.metrics_port,
+        {server->metrics_.get(), &metrics::Registry::Default()});
+    if (!exporter.ok()) return exporter.status();
+    server->metrics_exporter_ = *std::move(exporter);
+  }
   // The persisted jobs are back before the port opens: no client sees a partial state.
   if (absl::Status s = server->registry_->Recover(); !s.ok()) return s;
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  // Every call is counted, timed and (if it fails in a way an operator must see) logged by one
+  // interceptor, not by each handler.
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::make_unique<metrics::RpcMetricsInterceptorFactory>(
+      server->metrics_.get(), std::set<std::string>{SamplerServiceName(), "grpc.health.v1.Health",
+                                                    "grpc.reflection.v1alpha.ServerReflection"}));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   builder.AddListeningPort(JoinHostPort(options.host, options.port), *credentials, &server->port_);
   builder.RegisterService(server->service_.get());
   // No SO_REUSEPORT (gRPC's default on Linux): a second samplerd on the same port must fail to
@@ -113,16 +151,17 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const Options& options) {
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", JoinHostPort(options.host, options.port)));
   }
-  LOG(INFO) << "samplerd serving on " << server->address() << " ("
+  // The default health service knows "" only; probes that name the service (Kubernetes'
+  // grpc probe with `service:`, grpc_health_probe -service) must get an answer too.
+  server->server_->GetHealthCheckService()->SetServingStatus(SamplerServiceName(), true);
+  LOG(INFO) << "event=serving address=" << LogValue(server->address()) << " transport="
             << (options.plaintext               ? "plaintext"
-                : options.tls_client_ca.empty() ? "TLS"
-                                                : "mutual TLS")
-            << (server->authorizer_ != nullptr
-                    ? absl::StrCat(", ", server->authorizer_->size(), " bearer tokens")
-                    : std::string(", no bearer tokens"))
-            << ") with the " << server->backend_->name() << " backend and a memory budget of "
-            << FormatBytes(options.max_memory_bytes != 0 ? options.max_memory_bytes
-                                                         : DefaultMaxMemoryBytes());
+                : options.tls_client_ca.empty() ? "tls"
+                                                : "mutual_tls")
+            << " bearer_tokens="
+            << (server->authorizer_ != nullptr ? server->authorizer_->size() : 0) << " backend=" << server->backend_->name() << " memory_budget_bytes="
+            << (options.max_memory_bytes != 0 ? options.max_memory_bytes : DefaultMaxMemoryBytes())
+            << " metrics=" << LogValue(server->metrics_url()) << " version=" << kVersion;
   return server;
 }
 
@@ -140,13 +179,86 @@ Server::Server(const Options& options, std::unique_ptr<ComputeBackend> backend,
                                                                          : kDefaultRewindEpochs)},
               options.max_memory_bytes != 0 ? options.max_memory_bytes : DefaultMaxMemoryBytes()},
           backend_.get(), options.data_dir)),
+      metrics_(std::make_unique<metrics::Registry>()),
       service_(std::make_unique<SamplerService>(
           registry_.get(), backend_.get(), options.max_message_bytes,
-          options.max_stream_buffer_bytes, authorizer_.get())) {}
+          options.max_stream_buffer_bytes, authorizer_.get(), metrics_.get())) {}
 
 Server::~Server() { Shutdown(); }
 
 std::string Server::address() const { return JoinHostPort(options_.host, port_); }
+
+std::string Server::metrics_url() const {
+  return metrics_exporter_ != nullptr ? metrics_exporter_->url() : "";
+}
+
+void Server::AddStateGauges() {
+  metrics_
+      ->AddGauge("samplerd_build_info", "The samplerd build: its version and backend.",
+                 {"version", "backend"})
+      ->WithLabels({kVersion, std::string(backend_->name())})
+      ->Set(1);
+  JobRegistry* const jobs = registry_.get();
+  metrics_->AddGaugeCallback("samplerd_jobs", "Jobs on this server.", {}, [jobs] {
+    return std::vector<metrics::GaugeSample>{{{}, static_cast<double>(jobs->List().size())}};
+  });
+  // One sample per job, from its consistent status (one lock acquisition of the job).
+  using JobValue = std::function<double(const Job&, const v1::JobStatus&)>;
+  auto per_job = [jobs](JobValue value) {
+    return [jobs, value = std::move(value)] {
+      std::vector<metrics::GaugeSample> samples;
+      for (const std::shared_ptr<Job>& job : jobs->List()) {
+        samples.push_back({{job->name()}, value(*job, job->Status())});
+      }
+      return samples;
+    };
+  };
+  metrics_->AddGaugeCallback("samplerd_job_epoch",
+                             "The job's current epoch (being served, or planned).", {"job_name"},
+                             per_job([](const Job&, const v1::JobStatus& s) {
+                               return static_cast<double>(s.job().current_epoch());
+                             }));
+  metrics_->AddGaugeCallback(
+      "samplerd_job_plan_ready", "1 while the job's current epoch is served, else 0.", {"job_name"},
+      per_job([](const Job&, const v1::JobStatus& s) { return s.job().plan_ready() ? 1.0 : 0.0; }));
+  metrics_->AddGaugeCallback("samplerd_job_ranks_ended",
+                             "Ranks that ended the job's current epoch (EndEpoch).", {"job_name"},
+                             per_job([](const Job&, const v1::JobStatus& s) {
+                               return static_cast<double>(std::count_if(
+                                   s.ranks().begin(), s.ranks().end(),
+                                   [](const v1::RankProgress& r) { return r.ended(); }));
+                             }));
+  metrics_->AddGaugeCallback("samplerd_job_world_size", "The job's world size (ranks per epoch).",
+                             {"job_name"}, per_job([](const Job& job, const v1::JobStatus&) {
+                               return static_cast<double>(job.config().shard.world_size);
+                             }));
+  const ComputeBackend* const backend = backend_.get();
+  const bool persisted = !options_.data_dir.empty();
+  metrics_->AddGaugeCallback(
+      "samplerd_job_memory_estimate_bytes",
+      "The job's estimated memory (what it counts against --max_memory_bytes).", {"job_name"},
+      per_job([backend, persisted](const Job& job, const v1::JobStatus&) {
+        return static_cast<double>(EstimateJobMemory(job.config(), *backend, persisted).total());
+      }));
+  const double budget = static_cast<double>(
+      options_.max_memory_bytes != 0 ? options_.max_memory_bytes : DefaultMaxMemoryBytes());
+  metrics_
+      ->AddGauge("samplerd_memory_budget_bytes",
+                 "Memory budget of all jobs together (--max_memory_bytes).")
+      ->WithLabels({})
+      ->Set(budget);
+  const SamplerService* const service = service_.get();
+  metrics_->AddGaugeCallback("samplerd_stream_buffer_bytes",
+                             "Bytes reserved by open StreamShard calls now.", {}, [service] {
+                               return std::vector<metrics::GaugeSample>{
+                                   {{}, static_cast<double>(service->StreamBufferBytesInUse())}};
+                             });
+  metrics_
+      ->AddGauge("samplerd_stream_buffer_limit_bytes",
+                 "Most bytes open StreamShard calls may reserve (--max_stream_buffer_bytes).")
+      ->WithLabels({})
+      ->Set(static_cast<double>(options_.max_stream_buffer_bytes));
+}
 
 void Server::Shutdown() {
   // Held throughout, so that a concurrent second call returns only once the first is done. No
@@ -154,8 +266,13 @@ void Server::Shutdown() {
   absl::MutexLock lock(&shutdown_mu_);
   if (shut_down_ || server_ == nullptr) return;
   shut_down_ = true;
-  const absl::Time deadline = absl::Now() + options_.grace_period;
-  // Load balancers and readiness probes see the server leave first.
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + options_.grace_period;
+  LOG(INFO) << "event=shutdown_started grace_period_ms="
+            << absl::ToInt64Milliseconds(options_.grace_period)
+            << " calls_in_flight=" << service_->CallsInFlight();
+  // Load balancers and readiness probes see the server leave first (every service: "" and
+  // samplerd.v1.Sampler).
   if (auto* health = server_->GetHealthCheckService(); health != nullptr) {
     health->SetServingStatus(false);
   }
@@ -170,6 +287,8 @@ void Server::Shutdown() {
   if (!drained) LOG(WARNING) << "grace period over: cancelling the calls still running";
   server_->Shutdown(absl::ToChronoTime(
       drained ? std::min(deadline, absl::Now() + absl::Milliseconds(100)) : absl::Now()));
+  LOG(INFO) << "event=shutdown_done ms=" << absl::ToInt64Milliseconds(absl::Now() - start)
+            << " drained=" << (drained ? "true" : "false");
 }
 
 absl::Status Server::ReloadAuthTokens() {

@@ -1,5 +1,6 @@
 // Server: samplerd's gRPC server (the Sampler service, health checking and reflection) with its
-// job registry and compute backend. main.cc fills Options from flags and calls Create.
+// job registry and compute backend, and its metrics (counted by a gRPC interceptor, served over
+// HTTP when asked for). main.cc fills Options from flags and calls Create.
 //
 // Thread-safe. Shutdown() may be called from any thread, once or more.
 #ifndef SAMPLERD_SERVER_SERVER_H_
@@ -16,6 +17,8 @@
 #include "kernels/compute_backend.h"
 #include "server/auth/authorizer.h"
 #include "server/job_registry.h"
+#include "server/metrics/http_exporter.h"
+#include "server/metrics/registry.h"
 #include "server/sampler_service.h"
 #include "server/stream_budget.h"
 
@@ -77,6 +80,11 @@ struct Options {
   // Bearer tokens and what they grant (server/auth/token_table.h has the format). Empty: calls
   // need no token. Re-read by ReloadAuthTokens.
   std::string auth_tokens_file;
+  // Prometheus metrics over HTTP at http://metrics_host:metrics_port/metrics
+  // (docs/OPERATIONS.md): -1 serves none, 0 picks a free port (read it back with
+  // Server::metrics_url()), else 1..65535. An empty metrics_host means `host`.
+  int metrics_port = -1;
+  std::string metrics_host;
 };
 
 class Server {
@@ -89,12 +97,14 @@ class Server {
   // The bound port (the chosen one when Options::port was 0).
   int port() const { return port_; }
   std::string address() const;
+  // "http://host:port/metrics" when metrics are served (Options::metrics_port >= 0), else "".
+  std::string metrics_url() const;
 
-  // Graceful stop: health checks turn NOT_SERVING; waiting StreamShard calls end with
-  // UNAVAILABLE and new work on jobs is refused with UNAVAILABLE; calls in flight (e.g. a stream
-  // already writing) get up to the grace period to finish, the rest is cancelled; then the
-  // server stops listening. Returns as soon as that is done (not after the whole grace period
-  // when clients merely stay connected). Idempotent; blocks until done.
+  // Graceful stop: health checks turn NOT_SERVING (for "" and "samplerd.v1.Sampler"); waiting
+  // StreamShard calls end with UNAVAILABLE and new work on jobs is refused with UNAVAILABLE; calls
+  // in flight (e.g. a stream already writing) get up to the grace period to finish, the rest is
+  // cancelled; then the server stops listening. Returns as soon as that is done (not after the
+  // whole grace period when clients merely stay connected). Idempotent; blocks until done.
   void Shutdown() ABSL_LOCKS_EXCLUDED(shutdown_mu_);
   // Blocks until the server has shut down.
   void Wait();
@@ -107,18 +117,26 @@ class Server {
  private:
   Server(const Options& options, std::unique_ptr<ComputeBackend> backend,
          std::unique_ptr<Authorizer> authorizer);
+  // Gauges read at scrape time: jobs, their epoch, ranks ended and memory, the stream buffer,
+  // the memory budget, the build.
+  void AddStateGauges();
 
   const Options options_;
   std::unique_ptr<ComputeBackend> backend_;
   // Null without Options::auth_tokens_file. Before service_, which uses it.
   std::unique_ptr<Authorizer> authorizer_;
   std::unique_ptr<JobRegistry> registry_;
+  // This server's metrics (RPCs, per-job counters, state gauges); the process-wide ones are in
+  // metrics::Registry::Default(). Outlives the gRPC server and the service, which update it.
+  std::unique_ptr<metrics::Registry> metrics_;
   std::unique_ptr<SamplerService> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   // Held for the whole of Shutdown(); taken by no call handler.
   absl::Mutex shutdown_mu_;
   bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;
+  // Declared last: stops serving metrics before what they read is destroyed.
+  std::unique_ptr<metrics::HttpExporter> metrics_exporter_;
 };
 
 }  // namespace samplerd

@@ -1,5 +1,6 @@
-// Server on its own: option checks, health checking and reflection answering standard tools, and
-// a graceful shutdown (waiting streams end UNAVAILABLE at once, streams already writing finish).
+// Server on its own: option checks, health checking (for "" and the named service, and while
+// shutting down) and reflection answering standard tools, and a graceful shutdown (waiting streams
+// end UNAVAILABLE at once, streams already writing finish).
 #include "server/server.h"
 #include "server/testing/test_server_options.h"
 
@@ -98,6 +99,19 @@ grpc::Status RawUnary(grpc::Channel* channel, const std::string& method, const s
   return status;
 }
 
+// grpc.health.v1.Health/Check for `service`: the status it answers (1 SERVING, 2 NOT_SERVING),
+// or -1 with the error in `error`.
+int HealthStatus(grpc::Channel* channel, const std::string& service, grpc::Status* error) {
+  // HealthCheckRequest{service = 1}; the answer HealthCheckResponse{status = 1} is 08 <status>.
+  std::string request;
+  if (!service.empty())
+    request = std::string("\x0a", 1) + static_cast<char>(service.size()) + service;
+  std::string response;
+  *error = RawUnary(channel, "/grpc.health.v1.Health/Check", request, &response);
+  if (!error->ok()) return -1;
+  return response.size() == 2 && response[0] == '\x08' ? response[1] : -1;
+}
+
 TEST(ServerTest, HealthCheckingAndReflectionAnswer) {
   auto server = Server::Create(TestOptions());
   ASSERT_TRUE(server.ok());
@@ -106,6 +120,12 @@ TEST(ServerTest, HealthCheckingAndReflectionAnswer) {
   // grpc.health.v1.HealthCheckRequest{service: ""} is empty; the answer {status: SERVING} is 08 01.
   ASSERT_TRUE(RawUnary(channel.get(), "/grpc.health.v1.Health/Check", "", &health).ok());
   EXPECT_EQ(health, std::string("\x08\x01", 2));
+  // The named service too (Kubernetes probes with `service:`, grpc_health_probe -service).
+  grpc::Status error;
+  EXPECT_EQ(HealthStatus(channel.get(), "samplerd.v1.Sampler", &error), 1) << error.error_message();
+  // Any other name is unknown.
+  EXPECT_EQ(HealthStatus(channel.get(), "samplerd.v1.Nope", &error), -1);
+  EXPECT_EQ(error.error_code(), grpc::StatusCode::NOT_FOUND);
 
   // Reflection: ServerReflectionRequest{list_services: ""} (field 7) over the bidi stream.
   grpc::GenericStub stub(channel);
@@ -140,6 +160,60 @@ TEST(ServerTest, HealthCheckingAndReflectionAnswer) {
   cq.Shutdown();
   while (cq.Next(&tag, &ok)) {
   }
+}
+
+TEST(ServerTest, HealthIsNotServingForEveryServiceDuringTheGracePeriod) {
+  Options options = TestOptions();
+  options.grace_period = absl::Seconds(30);
+  auto created = Server::Create(options);
+  ASSERT_TRUE(created.ok());
+  std::unique_ptr<Server> server = *std::move(created);
+  auto channel = grpc::CreateChannel(server->address(), grpc::InsecureChannelCredentials());
+  auto stub = v1::Sampler::NewStub(channel);
+  {
+    grpc::ClientContext context;
+    v1::CreateJobRequest request;
+    request.set_name("j");
+    request.mutable_spec()->set_num_samples(100);
+    request.mutable_spec()->set_world_size(1);
+    v1::Job job;
+    ASSERT_TRUE(stub->CreateJob(&context, request, &job).ok());
+  }
+  // A loss report still open (its client has not finished writing): Shutdown waits for it, so
+  // the server stays in its grace period, still answering calls.
+  grpc::ClientContext report_context;
+  v1::LossReportSummary summary;
+  auto report = stub->ReportLosses(&report_context, &summary);
+  v1::LossBatch batch;
+  batch.set_job("j");
+  batch.add_indices(3);
+  batch.add_losses(1.0f);
+  ASSERT_TRUE(report->Write(batch));
+  absl::SleepFor(absl::Milliseconds(200));  // The handler is running.
+
+  const absl::Time start = absl::Now();
+  std::thread stopper([&] { server->Shutdown(); });
+  grpc::Status error;
+  int plain = 0, named = 0;
+  while (absl::Now() - start < absl::Seconds(10)) {
+    plain = HealthStatus(channel.get(), "", &error);
+    ASSERT_TRUE(error.ok()) << "health must answer during the grace period: "
+                            << error.error_message();
+    named = HealthStatus(channel.get(), "samplerd.v1.Sampler", &error);
+    ASSERT_TRUE(error.ok()) << error.error_message();
+    if (plain == 2 && named == 2) break;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(plain, 2) << "\"\" is not NOT_SERVING while shutting down";
+  EXPECT_EQ(named, 2) << "samplerd.v1.Sampler is not NOT_SERVING while shutting down";
+  // Still in the grace period: the report is in flight and the shutdown has not returned.
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  // The report ends; its batch was applied; the shutdown completes.
+  report->WritesDone();
+  EXPECT_TRUE(report->Finish().ok());
+  EXPECT_EQ(summary.accepted(), 1u);
+  stopper.join();
+  server->Wait();
 }
 
 TEST(ServerTest, AnIdleConnectedClientDoesNotHoldShutdown) {

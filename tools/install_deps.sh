@@ -23,6 +23,8 @@ SERVER_BUILD_PACKAGES=(
   # System libraries wrapped by //third_party.
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libgoogle-glog-dev libgflags-dev zlib1g-dev
+  # The metrics endpoint (--metrics_port) is served with CivetWeb (//third_party:civetweb).
+  libcivetweb-dev
   # TLS: libssl-dev for the server's PEM checks and token digests (//third_party:openssl).
   libssl-dev
 )
@@ -38,6 +40,8 @@ APT_PACKAGES=(
   # Deploy checks (tests/python/test_deploy*.py): shellcheck for the scripts, systemd-analyze
   # for the unit, setpriv (util-linux) for the image-start check.
   shellcheck systemd util-linux
+  # The metrics test scrapes a real samplerd with Debian's Prometheus server.
+  prometheus
 )
 ((server_only)) && APT_PACKAGES=("${SERVER_BUILD_PACKAGES[@]}")
 

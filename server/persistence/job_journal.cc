@@ -14,6 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "glog/logging.h"
 #include "server/persistence/file_util.h"
 
@@ -218,9 +220,13 @@ void JobJournal::WriteScheduledSnapshots() {
       start = std::move(pending_snapshots_.front());
       pending_snapshots_.pop_front();
     }
+    const absl::Time begun = absl::Now();
     if (absl::Status s = WriteEpochSnapshot(start); !s.ok()) {
       LOG(ERROR) << dir_ << ": the snapshot of epoch " << start.epoch
                  << " was not written (recovery replays the logs from an older one): " << s;
+    } else {
+      LOG(INFO) << "event=snapshot_written job=" << start.job << " epoch=" << start.epoch
+                << " snapshot_ms=" << absl::ToDoubleMilliseconds(absl::Now() - begun);
     }
   }
 }

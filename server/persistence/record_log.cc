@@ -10,6 +10,9 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "server/metrics/process_metrics.h"
 #include "server/persistence/file_util.h"
 
 namespace samplerd {
@@ -259,6 +262,7 @@ absl::Status RecordLogWriter::Append(absl::string_view payload) {
   if (!error_.ok()) return error_;
   if (absl::Status s = WriteAll(fd_, record, path_); !s.ok()) return Failed(s);
   size_ += record.size();
+  metrics::Process().wal_bytes->Increment(record.size());
   return absl::OkStatus();
 }
 
@@ -276,11 +280,13 @@ absl::Status RecordLogWriter::Sync() {
   }
   // Not under mu_: appends go on while the disk syncs (fdatasync covers what was written
   // before it started).
+  const absl::Time sync_start = absl::Now();
   if (::fdatasync(fd_) != 0) {
     const absl::Status s = PosixError("fdatasync", path_, errno);
     absl::MutexLock lock(&mu_);
     return Failed(s);
   }
+  metrics::Process().wal_fsync_seconds->Observe(absl::ToDoubleSeconds(absl::Now() - sync_start));
   absl::MutexLock lock(&mu_);
   if (!error_.ok()) return error_;
   synced_ = std::max(synced_, target);

@@ -12,6 +12,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "server/metrics/process_metrics.h"
 #include "server/persistence/file_util.h"
 
 namespace samplerd {
@@ -95,6 +98,7 @@ absl::Status StageSnapshot(const std::string& path, state::SnapshotHeader header
   header.set_base_count(base.size());
   header.set_weights_count(weights.size());
   header.set_loss_stats_count(loss_stats.size());
+  const absl::Time start = absl::Now();
   const std::string header_bytes = header.SerializeAsString();
   const uint32_t header_length = static_cast<uint32_t>(header_bytes.size());
 
@@ -118,17 +122,25 @@ absl::Status StageSnapshot(const std::string& path, state::SnapshotHeader header
   }
   if (::close(fd.release()) != 0 && s.ok()) s = PosixError("close", tmp, errno);
   if (!s.ok()) ::unlink(tmp.c_str());
+  if (s.ok()) {
+    metrics::Process().snapshot_write_seconds->Observe(absl::ToDoubleSeconds(absl::Now() - start));
+  }
   return s;
 }
 
 absl::Status CommitSnapshot(const std::string& path) {
+  const absl::Time start = absl::Now();
   const std::string tmp = path + ".tmp";
   Fd fd(::open(tmp.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) return PosixError("open", tmp, errno);
   if (::fsync(fd.get()) != 0) return PosixError("fsync", tmp, errno);
   if (::rename(tmp.c_str(), path.c_str()) != 0) return PosixError("rename", tmp, errno);
   const size_t slash = path.rfind('/');
-  return SyncDirectory(slash == std::string::npos ? "." : path.substr(0, slash));
+  absl::Status s = SyncDirectory(slash == std::string::npos ? "." : path.substr(0, slash));
+  if (s.ok()) {
+    metrics::Process().snapshot_commit_seconds->Observe(absl::ToDoubleSeconds(absl::Now() - start));
+  }
+  return s;
 }
 
 absl::Status WriteSnapshot(const std::string& path, state::SnapshotHeader header,
