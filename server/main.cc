@@ -11,6 +11,7 @@
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "server/log_fields.h"
 #include "server/logging_setup.h"
 #include "server/server.h"
 #include "server/stream_budget.h"
@@ -130,13 +131,13 @@ int main(int argc, char** argv) {
   while (sigwait(&signals, &signal) == 0 && signal == SIGHUP) {
     // A bad file keeps the tokens in use: a typo must not lock every trainer out.
     if (options.auth_tokens_file.empty()) {
-      samplerd::LogEvent("event=reload_tokens result=skipped reason=\"no --auth_tokens_file\"");
+      samplerd::LogEvent("event=reload_tokens result=skipped reason=no_auth_tokens_file");
     } else if (absl::Status s = (*server)->ReloadAuthTokens(); s.ok()) {
-      samplerd::LogEvent(absl::StrCat("event=reload_tokens result=ok file=",
-                                      options.auth_tokens_file));
+      samplerd::LogEvent(absl::StrCat("event=reload_tokens result=reloaded file=",
+                                      samplerd::LogValue(options.auth_tokens_file)));
     } else {
-      samplerd::LogErrorEvent(absl::StrCat("event=reload_tokens result=kept_old error=\"",
-                                           s.message(), "\""));
+      samplerd::LogErrorEvent(absl::StrCat("event=reload_tokens result=kept_tokens_in_use error=",
+                                           samplerd::LogValue(s.message())));
     }
   }
   samplerd::LogEvent(absl::StrCat("event=signal signal=", sigabbrev_np(signal)));

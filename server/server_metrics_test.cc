@@ -2,6 +2,7 @@
 // read over real HTTP (CivetWeb's client), as Prometheus reads them.
 #include <civetweb.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "proto/samplerd.grpc.pb.h"
 #include "server/server.h"
+#include "server/testing/test_server_options.h"
 
 namespace samplerd {
 namespace {
@@ -50,8 +52,7 @@ std::string HttpGet(const std::string& url) {
 class ServerMetricsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    Options options;
-    options.port = 0;
+    Options options = testutil::LoopbackTestOptions();
     options.metrics_port = 0;
     options.planner_threads = 2;
     auto server = Server::Create(options);
@@ -82,10 +83,13 @@ class ServerMetricsTest : public ::testing::Test {
     request.set_world_size(1);
     auto reader = stub_->StreamShard(&context, request);
     v1::ShardChunk chunk;
-    uint64_t received = 0;
-    while (reader->Read(&chunk)) received += chunk.indices32_size();
+    std::vector<uint64_t>& shard = shards_[{job, epoch}];
+    shard.clear();
+    while (reader->Read(&chunk)) {
+      shard.insert(shard.end(), chunk.indices32().begin(), chunk.indices32().end());
+    }
     EXPECT_TRUE(reader->Finish().ok());
-    return received;
+    return shard.size();
   }
 
   v1::LossReportSummary Report(const std::vector<v1::LossBatch>& batches) {
@@ -98,14 +102,17 @@ class ServerMetricsTest : public ::testing::Test {
     return summary;
   }
 
-  static v1::LossBatch Batch(const std::string& job, uint64_t epoch, uint64_t seq, int size) {
+  // Losses for shard positions 0..size-1 of (job, epoch), as StreamAll received them.
+  v1::LossBatch Batch(const std::string& job, uint64_t epoch, uint64_t seq, int size) {
+    const std::vector<uint64_t>& shard = shards_[{job, epoch}];
     v1::LossBatch batch;
     batch.set_job(job);
     batch.set_epoch(epoch);
     batch.set_seq(seq);
-    for (int i = 0; i < size; ++i) {
-      batch.add_indices(i);
+    for (int i = 0; i < size && i < static_cast<int>(shard.size()); ++i) {
+      batch.add_indices(shard[i]);
       batch.add_losses(0.5f);
+      batch.add_positions(i);
     }
     return batch;
   }
@@ -121,6 +128,7 @@ class ServerMetricsTest : public ::testing::Test {
 
   std::unique_ptr<Server> server_;
   std::unique_ptr<v1::Sampler::Stub> stub_;
+  std::map<std::pair<std::string, uint64_t>, std::vector<uint64_t>> shards_;  // By (job, epoch).
 };
 
 TEST_F(ServerMetricsTest, ExportsRpcsJobsAndLossOutcomes) {
@@ -221,8 +229,7 @@ TEST_F(ServerMetricsTest, UnknownMethodsDoNotCreateSeries) {
 }
 
 TEST(ServerMetricsOptionsTest, BadMetricsPortIsRefusedAndNoneMeansNoUrl) {
-  Options options;
-  options.port = 0;
+  Options options = testutil::LoopbackTestOptions();
   options.metrics_port = -2;
   auto refused = Server::Create(options);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);

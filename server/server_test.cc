@@ -184,10 +184,21 @@ TEST(ServerTest, HealthIsNotServingForEveryServiceDuringTheGracePeriod) {
   grpc::ClientContext report_context;
   v1::LossReportSummary summary;
   auto report = stub->ReportLosses(&report_context, &summary);
-  v1::LossBatch batch;
+  v1::LossBatch batch;  // A valid batch: the index served at rank 0's position 0.
   batch.set_job("j");
-  batch.add_indices(3);
+  {
+    grpc::ClientContext context;
+    v1::StreamShardRequest request;
+    request.set_job("j");
+    request.set_world_size(1);
+    auto reader = stub->StreamShard(&context, request);
+    v1::ShardChunk chunk;
+    ASSERT_TRUE(reader->Read(&chunk) && chunk.indices32_size() > 0);
+    batch.add_indices(chunk.indices32(0));
+    context.TryCancel();
+  }
   batch.add_losses(1.0f);
+  batch.add_positions(0);
   ASSERT_TRUE(report->Write(batch));
   absl::SleepFor(absl::Milliseconds(200));  // The handler is running.
 

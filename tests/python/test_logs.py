@@ -54,7 +54,7 @@ def test_job_and_epoch_events_errors_and_shutdown():
         with pytest.raises(samplerd.ResourceExhausted):
             client.create_job("second", num_samples=32, world_size=1)  # --max_jobs=1
         shard = client.read_shard("logged", 0, 0, 1)
-        client.report_losses("logged", 0, 0, shard[:4], [1.0] * 4, seq=1)
+        client.report_losses("logged", 0, 0, shard[:4], [1.0] * 4, [0, 1, 2, 3], seq=1)
         client.end_epoch("logged", 0, 0)
         client.read_shard("logged", 1, 0, 1)  # Waits for epoch 1.
         client.delete_job("logged")

@@ -121,17 +121,19 @@ def test_prometheus_scrapes_the_job_series_with_their_values():
             shards = [client.read_shard("prom", 0, rank, world) for rank in range(world)]
             streamed = sum(len(shard) for shard in shards)
             for rank, shard in enumerate(shards):
-                s = client.report_losses("prom", 0, rank, shard[:10], [0.5] * 10, seq=1)
+                s = client.report_losses("prom", 0, rank, shard[:10], [0.5] * 10, range(10),
+                                         seq=1)
                 assert s.accepted == 10
             # Rank 0's batch retried: counted as duplicates, not applied again.
-            assert client.report_losses("prom", 0, 0, shards[0][:10], [0.5] * 10,
+            assert client.report_losses("prom", 0, 0, shards[0][:10], [0.5] * 10, range(10),
                                         seq=1).duplicates == 10
             for rank in range(world):
                 client.end_epoch("prom", 0, rank)
             for rank in range(world):
                 streamed += len(client.read_shard("prom", 1, rank, world))
             # A late batch of epoch 0: stale.
-            assert client.report_losses("prom", 0, 1, [1, 2, 3], [1.0] * 3, seq=2).stale == 3
+            assert client.report_losses("prom", 0, 1, [1, 2, 3], [1.0] * 3, [0, 1, 2],
+                                        seq=2).stale == 3
             for rank in range(world):
                 client.end_epoch("prom", 1, rank)
             with pytest.raises(samplerd.NotFound):
@@ -197,7 +199,7 @@ def test_dashboard_uses_only_exported_series():
         with samplerd.Client(server.address, timeout=20) as client:
             client.create_job("d", num_samples=8, world_size=1, loss="loss")
             shard = client.read_shard("d", 0, 0, 1)
-            client.report_losses("d", 0, 0, shard[:2], [1.0, 2.0], seq=1)
+            client.report_losses("d", 0, 0, shard[:2], [1.0, 2.0], [0, 1], seq=1)
             client.end_epoch("d", 0, 0)
         text = http_get(url)
     finally:

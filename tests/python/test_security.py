@@ -330,12 +330,14 @@ def test_sighup_reloads_the_tokens_and_a_bad_file_keeps_them(certs, tokens, tmp_
             write_tokens(tokens, f"{ADMIN} admin\n{NEW} superuser\n")
             server.proc.send_signal(signal.SIGHUP)
             deadline = time.monotonic() + 10
-            while "keeping the tokens in use" not in (err.seek(0) or err.read()):
+            while "event=reload_tokens result=kept_tokens_in_use" not in (err.seek(0) or
+                                                                         err.read()):
                 assert time.monotonic() < deadline, "no reload error logged within 10 s"
                 time.sleep(0.05)
             err.seek(0)
             log = err.read()
-            assert "line 2: grant \"superuser\"" in log and NEW not in log
+            # The message is a logfmt value: its quotes are escaped.
+            assert 'line 2: grant \\"superuser\\"' in log and NEW not in log
             assert code_of(NEW) == grpc.StatusCode.OK
             assert code_of(ADMIN) == grpc.StatusCode.UNAUTHENTICATED
         finally:
