@@ -360,3 +360,40 @@ def test_the_torch_sampler_passes_client_options_through(certs, token_server):
             pytest.raises(samplerd.InvalidArgument, match="client_options: given with a Client"):
         torch_sampler.DistributedWeightedSampler(c, "train", rank=0, world_size=1,
                                                  client_options={"token": TRAIN})
+
+
+def test_samplerctl_speaks_mutual_tls_and_sends_tokens(certs, tokens):
+    """samplerctl's --ca/--cert/--key/--token (and their environment variables) reach the
+    server: a job token creates its job, the admin-only list needs the admin token."""
+    import subprocess
+    import sys
+    server = start(*tls_args(certs, client_ca="ca"), f"--auth_tokens_file={tokens}")
+    client_dir = ROOT / "client" / "python"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SAMPLERD_")}
+    env["PYTHONPATH"] = str(client_dir)
+
+    def ctl(*args, **extra_env):
+        return subprocess.run(
+            [sys.executable, "-m", "samplerd.ctl", "--target", server.address, *args],
+            capture_output=True, text=True, timeout=30, env=dict(env, **extra_env))
+
+    tls = ["--ca", str(certs / "ca.pem"), "--cert", str(certs / "client.pem"),
+           "--key", str(certs / "client.key")]
+    try:
+        spec_file = tokens.parent / "spec.json"
+        spec_file.write_text('{"num_samples": 10, "world_size": 1}')
+        created = ctl(*tls, "--token", TRAIN, "create", "train", "--spec", str(spec_file))
+        assert created.returncode == 0, created.stderr
+        denied = ctl(*tls, "--token", TRAIN, "list")
+        assert denied.returncode == 6 and "PERMISSION_DENIED" in denied.stderr
+        assert TRAIN not in denied.stderr
+        assert ctl(*tls, "list").returncode == 6  # No token: UNAUTHENTICATED.
+        listed = ctl("--json", "list", SAMPLERD_CA=str(certs / "ca.pem"),
+                     SAMPLERD_CLIENT_CERT=str(certs / "client.pem"),
+                     SAMPLERD_CLIENT_KEY=str(certs / "client.key"), SAMPLERD_TOKEN=ADMIN)
+        assert listed.returncode == 0, listed.stderr
+        assert "train" in listed.stdout
+        # Under mutual TLS a client without its certificate is refused at the handshake.
+        assert ctl("--ca", str(certs / "ca.pem"), "--token", ADMIN, "list").returncode == 5
+    finally:
+        assert server.stop() == 0
