@@ -457,16 +457,18 @@ absl::Status Job::ReportLosses(const LossBatchView& batch, v1::LossReportSummary
   const size_t size = batch.indices.size();
   size_t fresh = 0;
   for (size_t k = 0; k < size; ++k) {
-    const uint64_t served = plan[ShardToPlanPosition(m, config_.shard, batch.rank,
-                                                     batch.positions[k])];
+    const uint64_t position = batch.position(k);
+    const uint64_t served = plan[ShardToPlanPosition(m, config_.shard, batch.rank, position)];
     if (served != batch.indices[k]) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "indices[", k, "] = ", batch.indices[k], " was not served to rank ", batch.rank,
-          " at positions[", k, "] = ", batch.positions[k], " of epoch ", batch.epoch,
+          "indices[", k, "] = ", batch.indices[k], " was not served to rank ", batch.rank, " at ",
+          batch.consecutive ? absl::StrCat("position ", position, " (first_position + ", k, ")")
+                            : absl::StrCat("positions[", k, "] = ", position),
+          " of epoch ", batch.epoch,
           " (that position holds index ", served, "): report each loss under the index and the "
           "shard position the rank was served (job '", name_, "')"));
     }
-    fresh += !rank.reported.Contains(batch.positions[k]);
+    fresh += !rank.reported.Contains(position);
   }
   if (fresh == 0) {  // A retry, or positions a restarted trainer trained again.
     summary->set_duplicates(summary->duplicates() + size);
@@ -479,7 +481,7 @@ absl::Status Job::ReportLosses(const LossBatchView& batch, v1::LossReportSummary
   constexpr size_t kAhead = 16;  // Prefetch distance: overlaps the cache misses of scattered i.
   for (size_t k = 0; k < size; ++k) {
     if (losses_.has_value() && k + kAhead < size) losses_->Prefetch(batch.indices[k + kAhead]);
-    if (!rank.reported.Insert(batch.positions[k], *shard_length)) continue;
+    if (!rank.reported.Insert(batch.position(k), *shard_length)) continue;
     accepted += !losses_.has_value() ||
                 losses_->Apply(batch.indices[k], batch.losses[k], batch.epoch);
   }

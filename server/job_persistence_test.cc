@@ -73,8 +73,15 @@ class JobPersistenceTest : public ::testing::Test {
     const auto batch = testutil::BatchOfRange(epoch, rank, seq, shard, from, to, [&](uint64_t i) {
       return static_cast<float>((i * 7 + epoch) % 11) / 4;
     });
+    // Both forms of positions go through the log: a list for odd seqs, first_position else.
+    LossBatchView view = batch.view();
+    if (seq % 2 == 0) {
+      view.positions = {};
+      view.consecutive = true;
+      view.first_position = from;
+    }
     v1::LossReportSummary summary;
-    EXPECT_TRUE(job.ReportLosses(batch.view(), &summary).ok());
+    EXPECT_TRUE(job.ReportLosses(view, &summary).ok());
     EXPECT_TRUE(job.Sync().ok());
     return summary;
   }

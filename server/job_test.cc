@@ -217,6 +217,27 @@ TEST_F(JobTest, ARetryIsRecognisedByItsPositionsWhateverItsSeq) {
   EXPECT_EQ(job->Status().samples_seen(), 200u);
 }
 
+TEST_F(JobTest, ConsecutivePositionsAreTheSameIdentityAsAList) {
+  auto job = MakeJob(100, 1, v1::LOSS);
+  const std::vector<uint64_t> shard = Shard(*job, 0, 0);
+  const std::vector<uint64_t> indices(shard.begin() + 10, shard.begin() + 20);
+  const std::vector<float> losses(10, 1.0f);
+  LossBatchView consecutive{0, 0, 0, indices, losses, {}, /*consecutive=*/true, 10};
+  v1::LossReportSummary s;
+  ASSERT_TRUE(job->ReportLosses(consecutive, &s).ok());
+  EXPECT_EQ(s.accepted(), 10u);
+  // The same positions listed one by one: duplicates.
+  ASSERT_TRUE(job->ReportLosses(testutil::BatchOfRange(0, 0, 1, shard, 10, 20, One).view(), &s)
+                  .ok());
+  EXPECT_EQ(s.duplicates(), 10u);
+  // Shifted by one: the served indices are not at those positions.
+  consecutive.first_position = 11;
+  const absl::Status shifted = job->ReportLosses(consecutive, &s);
+  EXPECT_EQ(shifted.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(shifted.message()),
+              HasSubstr("was not served to rank 0 at position 11 (first_position + 0)"));
+}
+
 TEST_F(JobTest, ALossForAnIndexNotServedAtItsPositionIsRefusedAndChangesNothing) {
   // Issue 11, defect 4: rank 0 reporting one of rank 1's samples would take that sample's one
   // loss of the epoch, and rank 1's real loss would then count as a duplicate.

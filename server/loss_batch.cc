@@ -14,10 +14,22 @@ absl::Status ValidateLossBatch(const LossBatchView& batch, uint64_t num_samples,
     return absl::InvalidArgumentError(absl::StrCat("indices: ", batch.indices.size(),
                                                    " entries but losses: ", batch.losses.size()));
   }
-  if (batch.positions.size() != batch.indices.size()) {
+  if (batch.consecutive && !batch.positions.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "positions: ", batch.positions.size(), " entries and first_position = ",
+        batch.first_position, ": give one of the two"));
+  }
+  if (!batch.consecutive && batch.positions.size() != batch.indices.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "positions: ", batch.positions.size(), " entries but indices: ", batch.indices.size(),
-        " (every loss names the shard position its index was served at)"));
+        " (every loss names the shard position its index was served at: positions, or "
+        "first_position for consecutive ones)"));
+  }
+  if (batch.consecutive && (batch.first_position >= *shard_length ||
+                            *shard_length - batch.first_position < batch.indices.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "first_position = ", batch.first_position, " with ", batch.indices.size(),
+        " pairs passes the end of rank ", batch.rank, "'s shard [0, ", *shard_length, ")"));
   }
   if (batch.indices.empty()) {
     return absl::InvalidArgumentError(
@@ -33,7 +45,7 @@ absl::Status ValidateLossBatch(const LossBatchView& batch, uint64_t num_samples,
                                                      " is outside [0, num_samples = ", num_samples,
                                                      ")"));
     }
-    if (batch.positions[k] >= *shard_length) {
+    if (!batch.consecutive && batch.positions[k] >= *shard_length) {
       return absl::InvalidArgumentError(
           absl::StrCat("positions[", k, "] = ", batch.positions[k], " is outside rank ",
                        batch.rank, "'s shard [0, ", *shard_length, ")"));

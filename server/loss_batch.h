@@ -24,12 +24,18 @@ struct LossBatchView {
   uint64_t seq = 0;  // Chosen by the reporter; names the batch in errors.
   absl::Span<const uint64_t> indices;
   absl::Span<const float> losses;
-  // The shard position each index was served at: the pair's identity (see position_set.h).
+  // The shard position each index was served at, the pair's identity (see position_set.h):
+  // `positions[k]`, or with `consecutive`, first_position + k (proto LossBatch.first_position).
   absl::Span<const uint64_t> positions;
+  bool consecutive = false;
+  uint64_t first_position = 0;
+
+  uint64_t position(size_t k) const { return consecutive ? first_position + k : positions[k]; }
 };
 
 // OK if `batch` can be applied to a job of `num_samples` samples, `samples_per_epoch` plan
-// positions and `shard`'s ranks: a valid rank, as many losses and positions as indices, 1 to
+// positions and `shard`'s ranks: a valid rank, as many losses and positions (or consecutive
+// positions from first_position, and no list) as indices, 1 to
 // kMaxLossBatchPairs pairs, every index < num_samples, every loss finite and >= 0, every position
 // inside the rank's shard. INVALID_ARGUMENT naming the first offending field and value otherwise.
 // Does not look at the epoch (whether it is open is the job's state) nor at the plan (whether the

@@ -59,6 +59,30 @@ TEST(LossBatchTest, NamesTheFirstBadFieldAndValue) {
   }
 }
 
+TEST(LossBatchTest, ConsecutivePositionsFromFirstPosition) {
+  const std::vector<uint64_t> indices = {3, 4};
+  const std::vector<float> losses = {1, 1};
+  LossBatchView batch;
+  batch.rank = 1;
+  batch.indices = indices;
+  batch.losses = losses;
+  batch.consecutive = true;
+  batch.first_position = 3;  // Positions 3 and 4 of a shard of 5.
+  EXPECT_TRUE(ValidateLossBatch(batch, 10, 10, ShardSpec{2}).ok());
+  EXPECT_EQ(batch.position(1), 4u);
+  batch.first_position = 4;  // Positions 4 and 5: past the end.
+  absl::Status s = ValidateLossBatch(batch, 10, 10, ShardSpec{2});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("first_position = 4 with 2 pairs passes the end of rank 1's "
+                                     "shard [0, 5)"));
+  const std::vector<uint64_t> positions = {0, 1};
+  batch.first_position = 0;
+  batch.positions = positions;  // Both forms at once.
+  s = ValidateLossBatch(batch, 10, 10, ShardSpec{2});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("positions: 2 entries and first_position = 0: give one"));
+}
+
 TEST(LossBatchTest, AtMostTheLimitOfPairs) {
   std::vector<uint64_t> indices(kMaxLossBatchPairs, 1);
   std::vector<float> losses(kMaxLossBatchPairs, 1.0f);

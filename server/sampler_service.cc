@@ -401,6 +401,8 @@ grpc::Status SamplerService::ReportLossesImpl(grpc::ServerReaderInterface<grpc::
     view.indices = absl::MakeConstSpan(batch.indices().data(), batch.indices_size());
     view.losses = absl::MakeConstSpan(batch.losses().data(), batch.losses_size());
     view.positions = absl::MakeConstSpan(batch.positions().data(), batch.positions_size());
+    view.consecutive = batch.has_first_position();
+    view.first_position = batch.first_position();
     const v1::LossReportSummary before = *response;
     if (absl::Status s = job->ReportLosses(view, response); !s.ok()) {
       if (absl::Status synced = sync(); !synced.ok()) return ToGrpcStatus(synced);

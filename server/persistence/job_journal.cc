@@ -568,7 +568,11 @@ JobJournal::EncodedLosses::EncodedLosses(const LossBatchView& batch) {
   losses->set_seq(batch.seq);
   losses->mutable_indices()->Add(batch.indices.begin(), batch.indices.end());
   losses->mutable_losses()->Add(batch.losses.begin(), batch.losses.end());
-  losses->mutable_positions()->Add(batch.positions.begin(), batch.positions.end());
+  if (batch.consecutive) {
+    losses->set_first_position(batch.first_position);  // 1 number instead of one per pair.
+  } else {
+    losses->mutable_positions()->Add(batch.positions.begin(), batch.positions.end());
+  }
   bytes_ = record.SerializeAsString();
 }
 
@@ -635,6 +639,8 @@ absl::Status JobJournal::Replay(const std::vector<state::WalRecord>& records,
           view.losses = absl::MakeConstSpan(r.losses().losses().data(), r.losses().losses_size());
           view.positions =
               absl::MakeConstSpan(r.losses().positions().data(), r.losses().positions_size());
+          view.consecutive = r.losses().has_first_position();
+          view.first_position = r.losses().first_position();
           s = handlers.losses(view);
           break;
         }

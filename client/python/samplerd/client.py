@@ -99,9 +99,18 @@ def _check_count(what, acknowledged, sent):
 
 def loss_batch_message(job: str, epoch: int, rank: int, seq: int, indices: np.ndarray,
                        losses: np.ndarray, positions: np.ndarray) -> pb.LossBatch:
-    """The LossBatch message of a batch already validated by check_loss_batch (not re-checked)."""
-    return pb.LossBatch(job=job, epoch=epoch, rank=rank, seq=seq, indices=indices.tolist(),
-                        losses=losses.tolist(), positions=positions.tolist())
+    """The LossBatch message of a batch already validated by check_loss_batch (not re-checked).
+
+    Consecutive positions (the usual case: losses reported in the order the shard was consumed)
+    are sent as first_position alone, 8 bytes per pair fewer on the wire and in the server's log.
+    """
+    message = pb.LossBatch(job=job, epoch=epoch, rank=rank, seq=seq, indices=indices.tolist(),
+                           losses=losses.tolist())
+    if positions.size and np.array_equal(positions, positions[0] + np.arange(positions.size)):
+        message.first_position = int(positions[0])
+    else:
+        message.positions.extend(positions.tolist())
+    return message
 
 
 def check_positions(positions, count: int) -> np.ndarray:
