@@ -12,14 +12,4 @@ bool PositionSet::Insert(uint64_t position, uint64_t length) {
   return true;
 }
 
-uint64_t PositionSet::FirstMissing(uint64_t length) const {
-  for (uint64_t w = 0; w < bits_.size(); ++w) {
-    if (bits_[w] != ~uint64_t{0}) {
-      const uint64_t position = w * 64 + __builtin_ctzll(~bits_[w]);
-      return position < length ? position : length;
-    }
-  }
-  return bits_.empty() ? 0 : length;
-}
-
 }  // namespace samplerd

@@ -34,9 +34,6 @@ class PositionSet {
   // Positions inserted.
   uint64_t count() const { return count_; }
 
-  // The smallest position not inserted (the length of the reported prefix of the shard).
-  uint64_t FirstMissing(uint64_t length) const;
-
  private:
   std::vector<uint64_t> bits_;  // Empty until the first Insert.
   uint64_t count_ = 0;

@@ -17,16 +17,10 @@ TEST(PositionSetTest, InsertReportsNewOnlyOnce) {
   EXPECT_EQ(set.count(), 2u);
 }
 
-TEST(PositionSetTest, FirstMissingIsTheReportedPrefix) {
+TEST(PositionSetTest, CountsEveryPositionOnceUpToAFullShard) {
   PositionSet set;
-  EXPECT_EQ(set.FirstMissing(100), 0u);
-  for (uint64_t p = 0; p < 70; ++p) set.Insert(p, 100);
-  set.Insert(71, 100);
-  EXPECT_EQ(set.FirstMissing(100), 70u);
-  set.Insert(70, 100);
-  EXPECT_EQ(set.FirstMissing(100), 72u);
-  for (uint64_t p = 72; p < 100; ++p) set.Insert(p, 100);
-  EXPECT_EQ(set.FirstMissing(100), 100u);  // Full: the bits past the length do not count.
+  for (uint64_t p = 0; p < 100; ++p) EXPECT_TRUE(set.Insert(p, 100));
+  for (uint64_t p = 0; p < 100; ++p) EXPECT_FALSE(set.Insert(p, 100));
   EXPECT_EQ(set.count(), 100u);
 }
 
