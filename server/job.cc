@@ -666,7 +666,7 @@ absl::Status Job::Rewind(uint64_t epoch) {
     absl::MutexLock lock(&mu_);
     if (const auto* closed = std::get_if<Closed>(&phase_)) return closed->reason;
   }
-  LOG(INFO) << "job '" << name_ << "': rewound to the start of epoch " << epoch;
+  LOG(INFO) << "event=job_rewound job=" << name_ << " epoch=" << epoch;
   return absl::OkStatus();
 }
 

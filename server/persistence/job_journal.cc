@@ -108,8 +108,8 @@ absl::StatusOr<JobJournal::Recovered> JobJournal::Recover(std::string dir) {
   if (!files->rewinds.empty()) {  // Acknowledged or not, a begun rewind is finished first.
     const JobJournal journal(dir);
     if (absl::Status s = FinishRewind(journal, files->rewinds.front()); !s.ok()) return s;
-    LOG(INFO) << dir << ": finished the rewind to epoch " << files->rewinds.front()
-              << " that a stop interrupted";
+    LOG(INFO) << "event=rewind_finished dir=" << dir << " epoch=" << files->rewinds.front()
+              << " reason=interrupted_by_a_stop";
     files = ListDir(dir);
     if (!files.ok()) return files.status();
   }
