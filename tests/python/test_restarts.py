@@ -60,11 +60,15 @@ def test_a_loss_for_another_ranks_index_is_refused_naming_index_and_rank(client,
     and turn rank 1's real loss into a duplicate."""
     client.create_job("own", num_samples=100, world_size=2, loss="loss")
     zero, one = client.read_shard("own", 0, 0, 2), client.read_shard("own", 0, 1, 2)
-    with pytest.raises(samplerd.InvalidArgument) as e:
-        client.report_losses("own", 0, 0, [zero[0], one[1]], [1.0, 1.0], [0, 1])
+    with pytest.raises(samplerd.InvalidArgument) as e:  # Positions listed one by one.
+        client.report_losses("own", 0, 0, [zero[3], one[1]], [1.0, 1.0], [3, 1])
     assert f"indices[1] = {one[1]} was not served to rank 0 at positions[1] = 1" in \
         e.value.message
-    assert client.status("own").samples_seen == 0  # Nothing of the batch applied.
+    with pytest.raises(samplerd.InvalidArgument) as e:  # Consecutive: sent as first_position.
+        client.report_losses("own", 0, 0, [zero[0], one[1]], [1.0, 1.0], [0, 1])
+    assert f"indices[1] = {one[1]} was not served to rank 0 at position 1 (first_position + 1)" \
+        in e.value.message
+    assert client.status("own").samples_seen == 0  # Nothing of either batch applied.
     assert client.report_losses("own", 0, 1, [one[1]], [1.0], [1]).accepted == 1
 
     # The sampler refuses it before sending: it knows what it yielded.
