@@ -27,6 +27,17 @@ Options TestOptions() {
   return options;
 }
 
+// Creates job "j" of `num_samples` samples and one rank through `stub`.
+void CreateJob(v1::Sampler::Stub& stub, uint64_t num_samples) {
+  grpc::ClientContext context;
+  v1::CreateJobRequest request;
+  request.set_name("j");
+  request.mutable_spec()->set_num_samples(num_samples);
+  request.mutable_spec()->set_world_size(1);
+  v1::Job job;
+  ASSERT_TRUE(stub.CreateJob(&context, request, &job).ok());
+}
+
 TEST(ServerTest, BadOptionsNameTheOption) {
   struct Case {
     void (*mutate)(Options*);
@@ -170,15 +181,7 @@ TEST(ServerTest, HealthIsNotServingForEveryServiceDuringTheGracePeriod) {
   std::unique_ptr<Server> server = *std::move(created);
   auto channel = grpc::CreateChannel(server->address(), grpc::InsecureChannelCredentials());
   auto stub = v1::Sampler::NewStub(channel);
-  {
-    grpc::ClientContext context;
-    v1::CreateJobRequest request;
-    request.set_name("j");
-    request.mutable_spec()->set_num_samples(100);
-    request.mutable_spec()->set_world_size(1);
-    v1::Job job;
-    ASSERT_TRUE(stub->CreateJob(&context, request, &job).ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(CreateJob(*stub, 100));
   // A loss report still open (its client has not finished writing): Shutdown waits for it, so
   // the server stays in its grace period, still answering calls.
   grpc::ClientContext report_context;
@@ -332,15 +335,7 @@ TEST(ServerTest, ASecondShutdownReturnsOnlyWhenTheServerHasStopped) {
   std::unique_ptr<Server> server = *std::move(created);
   auto channel = grpc::CreateChannel(server->address(), grpc::InsecureChannelCredentials());
   auto stub = v1::Sampler::NewStub(channel);
-  {
-    grpc::ClientContext context;
-    v1::CreateJobRequest request;
-    request.set_name("j");
-    request.mutable_spec()->set_num_samples(2'000'000);
-    request.mutable_spec()->set_world_size(1);
-    v1::Job job;
-    ASSERT_TRUE(stub->CreateJob(&context, request, &job).ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(CreateJob(*stub, 2'000'000));
   // A stream whose reader stopped reading: the server blocks in Write, so the first Shutdown
   // waits out the grace period.
   grpc::ChannelArguments args;
