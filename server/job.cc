@@ -258,24 +258,22 @@ JobJournal::EpochStart Job::MakeEpochStart(uint64_t epoch, bool planned,
   return start;
 }
 
-std::optional<Job::KeptStart> Job::StartToKeep(
+std::optional<JobJournal::EpochStart> Job::StartToKeep(
     const PlannedEpoch& planned, std::shared_ptr<const std::vector<float>> base) const {
   if (journal_ != nullptr || config_.rewind_epochs == 0) return std::nullopt;
   absl::StatusOr<const LossTable*> losses = LossesWhilePlanning();
   if (!losses.ok()) return std::nullopt;  // Closed: nothing is published.
-  KeptStart start;
-  start.epoch = planned.epoch;
-  start.base = std::move(base);
-  start.weights = planned.view.weights;
+  std::vector<SampleLossStats> loss_stats;
   if (*losses != nullptr) {
     const LossStatsView stats = (*losses)->View();
-    start.loss_stats.assign(stats.begin(), stats.end());
+    loss_stats.assign(stats.begin(), stats.end());
   }
-  return start;
+  return MakeEpochStart(planned.epoch, /*planned=*/true, std::move(base), planned.view.weights,
+                        std::move(loss_stats), 0);
 }
 
 bool Job::Publish(const PlannedEpoch& planned, std::shared_ptr<const std::vector<float>> new_base,
-                  std::optional<KeptStart> kept) {
+                  std::optional<JobJournal::EpochStart> kept) {
   {
     absl::MutexLock lock(&mu_);
     if (!IsPlanning()) return false;  // Closed meanwhile.
@@ -335,7 +333,7 @@ void Job::FinishPlanningNext(absl::StatusOr<PlannedEpoch> planned) {
     if (IsPlanning()) phase_ = Failed{status};
     return;
   }
-  std::optional<KeptStart> kept;
+  std::optional<JobJournal::EpochStart> kept;
   if (journal_ == nullptr) {
     std::shared_ptr<const std::vector<float>> base;
     {
@@ -555,7 +553,7 @@ std::vector<uint64_t> Job::RewindableEpochs() const {
   if (journal_ == nullptr) {
     std::vector<uint64_t> epochs;
     absl::MutexLock lock(&mu_);
-    for (const KeptStart& start : kept_) epochs.push_back(start.epoch);
+    for (const JobJournal::EpochStart& start : kept_) epochs.push_back(start.epoch);
     return epochs;
   }
   absl::StatusOr<std::vector<uint64_t>> epochs = journal_->KeptEpochStarts();
@@ -566,7 +564,7 @@ std::vector<uint64_t> Job::RewindableEpochs() const {
   return *std::move(epochs);
 }
 
-absl::StatusOr<Job::KeptStart> Job::FindStart(uint64_t epoch) const {
+absl::StatusOr<JobJournal::EpochStart> Job::FindStart(uint64_t epoch) const {
   const std::vector<uint64_t> kept = RewindableEpochs();
   if (std::find(kept.begin(), kept.end(), epoch) == kept.end()) {
     const std::string flag = absl::StrCat(" (--rewind_epochs = ", config_.rewind_epochs, ")");
@@ -578,14 +576,13 @@ absl::StatusOr<Job::KeptStart> Job::FindStart(uint64_t epoch) const {
         "epoch = ", epoch, " of job '", name_, "': its start is not kept; the oldest kept is ",
         kept.front(), " (kept: ", absl::StrJoin(kept, ", "), ")", flag));
   }
-  KeptStart start;
-  start.epoch = epoch;
   if (journal_ == nullptr) {
     absl::MutexLock lock(&mu_);
-    for (const KeptStart& k : kept_) {
-      if (k.epoch == epoch) start = k;  // A copy: the kept one stays for another rewind.
+    for (const JobJournal::EpochStart& start : kept_) {
+      if (start.epoch == epoch) return start;  // A copy: the kept one stays for another rewind.
     }
-    return start;
+    return absl::FailedPreconditionError(
+        absl::StrCat("epoch = ", epoch, " of job '", name_, "': its start is no longer kept"));
   }
   absl::StatusOr<JobJournal::EpochStart> read = journal_->ReadEpochStart(epoch);
   if (!read.ok()) return read.status();
@@ -593,10 +590,7 @@ absl::StatusOr<Job::KeptStart> Job::FindStart(uint64_t epoch) const {
     return absl::FailedPreconditionError(
         absl::StrCat("epoch = ", epoch, " of job '", name_, "' was never planned"));
   }
-  start.base = std::move(read->base);
-  start.weights = std::move(read->weights);
-  start.loss_stats = std::move(read->loss_stats);
-  return start;
+  return read;
 }
 
 absl::Status Job::Rewind(uint64_t epoch) {
@@ -632,7 +626,7 @@ absl::Status Job::Rewind(uint64_t epoch) {
     }
     return s;
   };
-  absl::StatusOr<KeptStart> start = FindStart(epoch);
+  absl::StatusOr<JobJournal::EpochStart> start = FindStart(epoch);
   if (!start.ok()) return undo(start.status());
   absl::StatusOr<PlannedEpoch> planned = planner_.Plan(epoch, start->weights);
   if (!planned.ok()) return undo(planned.status());

@@ -186,15 +186,6 @@ class Job {
   };
   using Phase = std::variant<AwaitingUpload, Planning, Serving, Failed, Closed>;
 
-  // The state at an epoch's start, kept in memory for Rewind when there is no journal (the
-  // journal keeps snapshots).
-  struct KeptStart {
-    uint64_t epoch = 0;
-    std::shared_ptr<const std::vector<float>> base;
-    std::shared_ptr<const std::vector<float>> weights;
-    std::vector<SampleLossStats> loss_stats;  // Empty without a loss policy.
-  };
-
   // Per-epoch bookkeeping of one rank, reset when an epoch is published.
   struct RankState {
     uint64_t streamed = 0;
@@ -228,15 +219,17 @@ class Job {
   // Planning it; returns false (nothing changed) if it was closed meanwhile. Keeps `kept` (the
   // epoch's start, in memory) if set. Then lets the planner compute the next plan ahead.
   bool Publish(const PlannedEpoch& planned, std::shared_ptr<const std::vector<float>> new_base,
-               std::optional<KeptStart> kept = std::nullopt) ABSL_LOCKS_EXCLUDED(mu_);
+               std::optional<JobJournal::EpochStart> kept = std::nullopt)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // The start of the epoch being published, for kept_; nullopt with a journal or without
   // rewinds. Reads the loss table: only while Planning (LossesWhilePlanning).
-  std::optional<KeptStart> StartToKeep(const PlannedEpoch& planned,
+  std::optional<JobJournal::EpochStart> StartToKeep(const PlannedEpoch& planned,
                                        std::shared_ptr<const std::vector<float>> base) const
       ABSL_LOCKS_EXCLUDED(mu_);
   // The kept start of `epoch`: from kept_, or the journal's snapshot. FAILED_PRECONDITION
   // naming the kept epochs otherwise.
-  absl::StatusOr<KeptStart> FindStart(uint64_t epoch) const ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<JobJournal::EpochStart> FindStart(uint64_t epoch) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   // The planner's `done` after EndEpoch closed `planned`'s predecessor: opens the epoch's log,
   // publishes, then writes its snapshot (off the boundary's path). Runs on the planner thread.
   void FinishPlanningNext(absl::StatusOr<PlannedEpoch> planned) ABSL_LOCKS_EXCLUDED(mu_);
@@ -280,7 +273,8 @@ class Job {
   double last_recompute_ms_ ABSL_GUARDED_BY(mu_) = 0;
   double last_plan_ms_ ABSL_GUARDED_BY(mu_) = 0;
   // The newest config_.rewind_epochs epoch starts, ascending (no journal only).
-  std::deque<KeptStart> kept_ ABSL_GUARDED_BY(mu_);
+  // The same state a journal's snapshot holds (no journal only).
+  std::deque<JobJournal::EpochStart> kept_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace samplerd
