@@ -1,0 +1,38 @@
+#include "client/cpp/cuda_support.h"
+
+#include <cstring>
+
+#include "gtest/gtest.h"
+
+namespace samplerd {
+namespace {
+
+TEST(CudaStatusTest, NamesTheCallAndTheRuntimeError) {
+  EXPECT_TRUE(CudaStatus(cudaSuccess, "x").ok());
+  const absl::Status oom = CudaStatus(cudaErrorMemoryAllocation, "cudaMalloc(8 bytes)");
+  EXPECT_EQ(oom.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(oom.message().find("cudaMalloc(8 bytes): cudaErrorMemoryAllocation"),
+            absl::string_view::npos)
+      << oom;
+  EXPECT_EQ(CudaStatus(cudaErrorNoDevice, "x").code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(CudaStatus(cudaErrorLaunchFailure, "x").code(), absl::StatusCode::kInternal);
+}
+
+TEST(GpuAvailableTest, AnswersWithTheRuntimesReason) {
+  const absl::Status s = GpuAvailable();
+  if (!s.ok()) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_FALSE(s.message().empty());
+    GTEST_SKIP() << "no GPU: " << s.message();
+  }
+  // A GPU is present: pinned memory works and moves with its owner.
+  absl::StatusOr<PinnedBuffer> buffer = PinnedBuffer::Allocate(4096);
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  std::memset(buffer->data(), 7, buffer->size());
+  PinnedBuffer moved = *std::move(buffer);
+  EXPECT_EQ(moved.size(), 4096u);
+  EXPECT_EQ(static_cast<unsigned char*>(moved.data())[4095], 7);
+}
+
+}  // namespace
+}  // namespace samplerd
