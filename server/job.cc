@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
+#include "server/epoch_deal.h"
 
 namespace samplerd {
 namespace {
@@ -31,8 +32,8 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Create(std::string name, JobConfig con
     s = job->InstallBaseAndPlan({});
   } else if (job->journal_ != nullptr) {
     // Persisted as awaiting its upload.
-    s = job->journal_->StartEpochDurably(
-        job->MakeEpochStart(0, /*planned=*/false, nullptr, nullptr, {}, 0));
+    s = job->journal_->StartEpochDurably(job->MakeEpochStart(
+        0, /*planned=*/false, job->config_.shard.world_size, nullptr, nullptr, {}, 0));
   }
   if (!s.ok()) {
     job->Close(s);
@@ -48,10 +49,12 @@ Job::Job(std::string name, JobConfig config, ComputeBackend* backend,
       config_(std::move(config)),
       backend_(backend),
       journal_(std::move(journal)),
-      planner_(config_, backend_),
-      ranks_(config_.shard.world_size) {
+      planner_(config_, backend_) {
   if (journal_ != nullptr) journal_->KeepEpochStarts(config_.rewind_epochs);
   absl::MutexLock lock(&mu_);
+  shard_ = config_.shard;
+  deal_length_ = config_.plan.samples_per_epoch;
+  ranks_.resize(shard_.world_size);
   if (config_.policy.loss != LossWeightKind::kNone) {
     losses_.emplace(config_.plan.num_samples, config_.policy.ema_decay);
   }
@@ -98,6 +101,28 @@ absl::Status Job::CheckEpochOpen(uint64_t epoch) const {
       "epoch = ", epoch, " of job '", name_, "' is not open; the current epoch is ", epoch_, why));
 }
 
+absl::Status Job::CheckDeal(uint64_t epoch, uint32_t deal) const {
+  if (deal == deal_) return absl::OkStatus();
+  if (deal < deal_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "deal = ", deal, " of epoch ", epoch, " of job '", name_, "' was replaced by deal ", deal_,
+        " (", shard_.world_size, " ranks) when the group was resized; what it had not done was "
+        "dealt again: re-read the job (GetJob) and use deal ", deal_));
+  }
+  return absl::FailedPreconditionError(absl::StrCat("deal = ", deal, " of epoch ", epoch,
+                                                    " of job '", name_,
+                                                    "' does not exist; the current deal is ", deal_));
+}
+
+absl::Status Job::CheckWorldSize(uint64_t epoch, uint32_t world_size) const {
+  if (world_size == shard_.world_size) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "world_size = ", world_size, " does not match the ", shard_.world_size,
+      " ranks that epoch ", epoch, " of job '", name_, "' is dealt to (deal ", deal_,
+      "); if the group's size changed, its first rank resizes the job (ResizeJob; Python: "
+      "DistributedWeightedSampler(..., elastic=True))"));
+}
+
 std::string Job::WhyNotServing(uint64_t epoch) const {
   if (std::holds_alternative<AwaitingUpload>(phase_)) {
     return absl::StrCat(
@@ -105,7 +130,8 @@ std::string Job::WhyNotServing(uint64_t epoch) const {
         config_.policy.base == BaseWeightKind::kStatic ? "UploadWeights" : "UploadLabels");
   }
   if (const auto* planning = std::get_if<Planning>(&phase_)) {
-    return absl::StrCat("epoch ", epoch_, " is still being planned, for ",
+    return absl::StrCat("epoch ", epoch_, " is still being ",
+                        planning->redealing ? "dealt again after a resize" : "planned", ", for ",
                         absl::FormatDuration(absl::Now() - planning->since));
   }
   if (std::holds_alternative<Serving>(phase_) && epoch == epoch_ + 1) {
@@ -118,7 +144,7 @@ std::string Job::WhyNotServing(uint64_t epoch) const {
         "epoch ", epoch_, " is still open: ranks ",
         absl::StrJoin(waiting.begin(), waiting.begin() + named, ", "),
         waiting.size() > named ? absl::StrCat(" and ", waiting.size() - named, " more") : "",
-        " of world_size ", config_.shard.world_size, " have not ended it (EndEpoch)");
+        " of world_size ", shard_.world_size, " have not ended it (EndEpoch)");
   }
   return absl::StrCat("the current epoch is ", epoch_);
 }
@@ -149,11 +175,32 @@ v1::Job Job::Describe() const {
   return job;
 }
 
+absl::StatusOr<v1::Job> Job::DescribeForRank(uint32_t rank, std::optional<uint64_t> epoch) const {
+  v1::Job job = Describe();
+  absl::MutexLock lock(&mu_);
+  DescribeLocked(&job);  // Again under this lock: the length below is of this deal.
+  const uint64_t e = epoch.value_or(epoch_);
+  if (e < epoch_) {
+    return absl::FailedPreconditionError(absl::StrCat("epoch = ", e, " of job '", name_,
+                                                      "' is closed; the current epoch is ", epoch_));
+  }
+  absl::StatusOr<uint64_t> length =
+      ShardLength(e == epoch_ ? deal_length_ : config_.plan.samples_per_epoch, shard_, rank);
+  if (!length.ok()) {
+    return absl::Status(length.status().code(),
+                        absl::StrCat(length.status().message(), " (job '", name_, "')"));
+  }
+  job.set_shard_length(*length);
+  return job;
+}
+
 void Job::DescribeLocked(v1::Job* job) const {
   job->set_name(name_);
   *job->mutable_spec() = config_.normalized;
   job->set_current_epoch(epoch_);
   job->set_plan_ready(std::holds_alternative<Serving>(phase_));
+  job->set_world_size(shard_.world_size);
+  job->set_deal(deal_);
 }
 
 // ---- Uploads ------------------------------------------------------------------------------------
@@ -190,6 +237,7 @@ absl::Status Job::UploadLabels(const std::vector<uint32_t>& labels) {
 }
 
 absl::Status Job::InstallBaseAndPlan(std::vector<float> base) {
+  uint32_t world_size = 0;
   {
     absl::MutexLock lock(&mu_);
     if (const auto* closed = std::get_if<Closed>(&phase_)) return closed->reason;
@@ -208,6 +256,7 @@ absl::Status Job::InstallBaseAndPlan(std::vector<float> base) {
     if (serving != nullptr) planning.previous_plan = serving->view;
     planning.since = absl::Now();
     phase_ = std::move(planning);
+    world_size = shard_.world_size;  // Not resized while Planning.
   }
   // Creation with a UNIFORM base passes no weights: no base, uniform W_0.
   std::shared_ptr<const std::vector<float>> new_base;
@@ -219,7 +268,8 @@ absl::Status Job::InstallBaseAndPlan(std::vector<float> base) {
   // An upload (or a creation) is in no log: its snapshot is all there is, so it is durable
   // before the plan is published.
   if (s.ok() && journal_ != nullptr) {
-    s = journal_->StartEpochDurably(MakeEpochStart(0, /*planned=*/true, new_base, new_base, {}, 0));
+    s = journal_->StartEpochDurably(
+        MakeEpochStart(0, /*planned=*/true, world_size, new_base, new_base, {}, 0));
   }
   if (s.ok()) {
     if (Publish(*planned, new_base, StartToKeep(*planned, new_base))) return absl::OkStatus();
@@ -241,7 +291,7 @@ absl::Status Job::InstallBaseAndPlan(std::vector<float> base) {
 
 // ---- Planning -----------------------------------------------------------------------------------
 
-JobJournal::EpochStart Job::MakeEpochStart(uint64_t epoch, bool planned,
+JobJournal::EpochStart Job::MakeEpochStart(uint64_t epoch, bool planned, uint32_t world_size,
                                            std::shared_ptr<const std::vector<float>> base,
                                            std::shared_ptr<const std::vector<float>> weights,
                                            std::vector<SampleLossStats> loss_stats,
@@ -251,6 +301,7 @@ JobJournal::EpochStart Job::MakeEpochStart(uint64_t epoch, bool planned,
   start.spec = config_.normalized.SerializeAsString();
   start.epoch = epoch;
   start.planned = planned;
+  start.world_size = world_size;
   start.base = std::move(base);
   start.weights = std::move(weights);
   start.loss_stats = std::move(loss_stats);
@@ -263,13 +314,18 @@ std::optional<JobJournal::EpochStart> Job::StartToKeep(
   if (journal_ != nullptr || config_.rewind_epochs == 0) return std::nullopt;
   absl::StatusOr<const LossTable*> losses = LossesWhilePlanning();
   if (!losses.ok()) return std::nullopt;  // Closed: nothing is published.
+  uint32_t world_size = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    world_size = shard_.world_size;  // The epoch's start: not resized while Planning.
+  }
   std::vector<SampleLossStats> loss_stats;
   if (*losses != nullptr) {
     const LossStatsView stats = (*losses)->View();
     loss_stats.assign(stats.begin(), stats.end());
   }
-  return MakeEpochStart(planned.epoch, /*planned=*/true, std::move(base), planned.view.weights,
-                        std::move(loss_stats), 0);
+  return MakeEpochStart(planned.epoch, /*planned=*/true, world_size, std::move(base),
+                        planned.view.weights, std::move(loss_stats), 0);
 }
 
 bool Job::Publish(const PlannedEpoch& planned, std::shared_ptr<const std::vector<float>> new_base,
@@ -289,7 +345,10 @@ bool Job::Publish(const PlannedEpoch& planned, std::shared_ptr<const std::vector
     weight_summary_ = planned.weight_summary;
     last_plan_ms_ = planned.plan_ms;
     last_recompute_ms_ = planned.recompute_ms;
-    for (RankState& r : ranks_) r = RankState();
+    // The deal (its number and world size) is the one EndEpoch, a rewind or a resize of an
+    // epoch awaiting its upload left.
+    deal_length_ = planned.view.plan->size();
+    ranks_.assign(shard_.world_size, RankState());
     ranks_ended_ = 0;
   }
   LOG(INFO) << "event=epoch_opened job=" << name_ << " epoch=" << planned.epoch
@@ -312,12 +371,15 @@ void Job::FinishPlanningNext(absl::StatusOr<PlannedEpoch> planned) {
     // epochs' logs (nothing is copied on the boundary's path). Until it is committed, recovery
     // replays the same logs from the previous snapshot.
     std::shared_ptr<const std::vector<float>> base;
+    uint32_t world_size = 0;
     {
       absl::MutexLock lock(&mu_);
       if (std::holds_alternative<Closed>(phase_)) return;  // Nothing is published.
       base = base_;
+      world_size = shard_.world_size;
     }
-    start = MakeEpochStart(epoch, /*planned=*/true, std::move(base), planned->view.weights, {}, 0);
+    start = MakeEpochStart(epoch, /*planned=*/true, world_size, std::move(base),
+                           planned->view.weights, {}, 0);
     if (config_.policy.loss != LossWeightKind::kNone) {
       start.loss_stats_from_logs = JobJournal::EpochStart::LossTableParams{
           config_.plan.num_samples, config_.policy.ema_decay};
@@ -349,19 +411,11 @@ void Job::FinishPlanningNext(absl::StatusOr<PlannedEpoch> planned) {
 
 // ---- Shards -------------------------------------------------------------------------------------
 
-absl::StatusOr<ShardLease> Job::AcquireShard(uint64_t epoch, uint32_t rank, uint32_t world_size,
-                                             absl::Time deadline,
+absl::StatusOr<ShardLease> Job::AcquireShard(uint64_t epoch, uint32_t deal, uint32_t rank,
+                                             uint32_t world_size, absl::Time deadline,
                                              const std::function<bool()>& cancelled) {
-  if (world_size != config_.shard.world_size) {
-    return absl::FailedPreconditionError(absl::StrCat("world_size = ", world_size,
-                                                      " does not match job '", name_,
-                                                      "' world_size = ", config_.shard.world_size));
-  }
-  absl::StatusOr<uint64_t> length =
-      ShardLength(config_.plan.samples_per_epoch, config_.shard, rank);
-  if (!length.ok()) {
-    return absl::Status(length.status().code(),
-                        absl::StrCat(length.status().message(), " (job '", name_, "')"));
+  if (absl::Status s = CheckRank(ShardSpec{world_size}, rank); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(s.message(), " (job '", name_, "')"));
   }
   absl::MutexLock lock(&mu_);
   // Settled: the epoch is served, or can no longer be (closed, failed, not the current or next).
@@ -394,22 +448,25 @@ absl::StatusOr<ShardLease> Job::AcquireShard(uint64_t epoch, uint32_t rank, uint
                      epoch_, " (shards are served for the current and the next epoch)"));
   }
   if (absl::Status s = CheckEpochOpen(epoch); !s.ok()) return s;
+  if (absl::Status s = CheckDeal(epoch, deal); !s.ok()) return s;
+  if (absl::Status s = CheckWorldSize(epoch, world_size); !s.ok()) return s;
   ShardLease lease;
   lease.view = std::get<Serving>(phase_).view;
-  lease.shard = config_.shard;
-  lease.shard_length = *length;
+  lease.shard = shard_;
+  lease.shard_length = *ShardLength(deal_length_, shard_, rank);  // The rank was checked.
   return lease;
 }
 
-absl::Status Job::RecordStreamed(uint64_t epoch, uint32_t rank, uint64_t position) {
+absl::Status Job::RecordStreamed(uint64_t epoch, uint32_t deal, uint32_t rank,
+                                 uint64_t position) {
   absl::MutexLock lock(&mu_);
   if (const auto* closed = std::get_if<Closed>(&phase_)) return closed->reason;
-  if (epoch == epoch_ && std::holds_alternative<Serving>(phase_) && rank < ranks_.size() &&
-      position > ranks_[rank].streamed) {
+  if (epoch == epoch_ && deal == deal_ && std::holds_alternative<Serving>(phase_) &&
+      rank < ranks_.size() && position > ranks_[rank].streamed) {
     // Progress reporting only (never synced on its own): a failed write does not stop the
     // stream. The journal keeps the error, so nothing further is acknowledged.
     if (journal_ != nullptr) {
-      if (absl::Status s = journal_->LogStreamed(epoch, rank, position); !s.ok()) {
+      if (absl::Status s = journal_->LogStreamed(epoch, deal, rank, position); !s.ok()) {
         LOG_EVERY_N(WARNING, 1000) << "job '" << name_ << "': stream progress not logged: " << s;
       }
     }
@@ -422,10 +479,12 @@ absl::Status Job::RecordStreamed(uint64_t epoch, uint32_t rank, uint64_t positio
 // ---- Losses -------------------------------------------------------------------------------------
 
 absl::Status Job::ReportLosses(const LossBatchView& batch, v1::LossReportSummary* summary) {
-  if (absl::Status s = ValidateLossBatch(batch, config_.plan.num_samples,
-                                         config_.plan.samples_per_epoch, config_.shard);
-      !s.ok()) {
+  auto named = [this](const absl::Status& s) {
     return absl::Status(s.code(), absl::StrCat(s.message(), " (job '", name_, "')"));
+  };
+  // What does not depend on the deal, checked before taking the lock.
+  if (absl::Status s = ValidateLossBatch(batch, config_.plan.num_samples); !s.ok()) {
+    return named(s);
   }
   // Encoded before taking the lock (other ranks report concurrently).
   std::optional<JobJournal::EncodedLosses> record;
@@ -445,24 +504,27 @@ absl::Status Job::ReportLosses(const LossBatchView& batch, v1::LossReportSummary
     return absl::OkStatus();
   }
   if (absl::Status s = CheckEpochOpen(batch.epoch); !s.ok()) return s;
+  if (absl::Status s = CheckDeal(batch.epoch, batch.deal); !s.ok()) return named(s);
   // Each index must be the one this rank was served at its position: a loss for another rank's
   // sample would otherwise take that sample's one loss of the epoch. Checked under the lock
-  // against the published plan (one plan read per pair, as the table's own write).
+  // against the deal's plan (one plan read per pair, as the table's own write).
   const Plan& plan = *std::get<Serving>(phase_).view.plan;
-  const uint64_t m = config_.plan.samples_per_epoch;
-  absl::StatusOr<uint64_t> shard_length = ShardLength(m, config_.shard, batch.rank);
+  const uint64_t m = deal_length_;
+  absl::StatusOr<uint64_t> shard_length = ShardLength(m, shard_, batch.rank);
+  if (!shard_length.ok()) return named(shard_length.status());  // The rank.
+  if (absl::Status s = ValidateLossPositions(batch, *shard_length); !s.ok()) return named(s);
   RankState& rank = ranks_[batch.rank];
   const size_t size = batch.indices.size();
   size_t fresh = 0;
   for (size_t k = 0; k < size; ++k) {
     const uint64_t position = batch.position(k);
-    const uint64_t served = plan[ShardToPlanPosition(m, config_.shard, batch.rank, position)];
+    const uint64_t served = plan[ShardToPlanPosition(m, shard_, batch.rank, position)];
     if (served != batch.indices[k]) {
       return absl::InvalidArgumentError(absl::StrCat(
           "indices[", k, "] = ", batch.indices[k], " was not served to rank ", batch.rank, " at ",
           batch.consecutive ? absl::StrCat("position ", position, " (first_position + ", k, ")")
                             : absl::StrCat("positions[", k, "] = ", position),
-          " of epoch ", batch.epoch,
+          " of epoch ", batch.epoch, batch.deal > 0 ? absl::StrCat(" (deal ", batch.deal, ")") : "",
           " (that position holds index ", served, "): report each loss under the index and the "
           "shard position the rank was served (job '", name_, "')"));
     }
@@ -491,10 +553,11 @@ absl::Status Job::ReportLosses(const LossBatchView& batch, v1::LossReportSummary
 
 // ---- Epochs -------------------------------------------------------------------------------------
 
-absl::StatusOr<v1::EndEpochResponse> Job::EndEpoch(uint64_t epoch, uint32_t rank) {
-  if (absl::Status s = CheckRank(config_.shard, rank); !s.ok()) {
+absl::StatusOr<v1::EndEpochResponse> Job::EndEpoch(uint64_t epoch, uint32_t deal,
+                                                   uint32_t rank) {
+  auto named = [this](const absl::Status& s) {
     return absl::Status(s.code(), absl::StrCat(s.message(), " (job '", name_, "')"));
-  }
+  };
   v1::EndEpochResponse response;
   RecomputeInputs inputs;
   {
@@ -502,22 +565,24 @@ absl::StatusOr<v1::EndEpochResponse> Job::EndEpoch(uint64_t epoch, uint32_t rank
     if (epoch < epoch_ && !std::holds_alternative<Closed>(phase_)) {
       // Already closed (every rank ended it): a retry, maybe of a call whose sync failed or is
       // still running. Acknowledge it only once the closing record is durable.
-      response.set_ranks_ended(config_.shard.world_size);
+      response.set_ranks_ended(static_cast<uint32_t>(ranks_.size()));
       lock.Release();
       if (absl::Status s = Sync(); !s.ok()) return s;
       return response;
     }
     if (absl::Status s = CheckEpochOpen(epoch); !s.ok()) return s;
+    if (absl::Status s = CheckDeal(epoch, deal); !s.ok()) return named(s);
+    if (absl::Status s = CheckRank(shard_, rank); !s.ok()) return named(s);
     RankState& state = ranks_[rank];
     if (!state.ended) {
       if (journal_ != nullptr) {
-        if (absl::Status s = journal_->LogRankEnded(epoch, rank); !s.ok()) return s;
+        if (absl::Status s = journal_->LogRankEnded(epoch, deal, rank); !s.ok()) return s;
       }
       state.ended = true;
       ++ranks_ended_;
     }
     response.set_ranks_ended(ranks_ended_);
-    if (ranks_ended_ < config_.shard.world_size) {
+    if (ranks_ended_ < shard_.world_size) {
       lock.Release();
       if (absl::Status s = Sync(); !s.ok()) return s;
       return response;
@@ -528,6 +593,8 @@ absl::StatusOr<v1::EndEpochResponse> Job::EndEpoch(uint64_t epoch, uint32_t rank
     inputs.base = base_;
     inputs.current = std::get<Serving>(phase_).view.weights;
     epoch_ = epoch + 1;
+    deal_ = 0;  // The next epoch is dealt whole to the ranks that ended this one.
+    deal_length_ = config_.plan.samples_per_epoch;
     phase_ = Planning{std::nullopt, absl::Now()};
   }
   LOG(INFO) << "event=epoch_closed job=" << name_ << " epoch=" << epoch;
@@ -655,12 +722,106 @@ absl::Status Job::Rewind(uint64_t epoch) {
       }
     }
     while (!kept_.empty() && kept_.back().epoch > epoch) kept_.pop_back();
+    // The epoch's start as it was: deal 0 to the ranks it started with.
+    if (start->world_size != 0) shard_.world_size = start->world_size;
+    deal_ = 0;
   }
   if (!Publish(*planned, start->base)) {
     absl::MutexLock lock(&mu_);
     if (const auto* closed = std::get_if<Closed>(&phase_)) return closed->reason;
   }
   LOG(INFO) << "event=job_rewound job=" << name_ << " epoch=" << epoch;
+  return absl::OkStatus();
+}
+
+// ---- Resizes ------------------------------------------------------------------------------------
+
+absl::StatusOr<v1::Job> Job::Resize(uint64_t epoch, uint32_t world_size) {
+  if (world_size == 0 || world_size > static_cast<uint32_t>(v1::MAX_WORLD_SIZE)) {
+    return absl::InvalidArgumentError(absl::StrCat("world_size = ", world_size,
+                                                   " is outside [1, MAX_WORLD_SIZE = ",
+                                                   v1::MAX_WORLD_SIZE, "] (job '", name_, "')"));
+  }
+  EpochView current;
+  ShardSpec dealt;
+  std::vector<RankState> progress;
+  {
+    absl::MutexLock lock(&mu_);
+    // After a planning in progress (an epoch closing, another resize): the deal is settled.
+    auto settled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !IsPlanning(); };
+    mu_.Await(absl::Condition(&settled));
+    if (const auto* closed = std::get_if<Closed>(&phase_)) return closed->reason;
+    if (epoch != epoch_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("epoch = ", epoch, " of job '", name_, "' is not the current epoch ",
+                       epoch_, ": a group resizes the epoch it is about to read"));
+    }
+    if (std::holds_alternative<AwaitingUpload>(phase_)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job '", name_, "' has no plan yet (it waits for its upload): nothing is dealt to "
+          "resize; upload first"));
+    }
+    if (absl::Status s = CheckEpochOpen(epoch); !s.ok()) return s;  // Failed.
+    if (world_size == shard_.world_size) {  // A retry, or another rank of the same group.
+      v1::Job job;
+      DescribeLocked(&job);
+      return job;
+    }
+    const bool any_done = std::any_of(ranks_.begin(), ranks_.end(), [](const RankState& r) {
+      return r.ended || r.reported.count() > 0;
+    });
+    if (!any_done) {
+      // Nothing of the epoch is done: the next deal deals the same positions.
+      if (absl::Status s = ApplyResize(std::get<Serving>(phase_).view, world_size); !s.ok()) {
+        return s;
+      }
+    } else {
+      // Computed off the lock (linear in M); meanwhile the epoch waits as Planning.
+      current = std::get<Serving>(phase_).view;
+      dealt = shard_;
+      progress = std::move(ranks_);
+      ranks_.assign(dealt.world_size, RankState());
+      Planning planning{current, absl::Now()};
+      planning.redealing = true;
+      phase_ = std::move(planning);
+    }
+  }
+  if (current.plan != nullptr) {
+    std::vector<RankDone> done;
+    done.reserve(progress.size());
+    for (const RankState& r : progress) done.push_back(RankDone{&r.reported, r.ended});
+    auto remaining =
+        std::make_shared<const Plan>(RemainingPlan(*current.plan, dealt, absl::MakeSpan(done)));
+    absl::MutexLock lock(&mu_);
+    if (!IsPlanning()) {  // Only Close leaves this Planning.
+      if (const auto* closed = std::get_if<Closed>(&phase_)) return closed->reason;
+    }
+    EpochView view = current;
+    view.plan = std::move(remaining);
+    phase_ = Serving{current};  // ApplyResize replaces it; if it fails, the deal stays as it was.
+    if (absl::Status s = ApplyResize(std::move(view), world_size); !s.ok()) {
+      ranks_ = std::move(progress);
+      return s;
+    }
+  }
+  if (absl::Status s = Sync(); !s.ok()) return s;
+  return Describe();
+}
+
+absl::Status Job::ApplyResize(EpochView view, uint32_t world_size) {
+  if (journal_ != nullptr) {
+    if (absl::Status s = journal_->LogResized(epoch_, world_size); !s.ok()) return s;
+  }
+  const uint32_t from = shard_.world_size;
+  ++deal_;
+  shard_.world_size = world_size;
+  deal_length_ = view.plan->size();
+  phase_ = Serving{std::move(view)};
+  ranks_.assign(world_size, RankState());
+  ranks_ended_ = 0;
+  LOG(INFO) << "event=job_resized job=" << name_ << " epoch=" << epoch_ << " deal=" << deal_
+            << " from_world_size=" << from << " world_size=" << world_size
+            << " positions=" << deal_length_;
   return absl::OkStatus();
 }
 

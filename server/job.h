@@ -22,8 +22,11 @@
 // Rules (see proto/samplerd.proto for the client-visible contract):
 //   - Losses for the serving epoch are applied; older epochs are counted as stale; later epochs
 //     are FAILED_PRECONDITION.
-//   - A loss is identified by (epoch, rank, shard position); the shard must hold its index at
-//     that position. A position already reported is a duplicate (PositionSet), whatever process
+//   - Each epoch is dealt to its ranks in deals (epoch_deal.h): deal 0 deals the plan to the world
+//     size the previous epoch ended with; Resize starts the next deal over what the current one
+//     has not done. Requests name their deal; one of a replaced deal is FAILED_PRECONDITION.
+//   - A loss is identified by (epoch, deal, rank, shard position); the shard must hold its index
+//     at that position. A position already reported is a duplicate (PositionSet), whatever process
 //     or batch sends it. One loss per (epoch, index): a report from a second position counts as
 //     a duplicate too (LossTable). Without a loss policy the job keeps no per-sample statistics
 //     (no LossTable): only positions are deduplicated.
@@ -64,7 +67,7 @@ namespace samplerd {
 
 // What a StreamShard caller needs: the epoch's view and the geometry of its shard.
 struct ShardLease {
-  EpochView view;
+  EpochView view;  // Its plan is the deal's (the epoch's plan in deal 0).
   ShardSpec shard;
   uint64_t shard_length = 0;
 };
@@ -92,8 +95,13 @@ class Job {
   const std::string& name() const { return name_; }
   const JobConfig& config() const { return config_; }
 
-  // Current epoch and readiness, as the proto Job.
+  // Current epoch, readiness, world size and deal, as the proto Job.
   v1::Job Describe() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Describe, with `rank`'s shard length (proto GetJob with a rank): in the current deal of the
+  // current epoch, or in a later `epoch` (the whole plan dealt to the current world size).
+  // INVALID_ARGUMENT for a rank outside the world; FAILED_PRECONDITION for a past epoch.
+  absl::StatusOr<v1::Job> DescribeForRank(uint32_t rank, std::optional<uint64_t> epoch) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   uint64_t CurrentEpoch() const ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     return epoch_;
@@ -107,23 +115,25 @@ class Job {
   absl::Status UploadWeights(std::vector<float> weights) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status UploadLabels(const std::vector<uint32_t>& labels) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // The shard of (epoch, rank) for a caller with `world_size`. Waits until `deadline` for an
-  // epoch still being planned (the current one, or the next one while ranks finish the current
-  // one). While waiting, `cancelled` (if set) is polled every 100 ms so that a caller that went
-  // away does not hold its thread until the barrier. Errors: FAILED_PRECONDITION (world size
-  // mismatch, epoch closed or too far ahead), INVALID_ARGUMENT (rank), DEADLINE_EXCEEDED (naming
+  // The shard of (epoch, deal, rank) for a caller with `world_size`. Waits until `deadline` for
+  // an epoch still being planned (the current one, or the next one while ranks finish the
+  // current one). While waiting, `cancelled` (if set) is polled every 100 ms so that a caller
+  // that went away does not hold its thread until the barrier. Errors: FAILED_PRECONDITION
+  // (world size or deal mismatch, epoch closed or too far ahead), INVALID_ARGUMENT (rank),
+  // DEADLINE_EXCEEDED (naming
   // what the epoch waits for: an upload, its planning, or the ranks that have not ended the
   // previous epoch), CANCELLED, UNAVAILABLE (shutting down), NOT_FOUND (deleted), INTERNAL
   // (planning failed).
-  absl::StatusOr<ShardLease> AcquireShard(uint64_t epoch, uint32_t rank, uint32_t world_size,
-                                          absl::Time deadline,
+  absl::StatusOr<ShardLease> AcquireShard(uint64_t epoch, uint32_t deal, uint32_t rank,
+                                          uint32_t world_size, absl::Time deadline,
                                           const std::function<bool()>& cancelled = {})
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Records that `rank` has been sent shard positions up to `position` in `epoch` (the highest
-  // position counts). Returns the reason the job was closed (NOT_FOUND: deleted; UNAVAILABLE:
-  // shutting down), OK while it is open, so that a streamer learns it without another lock.
-  absl::Status RecordStreamed(uint64_t epoch, uint32_t rank, uint64_t position)
+  // Records that `rank` of `deal` has been sent shard positions up to `position` in `epoch` (the
+  // highest position counts; ignored once the deal was replaced). Returns the reason the job
+  // was closed (NOT_FOUND: deleted; UNAVAILABLE: shutting down), OK while it is open, so that a
+  // streamer learns it without another lock.
+  absl::Status RecordStreamed(uint64_t epoch, uint32_t deal, uint32_t rank, uint64_t position)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // Validates the batch whole (also that the rank's shard holds each index at its position),
@@ -132,9 +142,18 @@ class Job {
   absl::Status ReportLosses(const LossBatchView& batch, v1::LossReportSummary* summary)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Rank `rank` finished `epoch`. Idempotent. The last rank starts planning epoch + 1.
-  absl::StatusOr<v1::EndEpochResponse> EndEpoch(uint64_t epoch, uint32_t rank)
+  // Rank `rank` of `deal` finished `epoch`. Idempotent. The last rank starts planning epoch + 1.
+  absl::StatusOr<v1::EndEpochResponse> EndEpoch(uint64_t epoch, uint32_t deal, uint32_t rank)
       ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The group now has `world_size` ranks (proto ResizeJob): starts the next deal of `epoch`
+  // (which must be current) over the positions the current deal has not done
+  // (RemainingPlan, computed off the lock while the job waits as Planning), every rank's
+  // progress cleared. A no-op when the epoch's world size is `world_size` already. Waits for a
+  // planning in progress. Errors: INVALID_ARGUMENT (world_size), FAILED_PRECONDITION (not the
+  // current epoch, or no plan yet: awaiting the upload), the close reason, INTERNAL (planning failed, or the journal's write: then
+  // nothing changed). With a journal the resize is durable when it returns.
+  absl::StatusOr<v1::Job> Resize(uint64_t epoch, uint32_t world_size) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Puts the job back to the start of `epoch` (proto RewindJob): its weights, loss statistics
   // and epoch number then, every rank's progress cleared; plans `epoch` again (the same plan as
@@ -171,6 +190,8 @@ class Job {
     // A re-upload: the phase to return to if planning fails (the previous plan stays).
     std::optional<EpochView> previous_plan;
     absl::Time since;
+    // A resize computing the next deal, not a plan (for messages).
+    bool redealing = false;
   };
   // epoch_'s plan is published: shards are served, losses applied, ranks end the epoch.
   struct Serving {
@@ -186,7 +207,8 @@ class Job {
   };
   using Phase = std::variant<AwaitingUpload, Planning, Serving, Failed, Closed>;
 
-  // Per-epoch bookkeeping of one rank, reset when an epoch is published.
+  // Per-epoch bookkeeping of one rank of the current deal, reset when an epoch is published or
+  // the epoch is dealt again.
   struct RankState {
     uint64_t streamed = 0;
     uint64_t accepted = 0;
@@ -203,6 +225,15 @@ class Job {
   // reason when closed; INTERNAL when planning failed; FAILED_PRECONDITION naming the epoch, the
   // current one and the phase otherwise.
   absl::Status CheckEpochOpen(uint64_t epoch) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After CheckEpochOpen: OK if `deal` is the current deal; FAILED_PRECONDITION naming both
+  // otherwise (a straggler of a group that was resized, or a deal not made yet).
+  absl::Status CheckDeal(uint64_t epoch, uint32_t deal) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The current deal's world size, the one check for StreamShard's world_size.
+  absl::Status CheckWorldSize(uint64_t epoch, uint32_t world_size) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Starts deal deal_ + 1 of the current epoch, serving `view` (the deal's plan) to `world_size`
+  // ranks; logged first: nothing changes if logging fails.
+  absl::Status ApplyResize(EpochView view, uint32_t world_size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Why `epoch` is not served yet, for a DEADLINE_EXCEEDED: the upload, the planning, or the
   // ranks that have not ended the previous epoch.
   std::string WhyNotServing(uint64_t epoch) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -234,7 +265,7 @@ class Job {
   // publishes, then writes its snapshot (off the boundary's path). Runs on the planner thread.
   void FinishPlanningNext(absl::StatusOr<PlannedEpoch> planned) ABSL_LOCKS_EXCLUDED(mu_);
   // The snapshot opening an epoch, for the journal.
-  JobJournal::EpochStart MakeEpochStart(uint64_t epoch, bool planned,
+  JobJournal::EpochStart MakeEpochStart(uint64_t epoch, bool planned, uint32_t world_size,
                                         std::shared_ptr<const std::vector<float>> base,
                                         std::shared_ptr<const std::vector<float>> weights,
                                         std::vector<SampleLossStats> loss_stats,
@@ -267,6 +298,11 @@ class Job {
   // Per-sample loss statistics; only with a loss policy (8 bytes per sample). Written under mu_
   // while Serving; read off the lock while Planning (LossesWhilePlanning).
   std::optional<LossTable> losses_ ABSL_GUARDED_BY(mu_);
+  // The current deal of epoch_: its number, its ranks (world size: carried into the next epoch's
+  // deal 0), the number of plan positions it deals (M in deal 0) and each rank's progress.
+  uint32_t deal_ ABSL_GUARDED_BY(mu_) = 0;
+  ShardSpec shard_ ABSL_GUARDED_BY(mu_);
+  uint64_t deal_length_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<RankState> ranks_ ABSL_GUARDED_BY(mu_);
   uint32_t ranks_ended_ ABSL_GUARDED_BY(mu_) = 0;
   WeightSummary weight_summary_ ABSL_GUARDED_BY(mu_);

@@ -101,10 +101,10 @@ class JobPersistenceTest : public ::testing::Test {
   void FullEpoch(Job& job, uint64_t epoch) {
     for (uint32_t r = 0; r < kWorld; ++r) {
       const std::vector<uint64_t> shard = Shard(job, epoch, r);
-      ASSERT_TRUE(job.RecordStreamed(epoch, r, shard.size()).ok());
+      ASSERT_TRUE(job.RecordStreamed(epoch, 0, r, shard.size()).ok());
       Report(job, epoch, r, 1, shard, 0, shard.size() / 2);
       Report(job, epoch, r, 2, shard, shard.size() / 2, shard.size());
-      ASSERT_TRUE(job.EndEpoch(epoch, r).ok());
+      ASSERT_TRUE(job.EndEpoch(epoch, 0, r).ok());
     }
   }
 
@@ -112,19 +112,19 @@ class JobPersistenceTest : public ::testing::Test {
   void PartialEpoch(Job& job, uint64_t epoch) {
     const std::vector<uint64_t> s0 = Shard(job, epoch, 0);
     Report(job, epoch, 0, 1, s0, 0, s0.size());
-    ASSERT_TRUE(job.EndEpoch(epoch, 0).ok());
+    ASSERT_TRUE(job.EndEpoch(epoch, 0, 0).ok());
     const std::vector<uint64_t> s1 = Shard(job, epoch, 1);
-    ASSERT_TRUE(job.RecordStreamed(epoch, 1, s1.size() / 2).ok());
+    ASSERT_TRUE(job.RecordStreamed(epoch, 0, 1, s1.size() / 2).ok());
     Report(job, epoch, 1, 1, s1, 0, s1.size() / 2);
   }
 
   void FinishPartialEpoch(Job& job, uint64_t epoch) {
     const std::vector<uint64_t> s1 = Shard(job, epoch, 1);
     Report(job, epoch, 1, 2, s1, s1.size() / 2, s1.size());
-    ASSERT_TRUE(job.EndEpoch(epoch, 1).ok());
+    ASSERT_TRUE(job.EndEpoch(epoch, 0, 1).ok());
     const std::vector<uint64_t> s2 = Shard(job, epoch, 2);
     Report(job, epoch, 2, 1, s2, 0, s2.size());
-    ASSERT_TRUE(job.EndEpoch(epoch, 2).ok());
+    ASSERT_TRUE(job.EndEpoch(epoch, 0, 2).ok());
   }
 
   testutil::TestDir test_dir_;
@@ -304,10 +304,10 @@ TEST_F(JobPersistenceTest, AnEndedEpochStartsTheJobSoTheLogNeverOutlivesAReuploa
   // use, and the log of epoch 0 would hold an EndEpoch of the old plan.
   auto job = Create(true, v1::STATIC);
   ASSERT_TRUE(job->UploadWeights(StaticWeights(1)).ok());
-  ASSERT_TRUE(job->EndEpoch(0, 0).ok());
+  ASSERT_TRUE(job->EndEpoch(0, 0, 0).ok());
   const absl::Status again = job->UploadWeights(StaticWeights(5));
   EXPECT_EQ(again.code(), absl::StatusCode::kFailedPrecondition) << again;
-  ASSERT_TRUE(job->EndEpoch(0, 1).ok());
+  ASSERT_TRUE(job->EndEpoch(0, 0, 1).ok());
   const std::string before = Observable(*job);
   job.reset();
   auto restored = Restore(v1::STATIC);
@@ -335,7 +335,7 @@ TEST_F(JobPersistenceTest, StreamsOfADeletedJobEndWithNotFound) {
   Shard(*job, 0, 0);
   job->Close(absl::NotFoundError("job 'j' was deleted"));
   ASSERT_TRUE(job->RemovePersistedState().ok());
-  const absl::Status s = job->RecordStreamed(0, 0, 10);
+  const absl::Status s = job->RecordStreamed(0, 0, 0, 10);
   EXPECT_TRUE(absl::IsNotFound(s)) << s;
 }
 

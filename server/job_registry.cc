@@ -25,6 +25,12 @@ bool SameSpec(const v1::JobSpec& a, const v1::JobSpec& b) {
   return google::protobuf::util::MessageDifferencer::Equals(a, b);
 }
 
+// The same spec but for its world size: a group restarted with another size (ResizeJob).
+bool SameSpecButWorldSize(const v1::JobSpec& a, v1::JobSpec b) {
+  b.set_world_size(a.world_size());
+  return SameSpec(a, b);
+}
+
 absl::Status Conflict(const std::string& name) {
   return absl::AlreadyExistsError(absl::StrCat(
       "name = \"", name, "\" is taken by a job with another spec; delete it or choose a new name"));
@@ -187,7 +193,18 @@ absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Create(const std::string& name
     while (true) {
       if (closed_) return absl::UnavailableError("samplerd is shutting down");
       if (auto it = jobs_.find(name); it != jobs_.end()) {
-        if (!SameSpec(it->second->config().normalized, config->normalized)) return Conflict(name);
+        const v1::JobSpec& existing = it->second->config().normalized;
+        if (!SameSpec(existing, config->normalized)) {
+          if (!SameSpecButWorldSize(existing, config->normalized)) return Conflict(name);
+          if (!resume) {
+            return absl::AlreadyExistsError(absl::StrCat(
+                "name = \"", name, "\" is taken by a job with spec.world_size = ",
+                existing.world_size(), " and otherwise the same spec; a group restarted with ",
+                config->normalized.world_size(), " ranks resumes it (CreateJob with resume = "
+                "true) and its first rank resizes it (ResizeJob)"));
+          }
+          return it->second;
+        }
         // Lock order: the registry's mu_, then the job's.
         const uint64_t epoch = it->second->CurrentEpoch();
         if (epoch == 0 || resume) return it->second;

@@ -64,6 +64,28 @@ TEST_F(JobRegistryTest, CreateIsIdempotentAndBounded) {
   EXPECT_EQ(registry.Create("c", Spec(0)).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(JobRegistryTest, AGroupOfAnotherSizeResumesTheJob) {
+  JobRegistry registry(JobRegistry::Limits{2, JobLimits()}, backend_.get());
+  auto a = registry.Create("a", Spec(10, 4));
+  ASSERT_TRUE(a.ok());
+  // Without resume: the message says how a restarted group of 2 goes on.
+  auto fresh = registry.Create("a", Spec(10, 2));
+  EXPECT_EQ(fresh.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(std::string(fresh.status().message()),
+              HasSubstr("spec.world_size = 4 and otherwise the same spec; a group restarted with 2 "
+                        "ranks resumes it (CreateJob with resume = true) and its first rank "
+                        "resizes it (ResizeJob)"));
+  auto resumed = registry.Create("a", Spec(10, 2), absl::InfiniteFuture(), /*resume=*/true);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ(resumed->get(), a->get());
+  EXPECT_EQ((*resumed)->Describe().world_size(), 4u);  // Unchanged until ResizeJob.
+  // Any other difference is still a conflict, resume or not.
+  v1::JobSpec other = Spec(10, 2);
+  other.set_seed(3);
+  EXPECT_EQ(registry.Create("a", other, absl::InfiniteFuture(), true).status().code(),
+            absl::StatusCode::kAlreadyExists);
+}
+
 TEST_F(JobRegistryTest, DeleteWakesWaitersAndFreesTheSlot) {
   JobRegistry registry(JobRegistry::Limits{1, JobLimits()}, backend_.get());
   auto a = registry.Create("a", Spec(10));
@@ -72,7 +94,7 @@ TEST_F(JobRegistryTest, DeleteWakesWaitersAndFreesTheSlot) {
   absl::Notification parked;
   std::thread waiter([&] {
     waiter_code =
-        (*a)->AcquireShard(1, 0, 1, absl::Now() + absl::Seconds(10), NotifyWhenParked(&parked))
+        (*a)->AcquireShard(1, 0, 0, 1, absl::Now() + absl::Seconds(10), NotifyWhenParked(&parked))
             .status()
             .code();
   });
@@ -150,7 +172,7 @@ TEST_F(JobRegistryTest, CloseAllRefusesNewJobsAndWakesWaitersWithUnavailable) {
   absl::Notification parked;
   std::thread waiter([&] {
     waiter_code =
-        (*a)->AcquireShard(1, 0, 2, absl::Now() + absl::Seconds(10), NotifyWhenParked(&parked))
+        (*a)->AcquireShard(1, 0, 0, 2, absl::Now() + absl::Seconds(10), NotifyWhenParked(&parked))
             .status()
             .code();
   });
@@ -159,7 +181,7 @@ TEST_F(JobRegistryTest, CloseAllRefusesNewJobsAndWakesWaitersWithUnavailable) {
   waiter.join();
   EXPECT_EQ(waiter_code, absl::StatusCode::kUnavailable);
   EXPECT_EQ(registry.Create("b", Spec(10)).status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ((*a)->EndEpoch(0, 0).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ((*a)->EndEpoch(0, 0, 0).status().code(), absl::StatusCode::kUnavailable);
 }
 
 // ---- Memory admission ---------------------------------------------------------------------
@@ -424,7 +446,7 @@ TEST_F(PersistentRegistryTest, WhatIsNotAJobDirectoryIsSkippedAndLeftAlone) {
   // The job is served as before.
   auto a = registry->Get("a");
   ASSERT_TRUE(a.ok()) << a.status();
-  EXPECT_TRUE((*a)->EndEpoch(0, 0).ok());
+  EXPECT_TRUE((*a)->EndEpoch(0, 0, 0).ok());
 }
 
 // Skipping strays does not skip damage: a real job's corrupt directory still stops the start.

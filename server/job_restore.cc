@@ -44,6 +44,8 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Restore(std::string name, JobConfig co
     }
     // The snapshot's epoch, published below (the upload or the EndEpoch that opened it is done).
     job->epoch_ = header.epoch();
+    // Deal 0 of the epoch, to the ranks it started with (older snapshots: the spec's).
+    if (header.world_size() != 0) job->shard_.world_size = header.world_size();
     if (header.planned()) job->phase_ = Planning{std::nullopt, absl::Now()};
   }
   if (header.planned()) {
@@ -79,11 +81,14 @@ absl::Status Job::Replay(const JobJournal::Recovered& recovered) {
   handlers.losses = [this, &summary](const LossBatchView& batch) {
     return ReportLosses(batch, &summary);
   };
-  handlers.rank_ended = [this](uint64_t epoch, uint32_t rank) {
-    return EndEpoch(epoch, rank).status();
+  handlers.rank_ended = [this](uint64_t epoch, uint32_t deal, uint32_t rank) {
+    return EndEpoch(epoch, deal, rank).status();
   };
-  handlers.streamed = [this](uint64_t epoch, uint32_t rank, uint64_t position) {
-    return RecordStreamed(epoch, rank, position);
+  handlers.streamed = [this](uint64_t epoch, uint32_t deal, uint32_t rank, uint64_t position) {
+    return RecordStreamed(epoch, deal, rank, position);
+  };
+  handlers.resized = [this](uint64_t epoch, uint32_t world_size) {
+    return Resize(epoch, world_size).status();
   };
   if (absl::Status s = journal_->Replay(recovered.records, handlers); !s.ok()) return s;
   return AwaitNotPlanning();

@@ -52,7 +52,7 @@ class JobTest : public ::testing::Test {
 
 TEST_F(JobTest, EpochClosesWhenEveryRankEndedIt) {
   auto job = MakeJob(100, 2, v1::LOSS);
-  auto lease = job->AcquireShard(0, 1, 2, Soon());
+  auto lease = job->AcquireShard(0, 0, 1, 2, Soon());
   ASSERT_TRUE(lease.ok()) << lease.status();
   EXPECT_EQ(lease->shard_length, 50u);
   const auto batch = BatchAt(0, 1, 0, Shard(*job, 0, 1), {1, 2, 3}, One);
@@ -60,30 +60,30 @@ TEST_F(JobTest, EpochClosesWhenEveryRankEndedIt) {
   ASSERT_TRUE(job->ReportLosses(batch.view(), &summary).ok());
   EXPECT_EQ(summary.accepted(), 3u);
 
-  auto first = job->EndEpoch(0, 0);
+  auto first = job->EndEpoch(0, 0, 0);
   ASSERT_TRUE(first.ok());
   EXPECT_FALSE(first->epoch_closed());
-  EXPECT_EQ(job->EndEpoch(0, 0)->ranks_ended(), 1u);  // Idempotent.
-  auto last = job->EndEpoch(0, 1);
+  EXPECT_EQ(job->EndEpoch(0, 0, 0)->ranks_ended(), 1u);  // Idempotent.
+  auto last = job->EndEpoch(0, 0, 1);
   ASSERT_TRUE(last.ok());
   EXPECT_TRUE(last->epoch_closed());
-  auto next = job->AcquireShard(1, 0, 2, Soon());  // Waits for the background plan.
+  auto next = job->AcquireShard(1, 0, 0, 2, Soon());  // Waits for the background plan.
   ASSERT_TRUE(next.ok()) << next.status();
   EXPECT_EQ(next->view.plan->epoch, 1u);
   EXPECT_EQ(job->Describe().current_epoch(), 1u);
   // Epoch 0 is closed now: its shard is gone, its losses are stale, ending it is a retry.
-  EXPECT_EQ(job->AcquireShard(0, 0, 2, Soon()).status().code(),
+  EXPECT_EQ(job->AcquireShard(0, 0, 0, 2, Soon()).status().code(),
             absl::StatusCode::kFailedPrecondition);
   v1::LossReportSummary stale;
   ASSERT_TRUE(job->ReportLosses(batch.view(), &stale).ok());
   EXPECT_EQ(stale.stale(), 3u);
-  EXPECT_TRUE(job->EndEpoch(0, 1).ok());
+  EXPECT_TRUE(job->EndEpoch(0, 0, 1).ok());
 }
 
 TEST_F(JobTest, PlanComputedAheadEqualsAFreshPlan) {
   auto job = MakeJob(1000, 1, v1::LOSS);  // M = N without replacement: plans ignore weights.
-  ASSERT_TRUE(job->EndEpoch(0, 0).ok());
-  auto lease = job->AcquireShard(1, 0, 1, Soon());
+  ASSERT_TRUE(job->EndEpoch(0, 0, 0).ok());
+  auto lease = job->AcquireShard(1, 0, 0, 1, Soon());
   ASSERT_TRUE(lease.ok());
   auto fresh = backend_->PlanEpoch(job->config().plan, 1, {});
   ASSERT_TRUE(fresh.ok());
@@ -92,7 +92,7 @@ TEST_F(JobTest, PlanComputedAheadEqualsAFreshPlan) {
 
 TEST_F(JobTest, WaitingReadersEndAtTheDeadlineOrOnClose) {
   auto job = MakeJob(100, 2);
-  EXPECT_EQ(job->AcquireShard(1, 0, 2, absl::Now() + absl::Milliseconds(50)).status().code(),
+  EXPECT_EQ(job->AcquireShard(1, 0, 0, 2, absl::Now() + absl::Milliseconds(50)).status().code(),
             absl::StatusCode::kDeadlineExceeded);
   absl::Notification parked, done;
   std::thread reader([&] {
@@ -101,7 +101,7 @@ TEST_F(JobTest, WaitingReadersEndAtTheDeadlineOrOnClose) {
       if (!parked.HasBeenNotified()) parked.Notify();
       return false;
     };
-    EXPECT_EQ(job->AcquireShard(1, 0, 2, Soon(), poll).status().code(),
+    EXPECT_EQ(job->AcquireShard(1, 0, 0, 2, Soon(), poll).status().code(),
               absl::StatusCode::kUnavailable);
     done.Notify();
   });
@@ -115,10 +115,10 @@ TEST_F(JobTest, WaitingReadersEndAtTheDeadlineOrOnClose) {
 TEST_F(JobTest, ADeadlineNamesWhatTheEpochWaitsFor) {
   // The next epoch waits for the ranks that have not ended the current one: name them.
   auto job = MakeJob(100, 4);
-  ASSERT_TRUE(job->EndEpoch(0, 1).ok());
-  ASSERT_TRUE(job->EndEpoch(0, 3).ok());
+  ASSERT_TRUE(job->EndEpoch(0, 0, 1).ok());
+  ASSERT_TRUE(job->EndEpoch(0, 0, 3).ok());
   const absl::Status next =
-      job->AcquireShard(1, 0, 4, absl::Now() + absl::Milliseconds(50)).status();
+      job->AcquireShard(1, 0, 0, 4, absl::Now() + absl::Milliseconds(50)).status();
   EXPECT_EQ(next.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(next.message(), HasSubstr("epoch 1 of job 'j'"));
   EXPECT_THAT(next.message(), HasSubstr("ranks 0, 2 of world_size 4 have not ended it"));
@@ -131,7 +131,7 @@ TEST_F(JobTest, ADeadlineNamesWhatTheEpochWaitsFor) {
   auto awaiting = Job::Create("s", *MakeJobConfig(spec, JobLimits()), backend_.get());
   ASSERT_TRUE(awaiting.ok());
   const absl::Status first =
-      (*awaiting)->AcquireShard(0, 0, 1, absl::Now() + absl::Milliseconds(50)).status();
+      (*awaiting)->AcquireShard(0, 0, 0, 1, absl::Now() + absl::Milliseconds(50)).status();
   EXPECT_EQ(first.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(first.message(), HasSubstr("waits for UploadWeights"));
 }
@@ -146,14 +146,14 @@ TEST_F(JobTest, ADeadlineWhilePlanningSaysSo) {
   auto job = Job::Create("p", *MakeJobConfig(spec, JobLimits()), &gated);
   ASSERT_TRUE(job.ok());
   gated.Hold();
-  ASSERT_TRUE((*job)->EndEpoch(0, 0).ok());
+  ASSERT_TRUE((*job)->EndEpoch(0, 0, 0).ok());
   gated.AwaitHeldCall();
   const absl::Status s =
-      (*job)->AcquireShard(1, 0, 1, absl::Now() + absl::Milliseconds(50)).status();
+      (*job)->AcquireShard(1, 0, 0, 1, absl::Now() + absl::Milliseconds(50)).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(s.message(), HasSubstr("epoch 1 is still being planned"));
   gated.Release();
-  EXPECT_TRUE((*job)->AcquireShard(1, 0, 1, Soon()).ok());
+  EXPECT_TRUE((*job)->AcquireShard(1, 0, 0, 1, Soon()).ok());
 }
 
 TEST_F(JobTest, WithoutALossPolicyNoPerSampleStatisticsAreKept) {
@@ -263,8 +263,8 @@ TEST_F(JobTest, ALossForAnIndexNotServedAtItsPositionIsRefusedAndChangesNothing)
 TEST_F(JobTest, StaleEpochsAreAscendingWithoutRepeats) {
   auto job = MakeJob(100, 1, v1::LOSS);
   for (uint64_t e = 0; e < 3; ++e) {
-    ASSERT_TRUE(job->EndEpoch(e, 0).ok());
-    ASSERT_TRUE(job->AcquireShard(e + 1, 0, 1, Soon()).ok());
+    ASSERT_TRUE(job->EndEpoch(e, 0, 0).ok());
+    ASSERT_TRUE(job->AcquireShard(e + 1, 0, 0, 1, Soon()).ok());
   }
   const std::vector<uint64_t> idx = {1, 2}, positions = {0, 1};
   const std::vector<float> loss = {1, 1};
@@ -288,7 +288,7 @@ TEST_F(JobTest, AWaiterWhoseCallerWentAwayGivesUp) {
       if (!parked.HasBeenNotified()) parked.Notify();
       return gone.load();
     };
-    code = job->AcquireShard(1, 0, 2, absl::InfiniteFuture(), poll).status().code();
+    code = job->AcquireShard(1, 0, 0, 2, absl::InfiniteFuture(), poll).status().code();
     done.Notify();
   });
   parked.WaitForNotification();  // Polled once without giving up.
@@ -305,25 +305,25 @@ TEST_F(JobTest, EpochOrderOfShardsLossesAndEnds) {
   const std::vector<float> loss = {1};
   v1::LossReportSummary s;
   // Future epochs: the next one may be waited for; two ahead is refused at once.
-  EXPECT_EQ(job->AcquireShard(2, 0, 3, Soon()).status().code(),
+  EXPECT_EQ(job->AcquireShard(2, 0, 0, 3, Soon()).status().code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(job->ReportLosses({1, 0, 0, idx, loss, positions}, &s).code(),
             absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(job->EndEpoch(1, 0).status().code(), absl::StatusCode::kFailedPrecondition);
-  auto mismatch = job->AcquireShard(0, 0, 4, Soon());
+  EXPECT_EQ(job->EndEpoch(1, 0, 0).status().code(), absl::StatusCode::kFailedPrecondition);
+  auto mismatch = job->AcquireShard(0, 0, 0, 4, Soon());
   EXPECT_EQ(mismatch.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(mismatch.status().message()),
-              HasSubstr("world_size = 4 does not match job 'j' world_size = 3"));
-  EXPECT_EQ(job->AcquireShard(0, 3, 3, Soon()).status().code(), absl::StatusCode::kInvalidArgument);
+              HasSubstr("world_size = 4 does not match the 3 ranks that epoch 0 of job 'j' is dealt to"));
+  EXPECT_EQ(job->AcquireShard(0, 0, 3, 3, Soon()).status().code(), absl::StatusCode::kInvalidArgument);
   // Ranks end in any order; the epoch closes with the last distinct one.
-  EXPECT_EQ(job->EndEpoch(0, 2)->ranks_ended(), 1u);
-  EXPECT_EQ(job->EndEpoch(0, 2)->ranks_ended(), 1u);
-  EXPECT_EQ(job->EndEpoch(0, 0)->ranks_ended(), 2u);
+  EXPECT_EQ(job->EndEpoch(0, 0, 2)->ranks_ended(), 1u);
+  EXPECT_EQ(job->EndEpoch(0, 0, 2)->ranks_ended(), 1u);
+  EXPECT_EQ(job->EndEpoch(0, 0, 0)->ranks_ended(), 2u);
   EXPECT_FALSE(job->Status().ranks(1).ended());
   EXPECT_TRUE(job->Status().ranks(2).ended());
-  EXPECT_TRUE(job->EndEpoch(0, 1)->epoch_closed());
-  ASSERT_TRUE(job->AcquireShard(1, 0, 3, Soon()).ok());
-  auto closed = job->AcquireShard(0, 0, 3, Soon());
+  EXPECT_TRUE(job->EndEpoch(0, 0, 1)->epoch_closed());
+  ASSERT_TRUE(job->AcquireShard(1, 0, 0, 3, Soon()).ok());
+  auto closed = job->AcquireShard(0, 0, 0, 3, Soon());
   EXPECT_EQ(closed.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(closed.status().message()),
               HasSubstr("epoch = 0 of job 'j' is closed; the current epoch is 1"));
@@ -337,12 +337,12 @@ TEST_F(JobTest, EpochOrderOfShardsLossesAndEnds) {
 
 TEST_F(JobTest, StreamingProgressAndTheCloseReason) {
   auto job = MakeJob(100, 2);
-  EXPECT_TRUE(job->RecordStreamed(0, 1, 20).ok());
-  EXPECT_TRUE(job->RecordStreamed(0, 1, 10).ok());  // A resumed reader behind: highest counts.
-  EXPECT_TRUE(job->RecordStreamed(5, 1, 90).ok());  // Another epoch: ignored.
+  EXPECT_TRUE(job->RecordStreamed(0, 0, 1, 20).ok());
+  EXPECT_TRUE(job->RecordStreamed(0, 0, 1, 10).ok());  // A resumed reader behind: highest counts.
+  EXPECT_TRUE(job->RecordStreamed(5, 0, 1, 90).ok());  // Another epoch: ignored.
   EXPECT_EQ(job->Status().ranks(1).indices_streamed(), 20u);
   job->Close(absl::NotFoundError("deleted"));
-  EXPECT_EQ(job->RecordStreamed(0, 1, 30).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(job->RecordStreamed(0, 0, 1, 30).code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(JobTest, StaticWeightsArriveBeforeTheFirstLossOnly) {
@@ -354,7 +354,7 @@ TEST_F(JobTest, StaticWeightsArriveBeforeTheFirstLossOnly) {
   spec.mutable_policy()->set_loss(v1::LOSS);
   auto job = *Job::Create("s", *MakeJobConfig(spec, JobLimits()), backend_.get());
   EXPECT_FALSE(job->Describe().plan_ready());
-  EXPECT_EQ(job->AcquireShard(0, 0, 1, absl::Now() + absl::Milliseconds(30)).status().code(),
+  EXPECT_EQ(job->AcquireShard(0, 0, 0, 1, absl::Now() + absl::Milliseconds(30)).status().code(),
             absl::StatusCode::kDeadlineExceeded);
   EXPECT_EQ(job->UploadLabels({1, 2, 3, 4}).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(job->UploadWeights({1, 2}).code(), absl::StatusCode::kInvalidArgument);
@@ -363,7 +363,7 @@ TEST_F(JobTest, StaticWeightsArriveBeforeTheFirstLossOnly) {
   EXPECT_FALSE(job->Describe().plan_ready());
   // A waiting reader gets the plan as soon as the upload lands.
   absl::StatusOr<ShardLease> lease;
-  std::thread reader([&] { lease = job->AcquireShard(0, 0, 1, Soon()); });
+  std::thread reader([&] { lease = job->AcquireShard(0, 0, 0, 1, Soon()); });
   absl::SleepFor(absl::Milliseconds(30));
   ASSERT_TRUE(job->UploadWeights({0, 2, 2, 4}).ok());
   reader.join();
@@ -373,9 +373,9 @@ TEST_F(JobTest, StaticWeightsArriveBeforeTheFirstLossOnly) {
   for (uint64_t i : testutil::PlanIndices(*lease->view.plan)) EXPECT_NE(i, 0u);
   EXPECT_TRUE(job->UploadWeights({1, 1, 1, 1}).ok());  // Re-upload before any loss: allowed.
   v1::LossReportSummary s;
-  ASSERT_TRUE(job->RecordStreamed(0, 0, 0).ok());  // Nothing handed out yet: still allowed.
+  ASSERT_TRUE(job->RecordStreamed(0, 0, 0, 0).ok());  // Nothing handed out yet: still allowed.
   EXPECT_TRUE(job->UploadWeights({1, 1, 1, 1}).ok());
-  ASSERT_TRUE(job->RecordStreamed(0, 0, 1).ok());  // A shard index was sent: the plan is fixed.
+  ASSERT_TRUE(job->RecordStreamed(0, 0, 0, 1).ok());  // A shard index was sent: the plan is fixed.
   const absl::Status after_stream = job->UploadWeights({1, 2, 1, 1});
   EXPECT_EQ(after_stream.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(after_stream.message()), ::testing::HasSubstr("already started"));
@@ -408,12 +408,12 @@ TEST_F(JobTest, AReuploadWithdrawsEpochZeroUntilItsNewPlanIsPublished) {
   const absl::Status report = job->ReportLosses({0, 0, 0, idx, loss, positions}, &s);
   EXPECT_EQ(report.code(), absl::StatusCode::kFailedPrecondition) << report;
   EXPECT_THAT(std::string(report.message()), HasSubstr("still being planned"));
-  EXPECT_EQ(job->EndEpoch(0, 0).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(job->EndEpoch(0, 0, 0).status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(job->UploadWeights({1, 1, 1, 1}).code(), absl::StatusCode::kFailedPrecondition);
   gated.Release();
   uploader.join();
   ASSERT_TRUE(upload.ok()) << upload;
-  auto lease = job->AcquireShard(0, 0, 1, Soon());
+  auto lease = job->AcquireShard(0, 0, 0, 1, Soon());
   ASSERT_TRUE(lease.ok()) << lease.status();
   EXPECT_THAT(*lease->view.weights, ::testing::ElementsAre(0.0f, 1.0f, 1.0f, 2.0f));
   EXPECT_EQ(job->Status().ranks(0).losses_accepted(), 0u);
@@ -422,7 +422,7 @@ TEST_F(JobTest, AReuploadWithdrawsEpochZeroUntilItsNewPlanIsPublished) {
   const std::vector<uint64_t> before = testutil::PlanIndices(*lease->view.plan);
   EXPECT_EQ(job->UploadWeights({1, 0, 0, 0}).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(job->Describe().plan_ready());
-  auto after = job->AcquireShard(0, 0, 1, Soon());
+  auto after = job->AcquireShard(0, 0, 0, 1, Soon());
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_EQ(testutil::PlanIndices(*after->view.plan), before);
   EXPECT_THAT(*after->view.weights, ::testing::ElementsAre(0.0f, 1.0f, 1.0f, 2.0f));
@@ -438,7 +438,7 @@ TEST_F(JobTest, ManyEpochsWithConcurrentRanks) {
   for (uint32_t r = 0; r < world; ++r) {
     ranks.emplace_back([&, r] {
       for (uint64_t e = 0; e < 20; ++e) {
-        auto lease = job->AcquireShard(e, r, world, Soon());
+        auto lease = job->AcquireShard(e, 0, r, world, Soon());
         if (!lease.ok() || lease->view.plan->epoch != e) {
           ++errors;
           return;
@@ -453,7 +453,7 @@ TEST_F(JobTest, ManyEpochsWithConcurrentRanks) {
                                                   [](uint64_t i) { return i < 40 ? 5.0f : 0.5f; });
         v1::LossReportSummary s;
         if (!job->ReportLosses(batch.view(), &s).ok() || s.accepted() != shard.size() ||
-            !job->EndEpoch(e, r).ok()) {
+            !job->EndEpoch(e, 0, r).ok()) {
           ++errors;
           return;
         }
@@ -462,7 +462,7 @@ TEST_F(JobTest, ManyEpochsWithConcurrentRanks) {
   }
   for (auto& t : ranks) t.join();
   EXPECT_EQ(errors.load(), 0);
-  ASSERT_TRUE(job->AcquireShard(20, 0, world, Soon()).ok());
+  ASSERT_TRUE(job->AcquireShard(20, 0, 0, world, Soon()).ok());
   const v1::JobStatus status = job->Status();
   EXPECT_EQ(status.job().current_epoch(), 20u);
   EXPECT_GT(status.weights().max(), 2.0);

@@ -6,10 +6,7 @@
 
 namespace samplerd {
 
-absl::Status ValidateLossBatch(const LossBatchView& batch, uint64_t num_samples,
-                               uint64_t samples_per_epoch, const ShardSpec& shard) {
-  absl::StatusOr<uint64_t> shard_length = ShardLength(samples_per_epoch, shard, batch.rank);
-  if (!shard_length.ok()) return shard_length.status();  // The rank.
+absl::Status ValidateLossBatch(const LossBatchView& batch, uint64_t num_samples) {
   if (batch.indices.size() != batch.losses.size()) {
     return absl::InvalidArgumentError(absl::StrCat("indices: ", batch.indices.size(),
                                                    " entries but losses: ", batch.losses.size()));
@@ -25,12 +22,6 @@ absl::Status ValidateLossBatch(const LossBatchView& batch, uint64_t num_samples,
         " (every loss names the shard position its index was served at: positions, or "
         "first_position for consecutive ones)"));
   }
-  if (batch.consecutive && (batch.first_position >= *shard_length ||
-                            *shard_length - batch.first_position < batch.indices.size())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "first_position = ", batch.first_position, " with ", batch.indices.size(),
-        " pairs passes the end of rank ", batch.rank, "'s shard [0, ", *shard_length, ")"));
-  }
   if (batch.indices.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("indices: empty batch; send 1 to ", kMaxLossBatchPairs, " pairs"));
@@ -45,15 +36,32 @@ absl::Status ValidateLossBatch(const LossBatchView& batch, uint64_t num_samples,
                                                      " is outside [0, num_samples = ", num_samples,
                                                      ")"));
     }
-    if (!batch.consecutive && batch.positions[k] >= *shard_length) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("positions[", k, "] = ", batch.positions[k], " is outside rank ",
-                       batch.rank, "'s shard [0, ", *shard_length, ")"));
-    }
     const float loss = batch.losses[k];
     if (!(std::isfinite(loss) && loss >= 0)) {
       return absl::InvalidArgumentError(
           absl::StrCat("losses[", k, "] = ", loss, ": losses must be finite and >= 0"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateLossPositions(const LossBatchView& batch, uint64_t shard_length) {
+  const std::string deal =
+      batch.deal > 0 ? absl::StrCat(" in deal ", batch.deal, " of epoch ", batch.epoch) : "";
+  if (batch.consecutive) {
+    if (batch.first_position >= shard_length ||
+        shard_length - batch.first_position < batch.indices.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "first_position = ", batch.first_position, " with ", batch.indices.size(),
+          " pairs passes the end of rank ", batch.rank, "'s shard [0, ", shard_length, ")", deal));
+    }
+    return absl::OkStatus();
+  }
+  for (size_t k = 0; k < batch.positions.size(); ++k) {
+    if (batch.positions[k] >= shard_length) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("positions[", k, "] = ", batch.positions[k], " is outside rank ",
+                       batch.rank, "'s shard [0, ", shard_length, ")", deal));
     }
   }
   return absl::OkStatus();

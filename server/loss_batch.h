@@ -30,18 +30,23 @@ struct LossBatchView {
   bool consecutive = false;
   uint64_t first_position = 0;
 
+  uint32_t deal = 0;  // The epoch's deal the positions are in (proto LossBatch.deal).
+
   uint64_t position(size_t k) const { return consecutive ? first_position + k : positions[k]; }
 };
 
-// OK if `batch` can be applied to a job of `num_samples` samples, `samples_per_epoch` plan
-// positions and `shard`'s ranks: a valid rank, as many losses and positions (or consecutive
-// positions from first_position, and no list) as indices, 1 to
-// kMaxLossBatchPairs pairs, every index < num_samples, every loss finite and >= 0, every position
-// inside the rank's shard. INVALID_ARGUMENT naming the first offending field and value otherwise.
-// Does not look at the epoch (whether it is open is the job's state) nor at the plan (whether the
-// shard holds each index at its position is checked by the job against the epoch's plan).
-absl::Status ValidateLossBatch(const LossBatchView& batch, uint64_t num_samples,
-                               uint64_t samples_per_epoch, const ShardSpec& shard);
+// OK if `batch` is well-formed for a job of `num_samples` samples: as many losses and positions
+// (or consecutive positions from first_position, and no list) as indices, 1 to
+// kMaxLossBatchPairs pairs, every index < num_samples, every loss finite and >= 0.
+// INVALID_ARGUMENT naming the first offending field and value otherwise. Does not look at what
+// depends on the job's state: the epoch, the deal, the rank and the positions (below), and
+// whether the shard holds each index at its position (the job checks it against the deal's
+// plan).
+absl::Status ValidateLossBatch(const LossBatchView& batch, uint64_t num_samples);
+
+// After ValidateLossBatch, with the length of the rank's shard in the batch's deal: OK if every
+// position is inside [0, shard_length); INVALID_ARGUMENT naming the first that is not.
+absl::Status ValidateLossPositions(const LossBatchView& batch, uint64_t shard_length);
 
 }  // namespace samplerd
 

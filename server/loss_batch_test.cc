@@ -14,8 +14,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// A job of N = 10 samples, M = `m` plan positions and 2 ranks (shards of M / 2 positions).
-// Without `positions`, the pairs are at shard positions 0, 1, ...
+// Both checks, as a job of N = 10 samples, M = `m` plan positions and 2 ranks makes them
+// (shards of M / 2 positions). Without `positions`, the pairs are at shard positions 0, 1, ...
 absl::Status Check(uint32_t rank, const std::vector<uint64_t>& indices,
                    const std::vector<float>& losses,
                    std::optional<std::vector<uint64_t>> positions = std::nullopt,
@@ -29,7 +29,8 @@ absl::Status Check(uint32_t rank, const std::vector<uint64_t>& indices,
   batch.indices = indices;
   batch.losses = losses;
   batch.positions = *positions;
-  return ValidateLossBatch(batch, /*num_samples=*/10, m, ShardSpec{2});
+  if (absl::Status s = ValidateLossBatch(batch, /*num_samples=*/10); !s.ok()) return s;
+  return ValidateLossPositions(batch, /*shard_length=*/m / 2);
 }
 
 TEST(LossBatchTest, AcceptsAWellFormedBatch) { EXPECT_TRUE(Check(1, {0, 9}, {0.0f, 2.5f}).ok()); }
@@ -41,7 +42,6 @@ TEST(LossBatchTest, NamesTheFirstBadFieldAndValue) {
   };
   const float nan = std::nanf("");
   const Case cases[] = {
-      {Check(2, {1}, {1}), "rank = 2 is outside [0, world_size = 2)"},
       {Check(0, {1, 2}, {1}), "indices: 2 entries but losses: 1"},
       {Check(0, {}, {}), "indices: empty batch"},
       {Check(0, {3, 10}, {1, 1}), "indices[1] = 10 is outside [0, num_samples = 10)"},
@@ -68,19 +68,36 @@ TEST(LossBatchTest, ConsecutivePositionsFromFirstPosition) {
   batch.losses = losses;
   batch.consecutive = true;
   batch.first_position = 3;  // Positions 3 and 4 of a shard of 5.
-  EXPECT_TRUE(ValidateLossBatch(batch, 10, 10, ShardSpec{2}).ok());
+  EXPECT_TRUE(ValidateLossBatch(batch, 10).ok());
+  EXPECT_TRUE(ValidateLossPositions(batch, 5).ok());
   EXPECT_EQ(batch.position(1), 4u);
   batch.first_position = 4;  // Positions 4 and 5: past the end.
-  absl::Status s = ValidateLossBatch(batch, 10, 10, ShardSpec{2});
+  absl::Status s = ValidateLossPositions(batch, 5);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("first_position = 4 with 2 pairs passes the end of rank 1's "
                                      "shard [0, 5)"));
   const std::vector<uint64_t> positions = {0, 1};
   batch.first_position = 0;
   batch.positions = positions;  // Both forms at once.
-  s = ValidateLossBatch(batch, 10, 10, ShardSpec{2});
+  s = ValidateLossBatch(batch, 10);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("positions: 2 entries and first_position = 0: give one"));
+}
+
+TEST(LossBatchTest, PositionsOfALaterDealNameIt) {
+  const std::vector<uint64_t> indices = {3};
+  const std::vector<float> losses = {1};
+  const std::vector<uint64_t> positions = {7};
+  LossBatchView batch;
+  batch.epoch = 4;
+  batch.deal = 2;
+  batch.indices = indices;
+  batch.losses = losses;
+  batch.positions = positions;
+  const absl::Status s = ValidateLossPositions(batch, 7);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(),
+              HasSubstr("positions[0] = 7 is outside rank 0's shard [0, 7) in deal 2 of epoch 4"));
 }
 
 TEST(LossBatchTest, AtMostTheLimitOfPairs) {

@@ -171,6 +171,7 @@ SamplerService::SamplerService(JobRegistry* registry, ComputeBackend* backend,
   AddUnary("/samplerd.v1.Sampler/ListJobs", &SamplerService::ListJobs);
   AddUnary("/samplerd.v1.Sampler/DeleteJob", &SamplerService::DeleteJob);
   AddUnary("/samplerd.v1.Sampler/RewindJob", &SamplerService::RewindJob);
+  AddUnary("/samplerd.v1.Sampler/ResizeJob", &SamplerService::ResizeJob);
   MethodAt("/samplerd.v1.Sampler/UploadWeights", RpcType::CLIENT_STREAMING,
            v1::UploadWeightsChunk::descriptor(), v1::UploadSummary::descriptor());
   AddClientStream("/samplerd.v1.Sampler/UploadWeights", &SamplerService::UploadWeightsImpl);
@@ -205,7 +206,7 @@ SamplerService::SamplerService(JobRegistry* registry, ComputeBackend* backend,
   AddUnary("/samplerd.v1.Sampler/EndEpoch", &SamplerService::EndEpoch);
   AddUnary("/samplerd.v1.Sampler/GetJobStatus", &SamplerService::GetJobStatus);
   // Every method of the .proto is served (MethodAt checked each one registered above).
-  CHECK_EQ(v1::Job::descriptor()->file()->FindServiceByName("Sampler")->method_count(), 11);
+  CHECK_EQ(v1::Job::descriptor()->file()->FindServiceByName("Sampler")->method_count(), 12);
 }
 
 absl::StatusOr<Caller> SamplerService::CallerOf(const grpc::ServerContext& context) const {
@@ -226,14 +227,19 @@ grpc::Status SamplerService::GetJob(grpc::ServerContext*, const v1::GetJobReques
                                     v1::Job* response) {
   absl::StatusOr<std::shared_ptr<Job>> job = registry_->Get(request.name());
   if (!job.ok()) return ToGrpcStatus(job.status());
-  *response = (*job)->Describe();
-  if (request.has_rank()) {
-    const JobConfig& config = (*job)->config();
-    absl::StatusOr<uint64_t> length =
-        ShardLength(config.plan.samples_per_epoch, config.shard, request.rank());
-    if (!length.ok()) return ToGrpcStatus(length.status());
-    response->set_shard_length(*length);
+  if (!request.has_rank()) {
+    if (request.has_epoch()) {
+      return ToGrpcStatus(absl::InvalidArgumentError(
+          absl::StrCat("epoch = ", request.epoch(), " without a rank: it selects the epoch of "
+                       "the rank's shard length")));
+    }
+    *response = (*job)->Describe();
+    return grpc::Status::OK;
   }
+  absl::StatusOr<v1::Job> described = (*job)->DescribeForRank(
+      request.rank(), request.has_epoch() ? std::optional<uint64_t>(request.epoch()) : std::nullopt);
+  if (!described.ok()) return ToGrpcStatus(described.status());
+  *response = *std::move(described);
   return grpc::Status::OK;
 }
 
@@ -256,6 +262,16 @@ grpc::Status SamplerService::RewindJob(grpc::ServerContext*, const v1::RewindJob
   if (!job.ok()) return ToGrpcStatus(job.status());
   if (absl::Status s = (*job)->Rewind(request.epoch()); !s.ok()) return ToGrpcStatus(s);
   *response = (*job)->Describe();
+  return grpc::Status::OK;
+}
+
+grpc::Status SamplerService::ResizeJob(grpc::ServerContext*, const v1::ResizeJobRequest& request,
+                                       v1::Job* response) {
+  absl::StatusOr<std::shared_ptr<Job>> job = registry_->Get(request.name());
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  absl::StatusOr<v1::Job> resized = (*job)->Resize(request.epoch(), request.world_size());
+  if (!resized.ok()) return ToGrpcStatus(resized.status());
+  *response = *std::move(resized);
   return grpc::Status::OK;
 }
 
@@ -302,7 +318,7 @@ grpc::Status SamplerService::StreamShardImpl(const v1::StreamShardRequest& reque
   absl::StatusOr<std::shared_ptr<Job>> job = registry_->Get(request.job());
   if (!job.ok()) return ToGrpcStatus(job.status());
   absl::StatusOr<ShardLease> lease = (*job)->AcquireShard(
-      request.epoch(), request.rank(), request.world_size(), deadline, cancelled);
+      request.epoch(), request.deal(), request.rank(), request.world_size(), deadline, cancelled);
   if (!lease.ok()) return ToGrpcStatus(lease.status());
   const uint64_t length = lease->shard_length;
   if (request.start_offset() > length) {
@@ -365,7 +381,8 @@ grpc::Status SamplerService::StreamShardImpl(const v1::StreamShardRequest& reque
     streamed->Increment(static_cast<double>(count));
     // Deleted meanwhile: stop (the proto promises NOT_FOUND). Shutting down (UNAVAILABLE): an
     // in-flight stream may finish within the grace period, the server cancels it after.
-    if (absl::Status closed = (*job)->RecordStreamed(request.epoch(), request.rank(), pos);
+    if (absl::Status closed =
+            (*job)->RecordStreamed(request.epoch(), request.deal(), request.rank(), pos);
         absl::IsNotFound(closed) && pos < length) {
       return ToGrpcStatus(closed);
     }
@@ -398,6 +415,7 @@ grpc::Status SamplerService::ReportLossesImpl(grpc::ServerReaderInterface<grpc::
     view.epoch = batch.epoch();
     view.rank = batch.rank();
     view.seq = batch.seq();
+    view.deal = batch.deal();
     view.indices = absl::MakeConstSpan(batch.indices().data(), batch.indices_size());
     view.losses = absl::MakeConstSpan(batch.losses().data(), batch.losses_size());
     view.positions = absl::MakeConstSpan(batch.positions().data(), batch.positions_size());
@@ -426,7 +444,8 @@ grpc::Status SamplerService::EndEpoch(grpc::ServerContext*, const v1::EndEpochRe
                                       v1::EndEpochResponse* response) {
   absl::StatusOr<std::shared_ptr<Job>> job = registry_->Get(request.job());
   if (!job.ok()) return ToGrpcStatus(job.status());
-  absl::StatusOr<v1::EndEpochResponse> r = (*job)->EndEpoch(request.epoch(), request.rank());
+  absl::StatusOr<v1::EndEpochResponse> r =
+      (*job)->EndEpoch(request.epoch(), request.deal(), request.rank());
   if (!r.ok()) return ToGrpcStatus(r.status());
   *response = *std::move(r);
   return grpc::Status::OK;

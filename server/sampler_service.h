@@ -62,6 +62,8 @@ class SamplerService final : public grpc::Service {
                          v1::DeleteJobResponse* response);
   grpc::Status RewindJob(grpc::ServerContext* context, const v1::RewindJobRequest& request,
                          v1::Job* response);
+  grpc::Status ResizeJob(grpc::ServerContext* context, const v1::ResizeJobRequest& request,
+                         v1::Job* response);
   grpc::Status EndEpoch(grpc::ServerContext* context, const v1::EndEpochRequest& request,
                         v1::EndEpochResponse* response);
   grpc::Status GetJobStatus(grpc::ServerContext* context, const v1::GetJobStatusRequest& request,

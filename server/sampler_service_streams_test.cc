@@ -73,7 +73,7 @@ class StreamsTest : public ::testing::Test {
   }
   // A loss for rank 0's shard position `position` of epoch 0 (the index served there).
   v1::LossBatch LossAt(uint64_t seq, uint64_t position) {
-    auto lease = (*registry_.Get("j"))->AcquireShard(0, 0, 2, absl::InfiniteFuture());
+    auto lease = (*registry_.Get("j"))->AcquireShard(0, 0, 0, 2, absl::InfiniteFuture());
     EXPECT_TRUE(lease.ok()) << lease.status();
     v1::LossBatch batch;
     batch.set_job("j");

@@ -351,6 +351,37 @@ TEST_F(BadInputTest, EveryBadRequestIsRejectedPreciselyAndChangesNothing) {
        report(Batch(0, 4, 1, {4}, {1})),
        grpc::INVALID_ARGUMENT,
        {"rank = 4", "world_size = 4"}},
+      {"resize to world size 0",
+       unary([](BadInputTest* t, grpc::ClientContext* c) {
+         v1::ResizeJobRequest r;
+         r.set_name("j");
+         r.set_world_size(0);
+         v1::Job j;
+         return t->stub_->ResizeJob(c, r, &j);
+       }),
+       grpc::INVALID_ARGUMENT,
+       {"world_size = 0", "MAX_WORLD_SIZE"}},
+      {"resize an epoch that is not the current one",
+       unary([](BadInputTest* t, grpc::ClientContext* c) {
+         v1::ResizeJobRequest r;
+         r.set_name("j");
+         r.set_epoch(5);
+         r.set_world_size(2);
+         v1::Job j;
+         return t->stub_->ResizeJob(c, r, &j);
+       }),
+       grpc::FAILED_PRECONDITION,
+       {"epoch = 5", "not the current epoch 0"}},
+      {"shard length of a past epoch needs a rank",
+       unary([](BadInputTest* t, grpc::ClientContext* c) {
+         v1::GetJobRequest r;
+         r.set_name("j");
+         r.set_epoch(0);
+         v1::Job j;
+         return t->stub_->GetJob(c, r, &j);
+       }),
+       grpc::INVALID_ARGUMENT,
+       {"epoch = 0 without a rank"}},
       {"losses for a future epoch",
        report(Batch(5, 0, 1, {4}, {1})),
        grpc::FAILED_PRECONDITION,
@@ -358,7 +389,7 @@ TEST_F(BadInputTest, EveryBadRequestIsRejectedPreciselyAndChangesNothing) {
       {"wrong world size",
        stream(0, 0, 8),
        grpc::FAILED_PRECONDITION,
-       {"world_size = 8", "world_size = 4"}},
+       {"world_size = 8", "the 4 ranks that epoch 0 of job 'j' is dealt to"}},
       {"shard rank >= world size", stream(0, 4, 4), grpc::INVALID_ARGUMENT, {"rank = 4"}},
       {"shard epoch out of order",
        stream(3, 0, 4),

@@ -409,6 +409,7 @@ absl::StatusOr<JobJournal::EpochStart> JobJournal::ReadEpochStart(uint64_t epoch
   start.weights = std::make_shared<const std::vector<float>>(std::move(snapshot->weights));
   start.loss_stats = std::move(snapshot->loss_stats);
   start.samples_seen = h.samples_seen();
+  start.world_size = h.world_size();
   return start;
 }
 
@@ -478,6 +479,7 @@ absl::Status JobJournal::StageEpochStart(const EpochStart& start) {
   header.set_epoch(start.epoch);
   header.set_planned(start.planned);
   header.set_samples_seen(start.samples_seen);
+  header.set_world_size(start.world_size);
   const bool has_base = start.base != nullptr && !start.base->empty();
   header.set_has_base(has_base);
   header.set_job(start.job);
@@ -566,6 +568,7 @@ JobJournal::EncodedLosses::EncodedLosses(const LossBatchView& batch) {
   losses->set_epoch(batch.epoch);
   losses->set_rank(batch.rank);
   losses->set_seq(batch.seq);
+  losses->set_deal(batch.deal);
   losses->mutable_indices()->Add(batch.indices.begin(), batch.indices.end());
   losses->mutable_losses()->Add(batch.losses.begin(), batch.losses.end());
   if (batch.consecutive) {
@@ -580,19 +583,29 @@ absl::Status JobJournal::LogLosses(const EncodedLosses& batch) {
   return AppendUnlessReplaying(batch.bytes_);
 }
 
-absl::Status JobJournal::LogRankEnded(uint64_t epoch, uint32_t rank) {
+absl::Status JobJournal::LogRankEnded(uint64_t epoch, uint32_t deal, uint32_t rank) {
   state::WalRecord record;
   record.mutable_rank_ended()->set_epoch(epoch);
+  record.mutable_rank_ended()->set_deal(deal);
   record.mutable_rank_ended()->set_rank(rank);
   return Log(record);
 }
 
-absl::Status JobJournal::LogStreamed(uint64_t epoch, uint32_t rank, uint64_t position) {
+absl::Status JobJournal::LogStreamed(uint64_t epoch, uint32_t deal, uint32_t rank,
+                                     uint64_t position) {
   state::WalRecord record;
   state::Streamed* streamed = record.mutable_streamed();
   streamed->set_epoch(epoch);
+  streamed->set_deal(deal);
   streamed->set_rank(rank);
   streamed->set_position(position);
+  return Log(record);
+}
+
+absl::Status JobJournal::LogResized(uint64_t epoch, uint32_t world_size) {
+  state::WalRecord record;
+  record.mutable_resized()->set_epoch(epoch);
+  record.mutable_resized()->set_world_size(world_size);
   return Log(record);
 }
 
@@ -623,6 +636,9 @@ absl::Status JobJournal::Replay(const std::vector<state::WalRecord>& records,
       case state::WalRecord::kStreamed:
         epoch = r.streamed().epoch();
         break;
+      case state::WalRecord::kResized:
+        epoch = r.resized().epoch();
+        break;
       default:
         return absl::DataLossError(absl::StrCat(dir_, ": log record ", i, " has no kind"));
     }
@@ -634,6 +650,7 @@ absl::Status JobJournal::Replay(const std::vector<state::WalRecord>& records,
           view.epoch = r.losses().epoch();
           view.rank = r.losses().rank();
           view.seq = r.losses().seq();
+          view.deal = r.losses().deal();
           view.indices =
               absl::MakeConstSpan(r.losses().indices().data(), r.losses().indices_size());
           view.losses = absl::MakeConstSpan(r.losses().losses().data(), r.losses().losses_size());
@@ -645,10 +662,15 @@ absl::Status JobJournal::Replay(const std::vector<state::WalRecord>& records,
           break;
         }
         case state::WalRecord::kRankEnded:
-          s = handlers.rank_ended(r.rank_ended().epoch(), r.rank_ended().rank());
+          s = handlers.rank_ended(r.rank_ended().epoch(), r.rank_ended().deal(),
+                                  r.rank_ended().rank());
+          break;
+        case state::WalRecord::kStreamed:
+          s = handlers.streamed(r.streamed().epoch(), r.streamed().deal(), r.streamed().rank(),
+                                r.streamed().position());
           break;
         default:
-          s = handlers.streamed(r.streamed().epoch(), r.streamed().rank(), r.streamed().position());
+          s = handlers.resized(r.resized().epoch(), r.resized().world_size());
           break;
       }
     }

@@ -81,6 +81,8 @@ class JobJournal {
     std::shared_ptr<const std::vector<float>> weights;  // W_epoch; null or empty: uniform.
     std::vector<SampleLossStats> loss_stats;            // Empty: no loss ever applied.
     uint64_t samples_seen = 0;
+    // The data-parallel world size the epoch starts with; 0: the spec's (older snapshots).
+    uint32_t world_size = 0;
     // WriteEpochSnapshot only, instead of loss_stats and samples_seen (which it then fills):
     // derive them from the previous snapshot and the logs of the epochs since, replaying their
     // loss records into a LossTable with these parameters.
@@ -129,17 +131,21 @@ class JobJournal {
   // Records, in the open epoch's log, a state change about to be applied (in the order of
   // application). No-ops while replaying (the records are the journal's own).
   absl::Status LogLosses(const EncodedLosses& batch) ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status LogRankEnded(uint64_t epoch, uint32_t rank) ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status LogStreamed(uint64_t epoch, uint32_t rank, uint64_t position)
+  absl::Status LogRankEnded(uint64_t epoch, uint32_t deal, uint32_t rank)
       ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status LogStreamed(uint64_t epoch, uint32_t deal, uint32_t rank, uint64_t position)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status LogResized(uint64_t epoch, uint32_t world_size) ABSL_LOCKS_EXCLUDED(mu_);
 
   // What a recovered log says, one typed call per record, in order. `before_record` is called
   // first with the record's epoch (the job waits for that epoch's plan and checks it is current).
   struct ReplayHandlers {
     std::function<absl::Status(uint64_t epoch)> before_record;
     std::function<absl::Status(const LossBatchView&)> losses;
-    std::function<absl::Status(uint64_t epoch, uint32_t rank)> rank_ended;
-    std::function<absl::Status(uint64_t epoch, uint32_t rank, uint64_t position)> streamed;
+    std::function<absl::Status(uint64_t epoch, uint32_t deal, uint32_t rank)> rank_ended;
+    std::function<absl::Status(uint64_t epoch, uint32_t deal, uint32_t rank, uint64_t position)>
+        streamed;
+    std::function<absl::Status(uint64_t epoch, uint32_t world_size)> resized;
   };
 
   struct Recovered {

@@ -13,11 +13,14 @@
 namespace samplerd {
 namespace testutil {
 
-// Rank `rank`'s shard of `epoch` (position k at [k]), extracted with `backend`; waits up to 30 s
-// for the epoch's plan. A failure is a test failure (and an empty shard).
+// Rank `rank`'s shard of `epoch` (position k at [k]) in its current deal (deal 0 for the next
+// epoch), extracted with `backend`; waits up to 30 s for the epoch's plan. A failure is a test
+// failure (and an empty shard).
 inline std::vector<uint64_t> ShardOf(Job& job, ComputeBackend& backend, uint64_t epoch,
                                      uint32_t rank) {
-  auto lease = job.AcquireShard(epoch, rank, job.config().shard.world_size,
+  const v1::Job described = job.Describe();
+  const uint32_t deal = epoch == described.current_epoch() ? described.deal() : 0;
+  auto lease = job.AcquireShard(epoch, deal, rank, described.world_size(),
                                 absl::Now() + absl::Seconds(30));
   EXPECT_TRUE(lease.ok()) << lease.status();
   if (!lease.ok()) return {};

@@ -20,8 +20,13 @@ struct OwnedLossBatch {
   std::vector<uint64_t> indices;
   std::vector<float> losses;
   std::vector<uint64_t> positions;
+  uint32_t deal = 0;
 
-  LossBatchView view() const { return {epoch, rank, seq, indices, losses, positions}; }
+  LossBatchView view() const {
+    LossBatchView v{epoch, rank, seq, indices, losses, positions};
+    v.deal = deal;
+    return v;
+  }
 };
 
 // The pairs of `shard` (a rank's shard as streamed: position k holds shard[k]) at `positions`,

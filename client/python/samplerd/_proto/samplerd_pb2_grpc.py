@@ -39,6 +39,11 @@ class SamplerStub(object):
                 request_serializer=samplerd__pb2.RewindJobRequest.SerializeToString,
                 response_deserializer=samplerd__pb2.Job.FromString,
                 )
+        self.ResizeJob = channel.unary_unary(
+                '/samplerd.v1.Sampler/ResizeJob',
+                request_serializer=samplerd__pb2.ResizeJobRequest.SerializeToString,
+                response_deserializer=samplerd__pb2.Job.FromString,
+                )
         self.UploadWeights = channel.stream_unary(
                 '/samplerd.v1.Sampler/UploadWeights',
                 request_serializer=samplerd__pb2.UploadWeightsChunk.SerializeToString,
@@ -97,8 +102,9 @@ class SamplerServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def GetJob(self, request, context):
-        """Returns the job's spec and current epoch, and with GetJobRequest.rank that rank's shard
-        length. Errors: NOT_FOUND, INVALID_ARGUMENT (rank >= world_size).
+        """Returns the job's spec, current epoch, world size and deal, and with GetJobRequest.rank that
+        rank's shard length. Errors: NOT_FOUND, INVALID_ARGUMENT (rank >= world_size),
+        FAILED_PRECONDITION (GetJobRequest.epoch before the current one).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -132,6 +138,24 @@ class SamplerServicer(object):
         Errors: NOT_FOUND, FAILED_PRECONDITION (the epoch's start is not kept: the message names
         the oldest one that is; an epoch after the current one; a job awaiting its upload),
         INTERNAL (a failed write: the rewind finishes at the next start).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResizeJob(self, request, context):
+        """The data-parallel group now has `world_size` ranks (torch elastic restarted it with fewer or
+        more nodes): called once by the new group's first rank, before the group reads shards of
+        `epoch`, which must be the current epoch. Starts a new deal of the epoch (see "Elastic world
+        size" above): the positions of the current deal not yet done (no loss reported, and their
+        rank has not ended the epoch) are dealt to the new ranks, so a group that resizes between
+        epochs (nothing of the epoch done yet) gets the whole plan dealt to its new size. Every
+        rank's progress in the epoch starts again from zero (all new ranks must end it). Returns the
+        job with its new world_size and deal. Idempotent: a resize to the world size the epoch has
+        already changes nothing (a retry, or every rank calling it). With --data_dir it is durable
+        when the call returns. Requests of the replaced deal are FAILED_PRECONDITION from then on.
+        Errors: NOT_FOUND, INVALID_ARGUMENT (world_size outside [1, MAX_WORLD_SIZE]),
+        FAILED_PRECONDITION (`epoch` is not the current epoch; the job's planning failed).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -176,8 +200,9 @@ class SamplerServicer(object):
         chunk does not fit in what is left ends at once with RESOURCE_EXHAUSTED: retry later, or ask
         for a smaller max_chunk_size).
         Errors: INVALID_ARGUMENT (rank >= world_size, start_offset > shard length),
-        FAILED_PRECONDITION (world_size differs from the job's, epoch already closed or more than
-        one ahead), RESOURCE_EXHAUSTED (stream buffer budget), DEADLINE_EXCEEDED, NOT_FOUND.
+        FAILED_PRECONDITION (world_size or deal differs from the epoch's current deal, epoch
+        already closed or more than one ahead), RESOURCE_EXHAUSTED (stream buffer budget),
+        DEADLINE_EXCEEDED, NOT_FOUND.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -202,17 +227,18 @@ class SamplerServicer(object):
         the number it sent.
         Errors: INVALID_ARGUMENT (index >= N, NaN/inf/negative loss, length mismatch, empty batch,
         rank >= world_size, position >= shard length, an index not at its position of the rank's
-        shard, unparseable message), FAILED_PRECONDITION (epoch not yet open),
-        NOT_FOUND.
+        shard, unparseable message), FAILED_PRECONDITION (epoch not yet open; a deal replaced by a
+        resize), NOT_FOUND.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def EndEpoch(self, request, context):
-        """Marks that data-parallel rank `rank` finished epoch `epoch`. When every rank has ended the
-        epoch, the weights are recomputed and epoch+1 is planned in the background. Idempotent per
-        (epoch, rank). Errors: INVALID_ARGUMENT, FAILED_PRECONDITION (epoch not current), NOT_FOUND.
+        """Marks that data-parallel rank `rank` finished epoch `epoch`. When every rank of the epoch's
+        current deal has ended the epoch, the weights are recomputed and epoch+1 is planned in the
+        background. Idempotent per (epoch, deal, rank). Errors: INVALID_ARGUMENT,
+        FAILED_PRECONDITION (epoch not current, a deal replaced by a resize), NOT_FOUND.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -251,6 +277,11 @@ def add_SamplerServicer_to_server(servicer, server):
             'RewindJob': grpc.unary_unary_rpc_method_handler(
                     servicer.RewindJob,
                     request_deserializer=samplerd__pb2.RewindJobRequest.FromString,
+                    response_serializer=samplerd__pb2.Job.SerializeToString,
+            ),
+            'ResizeJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResizeJob,
+                    request_deserializer=samplerd__pb2.ResizeJobRequest.FromString,
                     response_serializer=samplerd__pb2.Job.SerializeToString,
             ),
             'UploadWeights': grpc.stream_unary_rpc_method_handler(
@@ -374,6 +405,23 @@ class Sampler(object):
             metadata=None):
         return grpc.experimental.unary_unary(request, target, '/samplerd.v1.Sampler/RewindJob',
             samplerd__pb2.RewindJobRequest.SerializeToString,
+            samplerd__pb2.Job.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ResizeJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/samplerd.v1.Sampler/ResizeJob',
+            samplerd__pb2.ResizeJobRequest.SerializeToString,
             samplerd__pb2.Job.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
