@@ -115,6 +115,15 @@ absl::StatusOr<std::unique_ptr<SamplerClient>> SamplerClient::Create(const std::
   if (!credentials.ok()) return credentials.status();
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
+  // The channel's own reconnection backoff follows ours: by default it grows to 120 s, and a
+  // channel waiting out its backoff fails every call at once, so a server back after a restart
+  // would only be seen after our retries had all been spent.
+  const auto ms = [](absl::Duration d) {
+    return static_cast<int>(std::max<int64_t>(1, absl::ToInt64Milliseconds(d)));
+  };
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, ms(options.initial_backoff));
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, ms(options.initial_backoff));
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, ms(options.max_backoff));
   auto channel = grpc::CreateCustomChannel(address, *credentials, args);
   return std::unique_ptr<SamplerClient>(new SamplerClient(std::move(channel), options));
 }
