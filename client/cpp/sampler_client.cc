@@ -122,7 +122,12 @@ absl::StatusOr<std::unique_ptr<SamplerClient>> SamplerClient::Create(const std::
     return static_cast<int>(std::max<int64_t>(1, absl::ToInt64Milliseconds(d)));
   };
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, ms(options.initial_backoff));
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, ms(options.initial_backoff));
+  // GRPC_ARG_MIN_RECONNECT_BACKOFF_MS is also the timeout of one connection attempt (default
+  // 20 s): an attempt made while a killed server's port is being taken over can hang that long,
+  // so a second is allowed (a handshake with a busy, recovering server can take more than
+  // initial_backoff, which once was the value here).
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
+              std::max(1000, ms(options.max_backoff)));
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, ms(options.max_backoff));
   auto channel = grpc::CreateCustomChannel(address, *credentials, args);
   return std::unique_ptr<SamplerClient>(new SamplerClient(std::move(channel), options));
