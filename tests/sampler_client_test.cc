@@ -1,6 +1,7 @@
 #include "client/cpp/sampler_client.h"
 
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -135,6 +136,64 @@ TEST(SamplerClientTest, ARealServerCountsEveryBatch) {
   EXPECT_EQ(summary->batches(), 4u);
   EXPECT_EQ(summary->accepted(), 2u);
   EXPECT_EQ(summary->duplicates(), 2u);
+}
+
+// A stream waiting for an epoch that is not open (or between retries) ends with CANCELLED soon
+// after Cancel(), not at its 30 s deadline; a cancelled StreamCancellation stops the next call
+// before it starts.
+TEST(SamplerClientTest, AStreamCancellationEndsAWaitingStreamPromptly) {
+  auto server = Server::Create(testutil::LoopbackTestOptions());
+  ASSERT_TRUE(server.ok());
+  auto client = *SamplerClient::Create((*server)->address());
+  v1::JobSpec spec;
+  spec.set_num_samples(100);
+  spec.set_world_size(1);
+  ASSERT_TRUE(client->CreateJob("j", spec).ok());
+  StreamCancellation cancellation;
+  StreamShardOptions options;
+  options.cancellation = &cancellation;
+  std::thread canceller([&] {
+    absl::SleepFor(absl::Milliseconds(200));
+    cancellation.Cancel();
+  });
+  const absl::Time start = absl::Now();
+  // Epoch 1 opens only when epoch 0 is ended: the call waits on the server.
+  absl::Status s = client->StreamShard("j", 1, 0, 1, options,
+                                       [](const ShardSlice&) { return absl::OkStatus(); });
+  canceller.join();
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  int slices = 0;
+  s = client->StreamShard("j", 0, 0, 1, options, [&](const ShardSlice&) {
+    ++slices;
+    return absl::OkStatus();
+  });
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(slices, 0);
+}
+
+// max_chunk_size reaches the server: 100 indices in chunks of at most 7.
+TEST(SamplerClientTest, StreamShardAsksForTheChunkSizeGiven) {
+  auto server = Server::Create(testutil::LoopbackTestOptions());
+  ASSERT_TRUE(server.ok());
+  auto client = *SamplerClient::Create((*server)->address());
+  v1::JobSpec spec;
+  spec.set_num_samples(100);
+  spec.set_world_size(1);
+  ASSERT_TRUE(client->CreateJob("j", spec).ok());
+  StreamShardOptions options;
+  options.max_chunk_size = 7;
+  options.start_offset = 2;
+  std::vector<size_t> sizes;
+  ASSERT_TRUE(client
+                  ->StreamShard("j", 0, 0, 1, options,
+                                [&](const ShardSlice& slice) {
+                                  sizes.push_back(slice.indices.size());
+                                  return absl::OkStatus();
+                                })
+                  .ok());
+  ASSERT_EQ(sizes.size(), 14u);  // 98 indices from position 2.
+  EXPECT_EQ(sizes.front(), 7u);
 }
 
 }  // namespace

@@ -115,6 +115,20 @@ absl::StatusOr<std::unique_ptr<SamplerClient>> SamplerClient::Create(const std::
   if (!credentials.ok()) return credentials.status();
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
+  // The channel's own reconnection backoff follows ours: by default it grows to 120 s, and a
+  // channel waiting out its backoff fails every call at once, so a server back after a restart
+  // would only be seen after our retries had all been spent.
+  const auto ms = [](absl::Duration d) {
+    return static_cast<int>(std::max<int64_t>(1, absl::ToInt64Milliseconds(d)));
+  };
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, ms(options.initial_backoff));
+  // GRPC_ARG_MIN_RECONNECT_BACKOFF_MS is also the timeout of one connection attempt (default
+  // 20 s): an attempt made while a killed server's port is being taken over can hang that long,
+  // so a second is allowed (a handshake with a busy, recovering server can take more than
+  // initial_backoff, which once was the value here).
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
+              std::max(1000, ms(options.max_backoff)));
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, ms(options.max_backoff));
   auto channel = grpc::CreateCustomChannel(address, *credentials, args);
   return std::unique_ptr<SamplerClient>(new SamplerClient(std::move(channel), options));
 }
@@ -234,11 +248,52 @@ absl::Status SamplerClient::UploadLabels(const std::string& job, absl::Span<cons
   return CheckCount("labels", summary.received(), labels.size());
 }
 
+void StreamCancellation::Cancel() {
+  absl::MutexLock lock(&mu_);
+  cancelled_ = true;
+  if (context_ != nullptr) context_->TryCancel();
+}
+
+bool StreamCancellation::cancelled() const {
+  absl::MutexLock lock(&mu_);
+  return cancelled_;
+}
+
+bool StreamCancellation::Attach(grpc::ClientContext* context) {
+  absl::MutexLock lock(&mu_);
+  if (cancelled_) return false;
+  context_ = context;
+  return true;
+}
+
+void StreamCancellation::Detach() {
+  absl::MutexLock lock(&mu_);
+  context_ = nullptr;
+}
+
+bool StreamCancellation::SleepUnlessCancelled(absl::Duration duration) {
+  absl::MutexLock lock(&mu_);
+  mu_.AwaitWithTimeout(absl::Condition(&cancelled_), duration);
+  return cancelled_;
+}
+
 absl::Status SamplerClient::StreamShard(
     const std::string& job, uint64_t epoch, uint32_t rank, uint32_t world_size,
     uint64_t start_offset, bool with_is_weights,
     const std::function<absl::Status(const ShardSlice&)>& on_slice) {
-  uint64_t next = start_offset;  // First shard position not yet delivered.
+  StreamShardOptions options;
+  options.start_offset = start_offset;
+  options.with_is_weights = with_is_weights;
+  return StreamShard(job, epoch, rank, world_size, options, on_slice);
+}
+
+absl::Status SamplerClient::StreamShard(
+    const std::string& job, uint64_t epoch, uint32_t rank, uint32_t world_size,
+    const StreamShardOptions& stream_options,
+    const std::function<absl::Status(const ShardSlice&)>& on_slice) {
+  StreamCancellation* const cancellation = stream_options.cancellation;
+  const absl::Status cancelled = absl::CancelledError("the shard stream was cancelled");
+  uint64_t next = stream_options.start_offset;  // First shard position not yet delivered.
   absl::Duration backoff = options_.initial_backoff;
   std::vector<uint64_t> widened;  // indices32 widened to 64 bits for the callback.
   for (int attempt = 0;; ++attempt) {
@@ -248,9 +303,18 @@ absl::Status SamplerClient::StreamShard(
     request.set_rank(rank);
     request.set_world_size(world_size);
     request.set_start_offset(next);
-    request.set_with_is_weights(with_is_weights);
+    request.set_with_is_weights(stream_options.with_is_weights);
+    request.set_max_chunk_size(stream_options.max_chunk_size);
     grpc::ClientContext context;
     PrepareContext(&context);
+    if (cancellation != nullptr && !cancellation->Attach(&context)) return cancelled;
+    // Detached on every way out of this attempt, before `context` is destroyed.
+    struct Detacher {
+      StreamCancellation* c;
+      ~Detacher() {
+        if (c != nullptr) c->Detach();
+      }
+    } detacher{cancellation};
     std::unique_ptr<grpc::ClientReader<v1::ShardChunk>> reader =
         stub_->StreamShard(&context, request);
     v1::ShardChunk chunk;
@@ -284,10 +348,15 @@ absl::Status SamplerClient::StreamShard(
     }
     grpc::Status status = reader->Finish();
     if (status.ok() || finished) return absl::OkStatus();
+    if (cancellation != nullptr && cancellation->cancelled()) return cancelled;
     const bool retryable = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
                            status.error_code() == grpc::StatusCode::CANCELLED;
     if (!retryable || attempt >= options_.max_retries) return FromGrpcStatus(status);
-    absl::SleepFor(backoff);
+    if (cancellation == nullptr) {
+      absl::SleepFor(backoff);
+    } else if (cancellation->SleepUnlessCancelled(backoff)) {
+      return cancelled;
+    }
     backoff = std::min(backoff * 2, options_.max_backoff);
   }
 }

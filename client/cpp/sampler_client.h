@@ -19,8 +19,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "proto/samplerd.grpc.pb.h"
@@ -64,6 +66,46 @@ struct ShardSlice {
   absl::Span<const float> is_weights;  // Empty unless requested.
 };
 
+// Stops a StreamShard call from another thread (a ShardReader opening another epoch, or being
+// destroyed, while its stream waits for the server or sleeps between retries): the call returns
+// CANCELLED promptly instead of at its deadline. Once cancelled, it stays cancelled; use one per
+// call. Thread-safe.
+class StreamCancellation {
+ public:
+  StreamCancellation() = default;
+  StreamCancellation(const StreamCancellation&) = delete;
+  StreamCancellation& operator=(const StreamCancellation&) = delete;
+
+  void Cancel() ABSL_LOCKS_EXCLUDED(mu_);
+  bool cancelled() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  friend class SamplerClient;
+  // StreamShard registers each attempt's context here while the attempt runs, so that Cancel()
+  // can cancel it; false if already cancelled (then the attempt is not started).
+  bool Attach(grpc::ClientContext* context) ABSL_LOCKS_EXCLUDED(mu_);
+  void Detach() ABSL_LOCKS_EXCLUDED(mu_);
+  // Sleeps `duration` unless cancelled meanwhile; true if cancelled.
+  bool SleepUnlessCancelled(absl::Duration duration) ABSL_LOCKS_EXCLUDED(mu_);
+
+  mutable absl::Mutex mu_;
+  grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// How StreamShard streams, beyond (job, epoch, rank, world_size).
+struct StreamShardOptions {
+  // Shard position to start from.
+  uint64_t start_offset = 0;
+  // Also deliver each index's importance-sampling weight (ShardSlice::is_weights).
+  bool with_is_weights = false;
+  // Indices per chunk (StreamShardRequest.max_chunk_size): 0 for the server's default, at most
+  // v1::MAX_SHARD_CHUNK_SIZE.
+  uint32_t max_chunk_size = 0;
+  // If set, Cancel() on it ends the call with CANCELLED. Must outlive the call.
+  StreamCancellation* cancellation = nullptr;
+};
+
 class SamplerClient {
  public:
   // Connects (lazily) to `address` ("host:port"), with TLS or plaintext as `options` say.
@@ -93,6 +135,10 @@ class SamplerClient {
   // non-retryable error, or the callback's error (which stops the stream).
   absl::Status StreamShard(const std::string& job, uint64_t epoch, uint32_t rank,
                            uint32_t world_size, uint64_t start_offset, bool with_is_weights,
+                           const std::function<absl::Status(const ShardSlice&)>& on_slice);
+  // The same, with the options above (chunk size, cancellation).
+  absl::Status StreamShard(const std::string& job, uint64_t epoch, uint32_t rank,
+                           uint32_t world_size, const StreamShardOptions& options,
                            const std::function<absl::Status(const ShardSlice&)>& on_slice);
 
   // Convenience: the whole shard in memory.

@@ -1,0 +1,50 @@
+// ReaderPosition: where a ShardReader stands in its job (which epoch, which rank of how many, and
+// the next shard position Next will return), as a value a trainer stores in its checkpoint.
+//
+// A trainer saves ShardReader::position() with the model after a step, and a restarted trainer
+// passes it to ShardReader::Resume: reading continues exactly after the last index Next returned
+// before the save. The serialised form is one line of text, versioned so that fields can be added
+// (an elastic world size's per-epoch deal number is the next one expected):
+//
+//   samplerd.ReaderPosition version=1 job=train epoch=3 rank=1 world_size=4 position=4096
+//
+// Plain value type; not synchronised.
+#ifndef SAMPLERD_CLIENT_CPP_READER_POSITION_H_
+#define SAMPLERD_CLIENT_CPP_READER_POSITION_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace samplerd {
+
+struct ReaderPosition {
+  // The version Serialize writes and the only one Parse reads.
+  static constexpr int kVersion = 1;
+
+  std::string job;
+  uint64_t epoch = 0;
+  uint32_t rank = 0;
+  uint32_t world_size = 1;
+  // The shard position of the next index Next returns: the number of indices of this rank's
+  // shard of `epoch` consumed so far.
+  uint64_t position = 0;
+
+  std::string Serialize() const;
+  // The inverse of Serialize. INVALID_ARGUMENT naming the field and its value for anything else:
+  // another header, another version, a missing, repeated or unknown field, a number that does
+  // not parse or does not fit, an empty job, rank >= world_size, world_size = 0.
+  static absl::StatusOr<ReaderPosition> Parse(absl::string_view text);
+
+  friend bool operator==(const ReaderPosition& a, const ReaderPosition& b) {
+    return a.job == b.job && a.epoch == b.epoch && a.rank == b.rank &&
+           a.world_size == b.world_size && a.position == b.position;
+  }
+  friend bool operator!=(const ReaderPosition& a, const ReaderPosition& b) { return !(a == b); }
+};
+
+}  // namespace samplerd
+
+#endif  // SAMPLERD_CLIENT_CPP_READER_POSITION_H_

@@ -1,0 +1,85 @@
+#include "client/cpp/reader_position.h"
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace samplerd {
+namespace {
+
+using ::testing::HasSubstr;
+
+ReaderPosition Example() {
+  ReaderPosition p;
+  p.job = "train-1.a_b";
+  p.epoch = 7;
+  p.rank = 3;
+  p.world_size = 4;
+  p.position = (uint64_t{1} << 40) + 5;  // Beyond 32 bits.
+  return p;
+}
+
+TEST(ReaderPositionTest, SerializeParseRoundTrips) {
+  const ReaderPosition p = Example();
+  const std::string text = p.Serialize();
+  EXPECT_EQ(text,
+            "samplerd.ReaderPosition version=1 job=train-1.a_b epoch=7 rank=3 world_size=4 "
+            "position=1099511627781");
+  absl::StatusOr<ReaderPosition> parsed = ReaderPosition::Parse(text);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(*parsed, p);
+}
+
+TEST(ReaderPositionTest, FieldsMayComeInAnyOrder) {
+  absl::StatusOr<ReaderPosition> parsed = ReaderPosition::Parse(
+      "samplerd.ReaderPosition position=1099511627781 world_size=4 rank=3 epoch=7 "
+      "job=train-1.a_b version=1");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(*parsed, Example());
+}
+
+// Each malformed text is INVALID_ARGUMENT with a message naming the field (and value).
+TEST(ReaderPositionTest, MalformedTextNamesTheField) {
+  const std::string ok_tail = " job=j epoch=1 rank=0 world_size=2 position=5";
+  const struct {
+    std::string text;
+    std::string expected;
+  } cases[] = {
+      {"", "header = \"\""},
+      {"{\"version\": 1}", "not a ReaderPosition"},
+      {"samplerd.ReaderPosition" + ok_tail, "version = \"\": missing"},
+      {"samplerd.ReaderPosition version=2" + ok_tail, "version = \"2\": this client reads 1"},
+      {"samplerd.ReaderPosition version=1 epoch=1 rank=0 world_size=2 position=5",
+       "job = \"\": missing"},
+      {"samplerd.ReaderPosition version=1 job= epoch=1 rank=0 world_size=2 position=5",
+       "job = \"\": must not be empty"},
+      {"samplerd.ReaderPosition version=1 job=j rank=0 world_size=2 position=5",
+       "epoch = \"\": missing"},
+      {"samplerd.ReaderPosition version=1 job=j epoch=-1 rank=0 world_size=2 position=5",
+       "epoch = \"-1\": not an unsigned decimal number"},
+      {"samplerd.ReaderPosition version=1 job=j epoch=1x rank=0 world_size=2 position=5",
+       "epoch = \"1x\""},
+      {"samplerd.ReaderPosition version=1 job=j epoch=1 rank=4294967296 world_size=2 position=5",
+       "rank = \"4294967296\": does not fit in 32 bits"},
+      {"samplerd.ReaderPosition version=1 job=j epoch=1 rank=0 world_size=2 "
+       "position=18446744073709551616",
+       "position = \"18446744073709551616\""},
+      {"samplerd.ReaderPosition version=1 job=j epoch=1 rank=2 world_size=2 position=5",
+       "rank = \"2\": must be < world_size = 2"},
+      {"samplerd.ReaderPosition version=1 job=j epoch=1 rank=0 world_size=0 position=5",
+       "world_size = \"0\": must be >= 1"},
+      {"samplerd.ReaderPosition version=1" + ok_tail + " deal=3", "deal = \"3\": unknown field"},
+      {"samplerd.ReaderPosition version=1" + ok_tail + " epoch=2", "epoch = \"2\": given twice"},
+      {"samplerd.ReaderPosition version=1" + ok_tail + " junk", "field = \"junk\""},
+      {"samplerd.ReaderPosition  version=1" + ok_tail, "field = \"\""},
+  };
+  for (const auto& c : cases) {
+    absl::StatusOr<ReaderPosition> parsed = ReaderPosition::Parse(c.text);
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << c.text;
+    EXPECT_THAT(std::string(parsed.status().message()), HasSubstr(c.expected)) << c.text;
+  }
+}
+
+}  // namespace
+}  // namespace samplerd
