@@ -175,7 +175,9 @@ TEST(ReferenceTest, ShuffleIsAPermutationWithTheNewRule) {
     for (uint64_t k = 0; k < m; ++k) inputs[k] = 3 * k;
     std::vector<uint64_t> out = reference::Shuffle(1, 2, inputs, ShuffleBucketBits(m));
     ASSERT_EQ(out.size(), m);
-    if (m > 100) EXPECT_NE(out, inputs);  // Not the identity.
+    if (m > 100) {
+      EXPECT_NE(out, inputs);  // Not the identity.
+    }
     std::sort(out.begin(), out.end());
     EXPECT_EQ(out, inputs);
   }
