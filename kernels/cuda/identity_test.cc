@@ -126,7 +126,7 @@ struct Case {
 
 template <typename Index>
 void CheckWithoutReplacement(const Case& c, const std::vector<float>& w, const float* d_w,
-                             uint64_t m) {
+                             const float* d_importance_w, uint64_t m) {
   const std::string name = "without replacement n=" + std::to_string(c.n) + " m=" +
                            std::to_string(m) + " weights=" + c.kind + " index=" +
                            std::to_string(8 * sizeof(Index));
@@ -172,15 +172,15 @@ void CheckWithoutReplacement(const Case& c, const std::vector<float>& w, const f
             DeviceArray<float> importance;
             CASE_CUDA(indices.Allocate(count));
             CASE_CUDA(importance.Allocate(count));
-            CASE_CUDA(ExtractShard<Index>(plan.get(), m, layout, rank, start, count, d_w,
-                                          indices.get(), d_w == nullptr ? nullptr : importance.get(),
-                                          0));
+            CASE_CUDA(ExtractShard<Index>(plan.get(), m, layout, rank, start, count,
+                                          d_importance_w, indices.get(),
+                                          d_importance_w == nullptr ? nullptr : importance.get(), 0));
             CASE_CUDA(cudaDeviceSynchronize());
             std::vector<uint64_t> gpu;
             CASE_CUDA(indices.Download(&gpu));
             const std::vector<uint64_t> ref = reference::Shard(ref_plan, layout, rank, start, count);
             Compare(shard_name, gpu, ref);
-            if (d_w != nullptr && count > 0) {
+            if (d_importance_w != nullptr && count > 0) {
               std::vector<float> host(count);
               CASE_CUDA(cudaMemcpy(host.data(), importance.get(), count * sizeof(float),
                                    cudaMemcpyDeviceToHost));
@@ -268,7 +268,7 @@ void CheckCase(const Case& c, bool thorough) {
   else if (c.kind != "uniform") ms = {c.n / 10};
   for (uint64_t m : ms) {
     if (m == 0 || m > positive) continue;
-    CheckWithoutReplacement<Index>(c, w, m == c.n ? nullptr : d_w, m);
+    CheckWithoutReplacement<Index>(c, w, m == c.n ? nullptr : d_w, d_w, m);
   }
   for (uint64_t m : thorough ? std::vector<uint64_t>{c.n, 2 * c.n + 1} : std::vector<uint64_t>{c.n}) {
     CheckWithReplacement<Index>(c, w, d_w, max_bits, m, 0);
