@@ -1,0 +1,193 @@
+// GPU benchmark of the plan kernels (kernels/cuda/device_plan.h) on one device: medians over CUDA
+// events, items per second, and the achieved bandwidth next to a device-to-device copy measured
+// in the same run. Built and run by tools/gpu/run_on_gpu.sh; torch's anchors come from
+// bench/torch_anchors.py in the same run.
+//
+// Prints one line per measurement, "RESULT <operation> <N> <M> <median ms> <items/s> <GB/s>
+// <fraction of the copy bandwidth>", where GB/s counts the bytes the operation cannot avoid
+// (weights read once where it reads them, the plan written once): the floor of GPU.md.
+// Flags: --sizes=10000000,100000000,1000000000  --reps=N (default 10; 5 at N >= 1e9).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/device_plan.h"
+#include "kernels/det_math.h"
+#include "kernels/philox.h"
+
+namespace samplerd {
+namespace gpu {
+namespace {
+
+#define BENCH_CUDA(expr)                                                                      \
+  do {                                                                                        \
+    const cudaError_t e_ = (expr);                                                            \
+    if (e_ != cudaSuccess) {                                                                  \
+      std::fprintf(stderr, "%s:%d: %s: %s: %s\n", __FILE__, __LINE__, #expr,                  \
+                   cudaGetErrorName(e_), cudaGetErrorString(e_));                             \
+      std::exit(1);                                                                           \
+    }                                                                                         \
+  } while (0)
+
+// Weights in [0.5, 1.5), random, made on the device (no 4 GB upload).
+__global__ void FillWeights(float* w, uint64_t n) {
+  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    w[i] = static_cast<float>(0.5 + det::UniformOpen01(RandomBits64(99, 0, RandomStream::kDraw, i)));
+  }
+}
+
+// Median milliseconds of `reps` runs of fn (after one warm-up run), timed with events.
+double MedianMs(int reps, const std::function<void()>& fn) {
+  cudaEvent_t start, stop;
+  BENCH_CUDA(cudaEventCreate(&start));
+  BENCH_CUDA(cudaEventCreate(&stop));
+  fn();
+  BENCH_CUDA(cudaDeviceSynchronize());
+  std::vector<double> ms;
+  for (int r = 0; r < reps; ++r) {
+    BENCH_CUDA(cudaEventRecord(start));
+    fn();
+    BENCH_CUDA(cudaEventRecord(stop));
+    BENCH_CUDA(cudaEventSynchronize(stop));
+    float t = 0;
+    BENCH_CUDA(cudaEventElapsedTime(&t, start, stop));
+    ms.push_back(t);
+  }
+  BENCH_CUDA(cudaEventDestroy(start));
+  BENCH_CUDA(cudaEventDestroy(stop));
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+double copy_gbps = 0;
+
+void Report(const char* op, uint64_t n, uint64_t m, double ms, double floor_bytes) {
+  const double gbps = floor_bytes / (ms * 1e-3) / 1e9;
+  std::printf("RESULT %s %llu %llu %.3f %.4g %.1f %.3f\n", op, static_cast<unsigned long long>(n),
+              static_cast<unsigned long long>(m), ms, static_cast<double>(m) / (ms * 1e-3), gbps,
+              copy_gbps > 0 ? gbps / copy_gbps : 0.0);
+  std::fflush(stdout);
+}
+
+void Run(uint64_t n, int reps) {
+  size_t free_bytes = 0, total = 0;
+  BENCH_CUDA(cudaMemGetInfo(&free_bytes, &total));
+  // Peak: weights, plan, selection output, the shuffle's keys and positions twice + CUB scratch.
+  const uint64_t need = n * (4 + 4 + 4 + 16 + 8) + (uint64_t{1} << 30);
+  if (need > free_bytes) {
+    std::printf("SKIP N=%llu: needs ~%.1f GB, %.1f GB free\n", static_cast<unsigned long long>(n),
+                need / 1e9, free_bytes / 1e9);
+    return;
+  }
+  float* w = nullptr;
+  uint32_t* plan = nullptr;
+  uint32_t* selected = nullptr;
+  BENCH_CUDA(cudaMalloc(&w, n * sizeof(float)));
+  BENCH_CUDA(cudaMalloc(&plan, n * sizeof(uint32_t)));
+  BENCH_CUDA(cudaMalloc(&selected, (n / 10 + 1) * sizeof(uint32_t)));
+  FillWeights<<<132 * 16, 256>>>(w, n);
+  BENCH_CUDA(cudaGetLastError());
+  BENCH_CUDA(cudaDeviceSynchronize());
+  uint64_t epoch = 0;
+
+  // The floor: a device-to-device copy of N 4-byte entries (bytes read + written).
+  const double copy_ms = MedianMs(reps, [&] {
+    BENCH_CUDA(cudaMemcpyAsync(plan, w, n * sizeof(float), cudaMemcpyDeviceToDevice));
+  });
+  copy_gbps = 2.0 * n * 4 / (copy_ms * 1e-3) / 1e9;
+  Report("copy_d2d", n, n, copy_ms, 2.0 * n * 4);
+
+  Report("sequential", n, n, MedianMs(reps, [&] { BENCH_CUDA(SequentialPlan<uint32_t>(n, plan, 0)); }),
+         4.0 * n);
+  Report("no_replacement_M=N", n, n, MedianMs(reps, [&] {
+           BENCH_CUDA(Shuffle<uint32_t>(7, ++epoch, n, nullptr, plan, 0));
+         }),
+         4.0 * n);
+  const uint64_t m = n / 10;
+  Report("selection_only_M=N/10_weighted", n, m, MedianMs(reps, [&] {
+           BENCH_CUDA(SelectEfraimidisSpirakis<uint32_t>(7, ++epoch, n, m, w, selected, 0));
+         }),
+         4.0 * n + 4.0 * m);
+  Report("no_replacement_M=N/10_weighted", n, m, MedianMs(reps, [&] {
+           BENCH_CUDA(SelectEfraimidisSpirakis<uint32_t>(7, ++epoch, n, m, w, selected, 0));
+           BENCH_CUDA(Shuffle<uint32_t>(7, epoch, m, selected, plan, 0));
+         }),
+         4.0 * n + 4.0 * m);
+  Report("replacement_M=N_uniform", n, n, MedianMs(reps, [&] {
+           BENCH_CUDA(UniformDraws<uint32_t>(7, ++epoch, n, 0, n, plan, 0));
+         }),
+         4.0 * n);
+  WeightScan* scan = nullptr;
+  BENCH_CUDA(cudaMalloc(&scan, sizeof(WeightScan)));
+  BENCH_CUDA(ScanWeights(w, n, scan, 0));
+  WeightScan host_scan;
+  BENCH_CUDA(cudaMemcpy(&host_scan, scan, sizeof host_scan, cudaMemcpyDeviceToHost));
+  Report("weight_scan", n, n, MedianMs(reps, [&] { BENCH_CUDA(ScanWeights(w, n, scan, 0)); }),
+         4.0 * n);
+  Report("replacement_M=N_weighted", n, n, MedianMs(reps, [&] {
+           DeviceDrawTable table;
+           BENCH_CUDA(BuildDrawTable<uint32_t>(w, n, host_scan.max_bits, &table, 0));
+           BENCH_CUDA(WeightedDraws<uint32_t>(table, 7, ++epoch, 0, n, plan, 0));
+           BENCH_CUDA(FreeDrawTable(&table, 0));
+         }),
+         8.0 * n);
+  DeviceDrawTable table;
+  BENCH_CUDA(BuildDrawTable<uint32_t>(w, n, host_scan.max_bits, &table, 0));
+  Report("replacement_draws_only_M=N", n, n, MedianMs(reps, [&] {
+           BENCH_CUDA(WeightedDraws<uint32_t>(table, 7, ++epoch, 0, n, plan, 0));
+         }),
+         4.0 * n);
+  BENCH_CUDA(FreeDrawTable(&table, 0));
+  BENCH_CUDA(cudaDeviceSynchronize());
+
+  cudaMemPool_t pool;
+  BENCH_CUDA(cudaDeviceGetDefaultMemPool(&pool, 0));
+  uint64_t high = 0;
+  BENCH_CUDA(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
+  std::printf("MEMORY N=%llu scratch peak %.2f GB (%.1f B/sample) besides weights and plans\n",
+              static_cast<unsigned long long>(n), high / 1e9, static_cast<double>(high) / n);
+  uint64_t zero = 0;
+  BENCH_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));
+  BENCH_CUDA(cudaMemPoolTrimTo(pool, 0));
+  BENCH_CUDA(cudaFree(scan));
+  BENCH_CUDA(cudaFree(w));
+  BENCH_CUDA(cudaFree(plan));
+  BENCH_CUDA(cudaFree(selected));
+}
+
+int Main(int argc, char** argv) {
+  std::vector<uint64_t> sizes = {10000000, 100000000, 1000000000};
+  int reps = 10;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--sizes=", 8) == 0) {
+      sizes.clear();
+      for (const char* p = argv[i] + 8; *p != '\0';) {
+        char* end = nullptr;
+        sizes.push_back(std::strtoull(p, &end, 10));
+        p = *end == ',' ? end + 1 : end;
+      }
+    }
+    if (std::strncmp(argv[i], "--reps=", 7) == 0) reps = std::atoi(argv[i] + 7);
+  }
+  cudaDeviceProp prop;
+  BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
+  std::printf("DEVICE %s, %d SMs, %.0f MB L2\n", prop.name, prop.multiProcessorCount,
+              prop.l2CacheSize / 1e6);
+  BENCH_CUDA(KeepPoolMemory(0));
+  for (uint64_t n : sizes) Run(n, n >= 1000000000 ? std::min(reps, 5) : reps);
+  return 0;
+}
+
+}  // namespace
+}  // namespace gpu
+}  // namespace samplerd
+
+int main(int argc, char** argv) { return samplerd::gpu::Main(argc, argv); }

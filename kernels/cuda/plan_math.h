@@ -1,0 +1,147 @@
+// The per-element rules of docs/SAMPLING.md as host + device functions: what every pass of the
+// CUDA kernels recomputes from an element's index, and what the host references
+// (kernels/cuda/reference.h) loop over. Compiled by g++ as host code (CI tests them against the
+// CPU backend) and by nvcc for the device (-fmad=false: the same bits), with no Abseil and no
+// state.
+#ifndef SAMPLERD_KERNELS_CUDA_PLAN_MATH_H_
+#define SAMPLERD_KERNELS_CUDA_PLAN_MATH_H_
+
+#include <cstdint>
+
+#include "kernels/det_math.h"
+#include "kernels/philox.h"
+
+namespace samplerd {
+namespace gpu {
+
+// IEEE bits of +inf: the Efraimidis-Spirakis key of a sample that is never selected.
+constexpr uint64_t kInfinityKeyBits = 0x7ff0000000000000ull;
+
+// Number of bits needed to write n: n < 2^BitWidth(n) (0 for 0).
+SAMPLERD_HD int BitWidth(uint64_t n) {
+  int w = 0;
+  while (w < 64 && (n >> w) != 0) ++w;
+  return w;
+}
+
+// ---- Without replacement, M < N: Efraimidis-Spirakis keys -------------------------------------
+
+// key_i = -Log2(UniformOpen01(RandomBits64(seed, epoch, 1, i))) / w_i as IEEE bits; +inf when
+// w_i <= 0 (or NaN: the caller validated the weights). Positive doubles order like their bits.
+SAMPLERD_HD uint64_t EsKeyBits(uint64_t seed, uint64_t epoch, uint64_t i, float weight) {
+  if (!(weight > 0)) return kInfinityKeyBits;
+  const double u = det::UniformOpen01(RandomBits64(seed, epoch, RandomStream::kEsKey, i));
+  return det::Bits(-det::Log2(u) / static_cast<double>(weight));
+}
+
+// ---- The shuffle -------------------------------------------------------------------------------
+
+// Inputs per bucket: b = the smallest b with M <= kShuffleBucketTarget * 2^b, so buckets hold
+// 512-1024 inputs on average (M > 1024): a bucket of block-relative 16-bit offsets fits a
+// thread's share of shared memory.
+constexpr uint64_t kShuffleBucketTarget = 1024;
+
+SAMPLERD_HD int ShuffleBucketBits(uint64_t m) {
+  int bits = 0;
+  while (bits < 40 && (kShuffleBucketTarget << bits) < m) ++bits;
+  return bits;
+}
+
+// B_k: the top `bits` bits of word k mod 4 of RandomBlock(seed, epoch, 2, k / 4); 0 for bits 0.
+SAMPLERD_HD uint32_t ShuffleBucketOf(uint64_t seed, uint64_t epoch, int bits, uint64_t k) {
+  if (bits == 0) return 0;
+  const Philox4x32Counter block = RandomBlock(seed, epoch, RandomStream::kShuffle, k / 4);
+  return block.v[k % 4] >> (32 - bits);
+}
+
+// The words u_0, u_1, ... of bucket B's Fisher-Yates: u_t = word t mod 4 of
+// RandomBlock(seed, epoch, 4, B * 2^40 + t / 4). One Philox call per four words.
+class SwapWords {
+ public:
+  SAMPLERD_HD SwapWords(uint64_t seed, uint64_t epoch, uint64_t bucket)
+      : seed_(seed), epoch_(epoch), counter_(bucket << 40) {}
+
+  SAMPLERD_HD uint32_t Next() {
+    if (used_ == 4) {
+      block_ = RandomBlock(seed_, epoch_, RandomStream::kShuffleSwap, counter_++);
+      used_ = 0;
+    }
+    // A switch, not block_.v[used_]: a run-time index would put the block in local memory on
+    // the device.
+    const int w = used_++;
+    return w == 0 ? block_.v[0] : w == 1 ? block_.v[1] : w == 2 ? block_.v[2] : block_.v[3];
+  }
+
+  // j uniform in [0, i] for the step at position i (i + 1 < 2^32): Lemire's multiply-shift with
+  // rejection, exactly as docs/SAMPLING.md (the rejected words are consumed).
+  SAMPLERD_HD uint32_t SwapTarget(uint32_t i) {
+    const uint32_t range = i + 1;
+    uint64_t product = static_cast<uint64_t>(Next()) * range;
+    if (static_cast<uint32_t>(product) < range) {  // Rare: maybe in the biased tail.
+      const uint32_t threshold = (0u - range) % range;  // 2^32 mod range.
+      while (static_cast<uint32_t>(product) < threshold) {
+        product = static_cast<uint64_t>(Next()) * range;
+      }
+    }
+    return static_cast<uint32_t>(product >> 32);
+  }
+
+ private:
+  uint64_t seed_, epoch_, counter_;
+  Philox4x32Counter block_{};
+  int used_ = 4;
+};
+
+// ---- With replacement --------------------------------------------------------------------------
+
+// q = floor(w * scale), 1 for a positive weight that truncates to 0 (scale = 2^s: see
+// QuantisationScale). w finite, >= 0, w * scale < 2^63.
+SAMPLERD_HD uint64_t Quantise(float w, double scale) {
+  const uint64_t q = static_cast<uint64_t>(static_cast<int64_t>(static_cast<double>(w) * scale));
+  return (q == 0 && w > 0) ? 1 : q;
+}
+
+// 2^s with s = 62 - BitWidth(n) - e_max, w_max < 2^e_max, from the IEEE bits of the largest
+// weight (> 0): sum q_i < 2^63.
+SAMPLERD_HD double QuantisationScale(uint64_t n, uint32_t max_weight_bits) {
+  float w_max;
+  std::memcpy(&w_max, &max_weight_bits, sizeof w_max);
+  const int max_exp =
+      static_cast<int>((det::Bits(static_cast<double>(w_max)) >> 52) & 0x7ff) - 1023 + 1;
+  return det::Pow2(62 - BitWidth(n) - max_exp);
+}
+
+// ---- Shards ------------------------------------------------------------------------------------
+
+// The shard layout of kernels/compute_backend.h's ShardSpec, as plain integers (the device code
+// cannot include that header: it needs Abseil). Values equal the enums' order there;
+// reference_test.cc checks ShardPlanPosition against ShardToPlanPosition for every mode.
+struct ShardLayout {
+  uint32_t world_size = 1;  // R >= 1.
+  bool interleaved = true;  // PartitionMode::kInterleaved, else kContiguous.
+  int uneven = 0;           // UnevenMode: 0 kPad, 1 kDropLast, 2 kUneven.
+};
+constexpr int kUnevenPad = 0, kUnevenDropLast = 1, kUnevenUneven = 2;
+
+// ShardToPlanPosition of kernels/compute_backend.h (same preconditions: rank < R, shard_pos <
+// the shard's length).
+SAMPLERD_HD uint64_t ShardPlanPosition(uint64_t plan_length, ShardLayout layout, uint32_t rank,
+                                       uint64_t shard_pos) {
+  const uint64_t r = layout.world_size;
+  uint64_t p;
+  if (layout.interleaved) {
+    p = rank + shard_pos * r;
+  } else if (layout.uneven == kUnevenUneven) {
+    const uint64_t base = plan_length / r, extra = plan_length % r;
+    p = rank * base + (rank < extra ? rank : extra) + shard_pos;
+  } else {
+    const uint64_t len = layout.uneven == kUnevenPad ? (plan_length + r - 1) / r : plan_length / r;
+    p = rank * len + shard_pos;
+  }
+  return p < plan_length ? p : p % plan_length;  // Only kPad passes the plan's end.
+}
+
+}  // namespace gpu
+}  // namespace samplerd
+
+#endif  // SAMPLERD_KERNELS_CUDA_PLAN_MATH_H_
