@@ -151,14 +151,22 @@ def test_load_state_dict_refuses_another_ranks_state(client, server):
     client.create_job("st", num_samples=100, world_size=2)
     a = DistributedWeightedSampler(server.address, "st", rank=0, world_size=2)
     b = DistributedWeightedSampler(server.address, "st", rank=1, world_size=2)
-    with pytest.raises(samplerd.InvalidArgument, match="saved by job 'st' rank 0"):
+    with pytest.raises(samplerd.InvalidArgument, match="saved by rank 0; this sampler is rank 1"):
         b.load_state_dict(a.state_dict())
+    with pytest.raises(samplerd.InvalidArgument, match="saved by job 'other'"):
+        a.load_state_dict(dict(a.state_dict(), job="other"))
     with pytest.raises(samplerd.InvalidArgument, match=r"state\['position'\] = 51"):
         a.load_state_dict(dict(a.state_dict(), position=51))
-    with pytest.raises(samplerd.FailedPrecondition, match=r"state\['world_size'\] = 4"):
-        a.load_state_dict(dict(a.state_dict(), world_size=4))
+    # A state of a group of 4 in a later epoch: nothing of it can be dealt to this group.
+    with pytest.raises(samplerd.FailedPrecondition,
+                       match=r"saved with world_size = 4 \(deal 0\) in epoch 3"):
+        a.load_state_dict(dict(a.state_dict(), world_size=4, epoch=3))
     with pytest.raises(samplerd.InvalidArgument, match="missing 'position'"):
         a.load_state_dict({"version": 1, "job": "st", "rank": 0, "world_size": 2, "epoch": 0})
     assert a.state_dict()["position"] == 0  # Unchanged by the refusals.
+    # Version 1 (no deal) is still read.
+    a.load_state_dict({"version": 1, "job": "st", "rank": 0, "world_size": 2, "epoch": 0,
+                       "position": 7})
+    assert a.state_dict()["position"] == 7
     a.close()
     b.close()

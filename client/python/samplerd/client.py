@@ -98,14 +98,14 @@ def _check_count(what, acknowledged, sent):
 
 
 def loss_batch_message(job: str, epoch: int, rank: int, seq: int, indices: np.ndarray,
-                       losses: np.ndarray, positions: np.ndarray) -> pb.LossBatch:
+                       losses: np.ndarray, positions: np.ndarray, deal: int = 0) -> pb.LossBatch:
     """The LossBatch message of a batch already validated by check_loss_batch (not re-checked).
 
     Consecutive positions (the usual case: losses reported in the order the shard was consumed)
     are sent as first_position alone, 8 bytes per pair fewer on the wire and in the server's log.
     """
     message = pb.LossBatch(job=job, epoch=epoch, rank=rank, seq=seq, indices=indices.tolist(),
-                           losses=losses.tolist())
+                           losses=losses.tolist(), deal=deal)
     if positions.size and np.array_equal(positions, positions[0] + np.arange(positions.size)):
         message.first_position = int(positions[0])
     else:
@@ -370,27 +370,56 @@ class Client:
             raise _bad(f"epoch = {epoch!r}: must be an integer >= 0")
         return self._call(self._stub.RewindJob, pb.RewindJobRequest(name=name, epoch=int(epoch)))
 
+    def resize_job(self, name: str, epoch: int, world_size: int) -> pb.Job:
+        """Tells the server the data-parallel group now has `world_size` ranks (torch elastic
+        restarted it with fewer or more nodes). Called once, by the new group's first rank,
+        before the group reads `epoch` (the job's current epoch). What the current deal of the
+        epoch has not done (no loss reported, rank not ended) is dealt to the new ranks; between
+        epochs that is the whole plan. The plan itself does not change. A resize to the size the
+        epoch has already changes nothing.
+
+        Returns:
+            The job, with its new `world_size` and `deal` (what the ranks name from now on in
+            stream_shard, report_losses and end_epoch of this epoch).
+        Raises:
+            InvalidArgument: world_size outside [1, MAX_WORLD_SIZE].
+            FailedPrecondition: `epoch` is not the current epoch; the job awaits its upload.
+            NotFound, Unavailable.
+        """
+        for field, value in (("epoch", epoch), ("world_size", world_size)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+                raise _bad(f"{field} = {value!r}: must be an integer >= 0")
+        return self._call(self._stub.ResizeJob, pb.ResizeJobRequest(
+            name=name, epoch=int(epoch), world_size=int(world_size)))
+
     def create_job_from_spec(self, name: str, spec: pb.JobSpec, *, resume: bool = False) -> pb.Job:
         """Creates a job from a JobSpec message as it is (samplerctl's spec files); the server
         checks it. Takes `resume`, returns and raises as create_job."""
         return self._call(self._stub.CreateJob,
                           pb.CreateJobRequest(name=name, spec=spec, resume=bool(resume)))
 
-    def get_job(self, name: str, rank: Optional[int] = None) -> pb.Job:
-        """Returns the job's spec (defaults filled in), current epoch and plan readiness.
+    def get_job(self, name: str, rank: Optional[int] = None,
+                epoch: Optional[int] = None) -> pb.Job:
+        """Returns the job's spec (defaults filled in), current epoch, plan readiness, and the
+        current epoch's world size and deal.
 
         Args:
             name: the job name.
             rank: if given, the reply's `shard_length` is this data-parallel rank's shard
-                length (the same in every epoch).
+                length in the current deal of the current epoch, or with `epoch` in that later
+                epoch (the whole plan dealt to the current world size).
+            epoch: with rank, the epoch of the shard length.
         Raises:
             NotFound: no job of that name.
-            InvalidArgument: rank outside [0, world_size).
+            InvalidArgument: rank outside [0, world_size); epoch without rank.
+            FailedPrecondition: `epoch` is before the current epoch.
             Unavailable.
         """
         request = pb.GetJobRequest(name=name)
         if rank is not None:
             request.rank = rank
+        if epoch is not None:
+            request.epoch = epoch
         return self._call(self._stub.GetJob, request)
 
     def list_jobs(self) -> List[pb.Job]:
@@ -506,12 +535,13 @@ class Client:
 
     def stream_shard(self, job: str, epoch: int, rank: int, world_size: int, *,
                      start_offset: int = 0, with_is_weights: bool = False,
-                     chunk_size: int = 0, timeout: Optional[float] = None
+                     chunk_size: int = 0, timeout: Optional[float] = None, deal: int = 0
                      ) -> Iterator[ShardChunk]:
         """Yields rank `rank`'s shard of `epoch` chunk by chunk, from `start_offset`.
 
         Args:
-            job, epoch, rank, world_size: which shard (world_size must equal the job's).
+            job, epoch, rank, world_size: which shard (world_size must equal the epoch's).
+            deal: the epoch's deal (Job.deal; 0 unless the group was resized in the epoch).
             start_offset: shard position to start from (resume after a crash).
             with_is_weights: also return each index's importance weight 1 / (N p_i).
             chunk_size: indices per chunk; 0 for the server's default.
@@ -529,7 +559,7 @@ class Client:
 
         Raises:
             InvalidArgument: rank outside [0, world_size), start_offset beyond the shard.
-            FailedPrecondition: world size mismatch, epoch closed or not yet reachable.
+            FailedPrecondition: world size or deal mismatch, epoch closed or not yet reachable.
             DeadlineExceeded: no data within `timeout` (e.g. the plan is not ready).
             NotFound, Unavailable.
             SamplerError: CANCELLED when the client is closed while streaming.
@@ -545,7 +575,7 @@ class Client:
             request = pb.StreamShardRequest(job=job, epoch=epoch, rank=rank,
                                             world_size=world_size, start_offset=next_pos,
                                             with_is_weights=with_is_weights,
-                                            max_chunk_size=chunk_size)
+                                            max_chunk_size=chunk_size, deal=deal)
             stream = self._stub.StreamShard(request, timeout=timeout or self.timeout)
             progressed = False
             try:
@@ -590,7 +620,8 @@ class Client:
     # -- losses and epochs ----------------------------------------------------------------------
 
     def report_losses(self, job: str, epoch: int, rank: int, indices, losses, positions, *,
-                      seq: int = 0, num_samples: Optional[int] = None) -> pb.LossReportSummary:
+                      seq: int = 0, num_samples: Optional[int] = None,
+                      deal: int = 0) -> pb.LossReportSummary:
         """Reports one batch of per-sample losses keyed by the true dataset index.
 
         Args:
@@ -604,6 +635,7 @@ class Client:
                 trainer training it again -- counts as a duplicate, whatever process sends it.
             seq: a number naming the batch in the server's errors.
             num_samples: if given, indices are range-checked here as well as on the server.
+            deal: the epoch's deal the positions are in (stream_shard's).
         Returns:
             The LossReportSummary (accepted, stale, duplicates, stale_epochs, batches).
         Raises:
@@ -611,13 +643,13 @@ class Client:
                 floating-point indices, index out of range, a position outside the shard or an
                 index not served at its position (named, here or on the server); nothing of the
                 batch is applied.
-            FailedPrecondition: the epoch is not open yet.
+            FailedPrecondition: the epoch is not open yet; the deal was replaced by a resize.
             NotFound, Unavailable, DataLoss (see report_loss_batches).
         """
         idx, los = check_loss_batch(indices, losses, num_samples)
         pos = check_positions(positions, idx.size)
         return self.report_loss_batches(
-            [loss_batch_message(job, epoch, rank, seq, idx, los, pos)])
+            [loss_batch_message(job, epoch, rank, seq, idx, los, pos, deal)])
 
     def report_loss_batches(self, batches: Sequence[pb.LossBatch]) -> pb.LossReportSummary:
         """Sends prepared LossBatch messages on one stream, unchecked (the fast path).
@@ -638,8 +670,9 @@ class Client:
         _check_count("loss batches", summary.batches, len(batches))
         return summary
 
-    def end_epoch(self, job: str, epoch: int, rank: int) -> pb.EndEpochResponse:
-        """Marks data-parallel rank `rank` done with `epoch` (idempotent per epoch and rank).
+    def end_epoch(self, job: str, epoch: int, rank: int, deal: int = 0) -> pb.EndEpochResponse:
+        """Marks data-parallel rank `rank` of `deal` done with `epoch` (idempotent per epoch,
+        deal and rank).
 
         The last rank closes the epoch: the weights are recomputed from the epoch's losses and
         the next epoch is planned in the background (stream_shard of it waits for the plan).
@@ -648,7 +681,8 @@ class Client:
             EndEpochResponse (ranks_ended, epoch_closed).
         Raises:
             InvalidArgument: rank >= world_size.
-            FailedPrecondition: `epoch` is not the current epoch.
+            FailedPrecondition: `epoch` is not the current epoch; the deal was replaced.
             NotFound, Unavailable.
         """
-        return self._call(self._stub.EndEpoch, pb.EndEpochRequest(job=job, epoch=epoch, rank=rank))
+        return self._call(self._stub.EndEpoch,
+                          pb.EndEpochRequest(job=job, epoch=epoch, rank=rank, deal=deal))

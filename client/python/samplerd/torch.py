@@ -18,6 +18,12 @@ An epoch ends on the server (its losses flushed, then EndEpoch) when this rank m
 next set_epoch() or iteration, or at close(). Not when the sampler's iterator is exhausted: a
 DataLoader draws indices ahead of training, and the losses of those last batches must still count.
 
+Elastic groups: the plan does not depend on the number of ranks, only the shards do. A group
+restarted with another size (torchrun elastic) constructs its samplers with elastic=True: the
+new group's rank 0 resizes the job (Client.resize_job) and the other ranks wait for it. What the
+epoch had not done is dealt to the new ranks (see Client.resize_job); the next epochs are dealt
+whole to the new size.
+
 Unlike DistributedSampler + WeightedRandomSampler, every rank's shard comes from one global
 plan: shards are disjoint and of equal length, and the weights (recomputed by the server from the
 losses of all ranks) are the same for everybody.
@@ -26,6 +32,7 @@ losses of all ranks) are the same for everybody.
 import numbers
 import queue
 import threading
+import time
 from typing import Optional, Union
 
 import numpy as np
@@ -85,16 +92,21 @@ class DistributedWeightedSampler(Sampler):
         end_epoch: end each epoch on the server when the rank moves on (see the module doc).
         client_options: keyword arguments of samplerd.Client when client_or_address is an
             address, e.g. {"root_certificates": "ca.pem", "token": ...} (docs/SECURITY.md).
+        elastic: the group may have another size than the job's current epoch is dealt to (a
+            restarted torchrun elastic group): rank 0 resizes the job to world_size
+            (Client.resize_job), the other ranks wait (up to `timeout`) until it has.
 
     Raises:
         InvalidArgument: rank outside the world. FailedPrecondition: world size differs from the
-        job's. NotFound: unknown job.
+        one the job's current epoch is dealt to, without elastic. NotFound: unknown job.
+        DeadlineExceeded: elastic, and rank 0 did not resize the job within `timeout`.
     """
 
     def __init__(self, client_or_address: Union[Client, str], job: str,
                  rank: Optional[int] = None, world_size: Optional[int] = None, *,
                  prefetch: bool = True, report_batch_size: int = 8192, timeout: float = 300.0,
-                 end_epoch: bool = True, client_options: Optional[dict] = None):
+                 end_epoch: bool = True, client_options: Optional[dict] = None,
+                 elastic: bool = False):
         self._owns_client = not isinstance(client_or_address, Client)
         if client_options and not self._owns_client:
             raise errors.InvalidArgument("client_options: given with a Client; pass them to it")
@@ -108,29 +120,30 @@ class DistributedWeightedSampler(Sampler):
             world_size = dist.get_world_size() if world_size is None else world_size
         if not 0 <= rank < world_size:
             raise errors.InvalidArgument(f"rank = {rank} is outside [0, world_size = {world_size})")
-        spec = self.client.get_job(job).spec
-        if spec.world_size != world_size:
-            raise errors.FailedPrecondition(
-                f"world_size = {world_size} does not match job '{job}' world_size = "
-                f"{spec.world_size}")
         if not 1 <= report_batch_size <= pb.MAX_LOSS_BATCH_PAIRS:
             raise errors.InvalidArgument(f"report_batch_size = {report_batch_size}: must be in "
                                          f"[1, {pb.MAX_LOSS_BATCH_PAIRS}]")
         self.job = job
         self.rank = rank
         self.world_size = world_size
-        self.num_samples = spec.num_samples
-        described = self.client.get_job(job, rank=rank)  # The server computes the length.
-        self._length = described.shard_length
+        self.timeout = timeout
+        described = self._join(elastic)
+        self.num_samples = described.spec.num_samples
+        # The current epoch's deal when this sampler started (the group's): later epochs are
+        # dealt from deal 0.
+        self._dealt = (described.current_epoch, described.deal)
+        # __len__: the shard length of epoch _length_epoch (the server computes it).
+        self._length = self.client.get_job(job, rank=rank).shard_length
+        self._length_epoch = described.current_epoch
         self.prefetch = prefetch
         self.report_batch_size = report_batch_size
-        self.timeout = timeout
         self.end_epoch_on_exhaust = end_epoch
         # The epoch the next iteration serves: set_epoch's, else the one after the last served.
         self.epoch = described.current_epoch
         # The epoch served (its stream delivered) and not yet ended: the one losses are reported
         # for, and the one end_epoch() ends. An epoch whose stream failed is never recorded.
         self._iter_epoch = None
+        self._iter_deal = 0
         # The positions of _iter_epoch's shard handed out so far, and which have a loss.
         self._served = None
         # (epoch, shard position) from load_state_dict: where the next iteration of that epoch
@@ -143,8 +156,48 @@ class DistributedWeightedSampler(Sampler):
         self._send_error = None
         self.last_summary = {"accepted": 0, "stale": 0, "duplicates": 0, "batches": 0}
 
-    def __len__(self):
+    def _join(self, elastic):
+        """The job, once its current epoch is dealt to this sampler's world size: as it is, or
+        resized by rank 0 (elastic)."""
+        described = self.client.get_job(self.job)
+        if described.world_size == self.world_size:
+            return described
+        if not elastic:
+            raise errors.FailedPrecondition(
+                f"world_size = {self.world_size} does not match the {described.world_size} ranks "
+                f"that epoch {described.current_epoch} of job '{self.job}' is dealt to; if the "
+                f"group's size changed, pass elastic=True (rank 0 then resizes the job) or call "
+                f"Client.resize_job")
+        if self.rank == 0:
+            return self.client.resize_job(self.job, described.current_epoch, self.world_size)
+        deadline = time.monotonic() + self.timeout
+        while described.world_size != self.world_size:
+            if time.monotonic() > deadline:
+                raise errors.DeadlineExceeded(
+                    f"job '{self.job}' is still dealt to {described.world_size} ranks after "
+                    f"{self.timeout} s: rank 0 of the group of {self.world_size} has not resized "
+                    f"it (DistributedWeightedSampler(..., elastic=True) on rank 0)")
+            time.sleep(0.05)
+            described = self.client.get_job(self.job)
+        return described
+
+    def _deal(self, epoch):
+        """The deal this rank reads `epoch` in."""
+        return self._dealt[1] if epoch == self._dealt[0] else 0
+
+    def _shard_length(self, epoch):
+        """This rank's shard length in `epoch` (the last one known for a closed epoch)."""
+        if self._length_epoch != epoch:
+            try:
+                described = self.client.get_job(self.job, rank=self.rank, epoch=epoch)
+            except errors.FailedPrecondition:  # A closed epoch: its length is no longer asked.
+                return self._length
+            self._length, self._length_epoch = described.shard_length, epoch
         return self._length
+
+    def __len__(self):
+        """The length of this rank's shard of the epoch the next iteration serves."""
+        return self._shard_length(self.epoch)
 
     def __getstate__(self):
         # A DataLoader iterates its sampler in the main process and never sends it to workers
@@ -173,7 +226,7 @@ class DistributedWeightedSampler(Sampler):
             return
         self.flush()
         if self.end_epoch_on_exhaust:
-            self.client.end_epoch(self.job, self._iter_epoch, self.rank)
+            self.client.end_epoch(self.job, self._iter_epoch, self.rank, deal=self._iter_deal)
         self._iter_epoch = None
 
     # -- checkpoints ----------------------------------------------------------------------------
@@ -200,40 +253,60 @@ class DistributedWeightedSampler(Sampler):
             epoch, position = self._resume
         else:
             epoch, position = self.epoch, 0
-        return {"version": 1, "job": self.job, "rank": self.rank,
-                "world_size": self.world_size, "epoch": int(epoch), "position": int(position)}
+        return {"version": 2, "job": self.job, "rank": self.rank,
+                "world_size": self.world_size, "deal": self._deal(epoch), "epoch": int(epoch),
+                "position": int(position)}
 
     def load_state_dict(self, state: dict) -> None:
         """Makes the next iteration continue where `state` (from state_dict) left off.
 
+        A state saved by a group of another size (or before the group was resized in its
+        epoch) no longer names a position of this rank's shard: the epoch was dealt again
+        without what had been done (losses reported), so the next iteration serves that epoch
+        from the start of this rank's new shard.
+
         Raises:
-            InvalidArgument: a state of another job or rank, or not from state_dict.
-            FailedPrecondition: a state saved with another world size.
+            InvalidArgument: a state of another job, or of another rank of the same group, or
+                not from state_dict.
+            FailedPrecondition: a state of another group whose epoch is no longer the current
+                one (nothing of it can be dealt again).
         """
         try:
             version, job, rank = state["version"], state["job"], state["rank"]
             world_size, epoch, position = state["world_size"], state["epoch"], state["position"]
+            deal = state["deal"] if version == 2 else 0
         except (KeyError, TypeError) as e:
             raise errors.InvalidArgument(
                 f"state: not a DistributedWeightedSampler.state_dict() (missing {e})") from None
-        if version != 1:
-            raise errors.InvalidArgument(f"state['version'] = {version}; this client reads 1")
-        if job != self.job or rank != self.rank:
+        if version not in (1, 2):
+            raise errors.InvalidArgument(f"state['version'] = {version}; this client reads 1, 2")
+        if job != self.job:
             raise errors.InvalidArgument(
-                f"state: saved by job '{job}' rank {rank}; this sampler is job '{self.job}' "
-                f"rank {self.rank}")
-        if world_size != self.world_size:
-            raise errors.FailedPrecondition(
-                f"state['world_size'] = {world_size} differs from this sampler's world_size = "
-                f"{self.world_size}")
+                f"state: saved by job '{job}'; this sampler is job '{self.job}'")
         if not (isinstance(position, numbers.Integral) and not isinstance(position, bool)
-                and 0 <= position <= self._length):
-            raise errors.InvalidArgument(
-                f"state['position'] = {position} is outside [0, shard length = {self._length}]")
+                and position >= 0):
+            raise errors.InvalidArgument(f"state['position'] = {position}: must be an integer >= 0")
+        epoch = int(epoch)
+        if world_size != self.world_size or deal != self._deal(epoch):
+            current = self.client.get_job(self.job).current_epoch
+            if epoch != current:
+                raise errors.FailedPrecondition(
+                    f"state: saved with world_size = {world_size} (deal {deal}) in epoch {epoch}; "
+                    f"this sampler's group has world_size = {self.world_size} and job "
+                    f"'{self.job}' is at epoch {current}")
+            resume = None  # The epoch was dealt again: the start of this rank's new shard.
+        else:
+            if rank != self.rank:
+                raise errors.InvalidArgument(
+                    f"state: saved by rank {rank}; this sampler is rank {self.rank}")
+            length = self._shard_length(epoch)
+            if position > length:
+                raise errors.InvalidArgument(
+                    f"state['position'] = {position} is outside [0, shard length = {length}]")
+            resume = (epoch, int(position))
         if self._iter_epoch is not None:
             self.end_epoch()
-        self.epoch = int(epoch)
-        self._resume = (int(epoch), int(position))
+        self.epoch, self._resume = epoch, resume
 
     # -- iteration ------------------------------------------------------------------------------
 
@@ -244,16 +317,17 @@ class DistributedWeightedSampler(Sampler):
             self.end_epoch()
         start = self._resume[1] if self._resume is not None and self._resume[0] == epoch else 0
         served = ServedPositions(start)
-        chunks = self._prefetched(epoch, start) if self.prefetch else self.client.stream_shard(
-            self.job, epoch, self.rank, self.world_size, start_offset=start,
-            timeout=self.timeout)
+        deal = self._deal(epoch)
+        chunks = self._prefetched(epoch, deal, start) if self.prefetch else (
+            self.client.stream_shard(self.job, epoch, self.rank, self.world_size,
+                                     start_offset=start, timeout=self.timeout, deal=deal))
         begun = False
         try:
             for chunk in chunks:
                 if not begun:
                     # Begun only now that the stream delivered: a refused epoch (not open, too
                     # far ahead) raises here once and leaves nothing to end or report for.
-                    self._serve_epoch(epoch, served)
+                    self._serve_epoch(epoch, deal, served)
                     begun = True
                 served.extend(chunk.indices)
                 for index in chunk.indices.tolist():
@@ -261,9 +335,9 @@ class DistributedWeightedSampler(Sampler):
         finally:
             chunks.close()  # A consumer that stops early releases the stream (and prefetcher) now.
         if not begun:  # An empty shard (or nothing left of it), streamed without error.
-            self._serve_epoch(epoch, served)
+            self._serve_epoch(epoch, deal, served)
 
-    def _prefetched(self, epoch, start):
+    def _prefetched(self, epoch, deal, start):
         q = queue.Queue(maxsize=4)  # Bounded: at most a few chunks ahead of training.
         stop = threading.Event()
 
@@ -281,7 +355,7 @@ class DistributedWeightedSampler(Sampler):
             try:
                 for chunk in self.client.stream_shard(self.job, epoch, self.rank,
                                                       self.world_size, start_offset=start,
-                                                      timeout=self.timeout):
+                                                      timeout=self.timeout, deal=deal):
                     if not put(chunk):
                         return
                 put(_DONE)
@@ -303,12 +377,13 @@ class DistributedWeightedSampler(Sampler):
 
     # -- losses ---------------------------------------------------------------------------------
 
-    def _serve_epoch(self, epoch, served):
+    def _serve_epoch(self, epoch, deal, served):
         """Records `epoch` as served (its stream delivered): losses are reported for it (their
         positions from `served`), it is ended when the rank moves on, and the next iteration
         without set_epoch serves epoch + 1 (decided now, not when the iterator is closed: a
         DataLoader may drop its iterator after a break only at garbage collection)."""
         self._iter_epoch = epoch
+        self._iter_deal = deal
         self._served = served
         self._resume = None
         self.epoch = epoch + 1
@@ -324,11 +399,11 @@ class DistributedWeightedSampler(Sampler):
             if item is None:
                 self._send_queue.task_done()
                 return
-            epoch, seq, idx, los, pos = item
+            epoch, deal, seq, idx, los, pos = item
             try:
                 # Checked by report() already (check_loss_batch): sent as they are.
                 s = self.client.report_loss_batches(
-                    [loss_batch_message(self.job, epoch, self.rank, seq, idx, los, pos)])
+                    [loss_batch_message(self.job, epoch, self.rank, seq, idx, los, pos, deal)])
                 for k in self.last_summary:
                     self.last_summary[k] += getattr(s, k)
             except Exception as e:  # Surfaced at the next report() or flush().
@@ -384,7 +459,8 @@ class DistributedWeightedSampler(Sampler):
         for lo in range(0, idx.size, self.report_batch_size):
             hi = lo + self.report_batch_size
             self._send_queue.put(
-                (self._iter_epoch, self._seq, idx[lo:hi], los[lo:hi], pos[lo:hi]))
+                (self._iter_epoch, self._iter_deal, self._seq, idx[lo:hi], los[lo:hi],
+                 pos[lo:hi]))
             self._seq += 1
 
     def flush(self) -> None:
