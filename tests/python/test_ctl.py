@@ -384,5 +384,10 @@ def test_create_again_resume_and_rewind(tmp_path):
         assert "rewindable epochs  0, 1" in run_ctl(target, "status", "train").stdout
         too_far = run_ctl(target, "rewind", "train", "5")
         assert too_far.returncode == 4 and "after the current epoch 1" in too_far.stderr
+        resized = run_json(target, "resize", "train", "1", "3")
+        assert resized["world_size"] == 3 and resized["deal"] == 1
+        assert "dealt   to 3 ranks (deal 1 of epoch 1)" in run_ctl(target, "status", "train").stdout
+        bad = run_ctl(target, "resize", "train", "1", "0")
+        assert bad.returncode == 2 and "world_size = 0" in bad.stderr
     finally:
         assert server.stop() == 0

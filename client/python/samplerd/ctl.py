@@ -154,6 +154,7 @@ def _format_job(job: pb.Job) -> str:
         f"seed {s.seed}  {'with' if s.replacement else 'without'} replacement  "
         f"{_enum(pb.Order, s.order)}  {_enum(pb.Partition, s.partition)}  "
         f"{_enum(pb.UnevenPolicy, s.uneven)}",
+        f"  dealt   to {job.world_size} ranks (deal {job.deal} of epoch {job.current_epoch})",
         f"  policy  {_policy_text(s.policy)}",
         "  rewindable epochs  " + (", ".join(str(e) for e in job.rewindable_epochs) or "none"),
     ])
@@ -368,6 +369,19 @@ def _cmd_rewind(ctx, args):
     return EXIT_OK
 
 
+def _args_resize(parser):
+    _args_job(parser)
+    parser.add_argument("epoch", type=int, help="the job's current epoch (a guard)")
+    parser.add_argument("world_size", type=int, help="the group's new number of "
+                                                    "data-parallel ranks")
+
+
+def _cmd_resize(ctx, args):
+    job = ctx.client.resize_job(args.job, args.epoch, args.world_size)
+    ctx.emit(message_to_dict(job), _format_job(job))
+    return EXIT_OK
+
+
 def _args_upload(parser):
     _args_job(parser)
     parser.add_argument("file", metavar="FILE.npy", help="a 1-D array saved with numpy.save")
@@ -425,6 +439,8 @@ COMMANDS = (
     Command("delete", "delete a job and its state (asks nothing)", _args_delete, _cmd_delete),
     Command("rewind", "put a job back to the start of a kept epoch (a restored checkpoint's)",
             _args_rewind, _cmd_rewind),
+    Command("resize", "deal the current epoch's rest to a group of another size (elastic)",
+            _args_resize, _cmd_resize),
     Command("upload-weights", "upload a STATIC job's per-sample weights from a .npy file",
             _args_upload, _cmd_upload_weights),
     Command("upload-labels", "upload a CLASS_BALANCED job's per-sample labels from a .npy file",
