@@ -44,7 +44,7 @@ absl::Status TakeNumber(absl::flat_hash_map<absl::string_view, absl::string_view
 
 std::string ReaderPosition::Serialize() const {
   return absl::StrCat(kHeader, " version=", kVersion, " job=", job, " epoch=", epoch,
-                      " rank=", rank, " world_size=", world_size, " position=", position);
+                      " deal=", deal, " rank=", rank, " world_size=", world_size, " position=", position);
 }
 
 absl::StatusOr<ReaderPosition> ReaderPosition::Parse(absl::string_view text) {
@@ -67,8 +67,9 @@ absl::StatusOr<ReaderPosition> ReaderPosition::Parse(absl::string_view text) {
   // The version first: a newer writer's fields are only meaningful to a reader of its version.
   int version = 0;
   if (absl::Status s = TakeNumber(&fields, "version", &version); !s.ok()) return s;
-  if (version != kVersion) {
-    return Invalid("version", absl::StrCat(version), absl::StrCat("this client reads ", kVersion));
+  if (version != 1 && version != kVersion) {
+    return Invalid("version", absl::StrCat(version),
+                   absl::StrCat("this client reads 1 to ", kVersion));
   }
   ReaderPosition p;
   auto job = fields.find("job");
@@ -77,6 +78,9 @@ absl::StatusOr<ReaderPosition> ReaderPosition::Parse(absl::string_view text) {
   p.job = std::string(job->second);
   fields.erase(job);
   if (absl::Status s = TakeNumber(&fields, "epoch", &p.epoch); !s.ok()) return s;
+  if (version >= 2) {
+    if (absl::Status s = TakeNumber(&fields, "deal", &p.deal); !s.ok()) return s;
+  }
   if (absl::Status s = TakeNumber(&fields, "rank", &p.rank); !s.ok()) return s;
   if (absl::Status s = TakeNumber(&fields, "world_size", &p.world_size); !s.ok()) return s;
   if (absl::Status s = TakeNumber(&fields, "position", &p.position); !s.ok()) return s;

@@ -3,10 +3,11 @@
 //
 // A trainer saves ShardReader::position() with the model after a step, and a restarted trainer
 // passes it to ShardReader::Resume: reading continues exactly after the last index Next returned
-// before the save. The serialised form is one line of text, versioned so that fields can be added
-// (an elastic world size's per-epoch deal number is the next one expected):
+// before the save. The serialised form is one line of text, versioned so that fields can be added:
 //
-//   samplerd.ReaderPosition version=1 job=train epoch=3 rank=1 world_size=4 position=4096
+//   samplerd.ReaderPosition version=2 job=train epoch=3 deal=0 rank=1 world_size=4 position=4096
+//
+// (version 1 had no deal: read as deal 0.)
 //
 // Plain value type; not synchronised.
 #ifndef SAMPLERD_CLIENT_CPP_READER_POSITION_H_
@@ -21,11 +22,13 @@
 namespace samplerd {
 
 struct ReaderPosition {
-  // The version Serialize writes and the only one Parse reads.
-  static constexpr int kVersion = 1;
+  // The version Serialize writes; Parse reads it and version 1.
+  static constexpr int kVersion = 2;
 
   std::string job;
   uint64_t epoch = 0;
+  // The epoch's deal the shard is in (elastic world size: v1::Job::deal).
+  uint32_t deal = 0;
   uint32_t rank = 0;
   uint32_t world_size = 1;
   // The shard position of the next index Next returns: the number of indices of this rank's
@@ -39,7 +42,7 @@ struct ReaderPosition {
   static absl::StatusOr<ReaderPosition> Parse(absl::string_view text);
 
   friend bool operator==(const ReaderPosition& a, const ReaderPosition& b) {
-    return a.job == b.job && a.epoch == b.epoch && a.rank == b.rank &&
+    return a.job == b.job && a.epoch == b.epoch && a.deal == b.deal && a.rank == b.rank &&
            a.world_size == b.world_size && a.position == b.position;
   }
   friend bool operator!=(const ReaderPosition& a, const ReaderPosition& b) { return !(a == b); }

@@ -14,6 +14,7 @@ ReaderPosition Example() {
   ReaderPosition p;
   p.job = "train-1.a_b";
   p.epoch = 7;
+  p.deal = 2;
   p.rank = 3;
   p.world_size = 4;
   p.position = (uint64_t{1} << 40) + 5;  // Beyond 32 bits.
@@ -24,8 +25,8 @@ TEST(ReaderPositionTest, SerializeParseRoundTrips) {
   const ReaderPosition p = Example();
   const std::string text = p.Serialize();
   EXPECT_EQ(text,
-            "samplerd.ReaderPosition version=1 job=train-1.a_b epoch=7 rank=3 world_size=4 "
-            "position=1099511627781");
+            "samplerd.ReaderPosition version=2 job=train-1.a_b epoch=7 deal=2 rank=3 "
+            "world_size=4 position=1099511627781");
   absl::StatusOr<ReaderPosition> parsed = ReaderPosition::Parse(text);
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_EQ(*parsed, p);
@@ -34,9 +35,19 @@ TEST(ReaderPositionTest, SerializeParseRoundTrips) {
 TEST(ReaderPositionTest, FieldsMayComeInAnyOrder) {
   absl::StatusOr<ReaderPosition> parsed = ReaderPosition::Parse(
       "samplerd.ReaderPosition position=1099511627781 world_size=4 rank=3 epoch=7 "
-      "job=train-1.a_b version=1");
+      "deal=2 job=train-1.a_b version=2");
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_EQ(*parsed, Example());
+}
+
+TEST(ReaderPositionTest, Version1HasNoDealAndReadsAsDeal0) {
+  absl::StatusOr<ReaderPosition> parsed = ReaderPosition::Parse(
+      "samplerd.ReaderPosition version=1 job=train-1.a_b epoch=7 rank=3 world_size=4 "
+      "position=1099511627781");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ReaderPosition expected = Example();
+  expected.deal = 0;
+  EXPECT_EQ(*parsed, expected);
 }
 
 // Each malformed text is INVALID_ARGUMENT with a message naming the field (and value).
@@ -49,7 +60,8 @@ TEST(ReaderPositionTest, MalformedTextNamesTheField) {
       {"", "header = \"\""},
       {"{\"version\": 1}", "not a ReaderPosition"},
       {"samplerd.ReaderPosition" + ok_tail, "version = \"\": missing"},
-      {"samplerd.ReaderPosition version=2" + ok_tail, "version = \"2\": this client reads 1"},
+      {"samplerd.ReaderPosition version=3" + ok_tail, "version = \"3\": this client reads 1 to 2"},
+      {"samplerd.ReaderPosition version=2" + ok_tail, "deal = \"\": missing"},
       {"samplerd.ReaderPosition version=1 epoch=1 rank=0 world_size=2 position=5",
        "job = \"\": missing"},
       {"samplerd.ReaderPosition version=1 job= epoch=1 rank=0 world_size=2 position=5",

@@ -195,6 +195,19 @@ absl::Status SamplerClient::DeleteJob(const std::string& name) {
       [&](grpc::ClientContext* c) { return stub_->DeleteJob(c, request, &response); });
 }
 
+absl::StatusOr<v1::Job> SamplerClient::ResizeJob(const std::string& name, uint64_t epoch,
+                                                  uint32_t world_size) {
+  v1::ResizeJobRequest request;
+  request.set_name(name);
+  request.set_epoch(epoch);
+  request.set_world_size(world_size);
+  v1::Job job;
+  absl::Status s =
+      WithRetries([&](grpc::ClientContext* c) { return stub_->ResizeJob(c, request, &job); });
+  if (!s.ok()) return s;
+  return job;
+}
+
 absl::StatusOr<v1::JobStatus> SamplerClient::GetJobStatus(const std::string& name) {
   v1::GetJobStatusRequest request;
   request.set_name(name);
@@ -206,11 +219,12 @@ absl::StatusOr<v1::JobStatus> SamplerClient::GetJobStatus(const std::string& nam
 }
 
 absl::StatusOr<v1::EndEpochResponse> SamplerClient::EndEpoch(const std::string& job, uint64_t epoch,
-                                                             uint32_t rank) {
+                                                             uint32_t rank, uint32_t deal) {
   v1::EndEpochRequest request;
   request.set_job(job);
   request.set_epoch(epoch);
   request.set_rank(rank);
+  request.set_deal(deal);
   v1::EndEpochResponse response;
   absl::Status s =
       WithRetries([&](grpc::ClientContext* c) { return stub_->EndEpoch(c, request, &response); });
@@ -303,6 +317,7 @@ absl::Status SamplerClient::StreamShard(
     request.set_rank(rank);
     request.set_world_size(world_size);
     request.set_start_offset(next);
+    request.set_deal(stream_options.deal);
     request.set_with_is_weights(stream_options.with_is_weights);
     request.set_max_chunk_size(stream_options.max_chunk_size);
     grpc::ClientContext context;

@@ -104,6 +104,8 @@ struct StreamShardOptions {
   uint32_t max_chunk_size = 0;
   // If set, Cancel() on it ends the call with CANCELLED. Must outlive the call.
   StreamCancellation* cancellation = nullptr;
+  // The epoch's deal (v1::Job::deal; 0 unless the group was resized in the epoch).
+  uint32_t deal = 0;
 };
 
 class SamplerClient {
@@ -119,8 +121,13 @@ class SamplerClient {
   absl::StatusOr<std::vector<v1::Job>> ListJobs();
   absl::Status DeleteJob(const std::string& name);
   absl::StatusOr<v1::JobStatus> GetJobStatus(const std::string& name);
+  // `deal`: the epoch's deal the rank read (v1::Job::deal).
   absl::StatusOr<v1::EndEpochResponse> EndEpoch(const std::string& job, uint64_t epoch,
-                                                uint32_t rank);
+                                                uint32_t rank, uint32_t deal = 0);
+  // The group now has `world_size` ranks (proto ResizeJob; called once by the group's first
+  // rank for the job's current epoch). Returns the job with its new world_size and deal.
+  absl::StatusOr<v1::Job> ResizeJob(const std::string& name, uint64_t epoch,
+                                    uint32_t world_size);
 
   // Uploads N static weights (or labels) in chunks of `chunk_size`. DATA_LOSS if the server
   // acknowledges another count of values than was sent.

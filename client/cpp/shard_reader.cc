@@ -34,13 +34,14 @@ class ShardReader::EpochStream {
   };
 
   EpochStream(SamplerClient* client, const ShardReaderOptions& options, uint32_t chunk_size,
-              uint64_t* ring, uint64_t epoch, uint64_t start)
+              uint64_t* ring, uint64_t epoch, uint32_t deal, uint64_t start)
       : client_(client),
         options_(options),
         chunk_size_(chunk_size),
         ring_(ring),
         capacity_(options.queue_capacity),
         epoch_(epoch),
+        deal_(deal),
         start_(start) {
     thread_ = std::thread([this] { Run(); });
   }
@@ -56,6 +57,7 @@ class ShardReader::EpochStream {
   }
 
   uint64_t epoch() const { return epoch_; }
+  uint32_t deal() const { return deal_; }
   uint64_t start() const { return start_; }
 
   // Waits for the first chunk or a failure; the failure, if any.
@@ -99,6 +101,7 @@ class ShardReader::EpochStream {
       stream_options.start_offset = next;
       stream_options.max_chunk_size = chunk_size_;
       stream_options.cancellation = &cancellation_;
+      stream_options.deal = deal_;
       absl::Status status = client_->StreamShard(
           options_.job, epoch_, options_.rank, options_.world_size, stream_options,
           [&](const ShardSlice& slice) { return Queue(slice, &next, &paused); });
@@ -161,6 +164,7 @@ class ShardReader::EpochStream {
   uint64_t* const ring_;
   const uint64_t capacity_;
   const uint64_t epoch_;
+  const uint32_t deal_;
   const uint64_t start_;
   StreamCancellation cancellation_;
 
@@ -217,10 +221,10 @@ void ShardReader::CloseEpoch() {
   read_ = 0;
 }
 
-absl::Status ShardReader::StartEpoch(uint64_t epoch, uint64_t start_position) {
+absl::Status ShardReader::StartEpoch(uint64_t epoch, uint64_t start_position, uint32_t deal) {
   CloseEpoch();
   auto stream = std::make_unique<EpochStream>(client_.get(), options_, chunk_size_, ring_.get(),
-                                              epoch, start_position);
+                                              epoch, deal, start_position);
   if (absl::Status s = stream->AwaitOpened(); !s.ok()) return s;
   stream_ = std::move(stream);
   return absl::OkStatus();
@@ -242,7 +246,7 @@ absl::Status ShardReader::Resume(const ReaderPosition& position) {
                      ": this reader's world size is ", options_.world_size,
                      " (the shards of another world size are other positions)"));
   }
-  return StartEpoch(position.epoch, position.position);
+  return StartEpoch(position.epoch, position.position, position.deal);
 }
 
 absl::Status ShardReader::CheckCanRead(size_t n) const {
@@ -311,6 +315,7 @@ absl::StatusOr<ReaderPosition> ShardReader::position() const {
   ReaderPosition p;
   p.job = options_.job;
   p.epoch = stream_->epoch();
+  p.deal = stream_->deal();
   p.rank = options_.rank;
   p.world_size = options_.world_size;
   p.position = stream_->start() + read_;

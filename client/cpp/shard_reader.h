@@ -87,9 +87,11 @@ class ShardReader {
   // world, a start past the shard), each naming job, epoch and rank. An epoch not yet open (the
   // other ranks have not all ended the previous one) is waited for, up to ClientOptions::timeout.
   // On error no epoch is open.
-  absl::Status StartEpoch(uint64_t epoch, uint64_t start_position = 0);
+  // `deal`: the epoch's deal (v1::Job::deal; 0 unless the group was resized in the epoch).
+  absl::Status StartEpoch(uint64_t epoch, uint64_t start_position = 0, uint32_t deal = 0);
 
-  // StartEpoch(position.epoch, position.position) for a position saved by this job's rank:
+  // StartEpoch(position.epoch, position.position, position.deal) for a position saved by this
+  // job's rank:
   // INVALID_ARGUMENT if its job or rank is not this reader's, FAILED_PRECONDITION if its world
   // size is not (the shards are not the same ones).
   absl::Status Resume(const ReaderPosition& position);
