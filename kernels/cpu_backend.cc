@@ -1,4 +1,6 @@
 // The CPU ComputeBackend: multithreaded, deterministic for any thread count.
+#include "kernels/cpu_backend.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -9,7 +11,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/compute_backend.h"
 #include "kernels/det_math.h"
 #include "kernels/internal/draw_table.h"
 #include "kernels/internal/es_select.h"
@@ -127,9 +128,6 @@ class CpuBackend final : public ComputeBackend {
 
   absl::Status ExtractShard(const Plan& plan, const ShardSpec& shard, uint32_t rank, uint64_t start,
                             absl::Span<uint64_t> out) override;
-
-  absl::Status ShardWithoutPlan(const PlanSpec& spec, uint64_t epoch, const ShardSpec& shard,
-                                uint32_t rank, uint64_t start, absl::Span<uint64_t> out) override;
 
  private:
   // pass(begin, end, results) over the groups of chunks of [0, n) (recompute_passes.h), in
@@ -404,34 +402,6 @@ absl::Status CpuBackend::ExtractShard(const Plan& plan, const ShardSpec& shard, 
   } else {
     copy(plan.indices64);
   }
-  return absl::OkStatus();
-}
-
-absl::Status CpuBackend::ShardWithoutPlan(const PlanSpec& spec, uint64_t epoch,
-                                          const ShardSpec& shard, uint32_t rank, uint64_t start,
-                                          absl::Span<uint64_t> out) {
-  if (absl::Status s = ValidatePlanInputs(spec, {}); !s.ok()) return s;
-  const bool independent = spec.order == SampleOrder::kSequential || spec.replacement;
-  if (!independent) {
-    return absl::UnimplementedError(
-        "ShardWithoutPlan: positions of a plan without replacement depend on each other; use "
-        "PlanEpoch + ExtractShard");
-  }
-  const uint64_t m = spec.samples_per_epoch;
-  absl::StatusOr<uint64_t> length = ShardLength(m, shard, rank);
-  if (!length.ok()) return length.status();
-  if (start > *length || out.size() > *length - start) {
-    return absl::InvalidArgumentError(absl::StrCat("shard range [", start, ", ", start + out.size(),
-                                                   ") passes the shard length ", *length));
-  }
-  ParallelForChunks(threads_, out.size(), kGrain, [&](uint64_t, uint64_t b, uint64_t e) {
-    for (uint64_t k = b; k < e; ++k) {
-      const uint64_t p = ShardToPlanPosition(m, shard, rank, start + k);
-      out[k] = spec.order == SampleOrder::kSequential
-                   ? p
-                   : internal::UniformDraw(spec.seed, epoch, spec.num_samples, p);
-    }
-  });
   return absl::OkStatus();
 }
 

@@ -11,9 +11,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/compute_backend.h"
+#include "kernels/cpu_backend.h"
 #include "kernels/det_math.h"
-#include "kernels/internal/draw_table.h"
 #include "kernels/testing/test_util.h"
 
 namespace samplerd {
@@ -884,40 +883,6 @@ TEST(SizesTest, TenMillionSamplePlans) {
   auto with = backend->PlanEpoch({n, n, 8, true, SampleOrder::kWeightedRandom}, 0, w);
   ASSERT_TRUE(with.ok());
   EXPECT_EQ(testutil::PlanIndices(*with).size(), n);
-}
-
-TEST(SizesTest, ShardOfAPlanBeyondTwoToThe32) {
-  // N = 5e9 with uniform weights and replacement: a shard slice is computed without the plan,
-  // with indices beyond 2^32, deterministically, and equal to a direct computation.
-  auto backend = NewCpuBackend(2);
-  const uint64_t n = 5'000'000'000ull;
-  PlanSpec spec{n, n, 3, true, SampleOrder::kWeightedRandom};
-  ShardSpec shard{64, PartitionMode::kInterleaved, UnevenMode::kPad};
-  std::vector<uint64_t> a(200000), b(200000);
-  ASSERT_TRUE(backend->ShardWithoutPlan(spec, 2, shard, 63, 1'000'000, absl::MakeSpan(a)).ok());
-  ASSERT_TRUE(
-      NewCpuBackend(1)->ShardWithoutPlan(spec, 2, shard, 63, 1'000'000, absl::MakeSpan(b)).ok());
-  EXPECT_EQ(a, b);
-  uint64_t above = 0;
-  for (size_t k = 0; k < a.size(); ++k) {
-    ASSERT_LT(a[k], n);
-    above += a[k] >= (uint64_t{1} << 32);
-    const uint64_t p = ShardToPlanPosition(n, shard, 63, 1'000'000 + k);
-    ASSERT_EQ(a[k], internal::UniformDraw(3, 2, n, p));
-  }
-  EXPECT_GT(above, a.size() / 10);  // ~14% of [0, 5e9) lies above 2^32.
-  // Sequential order beyond 2^32: the positions themselves.
-  PlanSpec seq{n, n, 0, false, SampleOrder::kSequential};
-  std::vector<uint64_t> s(4);
-  ASSERT_TRUE(
-      backend->ShardWithoutPlan(seq, 0, ShardSpec{2}, 1, 2'400'000'000ull, absl::MakeSpan(s)).ok());
-  EXPECT_EQ(s[0], 4'800'000'001ull);
-  EXPECT_EQ(s[3], 4'800'000'007ull);
-  // A plan whose positions depend on each other cannot be sharded without the plan.
-  EXPECT_EQ(
-      backend->ShardWithoutPlan({100, 100, 0, false}, 0, ShardSpec{2}, 0, 0, absl::MakeSpan(s))
-          .code(),
-      absl::StatusCode::kUnimplemented);
 }
 
 }  // namespace

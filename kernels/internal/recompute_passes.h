@@ -21,7 +21,8 @@
 
 #include <cstdint>
 
-#include "kernels/compute_backend.h"
+#include "kernels/loss_stats.h"
+#include "kernels/weight_policy.h"
 #include "kernels/internal/simd_level.h"
 
 namespace samplerd {
