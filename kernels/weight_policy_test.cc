@@ -34,13 +34,15 @@ TEST(ValidateTest, WeightsNameTheBadValue) {
   EXPECT_TRUE(ValidateWeights({0, 1}).ok());
 }
 
-TEST(NormaliseWeightsTest, ScalesToMeanOneWithTheSameArithmeticAsBefore) {
+TEST(NormaliseWeightsTest, ScalesToMeanOneWithTheExactSum) {
   std::vector<float> w = {0, 2, 2, 4};
   ASSERT_TRUE(NormaliseWeights(absl::MakeSpan(w)).ok());
   EXPECT_THAT(w, ::testing::ElementsAre(0.0f, 1.0f, 1.0f, 2.0f));
-  // The plans' golden hashes depend on these exact bits: float / (double sum / n), rounded once.
+  // Plans depend on these exact bits: float(w / (sum / n)), the sum of exact_sum.h (here exact:
+  // three floats of nearby exponents fit in its 63 bits), rounded once.
   std::vector<float> odd = {0.1f, 0.7f, 3.3f};
-  const double mean = (double{0.1f} + double{0.7f} + double{3.3f}) / 3;
+  const long double exact = static_cast<long double>(0.1f) + 0.7f + 3.3f;
+  const double mean = static_cast<double>(exact) / 3;
   ASSERT_TRUE(NormaliseWeights(absl::MakeSpan(odd)).ok());
   EXPECT_EQ(odd[1], static_cast<float>(0.7f / mean));
   // Bad values are reported as ValidateWeights does, and nothing is written.
