@@ -248,8 +248,8 @@ absl::Status CpuBackend::RecomputeWeights(const WeightPolicyParams& policy, uint
       if (policy.prior_loss.has_value()) {
         factors.prior = *policy.prior_loss;
       } else if (all.seen > 0) {
-        factors.prior = exact_sum::Total(ema_sums.data(), ema_sums.size()) /
-                        static_cast<double>(all.seen);
+        factors.prior =
+            exact_sum::Total(ema_sums.data(), ema_sums.size()) / static_cast<double>(all.seen);
       }
       // f_i = (x_i / x_max)^alpha, in (0, 1]: (x_i)^alpha up to a common factor, which the
       // normalisation removes, computed without overflow (losses near the float maximum with

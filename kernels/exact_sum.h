@@ -66,9 +66,7 @@ SAMPLERD_EXACT_SUM_HD uint32_t ExponentOfBits(uint64_t bits) {
 
 // B_c from the TermBits of the chunk's largest term (terms >= 0 order like their bits, so an
 // integer maximum of the bits finds it).
-SAMPLERD_EXACT_SUM_HD uint32_t ChunkExponent(uint64_t max_bits) {
-  return ExponentOfBits(max_bits);
-}
+SAMPLERD_EXACT_SUM_HD uint32_t ChunkExponent(uint64_t max_bits) { return ExponentOfBits(max_bits); }
 
 // q_i from the TermBits of a term of a chunk of exponent `chunk_exponent` (>= the term's eb).
 // In 64-bit integer operations only, without branches: the CPU's loops vectorise it.
@@ -119,8 +117,8 @@ SAMPLERD_EXACT_SUM_HD double Total(const ChunkSum* chunks, uint64_t count) {
   // subnormal result.
   const double rounded = RoundToDouble(t);
   double scale, tiny;
-  const uint64_t scale_bits = static_cast<uint64_t>(exponent + (exponent >= 63 ? -1085 : -957) + 1023)
-                              << 52;
+  const uint64_t scale_bits =
+      static_cast<uint64_t>(exponent + (exponent >= 63 ? -1085 : -957) + 1023) << 52;
   const uint64_t tiny_bits = static_cast<uint64_t>(1023 - 128) << 52;
   std::memcpy(&scale, &scale_bits, sizeof scale);
   std::memcpy(&tiny, &tiny_bits, sizeof tiny);

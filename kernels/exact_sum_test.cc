@@ -98,7 +98,8 @@ TEST(ExactSumTest, SmallSumsAreExact) {
 TEST(ExactSumTest, MatchesTheDefinitionComputedWithTheCLibrary) {
   for (size_t n : {1, 2, 4095, 4096, 4097, 20'000, 70'001}) {
     for (int max_exponent : {3, 60, 900}) {
-      const std::vector<double> x = WideTerms(n, static_cast<uint32_t>(n + max_exponent), max_exponent);
+      const std::vector<double> x =
+          WideTerms(n, static_cast<uint32_t>(n + max_exponent), max_exponent);
       EXPECT_EQ(Sum(x), ReferenceSum(x)) << "n " << n << ", exponents up to " << max_exponent;
     }
   }

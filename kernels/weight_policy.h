@@ -59,10 +59,10 @@ inline constexpr double kMaxWeightRatio = 0x1p126;
 // Validates static weights (ValidateWeights, then the ratio of the largest to the smallest
 // positive weight <= kMaxWeightRatio) and normalises them to mean 1 in place: float(w / mean),
 // the mean the exact sum of the weights (exact_sum.h) divided by N (so the result, and every plan
-// drawn from it, is the same on every machine and on a GPU). INVALID_ARGUMENT names the bad value, or for the ratio both weights and the
-// ratio: "weights: the largest positive weight (weights[0] = 3.40282e+38) is 2.4e+83 (2^277.0)
-// times the smallest (weights[1] = 1.4013e-45); at most 2^126 is supported ...". On error
-// `weights` is unchanged.
+// drawn from it, is the same on every machine and on a GPU). INVALID_ARGUMENT names the bad value,
+// or for the ratio both weights and the ratio: "weights: the largest positive weight (weights[0]
+// = 3.40282e+38) is 2.4e+83 (2^277.0) times the smallest (weights[1] = 1.4013e-45); at most 2^126
+// is supported ...". On error `weights` is unchanged.
 absl::Status NormaliseWeights(absl::Span<float> weights);
 
 // Summary statistics of a weight vector (computed in double, in a fixed order).

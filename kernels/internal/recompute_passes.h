@@ -21,9 +21,9 @@
 #include <cstdint>
 
 #include "kernels/exact_sum.h"
+#include "kernels/internal/simd_level.h"
 #include "kernels/loss_stats.h"
 #include "kernels/weight_policy.h"
-#include "kernels/internal/simd_level.h"
 
 namespace samplerd {
 namespace internal {
