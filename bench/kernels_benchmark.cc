@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
-#include "kernels/compute_backend.h"
+#include "kernels/cpu_backend.h"
 
 namespace samplerd {
 namespace {

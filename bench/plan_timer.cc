@@ -10,7 +10,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "kernels/compute_backend.h"
+#include "kernels/cpu_backend.h"
 
 ABSL_FLAG(uint64_t, n, 10'000'000, "number of samples N");
 ABSL_FLAG(uint64_t, m, 0, "samples per epoch M (0 = N)");

@@ -1,4 +1,6 @@
 // The CPU ComputeBackend: multithreaded, deterministic for any thread count.
+#include "kernels/cpu_backend.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -9,8 +11,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/compute_backend.h"
 #include "kernels/det_math.h"
+#include "kernels/exact_sum.h"
 #include "kernels/internal/draw_table.h"
 #include "kernels/internal/es_select.h"
 #include "kernels/internal/parallel.h"
@@ -128,9 +130,6 @@ class CpuBackend final : public ComputeBackend {
   absl::Status ExtractShard(const Plan& plan, const ShardSpec& shard, uint32_t rank, uint64_t start,
                             absl::Span<uint64_t> out) override;
 
-  absl::Status ShardWithoutPlan(const PlanSpec& spec, uint64_t epoch, const ShardSpec& shard,
-                                uint32_t rank, uint64_t start, absl::Span<uint64_t> out) override;
-
  private:
   // pass(begin, end, results) over the groups of chunks of [0, n) (recompute_passes.h), in
   // parallel: one result per chunk, in chunk order.
@@ -144,13 +143,12 @@ class CpuBackend final : public ComputeBackend {
     return results;
   }
 
-  // The sum over [0, n) of the terms that pass(begin, end, sums) sums per chunk: the chunks'
-  // sums added in chunk order.
+  // The exact sum (exact_sum.h) over [0, n) of the terms that pass(begin, end, sums) sums per
+  // chunk.
   template <typename Pass>
-  double SumInChunkOrder(uint64_t n, const Pass& pass) const {
-    double total = 0;
-    for (double s : OverChunkGroups<double>(n, pass)) total += s;
-    return total;
+  double ExactSum(uint64_t n, const Pass& pass) const {
+    const std::vector<exact_sum::ChunkSum> sums = OverChunkGroups<exact_sum::ChunkSum>(n, pass);
+    return exact_sum::Total(sums.data(), sums.size());
   }
 
   // out[i] = the raw weights of `rule` (internal::RawWeightRule; finite, >= 0, not all 0 where
@@ -165,10 +163,10 @@ class CpuBackend final : public ComputeBackend {
     // that the base excludes); the samples that are not excluded are then equal.
     const internal::ClampRule clamp{raw_sum / static_cast<double>(n), lo, hi};
     const double mean_clamped =
-        SumInChunkOrder(n,
-                        [&](uint64_t b, uint64_t e, double* sums) {
-                          internal::SumClampedChunks(level, arrays, rule, clamp, b, e, sums);
-                        }) /
+        ExactSum(n,
+                 [&](uint64_t b, uint64_t e, exact_sum::ChunkSum* sums) {
+                   internal::SumClampedChunks(level, arrays, rule, clamp, b, e, sums);
+                 }) /
         static_cast<double>(n);
     ParallelForChunks(threads_, n, kGrain, [&](uint64_t, uint64_t b, uint64_t e) {
       internal::WriteWeightsRange(level, arrays, rule, clamp, mean_clamped, b, e);
@@ -180,26 +178,6 @@ class CpuBackend final : public ComputeBackend {
   template <typename T>
   void FillPlan(const PlanSpec& spec, uint64_t epoch, absl::Span<const float> weights,
                 LargeVector<T>& indices) const;
-
-  // out[i] = the weights raw(i) (finite, >= 0, not all 0 where not excluded) scaled to mean 1,
-  // clamped to [lo, hi], scaled to mean 1 again; excluded samples (a zero base or current
-  // weight) get exactly 0, so they are never drawn. raw(i) and excluded(i) may read out[i]: the
-  // last pass reads them for sample i before it writes out[i].
-  template <typename Raw, typename Excluded>
-  void NormaliseClampWrite(const Raw& raw, const Excluded& excluded, double lo, double hi,
-                           absl::Span<float> out) const {
-    const uint64_t n = out.size();
-    const double mean = DeterministicSum(n, raw) / static_cast<double>(n);
-    // mean == 0: every raw weight vanished (e.g. all loss factors underflowed against a sample
-    // that the base excludes); the samples that are not excluded are then equal.
-    auto clamped = [&](uint64_t i) {
-      return excluded(i) ? 0.0 : std::clamp(mean > 0 ? raw(i) / mean : 1.0, lo, hi);
-    };
-    const double mean2 = DeterministicSum(n, clamped) / static_cast<double>(n);
-    ParallelForChunks(threads_, n, kGrain, [&](uint64_t, uint64_t b, uint64_t e) {
-      for (uint64_t i = b; i < e; ++i) out[i] = static_cast<float>(clamped(i) / mean2);
-    });
-  }
 
   const int threads_;
 };
@@ -228,6 +206,9 @@ absl::Status CpuBackend::RecomputeWeights(const WeightPolicyParams& policy, uint
         internal::ScanChunks(level, arrays, rule, b, e, chunk_scans);
       });
   internal::ChunkScan all;
+  std::vector<exact_sum::ChunkSum> ema_sums, raw_sums;
+  ema_sums.reserve(scans.size());
+  raw_sums.reserve(scans.size());
   for (const internal::ChunkScan& scan : scans) {
     // The lowest bad index, whatever the thread count: chunks are in index order.
     if (scan.first_bad != internal::kNoSample) {
@@ -236,10 +217,10 @@ absl::Status CpuBackend::RecomputeWeights(const WeightPolicyParams& policy, uint
     all.base_positive |= scan.base_positive;
     all.current_positive |= scan.current_positive;
     all.seen += scan.seen;
-    all.ema_sum += scan.ema_sum;
+    ema_sums.push_back(scan.ema_sum);
     all.ema_max = std::max(all.ema_max, scan.ema_max);
     all.unseen |= scan.unseen;
-    all.raw_sum += scan.raw_sum;
+    raw_sums.push_back(scan.raw_sum);
   }
   if (!base.empty() && !all.base_positive) {
     return absl::InvalidArgumentError(
@@ -267,7 +248,8 @@ absl::Status CpuBackend::RecomputeWeights(const WeightPolicyParams& policy, uint
       if (policy.prior_loss.has_value()) {
         factors.prior = *policy.prior_loss;
       } else if (all.seen > 0) {
-        factors.prior = all.ema_sum / static_cast<double>(all.seen);
+        factors.prior =
+            exact_sum::Total(ema_sums.data(), ema_sums.size()) / static_cast<double>(all.seen);
       }
       // f_i = (x_i / x_max)^alpha, in (0, 1]: (x_i)^alpha up to a common factor, which the
       // normalisation removes, computed without overflow (losses near the float maximum with
@@ -283,14 +265,13 @@ absl::Status CpuBackend::RecomputeWeights(const WeightPolicyParams& policy, uint
       // allowed; out may alias `current`, which the loss policy does not read). A factor that
       // underflows to 0 is harmless: the clamp lifts every sample with a positive base weight
       // to clamp_lo.
-      rule.mean_f =
-          SumInChunkOrder(n,
-                          [&](uint64_t b, uint64_t e, double* sums) {
-                            internal::LossFactorsChunks(level, arrays, factors, b, e, sums);
-                          }) /
-          static_cast<double>(n);
+      rule.mean_f = ExactSum(n,
+                             [&](uint64_t b, uint64_t e, exact_sum::ChunkSum* sums) {
+                               internal::LossFactorsChunks(level, arrays, factors, b, e, sums);
+                             }) /
+                    static_cast<double>(n);
       // Pass 3: the raw weights' sum; passes 4 and 5: the clamp and the result.
-      const double raw_sum = SumInChunkOrder(n, [&](uint64_t b, uint64_t e, double* sums) {
+      const double raw_sum = ExactSum(n, [&](uint64_t b, uint64_t e, exact_sum::ChunkSum* sums) {
         internal::SumRawChunks(level, arrays, rule, b, e, sums);
       });
       NormaliseClampWrite(arrays, rule, raw_sum, policy.clamp_lo, policy.clamp_hi, n);
@@ -299,7 +280,8 @@ absl::Status CpuBackend::RecomputeWeights(const WeightPolicyParams& policy, uint
     case LossWeightKind::kMultiplicative:
       // In double: w (1 + eta ema) may pass the float range before the normalisation. The raw
       // weights' sum came with pass 1; passes 2 and 3: the clamp and the result.
-      NormaliseClampWrite(arrays, rule, all.raw_sum, policy.clamp_lo, policy.clamp_hi, n);
+      NormaliseClampWrite(arrays, rule, exact_sum::Total(raw_sums.data(), raw_sums.size()),
+                          policy.clamp_lo, policy.clamp_hi, n);
       return absl::OkStatus();
   }
   return absl::InvalidArgumentError("policy.loss: unknown kind");
@@ -404,34 +386,6 @@ absl::Status CpuBackend::ExtractShard(const Plan& plan, const ShardSpec& shard, 
   } else {
     copy(plan.indices64);
   }
-  return absl::OkStatus();
-}
-
-absl::Status CpuBackend::ShardWithoutPlan(const PlanSpec& spec, uint64_t epoch,
-                                          const ShardSpec& shard, uint32_t rank, uint64_t start,
-                                          absl::Span<uint64_t> out) {
-  if (absl::Status s = ValidatePlanInputs(spec, {}); !s.ok()) return s;
-  const bool independent = spec.order == SampleOrder::kSequential || spec.replacement;
-  if (!independent) {
-    return absl::UnimplementedError(
-        "ShardWithoutPlan: positions of a plan without replacement depend on each other; use "
-        "PlanEpoch + ExtractShard");
-  }
-  const uint64_t m = spec.samples_per_epoch;
-  absl::StatusOr<uint64_t> length = ShardLength(m, shard, rank);
-  if (!length.ok()) return length.status();
-  if (start > *length || out.size() > *length - start) {
-    return absl::InvalidArgumentError(absl::StrCat("shard range [", start, ", ", start + out.size(),
-                                                   ") passes the shard length ", *length));
-  }
-  ParallelForChunks(threads_, out.size(), kGrain, [&](uint64_t, uint64_t b, uint64_t e) {
-    for (uint64_t k = b; k < e; ++k) {
-      const uint64_t p = ShardToPlanPosition(m, shard, rank, start + k);
-      out[k] = spec.order == SampleOrder::kSequential
-                   ? p
-                   : internal::UniformDraw(spec.seed, epoch, spec.num_samples, p);
-    }
-  });
   return absl::OkStatus();
 }
 

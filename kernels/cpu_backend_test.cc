@@ -7,13 +7,13 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/compute_backend.h"
+#include "kernels/cpu_backend.h"
 #include "kernels/det_math.h"
-#include "kernels/internal/draw_table.h"
 #include "kernels/testing/test_util.h"
 
 namespace samplerd {
@@ -665,24 +665,46 @@ TEST(WeightsTest, GoldenHashes) {
   }
 }
 
+// The exact sum of docs/SAMPLING.md ("Exact sums") of f(0), ..., f(n-1), written with the C
+// library (frexp, ldexp, floor, the compiler's 128-bit conversion) rather than exact_sum.h's bit
+// manipulation: chunks of 4096 terms, each quantised to an integer below 2^63 at its chunk's
+// exponent, the chunks' integer sums brought to the largest exponent, rounded once.
+template <typename Term>
+double ReferenceExactSum(uint64_t n, const Term& f) {
+  auto eb = [](double v) {
+    int e = 0;
+    if (v != 0) std::frexp(v, &e);
+    return std::max(1, e + 1022);
+  };
+  std::vector<std::pair<int, unsigned __int128>> chunks;
+  for (uint64_t b = 0; b < n; b += 4096) {
+    const uint64_t e = std::min(n, b + 4096);
+    int exponent = 1;
+    for (uint64_t i = b; i < e; ++i) exponent = std::max(exponent, eb(f(i)));
+    unsigned __int128 sum = 0;
+    for (uint64_t i = b; i < e; ++i) {
+      sum += static_cast<uint64_t>(std::floor(std::ldexp(f(i), 1085 - exponent)));
+    }
+    chunks.emplace_back(exponent, sum);
+  }
+  int top = 1;
+  for (const auto& [exponent, sum] : chunks) top = std::max(top, exponent);
+  unsigned __int128 total = 0;
+  for (const auto& [exponent, sum] : chunks) {
+    total += top - exponent < 128 ? sum >> (top - exponent) : 0;
+  }
+  return std::ldexp(static_cast<double>(total), top - 1085);
+}
+
 // RecomputeWeights by its definition (docs/SAMPLING.md), one sample at a time: the executable
-// specification the optimised backend must match bit for bit. Every sum is taken in index order
-// within chunks of 65536 samples, and the chunks' sums in chunk order.
+// specification the optimised backend (and any other backend) must match bit for bit. Every sum
+// is the exact sum above.
 std::vector<float> ReferenceRecompute(const WeightPolicyParams& p, uint64_t closed_epoch,
                                       const std::vector<float>& base,
                                       const std::vector<float>& current,
                                       const std::vector<SampleLossStats>& stats) {
   const uint64_t n = stats.size();
-  auto chunked_sum = [n](const auto& f) {
-    constexpr uint64_t kChunk = 65536;
-    double total = 0;
-    for (uint64_t b = 0; b < n; b += kChunk) {
-      double s = 0;
-      for (uint64_t i = b; i < std::min(n, b + kChunk); ++i) s += f(i);
-      total += s;
-    }
-    return total;
-  };
+  auto chunked_sum = [n](const auto& f) { return ReferenceExactSum(n, f); };
   auto base_at = [&](uint64_t i) { return base.empty() ? 1.0 : double{base[i]}; };
   auto current_at = [&](uint64_t i) { return current.empty() ? 1.0 : double{current[i]}; };
   std::vector<float> out(n);
@@ -740,7 +762,7 @@ TEST(WeightsTest, RecomputeMatchesItsDefinitionBitForBit) {
     s = s * 6364136223846793005ull + 1442695040888963407ull;
     return static_cast<double>(s >> 11) / 9007199254740992.0;  // [0, 1)
   };
-  const uint64_t sizes[] = {1, 2, 7, 513, 65'535, 65'536, 65'537, 140'001};
+  const uint64_t sizes[] = {1, 2, 513, 4'095, 4'097, 65'536, 65'537, 140'001};
   int compared = 0;
   for (int round = 0; round < 40; ++round) {
     const uint64_t n = sizes[round % 8];
@@ -884,40 +906,6 @@ TEST(SizesTest, TenMillionSamplePlans) {
   auto with = backend->PlanEpoch({n, n, 8, true, SampleOrder::kWeightedRandom}, 0, w);
   ASSERT_TRUE(with.ok());
   EXPECT_EQ(testutil::PlanIndices(*with).size(), n);
-}
-
-TEST(SizesTest, ShardOfAPlanBeyondTwoToThe32) {
-  // N = 5e9 with uniform weights and replacement: a shard slice is computed without the plan,
-  // with indices beyond 2^32, deterministically, and equal to a direct computation.
-  auto backend = NewCpuBackend(2);
-  const uint64_t n = 5'000'000'000ull;
-  PlanSpec spec{n, n, 3, true, SampleOrder::kWeightedRandom};
-  ShardSpec shard{64, PartitionMode::kInterleaved, UnevenMode::kPad};
-  std::vector<uint64_t> a(200000), b(200000);
-  ASSERT_TRUE(backend->ShardWithoutPlan(spec, 2, shard, 63, 1'000'000, absl::MakeSpan(a)).ok());
-  ASSERT_TRUE(
-      NewCpuBackend(1)->ShardWithoutPlan(spec, 2, shard, 63, 1'000'000, absl::MakeSpan(b)).ok());
-  EXPECT_EQ(a, b);
-  uint64_t above = 0;
-  for (size_t k = 0; k < a.size(); ++k) {
-    ASSERT_LT(a[k], n);
-    above += a[k] >= (uint64_t{1} << 32);
-    const uint64_t p = ShardToPlanPosition(n, shard, 63, 1'000'000 + k);
-    ASSERT_EQ(a[k], internal::UniformDraw(3, 2, n, p));
-  }
-  EXPECT_GT(above, a.size() / 10);  // ~14% of [0, 5e9) lies above 2^32.
-  // Sequential order beyond 2^32: the positions themselves.
-  PlanSpec seq{n, n, 0, false, SampleOrder::kSequential};
-  std::vector<uint64_t> s(4);
-  ASSERT_TRUE(
-      backend->ShardWithoutPlan(seq, 0, ShardSpec{2}, 1, 2'400'000'000ull, absl::MakeSpan(s)).ok());
-  EXPECT_EQ(s[0], 4'800'000'001ull);
-  EXPECT_EQ(s[3], 4'800'000'007ull);
-  // A plan whose positions depend on each other cannot be sharded without the plan.
-  EXPECT_EQ(
-      backend->ShardWithoutPlan({100, 100, 0, false}, 0, ShardSpec{2}, 0, 0, absl::MakeSpan(s))
-          .code(),
-      absl::StatusCode::kUnimplemented);
 }
 
 }  // namespace

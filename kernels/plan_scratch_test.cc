@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "kernels/compute_backend.h"
+#include "kernels/cpu_backend.h"
 #include "kernels/large_array.h"
 #include "kernels/testing/peak_memory.h"
 #include "kernels/testing/test_util.h"

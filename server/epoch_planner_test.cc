@@ -5,6 +5,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu_backend.h"
 #include "kernels/testing/test_util.h"
 #include "server/testing/gated_backend.h"
 

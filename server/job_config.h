@@ -12,7 +12,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "kernels/compute_backend.h"
+#include "kernels/plan.h"
+#include "kernels/shard.h"
+#include "kernels/weight_policy.h"
 #include "proto/samplerd.pb.h"
 
 namespace samplerd {

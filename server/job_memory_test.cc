@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu_backend.h"
 #include "kernels/testing/peak_memory.h"
 #include "server/job.h"
 #include "server/testing/loss_batches.h"

@@ -10,7 +10,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/compute_backend.h"
+#include "kernels/cpu_backend.h"
 #include "server/job.h"
 #include "server/job_config.h"
 #include "server/persistence/job_journal.h"

@@ -15,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu_backend.h"
 #include "server/testing/gated_backend.h"
 #include "server/testing/test_dir.h"
 

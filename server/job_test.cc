@@ -10,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu_backend.h"
 #include "kernels/testing/test_util.h"
 #include "server/testing/gated_backend.h"
 #include "server/testing/job_shards.h"

@@ -10,7 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "kernels/compute_backend.h"
+#include "kernels/shard.h"
 #include "proto/samplerd.pb.h"
 
 namespace samplerd {

@@ -15,7 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "kernels/compute_backend.h"
+#include "kernels/loss_stats.h"
 
 namespace samplerd {
 

@@ -14,6 +14,7 @@
 #include "client/cpp/sampler_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu_backend.h"
 #include "server/server.h"
 #include "server/testing/test_server_options.h"
 

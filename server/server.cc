@@ -14,6 +14,7 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
+#include "kernels/cpu_backend.h"
 #include "server/auth/server_credentials.h"
 #include "server/job_memory.h"
 #include "server/log_fields.h"

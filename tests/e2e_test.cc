@@ -16,7 +16,7 @@
 #include "absl/time/clock.h"
 #include "client/cpp/sampler_client.h"
 #include "gtest/gtest.h"
-#include "kernels/compute_backend.h"
+#include "kernels/cpu_backend.h"
 #include "kernels/testing/test_util.h"
 
 namespace samplerd {

@@ -13,9 +13,9 @@ namespace {
 
 // The loops below are written without branches on the data, so that the compiler vectorises
 // them, and force-inlined into one function per SIMD level (bottom of the file), which compiles
-// them for that level. Each pass works in blocks: a vectorised loop computes the block's terms,
-// then a scalar loop adds them up in index order (SumChunks; the compiler does not reorder an
-// IEEE sum without -ffast-math).
+// them for that level. Each pass works in blocks: a vectorised loop computes the block's terms
+// into the chunk's buffer, and once a chunk's terms are all there, two more vectorised loops
+// find their largest and add them up as integers (SumChunks, exact_sum.h).
 #define SAMPLERD_INLINE __attribute__((always_inline)) inline
 
 constexpr uint64_t kBlock = 512;  // Samples per block: 4 KiB of terms, in L1.
@@ -109,37 +109,59 @@ SAMPLERD_INLINE double ClampedAt(const RecomputeArrays& a, const RawWeightRule& 
   return Choose(ExcludedAt<kKind, kWeights>(a, i), 0.0, c);
 }
 
-// The per-chunk sums of a group of chunks: [begin, end), begin a multiple of kSumChunk, holds up
-// to kChunksPerGroup chunks ("lanes"). block_terms(lane, first, count, terms) writes the terms
-// of samples [first, first + count) of a lane's chunk to terms[0, count) and returns how many it
-// wrote (count, or 0 for a lane it gave up: the scan at a bad entry). sums[lane] is the sum of
-// the lane's terms in index order.
-//
-// The lanes advance together, one block at a time, and their sums are added up interleaved: a
-// sum in index order is a chain of dependent additions (one per ~4 cycles), and the chains of
-// different chunks are independent, so the CPU overlaps them. Each chunk's sum is still taken
-// term by term in index order; a lane's missing terms (past its chunk's end) are +0, which
-// leaves a sum unchanged (a sum that starts at +0 and adds terms >= 0 or -0 is never -0).
+// The largest of the terms t[0, count) by their bits (an integer maximum; -0, negative as a
+// signed integer, never wins over +0).
+SAMPLERD_INLINE int64_t MaxBits(const double* t, uint64_t count) {
+  int64_t max_bits = 0;
+  for (uint64_t j = 0; j < count; ++j) {
+    int64_t bits;
+    std::memcpy(&bits, &t[j], sizeof bits);
+    max_bits = std::max(max_bits, bits);
+  }
+  return max_bits;
+}
+
+// The exact sum of a chunk's terms t[0, count) (exact_sum.h) whose largest has bits max_bits:
+// the terms quantised and added in two 64-bit halves (each below 2^44 for 4096 terms, so no
+// carry is lost and the loop vectorises).
+SAMPLERD_INLINE exact_sum::ChunkSum SumTerms(const double* t, uint64_t count, int64_t max_bits) {
+  exact_sum::ChunkSum result;
+  result.exponent = exact_sum::ChunkExponent(static_cast<uint64_t>(max_bits));
+  uint64_t low = 0, high = 0;
+  for (uint64_t j = 0; j < count; ++j) {
+    const uint64_t q = exact_sum::Quantise(exact_sum::TermBits(t[j]), result.exponent);
+    low += q & 0xffffffffu;
+    high += q >> 32;
+  }
+  result.sum = (static_cast<exact_sum::uint128>(high) << 32) + low;
+  return result;
+}
+
+// The chunks' exact sums of a group of chunks: [begin, end), begin a multiple of kSumChunk, holds
+// up to kChunksPerGroup chunks. block_terms(chunk, first, count, terms) writes the terms of
+// samples [first, first + count) (count <= kBlock) of the group's chunk `chunk` to terms[0,
+// count) and returns how many it wrote (count, or 0 for a chunk it gave up: the scan at a bad
+// entry; that chunk's sum is then unspecified). sums[chunk] = the chunk's ChunkSum. The largest
+// term is found block by block, while the block is in L1.
 template <typename BlockTerms>
 SAMPLERD_INLINE void SumChunks(uint64_t begin, uint64_t end, const BlockTerms& block_terms,
-                               double* sums) {
-  double s[kChunksPerGroup] = {};
-  alignas(64) double terms[kChunksPerGroup][kBlock];
-  const uint64_t longest = std::min(end - begin, kSumChunk);  // Lane 0's length.
-  for (uint64_t offset = 0; offset < longest; offset += kBlock) {
-    for (uint64_t lane = 0; lane < kChunksPerGroup; ++lane) {
-      const uint64_t first = begin + lane * kSumChunk + offset;
-      const uint64_t lane_end = std::min(end, begin + (lane + 1) * kSumChunk);
-      const uint64_t count = first < lane_end ? std::min(kBlock, lane_end - first) : 0;
-      const uint64_t written = count > 0 ? block_terms(lane, first, count, terms[lane]) : 0;
-      std::fill(terms[lane] + written, terms[lane] + kBlock, 0.0);
+                               exact_sum::ChunkSum* sums) {
+  alignas(64) double terms[kSumChunk];  // 32 KiB: one chunk's terms, in L1 or L2.
+  for (uint64_t chunk = 0; begin + chunk * kSumChunk < end; ++chunk) {
+    const uint64_t chunk_begin = begin + chunk * kSumChunk;
+    const uint64_t chunk_end = std::min(end, chunk_begin + kSumChunk);
+    uint64_t written = 0;
+    int64_t max_bits = 0;
+    for (uint64_t first = chunk_begin; first < chunk_end; first += kBlock) {
+      const uint64_t count = std::min(kBlock, chunk_end - first);
+      double* block = terms + (first - chunk_begin);
+      const uint64_t wrote = block_terms(chunk, first, count, block);
+      max_bits = std::max(max_bits, MaxBits(block, wrote));
+      written += wrote;
+      if (wrote < count) break;
     }
-    for (uint64_t j = 0; j < kBlock; ++j) {
-      for (uint64_t lane = 0; lane < kChunksPerGroup; ++lane) s[lane] += terms[lane][j];
-    }
+    sums[chunk] = SumTerms(terms, written, max_bits);
   }
-  const uint64_t lanes = (end - begin + kSumChunk - 1) / kSumChunk;
-  for (uint64_t lane = 0; lane < lanes; ++lane) sums[lane] = s[lane];
 }
 
 // ---- ScanChunks
@@ -200,27 +222,27 @@ SAMPLERD_INLINE bool ScanBlock(const RecomputeArrays& a, const RawWeightRule& ru
 template <LossWeightKind kKind, bool kBase, bool kCurrent>
 SAMPLERD_INLINE void ScanTyped(const RecomputeArrays& a, const RawWeightRule& rule, uint64_t begin,
                                uint64_t end, ChunkScan* scans) {
-  ChunkScan lane_scan[kChunksPerGroup];
+  ChunkScan chunk_scan[kChunksPerGroup];
   uint32_t ema_max_bits[kChunksPerGroup] = {};
-  double sums[kChunksPerGroup];
+  exact_sum::ChunkSum sums[kChunksPerGroup];
   SumChunks(
       begin, end,
-      [&](uint64_t lane, uint64_t first, uint64_t count, double* terms)
+      [&](uint64_t chunk, uint64_t first, uint64_t count, double* terms)
           __attribute__((always_inline))
               ->uint64_t {
-                if (lane_scan[lane].first_bad != kNoSample) return 0;
-                return ScanBlock<kKind, kBase, kCurrent>(a, rule, first, count, lane_scan[lane],
-                                                         ema_max_bits[lane], terms)
+                if (chunk_scan[chunk].first_bad != kNoSample) return 0;
+                return ScanBlock<kKind, kBase, kCurrent>(a, rule, first, count, chunk_scan[chunk],
+                                                         ema_max_bits[chunk], terms)
                            ? count
                            : 0;
               },
       sums);
-  const uint64_t lanes = (end - begin + kSumChunk - 1) / kSumChunk;
-  for (uint64_t lane = 0; lane < lanes; ++lane) {
-    ChunkScan& scan = lane_scan[lane];
-    scan.ema_max = FloatFromBits(ema_max_bits[lane]);
-    (kKind == LossWeightKind::kLoss ? scan.ema_sum : scan.raw_sum) = sums[lane];
-    scans[lane] = scan;
+  const uint64_t chunks = (end - begin + kSumChunk - 1) / kSumChunk;
+  for (uint64_t chunk = 0; chunk < chunks; ++chunk) {
+    ChunkScan& scan = chunk_scan[chunk];
+    scan.ema_max = FloatFromBits(ema_max_bits[chunk]);
+    (kKind == LossWeightKind::kLoss ? scan.ema_sum : scan.raw_sum) = sums[chunk];
+    scans[chunk] = scan;
   }
 }
 
@@ -255,7 +277,7 @@ SAMPLERD_INLINE void ScanLoop(const RecomputeArrays& a, const RawWeightRule& rul
 
 SAMPLERD_INLINE void LossFactorsLoop(SimdLevel level, const RecomputeArrays& a,
                                      const LossFactorParams& p, uint64_t begin, uint64_t end,
-                                     double* sums) {
+                                     exact_sum::ChunkSum* sums) {
   SumChunks(
       begin, end,
       [&](uint64_t, uint64_t first, uint64_t count, double* x) __attribute__((always_inline))
@@ -286,7 +308,7 @@ SAMPLERD_INLINE void LossFactorsLoop(SimdLevel level, const RecomputeArrays& a,
 
 template <LossWeightKind kKind, bool kWeights>
 SAMPLERD_INLINE void SumRawTyped(const RecomputeArrays& a, const RawWeightRule& rule,
-                                 uint64_t begin, uint64_t end, double* sums) {
+                                 uint64_t begin, uint64_t end, exact_sum::ChunkSum* sums) {
   const double one_minus_mix = 1.0 - rule.mix;
   SumChunks(
       begin, end,
@@ -303,7 +325,7 @@ SAMPLERD_INLINE void SumRawTyped(const RecomputeArrays& a, const RawWeightRule& 
 template <LossWeightKind kKind, bool kWeights>
 SAMPLERD_INLINE void SumClampedTyped(const RecomputeArrays& a, const RawWeightRule& rule,
                                      const ClampRule& clamp, uint64_t begin, uint64_t end,
-                                     double* sums) {
+                                     exact_sum::ChunkSum* sums) {
   const double one_minus_mix = 1.0 - rule.mix;
   const bool mean_positive = clamp.mean > 0;
   SumChunks(
@@ -341,13 +363,13 @@ SAMPLERD_INLINE void WriteTyped(const RecomputeArrays& a, const RawWeightRule& r
               : Typed<LossWeightKind::kMultiplicative, false>(a, rule, __VA_ARGS__)))
 
 SAMPLERD_INLINE void SumRawLoop(const RecomputeArrays& a, const RawWeightRule& rule, uint64_t begin,
-                                uint64_t end, double* sums) {
+                                uint64_t end, exact_sum::ChunkSum* sums) {
   SAMPLERD_BY_RULE(SumRawTyped, a, rule, begin, end, sums);
 }
 
 SAMPLERD_INLINE void SumClampedLoop(const RecomputeArrays& a, const RawWeightRule& rule,
                                     const ClampRule& clamp, uint64_t begin, uint64_t end,
-                                    double* sums) {
+                                    exact_sum::ChunkSum* sums) {
   SAMPLERD_BY_RULE(SumClampedTyped, a, rule, clamp, begin, end, sums);
 }
 
@@ -381,15 +403,15 @@ SAMPLERD_PER_LEVEL(Scan,
                    (a, rule, b, e, scans))
 SAMPLERD_PER_LEVEL(LossFactors,
                    (SimdLevel level, const RecomputeArrays& a, const LossFactorParams& p,
-                    uint64_t b, uint64_t e, double* sums),
+                    uint64_t b, uint64_t e, exact_sum::ChunkSum* sums),
                    (level, a, p, b, e, sums))
 SAMPLERD_PER_LEVEL(SumRaw,
                    (const RecomputeArrays& a, const RawWeightRule& rule, uint64_t b, uint64_t e,
-                    double* sums),
+                    exact_sum::ChunkSum* sums),
                    (a, rule, b, e, sums))
 SAMPLERD_PER_LEVEL(SumClamped,
                    (const RecomputeArrays& a, const RawWeightRule& rule, const ClampRule& c,
-                    uint64_t b, uint64_t e, double* sums),
+                    uint64_t b, uint64_t e, exact_sum::ChunkSum* sums),
                    (a, rule, c, b, e, sums))
 SAMPLERD_PER_LEVEL(WriteWeights,
                    (const RecomputeArrays& a, const RawWeightRule& rule, const ClampRule& c,
@@ -404,17 +426,19 @@ void ScanChunks(SimdLevel level, const RecomputeArrays& arrays, const RawWeightR
 }
 
 void LossFactorsChunks(SimdLevel level, const RecomputeArrays& arrays,
-                       const LossFactorParams& params, uint64_t begin, uint64_t end, double* sums) {
+                       const LossFactorParams& params, uint64_t begin, uint64_t end,
+                       exact_sum::ChunkSum* sums) {
   SAMPLERD_CHOOSE_LEVEL(level, LossFactors, (level, arrays, params, begin, end, sums));
 }
 
 void SumRawChunks(SimdLevel level, const RecomputeArrays& arrays, const RawWeightRule& rule,
-                  uint64_t begin, uint64_t end, double* sums) {
+                  uint64_t begin, uint64_t end, exact_sum::ChunkSum* sums) {
   SAMPLERD_CHOOSE_LEVEL(level, SumRaw, (arrays, rule, begin, end, sums));
 }
 
 void SumClampedChunks(SimdLevel level, const RecomputeArrays& arrays, const RawWeightRule& rule,
-                      const ClampRule& clamp, uint64_t begin, uint64_t end, double* sums) {
+                      const ClampRule& clamp, uint64_t begin, uint64_t end,
+                      exact_sum::ChunkSum* sums) {
   SAMPLERD_CHOOSE_LEVEL(level, SumClamped, (arrays, rule, clamp, begin, end, sums));
 }
 

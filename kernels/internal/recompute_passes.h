@@ -2,16 +2,15 @@
 // CPU allows.
 //
 // The weights are defined (docs/SAMPLING.md; ReferenceRecompute in cpu_backend_test.cc is the
-// executable version) by IEEE operations in double on each sample, and by sums taken in index
-// order within each chunk of kSumChunk samples, the chunks' sums then added in chunk order. So
-// the vector lanes here compute each sample's term (the same operations in the same order, no
-// FMA: -ffp-contract=off), and each chunk's sum is then taken one term at a time: every
-// SimdLevel returns the same bits as the scalar definition.
+// executable version) by IEEE operations in double on each sample, and by exact sums
+// (kernels/exact_sum.h) over chunks of exact_sum::kChunk samples. So the vector lanes here
+// compute each sample's term (the same operations in the same order, no FMA:
+// -ffp-contract=off), and each chunk's sum is an integer sum of the quantised terms: every
+// SimdLevel, and every order of addition, returns the same bits as the scalar definition.
 //
-// The summing passes work on a group of up to kChunksPerGroup consecutive chunks, [begin, end)
-// with begin a multiple of kSumChunk, and return one result per chunk: the sums of the group's
-// chunks are added up side by side (independent chains of additions, which the CPU overlaps).
-// RecomputeWeights runs the groups in parallel; the results do not depend on the thread count.
+// The summing passes work on a group of consecutive chunks, [begin, end) with begin a multiple
+// of kSumChunk, and return one exact_sum::ChunkSum per chunk. RecomputeWeights runs the groups
+// in parallel; the results do not depend on the thread count.
 //
 // Samples: base and current weights (nullptr: all 1) and the loss statistics; `out` may alias
 // `current` (a pass that writes out[i] reads current[i] before). Thread-safe (pure) for disjoint
@@ -21,8 +20,10 @@
 
 #include <cstdint>
 
-#include "kernels/compute_backend.h"
+#include "kernels/exact_sum.h"
 #include "kernels/internal/simd_level.h"
+#include "kernels/loss_stats.h"
+#include "kernels/weight_policy.h"
 
 namespace samplerd {
 namespace internal {
@@ -59,16 +60,17 @@ struct ChunkScan {
   // kLoss: the samples with count > 0 ("seen"): how many, the sum of their EMAs and the largest
   // EMA (0 if none); whether any sample is unseen.
   uint64_t seen = 0;
-  double ema_sum = 0;
+  exact_sum::ChunkSum ema_sum;  // Of the seen samples' EMAs.
   float ema_max = 0;
   bool unseen = false;
   // kMultiplicative: the sum of raw_i.
-  double raw_sum = 0;
+  exact_sum::ChunkSum raw_sum;
 };
 
-// Samples per chunk of every sum (part of the definition of the weights), and chunks per group.
-constexpr uint64_t kSumChunk = 1 << 16;
-constexpr uint64_t kChunksPerGroup = 4;
+// Samples per chunk of every sum (part of the definition of the weights: exact_sum.h), and
+// chunks per group (a parallel task: 64 Ki samples).
+constexpr uint64_t kSumChunk = exact_sum::kChunk;
+constexpr uint64_t kChunksPerGroup = 16;
 
 // Validates the group [begin, end) and gathers what `rule.kind` needs: scans[c] for each of its
 // chunks. Writes nothing to arrays.out.
@@ -78,17 +80,18 @@ void ScanChunks(SimdLevel level, const RecomputeArrays& arrays, const RawWeightR
 // The loss factors of the LOSS policy:
 //   x_i = (count_i > 0 ? ema_i : prior) + epsilon,
 //   f_i = x_i / x_max when alpha == 1, else det::Exp2(alpha (det::Log2(x_i) - log2_x_max)),
-// written to out[i] as floats; sums[c] = the sum of the floats (as doubles) of chunk c.
+// written to out[i] as floats; sums[c] = the exact sum of the floats (as doubles) of chunk c.
 struct LossFactorParams {
   double prior = 0, epsilon = 0, alpha = 1, x_max = 1;
   double log2_x_max = 0;  // det::Log2(x_max).
 };
 void LossFactorsChunks(SimdLevel level, const RecomputeArrays& arrays,
-                       const LossFactorParams& params, uint64_t begin, uint64_t end, double* sums);
+                       const LossFactorParams& params, uint64_t begin, uint64_t end,
+                       exact_sum::ChunkSum* sums);
 
-// sums[c] = the sum of raw_i (RawWeightRule) over chunk c.
+// sums[c] = the exact sum of raw_i (RawWeightRule) over chunk c.
 void SumRawChunks(SimdLevel level, const RecomputeArrays& arrays, const RawWeightRule& rule,
-                  uint64_t begin, uint64_t end, double* sums);
+                  uint64_t begin, uint64_t end, exact_sum::ChunkSum* sums);
 
 // The clamp between the two normalisations: c_i = 0 for an excluded sample, else
 // std::clamp(mean > 0 ? raw_i / mean : 1.0, lo, hi), with `mean` the mean raw weight.
@@ -96,9 +99,10 @@ struct ClampRule {
   double mean = 1, lo = 0, hi = 0;
 };
 
-// sums[c] = the sum of c_i over chunk c.
+// sums[c] = the exact sum of c_i over chunk c.
 void SumClampedChunks(SimdLevel level, const RecomputeArrays& arrays, const RawWeightRule& rule,
-                      const ClampRule& clamp, uint64_t begin, uint64_t end, double* sums);
+                      const ClampRule& clamp, uint64_t begin, uint64_t end,
+                      exact_sum::ChunkSum* sums);
 
 // out[i] = float(c_i / mean_clamped) for i in [begin, end) (any range).
 void WriteWeightsRange(SimdLevel level, const RecomputeArrays& arrays, const RawWeightRule& rule,

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/compute_backend.h"
+#include "kernels/plan.h"
 
 namespace samplerd {
 namespace testutil {

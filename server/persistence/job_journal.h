@@ -57,7 +57,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
-#include "kernels/compute_backend.h"
+#include "kernels/loss_stats.h"
 #include "server/loss_batch.h"
 #include "server/loss_table.h"
 #include "server/persistence/record_log.h"

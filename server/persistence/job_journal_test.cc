@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/compute_backend.h"
+#include "kernels/loss_stats.h"
 #include "server/persistence/record_log.h"
 #include "server/persistence/snapshot.h"
 #include "server/persistence/state.pb.h"

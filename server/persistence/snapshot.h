@@ -14,7 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "kernels/compute_backend.h"
+#include "kernels/loss_stats.h"
 #include "server/persistence/state.pb.h"
 
 namespace samplerd {

@@ -15,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/compute_backend.h"
+#include "kernels/loss_stats.h"
 #include "server/persistence/state.pb.h"
 #include "server/testing/test_dir.h"
 

@@ -57,10 +57,6 @@ class GatedBackend : public ComputeBackend {
                             absl::Span<uint64_t> out) override {
     return inner_->ExtractShard(plan, shard, rank, start, out);
   }
-  absl::Status ShardWithoutPlan(const PlanSpec& spec, uint64_t epoch, const ShardSpec& shard,
-                                uint32_t rank, uint64_t start, absl::Span<uint64_t> out) override {
-    return inner_->ShardWithoutPlan(spec, epoch, shard, rank, start, out);
-  }
 
  private:
   ComputeBackend* const inner_;

@@ -1,12 +1,15 @@
-#include "kernels/compute_backend.h"
+#include "kernels/weight_policy.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "kernels/det_math.h"
+#include "kernels/exact_sum.h"
 
 namespace samplerd {
 namespace {
@@ -19,49 +22,6 @@ absl::Status CheckRange(const char* field, double value, double lo, double hi, b
 }
 
 }  // namespace
-
-absl::Status CheckRank(const ShardSpec& spec, uint32_t rank) {
-  if (spec.world_size == 0) {
-    return absl::InvalidArgumentError("world_size = 0: must be >= 1");
-  }
-  if (rank >= spec.world_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank = ", rank, " is outside [0, world_size = ", spec.world_size, ")"));
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<uint64_t> ShardLength(uint64_t plan_length, const ShardSpec& spec, uint32_t rank) {
-  if (absl::Status s = CheckRank(spec, rank); !s.ok()) return s;
-  const uint64_t r = spec.world_size;
-  switch (spec.uneven) {
-    case UnevenMode::kPad:
-      return (plan_length + r - 1) / r;
-    case UnevenMode::kDropLast:
-      return plan_length / r;
-    case UnevenMode::kUneven:
-      return plan_length / r + (rank < plan_length % r ? 1 : 0);
-  }
-  return absl::InvalidArgumentError("uneven: unknown mode");
-}
-
-uint64_t ShardToPlanPosition(uint64_t plan_length, const ShardSpec& spec, uint32_t rank,
-                             uint64_t shard_pos) {
-  const uint64_t r = spec.world_size;
-  uint64_t p;
-  if (spec.partition == PartitionMode::kInterleaved) {
-    p = rank + shard_pos * r;
-  } else if (spec.uneven == UnevenMode::kUneven) {
-    const uint64_t base = plan_length / r, extra = plan_length % r;
-    p = rank * base + std::min<uint64_t>(rank, extra) + shard_pos;
-  } else {
-    const uint64_t len =
-        spec.uneven == UnevenMode::kPad ? (plan_length + r - 1) / r : plan_length / r;
-    p = rank * len + shard_pos;
-  }
-  // Only kPad reaches past the plan; it wraps around like DistributedSampler's padding.
-  return p < plan_length ? p : p % plan_length;
-}
 
 absl::Status ValidatePolicy(const WeightPolicyParams& p) {
   if (!(p.class_balance_beta >= 0 && p.class_balance_beta < 1)) {
@@ -107,13 +67,21 @@ absl::Status ValidateWeights(absl::Span<const float> weights) {
 absl::Status NormaliseWeights(absl::Span<float> weights) {
   if (absl::Status s = ValidateWeights(weights); !s.ok()) return s;
   size_t max_at = 0, min_at = 0;  // The largest and the smallest positive weight (first of ties).
-  double sum = 0;
-  for (size_t i = 0; i < weights.size(); ++i) {
-    const float w = weights[i];
-    sum += w;
-    if (w > weights[max_at]) max_at = i;
-    if (w > 0 && (weights[min_at] == 0 || w < weights[min_at])) min_at = i;
+  // The sum of the weights as doubles: exact_sum.h, chunk by chunk (the definition of the mean,
+  // the same on every machine and for a GPU's reduction).
+  std::vector<exact_sum::ChunkSum> chunk_sums;
+  double terms[exact_sum::kChunk];
+  for (size_t b = 0; b < weights.size(); b += exact_sum::kChunk) {
+    const size_t e = std::min(weights.size(), b + exact_sum::kChunk);
+    for (size_t i = b; i < e; ++i) {
+      const float w = weights[i];
+      terms[i - b] = w;
+      if (w > weights[max_at]) max_at = i;
+      if (w > 0 && (weights[min_at] == 0 || w < weights[min_at])) min_at = i;
+    }
+    chunk_sums.push_back(exact_sum::SumChunk(terms, e - b));
   }
+  const double sum = exact_sum::Total(chunk_sums.data(), chunk_sums.size());
   const double ratio = double{weights[max_at]} / double{weights[min_at]};  // Finite: < 2^277.
   if (ratio > kMaxWeightRatio) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -124,7 +92,7 @@ absl::Status NormaliseWeights(absl::Span<float> weights) {
         "a normal float: it could underflow to 0 and never be drawn, and its importance weight "
         "1/w would overflow); raise the smallest positive weights or set them to 0"));
   }
-  // Mean 1: importance weights are then 1 / w. Same arithmetic as always (plans stay the same).
+  // Mean 1: importance weights are then 1 / w.
   const double mean = sum / static_cast<double>(weights.size());
   for (float& w : weights) w = static_cast<float>(w / mean);
   return absl::OkStatus();

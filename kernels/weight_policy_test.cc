@@ -1,0 +1,146 @@
+// Weight policies and base weights (weight_policy.h): parameter ranges, validation and
+// normalisation of uploaded weights, class-balanced weights, the summary.
+#include "kernels/weight_policy.h"
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace samplerd {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(ValidateTest, WeightsNameTheBadValue) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  struct Case {
+    std::vector<float> w;
+    std::string want;
+  } cases[] = {
+      {{1, nan, 2}, "weights[1] = nan"},
+      {{1, 2, -1}, "weights[2] = -1"},
+      {{INFINITY}, "weights[0] = inf"},
+      {{0, 0, 0}, "all 3 weights are 0"},
+  };
+  for (const Case& c : cases) {
+    absl::Status s = ValidateWeights(c.w);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.want));
+  }
+  EXPECT_TRUE(ValidateWeights({0, 1}).ok());
+}
+
+TEST(NormaliseWeightsTest, ScalesToMeanOneWithTheExactSum) {
+  std::vector<float> w = {0, 2, 2, 4};
+  ASSERT_TRUE(NormaliseWeights(absl::MakeSpan(w)).ok());
+  EXPECT_THAT(w, ::testing::ElementsAre(0.0f, 1.0f, 1.0f, 2.0f));
+  // Plans depend on these exact bits: float(w / (sum / n)), the sum of exact_sum.h (here exact:
+  // three floats of nearby exponents fit in its 63 bits), rounded once.
+  std::vector<float> odd = {0.1f, 0.7f, 3.3f};
+  const long double exact = static_cast<long double>(0.1f) + 0.7f + 3.3f;
+  const double mean = static_cast<double>(exact) / 3;
+  ASSERT_TRUE(NormaliseWeights(absl::MakeSpan(odd)).ok());
+  EXPECT_EQ(odd[1], static_cast<float>(0.7f / mean));
+  // Bad values are reported as ValidateWeights does, and nothing is written.
+  std::vector<float> bad = {1, -1};
+  EXPECT_THAT(std::string(NormaliseWeights(absl::MakeSpan(bad)).message()),
+              HasSubstr("weights[1] = -1"));
+  EXPECT_THAT(bad, ::testing::ElementsAre(1.0f, -1.0f));
+}
+
+// The input: one weight near the float maximum and 999 at the smallest subnormal. Once
+// divided by the mean (3.4e35) the small ones were 0: OK with zero_count 999 with replacement,
+// "1 have [positive weight]" without. Now the upload is rejected, naming the ratio.
+TEST(NormaliseWeightsTest, RejectsARatioBeyond2To126NamingIt) {
+  std::vector<float> w(1000, 1e-45f);
+  w[0] = 3.4e38f;
+  const std::vector<float> before = w;
+  const absl::Status s = NormaliseWeights(absl::MakeSpan(w));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("weights[0] = 3.4e+38"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("weights[1] = 1.4013e-45"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("2.42632e+83 (2^277.0) times the smallest"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("at most 2^126"));
+  EXPECT_EQ(w, before);
+  // Just beyond the bound, zeros aside (they are not part of the ratio).
+  std::vector<float> over = {0, 0x1p100f, 0x1p-26f, 0x1p-27f};
+  EXPECT_EQ(NormaliseWeights(absl::MakeSpan(over)).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(NormaliseWeightsTest, AtTheBoundEveryPositiveWeightStaysANormalFloat) {
+  // Ratio exactly 2^126, the small weights as rare as possible (the mean is then near the
+  // largest weight): each normalised small weight is still >= FLT_MIN, so 1 / w is finite.
+  std::vector<float> w(1000, 0x1p-26f);
+  w[0] = 0x1p100f;
+  ASSERT_TRUE(NormaliseWeights(absl::MakeSpan(w)).ok());
+  for (float x : w) {
+    EXPECT_GE(x, std::numeric_limits<float>::min());
+    EXPECT_TRUE(std::isfinite(1.0f / x));
+  }
+  std::vector<float> single = {0, 0, 0x1p-149f};  // One positive weight: ratio 1.
+  ASSERT_TRUE(NormaliseWeights(absl::MakeSpan(single)).ok());
+  EXPECT_EQ(single[2], 3.0f);
+}
+
+TEST(ValidateTest, PolicyRangesNameFieldAndValue) {
+  struct Case {
+    void (*mutate)(WeightPolicyParams*);
+    std::string want;
+  } cases[] = {
+      {[](WeightPolicyParams* p) { p->alpha = -1; }, "policy.alpha = -1"},
+      {[](WeightPolicyParams* p) { p->alpha = 9; }, "policy.alpha = 9"},
+      {[](WeightPolicyParams* p) { p->ema_decay = 1; }, "policy.ema_decay = 1"},
+      {[](WeightPolicyParams* p) { p->epsilon = 0; }, "policy.epsilon = 0"},
+      {[](WeightPolicyParams* p) { p->mix = 1.5; }, "policy.mix = 1.5"},
+      {[](WeightPolicyParams* p) { p->clamp_lo = 2; }, "policy.clamp_lo = 2"},
+      {[](WeightPolicyParams* p) { p->clamp_hi = 0.5; }, "policy.clamp_hi = 0.5"},
+      {[](WeightPolicyParams* p) { p->eta = NAN; }, "policy.eta = nan"},
+      {[](WeightPolicyParams* p) { p->class_balance_beta = 1; }, "policy.class_balance_beta = 1"},
+      {[](WeightPolicyParams* p) { p->prior_loss = -2; }, "policy.prior_loss = -2"},
+  };
+  for (const Case& c : cases) {
+    WeightPolicyParams p;
+    c.mutate(&p);
+    absl::Status s = ValidatePolicy(p);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.want;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.want));
+  }
+  EXPECT_TRUE(ValidatePolicy(WeightPolicyParams()).ok());
+}
+
+TEST(ClassBalancedTest, InverseCountAndEffectiveNumber) {
+  // Labels: class 0 x3, class 7 x1.
+  const std::vector<uint32_t> labels = {0, 0, 7, 0};
+  std::vector<float> w(4);
+  ASSERT_TRUE(ClassBalancedWeights(labels, 0.0, absl::MakeSpan(w)).ok());
+  // Raw 1/3,1/3,1,1/3; mean 0.5 -> 2/3, 2/3, 2, 2/3.
+  EXPECT_FLOAT_EQ(w[0], 2.0f / 3);
+  EXPECT_FLOAT_EQ(w[2], 2.0f);
+  // Effective number, beta 0.5: class 0: 0.5 / (1 - 0.125) = 4/7; class 7: 0.5 / 0.5 = 1.
+  ASSERT_TRUE(ClassBalancedWeights(labels, 0.5, absl::MakeSpan(w)).ok());
+  const double mean = (3 * 4.0 / 7 + 1) / 4;
+  EXPECT_NEAR(w[0], 4.0 / 7 / mean, 1e-6);
+  EXPECT_NEAR(w[2], 1.0 / mean, 1e-6);
+
+  std::vector<float> out = {9, 9, 9};
+  absl::Status s = ClassBalancedWeights(labels, 0.0, absl::MakeSpan(out));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("labels: 4 values for num_samples 3"));
+  EXPECT_EQ(out, (std::vector<float>{9, 9, 9}));  // Untouched.
+}
+
+TEST(SummaryTest, EffectiveSampleSize) {
+  const WeightSummary s = SummarizeWeights({1, 1, 0, 2});
+  EXPECT_DOUBLE_EQ(s.min, 0);
+  EXPECT_DOUBLE_EQ(s.max, 2);
+  EXPECT_DOUBLE_EQ(s.mean, 1);
+  EXPECT_DOUBLE_EQ(s.effective_sample_size, 16.0 / 6.0);
+  EXPECT_EQ(s.zero_count, 1u);
+}
+
+}  // namespace
+}  // namespace samplerd
