@@ -17,7 +17,8 @@
 #include <cstdint>
 
 #include "absl/types/span.h"
-#include "kernels/compute_backend.h"
+#include "kernels/plan.h"
+#include "kernels/shard.h"
 #include "server/position_set.h"
 
 namespace samplerd {

@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu_backend.h"
 #include "server/job.h"
 #include "server/testing/job_shards.h"
 #include "server/testing/loss_batches.h"

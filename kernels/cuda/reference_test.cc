@@ -11,6 +11,8 @@
 
 #include "gtest/gtest.h"
 #include "kernels/compute_backend.h"
+#include "kernels/cpu_backend.h"
+#include "kernels/shard.h"
 #include "kernels/cuda/plan_math.h"
 #include "kernels/philox.h"
 
