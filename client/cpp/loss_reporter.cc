@@ -175,7 +175,7 @@ class LossReporter::Impl {
 
   absl::Status Flush() ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(this, &Impl::FlushedOrStopped));
+    AwaitFlushedLocked();
     return stopped_;
   }
 
@@ -184,7 +184,7 @@ class LossReporter::Impl {
     absl::Status status;
     {
       absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(this, &Impl::FlushedOrStopped));
+      AwaitFlushedLocked();
       if (stopped_.ok()) stopped_ = ClosedStatus();
       status = stopped_ == ClosedStatus() ? absl::OkStatus() : stopped_;
       // The device thread drains its slots' copies (they write into our pinned memory) and ends.
@@ -211,6 +211,14 @@ class LossReporter::Impl {
     bool report;  // False for a slot whose enqueue failed: only waited for.
   };
 
+  // Waits until every pair reported is acknowledged or the reporter stopped; meanwhile the
+  // sender sends a partial batch without lingering.
+  void AwaitFlushedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    ++urgent_waiters_;
+    mu_.Await(absl::Condition(this, &Impl::FlushedOrStopped));
+    --urgent_waiters_;
+  }
+
   absl::Status CurrentStatus() ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     return stopped_;
@@ -224,7 +232,11 @@ class LossReporter::Impl {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const size_t n = indices.size();
     const RoomOrStopped room{this, n};
-    mu_.Await(absl::Condition(&room));
+    if (!room()) {
+      ++urgent_waiters_;
+      mu_.Await(absl::Condition(&room));
+      --urgent_waiters_;
+    }
     if (!stopped_.ok()) return stopped_;
     buffered_pairs_ += n;
     for (size_t done = 0; done < n;) {
@@ -233,7 +245,12 @@ class LossReporter::Impl {
                                      : std::nullopt;
       if (!Extends(epoch, first)) {
         SealLocked();
-        open_.emplace();
+        if (spare_.empty()) {
+          open_.emplace();
+        } else {
+          open_ = std::move(spare_.back());
+          spare_.pop_back();
+        }
         open_->set_job(job_);
         open_->set_epoch(epoch);
         open_->set_rank(rank_);
@@ -288,14 +305,20 @@ class LossReporter::Impl {
 
   // The background sender: takes the sealed batches (sealing the open one when there is
   // nothing else), sends them on one ReportLosses stream and counts the summary. Batches keep
-  // being appended while a stream is in flight, so the batches grow with the load.
+  // being appended while a stream is in flight, so the batches grow with the load. A Report never
+  // wakes the sender (a futex wake would cost the training thread microseconds per step): the
+  // sender wakes for a full batch, a Flush, a Report waiting for room, or after `linger`; and
+  // right after a stream it sends what accumulated meanwhile without lingering.
   void SendLoop() ABSL_LOCKS_EXCLUDED(mu_) {
     std::vector<v1::LossBatch> stream;
+    bool just_sent = false;
     for (;;) {
       size_t pairs = 0;
       {
         absl::MutexLock lock(&mu_);
-        mu_.Await(absl::Condition(this, &Impl::WorkOrStopped));
+        if (!(just_sent && open_.has_value())) {
+          mu_.AwaitWithTimeout(absl::Condition(this, &Impl::SendNowOrStopped), options_.linger);
+        }
         if (!stopped_.ok()) return;
         if (sealed_.empty()) SealLocked();
         while (!sealed_.empty() &&
@@ -306,6 +329,8 @@ class LossReporter::Impl {
           sealed_.pop_front();
         }
       }
+      just_sent = !stream.empty();
+      if (stream.empty()) continue;
       // Retried whole by the client on UNAVAILABLE: the positions make a resent batch count as
       // duplicates where its first send was applied.
       absl::StatusOr<v1::LossReportSummary> summary = client_->ReportLosses(stream);
@@ -326,6 +351,13 @@ class LossReporter::Impl {
       counts_.streams += 1;
       buffered_pairs_ -= pairs;
       unacknowledged_pairs_ -= pairs;
+      // Acknowledged batches keep their arrays for the next ones: in the steady state a Report
+      // neither allocates nor faults in fresh pages, it copies.
+      for (v1::LossBatch& batch : stream) {
+        if (spare_.size() >= SpareLimit()) break;
+        batch.Clear();  // Keeps the repeated fields' capacity.
+        spare_.push_back(std::move(batch));
+      }
       stream.clear();
     }
   }
@@ -396,8 +428,11 @@ class LossReporter::Impl {
   }
 
   // Conditions (mu_ held).
-  bool WorkOrStopped() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return !stopped_.ok() || !sealed_.empty() || open_.has_value();
+  // Enough spare batches for a full buffer of full batches, and one more being filled.
+  size_t SpareLimit() const { return options_.max_buffered_pairs / options_.max_batch_pairs + 1; }
+
+  bool SendNowOrStopped() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !stopped_.ok() || !sealed_.empty() || (urgent_waiters_ > 0 && open_.has_value());
   }
   bool FlushedOrStopped() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return !stopped_.ok() || unacknowledged_pairs_ == 0;
@@ -437,9 +472,13 @@ class LossReporter::Impl {
   std::optional<v1::LossBatch> open_ ABSL_GUARDED_BY(mu_);
   // Sealed batches, oldest first, not yet taken by the sender.
   std::deque<v1::LossBatch> sealed_ ABSL_GUARDED_BY(mu_);
+  // Cleared batches whose arrays are reused (at most SpareLimit()).
+  std::vector<v1::LossBatch> spare_ ABSL_GUARDED_BY(mu_);
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
   // Host pairs held (open, sealed and in flight): bounded by max_buffered_pairs.
   size_t buffered_pairs_ ABSL_GUARDED_BY(mu_) = 0;
+  // Flush, Close and Reports waiting for room: the sender sends the open batch at once for them.
+  int urgent_waiters_ ABSL_GUARDED_BY(mu_) = 0;
   // Pairs reported (host or device) and not yet acknowledged: Flush waits for 0.
   uint64_t unacknowledged_pairs_ ABSL_GUARDED_BY(mu_) = 0;
   LossCounts counts_ ABSL_GUARDED_BY(mu_);
@@ -485,6 +524,10 @@ absl::StatusOr<std::unique_ptr<LossReporter>> LossReporter::Create(SamplerClient
         {"device_slots", options.device_slots},
         {"device_slot_pairs", options.device_slot_pairs}}) {
     if (value == 0) return absl::InvalidArgumentError(absl::StrCat(name, " = 0: must be >= 1"));
+  }
+  if (options.linger <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("linger = ", absl::FormatDuration(options.linger), ": must be > 0"));
   }
   absl::StatusOr<v1::Job> found = client->GetJob(job);
   if (!found.ok()) return found.status();
