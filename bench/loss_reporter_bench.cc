@@ -12,6 +12,9 @@
 //   anchor       the same pairs sent by SamplerClient::ReportLosses from prebuilt LossBatch
 //                messages of 65536 pairs, one stream per rank (what bench/server_bench calls
 //                ingest): the server's own rate, which the reporter cannot beat.
+//   device_cost  (with a GPU) host time of one ReportFromDevice of 512 pairs, same pace: the
+//                call only enqueues two copies and an event on the trainer's stream. Without a
+//                GPU the line says why it was skipped.
 // The two throughputs alternate, --repeats times each, on fresh jobs; medians and the ratio are
 // printed. Every run checks that the server accepted each pair once (GetJobStatus).
 #include <algorithm>
@@ -26,7 +29,9 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "client/cpp/cuda_support.h"
 #include "client/cpp/loss_reporter.h"
 #include "client/cpp/sampler_client.h"
 #include "server/server.h"
@@ -37,6 +42,9 @@ ABSL_FLAG(uint32_t, ranks, 2, "ranks (reporters, or anchor streams) reporting at
 ABSL_FLAG(int, repeats, 3, "runs of each throughput; medians reported");
 ABSL_FLAG(int, report_calls, 20000, "Report calls timed for the host cost");
 ABSL_FLAG(int, pace_us, 50, "pause between the timed Report calls, microseconds");
+ABSL_FLAG(bool, mutex_deadlock_detection, true,
+          "leave absl::Mutex deadlock detection as the library ships it (Debian's libabsl: on, "
+          "~40 ns per lock and a process-wide graph); false: kIgnore");
 
 namespace samplerd {
 namespace {
@@ -175,8 +183,15 @@ struct Cost {
   double median_us, p99_us, max_us;
 };
 
-// Host time of single Report calls of 512 pairs at a trainer's pace.
-Cost ReportCost(SamplerClient& client, uint64_t n) {
+Cost CostOf(std::vector<double> us) {
+  std::sort(us.begin(), us.end());
+  return {us[us.size() / 2], us[us.size() * 99 / 100], us.back()};
+}
+
+// Host time of single Report calls of 512 pairs at a trainer's pace, and, measured in the same
+// iterations (same machine load), the floor: a bare copy of the same 6 KB into a batch-sized
+// array, which any buffering reporter must do.
+std::pair<Cost, Cost> ReportCost(SamplerClient& client, uint64_t n) {
   const std::string job = "bench-report-cost";
   Workload w = CreateJob(client, job, n, 1);
   auto reporter = LossReporter::Create(&client, job, 0, 1);
@@ -191,6 +206,10 @@ Cost ReportCost(SamplerClient& client, uint64_t n) {
   // itself would be read from DRAM, which a trainer's own arrays are not.
   std::vector<uint64_t> step_indices(kStep);
   std::vector<float> step_losses(kStep);
+  std::vector<uint64_t> floor_indices(1 << 16);
+  std::vector<float> floor_losses(1 << 16);
+  std::vector<double> floor_us;
+  floor_us.reserve(calls);
   for (int i = 0; i < calls; ++i) {
     const size_t lo = i * kStep;
     std::copy(shard.begin() + lo, shard.begin() + lo + kStep, step_indices.begin());
@@ -199,13 +218,59 @@ Cost ReportCost(SamplerClient& client, uint64_t n) {
     CHECK_OK_OR_DIE((*reporter)->Report(0, lo, step_indices, step_losses));
     const auto t1 = std::chrono::steady_clock::now();
     us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    const size_t at = lo % floor_indices.size();
+    const auto f0 = std::chrono::steady_clock::now();
+    std::copy(step_indices.begin(), step_indices.end(), floor_indices.begin() + at);
+    std::copy(step_losses.begin(), step_losses.end(), floor_losses.begin() + at);
+    const auto f1 = std::chrono::steady_clock::now();
+    floor_us.push_back(std::chrono::duration<double, std::micro>(f1 - f0).count());
     absl::SleepFor(pace);
   }
   CHECK_OK_OR_DIE((*reporter)->Close());
   CheckAccepted(client, job, calls * kStep);
   CHECK_OK_OR_DIE(client.DeleteJob(job));
-  std::sort(us.begin(), us.end());
-  return {us[us.size() / 2], us[us.size() * 99 / 100], us.back()};
+  return {CostOf(us), CostOf(floor_us)};
+}
+
+// Host time of single ReportFromDevice calls of 512 pairs at a trainer's pace; the reason when
+// there is no GPU.
+absl::StatusOr<Cost> DeviceCost(SamplerClient& client, uint64_t n) {
+  if (absl::Status gpu = GpuAvailable(); !gpu.ok()) return gpu;
+  const std::string job = "bench-device-cost";
+  Workload w = CreateJob(client, job, n, 1);
+  auto reporter = LossReporter::Create(&client, job, 0, 1);
+  CHECK_OK_OR_DIE(reporter.status());
+  const std::vector<int64_t> indices(w.shards[0].begin(), w.shards[0].end());
+  const int calls = std::min<int>(absl::GetFlag(FLAGS_report_calls), indices.size() / kStep);
+  int64_t* d_indices = nullptr;
+  float* d_losses = nullptr;
+  const size_t pairs = calls * kStep;
+  CHECK_OK_OR_DIE(CudaStatus(cudaMalloc(reinterpret_cast<void**>(&d_indices), pairs * 8), "malloc"));
+  CHECK_OK_OR_DIE(CudaStatus(cudaMalloc(reinterpret_cast<void**>(&d_losses), pairs * 4), "malloc"));
+  CHECK_OK_OR_DIE(CudaStatus(
+      cudaMemcpy(d_indices, indices.data(), pairs * 8, cudaMemcpyHostToDevice), "memcpy"));
+  CHECK_OK_OR_DIE(CudaStatus(
+      cudaMemcpy(d_losses, w.losses[0].data(), pairs * 4, cudaMemcpyHostToDevice), "memcpy"));
+  cudaStream_t stream;
+  CHECK_OK_OR_DIE(CudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream"));
+  const absl::Duration pace = absl::Microseconds(absl::GetFlag(FLAGS_pace_us));
+  std::vector<double> us;
+  for (int i = 0; i < calls; ++i) {
+    const size_t lo = i * kStep;
+    const auto t0 = std::chrono::steady_clock::now();
+    CHECK_OK_OR_DIE((*reporter)->ReportFromDevice(0, lo, d_indices + lo, d_losses + lo, kStep,
+                                                  stream));
+    const auto t1 = std::chrono::steady_clock::now();
+    us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    absl::SleepFor(pace);
+  }
+  CHECK_OK_OR_DIE((*reporter)->Close());
+  CheckAccepted(client, job, pairs);
+  CHECK_OK_OR_DIE(client.DeleteJob(job));
+  cudaStreamDestroy(stream);
+  cudaFree(d_indices);
+  cudaFree(d_losses);
+  return CostOf(us);
 }
 
 }  // namespace
@@ -213,6 +278,9 @@ Cost ReportCost(SamplerClient& client, uint64_t n) {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  if (!absl::GetFlag(FLAGS_mutex_deadlock_detection)) {
+    absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  }
   using namespace samplerd;  // NOLINT: a main.
   std::unique_ptr<Server> server;
   std::string address = absl::GetFlag(FLAGS_address);
@@ -234,10 +302,20 @@ int main(int argc, char** argv) {
   const uint64_t n = absl::GetFlag(FLAGS_num_samples);
   const uint32_t ranks = absl::GetFlag(FLAGS_ranks);
 
-  const Cost cost = ReportCost(client, n);
+  const auto [cost, floor] = ReportCost(client, n);
   std::printf("{\"bench\": \"report_cost\", \"pairs\": %zu, \"median_us\": %.2f, \"p99_us\": %.2f, "
-              "\"max_us\": %.1f}\n",
-              kStep, cost.median_us, cost.p99_us, cost.max_us);
+              "\"max_us\": %.1f, \"copy_floor_median_us\": %.2f, \"copy_floor_p99_us\": %.2f}\n",
+              kStep, cost.median_us, cost.p99_us, cost.max_us, floor.median_us, floor.p99_us);
+  std::fflush(stdout);
+  const absl::StatusOr<Cost> device = DeviceCost(client, n);
+  if (device.ok()) {
+    std::printf("{\"bench\": \"device_cost\", \"pairs\": %zu, \"median_us\": %.2f, "
+                "\"p99_us\": %.2f, \"max_us\": %.1f}\n",
+                kStep, device->median_us, device->p99_us, device->max_us);
+  } else {
+    std::printf("{\"bench\": \"device_cost\", \"skipped\": \"%s\"}\n",
+                std::string(device.status().message()).c_str());
+  }
   std::fflush(stdout);
   std::vector<double> reporter, anchor;
   for (int rep = 0; rep < absl::GetFlag(FLAGS_repeats); ++rep) {
@@ -249,6 +327,9 @@ int main(int argc, char** argv) {
               ranks);
   std::printf("| Report of %zu pairs, host time, median / p99 | %.2f / %.2f us | <= 5 us |\n",
               kStep, cost.median_us, cost.p99_us);
+  std::printf("| bare copy of the same 6 KB, same iterations (floor), median / p99 | %.2f / %.2f us "
+              "| |\n",
+              floor.median_us, floor.p99_us);
   std::printf("| loss pairs/s through LossReporter (Report of 512, Flush) | %.1f M/s | >= 20 M/s |\n",
               r / 1e6);
   std::printf("| loss pairs/s, SamplerClient::ReportLosses of prebuilt batches (anchor) | %.1f M/s "

@@ -363,6 +363,7 @@ class LossReporter::Impl {
   }
 
   absl::Status AllocateSlotsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (absl::Status s = CudaStatus(cudaGetDevice(&device_), "cudaGetDevice"); !s.ok()) return s;
     std::vector<DeviceSlot> slots(options_.device_slots);
     for (DeviceSlot& slot : slots) {
       absl::StatusOr<PinnedBuffer> indices =
@@ -394,6 +395,8 @@ class LossReporter::Impl {
   // The device thread: waits for each slot's copies in order, then reports its pairs as Report
   // would (validation included: a bad pair stops the reporter, surfacing at the next call).
   void DeviceLoop() ABSL_LOCKS_EXCLUDED(mu_) {
+    // The slots' events belong to the trainer's device; a new thread starts on device 0.
+    cudaSetDevice(device_);
     for (;;) {
       PendingSlot pending;
       {
@@ -487,6 +490,7 @@ class LossReporter::Impl {
   // before the device thread starts; the device thread reads a slot outside mu_ only between
   // taking it from device_pending_ and freeing it.
   std::vector<DeviceSlot> slots_;
+  int device_ = 0;  // Written with slots_.
   std::vector<size_t> free_slots_ ABSL_GUARDED_BY(mu_);
   std::deque<PendingSlot> device_pending_ ABSL_GUARDED_BY(mu_);
   bool device_thread_stop_ ABSL_GUARDED_BY(mu_) = false;

@@ -126,7 +126,9 @@ class LossReporter {
   // as Report would; what Report refuses at the call (a NaN loss, an index out of range) is found
   // only then and stops the reporter (the next call returns it). The arrays must stay unchanged
   // until the copies ran on `stream` (as with any cudaMemcpyAsync). Every call of one reporter
-  // must use streams of one device: the device current at the first call.
+  // must use streams of one device: the device current at the first call. A call of more than
+  // device_slot_pairs pairs uses several slots one after another; if an enqueue fails midway,
+  // the slots enqueued before it stay reported.
   // FAILED_PRECONDITION (with the CUDA runtime's message) when no GPU is usable; the CUDA
   // runtime's error for a bad pointer or stream.
   absl::Status ReportFromDevice(uint64_t epoch, uint64_t first_position, const int64_t* d_indices,
