@@ -140,16 +140,16 @@ double ReporterThroughput(SamplerClient& client, const std::string& job, uint64_
   }
   CheckAccepted(client, job, n);
   CHECK_OK_OR_DIE(client.DeleteJob(job));
-  std::printf("{\"bench\": \"reporter\", \"pairs_per_s\": %.0f, \"batches\": %lu, "
-              "\"streams\": %lu}\n",
-              n / secs, static_cast<unsigned long>(batches), static_cast<unsigned long>(streams));
+  std::printf(
+      "{\"bench\": \"reporter\", \"pairs_per_s\": %.0f, \"batches\": %lu, "
+      "\"streams\": %lu}\n",
+      n / secs, static_cast<unsigned long>(batches), static_cast<unsigned long>(streams));
   std::fflush(stdout);
   return n / secs;
 }
 
 // Pairs/s of SamplerClient::ReportLosses with prebuilt batches: the server's own ingest.
-double AnchorThroughput(SamplerClient& client, const std::string& job, uint64_t n,
-                        uint32_t ranks) {
+double AnchorThroughput(SamplerClient& client, const std::string& job, uint64_t n, uint32_t ranks) {
   Workload w = CreateJob(client, job, n, ranks);
   std::vector<std::vector<v1::LossBatch>> per_rank(ranks);
   for (uint32_t r = 0; r < ranks; ++r) {
@@ -245,7 +245,8 @@ absl::StatusOr<Cost> DeviceCost(SamplerClient& client, uint64_t n) {
   int64_t* d_indices = nullptr;
   float* d_losses = nullptr;
   const size_t pairs = calls * kStep;
-  CHECK_OK_OR_DIE(CudaStatus(cudaMalloc(reinterpret_cast<void**>(&d_indices), pairs * 8), "malloc"));
+  CHECK_OK_OR_DIE(
+      CudaStatus(cudaMalloc(reinterpret_cast<void**>(&d_indices), pairs * 8), "malloc"));
   CHECK_OK_OR_DIE(CudaStatus(cudaMalloc(reinterpret_cast<void**>(&d_losses), pairs * 4), "malloc"));
   CHECK_OK_OR_DIE(CudaStatus(
       cudaMemcpy(d_indices, indices.data(), pairs * 8, cudaMemcpyHostToDevice), "memcpy"));
@@ -258,8 +259,8 @@ absl::StatusOr<Cost> DeviceCost(SamplerClient& client, uint64_t n) {
   for (int i = 0; i < calls; ++i) {
     const size_t lo = i * kStep;
     const auto t0 = std::chrono::steady_clock::now();
-    CHECK_OK_OR_DIE((*reporter)->ReportFromDevice(0, lo, d_indices + lo, d_losses + lo, kStep,
-                                                  stream));
+    CHECK_OK_OR_DIE(
+        (*reporter)->ReportFromDevice(0, lo, d_indices + lo, d_losses + lo, kStep, stream));
     const auto t1 = std::chrono::steady_clock::now();
     us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
     absl::SleepFor(pace);
@@ -303,15 +304,17 @@ int main(int argc, char** argv) {
   const uint32_t ranks = absl::GetFlag(FLAGS_ranks);
 
   const auto [cost, floor] = ReportCost(client, n);
-  std::printf("{\"bench\": \"report_cost\", \"pairs\": %zu, \"median_us\": %.2f, \"p99_us\": %.2f, "
-              "\"max_us\": %.1f, \"copy_floor_median_us\": %.2f, \"copy_floor_p99_us\": %.2f}\n",
-              kStep, cost.median_us, cost.p99_us, cost.max_us, floor.median_us, floor.p99_us);
+  std::printf(
+      "{\"bench\": \"report_cost\", \"pairs\": %zu, \"median_us\": %.2f, \"p99_us\": %.2f, "
+      "\"max_us\": %.1f, \"copy_floor_median_us\": %.2f, \"copy_floor_p99_us\": %.2f}\n",
+      kStep, cost.median_us, cost.p99_us, cost.max_us, floor.median_us, floor.p99_us);
   std::fflush(stdout);
   const absl::StatusOr<Cost> device = DeviceCost(client, n);
   if (device.ok()) {
-    std::printf("{\"bench\": \"device_cost\", \"pairs\": %zu, \"median_us\": %.2f, "
-                "\"p99_us\": %.2f, \"max_us\": %.1f}\n",
-                kStep, device->median_us, device->p99_us, device->max_us);
+    std::printf(
+        "{\"bench\": \"device_cost\", \"pairs\": %zu, \"median_us\": %.2f, "
+        "\"p99_us\": %.2f, \"max_us\": %.1f}\n",
+        kStep, device->median_us, device->p99_us, device->max_us);
   } else {
     std::printf("{\"bench\": \"device_cost\", \"skipped\": \"%s\"}\n",
                 std::string(device.status().message()).c_str());
@@ -327,14 +330,17 @@ int main(int argc, char** argv) {
               ranks);
   std::printf("| Report of %zu pairs, host time, median / p99 | %.2f / %.2f us | <= 5 us |\n",
               kStep, cost.median_us, cost.p99_us);
-  std::printf("| bare copy of the same 6 KB, same iterations (floor), median / p99 | %.2f / %.2f us "
-              "| |\n",
-              floor.median_us, floor.p99_us);
-  std::printf("| loss pairs/s through LossReporter (Report of 512, Flush) | %.1f M/s | >= 20 M/s |\n",
-              r / 1e6);
-  std::printf("| loss pairs/s, SamplerClient::ReportLosses of prebuilt batches (anchor) | %.1f M/s "
-              "| |\n",
-              a / 1e6);
+  std::printf(
+      "| bare copy of the same 6 KB, same iterations (floor), median / p99 | %.2f / %.2f us "
+      "| |\n",
+      floor.median_us, floor.p99_us);
+  std::printf(
+      "| loss pairs/s through LossReporter (Report of 512, Flush) | %.1f M/s | >= 20 M/s |\n",
+      r / 1e6);
+  std::printf(
+      "| loss pairs/s, SamplerClient::ReportLosses of prebuilt batches (anchor) | %.1f M/s "
+      "| |\n",
+      a / 1e6);
   std::printf("| ratio reporter / anchor | %.2f | |\n", r / a);
   if (server) server->Shutdown();
   return 0;

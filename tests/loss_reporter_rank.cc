@@ -42,8 +42,8 @@ int main(int argc, char** argv) {
   const uint64_t epoch = absl::GetFlag(FLAGS_epoch);
   auto shard = (*client)->ReadShard(job, epoch, rank, absl::GetFlag(FLAGS_world_size));
   if (!shard.ok()) return Fail("ReadShard", shard.status());
-  auto reporter = samplerd::LossReporter::Create(client->get(), job, rank,
-                                                 absl::GetFlag(FLAGS_world_size));
+  auto reporter =
+      samplerd::LossReporter::Create(client->get(), job, rank, absl::GetFlag(FLAGS_world_size));
   if (!reporter.ok()) return Fail("LossReporter::Create", reporter.status());
   const uint64_t to = absl::GetFlag(FLAGS_to) == 0 ? shard->size() : absl::GetFlag(FLAGS_to);
   std::vector<float> losses;
@@ -51,8 +51,8 @@ int main(int argc, char** argv) {
     const uint64_t hi = std::min<uint64_t>(to, lo + 512);
     losses.clear();
     for (uint64_t p = lo; p < hi; ++p) losses.push_back(((*shard)[p] % 100) * 0.01f);
-    absl::Status s = (*reporter)->Report(
-        epoch, lo, absl::MakeConstSpan(shard->data() + lo, hi - lo), losses);
+    absl::Status s =
+        (*reporter)->Report(epoch, lo, absl::MakeConstSpan(shard->data() + lo, hi - lo), losses);
     if (!s.ok()) return Fail("Report", s);
   }
   if (!absl::GetFlag(FLAGS_flush)) {

@@ -351,9 +351,9 @@ TEST_F(LossReporterTest, AServerErrorSurfacesAtTheNextCallAndStopsTheReporter) {
   ASSERT_TRUE(reporter->Report(0, 7, {wrong}, {1.0f}).ok());  // Found by the server, later.
   const absl::Status flushed = reporter->Flush();
   EXPECT_EQ(flushed.code(), absl::StatusCode::kInvalidArgument) << flushed;
-  EXPECT_THAT(std::string(flushed.message()),
-              HasSubstr(absl::StrCat("indices[0] = ", wrong, " was not served to rank 1 at "
-                                     "position 7")));
+  EXPECT_THAT(std::string(flushed.message()), HasSubstr(absl::StrCat("indices[0] = ", wrong,
+                                                                     " was not served to rank 1 at "
+                                                                     "position 7")));
   EXPECT_THAT(std::string(flushed.message()), HasSubstr("epoch 0, positions [7, 8)"));
   // Sticky: the next Report returns it too, and reports nothing.
   const absl::Status next = reporter->Report(0, 8, {shards_[1][8]}, {1.0f});
@@ -428,10 +428,10 @@ TEST_F(LossReporterTest, ReportFromDevice) {
   for (uint64_t i : shard) losses.push_back(LossOf(i));
   int64_t* d_indices = nullptr;
   float* d_losses = nullptr;
-  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d_indices), kShard * sizeof(int64_t)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d_indices), kShard * sizeof(int64_t)),
+            cudaSuccess);
   ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d_losses), kShard * sizeof(float)), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(d_indices, indices.data(), kShard * sizeof(int64_t),
-                       cudaMemcpyHostToDevice),
+  ASSERT_EQ(cudaMemcpy(d_indices, indices.data(), kShard * sizeof(int64_t), cudaMemcpyHostToDevice),
             cudaSuccess);
   ASSERT_EQ(cudaMemcpy(d_losses, losses.data(), kShard * sizeof(float), cudaMemcpyHostToDevice),
             cudaSuccess);
@@ -442,13 +442,13 @@ TEST_F(LossReporterTest, ReportFromDevice) {
   options.device_slot_pairs = 1024;
   auto small_slots = NewReporter(client_.get(), 2, options);
   for (uint64_t lo = 0; lo < 3072; lo += 512) {
-    ASSERT_TRUE(small_slots->ReportFromDevice(0, lo, d_indices + lo, d_losses + lo, 512, stream)
-                    .ok());
+    ASSERT_TRUE(
+        small_slots->ReportFromDevice(0, lo, d_indices + lo, d_losses + lo, 512, stream).ok());
   }
-  ASSERT_TRUE(small_slots
-                  ->ReportFromDevice(0, 3072, d_indices + 3072, d_losses + 3072, kShard - 3072,
-                                     stream)
-                  .ok());
+  ASSERT_TRUE(
+      small_slots
+          ->ReportFromDevice(0, 3072, d_indices + 3072, d_losses + 3072, kShard - 3072, stream)
+          .ok());
   ASSERT_TRUE(small_slots->Flush().ok());
   EXPECT_EQ(small_slots->counts().accepted, kShard);
   EXPECT_EQ(AcceptedByServer(2), kShard);

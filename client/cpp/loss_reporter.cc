@@ -34,8 +34,8 @@ std::string IndexText(uint64_t index) {
 absl::Status ValidatePairs(absl::Span<const uint64_t> indices, absl::Span<const float> losses,
                            uint64_t num_samples) {
   if (indices.size() != losses.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("indices: ", indices.size(),
-                                                   " entries but losses: ", losses.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("indices: ", indices.size(), " entries but losses: ", losses.size()));
   }
   uint64_t max_index = 0;
   for (uint64_t index : indices) max_index = std::max(max_index, index);
@@ -46,8 +46,8 @@ absl::Status ValidatePairs(absl::Span<const uint64_t> indices, absl::Span<const 
   for (size_t k = 0; k < indices.size(); ++k) {
     if (indices[k] >= num_samples) {
       return absl::InvalidArgumentError(absl::StrCat("indices[", k, "] = ", IndexText(indices[k]),
-                                                     " is outside [0, num_samples = ",
-                                                     num_samples, ")"));
+                                                     " is outside [0, num_samples = ", num_samples,
+                                                     ")"));
     }
     if (!(std::isfinite(losses[k]) && losses[k] >= 0)) {
       return absl::InvalidArgumentError(
@@ -103,14 +103,14 @@ class LossReporter::Impl {
                    absl::Span<const uint64_t> positions, absl::Span<const uint64_t> indices,
                    absl::Span<const float> losses) ABSL_LOCKS_EXCLUDED(mu_) {
     if (!first_position.has_value() && positions.size() != indices.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("positions: ", positions.size(),
-                                                     " entries but indices: ", indices.size()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("positions: ", positions.size(), " entries but indices: ", indices.size()));
     }
     if (absl::Status s = ValidatePairs(indices, losses, num_samples_); !s.ok()) return s;
     if (indices.size() > options_.max_buffered_pairs) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "indices: ", indices.size(), " pairs in one call; at most max_buffered_pairs = ",
-          options_.max_buffered_pairs));
+          "indices: ", indices.size(),
+          " pairs in one call; at most max_buffered_pairs = ", options_.max_buffered_pairs));
     }
     if (indices.empty()) return CurrentStatus();
     absl::MutexLock lock(&mu_);
@@ -125,8 +125,8 @@ class LossReporter::Impl {
       ABSL_LOCKS_EXCLUDED(mu_) {
     if (n == 0) return CurrentStatus();
     if (d_indices == nullptr || d_losses == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          d_indices == nullptr ? "d_indices" : "d_losses", ": null with n = ", n));
+      return absl::InvalidArgumentError(
+          absl::StrCat(d_indices == nullptr ? "d_indices" : "d_losses", ": null with n = ", n));
     }
     if (absl::Status s = GpuAvailable(); !s.ok()) return s;
     absl::MutexLock lock(&mu_);
@@ -144,10 +144,10 @@ class LossReporter::Impl {
       slot.pairs = std::min(n - done, options_.device_slot_pairs);
       // Enqueued under the lock (a few microseconds) so that Close never sees a slot whose
       // copies are enqueued but not yet waited for.
-      absl::Status s = CudaStatus(
-          cudaMemcpyAsync(slot.indices.data(), d_indices + done, slot.pairs * sizeof(int64_t),
-                          cudaMemcpyDeviceToHost, stream),
-          "ReportFromDevice: cudaMemcpyAsync of d_indices");
+      absl::Status s =
+          CudaStatus(cudaMemcpyAsync(slot.indices.data(), d_indices + done,
+                                     slot.pairs * sizeof(int64_t), cudaMemcpyDeviceToHost, stream),
+                     "ReportFromDevice: cudaMemcpyAsync of d_indices");
       if (s.ok()) {
         s = CudaStatus(cudaMemcpyAsync(slot.losses.data(), d_losses + done,
                                        slot.pairs * sizeof(float), cudaMemcpyDeviceToHost, stream),
@@ -240,9 +240,9 @@ class LossReporter::Impl {
     if (!stopped_.ok()) return stopped_;
     buffered_pairs_ += n;
     for (size_t done = 0; done < n;) {
-      const std::optional<uint64_t> first =
-          first_position.has_value() ? std::optional<uint64_t>(*first_position + done)
-                                     : std::nullopt;
+      const std::optional<uint64_t> first = first_position.has_value()
+                                                ? std::optional<uint64_t>(*first_position + done)
+                                                : std::nullopt;
       if (!Extends(epoch, first)) {
         SealLocked();
         if (spare_.empty()) {
@@ -321,9 +321,8 @@ class LossReporter::Impl {
         }
         if (!stopped_.ok()) return;
         if (sealed_.empty()) SealLocked();
-        while (!sealed_.empty() &&
-               (stream.empty() ||
-                pairs + sealed_.front().indices_size() <= options_.max_stream_pairs)) {
+        while (!sealed_.empty() && (stream.empty() || pairs + sealed_.front().indices_size() <=
+                                                          options_.max_stream_pairs)) {
           pairs += sealed_.front().indices_size();
           stream.push_back(std::move(sealed_.front()));
           sealed_.pop_front();
@@ -418,9 +417,9 @@ class LossReporter::Impl {
       absl::MutexLock lock(&mu_);
       if (pending.report && stopped_.ok()) {
         if (!valid.ok()) {
-          StopLocked(Explained(valid, absl::StrCat("ReportFromDevice(epoch ", slot.epoch,
-                                                   ", first_position ", slot.first_position,
-                                                   ", n ", slot.pairs, ")")));
+          StopLocked(Explained(
+              valid, absl::StrCat("ReportFromDevice(epoch ", slot.epoch, ", first_position ",
+                                  slot.first_position, ", n ", slot.pairs, ")")));
         } else {
           AppendLocked(slot.epoch, slot.first_position, {}, indices, losses).IgnoreError();
         }
@@ -510,8 +509,8 @@ absl::StatusOr<std::unique_ptr<LossReporter>> LossReporter::Create(SamplerClient
                                                                    LossReporterOptions options) {
   if (client == nullptr) return absl::InvalidArgumentError("client: null");
   if (world_size == 0 || world_size > v1::MAX_WORLD_SIZE) {
-    return absl::InvalidArgumentError(absl::StrCat("world_size = ", world_size,
-                                                   ": must be in [1, ", v1::MAX_WORLD_SIZE, "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("world_size = ", world_size, ": must be in [1, ", v1::MAX_WORLD_SIZE, "]"));
   }
   if (rank >= world_size) {
     return absl::InvalidArgumentError(
@@ -519,8 +518,8 @@ absl::StatusOr<std::unique_ptr<LossReporter>> LossReporter::Create(SamplerClient
   }
   if (options.max_batch_pairs == 0 || options.max_batch_pairs > v1::MAX_LOSS_BATCH_PAIRS) {
     return absl::InvalidArgumentError(absl::StrCat("max_batch_pairs = ", options.max_batch_pairs,
-                                                   ": must be in [1, ",
-                                                   v1::MAX_LOSS_BATCH_PAIRS, "]"));
+                                                   ": must be in [1, ", v1::MAX_LOSS_BATCH_PAIRS,
+                                                   "]"));
   }
   for (const auto& [name, value] :
        {std::pair<const char*, size_t>{"max_buffered_pairs", options.max_buffered_pairs},
@@ -535,8 +534,8 @@ absl::StatusOr<std::unique_ptr<LossReporter>> LossReporter::Create(SamplerClient
   }
   absl::StatusOr<v1::Job> found = client->GetJob(job);
   if (!found.ok()) return found.status();
-  return std::unique_ptr<LossReporter>(new LossReporter(std::make_unique<Impl>(
-      client, job, rank, found->spec().num_samples(), options)));
+  return std::unique_ptr<LossReporter>(new LossReporter(
+      std::make_unique<Impl>(client, job, rank, found->spec().num_samples(), options)));
 }
 
 absl::Status LossReporter::Report(uint64_t epoch, uint64_t first_position,

@@ -101,8 +101,8 @@ class LossReporter {
   // call). INVALID_ARGUMENT naming the field: rank >= world_size, world_size 0 or above
   // MAX_WORLD_SIZE, option values out of range (each named with its value).
   static absl::StatusOr<std::unique_ptr<LossReporter>> Create(SamplerClient* client,
-                                                              const std::string& job,
-                                                              uint32_t rank, uint32_t world_size,
+                                                              const std::string& job, uint32_t rank,
+                                                              uint32_t world_size,
                                                               LossReporterOptions options = {});
 
   ~LossReporter();
