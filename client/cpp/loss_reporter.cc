@@ -333,29 +333,34 @@ class LossReporter::Impl {
       // Retried whole by the client on UNAVAILABLE: the positions make a resent batch count as
       // duplicates where its first send was applied.
       absl::StatusOr<v1::LossReportSummary> summary = client_->ReportLosses(stream);
-      absl::MutexLock lock(&mu_);
-      if (!summary.ok()) {
-        const v1::LossBatch& first = stream.front();
-        StopLocked(Explained(
-            summary.status(),
-            absl::StrCat("ReportLosses of batches seq ", first.seq(), " to ", stream.back().seq(),
-                         " (the first: epoch ", first.epoch(), ", ", PositionsText(first), ")")));
-        return;
+      // Acknowledged batches keep their arrays for the next ones (Clear keeps the repeated
+      // fields' capacity): in the steady state a Report neither allocates nor faults in fresh
+      // pages, it copies. Whatever is freed is freed outside mu_, off the Reports' path.
+      if (summary.ok()) {
+        for (v1::LossBatch& batch : stream) batch.Clear();
       }
-      counts_.accepted += summary->accepted();
-      counts_.duplicates += summary->duplicates();
-      counts_.stale += summary->stale();
-      counts_.acknowledged += summary->accepted() + summary->duplicates() + summary->stale();
-      counts_.batches += stream.size();
-      counts_.streams += 1;
-      buffered_pairs_ -= pairs;
-      unacknowledged_pairs_ -= pairs;
-      // Acknowledged batches keep their arrays for the next ones: in the steady state a Report
-      // neither allocates nor faults in fresh pages, it copies.
-      for (v1::LossBatch& batch : stream) {
-        if (spare_.size() >= SpareLimit()) break;
-        batch.Clear();  // Keeps the repeated fields' capacity.
-        spare_.push_back(std::move(batch));
+      {
+        absl::MutexLock lock(&mu_);
+        if (!summary.ok()) {
+          const v1::LossBatch& first = stream.front();
+          StopLocked(Explained(
+              summary.status(),
+              absl::StrCat("ReportLosses of batches seq ", first.seq(), " to ", stream.back().seq(),
+                           " (the first: epoch ", first.epoch(), ", ", PositionsText(first), ")")));
+          return;
+        }
+        counts_.accepted += summary->accepted();
+        counts_.duplicates += summary->duplicates();
+        counts_.stale += summary->stale();
+        counts_.acknowledged += summary->accepted() + summary->duplicates() + summary->stale();
+        counts_.batches += stream.size();
+        counts_.streams += 1;
+        buffered_pairs_ -= pairs;
+        unacknowledged_pairs_ -= pairs;
+        for (v1::LossBatch& batch : stream) {
+          if (spare_.size() >= SpareLimit()) break;
+          spare_.push_back(std::move(batch));
+        }
       }
       stream.clear();
     }
