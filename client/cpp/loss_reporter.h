@@ -46,7 +46,8 @@
 // Cost: a Report of 512 pairs takes ~3 us of the caller's time (bench/RESULTS.md): validation
 // and one copy under the reporter's lock. Debian's libabsl is built with absl::Mutex deadlock
 // detection on, which puts a process-wide spinlock into every lock of every absl::Mutex (gRPC's
-// included) and triples the p99 of Report; a trainer that cares should call
+// included) and raised the p99 of Report in our runs (7-17 us against 6-8 us without); a
+// trainer that cares should call
 // absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore) at start-up (a process
 // setting, so the library does not change it).
 //
