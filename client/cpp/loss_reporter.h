@@ -39,9 +39,10 @@
 // pairs, their arrays' growth, and acknowledged arrays kept for reuse so that a Report in the
 // steady state only copies): ~38 MB with the defaults.
 //
-// Thread safety: every method is safe to call from several threads at once. Pairs reported by
-// one thread are sent in the order reported. Flush waits for the pairs every thread reported,
-// including those reported while it waits.
+// Thread safety: every method is safe to call from several threads at once. Pairs one thread
+// reports with Report/ReportAt are sent in the order reported; ReportFromDevice's join them when
+// their copies land (the order plays no part in what the server counts). Flush waits for the pairs
+// every thread reported, including those reported while it waits.
 //
 // Cost: a Report of 512 pairs takes ~3 us of the caller's time (bench/RESULTS.md): validation
 // and one copy under the reporter's lock. Debian's libabsl is built with absl::Mutex deadlock
