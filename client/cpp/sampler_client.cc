@@ -91,25 +91,31 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(
   return grpc::SslCredentials(ssl);
 }
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<SamplerClient>> SamplerClient::Create(const std::string& address,
-                                                                     ClientOptions options) {
-  if (address.empty()) return absl::InvalidArgumentError("address = \"\": expected host:port");
-  if (options.max_retries < 0) {
+// The checks and environment defaults shared by Create and CreateWithChannel.
+absl::Status CompleteOptions(ClientOptions* options) {
+  if (options->max_retries < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("max_retries = ", options.max_retries, ": must be >= 0"));
+        absl::StrCat("max_retries = ", options->max_retries, ": must be >= 0"));
   }
-  DefaultFromEnvironment(&options.root_certificates, "SAMPLERD_CA");
-  DefaultFromEnvironment(&options.client_cert, "SAMPLERD_CLIENT_CERT");
-  DefaultFromEnvironment(&options.client_key, "SAMPLERD_CLIENT_KEY");
-  DefaultFromEnvironment(&options.token, "SAMPLERD_TOKEN");
-  for (char c : options.token) {
+  DefaultFromEnvironment(&options->root_certificates, "SAMPLERD_CA");
+  DefaultFromEnvironment(&options->client_cert, "SAMPLERD_CLIENT_CERT");
+  DefaultFromEnvironment(&options->client_key, "SAMPLERD_CLIENT_KEY");
+  DefaultFromEnvironment(&options->token, "SAMPLERD_TOKEN");
+  for (char c : options->token) {
     if (c < 0x21 || c > 0x7e) {  // Never echo the token itself.
       return absl::InvalidArgumentError(
           "token: must be printable ASCII without spaces (as in --auth_tokens_file)");
     }
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SamplerClient>> SamplerClient::Create(const std::string& address,
+                                                                     ClientOptions options) {
+  if (address.empty()) return absl::InvalidArgumentError("address = \"\": expected host:port");
+  if (absl::Status s = CompleteOptions(&options); !s.ok()) return s;
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
       ChannelCredentials(options);
   if (!credentials.ok()) return credentials.status();
@@ -130,6 +136,13 @@ absl::StatusOr<std::unique_ptr<SamplerClient>> SamplerClient::Create(const std::
               std::max(1000, ms(options.max_backoff)));
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, ms(options.max_backoff));
   auto channel = grpc::CreateCustomChannel(address, *credentials, args);
+  return std::unique_ptr<SamplerClient>(new SamplerClient(std::move(channel), options));
+}
+
+absl::StatusOr<std::unique_ptr<SamplerClient>> SamplerClient::CreateWithChannel(
+    std::shared_ptr<grpc::Channel> channel, ClientOptions options) {
+  if (channel == nullptr) return absl::InvalidArgumentError("channel: null");
+  if (absl::Status s = CompleteOptions(&options); !s.ok()) return s;
   return std::unique_ptr<SamplerClient>(new SamplerClient(std::move(channel), options));
 }
 

@@ -116,6 +116,13 @@ class SamplerClient {
   static absl::StatusOr<std::unique_ptr<SamplerClient>> Create(const std::string& address,
                                                                ClientOptions options = {});
 
+  // A client over a channel the caller made: one with gRPC client interceptors (tests inject
+  // faults so), or an in-process one. The channel carries its own credentials: of `options`'
+  // security fields only `token` is used (taken from SAMPLERD_TOKEN when empty, as in Create).
+  // INVALID_ARGUMENT for a null channel or bad options, as Create.
+  static absl::StatusOr<std::unique_ptr<SamplerClient>> CreateWithChannel(
+      std::shared_ptr<grpc::Channel> channel, ClientOptions options = {});
+
   absl::StatusOr<v1::Job> CreateJob(const std::string& name, const v1::JobSpec& spec);
   absl::StatusOr<v1::Job> GetJob(const std::string& name);
   absl::StatusOr<std::vector<v1::Job>> ListJobs();
