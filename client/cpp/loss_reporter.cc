@@ -87,12 +87,14 @@ struct DeviceSlot {
 
 class LossReporter::Impl {
  public:
-  Impl(SamplerClient* client, std::string job, uint32_t rank, uint64_t num_samples,
+  Impl(SamplerClient* client, std::string job, uint32_t rank, const v1::Job& described,
        LossReporterOptions options)
       : client_(client),
         job_(std::move(job)),
         rank_(rank),
-        num_samples_(num_samples),
+        num_samples_(described.spec().num_samples()),
+        dealt_epoch_(described.current_epoch()),
+        dealt_deal_(described.deal()),
         options_(options),
         sender_([this] { SendLoop(); }) {}
 
@@ -254,6 +256,7 @@ class LossReporter::Impl {
         open_->set_job(job_);
         open_->set_epoch(epoch);
         open_->set_rank(rank_);
+        open_->set_deal(epoch == dealt_epoch_ ? dealt_deal_ : 0);
         if (first.has_value()) open_->set_first_position(*first);
       }
       const size_t take =
@@ -466,6 +469,9 @@ class LossReporter::Impl {
   const std::string job_;
   const uint32_t rank_;
   const uint64_t num_samples_;
+  // The job's current epoch and its deal at creation (the group's): later epochs start at deal 0.
+  const uint64_t dealt_epoch_;
+  const uint32_t dealt_deal_;
   const LossReporterOptions options_;
 
   // Serialises Close() (its joins) against itself.
@@ -539,8 +545,15 @@ absl::StatusOr<std::unique_ptr<LossReporter>> LossReporter::Create(SamplerClient
   }
   absl::StatusOr<v1::Job> found = client->GetJob(job);
   if (!found.ok()) return found.status();
-  return std::unique_ptr<LossReporter>(new LossReporter(
-      std::make_unique<Impl>(client, job, rank, found->spec().num_samples(), options)));
+  if (found->world_size() != world_size) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "world_size = ", world_size, " does not match the ", found->world_size(),
+        " ranks that epoch ", found->current_epoch(), " of job \"", job,
+        "\" is dealt to: a resized group's first rank calls SamplerClient::ResizeJob before "
+        "its ranks create their reporters"));
+  }
+  return std::unique_ptr<LossReporter>(
+      new LossReporter(std::make_unique<Impl>(client, job, rank, *found, options)));
 }
 
 absl::Status LossReporter::Report(uint64_t epoch, uint64_t first_position,

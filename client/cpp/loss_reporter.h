@@ -109,6 +109,9 @@ class LossReporter {
   // the job (NOT_FOUND if it does not exist; its num_samples bounds the indices checked at each
   // call). INVALID_ARGUMENT naming the field: rank >= world_size, world_size 0 or above
   // MAX_WORLD_SIZE, option values out of range (each named with its value).
+  // FAILED_PRECONDITION if the job's current epoch is dealt to another world size (elastic
+  // groups: the first rank resizes the job first). Losses of the current epoch are reported in
+  // its current deal (v1::Job::deal), those of later epochs in deal 0.
   static absl::StatusOr<std::unique_ptr<LossReporter>> Create(SamplerClient* client,
                                                               const std::string& job, uint32_t rank,
                                                               uint32_t world_size,
