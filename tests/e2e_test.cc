@@ -3,9 +3,7 @@
 // rank also reads its peers' shards and hashes the whole plan: every rank must see one plan.
 #include <signal.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
-#include <cstdio>
 #include <set>
 #include <string>
 #include <thread>
@@ -18,62 +16,10 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu_backend.h"
 #include "kernels/testing/test_util.h"
+#include "tests/samplerd_process.h"
 
 namespace samplerd {
 namespace {
-
-// A samplerd child process on a free port.
-class SamplerdProcess {
- public:
-  SamplerdProcess() {
-    int out[2];
-    if (pipe(out) != 0) return;
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(out[1], STDOUT_FILENO);
-      close(out[0]);
-      close(out[1]);
-      execl("server/samplerd", "samplerd", "--plaintext", "--port=0", "--log_level=1",
-            "--grace_period_ms=20000", static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    close(out[1]);
-    stdout_ = fdopen(out[0], "r");
-    char line[256];
-    if (stdout_ != nullptr && std::fgets(line, sizeof line, stdout_) != nullptr) {
-      const std::string text(line);
-      const std::string prefix = "samplerd listening on ";
-      if (absl::StartsWith(text, prefix)) {
-        address_ = text.substr(prefix.size());
-        while (!address_.empty() && (address_.back() == '\n' || address_.back() == '\r')) {
-          address_.pop_back();
-        }
-      }
-    }
-  }
-
-  ~SamplerdProcess() {
-    if (pid_ > 0 && !stopped_) Stop();
-    if (stdout_ != nullptr) std::fclose(stdout_);
-  }
-
-  const std::string& address() const { return address_; }
-
-  // SIGTERM and wait; returns the exit status as waitpid reports it.
-  int Stop() {
-    stopped_ = true;
-    kill(pid_, SIGTERM);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    return status;
-  }
-
- private:
-  pid_t pid_ = -1;
-  FILE* stdout_ = nullptr;
-  std::string address_;
-  bool stopped_ = false;
-};
 
 // FNV-1a over the plan's indices in order.
 uint64_t PlanHash(const std::vector<uint64_t>& plan) {
@@ -96,7 +42,7 @@ std::vector<uint64_t> PlanFromShards(const std::vector<std::vector<uint64_t>>& s
 }
 
 TEST(EndToEndTest, SixRanksThreeEpochsAgainstTheRealBinary) {
-  SamplerdProcess samplerd;
+  testutil::SamplerdProcess samplerd("server/samplerd", 0, {"--grace_period_ms=20000"});
   ASSERT_FALSE(samplerd.address().empty()) << "no 'samplerd listening on' line";
   EXPECT_FALSE(absl::EndsWith(samplerd.address(), ":0"));
   auto client = *SamplerClient::Create(samplerd.address());
@@ -202,7 +148,7 @@ TEST(EndToEndTest, SixRanksThreeEpochsAgainstTheRealBinary) {
 
   // The client stays connected: SIGTERM must still not wait out the 20 s grace period.
   const absl::Time stop_start = absl::Now();
-  const int exit_status = samplerd.Stop();
+  const int exit_status = samplerd.Signal(SIGTERM);
   EXPECT_LT(absl::Now() - stop_start, absl::Seconds(5));
   EXPECT_TRUE(WIFEXITED(exit_status));
   EXPECT_EQ(WEXITSTATUS(exit_status), 0);

@@ -16,7 +16,6 @@ rank recorded as trained is what the server has a loss for when the group dies.
 """
 
 import json
-import multiprocessing.connection
 import os
 import signal
 import sys
@@ -26,7 +25,6 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
@@ -34,6 +32,7 @@ from torch.utils.data import DataLoader, TensorDataset
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
 import ddp_train  # noqa: E402  (make_data, make_model, free_port)
 import samplerd  # noqa: E402
+from ddp_group import run_group  # noqa: E402
 from samplerd.torch import DistributedWeightedSampler, IndexedDataset  # noqa: E402
 
 SEED = 5
@@ -88,35 +87,9 @@ def worker(rank, cfg):
 
 
 def launch(cfg, victim=None):
-    """Runs a group of cfg["world"] ranks until all exited, or (with `victim`) until that one
-    did; kills what still runs (ranks blocked in a collective with a dead peer). Returns the
-    exit codes seen before the teardown."""
-    ctx = mp.get_context("spawn")
-    cfg = {**cfg, "master_port": ddp_train.free_port()}
-    procs = [ctx.Process(target=worker, args=(r, cfg)) for r in range(cfg["world"])]
-    for p in procs:
-        p.start()
-    deadline = time.monotonic() + RUN_TIMEOUT
-    try:
-        while True:
-            codes = [p.exitcode for p in procs]
-            if all(c is not None for c in codes):
-                break
-            if victim is not None and codes[victim] is not None:
-                break
-            if victim is None and any(c not in (None, 0) for c in codes):
-                break
-            if time.monotonic() > deadline:
-                break
-            multiprocessing.connection.wait(
-                [p.sentinel for p, c in zip(procs, codes) if c is None], timeout=1.0)
-    finally:
-        for p in procs:
-            if p.exitcode is None:
-                p.kill()
-        for p in procs:
-            p.join(30)
-    return codes
+    """Runs a group of cfg["world"] ranks on a fresh rendezvous port: their exit codes."""
+    return run_group(worker, cfg["world"], {**cfg, "master_port": ddp_train.free_port()},
+                     victim, RUN_TIMEOUT)
 
 
 def records(directory, job, run, rank):

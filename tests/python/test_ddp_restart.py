@@ -17,7 +17,6 @@ what the rank had recorded when it was taken.
 """
 
 import json
-import multiprocessing.connection
 import os
 import signal
 import sys
@@ -26,7 +25,6 @@ import time
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
@@ -34,6 +32,7 @@ from torch.utils.data import DataLoader, TensorDataset
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
 import ddp_train  # noqa: E402  (make_data, make_model, free_port)
 import samplerd  # noqa: E402
+from ddp_group import run_group  # noqa: E402
 from samplerd.torch import DistributedWeightedSampler, IndexedDataset  # noqa: E402
 
 WORLD = 4
@@ -138,42 +137,8 @@ def worker(rank, cfg):
 
 
 def launch(cfg, victim=None):
-    """Starts WORLD ranks and waits until all exited, or (with `victim`) until that one did;
-    then kills whatever still runs -- ranks blocked in a collective with a dead peer -- and
-    returns the exit codes seen before that teardown (None: still running)."""
-    ctx = mp.get_context("spawn")
-    # Not daemonic: a rank starts DataLoader worker processes.
-    procs = [ctx.Process(target=worker, args=(r, cfg), name=f"rank{r}") for r in range(WORLD)]
-    for p in procs:
-        p.start()
-    deadline = time.monotonic() + RUN_TIMEOUT
-    try:
-        while True:
-            codes = [p.exitcode for p in procs]  # waitpid: set once the rank itself exited.
-            if all(c is not None for c in codes):
-                break
-            if victim is not None:
-                # Survivors that fail first (gloo noticed the closed connection) change nothing.
-                if codes[victim] is not None:
-                    break
-            elif any(c not in (None, 0) for c in codes):
-                break
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            # The sentinels of the processes `codes` saw running (not re-read: a list emptied by
-            # exits since then would make wait() sleep its whole timeout). A sentinel fires once
-            # every holder of the pipe exited, a rank's DataLoader workers included: at most 1 s
-            # between looks at the exit codes.
-            multiprocessing.connection.wait(
-                [p.sentinel for p, c in zip(procs, codes) if c is None], timeout=min(left, 1.0))
-    finally:
-        for p in procs:
-            if p.exitcode is None:
-                p.kill()
-        for p in procs:
-            p.join(30)
-    return codes
+    """Runs the WORLD ranks (ddp_group.run_group): their exit codes."""
+    return run_group(worker, WORLD, cfg, victim, RUN_TIMEOUT)
 
 
 def read_records(directory, run, rank):
