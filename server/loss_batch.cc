@@ -1,15 +1,13 @@
 #include "server/loss_batch.h"
 
-#include <cmath>
-
 #include "absl/strings/str_cat.h"
+#include "proto/loss_pairs.h"
 
 namespace samplerd {
 
 absl::Status ValidateLossBatch(const LossBatchView& batch, uint64_t num_samples) {
-  if (batch.indices.size() != batch.losses.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("indices: ", batch.indices.size(),
-                                                   " entries but losses: ", batch.losses.size()));
+  if (absl::Status s = ValidateLossPairs(batch.indices, batch.losses, num_samples); !s.ok()) {
+    return s;
   }
   if (batch.consecutive && !batch.positions.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -29,18 +27,6 @@ absl::Status ValidateLossBatch(const LossBatchView& batch, uint64_t num_samples)
   if (batch.indices.size() > kMaxLossBatchPairs) {
     return absl::InvalidArgumentError(absl::StrCat(
         "indices: ", batch.indices.size(), " pairs in one batch; at most ", kMaxLossBatchPairs));
-  }
-  for (size_t k = 0; k < batch.indices.size(); ++k) {
-    if (batch.indices[k] >= num_samples) {
-      return absl::InvalidArgumentError(absl::StrCat("indices[", k, "] = ", batch.indices[k],
-                                                     " is outside [0, num_samples = ", num_samples,
-                                                     ")"));
-    }
-    const float loss = batch.losses[k];
-    if (!(std::isfinite(loss) && loss >= 0)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("losses[", k, "] = ", loss, ": losses must be finite and >= 0"));
-    }
   }
   return absl::OkStatus();
 }

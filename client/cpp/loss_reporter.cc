@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "client/cpp/cuda_support.h"
+#include "proto/loss_pairs.h"
 #include "proto/samplerd.pb.h"
 
 namespace samplerd {
@@ -20,42 +21,6 @@ namespace {
 
 // The status every call returns after a successful Close().
 absl::Status ClosedStatus() { return absl::FailedPreconditionError("LossReporter: closed"); }
-
-// An index as a trainer wrote it: device indices are int64, so a negative one reads as a huge
-// uint64 here; show both.
-std::string IndexText(uint64_t index) {
-  if (index <= static_cast<uint64_t>(INT64_MAX)) return absl::StrCat(index);
-  return absl::StrCat(index, " (", static_cast<int64_t>(index), " as int64)");
-}
-
-// The checks the server would make on the pairs themselves (server/loss_batch.cc), made at the
-// call so that a bad argument fails there and changes nothing. The common case costs one pass
-// over each array without branches; the offender is looked for only after a failure.
-absl::Status ValidatePairs(absl::Span<const uint64_t> indices, absl::Span<const float> losses,
-                           uint64_t num_samples) {
-  if (indices.size() != losses.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("indices: ", indices.size(), " entries but losses: ", losses.size()));
-  }
-  uint64_t max_index = 0;
-  for (uint64_t index : indices) max_index = std::max(max_index, index);
-  bool bad_loss = false;
-  // NaN fails both comparisons; -0.0 passes, as on the server (finite and >= 0).
-  for (float loss : losses) bad_loss |= !(loss >= 0.0f && loss <= FLT_MAX);
-  if (max_index < num_samples && !bad_loss) return absl::OkStatus();
-  for (size_t k = 0; k < indices.size(); ++k) {
-    if (indices[k] >= num_samples) {
-      return absl::InvalidArgumentError(absl::StrCat("indices[", k, "] = ", IndexText(indices[k]),
-                                                     " is outside [0, num_samples = ", num_samples,
-                                                     ")"));
-    }
-    if (!(std::isfinite(losses[k]) && losses[k] >= 0)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("losses[", k, "] = ", losses[k], ": losses must be finite and >= 0"));
-    }
-  }
-  return absl::OkStatus();
-}
 
 // The positions of a batch, for error messages: "positions [a, b)" or "positions a, b, ...".
 std::string PositionsText(const v1::LossBatch& batch) {
@@ -108,7 +73,7 @@ class LossReporter::Impl {
       return absl::InvalidArgumentError(
           absl::StrCat("positions: ", positions.size(), " entries but indices: ", indices.size()));
     }
-    if (absl::Status s = ValidatePairs(indices, losses, num_samples_); !s.ok()) return s;
+    if (absl::Status s = ValidateLossPairs(indices, losses, num_samples_); !s.ok()) return s;
     if (indices.size() > options_.max_buffered_pairs) {
       return absl::InvalidArgumentError(absl::StrCat(
           "indices: ", indices.size(),
@@ -421,7 +386,7 @@ class LossReporter::Impl {
       const absl::Span<const float> losses(static_cast<const float*>(slot.losses.data()),
                                            slot.pairs);
       absl::Status valid = landed;
-      if (valid.ok() && pending.report) valid = ValidatePairs(indices, losses, num_samples_);
+      if (valid.ok() && pending.report) valid = ValidateLossPairs(indices, losses, num_samples_);
       absl::MutexLock lock(&mu_);
       if (pending.report && stopped_.ok()) {
         if (!valid.ok()) {
