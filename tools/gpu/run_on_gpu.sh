@@ -29,6 +29,7 @@ mkdir -p "$OUT" "$BUILD"
 
 # The flags of tools/cuda/cuda.bzl (keep them equal: -fmad=false and IEEE division are part of
 # the determinism contract), for the H100 only (sm_90 + its PTX).
+# shellcheck disable=SC2054  # The commas are nvcc's -gencode syntax, not array separators.
 FLAGS=(-std=c++17 -O3 -fmad=false -prec-div=true -prec-sqrt=true -ftz=false
        -Xcompiler -ffp-contract=off -DCUB_IGNORE_NAMESPACE_MAGIC_ERROR
        -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=compute_90 -I"$ROOT")
