@@ -32,6 +32,9 @@ APT_PACKAGES=(
   "${SERVER_BUILD_PACKAGES[@]}"
   # Test-only C++ libraries wrapped by //third_party.
   libgtest-dev libgmock-dev libbenchmark-dev
+  # The out-of-tree CMake trainer built against the installed trainer library
+  # (tests/cmake_consumer, tools/install_trainer_lib.sh; pkg-config is in the list above).
+  cmake
   # The openssl tool for the certificates the TLS tests make (tests/make_test_certs.sh).
   openssl
   # Python side: the client's runtime deps, torch (CPU, gloo) for the DDP tests, tooling.

@@ -1,0 +1,185 @@
+#include "client/cpp/epoch_loop.h"
+
+#include <utility>
+
+#include "absl/memory/memory.h"
+#include "absl/strings/str_cat.h"
+
+namespace samplerd {
+
+absl::Status LossSink::CheckUnreported() const {
+  if (reported_) {
+    return absl::FailedPreconditionError(absl::StrCat("the losses of the batch at shard position ",
+                                                      batch_->position, " of epoch ", batch_->epoch,
+                                                      " were already reported"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LossSink::Report(absl::Span<const float> losses) {
+  if (absl::Status s = CheckUnreported(); !s.ok()) return s;
+  if (losses.size() != batch_->indices.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "losses.size() = ", losses.size(), ": the batch has ", batch_->indices.size(), " indices"));
+  }
+  absl::Status s = reporter_->Report(batch_->epoch, batch_->position, batch_->indices, losses);
+  // A refused call reported nothing (LossReporter's contract), so it may be corrected.
+  reported_ = s.ok();
+  return s;
+}
+
+absl::Status LossSink::ReportFromDevice(const float* d_losses) {
+  if (absl::Status s = CheckUnreported(); !s.ok()) return s;
+  if (batch_->device_indices == nullptr) {
+    return absl::FailedPreconditionError(
+        "ReportFromDevice: the loop delivers no device indices (EpochLoopOptions::device_indices "
+        "is null)");
+  }
+  absl::Status s =
+      reporter_->ReportFromDevice(batch_->epoch, batch_->position, batch_->device_indices, d_losses,
+                                  batch_->indices.size(), stream_);
+  reported_ = s.ok();
+  return s;
+}
+
+absl::StatusOr<std::unique_ptr<EpochLoop>> EpochLoop::Create(std::shared_ptr<SamplerClient> client,
+                                                             const std::string& job, uint32_t rank,
+                                                             uint32_t world_size,
+                                                             EpochLoopOptions options) {
+  if (client == nullptr) return absl::InvalidArgumentError("client = null");
+  if (options.batch_size == 0 || options.batch_size > options.queue_capacity) {
+    return absl::InvalidArgumentError(absl::StrCat("batch_size = ", options.batch_size,
+                                                   ": must be 1 to queue_capacity (",
+                                                   options.queue_capacity, ")"));
+  }
+  if (options.device_stream != nullptr && options.device_indices == nullptr) {
+    return absl::InvalidArgumentError(
+        "device_stream is set but device_indices = null: set both for device delivery");
+  }
+  ShardReaderOptions reader_options;
+  reader_options.job = job;
+  reader_options.rank = rank;
+  reader_options.world_size = world_size;
+  reader_options.queue_capacity = options.queue_capacity;
+  reader_options.max_chunk_size = options.max_chunk_size;
+  reader_options.device_staging_slots = options.device_staging_slots;
+  absl::StatusOr<std::unique_ptr<ShardReader>> reader = ShardReader::Create(client, reader_options);
+  if (!reader.ok()) return reader.status();
+  // The deal the group starts in. The reporter asks the server the same (and refuses a world
+  // size the current epoch is not dealt to); a resize between the two calls is the group's
+  // first rank breaking the contract (resize before the ranks create their loops).
+  absl::StatusOr<v1::Job> described = client->GetJob(job);
+  if (!described.ok()) return described.status();
+  absl::StatusOr<std::unique_ptr<LossReporter>> reporter =
+      LossReporter::Create(client.get(), job, rank, world_size, options.reporter);
+  if (!reporter.ok()) return reporter.status();
+  return absl::WrapUnique(new EpochLoop(std::move(client), std::move(options), *std::move(reader),
+                                        *std::move(reporter), described->current_epoch(),
+                                        described->deal()));
+}
+
+EpochLoop::EpochLoop(std::shared_ptr<SamplerClient> client, EpochLoopOptions options,
+                     std::unique_ptr<ShardReader> reader, std::unique_ptr<LossReporter> reporter,
+                     uint64_t dealt_epoch, uint32_t dealt_deal)
+    : client_(std::move(client)),
+      options_(std::move(options)),
+      reader_(std::move(reader)),
+      reporter_(std::move(reporter)),
+      dealt_epoch_(dealt_epoch),
+      dealt_deal_(dealt_deal) {}
+
+// Members go in reverse order: the reporter closes (flushing) before the reader stops.
+EpochLoop::~EpochLoop() = default;
+
+absl::Status EpochLoop::Run(uint64_t first_epoch, uint64_t epochs, const Step& step,
+                            const ShardEndHook& on_shard_end) {
+  const ShardReaderOptions& o = reader_->options();
+  ReaderPosition from;
+  from.job = o.job;
+  from.epoch = first_epoch;
+  from.deal = DealOf(first_epoch);
+  from.rank = o.rank;
+  from.world_size = o.world_size;
+  from.position = 0;
+  return RunFrom(from, epochs, step, on_shard_end);
+}
+
+absl::Status EpochLoop::Resume(const ReaderPosition& from, uint64_t epochs, const Step& step,
+                               const ShardEndHook& on_shard_end) {
+  return RunFrom(from, epochs, step, on_shard_end);
+}
+
+absl::Status EpochLoop::RunFrom(const ReaderPosition& from, uint64_t epochs, const Step& step,
+                                const ShardEndHook& on_shard_end) {
+  if (!step) return absl::InvalidArgumentError("step = null");
+  ReaderPosition start = from;
+  for (uint64_t i = 0; i < epochs; ++i) {
+    // Checks that `start` is this reader's job, rank and world size, and opens the epoch.
+    if (absl::Status s = reader_->Resume(start); !s.ok()) return s;
+    checkpoint_ = start;
+    if (absl::Status s = ReadShard(step, on_shard_end); !s.ok()) return s;
+    start.epoch += 1;
+    start.deal = DealOf(start.epoch);
+    start.position = 0;
+    checkpoint_ = start;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EpochLoop::Annotate(const absl::Status& status, const char* what) const {
+  const ShardReaderOptions& o = reader_->options();
+  return absl::Status(
+      status.code(),
+      absl::StrCat("job \"", o.job, "\" epoch ", checkpoint_->epoch, " rank ", o.rank, ": ", what,
+                   " at shard position ", checkpoint_->position, ": ", status.message()));
+}
+
+absl::Status EpochLoop::ReadShard(const Step& step, const ShardEndHook& on_shard_end) {
+  ShardEnd end;
+  end.epoch = checkpoint_->epoch;
+  end.deal = checkpoint_->deal;
+  for (;;) {
+    absl::StatusOr<ShardBatch> next =
+        options_.device_indices == nullptr
+            ? reader_->Next(options_.batch_size)
+            : reader_->NextToDevice(options_.batch_size, options_.device_indices,
+                                    options_.device_stream);
+    if (!next.ok()) return next.status();  // The reader names job, epoch, rank and position.
+    end.shard_length = next->shard_length;
+    if (next->end_of_shard()) break;
+    EpochBatch batch;
+    batch.epoch = next->epoch;
+    batch.position = next->position;
+    batch.shard_length = next->shard_length;
+    batch.indices = next->indices;
+    batch.device_indices = options_.device_indices;
+    LossSink losses(reporter_.get(), &batch, options_.device_stream);
+    if (absl::Status s = step(batch, losses); !s.ok()) return Annotate(s, "step");
+    checkpoint_->position = batch.position + batch.indices.size();
+    ++end.batches;
+  }
+  // Every loss of the shard acknowledged before the rank ends the epoch: the server recomputes
+  // the weights from them once the last rank has ended it.
+  if (absl::Status s = reporter_->Flush(); !s.ok()) return s;
+  end.losses = reporter_->counts();
+  if (on_shard_end) {
+    if (absl::Status s = on_shard_end(end); !s.ok()) return Annotate(s, "end-of-shard hook");
+  }
+  const ShardReaderOptions& o = reader_->options();
+  absl::StatusOr<v1::EndEpochResponse> ended =
+      client_->EndEpoch(o.job, end.epoch, o.rank, end.deal);
+  if (!ended.ok()) return Annotate(ended.status(), "EndEpoch");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ReaderPosition> EpochLoop::Checkpoint() {
+  if (!checkpoint_.has_value()) {
+    return absl::FailedPreconditionError(absl::StrCat("job \"", reader_->options().job, "\" rank ",
+                                                      reader_->options().rank,
+                                                      ": no checkpoint before the first Run"));
+  }
+  if (absl::Status s = reporter_->Flush(); !s.ok()) return s;
+  return *checkpoint_;
+}
+
+}  // namespace samplerd

@@ -1,0 +1,205 @@
+// EpochLoop: a trainer rank's whole sampling loop in one call -- open each epoch, hand the
+// training step its batches of indices, report the step's per-sample losses, and at the end of
+// the shard flush the losses and end the epoch -- over a ShardReader and a LossReporter.
+//
+//   absl::StatusOr<std::unique_ptr<EpochLoop>> loop =
+//       EpochLoop::Create(client, "train", rank, world_size);
+//   if (!loop.ok()) return loop.status();
+//   absl::Status done = (*loop)->Run(/*first_epoch=*/0, /*epochs=*/10,
+//       [&](const EpochBatch& batch, LossSink& losses) -> absl::Status {
+//         std::vector<float> per_sample = TrainStep(batch.indices);  // the trainer's model
+//         return losses.Report(per_sample);
+//       });
+//
+// What the loop owns, so that a trainer cannot get the order wrong (STYLE.md 17): the losses of
+// a shard are flushed (acknowledged, durable on the server) before the rank ends the epoch, and
+// every request names the epoch's deal. Elastic groups: the deal of the epoch the job is in
+// when the loop is created comes from GetJob (v1::Job::deal; the group's first rank calls
+// SamplerClient::ResizeJob before the ranks create their loops), every later epoch is deal 0;
+// a position saved by Checkpoint carries its own deal.
+//
+// Checkpoints: Checkpoint() flushes the losses reported so far and returns where the loop
+// stands: after the last batch whose step returned OK. A trainer saves it with its model at the
+// start of a step (before training on that step's batch, which is then read again after a
+// restart) or between runs, and a restarted trainer passes it to Resume. Losses of later batches
+// that were already reported are counted once by the server (LossReporter's exactly-once
+// contract).
+//
+// Errors (absl::Status, never exceptions): Create refuses bad arguments with INVALID_ARGUMENT
+// naming the field and its value, and an unknown job (NOT_FOUND) or a world size the job's
+// current epoch is not dealt to (FAILED_PRECONDITION). Run/Resume stop at the first error and
+// return it: the step's own error (same code, message prefixed with job, epoch, rank and batch
+// position), the reader's (an epoch that cannot be opened, a stream whose retries ran out), the
+// reporter's (a loss the server refused), or EndEpoch's. After a step error the loop can go on
+// (Resume(Checkpoint())); after a reporter error it cannot (the reporter's errors are sticky:
+// make a new loop and resume from the last checkpoint).
+//
+// Thread safety: an EpochLoop belongs to one training thread; its methods must not be called
+// concurrently (Checkpoint may be called from inside the step, which runs on that thread). Each
+// rank has its own loop; loops of several ranks may share one SamplerClient.
+//
+// Ownership: the loop keeps `client` alive (shared) and owns its reader and reporter; the
+// destructor stops the reader and closes the reporter (flushing what was reported).
+#ifndef SAMPLERD_CLIENT_CPP_EPOCH_LOOP_H_
+#define SAMPLERD_CLIENT_CPP_EPOCH_LOOP_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "client/cpp/loss_reporter.h"
+#include "client/cpp/reader_position.h"
+#include "client/cpp/sampler_client.h"
+#include "client/cpp/shard_reader.h"
+
+namespace samplerd {
+
+struct EpochLoopOptions {
+  // Indices per step (the last batch of a shard may be shorter), 1 to queue_capacity.
+  size_t batch_size = 512;
+  // Device delivery: when set, every batch's indices are also copied to `device_indices`
+  // (device memory of at least batch_size int64_t, owned by the caller) on `device_stream`
+  // (ShardReader::NextToDevice), and EpochBatch::device_indices points there. Without a usable
+  // GPU, Run returns FAILED_PRECONDITION with the CUDA runtime's reason.
+  int64_t* device_indices = nullptr;
+  cudaStream_t device_stream = nullptr;
+  // The reader's prefetch (ShardReaderOptions' fields of the same names and defaults).
+  size_t queue_capacity = ShardReaderOptions().queue_capacity;
+  uint32_t max_chunk_size = ShardReaderOptions().max_chunk_size;
+  int device_staging_slots = ShardReaderOptions().device_staging_slots;
+  // The loss reporter's buffers and batching.
+  LossReporterOptions reporter;
+};
+
+// One batch handed to the step: `indices` are this rank's shard positions
+// [position, position + indices.size()) of `epoch`, in order.
+struct EpochBatch {
+  uint64_t epoch = 0;
+  uint64_t position = 0;
+  uint64_t shard_length = 0;
+  // Host copy; valid during the step only.
+  absl::Span<const uint64_t> indices;
+  // EpochLoopOptions::device_indices holding the same indices (ready on device_stream), or null
+  // without device delivery.
+  const int64_t* device_indices = nullptr;
+};
+
+// Reports the losses of the batch it was handed with (at most once per batch). Valid during the
+// step only; the step may also report nothing (an evaluation pass, a job without a loss policy).
+class LossSink {
+ public:
+  // losses[k] is the loss of batch.indices[k]. INVALID_ARGUMENT naming losses.size() if it is not
+  // the batch's size; FAILED_PRECONDITION if this batch was already reported; otherwise what
+  // LossReporter::Report returns (a NaN or negative loss is INVALID_ARGUMENT at the call).
+  absl::Status Report(absl::Span<const float> losses);
+  // The same for `d_losses`, `batch.indices.size()` floats in device memory, computed on (or
+  // ready before the current point of) EpochLoopOptions::device_stream: enqueued there with the
+  // batch's device indices (LossReporter::ReportFromDevice), never synchronising the stream.
+  // FAILED_PRECONDITION without device delivery.
+  absl::Status ReportFromDevice(const float* d_losses);
+
+ private:
+  friend class EpochLoop;
+  LossSink(LossReporter* reporter, const EpochBatch* batch, cudaStream_t stream)
+      : reporter_(reporter), batch_(batch), stream_(stream) {}
+  absl::Status CheckUnreported() const;
+
+  LossReporter* const reporter_;
+  const EpochBatch* const batch_;
+  const cudaStream_t stream_;
+  bool reported_ = false;
+};
+
+// What the loop knows when a rank reaches the end of its shard of an epoch: its losses are
+// flushed, the epoch is not yet ended (the hook runs before EndEpoch, so every rank's progress
+// is still visible in GetJobStatus; a trainer evaluates or all-reduces its metrics here).
+struct ShardEnd {
+  uint64_t epoch = 0;
+  uint32_t deal = 0;
+  uint64_t shard_length = 0;
+  uint64_t batches = 0;  // Steps this run took in the epoch (fewer after a Resume mid-epoch).
+  LossCounts losses;     // The reporter's counts over the loop's life (server summaries).
+};
+
+class EpochLoop {
+ public:
+  // The step: one training step on `batch`, reporting its losses through `losses`. A non-OK
+  // return stops the loop (see Errors above).
+  using Step = std::function<absl::Status(const EpochBatch& batch, LossSink& losses)>;
+  // Called at the end of each shard (see ShardEnd); a non-OK return stops the loop before
+  // EndEpoch.
+  using ShardEndHook = std::function<absl::Status(const ShardEnd& end)>;
+
+  // A loop for data-parallel rank `rank` of `world_size` on `job`. Contacts the server (GetJob,
+  // and LossReporter::Create). INVALID_ARGUMENT naming the field and its value: null client,
+  // batch_size 0 or above queue_capacity, a device_stream without device_indices (a null
+  // device_stream with device_indices is the default stream), and what ShardReader::Create and
+  // LossReporter::Create refuse (empty job, rank >= world_size, their options).
+  static absl::StatusOr<std::unique_ptr<EpochLoop>> Create(std::shared_ptr<SamplerClient> client,
+                                                           const std::string& job, uint32_t rank,
+                                                           uint32_t world_size,
+                                                           EpochLoopOptions options = {});
+  ~EpochLoop();
+  EpochLoop(const EpochLoop&) = delete;
+  EpochLoop& operator=(const EpochLoop&) = delete;
+
+  // Reads epochs first_epoch .. first_epoch + epochs - 1 from their start: for each, every batch
+  // of the shard through `step`, then `on_shard_end` (if set), then EndEpoch. Opening an epoch
+  // waits (up to ClientOptions::timeout) until every rank has ended the previous one.
+  absl::Status Run(uint64_t first_epoch, uint64_t epochs, const Step& step,
+                   const ShardEndHook& on_shard_end = nullptr);
+
+  // As Run, continuing from `from` (a Checkpoint of this job's rank, maybe of a previous
+  // process): the rest of from.epoch's shard, then the epochs up to from.epoch + epochs - 1.
+  // INVALID_ARGUMENT or FAILED_PRECONDITION as ShardReader::Resume for a position of another
+  // job, rank or world size; epochs = 0 does nothing.
+  absl::Status Resume(const ReaderPosition& from, uint64_t epochs, const Step& step,
+                      const ShardEndHook& on_shard_end = nullptr);
+
+  // Flushes the losses reported so far and returns where the loop stands: after the last batch
+  // whose step returned OK (so a step that failed is read again by Resume), or the start of the
+  // next epoch once an epoch was ended. FAILED_PRECONDITION before the first Run; the reporter's
+  // error.
+  absl::StatusOr<ReaderPosition> Checkpoint();
+
+ private:
+  EpochLoop(std::shared_ptr<SamplerClient> client, EpochLoopOptions options,
+            std::unique_ptr<ShardReader> reader, std::unique_ptr<LossReporter> reporter,
+            uint64_t dealt_epoch, uint32_t dealt_deal);
+
+  // Reads `from.epoch` from `from.position` in deal `from.deal`, then the following epochs.
+  absl::Status RunFrom(const ReaderPosition& from, uint64_t epochs, const Step& step,
+                       const ShardEndHook& on_shard_end);
+  // The shard of the epoch the reader has open (at `*checkpoint_`) to its end, then the hook and
+  // EndEpoch.
+  absl::Status ReadShard(const Step& step, const ShardEndHook& on_shard_end);
+  // `status` with the job, epoch, rank and shard position prefixed to its message.
+  absl::Status Annotate(const absl::Status& status, const char* what) const;
+  // The deal an epoch opened from its start is read in (see the header comment).
+  uint32_t DealOf(uint64_t epoch) const { return epoch == dealt_epoch_ ? dealt_deal_ : 0; }
+
+  const std::shared_ptr<SamplerClient> client_;
+  const EpochLoopOptions options_;
+  const std::unique_ptr<ShardReader> reader_;
+  const std::unique_ptr<LossReporter> reporter_;
+  // The reader's (job, rank, world_size) are the loop's: reader_->options().
+  // The job's current epoch and its deal when the loop was created.
+  const uint64_t dealt_epoch_;
+  const uint32_t dealt_deal_;
+
+  // What Checkpoint returns: after the last batch whose step returned OK (in the epoch open), or
+  // the start of the next epoch once one was ended. Empty before the first Run.
+  std::optional<ReaderPosition> checkpoint_;
+};
+
+}  // namespace samplerd
+
+#endif  // SAMPLERD_CLIENT_CPP_EPOCH_LOOP_H_

@@ -1,0 +1,427 @@
+// EpochLoop against a real in-process samplerd over real gRPC (loopback, port 0): ranks in
+// threads run two epochs (every loss accepted once, shards complete and disjoint, epochs
+// closed), an elastic group reads the resized epoch in its deal, a step's error stops the loop
+// and a Resume from the checkpoint finishes the run, bad arguments are refused at the call, and
+// the device path (skipped without a GPU, after checking its refusal).
+#include "client/cpp/epoch_loop.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "client/cpp/cuda_support.h"
+#include "client/cpp/sampler_client.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/server.h"
+#include "server/testing/test_server_options.h"
+
+namespace samplerd {
+namespace {
+
+using ::testing::HasSubstr;
+
+float LossOf(uint64_t index) { return (index % 100) * 0.01f; }
+
+// A reusable barrier for the rank threads (absl::Barrier is single-use).
+class Barrier {
+ public:
+  explicit Barrier(int parties) : parties_(parties) {}
+  void Wait() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    const uint64_t generation = generation_;
+    if (++arrived_ == parties_) {
+      arrived_ = 0;
+      ++generation_;
+      all_arrived_.SignalAll();
+      return;
+    }
+    while (generation_ == generation) all_arrived_.Wait(&mu_);
+  }
+
+ private:
+  const int parties_;
+  absl::Mutex mu_;
+  absl::CondVar all_arrived_;
+  int arrived_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// What one rank's loop saw.
+struct RankRecord {
+  absl::Status result;
+  std::vector<std::vector<uint64_t>> indices;  // Per epoch, in the order handed to the step.
+  std::vector<ShardEnd> ends;
+};
+
+class EpochLoopTest : public ::testing::Test {
+ protected:
+  static constexpr uint64_t kSamples = 6000;
+
+  void SetUp() override {
+    auto server = Server::Create(testutil::LoopbackTestOptions());
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    auto client = SamplerClient::Create(server_->address());
+    ASSERT_TRUE(client.ok()) << client.status();
+    client_ = *std::move(client);
+  }
+
+  void TearDown() override {
+    if (server_) server_->Shutdown();
+  }
+
+  void CreateJob(const std::string& name, uint32_t world_size) {
+    v1::JobSpec spec;
+    spec.set_num_samples(kSamples);
+    spec.set_world_size(world_size);
+    spec.set_seed(11);
+    spec.mutable_policy()->set_loss(v1::LOSS);
+    auto job = client_->CreateJob(name, spec);
+    ASSERT_TRUE(job.ok()) << job.status();
+  }
+
+  std::unique_ptr<EpochLoop> NewLoop(const std::string& job, uint32_t rank, uint32_t world_size,
+                                     EpochLoopOptions options = {}) {
+    auto loop = EpochLoop::Create(client_, job, rank, world_size, options);
+    EXPECT_TRUE(loop.ok()) << loop.status();
+    return loop.ok() ? *std::move(loop) : nullptr;
+  }
+
+  // A step that records the batch, checks that it follows the previous one, and reports
+  // LossOf(index) for each index.
+  static EpochLoop::Step RecordingStep(RankRecord& record) {
+    return [&record](const EpochBatch& batch, LossSink& losses) -> absl::Status {
+      if (record.indices.size() <= batch.epoch) record.indices.resize(batch.epoch + 1);
+      std::vector<uint64_t>& seen = record.indices[batch.epoch];
+      if (batch.position != seen.size()) {
+        return absl::InternalError(
+            absl::StrCat("batch at position ", batch.position, " after ", seen.size(), " indices"));
+      }
+      seen.insert(seen.end(), batch.indices.begin(), batch.indices.end());
+      std::vector<float> values;
+      for (uint64_t index : batch.indices) values.push_back(LossOf(index));
+      return losses.Report(values);
+    };
+  }
+
+  // Runs `world_size` ranks of `job` in threads for epochs 0 and 1. At each shard end, every
+  // rank waits for the others, checks the server's per-rank progress of the epoch (nobody has
+  // ended it yet: the hook runs before EndEpoch), and waits again.
+  std::vector<RankRecord> RunRanks(const std::string& job, uint32_t world_size) {
+    std::vector<RankRecord> records(world_size);
+    std::vector<std::unique_ptr<EpochLoop>> loops;
+    for (uint32_t r = 0; r < world_size; ++r) loops.push_back(NewLoop(job, r, world_size));
+    for (const auto& loop : loops) {
+      if (loop == nullptr) return records;
+    }
+    Barrier barrier(world_size);
+    std::vector<std::thread> ranks;
+    for (uint32_t r = 0; r < world_size; ++r) {
+      ranks.emplace_back([&, r] {
+        RankRecord& record = records[r];
+        record.result =
+            loops[r]->Run(0, 2, RecordingStep(record), [&](const ShardEnd& end) -> absl::Status {
+              record.ends.push_back(end);
+              barrier.Wait();
+              absl::StatusOr<v1::JobStatus> status = client_->GetJobStatus(job);
+              barrier.Wait();
+              if (!status.ok()) return status.status();
+              if (status->job().current_epoch() != end.epoch) {
+                return absl::InternalError(
+                    absl::StrCat("server at epoch ", status->job().current_epoch()));
+              }
+              EXPECT_EQ(status->ranks_size(), static_cast<int>(world_size));
+              for (const v1::RankProgress& progress : status->ranks()) {
+                EXPECT_EQ(progress.indices_streamed(), end.shard_length)
+                    << "epoch " << end.epoch << " rank " << progress.rank();
+                EXPECT_EQ(progress.losses_accepted(), end.shard_length)
+                    << "epoch " << end.epoch << " rank " << progress.rank();
+                EXPECT_FALSE(progress.ended());
+              }
+              return absl::OkStatus();
+            });
+      });
+    }
+    for (std::thread& t : ranks) t.join();
+    return records;
+  }
+
+  // Every index of the job exactly once in each epoch, across the ranks' shards.
+  static void ExpectCompleteAndDisjoint(const std::vector<RankRecord>& records, uint64_t epoch) {
+    std::vector<uint64_t> all;
+    for (const RankRecord& record : records) {
+      ASSERT_GT(record.indices.size(), epoch);
+      all.insert(all.end(), record.indices[epoch].begin(), record.indices[epoch].end());
+    }
+    std::sort(all.begin(), all.end());
+    ASSERT_EQ(all.size(), kSamples) << "epoch " << epoch;
+    for (uint64_t i = 0; i < kSamples; ++i) ASSERT_EQ(all[i], i) << "epoch " << epoch;
+  }
+
+  std::unique_ptr<Server> server_;
+  std::shared_ptr<SamplerClient> client_;
+};
+
+TEST_F(EpochLoopTest, RanksInThreadsRunTwoEpochsReportingEveryLossOnce) {
+  constexpr uint32_t kWorld = 3;
+  CreateJob("j", kWorld);
+  const std::vector<RankRecord> records = RunRanks("j", kWorld);
+  for (uint32_t r = 0; r < kWorld; ++r) {
+    const RankRecord& record = records[r];
+    ASSERT_TRUE(record.result.ok()) << "rank " << r << ": " << record.result;
+    ASSERT_EQ(record.ends.size(), 2u);
+    const uint64_t shard = kSamples / kWorld;
+    for (uint64_t e = 0; e < 2; ++e) {
+      EXPECT_EQ(record.ends[e].epoch, e);
+      EXPECT_EQ(record.ends[e].deal, 0u);
+      EXPECT_EQ(record.ends[e].shard_length, shard);
+      EXPECT_EQ(record.ends[e].batches, (shard + 511) / 512);
+      EXPECT_EQ(record.indices[e].size(), shard);
+      // The server's summaries: everything accepted, nothing twice.
+      EXPECT_EQ(record.ends[e].losses.accepted, (e + 1) * shard);
+      EXPECT_EQ(record.ends[e].losses.duplicates + record.ends[e].losses.stale, 0u);
+    }
+  }
+  ExpectCompleteAndDisjoint(records, 0);
+  ExpectCompleteAndDisjoint(records, 1);
+  // Both epochs closed by the loops' EndEpoch calls, and each loss counted.
+  auto status = client_->GetJobStatus("j");
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->job().current_epoch(), 2u);
+  EXPECT_EQ(status->samples_seen(), kSamples);
+}
+
+TEST_F(EpochLoopTest, ElasticGroupReadsTheResizedEpochInItsDealThenDealZero) {
+  CreateJob("elastic", 2);
+  // The group restarts with three ranks: its first rank resizes before the loops are created.
+  auto resized = client_->ResizeJob("elastic", 0, 3);
+  ASSERT_TRUE(resized.ok()) << resized.status();
+  ASSERT_EQ(resized->world_size(), 3u);
+  ASSERT_GT(resized->deal(), 0u);  // Otherwise this test would not exercise the deal.
+  const std::vector<RankRecord> records = RunRanks("elastic", 3);
+  for (uint32_t r = 0; r < 3; ++r) {
+    ASSERT_TRUE(records[r].result.ok()) << "rank " << r << ": " << records[r].result;
+    ASSERT_EQ(records[r].ends.size(), 2u);
+    EXPECT_EQ(records[r].ends[0].deal, resized->deal());
+    EXPECT_EQ(records[r].ends[1].deal, 0u);
+  }
+  ExpectCompleteAndDisjoint(records, 0);
+  ExpectCompleteAndDisjoint(records, 1);
+  auto job = client_->GetJob("elastic");
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->current_epoch(), 2u);
+  EXPECT_EQ(job->world_size(), 3u);
+}
+
+TEST_F(EpochLoopTest, StepErrorStopsTheLoopAndResumeFromTheCheckpointFinishes) {
+  CreateJob("one", 1);
+  std::unique_ptr<EpochLoop> loop = NewLoop("one", 0, 1);
+  ASSERT_NE(loop, nullptr);
+  EXPECT_EQ(loop->Checkpoint().status().code(), absl::StatusCode::kFailedPrecondition);
+
+  RankRecord record;
+  const EpochLoop::Step recording = RecordingStep(record);
+  int steps = 0;
+  absl::Status failed = loop->Run(0, 2, [&](const EpochBatch& batch, LossSink& losses) {
+    if (++steps == 3) return absl::DataLossError("injected: the dataset shard is unreadable");
+    return recording(batch, losses);
+  });
+  EXPECT_EQ(failed.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(failed.message(), HasSubstr("injected: the dataset shard is unreadable"));
+  EXPECT_THAT(failed.message(),
+              HasSubstr("job \"one\" epoch 0 rank 0: step at shard position 1024"));
+  EXPECT_EQ(steps, 3);  // Stopped at the error.
+
+  // The failed batch is not in the checkpoint: it is read again.
+  absl::StatusOr<ReaderPosition> checkpoint = loop->Checkpoint();
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  EXPECT_EQ(checkpoint->epoch, 0u);
+  EXPECT_EQ(checkpoint->position, 1024u);
+  auto status = client_->GetJobStatus("one");
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->job().current_epoch(), 0u);
+  ASSERT_EQ(status->ranks_size(), 1);
+  EXPECT_EQ(status->ranks(0).losses_accepted(), 1024u);
+  EXPECT_FALSE(status->ranks(0).ended());
+
+  // A restarted trainer: a new loop resumes from the checkpoint and runs to the end of epoch 1.
+  loop.reset();
+  loop = NewLoop("one", 0, 1);
+  ASSERT_NE(loop, nullptr);
+  std::vector<ShardEnd> ends;
+  absl::Status resumed = loop->Resume(*checkpoint, 2, recording, [&](const ShardEnd& end) {
+    ends.push_back(end);
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(resumed.ok()) << resumed;
+  ASSERT_EQ(ends.size(), 2u);
+  EXPECT_EQ(ends[0].batches, (kSamples - 1024 + 511) / 512);
+  // Every loss of both epochs accepted once: the first 1024 by the first loop, the rest now.
+  EXPECT_EQ(ends[1].losses.accepted, 2 * kSamples - 1024);
+  EXPECT_EQ(ends[1].losses.duplicates, 0u);
+  ASSERT_EQ(record.indices.size(), 2u);
+  EXPECT_EQ(record.indices[0].size(), kSamples);
+  EXPECT_EQ(record.indices[1].size(), kSamples);
+  std::vector<RankRecord> records = {record};
+  ExpectCompleteAndDisjoint(records, 0);
+  ExpectCompleteAndDisjoint(records, 1);
+  absl::StatusOr<ReaderPosition> next = loop->Checkpoint();
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(next->epoch, 2u);
+  EXPECT_EQ(next->position, 0u);
+  status = client_->GetJobStatus("one");
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->job().current_epoch(), 2u);
+}
+
+TEST_F(EpochLoopTest, ShardEndHookErrorStopsBeforeTheEpochEnds) {
+  CreateJob("hook", 1);
+  std::unique_ptr<EpochLoop> loop = NewLoop("hook", 0, 1);
+  ASSERT_NE(loop, nullptr);
+  RankRecord record;
+  absl::Status s = loop->Run(0, 2, RecordingStep(record), [](const ShardEnd&) {
+    return absl::CancelledError("injected: evaluation failed");
+  });
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled);
+  EXPECT_THAT(s.message(), HasSubstr("end-of-shard hook"));
+  EXPECT_THAT(s.message(), HasSubstr("injected: evaluation failed"));
+  auto status = client_->GetJobStatus("hook");
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->job().current_epoch(), 0u);
+  ASSERT_EQ(status->ranks_size(), 1);
+  EXPECT_FALSE(status->ranks(0).ended());
+  EXPECT_EQ(status->ranks(0).losses_accepted(), kSamples);  // Flushed before the hook.
+}
+
+TEST_F(EpochLoopTest, BadArgumentsAreRefusedAtTheCall) {
+  CreateJob("bad", 2);
+  auto code_of = [&](std::shared_ptr<SamplerClient> client, const std::string& job, uint32_t rank,
+                     uint32_t world, EpochLoopOptions options, const std::string& names) {
+    auto loop = EpochLoop::Create(std::move(client), job, rank, world, options);
+    EXPECT_THAT(loop.status().message(), HasSubstr(names));
+    return loop.status().code();
+  };
+  EXPECT_EQ(code_of(nullptr, "bad", 0, 2, {}, "client"), absl::StatusCode::kInvalidArgument);
+  EpochLoopOptions zero;
+  zero.batch_size = 0;
+  EXPECT_EQ(code_of(client_, "bad", 0, 2, zero, "batch_size = 0"),
+            absl::StatusCode::kInvalidArgument);
+  EpochLoopOptions too_big;
+  too_big.queue_capacity = 1024;
+  too_big.batch_size = 1025;
+  EXPECT_EQ(code_of(client_, "bad", 0, 2, too_big, "batch_size = 1025"),
+            absl::StatusCode::kInvalidArgument);
+  EpochLoopOptions stream_only;
+  stream_only.device_stream = reinterpret_cast<cudaStream_t>(0x1);
+  EXPECT_EQ(code_of(client_, "bad", 0, 2, stream_only, "device_indices"),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code_of(client_, "bad", 2, 2, {}, "rank = 2"), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code_of(client_, "nope", 0, 2, {}, "nope"), absl::StatusCode::kNotFound);
+  EXPECT_EQ(code_of(client_, "bad", 0, 3, {}, "world"), absl::StatusCode::kFailedPrecondition);
+
+  // The sink refuses what would report other positions than the batch's, or twice.
+  std::unique_ptr<EpochLoop> loop = NewLoop("bad", 1, 2);
+  ASSERT_NE(loop, nullptr);
+  absl::Status s = loop->Run(0, 1, [](const EpochBatch& batch, LossSink& losses) {
+    absl::Status short_report = losses.Report({0.5f, 0.5f, 0.5f});
+    EXPECT_EQ(short_report.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(short_report.message(), HasSubstr("losses.size() = 3"));
+    EXPECT_EQ(losses.ReportFromDevice(nullptr).code(), absl::StatusCode::kFailedPrecondition);
+    std::vector<float> values(batch.indices.size(), 0.25f);
+    if (absl::Status ok = losses.Report(values); !ok.ok()) return ok;
+    absl::Status twice = losses.Report(values);
+    EXPECT_EQ(twice.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(twice.message(), HasSubstr("already reported"));
+    return absl::AbortedError("stop after one batch");
+  });
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted);
+  // A position of another rank is refused before anything is read.
+  absl::StatusOr<ReaderPosition> checkpoint = loop->Checkpoint();
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  ReaderPosition other = *checkpoint;
+  other.rank = 0;
+  absl::Status wrong = loop->Resume(other, 1, [](const EpochBatch&, LossSink&) {
+    ADD_FAILURE() << "a step ran";
+    return absl::OkStatus();
+  });
+  EXPECT_EQ(wrong.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(wrong.message(), HasSubstr("position.rank = 0"));
+}
+
+TEST_F(EpochLoopTest, DeviceBatchesAndLossesFromTheDevice) {
+  CreateJob("dev", 1);
+  if (absl::Status gpu = GpuAvailable(); !gpu.ok()) {
+    // Without a GPU the loop refuses device delivery with the runtime's reason, and reads
+    // nothing.
+    EpochLoopOptions options;
+    options.device_indices = reinterpret_cast<int64_t*>(0x100);  // Never dereferenced.
+    std::unique_ptr<EpochLoop> loop = NewLoop("dev", 0, 1, options);
+    ASSERT_NE(loop, nullptr);
+    absl::Status s = loop->Run(0, 1, [](const EpochBatch&, LossSink&) {
+      ADD_FAILURE() << "a step ran";
+      return absl::OkStatus();
+    });
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    GTEST_SKIP() << "device delivery not run: " << gpu.message();
+  }
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  constexpr size_t kBatch = 512;
+  int64_t* d_indices = nullptr;
+  float* d_losses = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d_indices), kBatch * sizeof(int64_t)),
+            cudaSuccess);
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d_losses), kBatch * sizeof(float)), cudaSuccess);
+  EpochLoopOptions options;
+  options.batch_size = kBatch;
+  options.device_indices = d_indices;
+  options.device_stream = stream;
+  std::unique_ptr<EpochLoop> loop = NewLoop("dev", 0, 1, options);
+  ASSERT_NE(loop, nullptr);
+  uint64_t mismatches = 0;
+  std::vector<ShardEnd> ends;
+  absl::Status s = loop->Run(
+      0, 1,
+      [&](const EpochBatch& batch, LossSink& losses) -> absl::Status {
+        EXPECT_EQ(batch.device_indices, d_indices);
+        const size_t n = batch.indices.size();
+        std::vector<int64_t> on_device(n);
+        std::vector<float> values(n);
+        for (size_t k = 0; k < n; ++k) values[k] = LossOf(batch.indices[k]);
+        // The device copy holds the host batch; the losses go up on the same stream.
+        if (cudaMemcpyAsync(on_device.data(), d_indices, n * sizeof(int64_t),
+                            cudaMemcpyDeviceToHost, stream) != cudaSuccess ||
+            cudaMemcpyAsync(d_losses, values.data(), n * sizeof(float), cudaMemcpyHostToDevice,
+                            stream) != cudaSuccess ||
+            cudaStreamSynchronize(stream) != cudaSuccess) {
+          return absl::InternalError("cuda copy failed");
+        }
+        for (size_t k = 0; k < n; ++k) {
+          mismatches += static_cast<uint64_t>(on_device[k]) != batch.indices[k];
+        }
+        return losses.ReportFromDevice(d_losses);
+      },
+      [&](const ShardEnd& end) {
+        ends.push_back(end);
+        return absl::OkStatus();
+      });
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(mismatches, 0u);
+  ASSERT_EQ(ends.size(), 1u);
+  EXPECT_EQ(ends[0].losses.accepted, kSamples);
+  cudaFree(d_indices);
+  cudaFree(d_losses);
+  cudaStreamDestroy(stream);
+}
+
+}  // namespace
+}  // namespace samplerd
