@@ -22,9 +22,10 @@ import dataclasses
 import datetime
 import json
 import os
+import signal
 import sys
 import textwrap
-import time
+import threading
 from typing import Callable, Dict, List, Optional, Sequence
 
 import grpc
@@ -304,8 +305,13 @@ def _cmd_status(ctx, args):
         ctx.emit(message_to_dict(status), _format_status(status))
         return EXIT_OK
     clear = sys.stdout.isatty() and not args.json
+    # Ctrl-C is the way to stop watching, not a failure. It only sets a flag: a
+    # KeyboardInterrupt raised inside a gRPC call could leave the channel's locks held, and
+    # closing the client would then hang.
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
-        while True:
+        while not stop.is_set():
             status = ctx.client.status(args.job)  # NOT_FOUND once deleted: exit 3.
             if args.json:
                 ctx.emit(message_to_dict(status), "")
@@ -314,9 +320,10 @@ def _cmd_status(ctx, args):
                           f"{datetime.datetime.now():%Y-%m-%d %H:%M:%S}    (Ctrl-C to stop)")
                 print(("\033[H\033[2J" if clear else "\n") + header + "\n\n" +
                       _format_status(status), flush=True)
-            time.sleep(args.interval)
-    except KeyboardInterrupt:
-        return EXIT_OK  # The way to stop watching, not a failure.
+            stop.wait(args.interval)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    return EXIT_OK
 
 
 def _args_create(parser):
