@@ -79,7 +79,7 @@ ABSL_FLAG(uint64_t, samples_per_epoch, 0,
           "M, samples drawn per epoch (0: N / 4, rounded down to a multiple of the world size)");
 ABSL_FLAG(int, batch_size, 512, "samples per rank and step");
 ABSL_FLAG(int, epochs, 10, "epochs of each of the two compared runs");
-ABSL_FLAG(int, timing_epochs, 3,
+ABSL_FLAG(int, timing_epochs, 6,
           "epochs of the reporter-cost run (the first one is warm-up; 0 skips the run)");
 ABSL_FLAG(double, lr, 0.5, "SGD learning rate");
 ABSL_FLAG(uint64_t, seed, 7, "seed of the data, the model and the jobs");
