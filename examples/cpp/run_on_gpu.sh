@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# Runs the C++ DDP trainer on the GPU machine at world size 1 (one H100; NCCL refuses two ranks
+# on one GPU) against a samplerd started here, and prints the comparison (balanced x loss vs
+# uniform) and the reporter's cost per step. No Bazel there: the binaries come prebuilt in the
+# folder examples/cpp/make_gpu_bundle.sh makes on a build machine (default out/gpu_trainer).
+#
+#   bash examples/cpp/run_on_gpu.sh [BUNDLE] [ddp_trainer flags, e.g. --epochs=20]
+#
+# Through the device tool (carry the bundle, which git ignores):
+#   run(command="bash examples/cpp/run_on_gpu.sh", carry=["out/gpu_trainer"])
+#
+# Shared libraries: bin/ddp_trainer and bin/samplerd link the CUDA runtime statically and need
+# (ldd, see the bundle's MANIFEST.txt) the gRPC/protobuf/Abseil/OpenSSL/c-ares/re2/zlib/glog/
+# CivetWeb libraries of Debian 12, carried in lib/; glibc and libstdc++ (newer on that machine);
+# the driver's libcuda.so.1 (loaded by the runtime at the first CUDA call); and libnccl.so.2,
+# not carried (218 MB): found here in $NCCL_LIB_DIR, else by ldconfig, else in the nvidia-nccl
+# Python package that torch uses, else next to torch.
+#
+# Writes to $OUT (default /tmp/samplerd_trainer_out): samplerd.log, trainer.log (the full
+# output), trainer_wide.log (the reporter's cost on a wider model), sanitizer.log (a short run under compute-sanitizer memcheck), summary.txt (printed
+# last). Exit status: non-zero if the trainer or the sanitizer run failed.
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$ROOT" || exit 1
+BUNDLE="$ROOT/out/gpu_trainer"
+if [[ $# -gt 0 && "$1" != -* ]]; then
+  BUNDLE="$(cd "$1" && pwd)"
+  shift
+fi
+OUT="${OUT:-/tmp/samplerd_trainer_out}"
+mkdir -p "$OUT"
+: >"$OUT/summary.txt"
+status=0
+note() { echo "$*" | tee -a "$OUT/summary.txt"; }
+fail() { note "FAILED: $*"; status=1; }
+
+for bin in ddp_trainer samplerd; do
+  [[ -x "$BUNDLE/bin/$bin" ]] || { echo "run_on_gpu: $BUNDLE/bin/$bin missing (make it with examples/cpp/make_gpu_bundle.sh on a build machine)" >&2; exit 1; }
+done
+
+find_nccl() {
+  local dir
+  if [[ -n "${NCCL_LIB_DIR:-}" ]]; then echo "$NCCL_LIB_DIR"; return; fi
+  dir="$(ldconfig -p 2>/dev/null | awk '/libnccl\.so\.2 / {print $NF; exit}')"
+  if [[ -n "$dir" ]]; then dirname "$dir"; return; fi
+  for py in python3 "$ROOT/.venv/bin/python"; do
+    dir="$("$py" - 2>/dev/null <<'PY'
+import glob, os
+try:
+    import nvidia.nccl
+    for d in nvidia.nccl.__path__:
+        if glob.glob(os.path.join(d, "lib", "libnccl.so*")):
+            print(os.path.join(d, "lib")); raise SystemExit
+except ImportError:
+    pass
+import torch
+d = os.path.join(os.path.dirname(torch.__file__), "lib")
+if glob.glob(os.path.join(d, "libnccl.so*")):
+    print(d)
+PY
+)"
+    if [[ -n "$dir" ]]; then echo "$dir"; return; fi
+  done
+}
+NCCL_DIR="$(find_nccl)"
+export LD_LIBRARY_PATH="$BUNDLE/lib${NCCL_DIR:+:$NCCL_DIR}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+note "bundle: $(head -1 "$BUNDLE/MANIFEST.txt" 2>/dev/null | sed 's/^# //')"
+note "libnccl.so.2 from: ${NCCL_DIR:-not found}"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee -a "$OUT/summary.txt"
+missing="$(ldd "$BUNDLE/bin/ddp_trainer" "$BUNDLE/bin/samplerd" | grep 'not found' | sort -u)"
+if [[ -n "$missing" ]]; then
+  fail "shared libraries not found: $missing"
+  exit 1
+fi
+
+# samplerd on a free port (--port=0; it prints "samplerd listening on HOST:PORT").
+"$BUNDLE/bin/samplerd" --plaintext --port=0 --log_level=1 >"$OUT/samplerd.out" 2>"$OUT/samplerd.log" &
+SERVER_PID=$!
+trap 'kill "$SERVER_PID" 2>/dev/null; wait "$SERVER_PID" 2>/dev/null' EXIT
+ADDRESS=""
+for _ in $(seq 1 200); do
+  ADDRESS="$(sed -n 's/^samplerd listening on //p' "$OUT/samplerd.out" | head -1)"
+  [[ -n "$ADDRESS" ]] && break
+  kill -0 "$SERVER_PID" 2>/dev/null || break
+  sleep 0.05
+done
+if [[ -z "$ADDRESS" ]]; then
+  cat "$OUT/samplerd.log" >&2
+  fail "samplerd did not start (samplerd.log)"
+  exit 1
+fi
+note "samplerd listening on $ADDRESS"
+
+echo "== trainer (world size 1)"
+WORLD_SIZE=1 RANK=0 LOCAL_RANK=0 "$BUNDLE/bin/ddp_trainer" --address="$ADDRESS" "$@" 2>&1 \
+  | tee "$OUT/trainer.log"
+[[ ${PIPESTATUS[0]} -eq 0 ]] || fail "ddp_trainer (trainer.log)"
+
+# The default model is small (a step of ~10 kernels of microseconds), so the reporter's fixed cost
+# weighs more in it than in a real step; the same measurement on a wider model shows how it
+# scales (its own jobs, two epochs per compared run).
+echo "== reporter cost on a wider model (256-2048-4)"
+WORLD_SIZE=1 RANK=0 LOCAL_RANK=0 "$BUNDLE/bin/ddp_trainer" --address="$ADDRESS" \
+  --job_prefix=cpp-ddp-wide --features=256 --hidden=2048 --epochs=2 --timing_epochs=6 2>&1 \
+  | tee "$OUT/trainer_wide.log" | grep -E "^(balanced accuracy:|reporter cost)"
+[[ ${PIPESTATUS[0]} -eq 0 ]] || fail "ddp_trainer, wide model (trainer_wide.log)"
+
+echo "== compute-sanitizer memcheck (small run)"
+[[ -x /usr/local/cuda/bin/compute-sanitizer ]] && PATH="$PATH:/usr/local/cuda/bin"
+if command -v compute-sanitizer >/dev/null; then
+  compute-sanitizer --tool memcheck --error-exitcode 99 "$BUNDLE/bin/ddp_trainer" \
+    --address="$ADDRESS" --job_prefix=sanitizer --majority=5000 --epochs=2 --timing_epochs=0 \
+    >"$OUT/sanitizer.log" 2>&1 || fail "compute-sanitizer memcheck (sanitizer.log)"
+  note "memcheck: $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"
+else
+  note "compute-sanitizer not found: memcheck not run"
+fi
+
+echo "== summary"
+grep -E "^(ddp_trainer:|balanced accuracy:|reporter cost)" "$OUT/trainer.log" >>"$OUT/summary.txt"
+sed 's/^/wide model: /' <(grep -E "^reporter cost" "$OUT/trainer_wide.log") >>"$OUT/summary.txt"
+cat "$OUT/summary.txt"
+exit $status
