@@ -143,6 +143,30 @@ TEST(PlanTest, GoldenHashes) {
   }
 }
 
+// Plans without replacement of M <= 1024 have one shuffle bucket (b = 0) under every bucket
+// rule the definition has had, so these hashes must survive a change of that rule.
+TEST(PlanTest, GoldenHashesOfOneShuffleBucket) {
+  auto backend = NewCpuBackend(2);
+  const std::vector<float> w = RandomWeights(5000, 9, 0.1);
+  struct Golden {
+    PlanSpec spec;
+    bool weighted;
+    uint64_t hash;
+  } goldens[] = {
+      {{1000, 1000, 42, false, SampleOrder::kWeightedRandom}, false, 0x651b264d2784754bull},
+      {{1024, 1024, 7, false, SampleOrder::kWeightedRandom}, false, 0xb321bf632bece5c7ull},
+      {{5000, 1024, 42, false, SampleOrder::kWeightedRandom}, true, 0xc2c372ba9e3312f0ull},
+      {{5000, 300, 3, false, SampleOrder::kWeightedRandom}, false, 0x223c414fc5263fd6ull},
+  };
+  for (const Golden& g : goldens) {
+    const std::vector<float> weights(w.begin(), w.begin() + g.spec.num_samples);
+    auto plan = backend->PlanEpoch(g.spec, 1, g.weighted ? weights : std::vector<float>());
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(Fnv1a(testutil::PlanIndices(*plan)), g.hash)
+        << std::hex << "0x" << Fnv1a(testutil::PlanIndices(*plan));
+  }
+}
+
 std::vector<SampleLossStats> Stats(const std::vector<float>& ema,
                                    const std::vector<uint32_t>& count,
                                    const std::vector<uint32_t>& last) {
