@@ -130,8 +130,8 @@ TEST(PlanTest, GoldenHashes) {
     bool weighted;
     uint64_t hash;
   } goldens[] = {
-      {{10000, 10000, 42, false, SampleOrder::kWeightedRandom}, false, 0x30ba9fa968d65fc3ull},
-      {{10000, 2500, 42, false, SampleOrder::kWeightedRandom}, true, 0xfe2c1ff739d995dcull},
+      {{10000, 10000, 42, false, SampleOrder::kWeightedRandom}, false, 0x962b6d1c0eb2cdabull},
+      {{10000, 2500, 42, false, SampleOrder::kWeightedRandom}, true, 0x0c7f18011290bc28ull},
       {{10000, 10000, 42, true, SampleOrder::kWeightedRandom}, true, 0x0fe722eeef7cddbaull},
       {{10000, 7000, 42, true, SampleOrder::kWeightedRandom}, false, 0xa841d9c84ca8cc6cull},
   };
@@ -862,6 +862,16 @@ TEST(PlanTest, BadInputsNameFieldAndValue) {
        {},
        absl::StatusCode::kInvalidArgument,
        "SEQUENTIAL"},
+      // The shuffle's limit, M <= 2^34 without replacement (checked before anything is
+      // allocated: these would need 128 GiB).
+      {{(uint64_t{1} << 34) + 1, (uint64_t{1} << 34) + 1, 0, false},
+       {},
+       absl::StatusCode::kInvalidArgument,
+       "spec.samples_per_epoch = 17179869185 without replacement: must be <= 17179869184"},
+      {{uint64_t{1} << 40, (uint64_t{1} << 34) + 1, 0, false},
+       {},
+       absl::StatusCode::kInvalidArgument,
+       "spec.samples_per_epoch = 17179869185 without replacement"},
   };
   for (const Bad& c : cases) {
     auto plan = backend->PlanEpoch(c.spec, 0, c.w);
