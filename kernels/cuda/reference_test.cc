@@ -93,24 +93,19 @@ TEST(ReferenceTest, PlansEqualTheCpuBackend) {
   EXPECT_GT(checked, 100);
 }
 
-// Past 2^21 inputs the CPU partitions in two levels (shuffle.h): M = N = 3e6 (b = 12) and M =
-// 2.2e6 of N = 3e6, uniform (the reference's selection is sequential: seconds for a weighted 3e6).
-TEST(ReferenceTest, PlansPastTheCpuTwoLevelPartitionEqualTheCpuBackend) {
+// Past 2^24 inputs the CPU partitions in two levels (shuffle.h): M = N = 2^24 + 1 (b = 15).
+TEST(ReferenceTest, PlanPastTheCpuTwoLevelPartitionEqualsTheCpuBackend) {
   std::unique_ptr<ComputeBackend> cpu = NewCpuBackend(2);
-  for (uint64_t m : {uint64_t{3'000'000}, uint64_t{2'200'000}}) {
-    PlanSpec spec;
-    spec.num_samples = 3'000'000;
-    spec.samples_per_epoch = m;
-    spec.seed = 99;
-    absl::StatusOr<samplerd::Plan> plan = cpu->PlanEpoch(spec, 5, {});
-    ASSERT_TRUE(plan.ok()) << plan.status();
-    reference::PlanInputs in;
-    in.n = spec.num_samples;
-    in.m = m;
-    in.seed = spec.seed;
-    in.epoch = 5;
-    EXPECT_EQ(reference::Plan(in, ShuffleBucketBits), ToVector(*plan)) << "m " << m;
-  }
+  PlanSpec spec;
+  spec.num_samples = spec.samples_per_epoch = (uint64_t{1} << 24) + 1;
+  spec.seed = 99;
+  absl::StatusOr<samplerd::Plan> plan = cpu->PlanEpoch(spec, 5, {});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  reference::PlanInputs in;
+  in.n = in.m = spec.num_samples;
+  in.seed = spec.seed;
+  in.epoch = 5;
+  EXPECT_EQ(reference::Plan(in, ShuffleBucketBits), ToVector(*plan));
 }
 
 TEST(ReferenceTest, SequentialPlanEqualsTheCpuBackend) {

@@ -25,11 +25,16 @@ namespace {
 constexpr uint64_t kBlock = 512;  // Inputs per batch of bucket numbers.
 // Bucket bits left to the second pass at most: its bucket numbers are kept in 16 bits.
 constexpr int kMaxLowBits = 16;
+// Bits of the first pass when there are two: its two writers' lines (value and low bits:
+// 2 x 1024 x 64 bytes) stay in L2. Measured at N = 1e7 and 1e8 on the 2-core build machine:
+// 8 to 11 top bits, 10 best or tied (bench/RESULTS.md).
+constexpr int kTwoLevelTopBits = 10;
 
-// Bits of the first partition pass for b bucket bits: at most max_top_bits (>= 1), at least
-// b - kMaxLowBits.
+// Bits of the first partition pass for b bucket bits: all of them when b <= max_top_bits (one
+// level); else min(max_top_bits, kTwoLevelTopBits), at least b - kMaxLowBits.
 int TopBits(int bits, int max_top_bits) {
-  return std::max(std::min(bits, max_top_bits), bits - kMaxLowBits);
+  if (bits <= max_top_bits) return bits;
+  return std::max(std::min(max_top_bits, kTwoLevelTopBits), bits - kMaxLowBits);
 }
 
 // Inputs 0..m-1.
@@ -172,8 +177,8 @@ void Shuffle(int threads, uint64_t seed, uint64_t epoch, const Source& source, a
     return;
   }
   // The stable partition by the b bucket bits runs in two levels when b is large: pass A
-  // scatters by the top `top_bits` (few enough buckets for their write-combining lines to stay
-  // in L2), keeping each input's remaining `low_bits` in `low` (in the same order as `out`);
+  // scatters by the top `top_bits` (few enough buckets for both writers' lines to stay in L2),
+  // keeping each input's remaining `low_bits` in `low` (in the same order as `out`);
   // pass B partitions each top-level bucket by those (stable: a counting sort). Both levels
   // are stable, so every final bucket holds its inputs in input order, as one level would.
   const int top_bits = TopBits(bits, max_top_bits);

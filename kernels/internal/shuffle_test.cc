@@ -70,13 +70,12 @@ TEST(ShuffleTest, BucketBits) {
   EXPECT_EQ(ShuffleBucketBits(gpu::kMaxShuffleInputs + 1), 25);  // Beyond the limit.
 }
 
-// Sizes on both sides of the one-bucket path (1024), of bucket-count changes and of the
-// two-level path (2^21 = 1024 * 2^11); thread counts that split the inputs at positions that
+// Sizes on both sides of the one-bucket path (1024) and of bucket-count changes (the two-level
+// path, beyond 2^24 inputs, has its own test below); thread counts that split the inputs at positions that
 // are not multiples of 4 (one Philox block holds the buckets of 4 inputs).
 TEST(ShuffleTest, RangeEqualsDefinitionForAnyThreadCount) {
   for (uint64_t m : {uint64_t{1}, uint64_t{2}, uint64_t{100}, uint64_t{1023}, uint64_t{1024},
-                     uint64_t{1025}, uint64_t{65537}, uint64_t{1'000'003},
-                     (uint64_t{1} << 21) + 1}) {
+                     uint64_t{1025}, uint64_t{65537}, uint64_t{1'000'003}}) {
     const std::vector<uint32_t> want = ReferenceShuffle<uint32_t>(11, 4, Iota(m));
     for (int threads : {1, 3, 4}) {
       std::vector<uint32_t> got(m);
@@ -92,13 +91,20 @@ TEST(ShuffleTest, RangeEqualsDefinitionForAnyThreadCount) {
 }
 
 // The two-level partition (pass A by the top bits, pass B by the rest) against the one-level
-// reference: small inputs with the first pass forced down to 1-5 bits, so that both levels,
-// top-level buckets of every size and sub-buckets of 1 to 2^7 run here in milliseconds.
+// reference: small inputs with the first pass forced down to 1-5 bits (and to b - 1), so that
+// both levels, top-level buckets of every size and sub-buckets of 1 to 2^9 run here in
+// milliseconds.
 TEST(ShuffleTest, TwoLevelPartitionEqualsOneLevelDefinition) {
-  for (uint64_t m : {uint64_t{1025}, uint64_t{3000}, uint64_t{40'000}, uint64_t{131'073}}) {
+  for (uint64_t m : {uint64_t{1025}, uint64_t{3000}, uint64_t{40'000}, uint64_t{131'073},
+                     uint64_t{1'000'003}}) {
     const int bits = ShuffleBucketBits(m);
     const std::vector<uint32_t> want = ReferenceShuffle<uint32_t>(21, 8, Iota(m));
-    for (int top_bits = 1; top_bits <= std::min(bits, 5); ++top_bits) {
+    std::vector<int> splits;
+    for (int top_bits = 1; top_bits <= std::min(bits - 1, 5); ++top_bits) {
+      splits.push_back(top_bits);
+    }
+    if (bits > 6) splits.push_back(bits - 1);
+    for (int top_bits : splits) {
       for (int threads : {1, 3}) {
         std::vector<uint32_t> got(m);
         ShuffleRange(threads, 21, 8, absl::MakeSpan(got), top_bits);
