@@ -10,8 +10,8 @@
 
 #include "kernels/cuda/plan_math.h"
 #include "kernels/internal/parallel.h"
-#include "kernels/large_array.h"
 #include "kernels/internal/philox_batch.h"
+#include "kernels/large_array.h"
 #include "kernels/philox.h"
 
 #if defined(__SSE2__)
@@ -316,8 +316,7 @@ uint64_t ShuffleScratchBytes(int threads, uint64_t m) {
 }
 
 template <typename T>
-void ShuffleRange(int threads, uint64_t seed, uint64_t epoch, absl::Span<T> out,
-                  int max_top_bits) {
+void ShuffleRange(int threads, uint64_t seed, uint64_t epoch, absl::Span<T> out, int max_top_bits) {
   Shuffle(threads, seed, epoch, RangeSource{}, out, max_top_bits);
 }
 

@@ -71,8 +71,8 @@ TEST(ShuffleTest, BucketBits) {
 }
 
 // Sizes on both sides of the one-bucket path (1024) and of bucket-count changes (the two-level
-// path, beyond 2^24 inputs, has its own test below); thread counts that split the inputs at positions that
-// are not multiples of 4 (one Philox block holds the buckets of 4 inputs).
+// path, beyond 2^24 inputs, has its own test below); thread counts that split the inputs at
+// positions that are not multiples of 4 (one Philox block holds the buckets of 4 inputs).
 TEST(ShuffleTest, RangeEqualsDefinitionForAnyThreadCount) {
   for (uint64_t m : {uint64_t{1}, uint64_t{2}, uint64_t{100}, uint64_t{1023}, uint64_t{1024},
                      uint64_t{1025}, uint64_t{65537}, uint64_t{1'000'003}}) {
@@ -95,8 +95,8 @@ TEST(ShuffleTest, RangeEqualsDefinitionForAnyThreadCount) {
 // both levels, top-level buckets of every size and sub-buckets of 1 to 2^9 run here in
 // milliseconds.
 TEST(ShuffleTest, TwoLevelPartitionEqualsOneLevelDefinition) {
-  for (uint64_t m : {uint64_t{1025}, uint64_t{3000}, uint64_t{40'000}, uint64_t{131'073},
-                     uint64_t{1'000'003}}) {
+  for (uint64_t m :
+       {uint64_t{1025}, uint64_t{3000}, uint64_t{40'000}, uint64_t{131'073}, uint64_t{1'000'003}}) {
     const int bits = ShuffleBucketBits(m);
     const std::vector<uint32_t> want = ReferenceShuffle<uint32_t>(21, 8, Iota(m));
     std::vector<int> splits;
@@ -108,8 +108,7 @@ TEST(ShuffleTest, TwoLevelPartitionEqualsOneLevelDefinition) {
       for (int threads : {1, 3}) {
         std::vector<uint32_t> got(m);
         ShuffleRange(threads, 21, 8, absl::MakeSpan(got), top_bits);
-        ASSERT_EQ(got, want) << "m = " << m << ", top bits " << top_bits << ", threads "
-                             << threads;
+        ASSERT_EQ(got, want) << "m = " << m << ", top bits " << top_bits << ", threads " << threads;
       }
     }
     // Inputs from an array, 64-bit output.
