@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/plan_math.h"
 #include "kernels/det_math.h"
 #include "kernels/exact_sum.h"
 #include "kernels/internal/draw_table.h"
@@ -37,6 +38,13 @@ absl::Status ValidatePlanInputs(const PlanSpec& spec, absl::Span<const float> we
     return absl::InvalidArgumentError(absl::StrCat("samples_per_epoch = ", spec.samples_per_epoch,
                                                    " exceeds num_samples = ", spec.num_samples,
                                                    " without replacement"));
+  }
+  if (!spec.replacement && spec.order == SampleOrder::kWeightedRandom &&
+      spec.samples_per_epoch > gpu::kMaxShuffleInputs) {
+    // The shuffle's swap counters (bucket * 2^40 + t / 4) leave 24 bits for the bucket.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec.samples_per_epoch = ", spec.samples_per_epoch, " without replacement: must be <= ",
+        gpu::kMaxShuffleInputs, " (2^34, the largest shuffle of docs/SAMPLING.md)"));
   }
   if (spec.order == SampleOrder::kSequential &&
       (spec.replacement || spec.samples_per_epoch != spec.num_samples)) {

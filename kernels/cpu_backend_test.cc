@@ -130,14 +130,38 @@ TEST(PlanTest, GoldenHashes) {
     bool weighted;
     uint64_t hash;
   } goldens[] = {
-      {{10000, 10000, 42, false, SampleOrder::kWeightedRandom}, false, 0x30ba9fa968d65fc3ull},
-      {{10000, 2500, 42, false, SampleOrder::kWeightedRandom}, true, 0xfe2c1ff739d995dcull},
+      {{10000, 10000, 42, false, SampleOrder::kWeightedRandom}, false, 0x962b6d1c0eb2cdabull},
+      {{10000, 2500, 42, false, SampleOrder::kWeightedRandom}, true, 0x0c7f18011290bc28ull},
       {{10000, 10000, 42, true, SampleOrder::kWeightedRandom}, true, 0x0fe722eeef7cddbaull},
       {{10000, 7000, 42, true, SampleOrder::kWeightedRandom}, false, 0xa841d9c84ca8cc6cull},
   };
   for (const Golden& g : goldens) {
     auto plan = backend->PlanEpoch(g.spec, 1, g.weighted ? w : std::vector<float>());
     ASSERT_TRUE(plan.ok());
+    EXPECT_EQ(Fnv1a(testutil::PlanIndices(*plan)), g.hash)
+        << std::hex << "0x" << Fnv1a(testutil::PlanIndices(*plan));
+  }
+}
+
+// Plans without replacement of M <= 1024 have one shuffle bucket (b = 0) under every bucket
+// rule the definition has had, so these hashes must survive a change of that rule.
+TEST(PlanTest, GoldenHashesOfOneShuffleBucket) {
+  auto backend = NewCpuBackend(2);
+  const std::vector<float> w = RandomWeights(5000, 9, 0.1);
+  struct Golden {
+    PlanSpec spec;
+    bool weighted;
+    uint64_t hash;
+  } goldens[] = {
+      {{1000, 1000, 42, false, SampleOrder::kWeightedRandom}, false, 0x651b264d2784754bull},
+      {{1024, 1024, 7, false, SampleOrder::kWeightedRandom}, false, 0xb321bf632bece5c7ull},
+      {{5000, 1024, 42, false, SampleOrder::kWeightedRandom}, true, 0xc2c372ba9e3312f0ull},
+      {{5000, 300, 3, false, SampleOrder::kWeightedRandom}, false, 0x223c414fc5263fd6ull},
+  };
+  for (const Golden& g : goldens) {
+    const std::vector<float> weights(w.begin(), w.begin() + g.spec.num_samples);
+    auto plan = backend->PlanEpoch(g.spec, 1, g.weighted ? weights : std::vector<float>());
+    ASSERT_TRUE(plan.ok()) << plan.status();
     EXPECT_EQ(Fnv1a(testutil::PlanIndices(*plan)), g.hash)
         << std::hex << "0x" << Fnv1a(testutil::PlanIndices(*plan));
   }
@@ -838,6 +862,16 @@ TEST(PlanTest, BadInputsNameFieldAndValue) {
        {},
        absl::StatusCode::kInvalidArgument,
        "SEQUENTIAL"},
+      // The shuffle's limit, M <= 2^34 without replacement (checked before anything is
+      // allocated: these would need 128 GiB).
+      {{(uint64_t{1} << 34) + 1, (uint64_t{1} << 34) + 1, 0, false},
+       {},
+       absl::StatusCode::kInvalidArgument,
+       "spec.samples_per_epoch = 17179869185 without replacement: must be <= 17179869184"},
+      {{uint64_t{1} << 40, (uint64_t{1} << 34) + 1, 0, false},
+       {},
+       absl::StatusCode::kInvalidArgument,
+       "spec.samples_per_epoch = 17179869185 without replacement"},
   };
   for (const Bad& c : cases) {
     auto plan = backend->PlanEpoch(c.spec, 0, c.w);

@@ -47,6 +47,12 @@ SAMPLERD_HD int ShuffleBucketBits(uint64_t m) {
   return bits;
 }
 
+// The largest shuffle (M without replacement) the definition allows: SwapWords counts from
+// B * 2^40 in a 64-bit counter, so bucket numbers B < 2^24, b <= 24 bits and M <= 1024 * 2^24
+// = 2^34. PlanEpoch rejects larger M without replacement (INVALID_ARGUMENT).
+constexpr uint64_t kMaxShuffleBucketBits = 24;
+constexpr uint64_t kMaxShuffleInputs = kShuffleBucketTarget << kMaxShuffleBucketBits;
+
 // B_k: the top `bits` bits of word k mod 4 of RandomBlock(seed, epoch, 2, k / 4); 0 for bits 0.
 SAMPLERD_HD uint32_t ShuffleBucketOf(uint64_t seed, uint64_t epoch, int bits, uint64_t k) {
   if (bits == 0) return 0;

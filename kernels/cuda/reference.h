@@ -23,8 +23,8 @@ std::vector<uint64_t> SelectEfraimidisSpirakis(uint64_t seed, uint64_t epoch, ui
                                                uint64_t m, const float* weights);
 
 // The shuffle of `inputs` with 2^bucket_bits buckets: partition by ShuffleBucketOf (stable),
-// then each bucket's Fisher-Yates with its SwapWords. bucket_bits: ShuffleBucketBits(m) for the
-// GPU definition (a parameter so that the test can also check the CPU backend's current rule).
+// then each bucket's Fisher-Yates with its SwapWords. bucket_bits: ShuffleBucketBits(m), the
+// definition's rule for both backends (a parameter so that tests can try other bucket counts).
 std::vector<uint64_t> Shuffle(uint64_t seed, uint64_t epoch, const std::vector<uint64_t>& inputs,
                               int bucket_bits);
 

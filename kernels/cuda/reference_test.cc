@@ -20,15 +20,6 @@ namespace samplerd {
 namespace gpu {
 namespace {
 
-// The CPU backend's shuffle bucket rule until the GPU-friendly definition is merged (b = min(12,
-// the smallest b with M <= 4096 * 2^b)). After the merge the CPU uses ShuffleBucketBits of
-// plan_math.h; then this function is ShuffleBucketBits and the GPU's rule is checked end to end.
-int CpuBucketBitsToday(uint64_t m) {
-  int bits = 0;
-  while (bits < 12 && (uint64_t{4096} << bits) < m) ++bits;
-  return bits;
-}
-
 std::vector<uint64_t> ToVector(const samplerd::Plan& plan) {
   std::vector<uint64_t> out(plan.size());
   for (uint64_t p = 0; p < plan.size(); ++p) out[p] = plan[p];
@@ -64,8 +55,8 @@ uint64_t Positive(const std::vector<float>& w) {
 TEST(ReferenceTest, PlansEqualTheCpuBackend) {
   std::unique_ptr<ComputeBackend> cpu = NewCpuBackend(2);
   int checked = 0;
-  // 70000 passes the CPU selection's small-input path (65536); 5000 and 70000 have 2 and 32
-  // shuffle buckets today.
+  // 70000 passes the CPU selection's small-input path (65536); 5000 and 70000 have 8 and 128
+  // shuffle buckets.
   for (uint64_t n : {1ull, 2ull, 7ull, 100ull, 5000ull, 70000ull}) {
     for (const char* kind : {"uniform", "random", "ties", "zeros", "extreme"}) {
       const std::vector<float> w =
@@ -91,7 +82,7 @@ TEST(ReferenceTest, PlansEqualTheCpuBackend) {
           in.weights = w.empty() ? nullptr : w.data();
           // M == N without replacement ignores the weights (every index once), as the CPU.
           if (!replacement && m == n) in.weights = nullptr;
-          ASSERT_EQ(reference::Plan(in, CpuBucketBitsToday), ToVector(*plan))
+          ASSERT_EQ(reference::Plan(in, ShuffleBucketBits), ToVector(*plan))
               << "n " << n << " m " << m << " weights " << kind << " replacement "
               << replacement;
           ++checked;
@@ -100,6 +91,21 @@ TEST(ReferenceTest, PlansEqualTheCpuBackend) {
     }
   }
   EXPECT_GT(checked, 100);
+}
+
+// Past 2^24 inputs the CPU partitions in two levels (shuffle.h): M = N = 2^24 + 1 (b = 15).
+TEST(ReferenceTest, PlanPastTheCpuTwoLevelPartitionEqualsTheCpuBackend) {
+  std::unique_ptr<ComputeBackend> cpu = NewCpuBackend(2);
+  PlanSpec spec;
+  spec.num_samples = spec.samples_per_epoch = (uint64_t{1} << 24) + 1;
+  spec.seed = 99;
+  absl::StatusOr<samplerd::Plan> plan = cpu->PlanEpoch(spec, 5, {});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  reference::PlanInputs in;
+  in.n = in.m = spec.num_samples;
+  in.seed = spec.seed;
+  in.epoch = 5;
+  EXPECT_EQ(reference::Plan(in, ShuffleBucketBits), ToVector(*plan));
 }
 
 TEST(ReferenceTest, SequentialPlanEqualsTheCpuBackend) {

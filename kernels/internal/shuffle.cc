@@ -2,12 +2,16 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cmath>
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
+#include "kernels/cuda/plan_math.h"
 #include "kernels/internal/parallel.h"
 #include "kernels/internal/philox_batch.h"
+#include "kernels/large_array.h"
 #include "kernels/philox.h"
 
 #if defined(__SSE2__)
@@ -18,9 +22,20 @@ namespace samplerd {
 namespace internal {
 namespace {
 
-constexpr uint64_t kBucketTarget = 4096;  // Inputs per bucket, at most (up to 2^24 inputs).
-constexpr int kMaxBucketBits = 12;        // 4096 buckets: their write buffers (256 KiB) fit in L2.
-constexpr uint64_t kBlock = 512;          // Inputs per batch of bucket numbers.
+constexpr uint64_t kBlock = 512;  // Inputs per batch of bucket numbers.
+// Bucket bits left to the second pass at most: its bucket numbers are kept in 16 bits.
+constexpr int kMaxLowBits = 16;
+// Bits of the first pass when there are two: its two writers' lines (value and low bits:
+// 2 x 1024 x 64 bytes) stay in L2. Measured at N = 1e7 and 1e8 on the 2-core build machine:
+// 8 to 11 top bits, 10 best or tied (bench/RESULTS.md).
+constexpr int kTwoLevelTopBits = 10;
+
+// Bits of the first partition pass for b bucket bits: all of them when b <= max_top_bits (one
+// level); else min(max_top_bits, kTwoLevelTopBits), at least b - kMaxLowBits.
+int TopBits(int bits, int max_top_bits) {
+  if (bits <= max_top_bits) return bits;
+  return std::max(std::min(max_top_bits, kTwoLevelTopBits), bits - kMaxLowBits);
+}
 
 // Inputs 0..m-1.
 struct RangeSource {
@@ -150,103 +165,174 @@ class LineWriter {
 };
 
 template <typename T, typename Source>
-void Shuffle(int threads, uint64_t seed, uint64_t epoch, const Source& source, absl::Span<T> out) {
+void Shuffle(int threads, uint64_t seed, uint64_t epoch, const Source& source, absl::Span<T> out,
+             int max_top_bits) {
+  assert(max_top_bits >= 1);
   const uint64_t m = out.size();
-  const int bits = ShuffleBucketBits(m);
+  assert(m <= gpu::kMaxShuffleInputs);
+  const int bits = gpu::ShuffleBucketBits(m);
   if (bits == 0) {  // One bucket: the inputs in order, shuffled.
     for (uint64_t k = 0; k < m; ++k) out[k] = static_cast<T>(source.Value(k));
     if (m > 1) FisherYates(seed, epoch, 0, out.data(), m);
     return;
   }
-  const uint64_t buckets = uint64_t{1} << bits;
+  // The stable partition by the b bucket bits runs in two levels when b is large: pass A
+  // scatters by the top `top_bits` (few enough buckets for both writers' lines to stay in L2),
+  // keeping each input's remaining `low_bits` in `low` (in the same order as `out`);
+  // pass B partitions each top-level bucket by those (stable: a counting sort). Both levels
+  // are stable, so every final bucket holds its inputs in input order, as one level would.
+  const int top_bits = TopBits(bits, max_top_bits);
+  const int low_bits = bits - top_bits;
+  const uint64_t top_buckets = uint64_t{1} << top_bits;
+  const uint32_t low_mask = (uint32_t{1} << low_bits) - 1;
+  LargeVector<uint16_t> low;
+  if (low_bits > 0) low.resize(m);  // Not zero-filled: pass A writes every entry.
 
-  // Pass 1: per-thread bucket histograms over a static split of the inputs (pass 2 uses the
-  // same split, so every bucket receives its inputs in input order whatever the split).
+  // Pass A1: per-thread top-level histograms over a static split of the inputs (pass A2 uses
+  // the same split, so every bucket receives its inputs in input order whatever the split).
   const int t_count = std::max(1, threads);
-  std::vector<std::vector<uint64_t>> cursor(t_count, std::vector<uint64_t>(buckets, 0));
+  std::vector<std::vector<uint64_t>> cursor(t_count, std::vector<uint64_t>(top_buckets, 0));
   ParallelForThreads(t_count, m, [&](int t, uint64_t b, uint64_t e) {
     uint32_t bucket[kBlock];
     std::vector<uint64_t>& h = cursor[t];
     for (uint64_t k = b; k < e; k += kBlock) {
       const uint64_t count = std::min(kBlock, e - k);
       BucketsOf(seed, epoch, bits, k, count, bucket);
-      for (uint64_t i = 0; i < count; ++i) ++h[bucket[i]];
+      for (uint64_t i = 0; i < count; ++i) ++h[bucket[i] >> low_bits];
     }
   });
-  // Bucket starts, and the start of each (thread, bucket) region within its bucket.
-  std::vector<uint64_t> bucket_start(buckets + 1);
-  uint64_t running = 0;
-  for (uint64_t b = 0; b < buckets; ++b) {
-    bucket_start[b] = running;
+  // Top-level bucket starts, and the start of each (thread, bucket) region within its bucket.
+  std::vector<uint64_t> top_start(top_buckets + 1);
+  uint64_t running = 0, largest = 0;
+  for (uint64_t b = 0; b < top_buckets; ++b) {
+    top_start[b] = running;
     for (int t = 0; t < t_count; ++t) {
       const uint64_t c = cursor[t][b];
       cursor[t][b] = running;
       running += c;
     }
+    largest = std::max(largest, running - top_start[b]);
   }
-  bucket_start[buckets] = running;
+  top_start[top_buckets] = running;
 
-  // Pass 2: the bucket numbers again, and the inputs scattered into their buckets.
+  // Pass A2: the bucket numbers again; the inputs, and their low bucket bits, scattered into
+  // their top-level buckets.
   const std::vector<std::vector<uint64_t>> region_start = cursor;
+  std::vector<std::vector<uint64_t>> low_cursor;
+  if (low_bits > 0) low_cursor = cursor;
   ParallelForThreads(t_count, m, [&](int t, uint64_t b, uint64_t e) {
-    LineWriter<T> writer(out.data(), cursor[t].data(), region_start[t].data(), buckets);
+    LineWriter<T> writer(out.data(), cursor[t].data(), region_start[t].data(), top_buckets);
     uint32_t bucket[kBlock];
-    for (uint64_t k = b; k < e; k += kBlock) {
-      const uint64_t count = std::min(kBlock, e - k);
-      BucketsOf(seed, epoch, bits, k, count, bucket);
-      for (uint64_t i = 0; i < count; ++i) {
-        writer.Push(bucket[i], static_cast<T>(source.Value(k + i)));
+    if (low_bits == 0) {
+      for (uint64_t k = b; k < e; k += kBlock) {
+        const uint64_t count = std::min(kBlock, e - k);
+        BucketsOf(seed, epoch, bits, k, count, bucket);
+        for (uint64_t i = 0; i < count; ++i) {
+          writer.Push(bucket[i], static_cast<T>(source.Value(k + i)));
+        }
       }
+    } else {
+      LineWriter<uint16_t> low_writer(low.data(), low_cursor[t].data(), region_start[t].data(),
+                                      top_buckets);
+      for (uint64_t k = b; k < e; k += kBlock) {
+        const uint64_t count = std::min(kBlock, e - k);
+        BucketsOf(seed, epoch, bits, k, count, bucket);
+        for (uint64_t i = 0; i < count; ++i) {
+          const uint32_t top = bucket[i] >> low_bits;
+          writer.Push(top, static_cast<T>(source.Value(k + i)));
+          low_writer.Push(top, static_cast<uint16_t>(bucket[i] & low_mask));
+        }
+      }
+      low_writer.Finish();
     }
     writer.Finish();
   });
 
-  // Pass 3: every bucket shuffled on its own.
-  ParallelForChunks(threads, buckets, 16, [&](uint64_t, uint64_t b0, uint64_t b1) {
-    for (uint64_t b = b0; b < b1; ++b) {
-      FisherYates(seed, epoch, b, out.data() + bucket_start[b],
-                  bucket_start[b + 1] - bucket_start[b]);
+  // Pass B: every top-level bucket on its own (in L2): partitioned by its low bits, then every
+  // final bucket B = (top << low_bits) | low shuffled.
+  constexpr uint64_t kTopGrain = 8;
+  ParallelForChunks(threads, top_buckets, kTopGrain, [&](uint64_t, uint64_t b0, uint64_t b1) {
+    if (low_bits == 0) {
+      for (uint64_t top = b0; top < b1; ++top) {
+        FisherYates(seed, epoch, top, out.data() + top_start[top],
+                    top_start[top + 1] - top_start[top]);
+      }
+      return;
+    }
+    std::unique_ptr<T[]> copy(new T[largest]);  // Not zero-filled: each use writes it first.
+    std::vector<uint64_t> sub_start((uint64_t{1} << low_bits) + 1);
+    for (uint64_t top = b0; top < b1; ++top) {
+      const uint64_t s = top_start[top], n = top_start[top + 1] - s;
+      T* a = out.data() + s;
+      const uint16_t* l = low.data() + s;
+      std::fill(sub_start.begin(), sub_start.end(), 0);
+      for (uint64_t i = 0; i < n; ++i) ++sub_start[l[i] + 1];
+      for (uint64_t j = 1; j < sub_start.size(); ++j) sub_start[j] += sub_start[j - 1];
+      std::copy(a, a + n, copy.get());
+      for (uint64_t i = 0; i < n; ++i) a[sub_start[l[i]]++] = copy[i];
+      // Now sub_start[j] is the end of sub-bucket j.
+      uint64_t first = 0;
+      for (uint64_t j = 0; j + 1 < sub_start.size(); ++j) {
+        FisherYates(seed, epoch, (top << low_bits) | j, a + first, sub_start[j] - first);
+        first = sub_start[j];
+      }
     }
   });
 }
 
-}  // namespace
-
-int ShuffleBucketBits(uint64_t m) {
-  int bits = 0;
-  while (bits < kMaxBucketBits && (kBucketTarget << bits) < m) ++bits;
-  return bits;
+// The number of entries of the largest top-level bucket that ShuffleScratchBytes provides for:
+// its mean plus 16 standard deviations (and 64). Buckets are binomial; by Chernoff's bound a
+// bucket exceeds this with probability below e^-30 even for tiny means (e^-120 at the sizes
+// where it matters), so the estimate holds for every seed that will ever be used.
+uint64_t LargestTopBucketBound(uint64_t m, int top_bits) {
+  const double mean = static_cast<double>(m) / static_cast<double>(uint64_t{1} << top_bits);
+  const double bound = mean + 16.0 * std::sqrt(mean) + 64.0;
+  return std::min<uint64_t>(m, static_cast<uint64_t>(bound));
 }
 
+}  // namespace
+
 uint64_t ShuffleScratchBytes(int threads, uint64_t m) {
-  const int bits = ShuffleBucketBits(m);
+  const int bits = gpu::ShuffleBucketBits(std::min(m, gpu::kMaxShuffleInputs));
   if (bits == 0) return 0;  // Shuffled in place.
-  const uint64_t buckets = uint64_t{1} << bits;
+  const int top_bits = TopBits(bits, kMaxShuffleTopBits);
+  const int low_bits = bits - top_bits;
+  const uint64_t top_buckets = uint64_t{1} << top_bits;
   const uint64_t t_count = static_cast<uint64_t>(std::max(1, threads));
-  // cursor and region_start (t_count x buckets each), bucket_start, and per thread one
-  // LineWriter: buckets + 1 lines of 64 bytes.
-  return t_count * buckets * 2 * sizeof(uint64_t) + (buckets + 1) * sizeof(uint64_t) +
-         t_count * (buckets + 1) * 64;
+  // cursor and region_start (t_count x top_buckets each), top_start, and per thread one
+  // LineWriter: top_buckets + 1 lines of 64 bytes.
+  uint64_t bytes = t_count * top_buckets * 2 * sizeof(uint64_t) +
+                   (top_buckets + 1) * sizeof(uint64_t) + t_count * (top_buckets + 1) * 64;
+  if (low_bits > 0) {
+    // The low bucket bits (2 bytes per input), their cursors and LineWriters; in pass B per
+    // thread a copy of the largest top-level bucket (at most 8 bytes per entry) and the
+    // sub-bucket starts.
+    bytes += LargeArrayBytes(m * sizeof(uint16_t)) + t_count * top_buckets * sizeof(uint64_t) +
+             t_count * (top_buckets + 1) * 64 +
+             t_count * (LargestTopBucketBound(m, top_bits) * sizeof(uint64_t) +
+                        ((uint64_t{1} << low_bits) + 1) * sizeof(uint64_t));
+  }
+  return bytes;
 }
 
 template <typename T>
-void ShuffleRange(int threads, uint64_t seed, uint64_t epoch, absl::Span<T> out) {
-  Shuffle(threads, seed, epoch, RangeSource{}, out);
+void ShuffleRange(int threads, uint64_t seed, uint64_t epoch, absl::Span<T> out, int max_top_bits) {
+  Shuffle(threads, seed, epoch, RangeSource{}, out, max_top_bits);
 }
 
 template <typename T>
 void ShuffleIndices(int threads, uint64_t seed, uint64_t epoch, absl::Span<const uint64_t> indices,
-                    absl::Span<T> out) {
+                    absl::Span<T> out, int max_top_bits) {
   assert(indices.size() == out.size());
-  Shuffle(threads, seed, epoch, ArraySource{indices.data()}, out);
+  Shuffle(threads, seed, epoch, ArraySource{indices.data()}, out, max_top_bits);
 }
 
-template void ShuffleRange(int, uint64_t, uint64_t, absl::Span<uint32_t>);
-template void ShuffleRange(int, uint64_t, uint64_t, absl::Span<uint64_t>);
+template void ShuffleRange(int, uint64_t, uint64_t, absl::Span<uint32_t>, int);
+template void ShuffleRange(int, uint64_t, uint64_t, absl::Span<uint64_t>, int);
 template void ShuffleIndices(int, uint64_t, uint64_t, absl::Span<const uint64_t>,
-                             absl::Span<uint32_t>);
+                             absl::Span<uint32_t>, int);
 template void ShuffleIndices(int, uint64_t, uint64_t, absl::Span<const uint64_t>,
-                             absl::Span<uint64_t>);
+                             absl::Span<uint64_t>, int);
 
 }  // namespace internal
 }  // namespace samplerd

@@ -2,9 +2,11 @@
 // each bucket (Sanders, "Random permutations on distributed, external and hierarchical memory",
 // IPL 1998).
 //
-// Definition (what every backend must return), for the inputs x_0, ..., x_{m-1} in their given
-// order, with words(stream, c) = the four 32-bit words of RandomBlock(seed, epoch, stream, c):
-//   1. b = ShuffleBucketBits(m). Input k goes to bucket
+// Definition (what every backend must return; docs/SAMPLING.md), for the inputs x_0, ...,
+// x_{m-1} in their given order, with words(stream, c) = the four 32-bit words of
+// RandomBlock(seed, epoch, stream, c):
+//   1. b = gpu::ShuffleBucketBits(m): the smallest b with m <= 1024 * 2^b (kernels/cuda/
+//      plan_math.h, the one home of the rule, shared with the device). Input k goes to bucket
 //        B_k = the top b bits of words(kShuffle, k / 4)[k % 4]    (B_k = 0 when b = 0).
 //   2. The output lists bucket 0, then bucket 1, ...; each bucket holds its inputs in input order.
 //   3. Each bucket B (n entries, a[0, n)) is shuffled by Fisher-Yates: for i = n-1 down to 1,
@@ -13,15 +15,25 @@
 //      multiply-shift with rejection (exact): j = (u * (i+1)) >> 32, drawing u again while the
 //      low 32 bits of u * (i+1) are below 2^32 mod (i+1).
 // The result is a uniformly random permutation: every input lands in an independent, uniformly
-// random bucket, and every bucket is permuted uniformly. It needs m < 2^40 (a plan of 8 TiB).
+// random bucket, and every bucket is permuted uniformly. The counter layout B * 2^40 + t / 4
+// needs B < 2^24, so m <= gpu::kMaxShuffleInputs = 2^34 (PlanEpoch rejects larger plans without
+// replacement).
 //
-// Why this and not a sort by random keys: a key per input costs a full Philox call; here an
-// input costs half a 32-bit word for its bucket (computed twice) and one word for its swap, and
-// a bucket (~2400 inputs at 1e7) stays in the L1 cache while it is shuffled. A GPU computes the
-// same: a stable partition by bucket (CUB radix sort on b bits), then one bucket per thread block
-// in shared memory.
+// Why buckets of 512-1024 inputs on average (m > 1024): a GPU shuffles each bucket in shared
+// memory, one thread block per group of buckets, after a stable partition by bucket; and the
+// bucket of an input is recomputed from k in any pass (no carried state).
 //
-// Results do not depend on `threads`. Thread-safe (pure).
+// How the CPU computes it: when b <= max_top_bits (default kMaxShuffleTopBits = 14, i.e.
+// m <= 2^24), one stable scatter by bucket through 64-byte write-combining lines, then
+// Fisher-Yates per bucket. Beyond, a two-level stable partition: pass A scatters by the top 10
+// bits (1024 buckets: the lines of both writers stay in L2), carrying each input's remaining
+// bucket bits in a 16-bit side array; pass B, in parallel over the top-level buckets, partitions
+// each one by those bits (a counting sort, in L2) and runs Fisher-Yates on its final buckets.
+// An input costs half a 32-bit Philox word for its bucket (computed twice) and one word for its
+// swap. (A two-level pass at 2^24 and below measured ~1.6x slower than one level at N = 1e7:
+// two scattered writes per input instead of one.)
+//
+// Results depend neither on `threads` nor on `max_top_bits`. Thread-safe (pure).
 #ifndef SAMPLERD_KERNELS_INTERNAL_SHUFFLE_H_
 #define SAMPLERD_KERNELS_INTERNAL_SHUFFLE_H_
 
@@ -32,24 +44,28 @@
 namespace samplerd {
 namespace internal {
 
-// b of the definition: the smallest b in [0, 12] with m <= 4096 * 2^b (so buckets average
-// 2048-4096 inputs up to m = 2^24, more beyond).
-int ShuffleBucketBits(uint64_t m);
+// The most bucket bits the CPU partitions in one pass (the one-level path, up to m = 2^24).
+constexpr int kMaxShuffleTopBits = 14;
 
 // out = the shuffle of the inputs 0, 1, ..., out.size() - 1. T: uint32_t (out.size() <= 2^32) or
-// uint64_t.
+// uint64_t. out.size() <= gpu::kMaxShuffleInputs. max_top_bits (>= 1) changes only how the
+// result is computed, never the result: tests lower it to run the two-level partition on small
+// inputs.
 template <typename T>
-void ShuffleRange(int threads, uint64_t seed, uint64_t epoch, absl::Span<T> out);
+void ShuffleRange(int threads, uint64_t seed, uint64_t epoch, absl::Span<T> out,
+                  int max_top_bits = kMaxShuffleTopBits);
 
 // out = the shuffle of `indices` (in their given order: the result depends on it). out.size()
-// must equal indices.size(); T as above (every index must fit in T).
+// must equal indices.size(); T and max_top_bits as above (every index must fit in T).
 template <typename T>
 void ShuffleIndices(int threads, uint64_t seed, uint64_t epoch, absl::Span<const uint64_t> indices,
-                    absl::Span<T> out);
+                    absl::Span<T> out, int max_top_bits = kMaxShuffleTopBits);
 
-// Memory that one Shuffle of m inputs allocates besides `out`, at most: the per-thread bucket
-// cursors and 64-byte write-combining lines (at most 4096 buckets: a few MiB even with many
-// threads).
+// Memory that one Shuffle of m inputs allocates besides `out` (at the default max_top_bits):
+// the per-thread cursors and 64-byte write-combining lines of the first pass's buckets (2^14 at
+// most: ~1.3 MiB per thread); and when m > 2^24 (two levels) the 16-bit side array (2 m bytes)
+// and, per thread, a copy of a top-level bucket (~m / 2^10 entries: bounded with 16 standard
+// deviations to spare, which no seed exceeds in practice).
 uint64_t ShuffleScratchBytes(int threads, uint64_t m);
 
 }  // namespace internal

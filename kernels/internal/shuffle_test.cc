@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cuda/plan_math.h"
 #include "kernels/philox.h"
 #include "kernels/testing/test_util.h"
 
@@ -16,7 +17,10 @@ namespace {
 
 using testutil::ChiSquarePValue;
 
-// The definition in shuffle.h, written as plainly as possible (one Philox block per word).
+using gpu::ShuffleBucketBits;
+
+// The definition in shuffle.h, written as plainly as possible (one Philox block per word, one
+// level of partition).
 template <typename T>
 std::vector<T> ReferenceShuffle(uint64_t seed, uint64_t epoch, const std::vector<uint64_t>& in) {
   const int bits = ShuffleBucketBits(in.size());
@@ -56,21 +60,22 @@ std::vector<uint64_t> Iota(uint64_t m) {
 
 TEST(ShuffleTest, BucketBits) {
   EXPECT_EQ(ShuffleBucketBits(0), 0);
-  EXPECT_EQ(ShuffleBucketBits(4096), 0);
-  EXPECT_EQ(ShuffleBucketBits(4097), 1);
-  EXPECT_EQ(ShuffleBucketBits(8192), 1);
-  EXPECT_EQ(ShuffleBucketBits(8193), 2);
-  EXPECT_EQ(ShuffleBucketBits(10'000'000), 12);
-  EXPECT_EQ(ShuffleBucketBits(uint64_t{1} << 24), 12);
-  EXPECT_EQ(ShuffleBucketBits(uint64_t{1} << 40), 12);
+  EXPECT_EQ(ShuffleBucketBits(1024), 0);
+  EXPECT_EQ(ShuffleBucketBits(1025), 1);
+  EXPECT_EQ(ShuffleBucketBits(2048), 1);
+  EXPECT_EQ(ShuffleBucketBits(2049), 2);
+  EXPECT_EQ(ShuffleBucketBits(10'000'000), 14);  // 610 inputs per bucket.
+  EXPECT_EQ(ShuffleBucketBits(uint64_t{1} << 31), 21);
+  EXPECT_EQ(ShuffleBucketBits(gpu::kMaxShuffleInputs), 24);
+  EXPECT_EQ(ShuffleBucketBits(gpu::kMaxShuffleInputs + 1), 25);  // Beyond the limit.
 }
 
-// Sizes on both sides of the one-bucket path (4096) and of bucket-count changes; thread counts
-// that split the inputs at positions that are not multiples of 4 (one Philox block holds the
-// buckets of 4 inputs).
+// Sizes on both sides of the one-bucket path (1024) and of bucket-count changes (the two-level
+// path, beyond 2^24 inputs, has its own test below); thread counts that split the inputs at
+// positions that are not multiples of 4 (one Philox block holds the buckets of 4 inputs).
 TEST(ShuffleTest, RangeEqualsDefinitionForAnyThreadCount) {
-  for (uint64_t m : {uint64_t{1}, uint64_t{2}, uint64_t{100}, uint64_t{4095}, uint64_t{4096},
-                     uint64_t{4097}, uint64_t{65537}, uint64_t{1'000'003}}) {
+  for (uint64_t m : {uint64_t{1}, uint64_t{2}, uint64_t{100}, uint64_t{1023}, uint64_t{1024},
+                     uint64_t{1025}, uint64_t{65537}, uint64_t{1'000'003}}) {
     const std::vector<uint32_t> want = ReferenceShuffle<uint32_t>(11, 4, Iota(m));
     for (int threads : {1, 3, 4}) {
       std::vector<uint32_t> got(m);
@@ -82,6 +87,37 @@ TEST(ShuffleTest, RangeEqualsDefinitionForAnyThreadCount) {
       ShuffleRange(2, 11, 4, absl::MakeSpan(got64));
       ASSERT_EQ(got64, std::vector<uint64_t>(want.begin(), want.end())) << "m = " << m;
     }
+  }
+}
+
+// The two-level partition (pass A by the top bits, pass B by the rest) against the one-level
+// reference: small inputs with the first pass forced down to 1-5 bits (and to b - 1), so that
+// both levels, top-level buckets of every size and sub-buckets of 1 to 2^9 run here in
+// milliseconds.
+TEST(ShuffleTest, TwoLevelPartitionEqualsOneLevelDefinition) {
+  for (uint64_t m :
+       {uint64_t{1025}, uint64_t{3000}, uint64_t{40'000}, uint64_t{131'073}, uint64_t{1'000'003}}) {
+    const int bits = ShuffleBucketBits(m);
+    const std::vector<uint32_t> want = ReferenceShuffle<uint32_t>(21, 8, Iota(m));
+    std::vector<int> splits;
+    for (int top_bits = 1; top_bits <= std::min(bits - 1, 5); ++top_bits) {
+      splits.push_back(top_bits);
+    }
+    if (bits > 6) splits.push_back(bits - 1);
+    for (int top_bits : splits) {
+      for (int threads : {1, 3}) {
+        std::vector<uint32_t> got(m);
+        ShuffleRange(threads, 21, 8, absl::MakeSpan(got), top_bits);
+        ASSERT_EQ(got, want) << "m = " << m << ", top bits " << top_bits << ", threads " << threads;
+      }
+    }
+    // Inputs from an array, 64-bit output.
+    std::vector<uint64_t> indices(m);
+    for (uint64_t k = 0; k < m; ++k) indices[k] = (uint64_t{1} << 33) + 5 * (m - k);
+    const std::vector<uint64_t> want64 = ReferenceShuffle<uint64_t>(21, 8, indices);
+    std::vector<uint64_t> got64(m);
+    ShuffleIndices(2, 21, 8, absl::MakeConstSpan(indices), absl::MakeSpan(got64), 2);
+    ASSERT_EQ(got64, want64) << "m = " << m;
   }
 }
 
@@ -147,10 +183,10 @@ TEST(ShuffleStatisticsTest, AllPermutationsOfFourAreEquallyLikely) {
 }
 
 TEST(ShuffleStatisticsTest, PositionsAreUniformAcrossBuckets) {
-  // m = 12295: 4 buckets of random sizes. For inputs at the start, middle and end, the output
+  // m = 3079: 4 buckets of random sizes. For inputs at the start, middle and end, the output
   // position (in 32 bins) is uniform over 6000 epochs; and input 0 precedes input 1 half the time
   // (they share a bucket a quarter of the time).
-  const uint64_t m = 3 * 4096 + 7, epochs = 6000, bins = 32;
+  const uint64_t m = 3 * 1024 + 7, epochs = 6000, bins = 32;
   ASSERT_EQ(ShuffleBucketBits(m), 2);
   const uint64_t tracked[] = {0, m / 2, m - 1};
   std::vector<std::vector<uint64_t>> position_bins(3, std::vector<uint64_t>(bins, 0));
@@ -169,6 +205,43 @@ TEST(ShuffleStatisticsTest, PositionsAreUniformAcrossBuckets) {
   // Binomial(6000, 1/2): |z| < 3.29 is p > 1e-3.
   const double z = (zero_first - epochs / 2.0) / std::sqrt(epochs / 4.0);
   EXPECT_LT(std::fabs(z), 3.29) << zero_first << " of " << epochs;
+}
+
+// Every element's output position, through the two-level path (b = 3, the first pass forced to
+// 1 bit): over 400 epochs each of the m = 5000 inputs falls in each of 8 position bins 50 times
+// on average. One chi-square over all m x 8 cells (m * 7 degrees of freedom; fixed seed), plus
+// the worst single input's p-value, Bonferroni-corrected. Also the order of adjacent pairs
+// (inputs 2i, 2i+1, which often share a bucket): first half the time.
+TEST(ShuffleStatisticsTest, EveryPositionIsUniformThroughTwoLevels) {
+  const uint64_t m = 5000, epochs = 400, bins = 8;
+  ASSERT_EQ(ShuffleBucketBits(m), 3);
+  std::vector<uint64_t> cells(m * bins, 0);
+  uint64_t pair_first = 0;
+  std::vector<uint32_t> p(m);
+  std::vector<uint64_t> where(m);
+  for (uint64_t e = 0; e < epochs; ++e) {
+    ShuffleRange(2, 4242, e, absl::MakeSpan(p), /*max_top_bits=*/1);
+    for (uint64_t pos = 0; pos < m; ++pos) where[p[pos]] = pos;
+    for (uint64_t k = 0; k < m; ++k) ++cells[k * bins + where[k] * bins / m];
+    for (uint64_t k = 0; k + 1 < m; k += 2) pair_first += where[k] < where[k + 1];
+  }
+  // Expected counts per cell: epochs x the share of positions in the bin (bins of 625).
+  const double expected = static_cast<double>(epochs) / bins;
+  double chi2 = 0, worst = 1;
+  for (uint64_t k = 0; k < m; ++k) {
+    double chi2_k = 0;
+    for (uint64_t b = 0; b < bins; ++b) {
+      const double d = cells[k * bins + b] - expected;
+      chi2_k += d * d / expected;
+    }
+    chi2 += chi2_k;
+    worst = std::min(worst, ChiSquarePValue(chi2_k, bins - 1));
+  }
+  EXPECT_GT(ChiSquarePValue(chi2, m * (bins - 1)), 1e-3) << "chi2 " << chi2;
+  EXPECT_GT(worst * m, 1e-3) << "the least uniform input";
+  const double pairs = (m / 2) * epochs;
+  const double z = (pair_first - pairs / 2) / std::sqrt(pairs / 4);
+  EXPECT_LT(std::fabs(z), 3.29) << pair_first << " of " << pairs;
 }
 
 }  // namespace
