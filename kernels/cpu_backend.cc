@@ -30,29 +30,7 @@ using internal::ParallelForChunks;
 constexpr uint64_t kGrain = 1 << 16;  // Items per chunk of element-wise work.
 
 absl::Status ValidatePlanInputs(const PlanSpec& spec, absl::Span<const float> weights) {
-  if (spec.num_samples == 0) return absl::InvalidArgumentError("num_samples = 0: must be >= 1");
-  if (spec.samples_per_epoch == 0) {
-    return absl::InvalidArgumentError("samples_per_epoch = 0: must be >= 1");
-  }
-  if (!spec.replacement && spec.samples_per_epoch > spec.num_samples) {
-    return absl::InvalidArgumentError(absl::StrCat("samples_per_epoch = ", spec.samples_per_epoch,
-                                                   " exceeds num_samples = ", spec.num_samples,
-                                                   " without replacement"));
-  }
-  if (!spec.replacement && spec.order == SampleOrder::kWeightedRandom &&
-      spec.samples_per_epoch > gpu::kMaxShuffleInputs) {
-    // The shuffle's swap counters (bucket * 2^40 + t / 4) leave 24 bits for the bucket.
-    return absl::InvalidArgumentError(absl::StrCat(
-        "spec.samples_per_epoch = ", spec.samples_per_epoch, " without replacement: must be <= ",
-        gpu::kMaxShuffleInputs, " (2^34, the largest shuffle of docs/SAMPLING.md)"));
-  }
-  if (spec.order == SampleOrder::kSequential &&
-      (spec.replacement || spec.samples_per_epoch != spec.num_samples)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "order = SEQUENTIAL needs replacement = false and samples_per_epoch = num_samples; got "
-        "replacement = ",
-        spec.replacement, ", samples_per_epoch = ", spec.samples_per_epoch));
-  }
+  if (absl::Status s = ValidatePlanSpec(spec); !s.ok()) return s;
   if (!weights.empty()) {
     if (weights.size() != spec.num_samples) {
       return absl::InvalidArgumentError(

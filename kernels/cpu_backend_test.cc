@@ -867,11 +867,11 @@ TEST(PlanTest, BadInputsNameFieldAndValue) {
       {{(uint64_t{1} << 34) + 1, (uint64_t{1} << 34) + 1, 0, false},
        {},
        absl::StatusCode::kInvalidArgument,
-       "spec.samples_per_epoch = 17179869185 without replacement: must be <= 17179869184"},
+       "samples_per_epoch = 17179869185 without replacement: must be <= 17179869184"},
       {{uint64_t{1} << 40, (uint64_t{1} << 34) + 1, 0, false},
        {},
        absl::StatusCode::kInvalidArgument,
-       "spec.samples_per_epoch = 17179869185 without replacement"},
+       "samples_per_epoch = 17179869185 without replacement"},
   };
   for (const Bad& c : cases) {
     auto plan = backend->PlanEpoch(c.spec, 0, c.w);

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "absl/status/status.h"
 #include "kernels/large_array.h"
 
 namespace samplerd {
@@ -26,6 +27,12 @@ struct PlanSpec {
   // cannot change which samples are drawn, only their order (and importance weights are all 1).
   bool EveryIndexOnce() const { return !replacement && samples_per_epoch == num_samples; }
 };
+
+// OK if a plan of `spec` is defined (docs/SAMPLING.md): N >= 1, M >= 1, M <= N without
+// replacement, M <= 2^34 for a shuffle (its counters' limit), SEQUENTIAL only with M = N and no
+// replacement. INVALID_ARGUMENT naming the field ("samples_per_epoch = ...") otherwise. The one
+// check, for the backends and for job creation (which prefixes "spec.").
+absl::Status ValidatePlanSpec(const PlanSpec& spec);
 
 // The sampled indices of one epoch, in the order they are served. Immutable once built; share it
 // as std::shared_ptr<const Plan> between readers.

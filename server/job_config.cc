@@ -48,10 +48,6 @@ absl::StatusOr<JobConfig> MakeJobConfig(const v1::JobSpec& spec, const JobLimits
         absl::StrCat("spec.world_size = ", spec.world_size(), ": must be <= ", v1::MAX_WORLD_SIZE));
   }
   const uint64_t m = spec.samples_per_epoch() == 0 ? n : spec.samples_per_epoch();
-  if (!spec.replacement() && m > n) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "spec.samples_per_epoch = ", m, " exceeds spec.num_samples = ", n, " without replacement"));
-  }
   if (m > limits.max_samples_per_job * 16) {
     return absl::InvalidArgumentError(
         absl::StrCat("spec.samples_per_epoch = ", m, ": must be <= 16 x --max_samples_per_job"));
@@ -66,15 +62,14 @@ absl::StatusOr<JobConfig> MakeJobConfig(const v1::JobSpec& spec, const JobLimits
   }
   const v1::Order order =
       spec.order() == v1::ORDER_UNSPECIFIED ? v1::WEIGHTED_RANDOM : spec.order();
-  if (order == v1::SEQUENTIAL && (spec.replacement() || m != n)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("spec.order = SEQUENTIAL needs replacement = false and samples_per_epoch = "
-                     "num_samples; got replacement = ",
-                     spec.replacement() ? "true" : "false", ", samples_per_epoch = ", m));
-  }
   c.plan =
       PlanSpec{n, m, spec.seed(), spec.replacement(),
                order == v1::SEQUENTIAL ? SampleOrder::kSequential : SampleOrder::kWeightedRandom};
+  // The plan's own rules (M <= N without replacement, the shuffle's limit, SEQUENTIAL), named
+  // as fields of the spec.
+  if (absl::Status s = ValidatePlanSpec(c.plan); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.", s.message()));
+  }
 
   const v1::Partition partition =
       spec.partition() == v1::PARTITION_UNSPECIFIED ? v1::INTERLEAVED : spec.partition();

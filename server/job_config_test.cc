@@ -81,6 +81,21 @@ TEST(JobConfigTest, RejectsBadSpecsNamingFieldAndValue) {
   }
 }
 
+TEST(JobConfigTest, RejectsAShuffleBeyondItsLimitAtCreation) {
+  // 2^34 + 1 samples without replacement: refused when the job is made, not at its first plan.
+  JobLimits limits;
+  limits.max_samples_per_job = uint64_t{1} << 36;
+  v1::JobSpec spec = Minimal();
+  spec.set_num_samples((uint64_t{1} << 34) + 1);
+  auto config = MakeJobConfig(spec, limits);
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(config.status().message()),
+              HasSubstr("spec.samples_per_epoch = 17179869185 without replacement: must be <= "
+                        "17179869184"));
+  spec.set_replacement(true);  // Draws with replacement are not shuffled: no limit.
+  EXPECT_TRUE(MakeJobConfig(spec, limits).ok());
+}
+
 TEST(JobConfigTest, JobNames) {
   EXPECT_TRUE(ValidateJobName("train-1.v2_x").ok());
   EXPECT_THAT(std::string(ValidateJobName("").message()), HasSubstr("1 to 128"));
