@@ -31,6 +31,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "bench/bench_util.h"
 #include "client/cpp/cuda_support.h"
 #include "client/cpp/loss_reporter.h"
 #include "client/cpp/sampler_client.h"
@@ -49,21 +50,9 @@ ABSL_FLAG(bool, mutex_deadlock_detection, true,
 namespace samplerd {
 namespace {
 
+using bench::Median;
+
 constexpr size_t kStep = 512;  // Pairs per Report: one training step's batch.
-
-#define CHECK_OK_OR_DIE(expr)                                                         \
-  do {                                                                                \
-    absl::Status _s = (expr);                                                         \
-    if (!_s.ok()) {                                                                   \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, _s.ToString().c_str()); \
-      std::exit(1);                                                                   \
-    }                                                                                 \
-  } while (0)
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // Job `name` (loss policy, as a trainer reweighting by loss would use) and every rank's shard
 // of epoch 0 with a loss per pair.

@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "bench/bench_util.h"
 #include "client/cpp/sampler_client.h"
 
 ABSL_FLAG(std::string, address, "", "samplerd address host:port");
@@ -31,19 +32,7 @@ ABSL_FLAG(int, ingest_streams, 2, "concurrent ReportLosses streams");
 namespace samplerd {
 namespace {
 
-#define CHECK_OK_OR_DIE(expr)                                                         \
-  do {                                                                                \
-    absl::Status _s = (expr);                                                         \
-    if (!_s.ok()) {                                                                   \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, _s.ToString().c_str()); \
-      std::exit(1);                                                                   \
-    }                                                                                 \
-  } while (0)
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using bench::Median;
 
 v1::JobSpec Spec(uint64_t n, uint32_t world_size, v1::LossPolicy loss) {
   v1::JobSpec spec;

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "bench/bench_util.h"
 #include "client/cpp/sampler_client.h"
 #include "client/cpp/shard_reader.h"
 #include "server/server.h"
@@ -31,15 +32,12 @@ ABSL_FLAG(uint64_t, queue_capacity, uint64_t{1} << 21, "ShardReader queue capaci
 namespace samplerd {
 namespace {
 
+using bench::Median;
+
 void DieIf(const absl::Status& s, const char* what) {
   if (s.ok()) return;
   std::fprintf(stderr, "%s: %s\n", what, s.ToString().c_str());
   std::exit(1);
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 int Main() {
