@@ -176,9 +176,10 @@ v1::Job Job::Describe() const {
 }
 
 absl::StatusOr<v1::Job> Job::DescribeForRank(uint32_t rank, std::optional<uint64_t> epoch) const {
-  v1::Job job = Describe();
+  v1::Job job;
+  for (uint64_t e : RewindableEpochs()) job.add_rewindable_epochs(e);  // Not under mu_.
   absl::MutexLock lock(&mu_);
-  DescribeLocked(&job);  // Again under this lock: the length below is of this deal.
+  DescribeLocked(&job);  // Under the same lock as the length below: both of one deal.
   const uint64_t e = epoch.value_or(epoch_);
   if (e < epoch_) {
     return absl::FailedPreconditionError(absl::StrCat("epoch = ", e, " of job '", name_,
