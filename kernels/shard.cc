@@ -1,8 +1,7 @@
 #include "kernels/shard.h"
 
-#include <algorithm>
-
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/plan_math.h"
 
 namespace samplerd {
 
@@ -33,20 +32,14 @@ absl::StatusOr<uint64_t> ShardLength(uint64_t plan_length, const ShardSpec& spec
 
 uint64_t ShardToPlanPosition(uint64_t plan_length, const ShardSpec& spec, uint32_t rank,
                              uint64_t shard_pos) {
-  const uint64_t r = spec.world_size;
-  uint64_t p;
-  if (spec.partition == PartitionMode::kInterleaved) {
-    p = rank + shard_pos * r;
-  } else if (spec.uneven == UnevenMode::kUneven) {
-    const uint64_t base = plan_length / r, extra = plan_length % r;
-    p = rank * base + std::min<uint64_t>(rank, extra) + shard_pos;
-  } else {
-    const uint64_t len =
-        spec.uneven == UnevenMode::kPad ? (plan_length + r - 1) / r : plan_length / r;
-    p = rank * len + shard_pos;
-  }
-  // Only kPad reaches past the plan; it wraps around like DistributedSampler's padding.
-  return p < plan_length ? p : p % plan_length;
+  // One home for the arithmetic: the host/device rule the CUDA kernels use too.
+  gpu::ShardLayout layout;
+  layout.world_size = spec.world_size;
+  layout.interleaved = spec.partition == PartitionMode::kInterleaved;
+  layout.uneven = spec.uneven == UnevenMode::kPad        ? gpu::kUnevenPad
+                  : spec.uneven == UnevenMode::kDropLast ? gpu::kUnevenDropLast
+                                                         : gpu::kUnevenUneven;
+  return gpu::ShardPlanPosition(plan_length, layout, rank, shard_pos);
 }
 
 }  // namespace samplerd

@@ -119,9 +119,8 @@ SAMPLERD_HD double QuantisationScale(uint64_t n, uint32_t max_weight_bits) {
 
 // ---- Shards ------------------------------------------------------------------------------------
 
-// The shard layout of kernels/compute_backend.h's ShardSpec, as plain integers (the device code
-// cannot include that header: it needs Abseil). Values equal the enums' order there;
-// reference_test.cc checks ShardPlanPosition against ShardToPlanPosition for every mode.
+// The shard layout of kernels/shard.h's ShardSpec, as plain integers (the device code cannot
+// include that header: it needs Abseil). Values equal the enums' order there.
 struct ShardLayout {
   uint32_t world_size = 1;  // R >= 1.
   bool interleaved = true;  // PartitionMode::kInterleaved, else kContiguous.
@@ -129,8 +128,8 @@ struct ShardLayout {
 };
 constexpr int kUnevenPad = 0, kUnevenDropLast = 1, kUnevenUneven = 2;
 
-// ShardToPlanPosition of kernels/compute_backend.h (same preconditions: rank < R, shard_pos <
-// the shard's length).
+// The plan position of a shard position: the one home of the rule (kernels/shard.cc's
+// ShardToPlanPosition calls it). Preconditions: rank < R, shard_pos < the shard's length.
 SAMPLERD_HD uint64_t ShardPlanPosition(uint64_t plan_length, ShardLayout layout, uint32_t rank,
                                        uint64_t shard_pos) {
   const uint64_t r = layout.world_size;
