@@ -2,16 +2,11 @@
 // BackendLossStats, compute_backend.h) and what the loss policies read to recompute the
 // weights. Plain data and the one rule that applies a loss (ApplyLoss).
 //
-// Header-only and free of library calls besides `absl::Span`'s alias, so that the CUDA kernels
-// compile the rule too (define SAMPLERD_LOSS_STATS_NO_ABSL before including it there).
+// Header-only and free of library calls, so that the CUDA kernels compile the rule too.
 #ifndef SAMPLERD_KERNELS_LOSS_STATS_H_
 #define SAMPLERD_KERNELS_LOSS_STATS_H_
 
 #include <cstdint>
-
-#if !defined(SAMPLERD_LOSS_STATS_NO_ABSL)
-#include "absl/types/span.h"
-#endif
 
 #if defined(__CUDACC__)
 #define SAMPLERD_LOSS_STATS_HD __host__ __device__ inline
@@ -47,11 +42,6 @@ SAMPLERD_LOSS_STATS_HD bool ApplyLoss(SampleLossStats& s, float loss, uint16_t m
   s.last_epoch = marker;
   return true;
 }
-
-#if !defined(SAMPLERD_LOSS_STATS_NO_ABSL)
-// Per-sample loss statistics in host memory, N entries (the CPU backend's own, a snapshot's).
-using LossStatsView = absl::Span<const SampleLossStats>;
-#endif
 
 }  // namespace samplerd
 
