@@ -42,11 +42,12 @@ build() {
   echo "== build ($("$NVCC" --version | tail -1))"
   local pids=() f
   for f in kernels/cuda/es_select.cu kernels/cuda/plan_kernels.cu kernels/cuda/shuffle.cu \
-           kernels/cuda/reference.cc kernels/cuda/gpu_presence.cc; do
+           kernels/cuda/device_weights.cu kernels/cuda/reference.cc kernels/cuda/gpu_presence.cc; do
     "$NVCC" "${FLAGS[@]}" -c "$f" -o "$BUILD/$(basename "${f%.*}").o" & pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p" || return 1; done
-  local kernels=("$BUILD"/es_select.o "$BUILD"/plan_kernels.o "$BUILD"/shuffle.o)
+  local kernels=("$BUILD"/es_select.o "$BUILD"/plan_kernels.o "$BUILD"/shuffle.o
+                 "$BUILD"/device_weights.o)
   "$NVCC" "${FLAGS[@]}" kernels/cuda/identity_test.cc "${kernels[@]}" "$BUILD"/reference.o \
     "$BUILD"/gpu_presence.o -o "$BUILD/identity_test" || return 1
   "$NVCC" "${FLAGS[@]}" bench/gpu_benchmark.cu "${kernels[@]}" -o "$BUILD/gpu_benchmark" || return 1
@@ -103,7 +104,7 @@ anchors = {"no_replacement_M=N": "torch_exp_keys_sort_M=N",
            "no_replacement_M=N/10_weighted": "torch_exp_keys_topk_M=N/10",
            "replacement_M=N_weighted": "torch_cumsum_searchsorted_M=N"}
 targets = {"no_replacement_M=N": 20.0, "no_replacement_M=N/10_weighted": 15.0,
-           "replacement_M=N_weighted": 40.0}
+           "replacement_M=N_weighted": 40.0, "recompute_loss": 8.0, "recompute_loss_base": 8.0}
 print(f"{'operation':34} {'N':>11} {'ms':>9} {'items/s':>9} {'GB/s':>7} {'copy%':>6} "
       f"{'torch ms':>9} {'x torch':>8} {'target':>7}")
 for (op, n), (ms, ips, gbps, frac) in sorted(rows.items(), key=lambda kv: (kv[0][1], kv[0][0])):
