@@ -48,6 +48,14 @@ absl::StatusOr<const CudaWeights*> OwnWeights(const BackendWeights* weights, con
   return own;
 }
 
+// Beyond this many entries of 8 bytes a byte count would overflow; no device holds them anyway.
+constexpr uint64_t kMaxEntries = uint64_t{1} << 60;
+
+absl::Status TooLarge(const char* what, uint64_t entries) {
+  return absl::ResourceExhaustedError(
+      absl::StrCat("cuda: ", what, " of ", entries, " entries: more than device memory holds"));
+}
+
 // One element of a device array, copied back for an error message.
 template <typename T>
 absl::StatusOr<T> ReadElement(Lane& lane, const T* device_array, uint64_t i) {
@@ -86,8 +94,9 @@ absl::Status BadRecomputeInput(Lane& lane, const CudaWeights* base, const CudaWe
 
 gpu::RecomputeParams DeviceParams(const WeightPolicyParams& policy, uint64_t closed_epoch) {
   gpu::RecomputeParams p;
-  p.kind = policy.loss == LossWeightKind::kMultiplicative ? gpu::RecomputeParams::Kind::kMultiplicative
-                                                           : gpu::RecomputeParams::Kind::kLoss;
+  p.kind = policy.loss == LossWeightKind::kMultiplicative
+               ? gpu::RecomputeParams::Kind::kMultiplicative
+               : gpu::RecomputeParams::Kind::kLoss;
   p.alpha = policy.alpha;
   p.epsilon = policy.epsilon;
   p.mix = policy.mix;
@@ -114,25 +123,23 @@ class DrawTableGuard {
 
 class CudaBackend final : public ComputeBackend {
  public:
-  explicit CudaBackend(std::shared_ptr<const CudaContext> context)
-      : context_(std::move(context)) {}
+  explicit CudaBackend(std::shared_ptr<const CudaContext> context) : context_(std::move(context)) {}
 
   std::string name() const override { return "cuda"; }
 
   absl::StatusOr<std::shared_ptr<const BackendWeights>> MakeWeights(
       std::vector<float> weights) override;
   absl::StatusOr<std::unique_ptr<BackendLossStats>> NewLossStats(uint64_t num_samples,
-                                                                double ema_decay) override;
+                                                                 double ema_decay) override;
   absl::StatusOr<std::shared_ptr<const BackendWeights>> RecomputeWeights(
       const WeightPolicyParams& policy, uint64_t closed_epoch, const BackendWeights* base,
       const BackendWeights* current, const BackendLossStats* stats) override;
   absl::StatusOr<Plan> PlanEpoch(const PlanSpec& spec, uint64_t epoch,
                                  const BackendWeights* weights) override;
   uint64_t PlanScratchBytes(const PlanSpec& spec, bool weighted) const override;
-  absl::Status ExtractShard(const Plan& plan, const ShardSpec& shard, uint32_t rank,
-                            uint64_t start, absl::Span<uint64_t> out) override;
-  absl::Status ImportanceWeights(const BackendWeights& weights,
-                                 absl::Span<const uint64_t> indices,
+  absl::Status ExtractShard(const Plan& plan, const ShardSpec& shard, uint32_t rank, uint64_t start,
+                            absl::Span<uint64_t> out) override;
+  absl::Status ImportanceWeights(const BackendWeights& weights, absl::Span<const uint64_t> indices,
                                  absl::Span<float> out) override;
 
   const CudaContext& context() const { return *context_; }
@@ -156,12 +163,13 @@ absl::StatusOr<std::shared_ptr<const BackendWeights>> CudaBackend::MakeWeights(
 }
 
 absl::StatusOr<std::unique_ptr<BackendLossStats>> CudaBackend::NewLossStats(uint64_t num_samples,
-                                                                           double ema_decay) {
+                                                                            double ema_decay) {
   if (num_samples == 0) return absl::InvalidArgumentError("num_samples = 0: must be >= 1");
   if (!(ema_decay >= 0 && ema_decay < 1)) {
     return absl::InvalidArgumentError(
         absl::StrCat("ema_decay = ", ema_decay, " is outside [0, 1)"));
   }
+  if (num_samples > kMaxEntries) return TooLarge("loss statistics", num_samples);
   const CudaContext::OperationScope scope(context_.get(), &CudaMemoryPeaks::new_loss_stats);
   absl::StatusOr<std::unique_ptr<CudaLossStats>> made =
       CudaLossStats::Create(context_, num_samples, ema_decay);
@@ -186,7 +194,8 @@ absl::StatusOr<std::shared_ptr<const BackendWeights>> CudaBackend::RecomputeWeig
   uint64_t n = 0;
   for (const auto& [field, size] :
        {std::pair<const char*, uint64_t>{"base", *base ? (*base)->size() : 0},
-        {"current", *current ? (*current)->size() : 0}, {"stats", stats ? stats->size() : 0}}) {
+        {"current", *current ? (*current)->size() : 0},
+        {"stats", stats ? stats->size() : 0}}) {
     if (size == 0) continue;  // Not given (a given object has N >= 1).
     if (n == 0) {
       n = size;
@@ -216,8 +225,8 @@ absl::StatusOr<std::shared_ptr<const BackendWeights>> CudaBackend::RecomputeWeig
   SAMPLERD_RETURN_IF_CUDA_ERROR(
       gpu::RecomputeWeights(DeviceParams(policy, closed_epoch), n,
                             *base ? (*base)->device_data() : nullptr,
-                            *current ? (*current)->device_data() : nullptr,
-                            stats->device_stats(), out.as<float>(), &check, stream),
+                            *current ? (*current)->device_data() : nullptr, stats->device_stats(),
+                            out.as<float>(), &check, stream),
       "RecomputeWeights");
   if (check.first_bad != ~uint64_t{0}) {
     return BadRecomputeInput(**lane, *base, *current, *stats, check.first_bad);
@@ -272,10 +281,10 @@ absl::StatusOr<Plan> CudaBackend::PlanEpoch(const PlanSpec& spec, uint64_t epoch
 }
 
 template <typename Index>
-absl::Status CudaBackend::FillPlan(const PlanSpec& spec, uint64_t epoch,
-                                   const CudaWeights* weights, Lane& lane,
-                                   LargeVector<Index>& indices) const {
+absl::Status CudaBackend::FillPlan(const PlanSpec& spec, uint64_t epoch, const CudaWeights* weights,
+                                   Lane& lane, LargeVector<Index>& indices) const {
   const uint64_t n = spec.num_samples, m = spec.samples_per_epoch;
+  if (m > kMaxEntries) return TooLarge("a plan", m);  // M is unbounded with replacement.
   const cudaStream_t stream = lane.stream();
   const float* w = weights != nullptr ? weights->device_data() : nullptr;
   DeviceBuffer out;
@@ -298,8 +307,7 @@ absl::Status CudaBackend::FillPlan(const PlanSpec& spec, uint64_t epoch,
       SAMPLERD_RETURN_IF_CUDA_ERROR(gpu::BuildDrawTable<Index>(w, n, max_bits, &table, stream),
                                     "BuildDrawTable");
       SAMPLERD_RETURN_IF_CUDA_ERROR(
-          gpu::WeightedDraws<Index>(table, spec.seed, epoch, 0, m, plan, stream),
-          "WeightedDraws");
+          gpu::WeightedDraws<Index>(table, spec.seed, epoch, 0, m, plan, stream), "WeightedDraws");
     }
   } else if (spec.EveryIndexOnce()) {
     // Every sample exactly once: the weights cannot matter, only the order.
@@ -307,12 +315,10 @@ absl::Status CudaBackend::FillPlan(const PlanSpec& spec, uint64_t epoch,
                                   "Shuffle");
   } else {
     DeviceBuffer selected;
-    SAMPLERD_RETURN_IF_ERROR(
-        selected.Allocate(m * sizeof(Index), stream, "the selected samples"));
-    SAMPLERD_RETURN_IF_CUDA_ERROR(
-        gpu::SelectEfraimidisSpirakis<Index>(spec.seed, epoch, n, m, w, selected.as<Index>(),
-                                             stream),
-        "SelectEfraimidisSpirakis");
+    SAMPLERD_RETURN_IF_ERROR(selected.Allocate(m * sizeof(Index), stream, "the selected samples"));
+    SAMPLERD_RETURN_IF_CUDA_ERROR(gpu::SelectEfraimidisSpirakis<Index>(
+                                      spec.seed, epoch, n, m, w, selected.as<Index>(), stream),
+                                  "SelectEfraimidisSpirakis");
     SAMPLERD_RETURN_IF_CUDA_ERROR(
         gpu::Shuffle<Index>(spec.seed, epoch, m, selected.as<const Index>(), plan, stream),
         "Shuffle");
@@ -343,8 +349,8 @@ absl::Status CudaBackend::ImportanceWeights(const BackendWeights& weights_handle
   if (!weights.ok()) return weights.status();
   const uint64_t n = (*weights)->size();
   if (indices.size() != out.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "importance weights: ", indices.size(), " indices for ", out.size(), " outputs"));
+    return absl::InvalidArgumentError(absl::StrCat("importance weights: ", indices.size(),
+                                                   " indices for ", out.size(), " outputs"));
   }
   for (size_t k = 0; k < indices.size(); ++k) {
     if (indices[k] >= n) {
@@ -368,12 +374,11 @@ absl::Status CudaBackend::ImportanceWeights(const BackendWeights& weights_handle
       device_out.Allocate(first_piece * sizeof(float), stream, "importance weights"));
   for (uint64_t begin = 0; begin < indices.size(); begin += piece) {
     const uint64_t count = std::min<uint64_t>(piece, indices.size() - begin);
-    SAMPLERD_RETURN_IF_ERROR((*lane)->CopyToDevice(device_indices.as<void>(),
-                                                   indices.data() + begin,
-                                                   count * sizeof(uint64_t), "indices"));
+    SAMPLERD_RETURN_IF_ERROR((*lane)->CopyToDevice(
+        device_indices.as<void>(), indices.data() + begin, count * sizeof(uint64_t), "indices"));
     SAMPLERD_RETURN_IF_CUDA_ERROR(
-        gpu::GatherImportance((*weights)->device_data(), device_indices.as<const uint64_t>(),
-                              count, device_out.as<float>(), stream),
+        gpu::GatherImportance((*weights)->device_data(), device_indices.as<const uint64_t>(), count,
+                              device_out.as<float>(), stream),
         "GatherImportance");
     SAMPLERD_RETURN_IF_ERROR((*lane)->CopyToHost(out.data() + begin, device_out.as<float>(),
                                                  count * sizeof(float), "importance weights"));
@@ -385,12 +390,10 @@ absl::Status CudaBackend::ImportanceWeights(const BackendWeights& weights_handle
 
 absl::StatusOr<std::unique_ptr<ComputeBackend>> NewCudaBackend(const CudaBackendOptions& options) {
   if (options.device < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("device = ", options.device, ": must be >= 0"));
+    return absl::InvalidArgumentError(absl::StrCat("device = ", options.device, ": must be >= 0"));
   }
   // CheckGpu asks about device 0 (and its free memory); another device is asked below.
-  const gpu::GpuPresence presence =
-      gpu::CheckGpu(options.device == 0 ? options.min_free_bytes : 0);
+  const gpu::GpuPresence presence = gpu::CheckGpu(options.device == 0 ? options.min_free_bytes : 0);
   if (!presence.usable()) {
     return absl::FailedPreconditionError(absl::StrCat("cuda backend: ", presence.message));
   }
@@ -398,17 +401,17 @@ absl::StatusOr<std::unique_ptr<ComputeBackend>> NewCudaBackend(const CudaBackend
     int count = 0;
     SAMPLERD_RETURN_IF_CUDA_ERROR(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
     if (options.device >= count) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "cuda backend: no CUDA device ", options.device, ": ", count, " visible"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("cuda backend: no CUDA device ", options.device, ": ", count, " visible"));
     }
     SAMPLERD_RETURN_IF_CUDA_ERROR(cudaSetDevice(options.device),
                                   absl::StrCat("cudaSetDevice(", options.device, ")"));
     size_t free_bytes = 0, total_bytes = 0;
     SAMPLERD_RETURN_IF_CUDA_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
     if (free_bytes < options.min_free_bytes) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "cuda backend: GPU out of memory: ", options.min_free_bytes, " bytes needed, ",
-          free_bytes, " free on device ", options.device));
+      return absl::FailedPreconditionError(
+          absl::StrCat("cuda backend: GPU out of memory: ", options.min_free_bytes,
+                       " bytes needed, ", free_bytes, " free on device ", options.device));
     }
   }
   // Scratch freed by one plan stays in the pool for the next (device_plan.h).

@@ -16,13 +16,15 @@ absl::StatusOr<std::unique_ptr<CudaLossStats>> CudaLossStats::Create(
       new CudaLossStats(std::move(context), num_samples, static_cast<float>(ema_decay)));
   SAMPLERD_RETURN_IF_ERROR(stats->stream_.Create("loss statistics"));
   const cudaStream_t stream = stats->stream_.get();
-  SAMPLERD_RETURN_IF_ERROR(stats->stats_.Allocate(num_samples * sizeof(SampleLossStats), stream,
-                                                  "the loss statistics"));
+  SAMPLERD_RETURN_IF_ERROR(
+      stats->stats_.Allocate(num_samples * sizeof(SampleLossStats), stream, "the loss statistics"));
   // All bytes 0 is SampleLossStats{}: never seen.
   SAMPLERD_RETURN_IF_CUDA_ERROR(
       cudaMemsetAsync(stats->stats_.as<void>(), 0, num_samples * sizeof(SampleLossStats), stream),
       "cudaMemsetAsync of the loss statistics");
   SAMPLERD_RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream), "clearing the loss statistics");
+  // After the device allocation, which refuses an N beyond memory before this could throw.
+  stats->markers_.assign(num_samples, 0);
   return stats;
 }
 
@@ -39,8 +41,8 @@ absl::Status CudaLossStats::Fail(absl::Status status) const {
 
 absl::Status CudaLossStats::AllocateQueue() {
   for (QueueBuffer& q : queue_) {
-    SAMPLERD_RETURN_IF_ERROR(q.indices.Allocate(kQueuePairs * sizeof(uint64_t),
-                                                cudaHostAllocMapped, "the loss queue"));
+    SAMPLERD_RETURN_IF_ERROR(
+        q.indices.Allocate(kQueuePairs * sizeof(uint64_t), cudaHostAllocMapped, "the loss queue"));
     SAMPLERD_RETURN_IF_ERROR(
         q.losses.Allocate(kQueuePairs * sizeof(float), cudaHostAllocMapped, "the loss queue"));
     absl::StatusOr<void*> indices = q.indices.DevicePointer();
@@ -59,8 +61,8 @@ absl::Status CudaLossStats::Submit() const {
   SAMPLERD_RETURN_IF_ERROR(Fail(context_->Enter()));
   QueueBuffer& q = queue_[current_];
   if (const cudaError_t e =
-          gpu::ApplyLosses(stats_.as<SampleLossStats>(), q.device_indices, q.device_losses,
-                           queued_, queue_marker_, decay_, stream_.get());
+          gpu::ApplyLosses(stats_.as<SampleLossStats>(), q.device_indices, q.device_losses, queued_,
+                           queue_marker_, decay_, stream_.get());
       e != cudaSuccess) {
     return Fail(CudaStatus(e, absl::StrCat("ApplyLosses of ", queued_, " losses")));
   }
@@ -126,9 +128,8 @@ absl::StatusOr<std::vector<SampleLossStats>> CudaLossStats::ToHost() const {
   absl::StatusOr<CudaContext::LaneLease> lane = context_->AcquireLane();
   if (!lane.ok()) return lane.status();
   std::vector<SampleLossStats> host(n_);
-  SAMPLERD_RETURN_IF_ERROR((*lane)->CopyToHost(host.data(), device_stats(),
-                                               n_ * sizeof(SampleLossStats),
-                                               "the loss statistics"));
+  SAMPLERD_RETURN_IF_ERROR((*lane)->CopyToHost(
+      host.data(), device_stats(), n_ * sizeof(SampleLossStats), "the loss statistics"));
   return host;
 }
 
@@ -145,17 +146,17 @@ absl::Status CudaLossStats::Restore(absl::Span<const SampleLossStats> stats) {
   if (!lane.ok()) return lane.status();
   // From here on a failure leaves the device statistics unknown: it is sticky.
   if (stats.empty()) {
-    if (const cudaError_t e = cudaMemsetAsync(stats_.as<void>(), 0,
-                                              n_ * sizeof(SampleLossStats), (*lane)->stream());
+    if (const cudaError_t e =
+            cudaMemsetAsync(stats_.as<void>(), 0, n_ * sizeof(SampleLossStats), (*lane)->stream());
         e != cudaSuccess) {
       return Fail(CudaStatus(e, "cudaMemsetAsync of the loss statistics"));
     }
     if (absl::Status s = (*lane)->Synchronize("clearing the loss statistics"); !s.ok()) {
       return Fail(s);
     }
-  } else if (absl::Status s = (*lane)->CopyToDevice(stats_.as<void>(), stats.data(),
-                                                    n_ * sizeof(SampleLossStats),
-                                                    "the loss statistics");
+  } else if (absl::Status s =
+                 (*lane)->CopyToDevice(stats_.as<void>(), stats.data(),
+                                       n_ * sizeof(SampleLossStats), "the loss statistics");
              !s.ok()) {
     return Fail(s);
   }

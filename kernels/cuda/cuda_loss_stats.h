@@ -65,7 +65,7 @@ class CudaLossStats final : public BackendLossStats {
 
  private:
   CudaLossStats(std::shared_ptr<const CudaContext> context, uint64_t n, float decay)
-      : context_(std::move(context)), n_(n), decay_(decay), markers_(n, 0) {}
+      : context_(std::move(context)), n_(n), decay_(decay) {}
 
   // One buffer of the queue: pinned, mapped for the device.
   struct QueueBuffer {
@@ -84,7 +84,7 @@ class CudaLossStats final : public BackendLossStats {
   const std::shared_ptr<const CudaContext> context_;
   const uint64_t n_;
   const float decay_;
-  Stream stream_;      // Declared before stats_: destroyed after it (its free is enqueued here).
+  Stream stream_;  // Declared before stats_: destroyed after it (its free is enqueued here).
   DeviceBuffer stats_;
   std::vector<uint16_t> markers_;  // The host's copy of every sample's last_epoch (see above).
   uint64_t seen_ = 0;
@@ -93,8 +93,8 @@ class CudaLossStats final : public BackendLossStats {
   absl::flat_hash_set<uint64_t> seen_exceptions_;
 
   mutable QueueBuffer queue_[2];
-  mutable int current_ = 0;         // The buffer taking pairs.
-  mutable uint64_t queued_ = 0;     // Pairs in it.
+  mutable int current_ = 0;            // The buffer taking pairs.
+  mutable uint64_t queued_ = 0;        // Pairs in it.
   mutable uint16_t queue_marker_ = 0;  // Their epoch's marker.
   mutable absl::Status error_;
 };

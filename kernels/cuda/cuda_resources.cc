@@ -25,9 +25,8 @@ absl::Status DeviceBuffer::Allocate(uint64_t bytes, cudaStream_t stream, absl::s
   if (bytes == 0) return absl::OkStatus();
   SAMPLERD_RETURN_IF_CUDA_ERROR(cudaGetDevice(&device_), "cudaGetDevice");
   void* data = nullptr;
-  SAMPLERD_RETURN_IF_CUDA_ERROR(
-      cudaMallocAsync(&data, bytes, stream),
-      absl::StrCat("cudaMallocAsync of ", bytes, " bytes for ", what));
+  SAMPLERD_RETURN_IF_CUDA_ERROR(cudaMallocAsync(&data, bytes, stream),
+                                absl::StrCat("cudaMallocAsync of ", bytes, " bytes for ", what));
   data_ = data;
   bytes_ = bytes;
   free_stream_ = stream;

@@ -22,20 +22,19 @@ absl::Status CudaStatus(cudaError_t error, absl::string_view what);
 }  // namespace samplerd
 
 // Returns the status of `expr` (a cudaError_t) from the enclosing function unless it succeeded.
-#define SAMPLERD_RETURN_IF_CUDA_ERROR(expr, what)                                      \
-  do {                                                                                 \
-    if (const cudaError_t samplerd_cuda_error_ = (expr);                               \
-        samplerd_cuda_error_ != cudaSuccess) {                                         \
-      return ::samplerd::cuda::CudaStatus(samplerd_cuda_error_, what);                 \
-    }                                                                                  \
+#define SAMPLERD_RETURN_IF_CUDA_ERROR(expr, what)                                               \
+  do {                                                                                          \
+    if (const cudaError_t samplerd_cuda_error_ = (expr); samplerd_cuda_error_ != cudaSuccess) { \
+      return ::samplerd::cuda::CudaStatus(samplerd_cuda_error_, what);                          \
+    }                                                                                           \
   } while (0)
 
 // Returns `expr` (an absl::Status) from the enclosing function unless it is OK.
-#define SAMPLERD_RETURN_IF_ERROR(expr)                       \
-  do {                                                       \
+#define SAMPLERD_RETURN_IF_ERROR(expr)                                    \
+  do {                                                                    \
     if (absl::Status samplerd_status_ = (expr); !samplerd_status_.ok()) { \
-      return samplerd_status_;                               \
-    }                                                        \
+      return samplerd_status_;                                            \
+    }                                                                     \
   } while (0)
 
 #endif  // SAMPLERD_KERNELS_CUDA_CUDA_STATUS_H_

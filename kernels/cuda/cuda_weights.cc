@@ -26,8 +26,7 @@ absl::StatusOr<std::shared_ptr<CudaWeights>> CudaWeights::Adopt(
   gpu::WeightSummaryValues values;
   // Synchronises the stream to read the result: the weights are complete after it.
   SAMPLERD_RETURN_IF_CUDA_ERROR(
-      gpu::SummarizeWeights(data.as<const float>(), n, &values, lane.stream()),
-      "SummarizeWeights");
+      gpu::SummarizeWeights(data.as<const float>(), n, &values, lane.stream()), "SummarizeWeights");
   // The stream goes back to its pool; the weights outlive this call.
   data.set_free_stream(cudaStreamPerThread);
   WeightSummary summary;

@@ -19,8 +19,7 @@
 namespace samplerd {
 namespace cuda {
 
-class CudaWeights final : public BackendWeights,
-                          public std::enable_shared_from_this<CudaWeights> {
+class CudaWeights final : public BackendWeights, public std::enable_shared_from_this<CudaWeights> {
  public:
   // Copies `weights` (valid: the caller checked them with ValidateWeights) to the device.
   static absl::StatusOr<std::shared_ptr<CudaWeights>> Upload(
