@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "tools/gpu/synthetic_inputs.h"
@@ -130,8 +131,8 @@ struct Shard {
   std::vector<float> is_weights;
 };
 
-absl::Status ReadShard(SamplerClient& client, const std::string& job, uint64_t epoch,
-                       uint32_t rank, uint32_t world, Shard* shard) {
+absl::Status ReadShard(SamplerClient& client, const std::string& job, uint64_t epoch, uint32_t rank,
+                       uint32_t world, Shard* shard) {
   shard->indices.clear();
   shard->is_weights.clear();
   StreamShardOptions options;
@@ -153,8 +154,7 @@ absl::Status ReadShard(SamplerClient& client, const std::string& job, uint64_t e
 std::string CompareShards(const Shard& a, const Shard& b) {
   const size_t common = std::min(a.indices.size(), b.indices.size());
   for (size_t p = 0; p < common; ++p) {
-    if (a.indices[p] != b.indices[p] ||
-        FloatBits(a.is_weights[p]) != FloatBits(b.is_weights[p])) {
+    if (a.indices[p] != b.indices[p] || FloatBits(a.is_weights[p]) != FloatBits(b.is_weights[p])) {
       return absl::StrFormat(
           "position=%d: a index=%d is_weight=%.9g (%a) | b index=%d is_weight=%.9g (%a)", p,
           a.indices[p], a.is_weights[p], a.is_weights[p], b.indices[p], b.is_weights[p],
@@ -187,8 +187,7 @@ std::string CompareStatus(const v1::JobStatus& a, const v1::JobStatus& b) {
                         wb.zero_count());
   }
   if (a.samples_seen() != b.samples_seen()) {
-    return absl::StrCat("JobStatus.samples_seen: a ", a.samples_seen(), " | b ",
-                        b.samples_seen());
+    return absl::StrCat("JobStatus.samples_seen: a ", a.samples_seen(), " | b ", b.samples_seen());
   }
   if (a.job().current_epoch() != b.job().current_epoch()) {
     return absl::StrCat("JobStatus.job.current_epoch: a ", a.job().current_epoch(), " | b ",
@@ -201,8 +200,8 @@ std::string CompareStatus(const v1::JobStatus& a, const v1::JobStatus& b) {
 // order; adds the pairs accepted to *accepted. `bump_first` adds 1 to the first loss (the
 // test-only perturbation).
 absl::Status ReportShardLosses(SamplerClient& client, const std::string& job, uint64_t seed,
-                               uint64_t epoch, uint32_t rank, const Shard& shard,
-                               bool bump_first, uint64_t* accepted) {
+                               uint64_t epoch, uint32_t rank, const Shard& shard, bool bump_first,
+                               uint64_t* accepted) {
   std::vector<v1::LossBatch> batches;
   uint64_t seq = 0;
   auto flush = [&]() -> absl::Status {
@@ -293,13 +292,13 @@ absl::Status CompareJob(SamplerClient* clients[2], const JobCase& job,
       shards[s].resize(world);
       for (uint32_t r = 0; r < world && status[s].ok(); ++r) {
         status[s] = Annotated(ReadShard(*clients[s], job.name, epoch, r, world, &shards[s][r]),
-                              absl::StrCat("server ", side[s], ": job ", job.name, " epoch ",
-                                           epoch, " rank ", r, ": StreamShard"));
+                              absl::StrCat("server ", side[s], ": job ", job.name, " epoch ", epoch,
+                                           " rank ", r, ": StreamShard"));
       }
       if (status[s].ok()) {
         absl::StatusOr<v1::JobStatus> got = clients[s]->GetJobStatus(job.name);
-        status[s] = Annotated(got.status(), absl::StrCat("server ", side[s], ": job ", job.name,
-                                                         ": GetJobStatus"));
+        status[s] = Annotated(
+            got.status(), absl::StrCat("server ", side[s], ": job ", job.name, ": GetJobStatus"));
         if (got.ok()) last[s] = *std::move(got);
       }
     });
@@ -324,22 +323,20 @@ absl::Status CompareJob(SamplerClient* clients[2], const JobCase& job,
     OnBoth([&](int s) {
       for (uint32_t r = 0; r < world && status[s].ok(); ++r) {
         const bool bump = s == 1 && options.testonly_b_loss_changed && epoch == 0 && r == 0;
-        status[s] = Annotated(
-            ReportShardLosses(*clients[s], job.name, loss_seed, epoch, r, shards[s][r], bump,
-                              &accepted[s]),
-            absl::StrCat("server ", side[s], ": job ", job.name, " epoch ", epoch, " rank ", r,
-                         ": ReportLosses"));
+        status[s] = Annotated(ReportShardLosses(*clients[s], job.name, loss_seed, epoch, r,
+                                                shards[s][r], bump, &accepted[s]),
+                              absl::StrCat("server ", side[s], ": job ", job.name, " epoch ", epoch,
+                                           " rank ", r, ": ReportLosses"));
       }
       for (uint32_t r = 0; r < world && status[s].ok(); ++r) {
         status[s] = Annotated(clients[s]->EndEpoch(job.name, epoch, r).status(),
-                              absl::StrCat("server ", side[s], ": job ", job.name, " epoch ",
-                                           epoch, " rank ", r, ": EndEpoch"));
+                              absl::StrCat("server ", side[s], ": job ", job.name, " epoch ", epoch,
+                                           " rank ", r, ": EndEpoch"));
       }
     });
     if (absl::Status s = FirstError(status); !s.ok()) return s;
     if (accepted[0] != accepted[1]) {
-      *difference = absl::StrCat(where, " losses accepted: a ", accepted[0], " | b ",
-                                 accepted[1]);
+      *difference = absl::StrCat(where, " losses accepted: a ", accepted[0], " | b ", accepted[1]);
       return absl::OkStatus();
     }
   }
@@ -382,6 +379,12 @@ absl::StatusOr<CompareSummary> CompareBackends(SamplerClient& a, SamplerClient& 
   CompareSummary summary;
   for (uint64_t n : options.sizes) {
     for (const JobCase& job : JobsFor(n, options.job_prefix)) {
+      if (!options.job_filter.empty() &&
+          std::none_of(
+              options.job_filter.begin(), options.job_filter.end(),
+              [&](const std::string& part) { return absl::StrContains(job.name, part); })) {
+        continue;
+      }
       if (absl::Status s = CompareJob(clients, job, options, &summary, &summary.difference);
           !s.ok()) {
         return s;

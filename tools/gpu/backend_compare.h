@@ -34,6 +34,9 @@ struct CompareOptions {
   // at the end, so the last recompute is checked too. >= 1.
   int epochs = 3;
   std::string job_prefix = "cmp";
+  // If not empty, only the jobs whose name contains one of these (e.g. "-m1000000-": the jobs
+  // with M = 1e6); the others are skipped, unreported.
+  std::vector<std::string> job_filter;
   // Test-only perturbations of what server b receives, so that a test can see a difference
   // found: the seed of every job on b is XORed with this; and the first loss reported to b for
   // each job (rank 0, epoch 0) is increased by 1.

@@ -2,6 +2,8 @@
 // two CPU servers must agree bit for bit on every job; a different seed on one of them, or one
 // different loss, must be found and named (job, epoch, rank, position); bad options are refused;
 // the compare_backends binary's exit status says which; the boundary timer times a small job.
+#include "tools/gpu/backend_compare.h"
+
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -16,7 +18,6 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/samplerd_process.h"
-#include "tools/gpu/backend_compare.h"
 #include "tools/gpu/epoch_boundary_timer.h"
 #include "tools/gpu/synthetic_inputs.h"
 
@@ -34,8 +35,8 @@ class BackendCompareTest : public ::testing::Test {
  protected:
   void SetUp() override {
     for (auto& server : servers_) {
-      server = std::make_unique<testutil::SamplerdProcess>(kSamplerd, 0,
-                                                           std::vector<std::string>{"--backend=cpu"});
+      server = std::make_unique<testutil::SamplerdProcess>(
+          kSamplerd, 0, std::vector<std::string>{"--backend=cpu"});
       ASSERT_FALSE(server->address().empty()) << "samplerd did not start";
     }
     a_ = *SamplerClient::Create(servers_[0]->address());
@@ -52,9 +53,8 @@ class BackendCompareTest : public ::testing::Test {
 
   // Runs the compare_backends binary with `flags`; returns its exit status, output in *out.
   int RunTool(const std::string& flags, std::string* out) {
-    const std::string command =
-        absl::StrCat(kTool, " --a=", servers_[0]->address(), " --b=", servers_[1]->address(),
-                     " ", flags, " 2>&1");
+    const std::string command = absl::StrCat(kTool, " --a=", servers_[0]->address(),
+                                             " --b=", servers_[1]->address(), " ", flags, " 2>&1");
     FILE* pipe = popen(command.c_str(), "r");
     if (pipe == nullptr) return -1;
     char buffer[4096];
@@ -83,6 +83,15 @@ TEST_F(BackendCompareTest, TwoCpuServersAgreeOnEveryJob) {
   EXPECT_TRUE(b_->ListJobs()->empty());
 }
 
+TEST_F(BackendCompareTest, TheFilterPicksJobsByName) {
+  CompareOptions options = Options("only", {1000, 2000});
+  options.job_filter = {"-n2000-static-", "-sequential-"};
+  absl::StatusOr<CompareSummary> summary = CompareBackends(*a_, *b_, options);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(summary->difference, "");
+  EXPECT_EQ(summary->jobs_compared, 2 + 12);
+}
+
 TEST_F(BackendCompareTest, AnotherSeedOnBIsFoundInTheFirstShuffledJob) {
   CompareOptions options = Options("seed", {1000});
   options.testonly_b_seed_xor = 1;
@@ -103,7 +112,8 @@ TEST_F(BackendCompareTest, OneChangedLossIsFoundAtTheNextEpoch) {
   // The jobs without a loss policy ignore losses: equal. The first LOSS job differs once its
   // weights were recomputed from the losses of epoch 0.
   EXPECT_EQ(summary->jobs_compared, 5);
-  EXPECT_THAT(summary->difference, StartsWith("job=loss-n1000-uniform-loss-norepl-m100-w3 epoch=1 "));
+  EXPECT_THAT(summary->difference,
+              StartsWith("job=loss-n1000-uniform-loss-norepl-m100-w3 epoch=1 "));
 }
 
 TEST_F(BackendCompareTest, BadOptionsAreRefusedNamingTheOption) {
@@ -160,8 +170,7 @@ TEST_F(BackendCompareTest, BoundaryTimerTimesEveryBoundaryAndDeletesItsJob) {
               StartsWith("BOUNDARY backend=cpu n=100000 m=10000 world=2 boundaries=2 median_ms="));
   EXPECT_TRUE(a_->ListJobs()->empty());
   options.losses_per_rank = 0;
-  EXPECT_EQ(TimeEpochBoundaries(*a_, options).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(TimeEpochBoundaries(*a_, options).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(SyntheticInputsTest, WeightsHaveZerosTiesAndBoundedExtremeRatios) {
@@ -180,8 +189,8 @@ TEST(SyntheticInputsTest, WeightsHaveZerosTiesAndBoundedExtremeRatios) {
   }
   EXPECT_GT(zeros, 5000);
   EXPECT_GT(ones, 5000);
-  EXPECT_GT(hi / lo, 0x1p100f);   // Extreme ...
-  EXPECT_LE(hi / lo, 0x1p126f);   // ... but inside the API's bound.
+  EXPECT_GT(hi / lo, 0x1p100f);  // Extreme ...
+  EXPECT_LE(hi / lo, 0x1p126f);  // ... but inside the API's bound.
   EXPECT_EQ(SyntheticWeight(3, 0), 1.0f);
   EXPECT_EQ(SyntheticLoss(1, 2, 3), SyntheticLoss(1, 2, 3));
   EXPECT_NE(SyntheticLoss(1, 2, 3), SyntheticLoss(1, 3, 3));

@@ -27,12 +27,16 @@
 #include "tools/gpu/epoch_boundary_timer.h"
 
 ABSL_FLAG(std::string, a, "", "Server a, HOST:PORT (plaintext).");
-ABSL_FLAG(std::string, b, "", "Server b, HOST:PORT: compared with a (not needed with --boundary_n).");
+ABSL_FLAG(std::string, b, "",
+          "Server b, HOST:PORT: compared with a (not needed with --boundary_n).");
 ABSL_FLAG(std::string, sizes, "1000,100000",
           "Dataset sizes N of the compared jobs, comma-separated (1e5 notation accepted); 37 "
           "jobs per N.");
 ABSL_FLAG(int, epochs, 3, "Epochs each compared job trains (its next epoch is compared too).");
 ABSL_FLAG(std::string, job_prefix, "cmp", "Prefix of the job names.");
+ABSL_FLAG(std::vector<std::string>, job_filter, {},
+          "Compare only the jobs whose name contains one of these comma-separated parts (e.g. "
+          "-m1000000-,-loss-); default all.");
 ABSL_FLAG(std::string, boundary_n, "",
           "Timing mode: N of the timed loss-policy jobs on server a, comma-separated (e.g. "
           "1e8,1e9). No comparison is made.");
@@ -41,7 +45,8 @@ ABSL_FLAG(uint32_t, boundary_world_size, 2, "Timing mode: world size.");
 ABSL_FLAG(int, boundary_count, 3, "Timing mode: epoch boundaries timed per N (median printed).");
 ABSL_FLAG(uint64_t, boundary_losses_per_rank, uint64_t{1} << 20,
           "Timing mode: losses each rank reports per epoch (a prefix of its shard).");
-ABSL_FLAG(int, timeout_s, 600, "Deadline of each call, seconds (planning 1e9 samples takes a while on a CPU).");
+ABSL_FLAG(int, timeout_s, 600,
+          "Deadline of each call, seconds (planning 1e9 samples takes a while on a CPU).");
 ABSL_FLAG(uint64_t, testonly_b_seed_xor, 0,
           "Test only: XOR every job's seed on b with this (the comparison must then fail).");
 ABSL_FLAG(bool, testonly_b_loss_changed, false,
@@ -117,6 +122,7 @@ int Compare() {
   options.sizes = *sizes;
   options.epochs = absl::GetFlag(FLAGS_epochs);
   options.job_prefix = absl::GetFlag(FLAGS_job_prefix);
+  options.job_filter = absl::GetFlag(FLAGS_job_filter);
   options.testonly_b_seed_xor = absl::GetFlag(FLAGS_testonly_b_seed_xor);
   options.testonly_b_loss_changed = absl::GetFlag(FLAGS_testonly_b_loss_changed);
   options.log = [](const std::string& line) {

@@ -38,14 +38,14 @@ absl::StatusOr<std::vector<uint64_t>> ReadPrefix(SamplerClient& client, const st
   StreamShardOptions options;
   options.max_chunk_size = static_cast<uint32_t>(
       std::min<uint64_t>(count, static_cast<uint64_t>(v1::DEFAULT_SHARD_CHUNK_SIZE)));
-  absl::Status s = client.StreamShard(job, epoch, rank, world, options,
-                                      [&](const ShardSlice& slice) {
-    if (first_chunk != nullptr && !first_chunk->has_value()) *first_chunk = Clock::now();
-    const size_t take = static_cast<size_t>(
-        std::min<uint64_t>(slice.indices.size(), count - prefix.size()));
-    prefix.insert(prefix.end(), slice.indices.begin(), slice.indices.begin() + take);
-    return prefix.size() == count ? enough : absl::OkStatus();
-  });
+  absl::Status s =
+      client.StreamShard(job, epoch, rank, world, options, [&](const ShardSlice& slice) {
+        if (first_chunk != nullptr && !first_chunk->has_value()) *first_chunk = Clock::now();
+        const size_t take =
+            static_cast<size_t>(std::min<uint64_t>(slice.indices.size(), count - prefix.size()));
+        prefix.insert(prefix.end(), slice.indices.begin(), slice.indices.begin() + take);
+        return prefix.size() == count ? enough : absl::OkStatus();
+      });
   if (!s.ok() && s != enough) return s;
   return prefix;
 }
@@ -115,8 +115,8 @@ absl::Status Run(SamplerClient& client, const BoundaryOptions& options, Boundary
         ReadPrefix(client, job, epoch + 1, 0, world, options.losses_per_rank, &first_chunk);
     if (!prefix.ok()) return annotated(prefix.status(), where(epoch + 1, "StreamShard"));
     if (!first_chunk.has_value()) {
-      return absl::InternalError(absl::StrCat(where(epoch + 1, "StreamShard"),
-                                              " of rank 0: the shard is empty"));
+      return absl::InternalError(
+          absl::StrCat(where(epoch + 1, "StreamShard"), " of rank 0: the shard is empty"));
     }
     timing->boundary_ms.push_back(MsSince(ended, *first_chunk));
     prefixes[0] = *std::move(prefix);
@@ -143,8 +143,8 @@ absl::StatusOr<BoundaryTiming> TimeEpochBoundaries(SamplerClient& client,
   const uint64_t m =
       options.samples_per_epoch == 0 ? options.num_samples / 10 : options.samples_per_epoch;
   if (m > options.num_samples) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "samples_per_epoch = ", m, " must be <= num_samples = ", options.num_samples));
+    return absl::InvalidArgumentError(
+        absl::StrCat("samples_per_epoch = ", m, " must be <= num_samples = ", options.num_samples));
   }
   if (options.world_size < 1) return absl::InvalidArgumentError("world_size = 0 must be >= 1");
   if (options.boundaries < 1) {
@@ -166,12 +166,13 @@ absl::StatusOr<BoundaryTiming> TimeEpochBoundaries(SamplerClient& client,
   const Clock::time_point start = Clock::now();
   absl::StatusOr<v1::Job> created = client.CreateJob(options.job, spec);
   if (!created.ok()) {
-    return absl::Status(created.status().code(), absl::StrCat("job ", options.job, ": CreateJob: ",
-                                                              created.status().message()));
+    return absl::Status(
+        created.status().code(),
+        absl::StrCat("job ", options.job, ": CreateJob: ", created.status().message()));
   }
   if (created->current_epoch() != 0) {
-    return absl::AlreadyExistsError(absl::StrCat("job ", options.job, " exists already at epoch ",
-                                                 created->current_epoch()));
+    return absl::AlreadyExistsError(
+        absl::StrCat("job ", options.job, " exists already at epoch ", created->current_epoch()));
   }
   timing.create_ms = MsSince(start, Clock::now());
   absl::Status run = Run(client, options, &timing);

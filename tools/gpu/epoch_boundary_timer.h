@@ -27,12 +27,12 @@ struct BoundaryOptions {
   uint32_t world_size = 2;         // >= 1.
   int boundaries = 3;              // Epoch boundaries timed (epochs 0 -> 1, 1 -> 2, ...), >= 1.
   uint64_t losses_per_rank = uint64_t{1} << 20;  // Per epoch, >= 1.
-  std::string job = "boundary";    // Deleted at the end; must not exist before.
+  std::string job = "boundary";                  // Deleted at the end; must not exist before.
 };
 
 struct BoundaryTiming {
-  std::string backend;  // JobStatus.backend.
-  std::vector<double> boundary_ms;  // One per boundary, in order.
+  std::string backend;               // JobStatus.backend.
+  std::vector<double> boundary_ms;   // One per boundary, in order.
   std::vector<double> recompute_ms;  // The server's own JobStatus figures, per boundary.
   std::vector<double> plan_ms;
   double create_ms = 0;  // CreateJob (plans epoch 0).
