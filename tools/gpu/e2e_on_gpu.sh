@@ -30,7 +30,8 @@
 # stage writes $OUT/e2e/*.log and $OUT/e2e/summary.txt), SAMPLERD_E2E_BACKEND_A (cpu),
 # SAMPLERD_E2E_BACKEND_B (cuda), E2E_SIZES (1000,100000,1000000), E2E_LARGE_N (10000000; empty:
 # none), E2E_BOUNDARY_N (100000000,1000000000), E2E_CPU_BOUNDARY_N (100000000; empty: none),
-# E2E_BUDGET_S (560), E2E_TRAINER_ARGS (extra ddp_trainer flags).
+# E2E_BUDGET_S (560), E2E_TRAINER_ARGS (extra ddp_trainer flags), E2E_COMPARE_ARGS (extra
+# compare_backends flags for the first comparison, e.g. --testonly_b_seed_xor=1 to see it fail).
 # Exit status: 0 if every stage passed, 1 if one failed, 2 if it could not start (no GPU, no
 # bundle).
 set -uo pipefail
@@ -80,7 +81,7 @@ status=0
 row() {  # STAGE RESULT SECONDS DETAIL
   ROWS+=("$(printf '%-38s %-7s %6s  %s' "$1" "$2" "$3" "$4")")
   echo "   -> $2 ($3 s) $4"
-  [[ "$2" == FAIL || "$2" == TIMEOUT ]] && status=1
+  [[ "$2" == FAIL || "$2" == TIMEOUT || "$2" == NOTRUN ]] && status=1
   return 0
 }
 
@@ -92,12 +93,12 @@ run_stage() {
   left=$((BUDGET_S - (SECONDS - START)))
   (( left < limit )) && limit=$left
   if (( limit < 5 )); then
-    row "$name" SKIP 0 "time budget (E2E_BUDGET_S=$BUDGET_S) spent"
+    row "$name" NOTRUN 0 "time budget (E2E_BUDGET_S=$BUDGET_S) spent"
     return 1
   fi
   echo "== $name (limit ${limit} s, log $(basename "$log"))"
   t0=$SECONDS
-  timeout --kill-after=5 "$limit" "$@" >"$log" 2>&1
+  timeout --kill-after=5 "$limit" "$@" >"$log" 2>&1 </dev/null
   STAGE_RC=$?
   STAGE_S=$((SECONDS - t0))
   return 0
@@ -108,6 +109,7 @@ result_of() {  # RC -> PASS / TIMEOUT / FAIL
 }
 
 SERVER_PIDS=()
+# shellcheck disable=SC2317  # Called by the EXIT trap.
 cleanup() {
   local pid
   for pid in "${SERVER_PIDS[@]}"; do kill "$pid" 2>/dev/null; done
@@ -150,9 +152,11 @@ ADDRESS_B="$ADDRESS"
 CMP="$BUNDLE/bin/compare_backends"
 
 # 2. Comparison.
+# shellcheck disable=SC2086  # E2E_COMPARE_ARGS is a list of flags.
 if [[ -n "$ADDRESS_A" && -n "$ADDRESS_B" ]]; then
   if [[ -n "$SIZES" ]] && run_stage "compare N=$SIZES" 200 "$E2E_OUT/compare.log" \
-      "$CMP" --a="$ADDRESS_A" --b="$ADDRESS_B" --sizes="$SIZES" --job_prefix=cmp; then
+      "$CMP" --a="$ADDRESS_A" --b="$ADDRESS_B" --sizes="$SIZES" --job_prefix=cmp \
+      ${E2E_COMPARE_ARGS:-}; then
     row "compare N=$SIZES" "$(result_of "$STAGE_RC")" "$STAGE_S" \
       "$(grep -E '^(EQUAL|DIFFERENCE)|compare_backends:' "$E2E_OUT/compare.log" | tail -1)"
   fi
@@ -200,16 +204,22 @@ while read -r test; do
   [[ -n "$test" ]] || continue
   log="$E2E_OUT/test_$(basename "$test").log"
   tmp="$(mktemp -d)"
-  run_stage "test $test" 180 "$log" env TEST_TMPDIR="$tmp" \
-    bash -c 'cd "$1" && exec "./$2"' _ "$BUNDLE/runfiles" "$test" || continue
+  run_stage "test $test" 180 "$log" env -C "$BUNDLE/runfiles" TEST_TMPDIR="$tmp" "./$test" \
+    || continue
   rm -rf "$tmp"
   result="$(result_of "$STAGE_RC")"
   passed="$(grep -Eo '^\[  PASSED  \] [0-9]+' "$log" | grep -Eo '[0-9]+$' | tail -1)"
-  skipped="$(grep -Ec '^\[  SKIPPED \] [A-Za-z]' "$log")"
+  # gtest names each skipped test twice (when it runs, and in the list at the end).
+  skipped="$(grep -E '^\[  SKIPPED \] [A-Za-z]' "$log" | sed 's/ (.*//' | sort -u | wc -l)"
   detail="${passed:-?} passed, $skipped skipped"
-  if [[ "$result" == PASS && -z "$NO_GPU" && "$skipped" -gt 0 ]]; then
+  # gtest prints a skip's reason on the line after "...: Skipped". On a machine with a GPU the
+  # only expected skips are the no-GPU paths' own ("a GPU is present"); any other is a device
+  # case that did not run.
+  unexpected="$(awk 'skip { print; skip = 0 } /: Skipped$/ { skip = 1 }' "$log" \
+    | grep -v 'a GPU is present' | head -1)"
+  if [[ "$result" == PASS && -z "$NO_GPU" && -n "$unexpected" ]]; then
     result=FAIL
-    detail+=" on a machine with a GPU: $(grep -E '^\[  SKIPPED \] [A-Za-z]' "$log" | head -1)"
+    detail+=", skipped on a machine with a GPU: $unexpected"
   fi
   [[ "$result" != PASS ]] && detail+=" | $(grep -E '^\[  FAILED  \] [A-Za-z]|Failure' "$log" | head -1)"
   row "test $test" "$result" "$STAGE_S" "$detail"
