@@ -53,6 +53,10 @@ absl::StatusOr<std::unique_ptr<ComputeBackend>> MakeBackend(const Options& optio
     return absl::InvalidArgumentError(
         absl::StrCat("backend = \"", options.backend, "\": expected auto, cpu or cuda"));
   }
+  if (options.cuda_device < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuda_device = ", options.cuda_device, ": must be >= 0"));
+  }
   CudaBackendOptions cuda;
   cuda.device = options.cuda_device;
   absl::StatusOr<std::unique_ptr<ComputeBackend>> gpu = NewCudaBackend(cuda);
