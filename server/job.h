@@ -59,7 +59,7 @@
 #include "server/epoch_planner.h"
 #include "server/job_config.h"
 #include "server/loss_batch.h"
-#include "server/loss_table.h"
+#include "kernels/loss_table.h"
 #include "server/position_set.h"
 #include "server/persistence/job_journal.h"
 

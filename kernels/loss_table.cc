@@ -1,4 +1,4 @@
-#include "server/loss_table.h"
+#include "kernels/loss_table.h"
 
 #include <utility>
 
@@ -10,6 +10,7 @@ LossTable::LossTable(uint64_t num_samples, double ema_decay)
     : decay_(static_cast<float>(ema_decay)), stats_(num_samples) {}
 
 absl::Status LossTable::Restore(std::vector<SampleLossStats> stats) {
+  if (stats.empty()) stats.resize(stats_.size());  // No sample seen.
   if (stats.size() != stats_.size()) {
     return absl::InvalidArgumentError(absl::StrCat("loss statistics: ", stats.size(),
                                                    " entries for num_samples ", stats_.size()));
