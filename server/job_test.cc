@@ -11,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu_backend.h"
+#include "kernels/testing/backend_state.h"
 #include "kernels/testing/test_util.h"
 #include "server/testing/gated_backend.h"
 #include "server/testing/job_shards.h"
@@ -370,7 +371,7 @@ TEST_F(JobTest, StaticWeightsArriveBeforeTheFirstLossOnly) {
   reader.join();
   ASSERT_TRUE(lease.ok()) << lease.status();
   // Normalised to mean 1; the zero-weight sample is never drawn.
-  EXPECT_THAT(*lease->view.weights, ::testing::ElementsAre(0.0f, 1.0f, 1.0f, 2.0f));
+  EXPECT_THAT(testutil::HostWeights(lease->view.weights.get(), 4), ::testing::ElementsAre(0.0f, 1.0f, 1.0f, 2.0f));
   for (uint64_t i : testutil::PlanIndices(*lease->view.plan)) EXPECT_NE(i, 0u);
   EXPECT_TRUE(job->UploadWeights({1, 1, 1, 1}).ok());  // Re-upload before any loss: allowed.
   v1::LossReportSummary s;
@@ -416,7 +417,7 @@ TEST_F(JobTest, AReuploadWithdrawsEpochZeroUntilItsNewPlanIsPublished) {
   ASSERT_TRUE(upload.ok()) << upload;
   auto lease = job->AcquireShard(0, 0, 0, 1, Soon());
   ASSERT_TRUE(lease.ok()) << lease.status();
-  EXPECT_THAT(*lease->view.weights, ::testing::ElementsAre(0.0f, 1.0f, 1.0f, 2.0f));
+  EXPECT_THAT(testutil::HostWeights(lease->view.weights.get(), 4), ::testing::ElementsAre(0.0f, 1.0f, 1.0f, 2.0f));
   EXPECT_EQ(job->Status().ranks(0).losses_accepted(), 0u);
 
   // A re-upload that fails to plan leaves the published plan as it was.
@@ -426,7 +427,7 @@ TEST_F(JobTest, AReuploadWithdrawsEpochZeroUntilItsNewPlanIsPublished) {
   auto after = job->AcquireShard(0, 0, 0, 1, Soon());
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_EQ(testutil::PlanIndices(*after->view.plan), before);
-  EXPECT_THAT(*after->view.weights, ::testing::ElementsAre(0.0f, 1.0f, 1.0f, 2.0f));
+  EXPECT_THAT(testutil::HostWeights(after->view.weights.get(), 4), ::testing::ElementsAre(0.0f, 1.0f, 1.0f, 2.0f));
 }
 
 TEST_F(JobTest, ManyEpochsWithConcurrentRanks) {
