@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <memory>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <thread>
 #include <utility>
@@ -13,7 +13,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "kernels/loss_table.h"
 #include "kernels/cuda/plan_math.h"
 #include "kernels/det_math.h"
 #include "kernels/exact_sum.h"
@@ -23,6 +22,7 @@
 #include "kernels/internal/recompute_passes.h"
 #include "kernels/internal/shuffle.h"
 #include "kernels/internal/simd_level.h"
+#include "kernels/loss_table.h"
 #include "kernels/philox.h"
 
 namespace samplerd {
@@ -42,8 +42,7 @@ absl::Status Foreign(absl::string_view field) {
 // Weights in host memory: the vector is shared (ToHost hands it out without a copy), the summary
 // computed once when they are made. Made in a shared_ptr only (RecomputeWeights with no loss
 // policy returns its `base` argument itself: shared_from_this).
-class CpuWeights final : public BackendWeights,
-                         public std::enable_shared_from_this<CpuWeights> {
+class CpuWeights final : public BackendWeights, public std::enable_shared_from_this<CpuWeights> {
  public:
   CpuWeights(std::shared_ptr<const std::vector<float>> weights, const WeightSummary& summary)
       : weights_(std::move(weights)), summary_(summary) {}
@@ -74,8 +73,8 @@ class CpuLossStats final : public BackendLossStats {
     // next to the scattered writes below) so that a caller's bug is an error, not a write
     // outside the table.
     if (indices.size() != losses.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("losses: ", losses.size(), " values for ",
-                                                     indices.size(), " indices"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("losses: ", losses.size(), " values for ", indices.size(), " indices"));
     }
     const uint64_t n = table_.size();
     for (size_t k = 0; k < indices.size(); ++k) {
@@ -194,7 +193,7 @@ class CpuBackend final : public ComputeBackend {
       std::vector<float> weights) override;
 
   absl::StatusOr<std::unique_ptr<BackendLossStats>> NewLossStats(uint64_t num_samples,
-                                                                double ema_decay) override;
+                                                                 double ema_decay) override;
 
   absl::StatusOr<std::shared_ptr<const BackendWeights>> RecomputeWeights(
       const WeightPolicyParams& policy, uint64_t closed_epoch, const BackendWeights* base,
@@ -214,8 +213,7 @@ class CpuBackend final : public ComputeBackend {
   // RecomputeWeightsOnHost (cpu_backend.h) with this backend's threads.
   absl::Status RecomputeSpans(const WeightPolicyParams& policy, uint64_t closed_epoch,
                               absl::Span<const float> base, absl::Span<const float> current,
-                              absl::Span<const SampleLossStats> stats,
-                              absl::Span<float> out) const;
+                              absl::Span<const SampleLossStats> stats, absl::Span<float> out) const;
 
  private:
   // pass(begin, end, results) over the groups of chunks of [0, n) (recompute_passes.h), in
@@ -240,7 +238,8 @@ class CpuBackend final : public ComputeBackend {
 
   // Weights that are valid (finite, >= 0, one > 0) as this backend's object, summarised in
   // parallel (SummarizeWeightChunk per chunk: the same bits as SummarizeWeights).
-  std::shared_ptr<const BackendWeights> Wrap(std::shared_ptr<const std::vector<float>> weights) const {
+  std::shared_ptr<const BackendWeights> Wrap(
+      std::shared_ptr<const std::vector<float>> weights) const {
     const std::vector<WeightChunkSummary> chunks = OverChunkGroups<WeightChunkSummary>(
         weights->size(), [&](uint64_t b, uint64_t e, WeightChunkSummary* out) {
           for (uint64_t c = b; c < e; c += exact_sum::kChunk) {
@@ -286,15 +285,14 @@ class CpuBackend final : public ComputeBackend {
 absl::StatusOr<std::shared_ptr<const BackendWeights>> CpuBackend::MakeWeights(
     std::vector<float> weights) {
   // Validated in parallel; the message names the first bad weight (ValidateWeights).
-  if (absl::StatusOr<uint64_t> positive = CountPositiveWeights(threads_, weights);
-      !positive.ok()) {
+  if (absl::StatusOr<uint64_t> positive = CountPositiveWeights(threads_, weights); !positive.ok()) {
     return positive.status();
   }
   return Wrap(std::make_shared<const std::vector<float>>(std::move(weights)));
 }
 
 absl::StatusOr<std::unique_ptr<BackendLossStats>> CpuBackend::NewLossStats(uint64_t num_samples,
-                                                                          double ema_decay) {
+                                                                           double ema_decay) {
   if (num_samples == 0) return absl::InvalidArgumentError("num_samples = 0");
   if (!(ema_decay >= 0 && ema_decay < 1)) {
     return absl::InvalidArgumentError(
@@ -343,8 +341,7 @@ absl::StatusOr<std::shared_ptr<const BackendWeights>> CpuBackend::RecomputeWeigh
   }
   auto out = std::make_shared<std::vector<float>>(n);
   const absl::Span<const float> no_weights;
-  if (absl::Status s = RecomputeSpans(policy, closed_epoch,
-                                      base ? (*own_base)->span() : no_weights,
+  if (absl::Status s = RecomputeSpans(policy, closed_epoch, base ? (*own_base)->span() : no_weights,
                                       current ? (*own_current)->span() : no_weights,
                                       (*own_stats)->stats(), absl::MakeSpan(*out));
       !s.ok()) {
@@ -576,9 +573,8 @@ absl::Status CpuBackend::ImportanceWeights(const BackendWeights& weights,
   const absl::Span<const float> w = (*own)->span();
   for (size_t k = 0; k < indices.size(); ++k) {
     if (indices[k] >= w.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("indices[", k, "] = ", indices[k],
-                                                     " is outside [0, num_samples = ", w.size(),
-                                                     ")"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "indices[", k, "] = ", indices[k], " is outside [0, num_samples = ", w.size(), ")"));
     }
   }
   for (size_t k = 0; k < indices.size(); ++k) out[k] = 1.0f / w[indices[k]];

@@ -36,8 +36,7 @@ std::unique_ptr<ComputeBackend> NewCpuBackend(int num_threads = 0);
 absl::Status RecomputeWeightsOnHost(int num_threads, const WeightPolicyParams& policy,
                                     uint64_t closed_epoch, absl::Span<const float> base,
                                     absl::Span<const float> current,
-                                    absl::Span<const SampleLossStats> stats,
-                                    absl::Span<float> out);
+                                    absl::Span<const SampleLossStats> stats, absl::Span<float> out);
 
 }  // namespace samplerd
 

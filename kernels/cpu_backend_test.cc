@@ -1,4 +1,6 @@
 // Properties, statistics, golden hashes and sizes of the CPU backend's plans and weights.
+#include "kernels/cpu_backend.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -12,7 +14,6 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/cpu_backend.h"
 #include "kernels/det_math.h"
 #include "kernels/testing/backend_state.h"
 #include "kernels/testing/test_util.h"
@@ -232,7 +233,8 @@ TEST(StatisticsTest, WithoutReplacementFirstDrawFollowsWeights) {
   const auto weights = testutil::WeightsOf(*backend, w);
   std::vector<uint64_t> counts(n, 0);
   for (uint64_t e = 0; e < epochs; ++e) {
-    auto plan = backend->PlanEpoch({n, 1, 99, false, SampleOrder::kWeightedRandom}, e, weights.get());
+    auto plan =
+        backend->PlanEpoch({n, 1, 99, false, SampleOrder::kWeightedRandom}, e, weights.get());
     ASSERT_TRUE(plan.ok());
     ++counts[testutil::PlanIndices(*plan)[0]];
   }
@@ -262,7 +264,8 @@ TEST(StatisticsTest, WithoutReplacementSetsFollowSuccessiveSampling) {
   const auto weights = testutil::WeightsOf(*backend, w);
   std::map<uint32_t, uint64_t> observed;
   for (uint64_t e = 0; e < epochs; ++e) {
-    auto plan = backend->PlanEpoch({n, m, 31, false, SampleOrder::kWeightedRandom}, e, weights.get());
+    auto plan =
+        backend->PlanEpoch({n, m, 31, false, SampleOrder::kWeightedRandom}, e, weights.get());
     ASSERT_TRUE(plan.ok());
     uint32_t set = 0;
     for (uint64_t idx : testutil::PlanIndices(*plan)) set |= 1u << idx;
@@ -287,7 +290,8 @@ TEST(StatisticsTest, WithoutReplacementInclusionFavoursHeavySamples) {
   const auto weights = testutil::WeightsOf(*backend, w);
   uint64_t heavy = 0, light = 0;
   for (uint64_t e = 0; e < 20; ++e) {
-    auto plan = backend->PlanEpoch({n, m, 5, false, SampleOrder::kWeightedRandom}, e, weights.get());
+    auto plan =
+        backend->PlanEpoch({n, m, 5, false, SampleOrder::kWeightedRandom}, e, weights.get());
     ASSERT_TRUE(plan.ok());
     for (uint64_t idx : testutil::PlanIndices(*plan)) (idx % 2 == 0 ? heavy : light)++;
   }
@@ -324,9 +328,7 @@ TEST(WeightsTest, LossPolicyMovesWeightByItsFormula) {
   p.clamp_lo = 0.01;
   p.clamp_hi = 100;
   std::vector<float> out(4);
-  ASSERT_TRUE(
-      Recompute(*backend, p, 0, {}, current, Stats(ema, count, last), out)
-          .ok());
+  ASSERT_TRUE(Recompute(*backend, p, 0, {}, current, Stats(ema, count, last), out).ok());
   const double f[] = {0.5, 1.5, 3.5, 4.0 / 3 + 0.5};
   const double mean = (f[0] + f[1] + f[2] + f[3]) / 4;
   for (int i = 0; i < 4; ++i) EXPECT_NEAR(out[i], f[i] / mean, 1e-6) << i;
@@ -336,9 +338,7 @@ TEST(WeightsTest, LossPolicyMovesWeightByItsFormula) {
   p.mix = 0.5;
   p.clamp_hi = 1.5;
   const std::vector<float> base = {2, 1, 1, 1};
-  ASSERT_TRUE(
-      Recompute(*backend, p, 0, base, current, Stats(ema, count, last), out)
-          .ok());
+  ASSERT_TRUE(Recompute(*backend, p, 0, base, current, Stats(ema, count, last), out).ok());
   double g[4], gm = 0;
   for (int i = 0; i < 4; ++i) gm += f[i] * f[i] / 4;
   double w[4], wm = 0;
@@ -368,9 +368,7 @@ TEST(WeightsTest, MultiplicativeOnlyTouchesSamplesSeenInTheEpoch) {
   p.loss = LossWeightKind::kMultiplicative;
   p.eta = 1.0;
   std::vector<float> out(4);
-  ASSERT_TRUE(
-      Recompute(*backend, p, 2, {}, current, Stats(ema, count, last), out)
-          .ok());
+  ASSERT_TRUE(Recompute(*backend, p, 2, {}, current, Stats(ema, count, last), out).ok());
   // Raw: 2, 1, 1, 1 -> mean 1.25.
   EXPECT_NEAR(out[0], 2 / 1.25, 1e-6);
   EXPECT_NEAR(out[1], 1 / 1.25, 1e-6);
@@ -431,8 +429,7 @@ TEST(WeightsTest, AllFactorsVanishingLeavesEqualWeights) {
   p.alpha = 8;
   std::vector<float> out(3);
   ASSERT_TRUE(Recompute(*backend, p, 0, std::vector<float>{0, 1, 1}, std::vector<float>(3, 1),
-                                     Stats({1e30f, 0, 0}, {1, 1, 1}, {1, 1, 1}),
-                                     out)
+                        Stats({1e30f, 0, 0}, {1, 1, 1}, {1, 1, 1}), out)
                   .ok());
   EXPECT_EQ(out[0], 0.0f);
   EXPECT_FLOAT_EQ(out[1], 1.5f);  // Mean 1 over the three samples.
@@ -502,8 +499,7 @@ TEST(WeightsTest, BadInputsNameFieldAndValueAndChangeNothing) {
   WeightPolicyParams p;
   p.loss = LossWeightKind::kLoss;
   for (int threads : {1, 4}) {
-    absl::Status s =
-        RecomputeWeightsOnHost(threads, p, 0, big, big, stats, absl::MakeSpan(out));
+    absl::Status s = RecomputeWeightsOnHost(threads, p, 0, big, big, stats, absl::MakeSpan(out));
     EXPECT_THAT(std::string(s.message()), HasSubstr("base[700000] = -1"));
   }
   // Through the backend's objects: bad weights are refused when made (naming the first, see
@@ -519,9 +515,8 @@ TEST(WeightsTest, BadInputsNameFieldAndValueAndChangeNothing) {
       std::vector<float> out(c.out_size, 7.0f);
       const absl::Status s = Recompute(*backend, p, 0, c.base, c.current, c.stats, out);
       EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.want;
-      const std::string want = c.want.rfind("stats", 0) == 0
-                                   ? c.want
-                                   : "weights" + c.want.substr(c.want.find('['));
+      const std::string want =
+          c.want.rfind("stats", 0) == 0 ? c.want : "weights" + c.want.substr(c.want.find('['));
       EXPECT_THAT(std::string(s.message()), HasSubstr(want));
     }
   }
@@ -540,10 +535,8 @@ TEST(WeightsTest, RecomputeDoesNotDependOnThreads) {
     p.alpha = 0.7;
     p.mix = 0.1;
     std::vector<float> a(n), b(n);
-    ASSERT_TRUE(
-        Recompute(*NewCpuBackend(1), p, 5, base, base, stats, a).ok());
-    ASSERT_TRUE(
-        Recompute(*NewCpuBackend(4), p, 5, base, base, stats, b).ok());
+    ASSERT_TRUE(Recompute(*NewCpuBackend(1), p, 5, base, base, stats, a).ok());
+    ASSERT_TRUE(Recompute(*NewCpuBackend(4), p, 5, base, base, stats, b).ok());
     EXPECT_EQ(a, b);
   }
 }
@@ -710,8 +703,7 @@ TEST(WeightsTest, GoldenHashes) {
     const std::vector<SampleLossStats> stats = VariedStats(g.n, 13);
     for (int threads : {1, 2, 3}) {
       std::vector<float> out(g.n, 7.0f);
-      ASSERT_TRUE(Recompute(*NewCpuBackend(threads), p, 5, base, current, stats, out)
-                      .ok())
+      ASSERT_TRUE(Recompute(*NewCpuBackend(threads), p, 5, base, current, stats, out).ok())
           << g.name;
       EXPECT_EQ(Fnv1a(out), g.hash)
           << g.name << ", " << threads << " threads: 0x" << std::hex << Fnv1a(out);
@@ -853,9 +845,7 @@ TEST(WeightsTest, RecomputeMatchesItsDefinitionBitForBit) {
       const std::vector<float>* currents[] = {&current, &with_ones};
       for (const std::vector<float>* c : currents) {
         std::vector<float> got(n, 7.0f);
-        ASSERT_TRUE(Recompute(*NewCpuBackend(threads), p, 5, base, *c, stats, got)
-                        .ok())
-            << round;
+        ASSERT_TRUE(Recompute(*NewCpuBackend(threads), p, 5, base, *c, stats, got).ok()) << round;
         ASSERT_EQ(std::memcmp(got.data(), want.data(), n * sizeof(float)), 0)
             << "round " << round << ", n " << n << ", " << threads << " threads, "
             << (c->empty() ? "no current weights" : "current weights");
@@ -874,8 +864,8 @@ TEST(WeightsTest, BadStatisticsChangeNothing) {
   WeightPolicyParams p;
   p.loss = LossWeightKind::kLoss;
   std::vector<float> out = {7, 7};
-  absl::Status s = Recompute(*backend, p, 0, {}, std::vector<float>{1, 1},
-                                             Stats(ema, count, last), out);
+  absl::Status s =
+      Recompute(*backend, p, 0, {}, std::vector<float>{1, 1}, Stats(ema, count, last), out);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(s.message()), HasSubstr("stats[1].ema_loss = nan"));
   EXPECT_EQ(out, (std::vector<float>{7, 7}));
@@ -1040,8 +1030,7 @@ TEST(StateTest, MakeWeightsKeepsTheVectorAndItsSummary) {
     EXPECT_EQ(std::memcmp(&got.min, &want.min, sizeof(double)), 0);
     EXPECT_EQ(std::memcmp(&got.max, &want.max, sizeof(double)), 0);
     EXPECT_EQ(std::memcmp(&got.mean, &want.mean, sizeof(double)), 0);
-    EXPECT_EQ(std::memcmp(&got.effective_sample_size, &want.effective_sample_size,
-                          sizeof(double)),
+    EXPECT_EQ(std::memcmp(&got.effective_sample_size, &want.effective_sample_size, sizeof(double)),
               0);
     EXPECT_EQ(got.zero_count, want.zero_count);
     EXPECT_GT(got.zero_count, 0u);
@@ -1182,7 +1171,8 @@ TEST(StateTest, ImportanceWeightsAreOneOverTheWeight) {
   const std::vector<uint64_t> outside = {0, 4, 9};
   s = backend->ImportanceWeights(*w, outside, absl::MakeSpan(out));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(s.message()), HasSubstr("indices[1] = 4 is outside [0, num_samples = 4)"));
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("indices[1] = 4 is outside [0, num_samples = 4)"));
   EXPECT_EQ(out, std::vector<float>(3, 7.0f));  // Nothing written, not even out[0].
 }
 
@@ -1243,7 +1233,8 @@ TEST(StateTest, LossStatsRefuseBadInputAndChangeNothing) {
   const std::vector<float> two = {1.0f, 2.0f};
   s = stats.Apply(1, outside, two).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(s.message()), HasSubstr("indices[1] = 4 is outside [0, num_samples = 4)"));
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("indices[1] = 4 is outside [0, num_samples = 4)"));
   s = stats.Apply(1, first, two).status();
   EXPECT_THAT(std::string(s.message()), HasSubstr("losses: 2 values for 1 indices"));
   EXPECT_TRUE(SameStats(HostStats(stats), before));

@@ -42,8 +42,9 @@ absl::StatusOr<std::shared_ptr<const BackendWeights>> EpochPlanner::Recompute(
                                     inputs.current.get(), inputs.losses);
 }
 
-absl::StatusOr<PlannedEpoch> EpochPlanner::PlanWith(
-    uint64_t epoch, std::shared_ptr<const BackendWeights> weights, double recompute_ms) {
+absl::StatusOr<PlannedEpoch> EpochPlanner::PlanWith(uint64_t epoch,
+                                                    std::shared_ptr<const BackendWeights> weights,
+                                                    double recompute_ms) {
   const absl::Time start = absl::Now();
   // `stale`: a plan computed ahead for another epoch (a re-upload before the job started). Its
   // destructor waits for the computation: declared here, it runs after the lock is released.
@@ -83,8 +84,7 @@ bool EpochPlanner::StartNext(uint64_t closed_epoch, RecomputeInputs inputs,
   if (thread_.joinable()) thread_.join();
   thread_ = std::thread([this, closed_epoch, inputs = std::move(inputs), done = std::move(done)] {
     const absl::Time start = absl::Now();
-    absl::StatusOr<std::shared_ptr<const BackendWeights>> weights =
-        Recompute(closed_epoch, inputs);
+    absl::StatusOr<std::shared_ptr<const BackendWeights>> weights = Recompute(closed_epoch, inputs);
     if (!weights.ok()) {
       done(weights.status());
     } else {

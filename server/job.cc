@@ -454,12 +454,11 @@ void Job::FinishPlanningNext(absl::StatusOr<PlannedEpoch> planned) {
     if (!std::holds_alternative<Closed>(phase_)) phase_ = Failed{status, "snapshotting"};
     return;
   }
-  JobJournal::EpochStart start = MakeEpochStart(epoch, /*planned=*/true, world_size,
-                                                *std::move(base_host), *std::move(weights_host),
-                                                {}, 0);
+  JobJournal::EpochStart start = MakeEpochStart(
+      epoch, /*planned=*/true, world_size, *std::move(base_host), *std::move(weights_host), {}, 0);
   if (config_.policy.loss != LossWeightKind::kNone) {
-    start.loss_stats_from_logs = JobJournal::EpochStart::LossTableParams{
-        config_.plan.num_samples, config_.policy.ema_decay};
+    start.loss_stats_from_logs =
+        JobJournal::EpochStart::LossTableParams{config_.plan.num_samples, config_.policy.ema_decay};
   }
   // Off this thread too, so that a short epoch's boundary never waits for the previous snapshot.
   journal_->ScheduleEpochSnapshot(std::move(start));

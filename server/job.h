@@ -63,8 +63,8 @@
 #include "server/epoch_planner.h"
 #include "server/job_config.h"
 #include "server/loss_batch.h"
-#include "server/position_set.h"
 #include "server/persistence/job_journal.h"
+#include "server/position_set.h"
 
 namespace samplerd {
 
@@ -262,8 +262,7 @@ class Job {
   // Planning it; returns false (nothing changed) if it was closed meanwhile. Keeps `kept` (the
   // epoch's start, in memory) if set. Then lets the planner compute the next plan ahead.
   bool Publish(const PlannedEpoch& planned, std::shared_ptr<const BackendWeights> new_base,
-               std::optional<JobJournal::EpochStart> kept = std::nullopt)
-      ABSL_LOCKS_EXCLUDED(mu_);
+               std::optional<JobJournal::EpochStart> kept = std::nullopt) ABSL_LOCKS_EXCLUDED(mu_);
   // The start of the epoch being published, for kept_ (the weights and loss statistics copied
   // to the host); nullopt with a journal, without rewinds, or once the job is closed. Reads the
   // loss statistics: only while Planning (LossesWhilePlanning). A backend error copying them.

@@ -32,7 +32,8 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Restore(std::string name, JobConfig co
       new Job(std::move(name), std::move(config), backend, std::move(recovered.journal)));
   // The snapshot's vectors become the backend's objects. A snapshot's weights were valid when it
   // was written: refused now, they are damaged.
-  auto made = [&](std::vector<float> host) -> absl::StatusOr<std::shared_ptr<const BackendWeights>> {
+  auto made =
+      [&](std::vector<float> host) -> absl::StatusOr<std::shared_ptr<const BackendWeights>> {
     if (host.empty()) return nullptr;
     absl::StatusOr<std::shared_ptr<const BackendWeights>> weights =
         backend->MakeWeights(std::move(host));

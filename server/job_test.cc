@@ -206,7 +206,7 @@ class ProbedBackend final : public GatedBackend {
   };
 
   absl::StatusOr<std::unique_ptr<BackendLossStats>> NewLossStats(uint64_t num_samples,
-                                                                double ema_decay) override {
+                                                                 double ema_decay) override {
     auto inner = GatedBackend::NewLossStats(num_samples, ema_decay);
     if (!inner.ok()) return inner.status();
     return std::make_unique<Probed>(*std::move(inner), this);
@@ -496,7 +496,8 @@ TEST_F(JobTest, StaticWeightsArriveBeforeTheFirstLossOnly) {
   reader.join();
   ASSERT_TRUE(lease.ok()) << lease.status();
   // Normalised to mean 1; the zero-weight sample is never drawn.
-  EXPECT_THAT(testutil::HostWeights(lease->view.weights.get(), 4), ::testing::ElementsAre(0.0f, 1.0f, 1.0f, 2.0f));
+  EXPECT_THAT(testutil::HostWeights(lease->view.weights.get(), 4),
+              ::testing::ElementsAre(0.0f, 1.0f, 1.0f, 2.0f));
   for (uint64_t i : testutil::PlanIndices(*lease->view.plan)) EXPECT_NE(i, 0u);
   EXPECT_TRUE(job->UploadWeights({1, 1, 1, 1}).ok());  // Re-upload before any loss: allowed.
   v1::LossReportSummary s;
@@ -542,7 +543,8 @@ TEST_F(JobTest, AReuploadWithdrawsEpochZeroUntilItsNewPlanIsPublished) {
   ASSERT_TRUE(upload.ok()) << upload;
   auto lease = job->AcquireShard(0, 0, 0, 1, Soon());
   ASSERT_TRUE(lease.ok()) << lease.status();
-  EXPECT_THAT(testutil::HostWeights(lease->view.weights.get(), 4), ::testing::ElementsAre(0.0f, 1.0f, 1.0f, 2.0f));
+  EXPECT_THAT(testutil::HostWeights(lease->view.weights.get(), 4),
+              ::testing::ElementsAre(0.0f, 1.0f, 1.0f, 2.0f));
   EXPECT_EQ(job->Status().ranks(0).losses_accepted(), 0u);
 
   // A re-upload that fails to plan leaves the published plan as it was.
@@ -552,7 +554,8 @@ TEST_F(JobTest, AReuploadWithdrawsEpochZeroUntilItsNewPlanIsPublished) {
   auto after = job->AcquireShard(0, 0, 0, 1, Soon());
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_EQ(testutil::PlanIndices(*after->view.plan), before);
-  EXPECT_THAT(testutil::HostWeights(after->view.weights.get(), 4), ::testing::ElementsAre(0.0f, 1.0f, 1.0f, 2.0f));
+  EXPECT_THAT(testutil::HostWeights(after->view.weights.get(), 4),
+              ::testing::ElementsAre(0.0f, 1.0f, 1.0f, 2.0f));
 }
 
 TEST_F(JobTest, ManyEpochsWithConcurrentRanks) {

@@ -53,12 +53,11 @@ inline absl::StatusOr<std::unique_ptr<BackendLossStats>> LossStatsOf(
 }
 
 // PlanEpoch with host weights (empty: uniform); MakeWeights' error if it refuses them.
-inline absl::StatusOr<Plan> PlanWith(ComputeBackend& backend, const PlanSpec& spec,
-                                     uint64_t epoch, std::vector<float> w) {
+inline absl::StatusOr<Plan> PlanWith(ComputeBackend& backend, const PlanSpec& spec, uint64_t epoch,
+                                     std::vector<float> w) {
   std::shared_ptr<const BackendWeights> weights;
   if (!w.empty()) {
-    absl::StatusOr<std::shared_ptr<const BackendWeights>> made =
-        backend.MakeWeights(std::move(w));
+    absl::StatusOr<std::shared_ptr<const BackendWeights>> made = backend.MakeWeights(std::move(w));
     if (!made.ok()) return made.status();
     weights = *std::move(made);
   }
@@ -74,8 +73,8 @@ inline absl::StatusOr<std::vector<float>> RecomputeWith(ComputeBackend& backend,
                                                         std::vector<float> current,
                                                         const std::vector<SampleLossStats>& stats) {
   std::shared_ptr<const BackendWeights> base_weights, current_weights;
-  for (auto [from, to] : {std::make_pair(&base, &base_weights),
-                          std::make_pair(&current, &current_weights)}) {
+  for (auto [from, to] :
+       {std::make_pair(&base, &base_weights), std::make_pair(&current, &current_weights)}) {
     if (from->empty()) continue;
     absl::StatusOr<std::shared_ptr<const BackendWeights>> made =
         backend.MakeWeights(std::move(*from));

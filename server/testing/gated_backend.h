@@ -42,7 +42,7 @@ class GatedBackend : public ComputeBackend {
     return inner_->MakeWeights(std::move(weights));
   }
   absl::StatusOr<std::unique_ptr<BackendLossStats>> NewLossStats(uint64_t num_samples,
-                                                                double ema_decay) override {
+                                                                 double ema_decay) override {
     return inner_->NewLossStats(num_samples, ema_decay);
   }
   absl::StatusOr<std::shared_ptr<const BackendWeights>> RecomputeWeights(
