@@ -103,11 +103,7 @@ class CpuLossStats final : public BackendLossStats {
   }
 
   absl::Status Restore(absl::Span<const SampleLossStats> stats) override {
-    if (!stats.empty() && stats.size() != table_.size()) {  // Checked before copying.
-      return absl::InvalidArgumentError(absl::StrCat("loss statistics: ", stats.size(),
-                                                     " entries for num_samples ", table_.size()));
-    }
-    return table_.Restore(std::vector<SampleLossStats>(stats.begin(), stats.end()));
+    return table_.Restore(stats);
   }
 
   absl::Span<const SampleLossStats> stats() const { return table_.stats(); }

@@ -43,8 +43,9 @@ class LossTable {
   absl::Span<const SampleLossStats> stats() const { return stats_; }
 
   // Replaces every sample's statistics (a restored snapshot, a rewind): N entries, or none for
-  // "no sample seen". INVALID_ARGUMENT for another size; nothing changes then.
-  absl::Status Restore(std::vector<SampleLossStats> stats);
+  // "no sample seen". Copied in place (no second table while it runs). INVALID_ARGUMENT for
+  // another size; nothing changes then.
+  absl::Status Restore(absl::Span<const SampleLossStats> stats);
 
   // Gives the statistics away (the table is empty afterwards).
   std::vector<SampleLossStats> Release() && { return std::move(stats_); }

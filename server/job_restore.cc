@@ -32,7 +32,7 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Restore(std::string name, JobConfig co
       new Job(std::move(name), std::move(config), backend, std::move(recovered.journal)));
   // The snapshot's vectors become the backend's objects. A snapshot's weights were valid when it
   // was written: refused now, they are damaged.
-  auto made =
+  auto to_backend =
       [&](std::vector<float> host) -> absl::StatusOr<std::shared_ptr<const BackendWeights>> {
     if (host.empty()) return nullptr;
     absl::StatusOr<std::shared_ptr<const BackendWeights>> weights =
@@ -43,7 +43,8 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Restore(std::string name, JobConfig co
   if (absl::Status s = job->MakeLossStats(); !s.ok()) return s;
   std::shared_ptr<const BackendWeights> base;
   if (header.has_base()) {
-    absl::StatusOr<std::shared_ptr<const BackendWeights>> restored = made(std::move(snapshot.base));
+    absl::StatusOr<std::shared_ptr<const BackendWeights>> restored =
+        to_backend(std::move(snapshot.base));
     if (!restored.ok()) return restored.status();
     base = *std::move(restored);
   }
@@ -63,7 +64,7 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Restore(std::string name, JobConfig co
   }
   if (header.planned()) {
     absl::StatusOr<std::shared_ptr<const BackendWeights>> weights =
-        made(std::move(snapshot.weights));
+        to_backend(std::move(snapshot.weights));
     absl::StatusOr<PlannedEpoch> planned =
         weights.ok() ? job->planner_.Plan(header.epoch(), *std::move(weights))
                      : absl::StatusOr<PlannedEpoch>(weights.status());
