@@ -36,11 +36,9 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Create(std::string name, JobConfig con
   std::unique_ptr<Job> job(
       new Job(std::move(name), std::move(config), backend, std::move(journal)));
   absl::Status s = job->MakeLossStats();
-  if (!s.ok()) {
-    // Nothing else is done.
-  } else if (job->config_.policy.base == BaseWeightKind::kUniform) {
+  if (s.ok() && job->config_.policy.base == BaseWeightKind::kUniform) {
     s = job->InstallBaseAndPlan({});
-  } else if (job->journal_ != nullptr) {
+  } else if (s.ok() && job->journal_ != nullptr) {
     // Persisted as awaiting its upload.
     s = job->journal_->StartEpochDurably(job->MakeEpochStart(
         0, /*planned=*/false, job->config_.shard.world_size, nullptr, nullptr, {}, 0));
@@ -296,7 +294,8 @@ absl::Status Job::InstallBaseAndPlan(std::vector<float> base) {
       s = made.status();
     }
   }
-  absl::StatusOr<PlannedEpoch> planned = s.ok() ? planner_.Plan(0, new_base) : s;
+  absl::StatusOr<PlannedEpoch> planned =
+      s.ok() ? planner_.Plan(0, new_base) : absl::StatusOr<PlannedEpoch>(s);
   s = planned.status();
   // An upload (or a creation) is in no log: its snapshot is all there is, so it is durable
   // before the plan is published.
