@@ -121,9 +121,12 @@ class ComputeBackend {
   //   current: W_e, or null for uniform. Only the multiplicative policy reads it.
   //   stats:   the loss statistics (null only with LossWeightKind::kNone).
   // The result is normalised to mean 1; with LossWeightKind::kNone it is `base` itself (null for
-  // uniform). INVALID_ARGUMENT if base, current and stats do not have one size N (naming the
-  // first that differs), for a missing `stats` with a loss policy, for statistics that are not
-  // finite and >= 0 (naming the sample), or for an all-zero base or current (naming it).
+  // uniform): the same object, so a backend's weights class derives from
+  // std::enable_shared_from_this (its weights are always made in a shared_ptr).
+  // INVALID_ARGUMENT if base, current and stats do not have one size N (naming the first that
+  // differs), for a missing `stats` with a loss policy, for objects of another backend (naming
+  // the argument), for statistics that are not finite and >= 0 (naming the sample), or for an
+  // all-zero base or current (naming it).
   virtual absl::StatusOr<std::shared_ptr<const BackendWeights>> RecomputeWeights(
       const WeightPolicyParams& policy, uint64_t closed_epoch, const BackendWeights* base,
       const BackendWeights* current, const BackendLossStats* stats) = 0;

@@ -17,6 +17,7 @@
 #include "kernels/compute_backend.h"
 #include "kernels/cpu_backend.h"
 #include "kernels/shard.h"
+#include "kernels/testing/backend_state.h"
 #include "kernels/cuda/plan_math.h"
 #include "kernels/loss_stats.h"
 #include "kernels/philox.h"
@@ -77,7 +78,7 @@ TEST(ReferenceTest, PlansEqualTheCpuBackend) {
           spec.seed = 0x5eed0000 + n;
           spec.replacement = replacement;
           const uint64_t epoch = 3;
-          absl::StatusOr<samplerd::Plan> plan = cpu->PlanEpoch(spec, epoch, w);
+          absl::StatusOr<samplerd::Plan> plan = testutil::PlanWith(*cpu, spec, epoch, w);
           ASSERT_TRUE(plan.ok()) << plan.status();
           reference::PlanInputs in;
           in.n = n;
