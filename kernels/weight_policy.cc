@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "kernels/det_math.h"
 #include "kernels/exact_sum.h"
+#include "kernels/weight_math.h"
 
 namespace samplerd {
 namespace {
@@ -153,8 +154,8 @@ WeightChunkSummary SummarizeWeightChunk(const float* weights, uint64_t count) {
   for (uint64_t i = 0; i < count; ++i) {
     const double w = weights[i];
     const uint64_t q = exact_sum::Quantise(exact_sum::TermBits(w), c.sum.exponent);
-    const uint64_t q_sq =
-        exact_sum::Quantise(exact_sum::TermBits(w * w), c.sum_of_squares.exponent);
+    const uint64_t q_sq = exact_sum::Quantise(
+        exact_sum::TermBits(weight_math::SquareTerm(weights[i])), c.sum_of_squares.exponent);
     low += q & 0xffffffffu;
     high += q >> 32;
     low_sq += q_sq & 0xffffffffu;
@@ -185,7 +186,7 @@ WeightSummary CombineWeightChunks(absl::Span<const WeightChunkSummary> chunks, u
   const double s1 = exact_sum::Total(sums.data(), sums.size());
   const double s2 = exact_sum::Total(squares.data(), squares.size());
   s.mean = s1 / static_cast<double>(n);
-  s.effective_sample_size = s2 > 0 ? s1 * s1 / s2 : 0;
+  s.effective_sample_size = weight_math::EffectiveSampleSize(s1, s2);
   return s;
 }
 
