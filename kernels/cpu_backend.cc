@@ -13,6 +13,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "kernels/backend_checks.h"
+#include "kernels/plan_shard.h"
 #include "kernels/cuda/plan_math.h"
 #include "kernels/det_math.h"
 #include "kernels/exact_sum.h"
@@ -31,13 +33,6 @@ namespace {
 using internal::ParallelForChunks;
 
 constexpr uint64_t kGrain = 1 << 16;  // Items per chunk of element-wise work.
-
-// The error for an object of another backend (compute_backend.h: objects go back only to the
-// backend that made them).
-absl::Status Foreign(absl::string_view field) {
-  return absl::InvalidArgumentError(absl::StrCat(
-      field, ": made by another backend; the cpu backend takes only the objects it made"));
-}
 
 // Weights in host memory: the vector is shared (ToHost hands it out without a copy), the summary
 // computed once when they are made. Made in a shared_ptr only (RecomputeWeights with no loss
@@ -112,13 +107,10 @@ class CpuLossStats final : public BackendLossStats {
   LossTable table_;
 };
 
-// `field`'s object as this backend's type: null for null, Foreign for another backend's.
+// `field`'s object as this backend's type: null for null, an error for another backend's.
 template <typename Cpu, typename Base>
 absl::StatusOr<const Cpu*> Own(const Base* object, absl::string_view field) {
-  if (object == nullptr) return nullptr;
-  const Cpu* own = dynamic_cast<const Cpu*>(object);
-  if (own == nullptr) return Foreign(field);
-  return own;
+  return OwnObject<Cpu>(object, field, "cpu");
 }
 
 // ValidateWeights (finite, >= 0, not all 0) in parallel; the number of positive weights.
@@ -289,53 +281,27 @@ absl::StatusOr<std::shared_ptr<const BackendWeights>> CpuBackend::MakeWeights(
 
 absl::StatusOr<std::unique_ptr<BackendLossStats>> CpuBackend::NewLossStats(uint64_t num_samples,
                                                                            double ema_decay) {
-  if (num_samples == 0) return absl::InvalidArgumentError("num_samples = 0");
-  if (!(ema_decay >= 0 && ema_decay < 1)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("ema_decay = ", ema_decay, " is outside [0, 1)"));
-  }
+  if (absl::Status s = CheckNewLossStats(num_samples, ema_decay); !s.ok()) return s;
   return std::make_unique<CpuLossStats>(num_samples, ema_decay);
 }
 
 absl::StatusOr<std::shared_ptr<const BackendWeights>> CpuBackend::RecomputeWeights(
     const WeightPolicyParams& policy, uint64_t closed_epoch, const BackendWeights* base,
     const BackendWeights* current, const BackendLossStats* stats) {
-  if (absl::Status s = ValidatePolicy(policy); !s.ok()) return s;
   absl::StatusOr<const CpuWeights*> own_base = Own<CpuWeights>(base, "base");
   if (!own_base.ok()) return own_base.status();
   absl::StatusOr<const CpuWeights*> own_current = Own<CpuWeights>(current, "current");
   if (!own_current.ok()) return own_current.status();
   absl::StatusOr<const CpuLossStats*> own_stats = Own<CpuLossStats>(stats, "stats");
   if (!own_stats.ok()) return own_stats.status();
-  // One size N: the first given of base, current and stats sets it.
-  const char* first = nullptr;
-  uint64_t n = 0;
-  auto same_size = [&](const char* field, bool given, uint64_t size) {
-    if (!given) return absl::OkStatus();
-    if (first == nullptr) {
-      first = field;
-      n = size;
-      return absl::OkStatus();
-    }
-    if (size == n) return absl::OkStatus();
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ": ", size, " values, but ", first, " has ", n));
-  };
-  for (absl::Status s : {same_size("base", base != nullptr, base ? base->size() : 0),
-                         same_size("current", current != nullptr, current ? current->size() : 0),
-                         same_size("stats", stats != nullptr, stats ? stats->size() : 0)}) {
-    if (!s.ok()) return s;
-  }
+  absl::StatusOr<uint64_t> n = CheckRecomputeInputs(policy, base, current, stats);
+  if (!n.ok()) return n.status();
   // No loss factor: W_{e+1} is the base weights, the same object (null for uniform).
   if (policy.loss == LossWeightKind::kNone) {
     if (base == nullptr) return nullptr;
     return std::shared_ptr<const BackendWeights>((*own_base)->shared_from_this());
   }
-  if (stats == nullptr) {
-    return absl::InvalidArgumentError(
-        "stats: missing; a loss policy (policy.loss) needs the loss statistics");
-  }
-  auto out = std::make_shared<std::vector<float>>(n);
+  auto out = std::make_shared<std::vector<float>>(*n);
   const absl::Span<const float> no_weights;
   if (absl::Status s = RecomputeSpans(policy, closed_epoch, base ? (*own_base)->span() : no_weights,
                                       current ? (*own_current)->span() : no_weights,
@@ -537,24 +503,7 @@ void CpuBackend::FillPlan(const PlanSpec& spec, uint64_t epoch, absl::Span<const
 
 absl::Status CpuBackend::ExtractShard(const Plan& plan, const ShardSpec& shard, uint32_t rank,
                                       uint64_t start, absl::Span<uint64_t> out) {
-  const uint64_t m = plan.size();
-  absl::StatusOr<uint64_t> length = ShardLength(m, shard, rank);
-  if (!length.ok()) return length.status();
-  if (start > *length || out.size() > *length - start) {
-    return absl::InvalidArgumentError(absl::StrCat("shard range [", start, ", ", start + out.size(),
-                                                   ") passes the shard length ", *length));
-  }
-  auto copy = [&](const auto& indices) {
-    for (uint64_t k = 0; k < out.size(); ++k) {
-      out[k] = indices[ShardToPlanPosition(m, shard, rank, start + k)];
-    }
-  };
-  if (Plan::Narrow(plan.num_samples)) {
-    copy(plan.indices32);
-  } else {
-    copy(plan.indices64);
-  }
-  return absl::OkStatus();
+  return CopyShard(plan, shard, rank, start, out);
 }
 
 absl::Status CpuBackend::ImportanceWeights(const BackendWeights& weights,
@@ -562,17 +511,8 @@ absl::Status CpuBackend::ImportanceWeights(const BackendWeights& weights,
                                            absl::Span<float> out) {
   absl::StatusOr<const CpuWeights*> own = Own<CpuWeights>(&weights, "weights");
   if (!own.ok()) return own.status();
-  if (indices.size() != out.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("out: ", out.size(), " values for ", indices.size(), " indices"));
-  }
   const absl::Span<const float> w = (*own)->span();
-  for (size_t k = 0; k < indices.size(); ++k) {
-    if (indices[k] >= w.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "indices[", k, "] = ", indices[k], " is outside [0, num_samples = ", w.size(), ")"));
-    }
-  }
+  if (absl::Status s = CheckImportanceArguments(w.size(), indices, out); !s.ok()) return s;
   for (size_t k = 0; k < indices.size(); ++k) out[k] = 1.0f / w[indices[k]];
   return absl::OkStatus();
 }

@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/backend_checks.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_loss_stats.h"
 #include "kernels/cuda/cuda_resources.h"
@@ -34,18 +35,8 @@ using cuda::CudaWeights;
 using cuda::DeviceBuffer;
 using cuda::Lane;
 
-// Handles are passed back only to the backend that made them (compute_backend.h); one from
-// another backend is a caller's mistake, refused rather than misread.
-absl::Status Foreign(const char* field) {
-  return absl::InvalidArgumentError(
-      absl::StrCat(field, ": made by another backend; the cuda backend takes only its own"));
-}
-
 absl::StatusOr<const CudaWeights*> OwnWeights(const BackendWeights* weights, const char* field) {
-  if (weights == nullptr) return nullptr;
-  const auto* own = dynamic_cast<const CudaWeights*>(weights);
-  if (own == nullptr) return Foreign(field);
-  return own;
+  return OwnObject<CudaWeights>(weights, field, "cuda");
 }
 
 // Beyond this many entries of 8 bytes a byte count would overflow; no device holds them anyway.
@@ -164,11 +155,7 @@ absl::StatusOr<std::shared_ptr<const BackendWeights>> CudaBackend::MakeWeights(
 
 absl::StatusOr<std::unique_ptr<BackendLossStats>> CudaBackend::NewLossStats(uint64_t num_samples,
                                                                             double ema_decay) {
-  if (num_samples == 0) return absl::InvalidArgumentError("num_samples = 0: must be >= 1");
-  if (!(ema_decay >= 0 && ema_decay < 1)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("ema_decay = ", ema_decay, " is outside [0, 1)"));
-  }
+  if (absl::Status s = CheckNewLossStats(num_samples, ema_decay); !s.ok()) return s;
   if (num_samples > kMaxEntries) return TooLarge("loss statistics", num_samples);
   const CudaContext::OperationScope scope(context_.get(), &CudaMemoryPeaks::new_loss_stats);
   absl::StatusOr<std::unique_ptr<CudaLossStats>> made =
@@ -180,37 +167,24 @@ absl::StatusOr<std::unique_ptr<BackendLossStats>> CudaBackend::NewLossStats(uint
 absl::StatusOr<std::shared_ptr<const BackendWeights>> CudaBackend::RecomputeWeights(
     const WeightPolicyParams& policy, uint64_t closed_epoch, const BackendWeights* base_handle,
     const BackendWeights* current_handle, const BackendLossStats* stats_handle) {
-  if (absl::Status s = ValidatePolicy(policy); !s.ok()) return s;
   absl::StatusOr<const CudaWeights*> base = OwnWeights(base_handle, "base");
   if (!base.ok()) return base.status();
   absl::StatusOr<const CudaWeights*> current = OwnWeights(current_handle, "current");
   if (!current.ok()) return current.status();
   const CudaLossStats* stats = nullptr;
   if (stats_handle != nullptr) {
-    stats = dynamic_cast<const CudaLossStats*>(stats_handle);
-    if (stats == nullptr) return Foreign("stats");
+    absl::StatusOr<const CudaLossStats*> own =
+        OwnObject<CudaLossStats>(stats_handle, "stats", "cuda");
+    if (!own.ok()) return own.status();
+    stats = *own;
   }
-  // One size N for every input given (the first one given sets it).
-  uint64_t n = 0;
-  for (const auto& [field, size] :
-       {std::pair<const char*, uint64_t>{"base", *base ? (*base)->size() : 0},
-        {"current", *current ? (*current)->size() : 0},
-        {"stats", stats ? stats->size() : 0}}) {
-    if (size == 0) continue;  // Not given (a given object has N >= 1).
-    if (n == 0) {
-      n = size;
-    } else if (size != n) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ": ", size, " values for num_samples ", n));
-    }
-  }
+  absl::StatusOr<uint64_t> checked =
+      CheckRecomputeInputs(policy, base_handle, current_handle, stats_handle);
+  if (!checked.ok()) return checked.status();
+  const uint64_t n = *checked;
   if (policy.loss == LossWeightKind::kNone) {
     if (*base == nullptr) return std::shared_ptr<const BackendWeights>();
     return std::shared_ptr<const BackendWeights>((*base)->shared_from_this());
-  }
-  if (stats == nullptr) {
-    return absl::InvalidArgumentError(
-        "stats: missing; a loss policy recomputes the weights from the loss statistics");
   }
   // Every queued loss is on the device before the statistics are read.
   SAMPLERD_RETURN_IF_ERROR(stats->Flush());
@@ -348,16 +322,7 @@ absl::Status CudaBackend::ImportanceWeights(const BackendWeights& weights_handle
   absl::StatusOr<const CudaWeights*> weights = OwnWeights(&weights_handle, "weights");
   if (!weights.ok()) return weights.status();
   const uint64_t n = (*weights)->size();
-  if (indices.size() != out.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("importance weights: ", indices.size(),
-                                                   " indices for ", out.size(), " outputs"));
-  }
-  for (size_t k = 0; k < indices.size(); ++k) {
-    if (indices[k] >= n) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("indices[", k, "] = ", indices[k], " is >= num_samples = ", n));
-    }
-  }
+  if (absl::Status s = CheckImportanceArguments(n, indices, out); !s.ok()) return s;
   if (indices.empty()) return absl::OkStatus();
   const CudaContext::OperationScope scope(context_.get(), &CudaMemoryPeaks::importance_weights);
   SAMPLERD_RETURN_IF_ERROR(context_->Enter());
