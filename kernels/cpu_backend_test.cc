@@ -17,6 +17,7 @@
 #include "kernels/det_math.h"
 #include "kernels/testing/backend_state.h"
 #include "kernels/testing/test_util.h"
+#include "kernels/testing/weight_cases.h"
 
 namespace samplerd {
 namespace {
@@ -25,6 +26,7 @@ using ::testing::HasSubstr;
 using testutil::ChiSquarePValue;
 using testutil::PlanWith;
 using testutil::RandomWeights;
+using testutil::VariedStats;
 
 // RecomputeWeights of host vectors (testutil::RecomputeWith) into `out`, which an error leaves
 // as it was.
@@ -555,141 +557,14 @@ uint64_t Fnv1a(const std::vector<float>& v) {
   return h;
 }
 
-// Loss statistics that reach every branch of the recompute: never seen (count 0, last 0, an
-// EMA left undefined: NaN), seen in the closed epoch (marker of epoch 5) or before it, EMAs of
-// 0, -0, subnormal, ordinary and near the float maximum.
-std::vector<SampleLossStats> VariedStats(uint64_t n, uint64_t seed) {
-  const std::vector<float> u = RandomWeights(n, seed, 0.0);  // [0.1, 4.1)
-  std::vector<SampleLossStats> stats(n);
-  for (uint64_t i = 0; i < n; ++i) {
-    const int kind = static_cast<int>(u[i] * 1000) % 16;
-    SampleLossStats& s = stats[i];
-    if (kind < 3) {
-      s = {std::numeric_limits<float>::quiet_NaN(), 0, 0};
-      continue;
-    }
-    s.count = static_cast<uint16_t>(1 + kind);
-    s.last_epoch = kind % 2 ? EpochMarker(5) : EpochMarker(4);
-    switch (kind) {
-      case 3:
-        s.ema_loss = 0.0f;
-        break;
-      case 4:
-        s.ema_loss = -0.0f;
-        break;
-      case 5:
-        s.ema_loss = 1e-40f;
-        break;
-      case 6:
-        s.ema_loss = u[i] * 1e30f;
-        break;
-      default:
-        s.ema_loss = (u[i] - 0.1f) * (u[i] - 0.1f);
-        break;
-    }
-  }
-  return stats;
-}
-
 // Golden hashes of RecomputeWeights: like the plans' (PlanTest.GoldenHashes), a change here
 // changes every later epoch's weights and plans for users with the same losses, and breaks the
 // agreement with other backends. Each case runs on 1, 2 and 3 threads.
 TEST(WeightsTest, GoldenHashes) {
-  struct Golden {
-    const char* name;
-    LossWeightKind kind;
-    double alpha, mix, clamp_lo, clamp_hi, eta;
-    std::optional<double> prior;
-    bool with_base;  // Base weights (5% zeros); the current weights always have 5% zeros.
-    uint64_t n;
-    uint64_t hash;
-  } goldens[] = {
-      {"loss alpha 1",
-       LossWeightKind::kLoss,
-       1.0,
-       0.0,
-       0.1,
-       10,
-       1,
-       {},
-       false,
-       1000,
-       0xabb432e72b298728ull},
-      {"loss alpha 1 n 1",
-       LossWeightKind::kLoss,
-       1.0,
-       0.0,
-       0.1,
-       10,
-       1,
-       {},
-       false,
-       1,
-       0x2fa183a08531045aull},
-      {"loss alpha 0.5 mix base",
-       LossWeightKind::kLoss,
-       0.5,
-       0.1,
-       0.1,
-       10,
-       1,
-       {},
-       true,
-       200'003,
-       0x7aa066777b86cfdaull},
-      {"loss alpha 8 prior narrow clamp", LossWeightKind::kLoss, 8.0, 0.0, 0.5, 2, 1, 0.3, false,
-       200'003, 0xb2c435d4439ed1full},
-      {"loss alpha 0 base",
-       LossWeightKind::kLoss,
-       0.0,
-       0.3,
-       0.1,
-       10,
-       1,
-       {},
-       true,
-       70'000,
-       0x4c80c33b1212b880ull},
-      {"loss alpha 0.7 base prior 0", LossWeightKind::kLoss, 0.7, 0.0, 0.01, 100, 1, 0.0, true,
-       131'072, 0xedf77e3210ffa388ull},
-      {"multiplicative",
-       LossWeightKind::kMultiplicative,
-       1,
-       0,
-       0.1,
-       10,
-       1.0,
-       {},
-       false,
-       200'003,
-       0xd98a68e29267816aull},
-      {"multiplicative eta 100 base",
-       LossWeightKind::kMultiplicative,
-       1,
-       0,
-       0.2,
-       5,
-       100.0,
-       {},
-       true,
-       65'537,
-       0x46d2f9ac09ab687cull},
-      {"none base",
-       LossWeightKind::kNone,
-       1,
-       0,
-       0.1,
-       10,
-       1,
-       {},
-       true,
-       70'000,
-       0x20b62e518accd4full},
-      {"none", LossWeightKind::kNone, 1, 0, 0.1, 10, 1, {}, false, 1000, 0x7e4699ac296945c3ull},
-  };
-  for (const Golden& g : goldens) {
+  // The table is shared with the CUDA backend's test (kernels/testing/weight_cases.h).
+  for (const testutil::RecomputeGolden& g : testutil::RecomputeGoldens()) {
     WeightPolicyParams p;
-    p.loss = g.kind;
+    p.loss = static_cast<LossWeightKind>(g.kind);
     p.alpha = g.alpha;
     p.mix = g.mix;
     p.clamp_lo = g.clamp_lo;
@@ -713,7 +588,7 @@ TEST(WeightsTest, GoldenHashes) {
         ASSERT_TRUE(std::isfinite(w) && w >= 0) << g.name << ": " << w;
         sum += w;
       }
-      if (g.kind != LossWeightKind::kNone) {
+      if (p.loss != LossWeightKind::kNone) {
         EXPECT_NEAR(sum / g.n, 1.0, 1e-4) << g.name;
       }
     }

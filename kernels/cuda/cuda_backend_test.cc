@@ -33,6 +33,7 @@
 #include "kernels/cpu_backend.h"
 #include "kernels/cuda/gpu_presence.h"
 #include "kernels/testing/test_util.h"
+#include "kernels/testing/weight_cases.h"
 
 namespace samplerd {
 namespace {
@@ -41,6 +42,7 @@ using ::testing::AnyOf;
 using ::testing::HasSubstr;
 using testutil::PlanIndices;
 using testutil::RandomWeights;
+using testutil::VariedStats;
 
 bool EnvFlag(const char* name) {
   const char* v = std::getenv(name);
@@ -344,39 +346,6 @@ TEST_F(CudaVsCpuTest, BadLossStatisticsArgumentsSameError) {
   }
 }
 
-// cpu_backend_test's VariedStats: every branch of the recompute.
-std::vector<SampleLossStats> VariedStats(uint64_t n, uint64_t seed) {
-  const std::vector<float> u = RandomWeights(n, seed, 0.0);
-  std::vector<SampleLossStats> stats(n);
-  for (uint64_t i = 0; i < n; ++i) {
-    const int kind = static_cast<int>(u[i] * 1000) % 16;
-    SampleLossStats& s = stats[i];
-    if (kind < 3) {
-      s = {std::numeric_limits<float>::quiet_NaN(), 0, 0};
-      continue;
-    }
-    s.count = static_cast<uint16_t>(1 + kind);
-    s.last_epoch = kind % 2 ? EpochMarker(5) : EpochMarker(4);
-    switch (kind) {
-      case 3:
-        s.ema_loss = 0.0f;
-        break;
-      case 4:
-        s.ema_loss = -0.0f;
-        break;
-      case 5:
-        s.ema_loss = 1e-40f;
-        break;
-      case 6:
-        s.ema_loss = u[i] * 1e30f;
-        break;
-      default:
-        s.ema_loss = (u[i] - 0.1f) * (u[i] - 0.1f);
-        break;
-    }
-  }
-  return stats;
-}
 
 // The inputs of one recompute, made on both backends.
 struct RecomputeInputs {
@@ -386,100 +355,11 @@ struct RecomputeInputs {
 
 // cpu_backend_test's WeightsTest.GoldenHashes, on both backends.
 TEST_F(CudaVsCpuTest, RecomputeGoldenHashes) {
-  struct Golden {
-    const char* name;
-    LossWeightKind kind;
-    double alpha, mix, clamp_lo, clamp_hi, eta;
-    std::optional<double> prior;
-    bool with_base;
-    uint64_t n;
-    uint64_t hash;
-  } goldens[] = {
-      {"loss alpha 1",
-       LossWeightKind::kLoss,
-       1.0,
-       0.0,
-       0.1,
-       10,
-       1,
-       {},
-       false,
-       1000,
-       0xabb432e72b298728ull},
-      {"loss alpha 1 n 1",
-       LossWeightKind::kLoss,
-       1.0,
-       0.0,
-       0.1,
-       10,
-       1,
-       {},
-       false,
-       1,
-       0x2fa183a08531045aull},
-      {"loss alpha 0.5 mix base",
-       LossWeightKind::kLoss,
-       0.5,
-       0.1,
-       0.1,
-       10,
-       1,
-       {},
-       true,
-       200'003,
-       0x7aa066777b86cfdaull},
-      {"loss alpha 8 prior narrow clamp", LossWeightKind::kLoss, 8.0, 0.0, 0.5, 2, 1, 0.3, false,
-       200'003, 0xb2c435d4439ed1full},
-      {"loss alpha 0 base",
-       LossWeightKind::kLoss,
-       0.0,
-       0.3,
-       0.1,
-       10,
-       1,
-       {},
-       true,
-       70'000,
-       0x4c80c33b1212b880ull},
-      {"loss alpha 0.7 base prior 0", LossWeightKind::kLoss, 0.7, 0.0, 0.01, 100, 1, 0.0, true,
-       131'072, 0xedf77e3210ffa388ull},
-      {"multiplicative",
-       LossWeightKind::kMultiplicative,
-       1,
-       0,
-       0.1,
-       10,
-       1.0,
-       {},
-       false,
-       200'003,
-       0xd98a68e29267816aull},
-      {"multiplicative eta 100 base",
-       LossWeightKind::kMultiplicative,
-       1,
-       0,
-       0.2,
-       5,
-       100.0,
-       {},
-       true,
-       65'537,
-       0x46d2f9ac09ab687cull},
-      {"none base",
-       LossWeightKind::kNone,
-       1,
-       0,
-       0.1,
-       10,
-       1,
-       {},
-       true,
-       70'000,
-       0x20b62e518accd4full},
-  };
-  for (const Golden& g : goldens) {
+  for (const testutil::RecomputeGolden& g : testutil::RecomputeGoldens()) {
+    // No loss policy returns the base weights object itself: nothing computed to compare.
+    if (g.kind == 0) continue;
     WeightPolicyParams p;
-    p.loss = g.kind;
+    p.loss = static_cast<LossWeightKind>(g.kind);
     p.alpha = g.alpha;
     p.mix = g.mix;
     p.clamp_lo = g.clamp_lo;
@@ -505,9 +385,6 @@ TEST_F(CudaVsCpuTest, RecomputeGoldenHashes) {
                                         in.cuda_stats.get());
     ASSERT_TRUE(cpu.ok()) << g.name << ": " << cpu.status();
     ASSERT_TRUE(cuda.ok()) << g.name << ": " << cuda.status();
-    if (g.kind == LossWeightKind::kNone) {
-      EXPECT_EQ(cuda->get(), in.cuda_base.get()) << g.name << ": not the base itself";
-    }
     const std::vector<float> got = HostWeights(**cuda);
     EXPECT_EQ(Fnv1a(got), g.hash) << g.name << ": 0x" << std::hex << Fnv1a(got);
     EXPECT_TRUE(SameBits(HostWeights(**cpu), got)) << g.name;

@@ -27,10 +27,13 @@
 #include "kernels/cuda/gpu_presence.h"
 #include "kernels/cuda/reference.h"
 #include "kernels/loss_stats.h"
+#include "kernels/testing/weight_cases.h"
 
 namespace samplerd {
 namespace gpu {
 namespace {
+
+using testutil::VariedStats;
 
 int passed = 0, failed = 0;
 
@@ -338,28 +341,6 @@ void CheckSequential(uint64_t n) {
 }
 
 // ---- Weights (device_weights.h) ---------------------------------------------------------------
-
-// Loss statistics of every kind the recompute meets (as reference_test's): never seen (an
-// undefined EMA: NaN), seen in the closed epoch (`closed`) or before it, EMAs of 0, -0,
-// subnormal, ordinary and near 1e30.
-std::vector<SampleLossStats> VariedStats(uint64_t n, uint64_t seed, uint16_t closed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
-  std::vector<SampleLossStats> stats(n);
-  for (SampleLossStats& s : stats) {
-    const int kind = static_cast<int>(rng() % 16);
-    if (kind < 3) {
-      s = {NAN, 0, 0};
-      continue;
-    }
-    s.count = static_cast<uint16_t>(1 + kind);
-    s.last_epoch = kind % 2 ? closed : static_cast<uint16_t>(closed == 1 ? 2 : closed - 1);
-    const float u = unit(rng);
-    s.ema_loss = kind == 3 ? 0.0f : kind == 4 ? -0.0f : kind == 5 ? 1e-40f : kind == 6 ? u * 1e30f
-                                                                                       : u * u * 3;
-  }
-  return stats;
-}
 
 bool SameBytes(const void* a, const void* b, size_t bytes) { return std::memcmp(a, b, bytes) == 0; }
 

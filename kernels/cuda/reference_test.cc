@@ -20,12 +20,15 @@
 #include "kernels/testing/backend_state.h"
 #include "kernels/cuda/plan_math.h"
 #include "kernels/loss_stats.h"
+#include "kernels/testing/weight_cases.h"
 #include "kernels/philox.h"
 #include "kernels/weight_policy.h"
 
 namespace samplerd {
 namespace gpu {
 namespace {
+
+using testutil::VariedStats;
 
 std::vector<uint64_t> ToVector(const samplerd::Plan& plan) {
   std::vector<uint64_t> out(plan.size());
@@ -199,28 +202,6 @@ TEST(ReferenceTest, ShuffleIsAPermutationWithTheNewRule) {
 }
 
 // ---- Weights: the recompute, the summary, applied losses, importance weights ----------------------
-
-// Loss statistics of every kind the recompute meets: never seen (count 0, an undefined EMA:
-// NaN), seen in the closed epoch (marker `closed`) or before it, EMAs of 0, -0, subnormal,
-// ordinary and near 1e30.
-std::vector<SampleLossStats> VariedStats(uint64_t n, uint64_t seed, uint16_t closed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
-  std::vector<SampleLossStats> stats(n);
-  for (SampleLossStats& s : stats) {
-    const int kind = static_cast<int>(rng() % 16);
-    if (kind < 3) {
-      s = {std::numeric_limits<float>::quiet_NaN(), 0, 0};
-      continue;
-    }
-    s.count = static_cast<uint16_t>(1 + kind);
-    s.last_epoch = kind % 2 ? closed : static_cast<uint16_t>(closed == 1 ? 2 : closed - 1);
-    const float u = unit(rng);
-    s.ema_loss = kind == 3 ? 0.0f : kind == 4 ? -0.0f : kind == 5 ? 1e-40f : kind == 6 ? u * 1e30f
-                                                                                       : u * u * 3;
-  }
-  return stats;
-}
 
 // The CPU backend's RecomputeWeights through its handles (compute_backend.h).
 std::vector<float> CpuRecompute(ComputeBackend& cpu, const WeightPolicyParams& policy,

@@ -83,7 +83,7 @@ strip --strip-unneeded "${binaries[@]}"
 {
   commit="$(git rev-parse --short HEAD 2>/dev/null || echo 'a tree outside git')"
   git diff --quiet HEAD 2>/dev/null || commit+=" + local changes"
-  echo "# Built $(date -u +%FT%TZ) from $commit on $(. /etc/os-release; echo "$PRETTY_NAME")"
+  echo "# Built $(date -u +%FT%TZ) from $commit on $(sed -n 's/^PRETTY_NAME="\(.*\)"$/\1/p' /etc/os-release)"
   for bin in "${binaries[@]}"; do
     echo "## ldd ${bin#"$DEST"/}"
     ldd "$bin"
@@ -110,7 +110,7 @@ if [[ -n "$missing" ]]; then
 fi
 
 size_kib=$(du -sk "$DEST" | cut -f1)
-echo "bundle: $DEST ($((size_kib / 1024)) MiB: ${#BINS[@]} programs, $(wc -l <"$DEST/TESTS.txt") tests, $(ls "$DEST/lib" | wc -l) libraries)"
+echo "bundle: $DEST ($((size_kib / 1024)) MiB: ${#BINS[@]} programs, $(wc -l <"$DEST/TESTS.txt") tests, $(find "$DEST/lib" -mindepth 1 -maxdepth 1 | wc -l) libraries)"
 if (( size_kib > LIMIT_MIB * 1024 )); then
   echo "make_bundle: $DEST is $((size_kib / 1024)) MiB, more than $LIMIT_MIB MiB" >&2
   exit 1
