@@ -24,6 +24,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using testutil::ChiSquarePValue;
+using testutil::PlanIndices;
 using testutil::PlanWith;
 using testutil::RandomWeights;
 using testutil::VariedStats;
@@ -744,6 +745,23 @@ TEST(WeightsTest, BadStatisticsChangeNothing) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(s.message()), HasSubstr("stats[1].ema_loss = nan"));
   EXPECT_EQ(out, (std::vector<float>{7, 7}));
+}
+
+// A weight of -0 is a zero weight (weights are validated by their IEEE bits, -0 allowed): it is
+// never drawn, and the plan is the one with +0. Regression: the quantisation took the largest
+// weight by its raw bits, where -0 (0x80000000) beat every positive weight, and drew garbage.
+TEST(PlanTest, NegativeZeroWeightsAreZeroWeights) {
+  auto backend = NewCpuBackend(2);
+  std::vector<float> plus = RandomWeights(1000, 21, 0.2), minus = plus;
+  for (float& w : minus) w = w == 0 ? -0.0f : w;
+  for (bool replacement : {true, false}) {
+    const PlanSpec spec{1000, replacement ? 1000u : 500u, 3, replacement};
+    absl::StatusOr<Plan> a = PlanWith(*backend, spec, 2, plus);
+    absl::StatusOr<Plan> b = PlanWith(*backend, spec, 2, minus);
+    ASSERT_TRUE(a.ok() && b.ok()) << a.status() << " " << b.status();
+    EXPECT_EQ(PlanIndices(*a), PlanIndices(*b)) << "replacement " << replacement;
+    for (uint64_t i : PlanIndices(*b)) ASSERT_GT(plus[i], 0.0f) << "index " << i << " drawn";
+  }
 }
 
 TEST(PlanTest, BadInputsNameFieldAndValue) {
