@@ -49,6 +49,21 @@ absl::StatusOr<uint64_t> CheckRecomputeInputs(const WeightPolicyParams& policy,
   return n;
 }
 
+absl::Status CheckApplyArguments(uint64_t num_samples, absl::Span<const uint64_t> indices,
+                                 absl::Span<const float> losses) {
+  if (indices.size() != losses.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("losses: ", losses.size(), " values for ", indices.size(), " indices"));
+  }
+  for (size_t k = 0; k < indices.size(); ++k) {
+    if (indices[k] >= num_samples) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "indices[", k, "] = ", indices[k], " is outside [0, num_samples = ", num_samples, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckImportanceArguments(uint64_t num_samples, absl::Span<const uint64_t> indices,
                                       absl::Span<const float> out) {
   if (indices.size() != out.size()) {

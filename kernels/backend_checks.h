@@ -41,6 +41,12 @@ absl::StatusOr<uint64_t> CheckRecomputeInputs(const WeightPolicyParams& policy,
                                               const BackendWeights* current,
                                               const BackendLossStats* stats);
 
+// BackendLossStats::Apply's arguments for statistics of N samples: as many losses as indices,
+// every index < N (the first that is not, named). The caller validated them; backends check
+// again so that a caller's bug is an error, not a write outside the statistics.
+absl::Status CheckApplyArguments(uint64_t num_samples, absl::Span<const uint64_t> indices,
+                                 absl::Span<const float> losses);
+
 // ImportanceWeights' arguments for weights of N samples: as many outputs as indices, every
 // index < N (the first that is not, named).
 absl::Status CheckImportanceArguments(uint64_t num_samples, absl::Span<const uint64_t> indices,

@@ -64,20 +64,8 @@ class CpuLossStats final : public BackendLossStats {
 
   absl::StatusOr<uint64_t> Apply(uint64_t epoch, absl::Span<const uint64_t> indices,
                                  absl::Span<const float> losses) override {
-    // The caller validated the pairs; checked again (one sequential read of the indices, cheap
-    // next to the scattered writes below) so that a caller's bug is an error, not a write
-    // outside the table.
-    if (indices.size() != losses.size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("losses: ", losses.size(), " values for ", indices.size(), " indices"));
-    }
-    const uint64_t n = table_.size();
-    for (size_t k = 0; k < indices.size(); ++k) {
-      if (indices[k] >= n) {
-        return absl::InvalidArgumentError(absl::StrCat("indices[", k, "] = ", indices[k],
-                                                       " is outside [0, num_samples = ", n, ")"));
-      }
-    }
+    // One sequential read of the indices, cheap next to the scattered writes below.
+    if (absl::Status s = CheckApplyArguments(table_.size(), indices, losses); !s.ok()) return s;
     // Scattered indices make this loop memory bound: the statistics of the pair kAhead further
     // are loaded while this one is applied, overlapping the cache misses.
     constexpr size_t kAhead = 16;

@@ -123,6 +123,9 @@ absl::StatusOr<CudaContext::LaneLease> CudaContext::AcquireLane() const {
       return LaneLease(this, std::move(lane));
     }
   }
+  // A new lane's stream and events belong to the current device: make it the backend's, whatever
+  // device the calling thread had current.
+  SAMPLERD_RETURN_IF_ERROR(Enter());
   auto lane = std::make_unique<Lane>();
   SAMPLERD_RETURN_IF_ERROR(lane->Create());
   return LaneLease(this, std::move(lane));
@@ -136,10 +139,16 @@ CudaContext::LaneLease::~LaneLease() {
 }
 
 void CudaContext::Release(std::unique_ptr<Lane> lane) const {
-  absl::MutexLock lock(&mu_);
-  if (idle_.size() < kMaxIdleLanes) idle_.push_back(std::move(lane));
-  // Else destroyed here (after the lock is released would be nicer, but destroying an idle
-  // stream and its pinned buffers does not call back into this object).
+  {
+    absl::MutexLock lock(&mu_);
+    if (idle_.size() < kMaxIdleLanes) {
+      idle_.push_back(std::move(lane));
+      return;
+    }
+  }
+  // A surplus lane is destroyed after the lock is released: freeing its pinned buffers
+  // synchronises the device, which AcquireLane callers must not wait for.
+  lane.reset();
 }
 
 uint64_t CudaContext::PoolAttribute(cudaMemPoolAttr attribute) const {

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/backend_checks.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device_weights.h"
 
@@ -76,6 +77,7 @@ absl::Status CudaLossStats::Submit() const {
 
 absl::Status CudaLossStats::Flush() const {
   if (!error_.ok()) return error_;
+  SAMPLERD_RETURN_IF_ERROR(Fail(context_->Enter()));
   SAMPLERD_RETURN_IF_ERROR(Submit());
   if (const cudaError_t e = cudaStreamSynchronize(stream_.get()); e != cudaSuccess) {
     return Fail(CudaStatus(e, "applying the queued losses"));
@@ -86,6 +88,10 @@ absl::Status CudaLossStats::Flush() const {
 absl::StatusOr<uint64_t> CudaLossStats::Apply(uint64_t epoch, absl::Span<const uint64_t> indices,
                                               absl::Span<const float> losses) {
   if (!error_.ok()) return error_;
+  // Before anything changes: a caller's bug must not write outside the markers or the device's
+  // statistics (and the CPU backend refuses the same way).
+  if (absl::Status s = CheckApplyArguments(n_, indices, losses); !s.ok()) return s;
+  SAMPLERD_RETURN_IF_ERROR(Fail(context_->Enter()));
   if (queue_[0].indices.bytes() == 0) {
     if (absl::Status s = AllocateQueue(); !s.ok()) return Fail(s);
   }
@@ -123,7 +129,7 @@ absl::StatusOr<uint64_t> CudaLossStats::Apply(uint64_t epoch, absl::Span<const u
 }
 
 absl::StatusOr<std::vector<SampleLossStats>> CudaLossStats::ToHost() const {
-  SAMPLERD_RETURN_IF_ERROR(Flush());
+  SAMPLERD_RETURN_IF_ERROR(Flush());  // Enters the backend's device.
   const CudaContext::OperationScope scope(context_.get(), &CudaMemoryPeaks::to_host);
   absl::StatusOr<CudaContext::LaneLease> lane = context_->AcquireLane();
   if (!lane.ok()) return lane.status();

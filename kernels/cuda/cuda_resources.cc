@@ -38,9 +38,12 @@ void DeviceBuffer::Reset() {
   // The pool and the free stream belong to device_; the calling thread may have another device
   // current (the runtime's current device is per thread). An error here cannot be returned from
   // a destructor; it is sticky and the next call of the owner's backend reports it.
+  // The caller's current device is put back afterwards.
   int current = -1;
-  if (cudaGetDevice(&current) == cudaSuccess && current != device_) cudaSetDevice(device_);
+  const bool switched = cudaGetDevice(&current) == cudaSuccess && current != device_ &&
+                        cudaSetDevice(device_) == cudaSuccess;
   cudaFreeAsync(data_, free_stream_);
+  if (switched) cudaSetDevice(current);
   data_ = nullptr;
   bytes_ = 0;
 }
