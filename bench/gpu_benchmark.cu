@@ -1,5 +1,5 @@
-// GPU benchmark of the plan kernels (kernels/cuda/device_plan.h) on one device: medians over CUDA
-// events, items per second, and the achieved bandwidth next to a device-to-device copy measured
+// GPU benchmark of the plan and weight kernels (kernels/cuda/device_plan.h, device_weights.h) on
+// one device: medians over CUDA events, items per second, and the achieved bandwidth next to a device-to-device copy measured
 // in the same run. Built and run by tools/gpu/run_on_gpu.sh; torch's anchors come from
 // bench/torch_anchors.py in the same run.
 //
@@ -19,7 +19,9 @@
 #include <vector>
 
 #include "kernels/cuda/device_plan.h"
+#include "kernels/cuda/device_weights.h"
 #include "kernels/det_math.h"
+#include "kernels/loss_stats.h"
 #include "kernels/philox.h"
 
 namespace samplerd {
@@ -41,6 +43,25 @@ __global__ void FillWeights(float* w, uint64_t n) {
   for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
     w[i] = static_cast<float>(0.5 + det::UniformOpen01(RandomBits64(99, 0, RandomStream::kDraw, i)));
+  }
+}
+
+// Loss statistics of a job in its second epoch, made on the device: 1/8 never seen (count 0, an
+// undefined EMA), the others seen with EMAs in (0, 4), half of them in the closed epoch 5.
+__global__ void FillStats(SampleLossStats* stats, uint64_t n) {
+  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    const uint64_t r = RandomBits64(98, 0, RandomStream::kDraw, i);
+    const uint32_t kind = r & 15;
+    SampleLossStats s;
+    if (kind < 2) {
+      s.ema_loss = __int_as_float(0x7fc00000);
+    } else {
+      s.ema_loss = static_cast<float>(4 * det::UniformOpen01(r));
+      s.count = static_cast<uint16_t>(kind);
+      s.last_epoch = EpochMarker(kind & 1 ? 5 : 4);
+    }
+    stats[i] = s;
   }
 }
 
@@ -77,10 +98,58 @@ void Report(const char* op, uint64_t n, uint64_t m, double ms, double floor_byte
   std::fflush(stdout);
 }
 
+// The weight kernels at N: the recompute (loss policy with and without base weights,
+// multiplicative) and the summary. w: N weights (the base, or W_e); out: N floats. The floor
+// counts the inputs read once and the result written once: 16 B per sample with base weights
+// (GPU.md's ~4 ms at 1e9), 12 B without.
+void RunWeights(uint64_t n, int reps, const float* w, float* out, cudaMemPool_t pool) {
+  BENCH_CUDA(cudaDeviceSynchronize());
+  BENCH_CUDA(cudaMemPoolTrimTo(pool, 0));  // The plans' scratch: room for the statistics.
+  SampleLossStats* stats = nullptr;
+  BENCH_CUDA(cudaMalloc(&stats, n * sizeof(SampleLossStats)));
+  FillStats<<<132 * 16, 256>>>(stats, n);
+  BENCH_CUDA(cudaGetLastError());
+  BENCH_CUDA(cudaDeviceSynchronize());
+  uint64_t zero = 0;
+  BENCH_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));
+  RecomputeParams loss;
+  loss.kind = RecomputeParams::Kind::kLoss;
+  loss.alpha = 0.5;  // Log2 and Exp2 per sample (alpha 1 is a division).
+  loss.mix = 0.1;
+  loss.marker = EpochMarker(5);
+  RecomputeParams multiplicative = loss;
+  multiplicative.kind = RecomputeParams::Kind::kMultiplicative;
+  RecomputeCheck check;
+  auto recompute = [&](const RecomputeParams& p, const float* base, const float* current) {
+    BENCH_CUDA(RecomputeWeights(p, n, base, current, stats, out, &check, 0));
+    if (check.first_bad != ~uint64_t{0} || (base != nullptr && !check.base_positive)) {
+      std::fprintf(stderr, "recompute refused its inputs: first_bad %llu\n",
+                   static_cast<unsigned long long>(check.first_bad));
+      std::exit(1);
+    }
+  };
+  Report("recompute_loss_base", n, n, MedianMs(reps, [&] { recompute(loss, w, nullptr); }),
+         16.0 * n);
+  Report("recompute_loss", n, n, MedianMs(reps, [&] { recompute(loss, nullptr, nullptr); }),
+         12.0 * n);
+  Report("recompute_multiplicative", n, n,
+         MedianMs(reps, [&] { recompute(multiplicative, nullptr, w); }), 16.0 * n);
+  uint64_t high = 0;
+  BENCH_CUDA(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
+  std::printf("MEMORY N=%llu recompute: scratch peak %.3f MB (%.4f B/sample) besides base, "
+              "current, stats (8 B/sample) and out (4 B/sample)\n",
+              static_cast<unsigned long long>(n), high / 1e6, static_cast<double>(high) / n);
+  WeightSummaryValues summary;
+  Report("weight_summary", n, n,
+         MedianMs(reps, [&] { BENCH_CUDA(SummarizeWeights(w, n, &summary, 0)); }), 4.0 * n);
+  BENCH_CUDA(cudaFree(stats));
+}
+
 void Run(uint64_t n, int reps) {
   size_t free_bytes = 0, total = 0;
   BENCH_CUDA(cudaMemGetInfo(&free_bytes, &total));
-  // Peak: weights, plan, selection output, the shuffle's keys and positions twice + CUB scratch.
+  // Peak: weights, plan, selection output, the shuffle's keys and positions twice + CUB scratch
+  // (the recompute's statistics, 8 B, come after the plans have freed their scratch).
   const uint64_t need = n * (4 + 4 + 4 + 16 + 8) + (uint64_t{1} << 30);
   if (need > free_bytes) {
     std::printf("SKIP N=%llu: needs ~%.1f GB, %.1f GB free\n", static_cast<unsigned long long>(n),
@@ -150,8 +219,11 @@ void Run(uint64_t n, int reps) {
 
   cudaMemPool_t pool;
   BENCH_CUDA(cudaDeviceGetDefaultMemPool(&pool, 0));
-  uint64_t high = 0;
-  BENCH_CUDA(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
+  uint64_t plan_high = 0;
+  BENCH_CUDA(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &plan_high));
+  RunWeights(n, reps, w, reinterpret_cast<float*>(plan), pool);
+
+  const uint64_t high = plan_high;
   std::printf("MEMORY N=%llu scratch peak %.2f GB (%.1f B/sample) besides weights and plans\n",
               static_cast<unsigned long long>(n), high / 1e9, static_cast<double>(high) / n);
   uint64_t zero = 0;

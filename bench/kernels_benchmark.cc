@@ -6,10 +6,12 @@
 //   bazel run //bench:kernels_benchmark -- --benchmark_filter='Recompute.*/10000000/' \
 //       --benchmark_repetitions=5   # A/B on a busy machine: compare the _min rows
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 #include "benchmark/benchmark.h"
 #include "kernels/cpu_backend.h"
+#include "kernels/testing/backend_state.h"
 
 namespace samplerd {
 namespace {
@@ -33,17 +35,22 @@ ComputeBackend& Backend() {
 // the server passes them from the second epoch on). threads: the backend's (0: all cores).
 void Recompute(benchmark::State& state, LossWeightKind kind, int threads) {
   const uint64_t n = state.range(0);
-  const std::vector<float> ema = Weights(n), current(n, 1.0f);
+  const std::vector<float> ema = Weights(n);
   std::vector<SampleLossStats> stats(n);
   for (uint64_t i = 0; i < n; ++i) stats[i] = {ema[i], 1, EpochMarker(0)};
-  std::vector<float> out(n);
   WeightPolicyParams p;
   p.loss = kind;
   p.alpha = 0.5;  // Not 1: exercises the deterministic Pow.
   ComputeBackend& backend = threads == 0 ? Backend() : *NewCpuBackend(threads).release();
+  const std::shared_ptr<const BackendWeights> current =
+      testutil::WeightsOf(backend, std::vector<float>(n, 1.0f));
+  absl::StatusOr<std::unique_ptr<BackendLossStats>> loss_stats =
+      testutil::LossStatsOf(backend, stats);
+  if (!loss_stats.ok()) return state.SkipWithError(loss_stats.status().ToString().c_str());
+  // Each iteration makes W_{e+1} (its allocation and its summary included, as at a boundary).
   for (auto _ : state) {
     benchmark::DoNotOptimize(
-        backend.RecomputeWeights(p, 0, {}, current, stats, absl::MakeSpan(out)));
+        backend.RecomputeWeights(p, 0, nullptr, current.get(), loss_stats->get()));
   }
   state.SetItemsProcessed(state.iterations() * n);
 }
@@ -59,11 +66,12 @@ void BM_RecomputeLossPolicyOneThread(benchmark::State& state) {
 
 void Plan(benchmark::State& state, bool replacement, uint64_t m_divisor, bool weighted) {
   const uint64_t n = state.range(0);
-  const std::vector<float> w = weighted ? Weights(n) : std::vector<float>();
+  const std::shared_ptr<const BackendWeights> w =
+      weighted ? testutil::WeightsOf(Backend(), Weights(n)) : nullptr;
   const PlanSpec spec{n, n / m_divisor, 42, replacement, SampleOrder::kWeightedRandom};
   uint64_t epoch = 0;
   for (auto _ : state) {
-    auto plan = Backend().PlanEpoch(spec, epoch++, w);
+    auto plan = Backend().PlanEpoch(spec, epoch++, w.get());
     benchmark::DoNotOptimize(plan->size());
   }
   state.SetItemsProcessed(state.iterations() * (n / m_divisor));

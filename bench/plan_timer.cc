@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -53,11 +55,20 @@ int main(int argc, char** argv) {
   auto backend = samplerd::NewCpuBackend(absl::GetFlag(FLAGS_threads));
   const samplerd::PlanSpec spec{n, m, 42, absl::GetFlag(FLAGS_replacement),
                                 samplerd::SampleOrder::kWeightedRandom};
+  std::shared_ptr<const samplerd::BackendWeights> backend_weights;
+  if (!weights.empty()) {
+    auto made = backend->MakeWeights(std::move(weights));
+    if (!made.ok()) {
+      std::fprintf(stderr, "%s\n", made.status().ToString().c_str());
+      return 1;
+    }
+    backend_weights = *std::move(made);
+  }
   const long rss_before_kb = PeakRssKb();
   std::vector<double> seconds;
   for (int r = 0; r < absl::GetFlag(FLAGS_repeats); ++r) {
     const auto start = std::chrono::steady_clock::now();
-    auto plan = backend->PlanEpoch(spec, r, weights);
+    auto plan = backend->PlanEpoch(spec, r, backend_weights.get());
     const auto stop = std::chrono::steady_clock::now();
     if (!plan.ok()) {
       std::fprintf(stderr, "%s\n", plan.status().ToString().c_str());
@@ -75,7 +86,7 @@ int main(int argc, char** argv) {
       "{\"n\": %lu, \"m\": %lu, \"replacement\": %s, \"weighted\": %s, \"median_s\": %.6f, "
       "\"min_s\": %.6f, \"extra_bytes_per_sample\": %.2f}\n",
       (unsigned long)n, (unsigned long)m, spec.replacement ? "true" : "false",
-      weights.empty() ? "false" : "true", seconds[seconds.size() / 2], seconds.front(),
+      backend_weights == nullptr ? "false" : "true", seconds[seconds.size() / 2], seconds.front(),
       std::max(0.0, extra_bytes) / static_cast<double>(n));
   return 0;
 }

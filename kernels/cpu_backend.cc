@@ -5,12 +5,16 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "kernels/backend_checks.h"
+#include "kernels/plan_shard.h"
 #include "kernels/cuda/plan_math.h"
 #include "kernels/det_math.h"
 #include "kernels/exact_sum.h"
@@ -20,6 +24,7 @@
 #include "kernels/internal/recompute_passes.h"
 #include "kernels/internal/shuffle.h"
 #include "kernels/internal/simd_level.h"
+#include "kernels/loss_table.h"
 #include "kernels/philox.h"
 
 namespace samplerd {
@@ -29,15 +34,71 @@ using internal::ParallelForChunks;
 
 constexpr uint64_t kGrain = 1 << 16;  // Items per chunk of element-wise work.
 
-absl::Status ValidatePlanInputs(const PlanSpec& spec, absl::Span<const float> weights) {
-  if (absl::Status s = ValidatePlanSpec(spec); !s.ok()) return s;
-  if (!weights.empty()) {
-    if (weights.size() != spec.num_samples) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("weights: ", weights.size(), " values for num_samples ", spec.num_samples));
-    }
+// Weights in host memory: the vector is shared (ToHost hands it out without a copy), the summary
+// computed once when they are made. Made in a shared_ptr only (RecomputeWeights with no loss
+// policy returns its `base` argument itself: shared_from_this).
+class CpuWeights final : public BackendWeights, public std::enable_shared_from_this<CpuWeights> {
+ public:
+  CpuWeights(std::shared_ptr<const std::vector<float>> weights, const WeightSummary& summary)
+      : weights_(std::move(weights)), summary_(summary) {}
+
+  uint64_t size() const override { return weights_->size(); }
+  const WeightSummary& summary() const override { return summary_; }
+  absl::StatusOr<std::shared_ptr<const std::vector<float>>> ToHost() const override {
+    return weights_;
   }
-  return absl::OkStatus();
+
+  absl::Span<const float> span() const { return *weights_; }
+
+ private:
+  const std::shared_ptr<const std::vector<float>> weights_;
+  const WeightSummary summary_;
+};
+
+// Loss statistics in host memory: a LossTable.
+class CpuLossStats final : public BackendLossStats {
+ public:
+  CpuLossStats(uint64_t num_samples, double ema_decay) : table_(num_samples, ema_decay) {}
+
+  uint64_t size() const override { return table_.size(); }
+
+  absl::StatusOr<uint64_t> Apply(uint64_t epoch, absl::Span<const uint64_t> indices,
+                                 absl::Span<const float> losses) override {
+    // One sequential read of the indices, cheap next to the scattered writes below.
+    if (absl::Status s = CheckApplyArguments(table_.size(), indices, losses); !s.ok()) return s;
+    // Scattered indices make this loop memory bound: the statistics of the pair kAhead further
+    // are loaded while this one is applied, overlapping the cache misses.
+    constexpr size_t kAhead = 16;
+    const size_t size = indices.size();
+    uint64_t applied = 0;
+    for (size_t k = 0; k < size; ++k) {
+      if (k + kAhead < size) table_.Prefetch(indices[k + kAhead]);
+      applied += table_.Apply(indices[k], losses[k], epoch);
+    }
+    return applied;
+  }
+
+  uint64_t SamplesSeen() const override { return table_.SamplesSeen(); }
+
+  absl::StatusOr<std::vector<SampleLossStats>> ToHost() const override {
+    const absl::Span<const SampleLossStats> stats = table_.stats();
+    return std::vector<SampleLossStats>(stats.begin(), stats.end());
+  }
+
+  absl::Status Restore(absl::Span<const SampleLossStats> stats) override {
+    return table_.Restore(stats);
+  }
+
+  absl::Span<const SampleLossStats> stats() const { return table_.stats(); }
+
+ private:
+  LossTable table_;
+};
+
+// `field`'s object as this backend's type: null for null, an error for another backend's.
+template <typename Cpu, typename Base>
+absl::StatusOr<const Cpu*> Own(const Base* object, absl::string_view field) {
+  return OwnObject<Cpu>(object, field, "cpu");
 }
 
 // ValidateWeights (finite, >= 0, not all 0) in parallel; the number of positive weights.
@@ -68,7 +129,7 @@ absl::StatusOr<uint64_t> CountPositiveWeights(int threads, absl::Span<const floa
 
 // Checks the sizes of RecomputeWeights' inputs (their values are checked by the first pass).
 absl::Status CheckRecomputeSizes(absl::Span<const float> base, absl::Span<const float> current,
-                                 LossStatsView stats, absl::Span<float> out) {
+                                 absl::Span<const SampleLossStats> stats, absl::Span<float> out) {
   const size_t n = out.size();
   if (n == 0) return absl::InvalidArgumentError("weights: num_samples = 0");
   auto size_error = [n](const char* field, size_t got) {
@@ -84,7 +145,7 @@ absl::Status CheckRecomputeSizes(absl::Span<const float> base, absl::Span<const 
 // The error for sample i, the first with a bad entry (internal::ChunkScan::first_bad): names
 // the field and the value.
 absl::Status BadRecomputeInput(absl::Span<const float> base, absl::Span<const float> current,
-                               LossStatsView stats, uint64_t i) {
+                               absl::Span<const SampleLossStats> stats, uint64_t i) {
   auto valid_weight = [](float w) { return std::isfinite(w) && w >= 0; };
   if (!base.empty() && !valid_weight(base[i])) {
     return absl::InvalidArgumentError(
@@ -104,17 +165,31 @@ class CpuBackend final : public ComputeBackend {
 
   std::string name() const override { return "cpu"; }
 
-  absl::Status RecomputeWeights(const WeightPolicyParams& policy, uint64_t closed_epoch,
-                                absl::Span<const float> base, absl::Span<const float> current,
-                                LossStatsView stats, absl::Span<float> out) override;
+  absl::StatusOr<std::shared_ptr<const BackendWeights>> MakeWeights(
+      std::vector<float> weights) override;
+
+  absl::StatusOr<std::unique_ptr<BackendLossStats>> NewLossStats(uint64_t num_samples,
+                                                                 double ema_decay) override;
+
+  absl::StatusOr<std::shared_ptr<const BackendWeights>> RecomputeWeights(
+      const WeightPolicyParams& policy, uint64_t closed_epoch, const BackendWeights* base,
+      const BackendWeights* current, const BackendLossStats* stats) override;
 
   absl::StatusOr<Plan> PlanEpoch(const PlanSpec& spec, uint64_t epoch,
-                                 absl::Span<const float> weights) override;
+                                 const BackendWeights* weights) override;
 
   uint64_t PlanScratchBytes(const PlanSpec& spec, bool weighted) const override;
 
   absl::Status ExtractShard(const Plan& plan, const ShardSpec& shard, uint32_t rank, uint64_t start,
                             absl::Span<uint64_t> out) override;
+
+  absl::Status ImportanceWeights(const BackendWeights& weights, absl::Span<const uint64_t> indices,
+                                 absl::Span<float> out) override;
+
+  // RecomputeWeightsOnHost (cpu_backend.h) with this backend's threads.
+  absl::Status RecomputeSpans(const WeightPolicyParams& policy, uint64_t closed_epoch,
+                              absl::Span<const float> base, absl::Span<const float> current,
+                              absl::Span<const SampleLossStats> stats, absl::Span<float> out) const;
 
  private:
   // pass(begin, end, results) over the groups of chunks of [0, n) (recompute_passes.h), in
@@ -135,6 +210,21 @@ class CpuBackend final : public ComputeBackend {
   double ExactSum(uint64_t n, const Pass& pass) const {
     const std::vector<exact_sum::ChunkSum> sums = OverChunkGroups<exact_sum::ChunkSum>(n, pass);
     return exact_sum::Total(sums.data(), sums.size());
+  }
+
+  // Weights that are valid (finite, >= 0, one > 0) as this backend's object, summarised in
+  // parallel (SummarizeWeightChunk per chunk: the same bits as SummarizeWeights).
+  std::shared_ptr<const BackendWeights> Wrap(
+      std::shared_ptr<const std::vector<float>> weights) const {
+    const std::vector<WeightChunkSummary> chunks = OverChunkGroups<WeightChunkSummary>(
+        weights->size(), [&](uint64_t b, uint64_t e, WeightChunkSummary* out) {
+          for (uint64_t c = b; c < e; c += exact_sum::kChunk) {
+            *out++ = SummarizeWeightChunk(weights->data() + c,
+                                          std::min<uint64_t>(exact_sum::kChunk, e - c));
+          }
+        });
+    const WeightSummary summary = CombineWeightChunks(chunks, weights->size());
+    return std::make_shared<const CpuWeights>(std::move(weights), summary);
   }
 
   // out[i] = the raw weights of `rule` (internal::RawWeightRule; finite, >= 0, not all 0 where
@@ -168,10 +258,54 @@ class CpuBackend final : public ComputeBackend {
   const int threads_;
 };
 
-absl::Status CpuBackend::RecomputeWeights(const WeightPolicyParams& policy, uint64_t closed_epoch,
-                                          absl::Span<const float> base,
-                                          absl::Span<const float> current, LossStatsView stats,
-                                          absl::Span<float> out) {
+absl::StatusOr<std::shared_ptr<const BackendWeights>> CpuBackend::MakeWeights(
+    std::vector<float> weights) {
+  // Validated in parallel; the message names the first bad weight (ValidateWeights).
+  if (absl::StatusOr<uint64_t> positive = CountPositiveWeights(threads_, weights); !positive.ok()) {
+    return positive.status();
+  }
+  return Wrap(std::make_shared<const std::vector<float>>(std::move(weights)));
+}
+
+absl::StatusOr<std::unique_ptr<BackendLossStats>> CpuBackend::NewLossStats(uint64_t num_samples,
+                                                                           double ema_decay) {
+  if (absl::Status s = CheckNewLossStats(num_samples, ema_decay); !s.ok()) return s;
+  return std::make_unique<CpuLossStats>(num_samples, ema_decay);
+}
+
+absl::StatusOr<std::shared_ptr<const BackendWeights>> CpuBackend::RecomputeWeights(
+    const WeightPolicyParams& policy, uint64_t closed_epoch, const BackendWeights* base,
+    const BackendWeights* current, const BackendLossStats* stats) {
+  absl::StatusOr<const CpuWeights*> own_base = Own<CpuWeights>(base, "base");
+  if (!own_base.ok()) return own_base.status();
+  absl::StatusOr<const CpuWeights*> own_current = Own<CpuWeights>(current, "current");
+  if (!own_current.ok()) return own_current.status();
+  absl::StatusOr<const CpuLossStats*> own_stats = Own<CpuLossStats>(stats, "stats");
+  if (!own_stats.ok()) return own_stats.status();
+  absl::StatusOr<uint64_t> n = CheckRecomputeInputs(policy, base, current, stats);
+  if (!n.ok()) return n.status();
+  // No loss factor: W_{e+1} is the base weights, the same object (null for uniform).
+  if (policy.loss == LossWeightKind::kNone) {
+    if (base == nullptr) return nullptr;
+    return std::shared_ptr<const BackendWeights>((*own_base)->shared_from_this());
+  }
+  auto out = std::make_shared<std::vector<float>>(*n);
+  const absl::Span<const float> no_weights;
+  if (absl::Status s = RecomputeSpans(policy, closed_epoch, base ? (*own_base)->span() : no_weights,
+                                      current ? (*own_current)->span() : no_weights,
+                                      (*own_stats)->stats(), absl::MakeSpan(*out));
+      !s.ok()) {
+    return s;
+  }
+  // Valid by construction (mean 1, finite, >= 0): not validated again.
+  return Wrap(std::move(out));
+}
+
+absl::Status CpuBackend::RecomputeSpans(const WeightPolicyParams& policy, uint64_t closed_epoch,
+                                        absl::Span<const float> base,
+                                        absl::Span<const float> current,
+                                        absl::Span<const SampleLossStats> stats,
+                                        absl::Span<float> out) const {
   if (absl::Status s = ValidatePolicy(policy); !s.ok()) return s;
   if (absl::Status s = CheckRecomputeSizes(base, current, stats, out); !s.ok()) return s;
   const uint64_t n = out.size();
@@ -274,15 +408,19 @@ absl::Status CpuBackend::RecomputeWeights(const WeightPolicyParams& policy, uint
 }
 
 absl::StatusOr<Plan> CpuBackend::PlanEpoch(const PlanSpec& spec, uint64_t epoch,
-                                           absl::Span<const float> weights) {
-  if (absl::Status s = ValidatePlanInputs(spec, weights); !s.ok()) return s;
+                                           const BackendWeights* weights) {
+  if (absl::Status s = ValidatePlanSpec(spec); !s.ok()) return s;
+  absl::StatusOr<const CpuWeights*> own = Own<CpuWeights>(weights, "weights");
+  if (!own.ok()) return own.status();
   const uint64_t n = spec.num_samples, m = spec.samples_per_epoch;
-  uint64_t positive = n;
-  if (!weights.empty()) {
-    absl::StatusOr<uint64_t> count = CountPositiveWeights(threads_, weights);
-    if (!count.ok()) return count.status();
-    positive = *count;
+  if (weights != nullptr && weights->size() != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weights: ", weights->size(), " values for num_samples ", n));
   }
+  // The weights were validated when they were made: finite and >= 0, so the positive ones are
+  // those that are not 0.
+  const uint64_t positive = weights == nullptr ? n : n - weights->summary().zero_count;
+  const absl::Span<const float> w = weights == nullptr ? absl::Span<const float>() : (*own)->span();
   if (!spec.replacement && spec.order == SampleOrder::kWeightedRandom) {
     // Without replacement every drawn sample must have a positive weight.
     if (positive < m) {
@@ -295,9 +433,9 @@ absl::StatusOr<Plan> CpuBackend::PlanEpoch(const PlanSpec& spec, uint64_t epoch,
   plan.epoch = epoch;
   plan.num_samples = n;
   if (Plan::Narrow(n)) {
-    FillPlan(spec, epoch, weights, plan.indices32);
+    FillPlan(spec, epoch, w, plan.indices32);
   } else {
-    FillPlan(spec, epoch, weights, plan.indices64);
+    FillPlan(spec, epoch, w, plan.indices64);
   }
   return plan;
 }
@@ -307,8 +445,6 @@ uint64_t CpuBackend::PlanScratchBytes(const PlanSpec& spec, bool weighted) const
   // Beyond 2^56 the byte counts below could overflow; no machine holds such a plan anyway.
   constexpr uint64_t kHuge = uint64_t{1} << 56;
   if (n > kHuge || m > kHuge) return ~uint64_t{0};
-  // CountPositiveWeights: a count and a flag per chunk.
-  const uint64_t validation = weighted ? internal::NumChunks(n, kGrain) * 9 : 0;
   // What FillPlan allocates besides the plan, path by path.
   uint64_t fill = 0;
   if (spec.order == SampleOrder::kSequential) {
@@ -322,7 +458,7 @@ uint64_t CpuBackend::PlanScratchBytes(const PlanSpec& spec, bool weighted) const
     fill = std::max(internal::SelectScratchBytes(threads_, n, m),
                     m * sizeof(uint64_t) + internal::ShuffleScratchBytes(threads_, m));
   }
-  return validation + fill;
+  return fill;
 }
 
 template <typename T>
@@ -355,31 +491,38 @@ void CpuBackend::FillPlan(const PlanSpec& spec, uint64_t epoch, absl::Span<const
 
 absl::Status CpuBackend::ExtractShard(const Plan& plan, const ShardSpec& shard, uint32_t rank,
                                       uint64_t start, absl::Span<uint64_t> out) {
-  const uint64_t m = plan.size();
-  absl::StatusOr<uint64_t> length = ShardLength(m, shard, rank);
-  if (!length.ok()) return length.status();
-  if (start > *length || out.size() > *length - start) {
-    return absl::InvalidArgumentError(absl::StrCat("shard range [", start, ", ", start + out.size(),
-                                                   ") passes the shard length ", *length));
-  }
-  auto copy = [&](const auto& indices) {
-    for (uint64_t k = 0; k < out.size(); ++k) {
-      out[k] = indices[ShardToPlanPosition(m, shard, rank, start + k)];
-    }
-  };
-  if (Plan::Narrow(plan.num_samples)) {
-    copy(plan.indices32);
-  } else {
-    copy(plan.indices64);
-  }
+  return CopyShard(plan, shard, rank, start, out);
+}
+
+absl::Status CpuBackend::ImportanceWeights(const BackendWeights& weights,
+                                           absl::Span<const uint64_t> indices,
+                                           absl::Span<float> out) {
+  absl::StatusOr<const CpuWeights*> own = Own<CpuWeights>(&weights, "weights");
+  if (!own.ok()) return own.status();
+  const absl::Span<const float> w = (*own)->span();
+  if (absl::Status s = CheckImportanceArguments(w.size(), indices, out); !s.ok()) return s;
+  for (size_t k = 0; k < indices.size(); ++k) out[k] = 1.0f / w[indices[k]];
   return absl::OkStatus();
+}
+
+int ThreadsOrHardware(int num_threads) {
+  return num_threads > 0 ? num_threads
+                         : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 }  // namespace
 
 std::unique_ptr<ComputeBackend> NewCpuBackend(int num_threads) {
-  if (num_threads <= 0) num_threads = std::max(1u, std::thread::hardware_concurrency());
-  return std::make_unique<CpuBackend>(num_threads);
+  return std::make_unique<CpuBackend>(ThreadsOrHardware(num_threads));
+}
+
+absl::Status RecomputeWeightsOnHost(int num_threads, const WeightPolicyParams& policy,
+                                    uint64_t closed_epoch, absl::Span<const float> base,
+                                    absl::Span<const float> current,
+                                    absl::Span<const SampleLossStats> stats,
+                                    absl::Span<float> out) {
+  return CpuBackend(ThreadsOrHardware(num_threads))
+      .RecomputeSpans(policy, closed_epoch, base, current, stats, out);
 }
 
 }  // namespace samplerd

@@ -1,4 +1,6 @@
 // Properties, statistics, golden hashes and sizes of the CPU backend's plans and weights.
+#include "kernels/cpu_backend.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -12,16 +14,32 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/cpu_backend.h"
 #include "kernels/det_math.h"
+#include "kernels/testing/backend_state.h"
 #include "kernels/testing/test_util.h"
+#include "kernels/testing/weight_cases.h"
 
 namespace samplerd {
 namespace {
 
 using ::testing::HasSubstr;
 using testutil::ChiSquarePValue;
+using testutil::PlanIndices;
+using testutil::PlanWith;
 using testutil::RandomWeights;
+using testutil::VariedStats;
+
+// RecomputeWeights of host vectors (testutil::RecomputeWith) into `out`, which an error leaves
+// as it was.
+absl::Status Recompute(ComputeBackend& backend, const WeightPolicyParams& policy,
+                       uint64_t closed_epoch, std::vector<float> base, std::vector<float> current,
+                       const std::vector<SampleLossStats>& stats, std::vector<float>& out) {
+  absl::StatusOr<std::vector<float>> next = testutil::RecomputeWith(
+      backend, policy, closed_epoch, std::move(base), std::move(current), stats);
+  if (!next.ok()) return next.status();
+  out = *std::move(next);
+  return absl::OkStatus();
+}
 
 // FNV-1a over the little-endian bytes of the indices: the plan hash of the golden tests.
 uint64_t Fnv1a(const std::vector<uint64_t>& v) {
@@ -57,7 +75,7 @@ TEST_P(PlanPropertiesTest, InvariantsHold) {
     uint64_t positive = c.n;
     if (c.weighted) positive = std::count_if(w.begin(), w.end(), [](float x) { return x > 0; });
     PlanSpec spec{c.n, c.m, seed, c.replacement, SampleOrder::kWeightedRandom};
-    auto plan = backend->PlanEpoch(spec, 3, w);
+    auto plan = PlanWith(*backend, spec, 3, w);
     if (positive == 0) {  // All weights zero: a bad input, whatever the mode.
       EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
       continue;
@@ -81,12 +99,12 @@ TEST_P(PlanPropertiesTest, InvariantsHold) {
       }
     }
     // Same inputs, any thread count: the same plan.
-    auto again = NewCpuBackend(1)->PlanEpoch(spec, 3, w);
+    auto again = PlanWith(*NewCpuBackend(1), spec, 3, w);
     ASSERT_TRUE(again.ok());
     EXPECT_EQ(Fnv1a(testutil::PlanIndices(*again)), Fnv1a(testutil::PlanIndices(*plan)));
     // Another epoch: another plan (for plans with room to differ).
     if (c.n >= 8 && !(c.weighted == false && c.m == 1 && c.n < 8)) {
-      auto next = backend->PlanEpoch(spec, 4, w);
+      auto next = PlanWith(*backend, spec, 4, w);
       ASSERT_TRUE(next.ok());
       EXPECT_NE(testutil::PlanIndices(*next), testutil::PlanIndices(*plan));
     }
@@ -136,7 +154,7 @@ TEST(PlanTest, GoldenHashes) {
       {{10000, 7000, 42, true, SampleOrder::kWeightedRandom}, false, 0xa841d9c84ca8cc6cull},
   };
   for (const Golden& g : goldens) {
-    auto plan = backend->PlanEpoch(g.spec, 1, g.weighted ? w : std::vector<float>());
+    auto plan = PlanWith(*backend, g.spec, 1, g.weighted ? w : std::vector<float>());
     ASSERT_TRUE(plan.ok());
     EXPECT_EQ(Fnv1a(testutil::PlanIndices(*plan)), g.hash)
         << std::hex << "0x" << Fnv1a(testutil::PlanIndices(*plan));
@@ -160,7 +178,7 @@ TEST(PlanTest, GoldenHashesOfOneShuffleBucket) {
   };
   for (const Golden& g : goldens) {
     const std::vector<float> weights(w.begin(), w.begin() + g.spec.num_samples);
-    auto plan = backend->PlanEpoch(g.spec, 1, g.weighted ? weights : std::vector<float>());
+    auto plan = PlanWith(*backend, g.spec, 1, g.weighted ? weights : std::vector<float>());
     ASSERT_TRUE(plan.ok()) << plan.status();
     EXPECT_EQ(Fnv1a(testutil::PlanIndices(*plan)), g.hash)
         << std::hex << "0x" << Fnv1a(testutil::PlanIndices(*plan));
@@ -199,7 +217,7 @@ TEST(StatisticsTest, WithReplacementFrequenciesFollowWeights) {
   auto backend = NewCpuBackend(2);
   const uint64_t n = 200, m = 1'000'000;
   const std::vector<float> w = RandomWeights(n, 77, 0.1);
-  auto plan = backend->PlanEpoch({n, m, 2024, true, SampleOrder::kWeightedRandom}, 0, w);
+  auto plan = PlanWith(*backend, {n, m, 2024, true, SampleOrder::kWeightedRandom}, 0, w);
   ASSERT_TRUE(plan.ok());
   std::vector<uint64_t> counts(n, 0);
   for (uint64_t idx : testutil::PlanIndices(*plan)) ++counts[idx];
@@ -215,9 +233,11 @@ TEST(StatisticsTest, WithoutReplacementFirstDrawFollowsWeights) {
   auto backend = NewCpuBackend(2);
   const uint64_t n = 50, epochs = 200'000;
   const std::vector<float> w = RandomWeights(n, 3, 0.1);
+  const auto weights = testutil::WeightsOf(*backend, w);
   std::vector<uint64_t> counts(n, 0);
   for (uint64_t e = 0; e < epochs; ++e) {
-    auto plan = backend->PlanEpoch({n, 1, 99, false, SampleOrder::kWeightedRandom}, e, w);
+    auto plan =
+        backend->PlanEpoch({n, 1, 99, false, SampleOrder::kWeightedRandom}, e, weights.get());
     ASSERT_TRUE(plan.ok());
     ++counts[testutil::PlanIndices(*plan)[0]];
   }
@@ -244,9 +264,11 @@ TEST(StatisticsTest, WithoutReplacementSetsFollowSuccessiveSampling) {
     }
   }
   ASSERT_EQ(expected.size(), 20u);
+  const auto weights = testutil::WeightsOf(*backend, w);
   std::map<uint32_t, uint64_t> observed;
   for (uint64_t e = 0; e < epochs; ++e) {
-    auto plan = backend->PlanEpoch({n, m, 31, false, SampleOrder::kWeightedRandom}, e, w);
+    auto plan =
+        backend->PlanEpoch({n, m, 31, false, SampleOrder::kWeightedRandom}, e, weights.get());
     ASSERT_TRUE(plan.ok());
     uint32_t set = 0;
     for (uint64_t idx : testutil::PlanIndices(*plan)) set |= 1u << idx;
@@ -268,9 +290,11 @@ TEST(StatisticsTest, WithoutReplacementInclusionFavoursHeavySamples) {
   const uint64_t n = 10000, m = 5000;
   std::vector<float> w(n, 1.0f);
   for (uint64_t i = 0; i < n; i += 2) w[i] = 4.0f;
+  const auto weights = testutil::WeightsOf(*backend, w);
   uint64_t heavy = 0, light = 0;
   for (uint64_t e = 0; e < 20; ++e) {
-    auto plan = backend->PlanEpoch({n, m, 5, false, SampleOrder::kWeightedRandom}, e, w);
+    auto plan =
+        backend->PlanEpoch({n, m, 5, false, SampleOrder::kWeightedRandom}, e, weights.get());
     ASSERT_TRUE(plan.ok());
     for (uint64_t idx : testutil::PlanIndices(*plan)) (idx % 2 == 0 ? heavy : light)++;
   }
@@ -307,9 +331,7 @@ TEST(WeightsTest, LossPolicyMovesWeightByItsFormula) {
   p.clamp_lo = 0.01;
   p.clamp_hi = 100;
   std::vector<float> out(4);
-  ASSERT_TRUE(
-      backend->RecomputeWeights(p, 0, {}, current, Stats(ema, count, last), absl::MakeSpan(out))
-          .ok());
+  ASSERT_TRUE(Recompute(*backend, p, 0, {}, current, Stats(ema, count, last), out).ok());
   const double f[] = {0.5, 1.5, 3.5, 4.0 / 3 + 0.5};
   const double mean = (f[0] + f[1] + f[2] + f[3]) / 4;
   for (int i = 0; i < 4; ++i) EXPECT_NEAR(out[i], f[i] / mean, 1e-6) << i;
@@ -319,9 +341,7 @@ TEST(WeightsTest, LossPolicyMovesWeightByItsFormula) {
   p.mix = 0.5;
   p.clamp_hi = 1.5;
   const std::vector<float> base = {2, 1, 1, 1};
-  ASSERT_TRUE(
-      backend->RecomputeWeights(p, 0, base, current, Stats(ema, count, last), absl::MakeSpan(out))
-          .ok());
+  ASSERT_TRUE(Recompute(*backend, p, 0, base, current, Stats(ema, count, last), out).ok());
   double g[4], gm = 0;
   for (int i = 0; i < 4; ++i) gm += f[i] * f[i] / 4;
   double w[4], wm = 0;
@@ -351,9 +371,7 @@ TEST(WeightsTest, MultiplicativeOnlyTouchesSamplesSeenInTheEpoch) {
   p.loss = LossWeightKind::kMultiplicative;
   p.eta = 1.0;
   std::vector<float> out(4);
-  ASSERT_TRUE(
-      backend->RecomputeWeights(p, 2, {}, current, Stats(ema, count, last), absl::MakeSpan(out))
-          .ok());
+  ASSERT_TRUE(Recompute(*backend, p, 2, {}, current, Stats(ema, count, last), out).ok());
   // Raw: 2, 1, 1, 1 -> mean 1.25.
   EXPECT_NEAR(out[0], 2 / 1.25, 1e-6);
   EXPECT_NEAR(out[1], 1 / 1.25, 1e-6);
@@ -370,7 +388,7 @@ TEST(WeightsTest, ZeroBaseWeightsStayZeroThroughClamps) {
     p.loss = kind;
     p.clamp_lo = 0.5;
     std::vector<float> out(4);
-    ASSERT_TRUE(backend->RecomputeWeights(p, 0, base, current, stats, absl::MakeSpan(out)).ok());
+    ASSERT_TRUE(Recompute(*backend, p, 0, base, current, stats, out).ok());
     EXPECT_EQ(out[0], 0.0f) << "a zero-weight sample would be drawn";
     EXPECT_GT(out[1], 0.0f);
   }
@@ -388,7 +406,7 @@ TEST(WeightsTest, HugeLossesDoNotOverflow) {
     p.alpha = 8;
     p.eta = 100;
     std::vector<float> out(4);
-    ASSERT_TRUE(backend->RecomputeWeights(p, 0, {}, current, stats, absl::MakeSpan(out)).ok());
+    ASSERT_TRUE(Recompute(*backend, p, 0, {}, current, stats, out).ok());
     double sum = 0;
     for (float w : out) {
       ASSERT_TRUE(std::isfinite(w));
@@ -413,10 +431,8 @@ TEST(WeightsTest, AllFactorsVanishingLeavesEqualWeights) {
   p.loss = LossWeightKind::kLoss;
   p.alpha = 8;
   std::vector<float> out(3);
-  ASSERT_TRUE(backend
-                  ->RecomputeWeights(p, 0, std::vector<float>{0, 1, 1}, std::vector<float>(3, 1),
-                                     Stats({1e30f, 0, 0}, {1, 1, 1}, {1, 1, 1}),
-                                     absl::MakeSpan(out))
+  ASSERT_TRUE(Recompute(*backend, p, 0, std::vector<float>{0, 1, 1}, std::vector<float>(3, 1),
+                        Stats({1e30f, 0, 0}, {1, 1, 1}, {1, 1, 1}), out)
                   .ok());
   EXPECT_EQ(out[0], 0.0f);
   EXPECT_FLOAT_EQ(out[1], 1.5f);  // Mean 1 over the three samples.
@@ -429,15 +445,20 @@ TEST(WeightsTest, AllZeroWeightsAreRejected) {
   WeightPolicyParams p;
   p.loss = LossWeightKind::kLoss;
   std::vector<float> out = {7, 7};
-  absl::Status s = backend->RecomputeWeights(p, 0, std::vector<float>{0, 0},
-                                             std::vector<float>{1, 1}, stats, absl::MakeSpan(out));
+  // On host arrays (weights made by the backend cannot be all 0: MakeWeights refuses them).
+  absl::Status s = RecomputeWeightsOnHost(2, p, 0, std::vector<float>{0, 0},
+                                          std::vector<float>{1, 1}, stats, absl::MakeSpan(out));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(s.message()), HasSubstr("base: all 2 weights are 0"));
   p.loss = LossWeightKind::kMultiplicative;
-  s = backend->RecomputeWeights(p, 0, {}, std::vector<float>{0, 0}, stats, absl::MakeSpan(out));
+  s = RecomputeWeightsOnHost(2, p, 0, {}, std::vector<float>{0, 0}, stats, absl::MakeSpan(out));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(s.message()), HasSubstr("current: all 2 weights are 0"));
   EXPECT_EQ(out, (std::vector<float>{7, 7}));
+  // Through the backend's objects, all-zero weights are refused when they are made.
+  s = backend->MakeWeights({0, 0}).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("weights: all 2 weights are 0"));
 }
 
 TEST(WeightsTest, BadInputsNameFieldAndValueAndChangeNothing) {
@@ -466,7 +487,7 @@ TEST(WeightsTest, BadInputsNameFieldAndValueAndChangeNothing) {
       p.loss = kind;
       std::vector<float> out(c.out_size, 7.0f);
       absl::Status s =
-          backend->RecomputeWeights(p, 0, c.base, c.current, c.stats, absl::MakeSpan(out));
+          RecomputeWeightsOnHost(2, p, 0, c.base, c.current, c.stats, absl::MakeSpan(out));
       EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.want;
       EXPECT_THAT(std::string(s.message()), HasSubstr(c.want));
       EXPECT_EQ(out, std::vector<float>(c.out_size, 7.0f)) << c.want;
@@ -481,9 +502,26 @@ TEST(WeightsTest, BadInputsNameFieldAndValueAndChangeNothing) {
   WeightPolicyParams p;
   p.loss = LossWeightKind::kLoss;
   for (int threads : {1, 4}) {
-    absl::Status s =
-        NewCpuBackend(threads)->RecomputeWeights(p, 0, big, big, stats, absl::MakeSpan(out));
+    absl::Status s = RecomputeWeightsOnHost(threads, p, 0, big, big, stats, absl::MakeSpan(out));
     EXPECT_THAT(std::string(s.message()), HasSubstr("base[700000] = -1"));
+  }
+  // Through the backend's objects: bad weights are refused when made (naming the first, see
+  // StateTest.MakeWeightsNamesTheFirstBadWeight), bad statistics by the recompute.
+  for (const Case& c : cases) {
+    if (c.out_size == 0 || c.stats.size() != c.out_size || c.base.size() == 2 ||
+        c.current.size() == 2) {
+      continue;  // Sizes: see StateTest.RecomputeNamesTheFirstSizeThatDiffers.
+    }
+    for (LossWeightKind kind : {LossWeightKind::kLoss, LossWeightKind::kMultiplicative}) {
+      WeightPolicyParams p;
+      p.loss = kind;
+      std::vector<float> out(c.out_size, 7.0f);
+      const absl::Status s = Recompute(*backend, p, 0, c.base, c.current, c.stats, out);
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.want;
+      const std::string want =
+          c.want.rfind("stats", 0) == 0 ? c.want : "weights" + c.want.substr(c.want.find('['));
+      EXPECT_THAT(std::string(s.message()), HasSubstr(want));
+    }
   }
 }
 
@@ -500,10 +538,8 @@ TEST(WeightsTest, RecomputeDoesNotDependOnThreads) {
     p.alpha = 0.7;
     p.mix = 0.1;
     std::vector<float> a(n), b(n);
-    ASSERT_TRUE(
-        NewCpuBackend(1)->RecomputeWeights(p, 5, base, base, stats, absl::MakeSpan(a)).ok());
-    ASSERT_TRUE(
-        NewCpuBackend(4)->RecomputeWeights(p, 5, base, base, stats, absl::MakeSpan(b)).ok());
+    ASSERT_TRUE(Recompute(*NewCpuBackend(1), p, 5, base, base, stats, a).ok());
+    ASSERT_TRUE(Recompute(*NewCpuBackend(4), p, 5, base, base, stats, b).ok());
     EXPECT_EQ(a, b);
   }
 }
@@ -522,141 +558,14 @@ uint64_t Fnv1a(const std::vector<float>& v) {
   return h;
 }
 
-// Loss statistics that reach every branch of the recompute: never seen (count 0, last 0, an
-// EMA left undefined: NaN), seen in the closed epoch (marker of epoch 5) or before it, EMAs of
-// 0, -0, subnormal, ordinary and near the float maximum.
-std::vector<SampleLossStats> VariedStats(uint64_t n, uint64_t seed) {
-  const std::vector<float> u = RandomWeights(n, seed, 0.0);  // [0.1, 4.1)
-  std::vector<SampleLossStats> stats(n);
-  for (uint64_t i = 0; i < n; ++i) {
-    const int kind = static_cast<int>(u[i] * 1000) % 16;
-    SampleLossStats& s = stats[i];
-    if (kind < 3) {
-      s = {std::numeric_limits<float>::quiet_NaN(), 0, 0};
-      continue;
-    }
-    s.count = static_cast<uint16_t>(1 + kind);
-    s.last_epoch = kind % 2 ? EpochMarker(5) : EpochMarker(4);
-    switch (kind) {
-      case 3:
-        s.ema_loss = 0.0f;
-        break;
-      case 4:
-        s.ema_loss = -0.0f;
-        break;
-      case 5:
-        s.ema_loss = 1e-40f;
-        break;
-      case 6:
-        s.ema_loss = u[i] * 1e30f;
-        break;
-      default:
-        s.ema_loss = (u[i] - 0.1f) * (u[i] - 0.1f);
-        break;
-    }
-  }
-  return stats;
-}
-
 // Golden hashes of RecomputeWeights: like the plans' (PlanTest.GoldenHashes), a change here
 // changes every later epoch's weights and plans for users with the same losses, and breaks the
 // agreement with other backends. Each case runs on 1, 2 and 3 threads.
 TEST(WeightsTest, GoldenHashes) {
-  struct Golden {
-    const char* name;
-    LossWeightKind kind;
-    double alpha, mix, clamp_lo, clamp_hi, eta;
-    std::optional<double> prior;
-    bool with_base;  // Base weights (5% zeros); the current weights always have 5% zeros.
-    uint64_t n;
-    uint64_t hash;
-  } goldens[] = {
-      {"loss alpha 1",
-       LossWeightKind::kLoss,
-       1.0,
-       0.0,
-       0.1,
-       10,
-       1,
-       {},
-       false,
-       1000,
-       0xabb432e72b298728ull},
-      {"loss alpha 1 n 1",
-       LossWeightKind::kLoss,
-       1.0,
-       0.0,
-       0.1,
-       10,
-       1,
-       {},
-       false,
-       1,
-       0x2fa183a08531045aull},
-      {"loss alpha 0.5 mix base",
-       LossWeightKind::kLoss,
-       0.5,
-       0.1,
-       0.1,
-       10,
-       1,
-       {},
-       true,
-       200'003,
-       0x7aa066777b86cfdaull},
-      {"loss alpha 8 prior narrow clamp", LossWeightKind::kLoss, 8.0, 0.0, 0.5, 2, 1, 0.3, false,
-       200'003, 0xb2c435d4439ed1full},
-      {"loss alpha 0 base",
-       LossWeightKind::kLoss,
-       0.0,
-       0.3,
-       0.1,
-       10,
-       1,
-       {},
-       true,
-       70'000,
-       0x4c80c33b1212b880ull},
-      {"loss alpha 0.7 base prior 0", LossWeightKind::kLoss, 0.7, 0.0, 0.01, 100, 1, 0.0, true,
-       131'072, 0xedf77e3210ffa388ull},
-      {"multiplicative",
-       LossWeightKind::kMultiplicative,
-       1,
-       0,
-       0.1,
-       10,
-       1.0,
-       {},
-       false,
-       200'003,
-       0xd98a68e29267816aull},
-      {"multiplicative eta 100 base",
-       LossWeightKind::kMultiplicative,
-       1,
-       0,
-       0.2,
-       5,
-       100.0,
-       {},
-       true,
-       65'537,
-       0x46d2f9ac09ab687cull},
-      {"none base",
-       LossWeightKind::kNone,
-       1,
-       0,
-       0.1,
-       10,
-       1,
-       {},
-       true,
-       70'000,
-       0x20b62e518accd4full},
-      {"none", LossWeightKind::kNone, 1, 0, 0.1, 10, 1, {}, false, 1000, 0x7e4699ac296945c3ull},
-  };
-  for (const Golden& g : goldens) {
+  // The table is shared with the CUDA backend's test (kernels/testing/weight_cases.h).
+  for (const testutil::RecomputeGolden& g : testutil::RecomputeGoldens()) {
     WeightPolicyParams p;
-    p.loss = g.kind;
+    p.loss = static_cast<LossWeightKind>(g.kind);
     p.alpha = g.alpha;
     p.mix = g.mix;
     p.clamp_lo = g.clamp_lo;
@@ -670,9 +579,7 @@ TEST(WeightsTest, GoldenHashes) {
     const std::vector<SampleLossStats> stats = VariedStats(g.n, 13);
     for (int threads : {1, 2, 3}) {
       std::vector<float> out(g.n, 7.0f);
-      ASSERT_TRUE(NewCpuBackend(threads)
-                      ->RecomputeWeights(p, 5, base, current, stats, absl::MakeSpan(out))
-                      .ok())
+      ASSERT_TRUE(Recompute(*NewCpuBackend(threads), p, 5, base, current, stats, out).ok())
           << g.name;
       EXPECT_EQ(Fnv1a(out), g.hash)
           << g.name << ", " << threads << " threads: 0x" << std::hex << Fnv1a(out);
@@ -682,7 +589,7 @@ TEST(WeightsTest, GoldenHashes) {
         ASSERT_TRUE(std::isfinite(w) && w >= 0) << g.name << ": " << w;
         sum += w;
       }
-      if (g.kind != LossWeightKind::kNone) {
+      if (p.loss != LossWeightKind::kNone) {
         EXPECT_NEAR(sum / g.n, 1.0, 1e-4) << g.name;
       }
     }
@@ -814,10 +721,7 @@ TEST(WeightsTest, RecomputeMatchesItsDefinitionBitForBit) {
       const std::vector<float>* currents[] = {&current, &with_ones};
       for (const std::vector<float>* c : currents) {
         std::vector<float> got(n, 7.0f);
-        ASSERT_TRUE(NewCpuBackend(threads)
-                        ->RecomputeWeights(p, 5, base, *c, stats, absl::MakeSpan(got))
-                        .ok())
-            << round;
+        ASSERT_TRUE(Recompute(*NewCpuBackend(threads), p, 5, base, *c, stats, got).ok()) << round;
         ASSERT_EQ(std::memcmp(got.data(), want.data(), n * sizeof(float)), 0)
             << "round " << round << ", n " << n << ", " << threads << " threads, "
             << (c->empty() ? "no current weights" : "current weights");
@@ -836,11 +740,28 @@ TEST(WeightsTest, BadStatisticsChangeNothing) {
   WeightPolicyParams p;
   p.loss = LossWeightKind::kLoss;
   std::vector<float> out = {7, 7};
-  absl::Status s = backend->RecomputeWeights(p, 0, {}, std::vector<float>{1, 1},
-                                             Stats(ema, count, last), absl::MakeSpan(out));
+  absl::Status s =
+      Recompute(*backend, p, 0, {}, std::vector<float>{1, 1}, Stats(ema, count, last), out);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(s.message()), HasSubstr("stats[1].ema_loss = nan"));
   EXPECT_EQ(out, (std::vector<float>{7, 7}));
+}
+
+// A weight of -0 is a zero weight (weights are validated by their IEEE bits, -0 allowed): it is
+// never drawn, and the plan is the one with +0. Regression: the quantisation took the largest
+// weight by its raw bits, where -0 (0x80000000) beat every positive weight, and drew garbage.
+TEST(PlanTest, NegativeZeroWeightsAreZeroWeights) {
+  auto backend = NewCpuBackend(2);
+  std::vector<float> plus = RandomWeights(1000, 21, 0.2), minus = plus;
+  for (float& w : minus) w = w == 0 ? -0.0f : w;
+  for (bool replacement : {true, false}) {
+    const PlanSpec spec{1000, replacement ? 1000u : 500u, 3, replacement};
+    absl::StatusOr<Plan> a = PlanWith(*backend, spec, 2, plus);
+    absl::StatusOr<Plan> b = PlanWith(*backend, spec, 2, minus);
+    ASSERT_TRUE(a.ok() && b.ok()) << a.status() << " " << b.status();
+    EXPECT_EQ(PlanIndices(*a), PlanIndices(*b)) << "replacement " << replacement;
+    for (uint64_t i : PlanIndices(*b)) ASSERT_GT(plus[i], 0.0f) << "index " << i << " drawn";
+  }
 }
 
 TEST(PlanTest, BadInputsNameFieldAndValue) {
@@ -874,7 +795,7 @@ TEST(PlanTest, BadInputsNameFieldAndValue) {
        "samples_per_epoch = 17179869185 without replacement"},
   };
   for (const Bad& c : cases) {
-    auto plan = backend->PlanEpoch(c.spec, 0, c.w);
+    auto plan = PlanWith(*backend, c.spec, 0, c.w);
     EXPECT_EQ(plan.status().code(), c.code) << c.want;
     EXPECT_THAT(std::string(plan.status().message()), HasSubstr(c.want));
   }
@@ -912,13 +833,13 @@ TEST(PlanTest, WeightValidationMatchesValidateWeights) {
     std::vector<float> w(70'000, 1.0f);  // Several validation chunks.
     w[65'600] = special;
     const absl::Status want = ValidateWeights(w);
-    auto plan = backend->PlanEpoch({w.size(), w.size(), 1, true}, 0, w);
+    auto plan = PlanWith(*backend, {w.size(), w.size(), 1, true}, 0, w);
     EXPECT_EQ(plan.status().code(), want.code()) << special;
     EXPECT_EQ(plan.status().message(), want.message()) << special;
     if (plan.ok()) {
       for (uint64_t idx : testutil::PlanIndices(*plan)) ASSERT_GT(w[idx], 0.0f) << special;
       // Without replacement: M = N needs N positive weights; zeros (either sign) are not.
-      auto all = backend->PlanEpoch({w.size(), w.size(), 1, false}, 0, w);
+      auto all = PlanWith(*backend, {w.size(), w.size(), 1, false}, 0, w);
       EXPECT_EQ(all.status().code(),
                 special > 0 ? absl::StatusCode::kOk : absl::StatusCode::kFailedPrecondition)
           << special;
@@ -937,9 +858,299 @@ TEST(SizesTest, TenMillionSamplePlans) {
     seen[idx] = true;
   }
   const std::vector<float> w = RandomWeights(n, 8, 0.0);
-  auto with = backend->PlanEpoch({n, n, 8, true, SampleOrder::kWeightedRandom}, 0, w);
+  auto with = PlanWith(*backend, {n, n, 8, true, SampleOrder::kWeightedRandom}, 0, w);
   ASSERT_TRUE(with.ok());
   EXPECT_EQ(testutil::PlanIndices(*with).size(), n);
+}
+
+// ---- The backend's state objects (compute_backend.h) -------------------------------------------
+
+// Objects of another backend: the CPU backend must refuse them, never read them.
+class ForeignWeights final : public BackendWeights {
+ public:
+  uint64_t size() const override { return 3; }
+  const WeightSummary& summary() const override { return summary_; }
+  absl::StatusOr<std::shared_ptr<const std::vector<float>>> ToHost() const override {
+    return std::make_shared<const std::vector<float>>(3, 1.0f);
+  }
+
+ private:
+  WeightSummary summary_;
+};
+
+class ForeignLossStats final : public BackendLossStats {
+ public:
+  uint64_t size() const override { return 3; }
+  absl::StatusOr<uint64_t> Apply(uint64_t, absl::Span<const uint64_t>,
+                                 absl::Span<const float>) override {
+    return 0;
+  }
+  uint64_t SamplesSeen() const override { return 0; }
+  absl::StatusOr<std::vector<SampleLossStats>> ToHost() const override {
+    return std::vector<SampleLossStats>(3);
+  }
+  absl::Status Restore(absl::Span<const SampleLossStats>) override { return absl::OkStatus(); }
+};
+
+std::vector<SampleLossStats> HostStats(const BackendLossStats& stats) {
+  absl::StatusOr<std::vector<SampleLossStats>> host = stats.ToHost();
+  EXPECT_TRUE(host.ok()) << host.status();
+  return host.ok() ? *std::move(host) : std::vector<SampleLossStats>();
+}
+
+bool SameStats(const std::vector<SampleLossStats>& a, const std::vector<SampleLossStats>& b) {
+  return a.size() == b.size() &&
+         std::memcmp(a.data(), b.data(), a.size() * sizeof(SampleLossStats)) == 0;
+}
+
+TEST(StateTest, MakeWeightsKeepsTheVectorAndItsSummary) {
+  for (int threads : {1, 3}) {
+    auto backend = NewCpuBackend(threads);
+    // Several summary chunks (4096) and groups, and a partial last chunk.
+    std::vector<float> w = RandomWeights(200'003, 21, 0.1);
+    const std::vector<float> copy = w;
+    const float* data = w.data();
+    absl::StatusOr<std::shared_ptr<const BackendWeights>> made = backend->MakeWeights(std::move(w));
+    ASSERT_TRUE(made.ok()) << made.status();
+    EXPECT_EQ((*made)->size(), copy.size());
+    // ToHost hands out the vector it was made from: no copy.
+    absl::StatusOr<std::shared_ptr<const std::vector<float>>> host = (*made)->ToHost();
+    ASSERT_TRUE(host.ok());
+    EXPECT_EQ((*host)->data(), data);
+    EXPECT_EQ(**host, copy);
+    // The summary, computed in parallel, has the bits of SummarizeWeights.
+    const WeightSummary want = SummarizeWeights(copy), got = (*made)->summary();
+    EXPECT_EQ(std::memcmp(&got.min, &want.min, sizeof(double)), 0);
+    EXPECT_EQ(std::memcmp(&got.max, &want.max, sizeof(double)), 0);
+    EXPECT_EQ(std::memcmp(&got.mean, &want.mean, sizeof(double)), 0);
+    EXPECT_EQ(std::memcmp(&got.effective_sample_size, &want.effective_sample_size, sizeof(double)),
+              0);
+    EXPECT_EQ(got.zero_count, want.zero_count);
+    EXPECT_GT(got.zero_count, 0u);
+  }
+}
+
+TEST(StateTest, MakeWeightsNamesTheFirstBadWeight) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  struct Bad {
+    std::vector<float> w;
+    std::string want;
+  } cases[] = {
+      {{}, "weights: empty"},
+      {{1, nan, 1}, "weights[1] = nan: weights must be finite and >= 0"},
+      {{1, 1, -2}, "weights[2] = -2: weights must be finite and >= 0"},
+      {{INFINITY}, "weights[0] = inf"},
+      {{0, -0.0f, 0}, "weights: all 3 weights are 0"},
+  };
+  for (const Bad& c : cases) {
+    absl::Status s = NewCpuBackend(2)->MakeWeights(c.w).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.want;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.want));
+  }
+  // The first bad one, whatever the thread count (validated in parallel chunks).
+  std::vector<float> w(300'000, 1.0f);
+  w[200'001] = -1;
+  w[250'000] = nan;
+  for (int threads : {1, 4}) {
+    absl::Status s = NewCpuBackend(threads)->MakeWeights(w).status();
+    EXPECT_THAT(std::string(s.message()), HasSubstr("weights[200001] = -1")) << threads;
+  }
+}
+
+TEST(StateTest, RecomputeNamesTheFirstSizeThatDiffers) {
+  auto backend = NewCpuBackend(2);
+  const auto three = testutil::WeightsOf(*backend, {1, 2, 3});
+  const auto two = testutil::WeightsOf(*backend, {1, 2});
+  auto stats3 = testutil::LossStatsOf(*backend, std::vector<SampleLossStats>(3));
+  auto stats4 = testutil::LossStatsOf(*backend, std::vector<SampleLossStats>(4));
+  ASSERT_TRUE(stats3.ok() && stats4.ok());
+  struct Bad {
+    const BackendWeights *base, *current;
+    const BackendLossStats* stats;
+    std::string want;
+  } cases[] = {
+      {three.get(), two.get(), stats3->get(), "current: 2 values, but base has 3"},
+      {three.get(), three.get(), stats4->get(), "stats: 4 values, but base has 3"},
+      {nullptr, two.get(), stats3->get(), "stats: 3 values, but current has 2"},
+      {nullptr, nullptr, nullptr, "stats: missing"},
+  };
+  for (const Bad& c : cases) {
+    for (LossWeightKind kind : {LossWeightKind::kLoss, LossWeightKind::kMultiplicative}) {
+      WeightPolicyParams p;
+      p.loss = kind;
+      absl::Status s = backend->RecomputeWeights(p, 0, c.base, c.current, c.stats).status();
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.want;
+      EXPECT_THAT(std::string(s.message()), HasSubstr(c.want));
+    }
+  }
+  // A bad policy is named before anything else.
+  WeightPolicyParams p;
+  p.loss = LossWeightKind::kLoss;
+  p.alpha = -1;
+  absl::Status s = backend->RecomputeWeights(p, 0, three.get(), two.get(), nullptr).status();
+  EXPECT_THAT(std::string(s.message()), HasSubstr("policy.alpha = -1"));
+}
+
+TEST(StateTest, WithoutALossPolicyTheNextWeightsAreTheBaseItself) {
+  auto backend = NewCpuBackend(2);
+  const auto base = testutil::WeightsOf(*backend, {1, 2, 3});
+  const auto current = testutil::WeightsOf(*backend, {3, 2, 1});
+  WeightPolicyParams p;
+  absl::StatusOr<std::shared_ptr<const BackendWeights>> next =
+      backend->RecomputeWeights(p, 0, base.get(), current.get(), nullptr);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(next->get(), base.get());
+  next = backend->RecomputeWeights(p, 0, nullptr, current.get(), nullptr);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(next->get(), nullptr);  // Uniform.
+}
+
+TEST(StateTest, ObjectsOfAnotherBackendAreRefused) {
+  auto backend = NewCpuBackend(2);
+  const ForeignWeights foreign;
+  ForeignLossStats foreign_stats;
+  const auto own = testutil::WeightsOf(*backend, {1, 2, 3});
+  auto own_stats = testutil::LossStatsOf(*backend, std::vector<SampleLossStats>(3));
+  ASSERT_TRUE(own_stats.ok());
+  WeightPolicyParams p;
+  p.loss = LossWeightKind::kMultiplicative;
+  struct Bad {
+    const BackendWeights *base, *current;
+    const BackendLossStats* stats;
+    std::string want;
+  } cases[] = {
+      {&foreign, own.get(), own_stats->get(), "base: made by another backend"},
+      {own.get(), &foreign, own_stats->get(), "current: made by another backend"},
+      {own.get(), own.get(), &foreign_stats, "stats: made by another backend"},
+  };
+  for (const Bad& c : cases) {
+    absl::Status s = backend->RecomputeWeights(p, 0, c.base, c.current, c.stats).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.want;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.want));
+  }
+  absl::Status s = backend->PlanEpoch({3, 3, 0, true}, 0, &foreign).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("weights: made by another backend"));
+  std::vector<float> out(1, 7.0f);
+  const std::vector<uint64_t> indices = {0};
+  s = backend->ImportanceWeights(foreign, indices, absl::MakeSpan(out));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("weights: made by another backend"));
+  EXPECT_EQ(out[0], 7.0f);
+  // Another CPU backend's objects are host memory too: taken.
+  EXPECT_TRUE(NewCpuBackend(1)->PlanEpoch({3, 3, 0, true}, 0, own.get()).ok());
+}
+
+TEST(StateTest, PlanEpochChecksTheWeightsSize) {
+  auto backend = NewCpuBackend(2);
+  const auto w = testutil::WeightsOf(*backend, {1, 1});
+  absl::Status s = backend->PlanEpoch({5, 5, 0, true}, 0, w.get()).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("weights: 2 values for num_samples 5"));
+}
+
+TEST(StateTest, ImportanceWeightsAreOneOverTheWeight) {
+  auto backend = NewCpuBackend(2);
+  const auto w = testutil::WeightsOf(*backend, {0.5f, 3.0f, 1e-30f, 1.0f});
+  const std::vector<uint64_t> indices = {1, 0, 1, 2, 3};
+  std::vector<float> out(indices.size(), 7.0f);
+  ASSERT_TRUE(backend->ImportanceWeights(*w, indices, absl::MakeSpan(out)).ok());
+  EXPECT_EQ(out, (std::vector<float>{1.0f / 3.0f, 2.0f, 1.0f / 3.0f, 1.0f / 1e-30f, 1.0f}));
+
+  out.assign(3, 7.0f);
+  absl::Status s = backend->ImportanceWeights(*w, indices, absl::MakeSpan(out));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("out: 3 values for 5 indices"));
+  EXPECT_EQ(out, std::vector<float>(3, 7.0f));
+  const std::vector<uint64_t> outside = {0, 4, 9};
+  s = backend->ImportanceWeights(*w, outside, absl::MakeSpan(out));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("indices[1] = 4 is outside [0, num_samples = 4)"));
+  EXPECT_EQ(out, std::vector<float>(3, 7.0f));  // Nothing written, not even out[0].
+}
+
+TEST(StateTest, LossStatsKeepTheFirstLossOfASampleInAnEpoch) {
+  auto backend = NewCpuBackend(2);
+  absl::StatusOr<std::unique_ptr<BackendLossStats>> made = backend->NewLossStats(4, 0.75);
+  ASSERT_TRUE(made.ok()) << made.status();
+  BackendLossStats& stats = **made;
+  EXPECT_EQ(stats.size(), 4u);
+  EXPECT_EQ(stats.SamplesSeen(), 0u);
+  // Arrival order: sample 2's first loss of epoch 0 wins, within a call and across calls.
+  const std::vector<uint64_t> i0 = {2, 1, 2};
+  const std::vector<float> l0 = {4.0f, 5.0f, 100.0f};
+  absl::StatusOr<uint64_t> applied = stats.Apply(0, i0, l0);
+  ASSERT_TRUE(applied.ok()) << applied.status();
+  EXPECT_EQ(*applied, 2u);
+  const std::vector<uint64_t> i1 = {2};
+  const std::vector<float> l1 = {7.0f};
+  EXPECT_EQ(*stats.Apply(0, i1, l1), 0u);
+  std::vector<SampleLossStats> host = HostStats(stats);
+  EXPECT_EQ(host[2].ema_loss, 4.0f);
+  EXPECT_EQ(host[2].count, 1u);
+  EXPECT_EQ(host[2].last_epoch, EpochMarker(0));
+  EXPECT_EQ(host[1].ema_loss, 5.0f);
+  EXPECT_EQ(host[0].count, 0u);
+  EXPECT_EQ(stats.SamplesSeen(), 2u);
+  // The next epoch applies again, by the EMA rule (ApplyLoss).
+  const std::vector<float> l2 = {8.0f};
+  EXPECT_EQ(*stats.Apply(1, i1, l2), 1u);
+  host = HostStats(stats);
+  SampleLossStats want{4.0f, 1, EpochMarker(0)};
+  ApplyLoss(want, 8.0f, EpochMarker(1), 0.75f);
+  EXPECT_EQ(host[2].ema_loss, want.ema_loss);
+  EXPECT_EQ(host[2].ema_loss, 0.75f * 4.0f + 0.25f * 8.0f);
+  EXPECT_EQ(host[2].count, 2u);
+  EXPECT_EQ(host[2].last_epoch, EpochMarker(1));
+  EXPECT_EQ(stats.SamplesSeen(), 2u);
+}
+
+TEST(StateTest, LossStatsRefuseBadInputAndChangeNothing) {
+  auto backend = NewCpuBackend(2);
+  auto made = backend->NewLossStats(4, 0.9);
+  ASSERT_TRUE(made.ok());
+  BackendLossStats& stats = **made;
+  const std::vector<uint64_t> first = {3};
+  const std::vector<float> loss = {1.0f};
+  ASSERT_EQ(*stats.Apply(0, first, loss), 1u);
+  const std::vector<SampleLossStats> before = HostStats(stats);
+
+  // Restore of another size: nothing changes.
+  absl::Status s = stats.Restore(std::vector<SampleLossStats>(3));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("loss statistics: 3 entries for num_samples 4"));
+  EXPECT_TRUE(SameStats(HostStats(stats), before));
+  EXPECT_EQ(stats.SamplesSeen(), 1u);
+  // An index outside the table: refused before anything is applied.
+  const std::vector<uint64_t> outside = {0, 4};
+  const std::vector<float> two = {1.0f, 2.0f};
+  s = stats.Apply(1, outside, two).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("indices[1] = 4 is outside [0, num_samples = 4)"));
+  s = stats.Apply(1, first, two).status();
+  EXPECT_THAT(std::string(s.message()), HasSubstr("losses: 2 values for 1 indices"));
+  EXPECT_TRUE(SameStats(HostStats(stats), before));
+
+  // Restore: the given statistics, and the samples seen counted from them; empty: none seen.
+  std::vector<SampleLossStats> restored(4);
+  restored[0] = {2.0f, 3, EpochMarker(7)};
+  restored[1] = {1.0f, 1, EpochMarker(6)};
+  ASSERT_TRUE(stats.Restore(restored).ok());
+  EXPECT_TRUE(SameStats(HostStats(stats), restored));
+  EXPECT_EQ(stats.SamplesSeen(), 2u);
+  EXPECT_EQ(*stats.Apply(7, std::vector<uint64_t>{0}, loss), 0u);  // Seen in epoch 7 already.
+  ASSERT_TRUE(stats.Restore({}).ok());
+  EXPECT_TRUE(SameStats(HostStats(stats), std::vector<SampleLossStats>(4)));
+  EXPECT_EQ(stats.SamplesSeen(), 0u);
+
+  for (double decay : {-0.1, 1.0, std::numeric_limits<double>::quiet_NaN()}) {
+    s = backend->NewLossStats(4, decay).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(s.message()), HasSubstr("ema_decay = "));
+  }
+  s = backend->NewLossStats(0, 0.5).status();
+  EXPECT_THAT(std::string(s.message()), HasSubstr("num_samples = 0"));
 }
 
 }  // namespace

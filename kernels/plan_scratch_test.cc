@@ -7,6 +7,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu_backend.h"
 #include "kernels/large_array.h"
+#include "kernels/testing/backend_state.h"
 #include "kernels/testing/peak_memory.h"
 #include "kernels/testing/test_util.h"
 
@@ -44,7 +45,10 @@ std::vector<Case> Cases() {
 TEST(PlanScratchBytesTest, BoundsWhatPlanEpochReallyTakes) {
   auto backend = NewCpuBackend(2);
   // Positive weights: every path plans (M = N - 1 without replacement needs M positive ones).
-  const std::vector<float> weights = testutil::RandomWeights(kN, 3);
+  const std::shared_ptr<const BackendWeights> backend_weights =
+      testutil::WeightsOf(*backend, testutil::RandomWeights(kN, 3));
+  // The backend's own vector (ToHost: no copy), which PlanEpoch reads.
+  const std::vector<float>& weights = **backend_weights->ToHost();
   for (const Case& c : Cases()) {
     SCOPED_TRACE(c.name);
     const uint64_t plan_bytes = LargeArrayBytes(c.spec.samples_per_epoch * sizeof(uint32_t));
@@ -54,8 +58,7 @@ TEST(PlanScratchBytesTest, BoundsWhatPlanEpochReallyTakes) {
       for (uint64_t i = 0; i < kN; i += 1024) sum = sum + weights[i];
     };
     const testutil::PeakGrowth growth = testutil::PeakResidentGrowth(touch_weights, [&] {
-      auto plan = backend->PlanEpoch(
-          c.spec, 1, c.weighted ? absl::MakeConstSpan(weights) : absl::Span<const float>());
+      auto plan = backend->PlanEpoch(c.spec, 1, c.weighted ? backend_weights.get() : nullptr);
       if (!plan.ok() || plan->size() != c.spec.samples_per_epoch) _exit(1);
     });
     if (!growth.supported) GTEST_SKIP() << "/proc/self/clear_refs cannot reset VmHWM here";

@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "kernels/det_math.h"
 #include "kernels/exact_sum.h"
+#include "kernels/weight_math.h"
 
 namespace samplerd {
 namespace {
@@ -131,23 +132,72 @@ absl::Status ClassBalancedWeights(absl::Span<const uint32_t> labels, double beta
   return absl::OkStatus();
 }
 
-WeightSummary SummarizeWeights(absl::Span<const float> weights) {
-  WeightSummary s;
-  if (weights.empty()) return s;
-  double sum = 0, sum_sq = 0;
-  s.min = std::numeric_limits<double>::infinity();
-  s.max = -std::numeric_limits<double>::infinity();
-  for (float wf : weights) {
-    const double w = wf;
-    sum += w;
-    sum_sq += w * w;
-    s.min = std::min(s.min, w);
-    s.max = std::max(s.max, w);
-    s.zero_count += w == 0;
+WeightChunkSummary SummarizeWeightChunk(const float* weights, uint64_t count) {
+  WeightChunkSummary c;
+  c.min = weights[0];
+  c.max = weights[0];
+  uint64_t zeros = 0;
+  for (uint64_t i = 0; i < count; ++i) {
+    const float w = weights[i];
+    c.min = w < c.min ? w : c.min;
+    c.max = w > c.max ? w : c.max;
+    zeros += w == 0;
   }
-  s.mean = sum / static_cast<double>(weights.size());
-  s.effective_sample_size = sum_sq > 0 ? sum * sum / sum_sq : 0;
+  c.zero_count = zeros;
+  // The chunk's largest terms: max and max^2 (both monotone in w >= 0).
+  const double max = c.max;
+  c.sum.exponent = exact_sum::ChunkExponent(exact_sum::TermBits(max));
+  c.sum_of_squares.exponent = exact_sum::ChunkExponent(exact_sum::TermBits(max * max));
+  // Each sum in two 64-bit halves (each below 2^44 for 4096 terms below 2^63): no carry is lost
+  // and the loop vectorises.
+  uint64_t low = 0, high = 0, low_sq = 0, high_sq = 0;
+  for (uint64_t i = 0; i < count; ++i) {
+    const double w = weights[i];
+    const uint64_t q = exact_sum::Quantise(exact_sum::TermBits(w), c.sum.exponent);
+    const uint64_t q_sq = exact_sum::Quantise(
+        exact_sum::TermBits(weight_math::SquareTerm(weights[i])), c.sum_of_squares.exponent);
+    low += q & 0xffffffffu;
+    high += q >> 32;
+    low_sq += q_sq & 0xffffffffu;
+    high_sq += q_sq >> 32;
+  }
+  c.sum.sum = (static_cast<exact_sum::uint128>(high) << 32) + low;
+  c.sum_of_squares.sum = (static_cast<exact_sum::uint128>(high_sq) << 32) + low_sq;
+  return c;
+}
+
+WeightSummary CombineWeightChunks(absl::Span<const WeightChunkSummary> chunks, uint64_t n) {
+  WeightSummary s;
+  if (chunks.empty() || n == 0) return s;
+  float min = chunks[0].min, max = chunks[0].max;
+  std::vector<exact_sum::ChunkSum> sums, squares;
+  sums.reserve(chunks.size());
+  squares.reserve(chunks.size());
+  for (const WeightChunkSummary& c : chunks) {
+    min = c.min < min ? c.min : min;
+    max = c.max > max ? c.max : max;
+    s.zero_count += c.zero_count;
+    sums.push_back(c.sum);
+    squares.push_back(c.sum_of_squares);
+  }
+  // -0 and +0 compare equal: which one a comparison keeps depends on the order, so a zero is +0.
+  s.min = min == 0 ? 0.0 : double{min};
+  s.max = max == 0 ? 0.0 : double{max};
+  const double s1 = exact_sum::Total(sums.data(), sums.size());
+  const double s2 = exact_sum::Total(squares.data(), squares.size());
+  s.mean = s1 / static_cast<double>(n);
+  s.effective_sample_size = weight_math::EffectiveSampleSize(s1, s2);
   return s;
+}
+
+WeightSummary SummarizeWeights(absl::Span<const float> weights) {
+  std::vector<WeightChunkSummary> chunks;
+  chunks.reserve((weights.size() + exact_sum::kChunk - 1) / exact_sum::kChunk);
+  for (size_t b = 0; b < weights.size(); b += exact_sum::kChunk) {
+    chunks.push_back(SummarizeWeightChunk(
+        weights.data() + b, std::min<uint64_t>(exact_sum::kChunk, weights.size() - b)));
+  }
+  return CombineWeightChunks(chunks, weights.size());
 }
 
 }  // namespace samplerd

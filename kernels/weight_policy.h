@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "kernels/exact_sum.h"
 
 namespace samplerd {
 
@@ -65,13 +66,35 @@ inline constexpr double kMaxWeightRatio = 0x1p126;
 // is supported ...". On error `weights` is unchanged.
 absl::Status NormaliseWeights(absl::Span<float> weights);
 
-// Summary statistics of a weight vector (computed in double, in a fixed order).
+// Summary statistics of a weight vector (finite and >= 0, as every weight vector of a job), for
+// metrics (JobStatus.weights). Defined so that it does not depend on the order in which a backend
+// visits the weights (a GPU's reduction returns the same bits as the CPU, see
+// kernels/cuda/device_weights.h), in double:
+//   min, max:    the smallest and the largest weight (a zero min or max is +0, whatever sign
+//                the zero had); zero_count: how many weights are 0 (or -0).
+//   S1, S2:      the exact sums (exact_sum.h, chunks of exact_sum::kChunk weights) of w and of
+//                double(w) * double(w) (exact: a float's square fits in a double's significand).
+//   mean:        S1 / N.
+//   effective_sample_size: S1 * S1 / S2 (Kish), 0 when S2 = 0 (all weights 0).
+// All 0 for no weights.
 struct WeightSummary {
   double min = 0, max = 0, mean = 0;
-  double effective_sample_size = 0;  // (sum w)^2 / sum w^2.
+  double effective_sample_size = 0;
   uint64_t zero_count = 0;
 };
 WeightSummary SummarizeWeights(absl::Span<const float> weights);
+
+// SummarizeWeights in parts, for a backend that summarises the chunks of exact_sum::kChunk
+// weights in parallel: SummarizeWeightChunk of each chunk (weights [c kChunk, min(N, (c + 1)
+// kChunk)), 1 to kChunk weights), then CombineWeightChunks of all of them in any order (N: the
+// number of weights).
+struct WeightChunkSummary {
+  float min = 0, max = 0;
+  uint64_t zero_count = 0;
+  exact_sum::ChunkSum sum, sum_of_squares;
+};
+WeightChunkSummary SummarizeWeightChunk(const float* weights, uint64_t count);
+WeightSummary CombineWeightChunks(absl::Span<const WeightChunkSummary> chunks, uint64_t n);
 
 }  // namespace samplerd
 

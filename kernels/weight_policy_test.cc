@@ -2,9 +2,13 @@
 // normalisation of uploaded weights, class-balanced weights, the summary.
 #include "kernels/weight_policy.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -140,6 +144,86 @@ TEST(SummaryTest, EffectiveSampleSize) {
   EXPECT_DOUBLE_EQ(s.mean, 1);
   EXPECT_DOUBLE_EQ(s.effective_sample_size, 16.0 / 6.0);
   EXPECT_EQ(s.zero_count, 1u);
+}
+
+// Weights whose sum in double depends on the order of addition: values from 2^-40 to 2^40.
+std::vector<float> WideWeights(uint64_t n, uint64_t seed) {
+  std::vector<float> w(n);
+  uint64_t s = seed;
+  for (uint64_t i = 0; i < n; ++i) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    const double u = static_cast<double>(s >> 11) / 9007199254740992.0;
+    const int exponent = static_cast<int>(s % 81) - 40;
+    w[i] = i % 17 == 0 ? 0.0f : static_cast<float>(std::ldexp(1.0 + u, exponent));
+  }
+  return w;
+}
+
+bool SameBits(const WeightSummary& a, const WeightSummary& b) {
+  return std::memcmp(&a.min, &b.min, sizeof(double)) == 0 &&
+         std::memcmp(&a.max, &b.max, sizeof(double)) == 0 &&
+         std::memcmp(&a.mean, &b.mean, sizeof(double)) == 0 &&
+         std::memcmp(&a.effective_sample_size, &b.effective_sample_size, sizeof(double)) == 0 &&
+         a.zero_count == b.zero_count;
+}
+
+TEST(SummaryTest, DoesNotDependOnTheOrderOfTheWeights) {
+  // Several exact-sum chunks (4096), a partial last one.
+  const std::vector<float> w = WideWeights(50'001, 3);
+  std::vector<float> reversed(w.rbegin(), w.rend());
+  std::vector<float> permuted = w;
+  std::mt19937_64 rng(11);
+  std::shuffle(permuted.begin(), permuted.end(), rng);
+  const WeightSummary s = SummarizeWeights(w);
+  EXPECT_TRUE(SameBits(s, SummarizeWeights(reversed)));
+  EXPECT_TRUE(SameBits(s, SummarizeWeights(permuted)));
+  // The test has power: sequential sums in double of these weights depend on the order.
+  auto naive = [](const std::vector<float>& v) {
+    double sum = 0, sum_sq = 0;
+    for (float x : v) sum += x, sum_sq += double{x} * x;
+    return std::make_pair(sum, sum_sq);
+  };
+  EXPECT_NE(naive(w), naive(permuted));
+
+  // Against a long double reference.
+  long double sum = 0, sum_sq = 0;
+  for (float x : w) sum += x, sum_sq += static_cast<long double>(x) * x;
+  const double mean = static_cast<double>(sum / w.size());
+  const double ess = static_cast<double>(sum * sum / sum_sq);
+  EXPECT_NEAR(s.mean, mean, 1e-12 * mean);
+  EXPECT_NEAR(s.effective_sample_size, ess, 1e-12 * ess);
+  EXPECT_EQ(s.zero_count, static_cast<uint64_t>(std::count(w.begin(), w.end(), 0.0f)));
+  EXPECT_EQ(s.min, 0.0);
+  EXPECT_EQ(s.max, double{*std::max_element(w.begin(), w.end())});
+}
+
+TEST(SummaryTest, ChunksCombineInAnyOrder) {
+  // A backend summarises chunks in parallel and combines them in any order: the same bits.
+  const std::vector<float> w = WideWeights(30'000, 5);
+  std::vector<WeightChunkSummary> chunks;
+  for (size_t b = 0; b < w.size(); b += exact_sum::kChunk) {
+    chunks.push_back(
+        SummarizeWeightChunk(w.data() + b, std::min<size_t>(exact_sum::kChunk, w.size() - b)));
+  }
+  std::reverse(chunks.begin(), chunks.end());
+  EXPECT_TRUE(SameBits(CombineWeightChunks(chunks, w.size()), SummarizeWeights(w)));
+}
+
+TEST(SummaryTest, AZeroIsPositiveWhateverItsSign) {
+  // -0 and +0 compare equal, so which one a minimum keeps would depend on the order.
+  for (const std::vector<float>& w :
+       {std::vector<float>{-0.0f, 0.0f, 1.0f}, std::vector<float>{0.0f, -0.0f, 1.0f},
+        std::vector<float>{-0.0f, -0.0f}}) {
+    const WeightSummary s = SummarizeWeights(w);
+    EXPECT_EQ(s.min, 0.0);
+    EXPECT_FALSE(std::signbit(s.min));
+    EXPECT_FALSE(std::signbit(s.max));
+    EXPECT_EQ(s.zero_count, 2u);
+  }
+  const WeightSummary none = SummarizeWeights({});
+  EXPECT_EQ(none.mean, 0.0);
+  EXPECT_EQ(none.effective_sample_size, 0.0);
+  EXPECT_EQ(SummarizeWeights({0.0f, 0.0f}).effective_sample_size, 0.0);
 }
 
 }  // namespace

@@ -30,29 +30,21 @@ bool EpochPlanner::PlanIgnoresWeights(const JobConfig& config) {
 }
 
 absl::StatusOr<PlannedEpoch> EpochPlanner::Plan(uint64_t epoch,
-                                                std::shared_ptr<const std::vector<float>> weights) {
+                                                std::shared_ptr<const BackendWeights> weights) {
   return PlanWith(epoch, std::move(weights), 0.0);
 }
 
-absl::StatusOr<std::shared_ptr<const std::vector<float>>> EpochPlanner::Recompute(
+absl::StatusOr<std::shared_ptr<const BackendWeights>> EpochPlanner::Recompute(
     uint64_t closed_epoch, const RecomputeInputs& inputs) const {
+  // Without a loss factor the weights stay (W_e is the base weights, or uniform).
   if (config_.policy.loss == LossWeightKind::kNone) return inputs.current;
-  const uint64_t n = config_.plan.num_samples;
-  auto next = std::make_shared<std::vector<float>>(n);
-  const absl::Span<const float> base =
-      inputs.base ? absl::MakeConstSpan(*inputs.base) : absl::Span<const float>();
-  // An empty `current` (uniform W_e) means all ones to the backend.
-  if (absl::Status s =
-          backend_->RecomputeWeights(config_.policy, closed_epoch, base, *inputs.current,
-                                     inputs.losses, absl::MakeSpan(*next));
-      !s.ok()) {
-    return s;
-  }
-  return std::shared_ptr<const std::vector<float>>(std::move(next));
+  return backend_->RecomputeWeights(config_.policy, closed_epoch, inputs.base.get(),
+                                    inputs.current.get(), inputs.losses);
 }
 
-absl::StatusOr<PlannedEpoch> EpochPlanner::PlanWith(
-    uint64_t epoch, std::shared_ptr<const std::vector<float>> weights, double recompute_ms) {
+absl::StatusOr<PlannedEpoch> EpochPlanner::PlanWith(uint64_t epoch,
+                                                    std::shared_ptr<const BackendWeights> weights,
+                                                    double recompute_ms) {
   const absl::Time start = absl::Now();
   // `stale`: a plan computed ahead for another epoch (a re-upload before the job started). Its
   // destructor waits for the computation: declared here, it runs after the lock is released.
@@ -64,21 +56,21 @@ absl::StatusOr<PlannedEpoch> EpochPlanner::PlanWith(
   // A plan computed ahead equals the one computed now: it depends on (seed, epoch) only, and
   // weights keep their zero pattern across recomputes (clamps are > 0), so it is as valid.
   absl::StatusOr<samplerd::Plan> plan =
-      ahead.valid() ? ahead.get() : backend_->PlanEpoch(config_.plan, epoch, *weights);
+      ahead.valid() ? ahead.get() : backend_->PlanEpoch(config_.plan, epoch, weights.get());
   if (!plan.ok()) return plan.status();
   PlannedEpoch planned;
   planned.epoch = epoch;
   planned.plan_ms = MillisSince(start);
   metrics::Process().plan_seconds->Observe(planned.plan_ms / 1e3);
   planned.recompute_ms = recompute_ms;
-  if (weights->empty()) {
-    planned.weight_summary = SummarizeWeights(std::vector<float>(1, 1.0f));
+  if (weights == nullptr) {  // Uniform: all ones.
+    planned.weight_summary.min = planned.weight_summary.max = planned.weight_summary.mean = 1;
     planned.weight_summary.effective_sample_size = static_cast<double>(config_.plan.num_samples);
   } else {
-    planned.weight_summary = SummarizeWeights(*weights);
+    planned.weight_summary = weights->summary();  // Computed when the backend made them.
   }
   planned.view.plan = std::make_shared<const samplerd::Plan>(*std::move(plan));
-  planned.view.unit_is_weights = weights->empty() || config_.plan.EveryIndexOnce();
+  planned.view.unit_is_weights = weights == nullptr || config_.plan.EveryIndexOnce();
   planned.view.weights = std::move(weights);
   return planned;
 }
@@ -92,8 +84,7 @@ bool EpochPlanner::StartNext(uint64_t closed_epoch, RecomputeInputs inputs,
   if (thread_.joinable()) thread_.join();
   thread_ = std::thread([this, closed_epoch, inputs = std::move(inputs), done = std::move(done)] {
     const absl::Time start = absl::Now();
-    absl::StatusOr<std::shared_ptr<const std::vector<float>>> weights =
-        Recompute(closed_epoch, inputs);
+    absl::StatusOr<std::shared_ptr<const BackendWeights>> weights = Recompute(closed_epoch, inputs);
     if (!weights.ok()) {
       done(weights.status());
     } else {
@@ -119,7 +110,7 @@ void EpochPlanner::PlanAhead(const PlannedEpoch& published) {
   ahead_epoch_ = published.epoch + 1;
   ahead_ = std::async(std::launch::async,
                       [this, epoch = ahead_epoch_, weights = published.view.weights] {
-                        return backend_->PlanEpoch(config_.plan, epoch, *weights);
+                        return backend_->PlanEpoch(config_.plan, epoch, weights.get());
                       });
 }
 

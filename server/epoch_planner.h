@@ -29,8 +29,8 @@ namespace samplerd {
 // The immutable state of one epoch that readers stream from.
 struct EpochView {
   std::shared_ptr<const Plan> plan;
-  // W_e, mean 1; empty for uniform weights.
-  std::shared_ptr<const std::vector<float>> weights;
+  // W_e, mean 1, held by the backend; null for uniform weights.
+  std::shared_ptr<const BackendWeights> weights;
   // Whether importance-sampling weights are all 1 (uniform weights, or every index once per
   // epoch, where the weights have no effect).
   bool unit_is_weights = true;
@@ -45,11 +45,12 @@ struct PlannedEpoch {
   double plan_ms = 0;
 };
 
-// What the recompute of W_{e+1} reads. Must stay unchanged until the task's `done` ran.
+// What the recompute of W_{e+1} reads (the backend's objects). Must stay unchanged until the
+// task's `done` ran.
 struct RecomputeInputs {
-  std::shared_ptr<const std::vector<float>> base;     // Null or empty: uniform.
-  std::shared_ptr<const std::vector<float>> current;  // W_e; empty: uniform.
-  LossStatsView losses;                               // Empty without a loss policy.
+  std::shared_ptr<const BackendWeights> base;     // Null: uniform.
+  std::shared_ptr<const BackendWeights> current;  // W_e; null: uniform.
+  const BackendLossStats* losses = nullptr;       // Null without a loss policy.
 };
 
 class EpochPlanner {
@@ -61,11 +62,10 @@ class EpochPlanner {
   EpochPlanner(const EpochPlanner&) = delete;
   EpochPlanner& operator=(const EpochPlanner&) = delete;
 
-  // The plan of `epoch` with W_epoch = `weights` (empty: uniform), on the caller's thread: epoch
+  // The plan of `epoch` with W_epoch = `weights` (null: uniform), on the caller's thread: epoch
   // 0 at creation or after an upload, or a restored epoch. Takes the plan computed ahead for
   // `epoch` if there is one.
-  absl::StatusOr<PlannedEpoch> Plan(uint64_t epoch,
-                                    std::shared_ptr<const std::vector<float>> weights)
+  absl::StatusOr<PlannedEpoch> Plan(uint64_t epoch, std::shared_ptr<const BackendWeights> weights)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // On the planner thread: W_{closed_epoch+1} from `inputs` (the policy's recompute; the current
@@ -89,9 +89,9 @@ class EpochPlanner {
  private:
   // Plans `epoch` from `weights` (or takes the plan computed ahead) and summarises the weights.
   absl::StatusOr<PlannedEpoch> PlanWith(uint64_t epoch,
-                                        std::shared_ptr<const std::vector<float>> weights,
+                                        std::shared_ptr<const BackendWeights> weights,
                                         double recompute_ms) ABSL_LOCKS_EXCLUDED(ahead_mu_);
-  absl::StatusOr<std::shared_ptr<const std::vector<float>>> Recompute(
+  absl::StatusOr<std::shared_ptr<const BackendWeights>> Recompute(
       uint64_t closed_epoch, const RecomputeInputs& inputs) const;
 
   const JobConfig& config_;

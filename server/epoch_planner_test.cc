@@ -6,6 +6,7 @@
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu_backend.h"
+#include "kernels/testing/backend_state.h"
 #include "kernels/testing/test_util.h"
 #include "server/testing/gated_backend.h"
 
@@ -24,9 +25,7 @@ JobConfig Config(uint64_t n, uint64_t m, v1::LossPolicy loss) {
   return *config;
 }
 
-std::shared_ptr<const std::vector<float>> Uniform() {
-  return std::make_shared<const std::vector<float>>();
-}
+std::shared_ptr<const BackendWeights> Uniform() { return nullptr; }
 
 class EpochPlannerTest : public ::testing::Test {
  protected:
@@ -67,9 +66,12 @@ TEST_F(EpochPlannerTest, StartNextRecomputesThenPlans) {
   EpochPlanner planner(config, backend_.get());
   std::vector<SampleLossStats> stats(500);
   for (uint64_t i = 0; i < 500; i += 3) stats[i] = {static_cast<float>(i % 7), 1, EpochMarker(0)};
+  absl::StatusOr<std::unique_ptr<BackendLossStats>> losses =
+      testutil::LossStatsOf(*backend_, stats);
+  ASSERT_TRUE(losses.ok()) << losses.status();
   RecomputeInputs inputs;
   inputs.current = Uniform();
-  inputs.losses = stats;
+  inputs.losses = losses->get();
   absl::Notification done;
   absl::StatusOr<PlannedEpoch> result = absl::UnknownError("not run");
   ASSERT_TRUE(planner.StartNext(0, inputs, [&](absl::StatusOr<PlannedEpoch> planned) {
@@ -78,11 +80,19 @@ TEST_F(EpochPlannerTest, StartNextRecomputesThenPlans) {
   }));
   done.WaitForNotification();
   ASSERT_TRUE(result.ok()) << result.status();
-  std::vector<float> ones(500, 1.0f), want(500);
-  ASSERT_TRUE(
-      backend_->RecomputeWeights(config.policy, 0, {}, ones, stats, absl::MakeSpan(want)).ok());
-  EXPECT_EQ(*result->view.weights, want);
-  absl::StatusOr<Plan> plan = backend_->PlanEpoch(config.plan, 1, want);
+  std::vector<float> ones(500, 1.0f);
+  absl::StatusOr<std::vector<float>> want =
+      testutil::RecomputeWith(*backend_, config.policy, 0, {}, ones, stats);
+  ASSERT_TRUE(want.ok()) << want.status();
+  ASSERT_NE(result->view.weights, nullptr);
+  EXPECT_EQ(testutil::HostWeights(result->view.weights.get(), 500), *want);
+  // The summary is the weights' own (computed when the backend made them).
+  const WeightSummary summary = SummarizeWeights(*want);
+  EXPECT_EQ(result->weight_summary.mean, summary.mean);
+  EXPECT_EQ(result->weight_summary.effective_sample_size, summary.effective_sample_size);
+  EXPECT_EQ(result->weight_summary.max, summary.max);
+  EXPECT_LT(result->weight_summary.effective_sample_size, 500.0);
+  absl::StatusOr<Plan> plan = testutil::PlanWith(*backend_, config.plan, 1, *want);
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(result->epoch, 1u);
   EXPECT_EQ(testutil::PlanIndices(*result->view.plan), testutil::PlanIndices(*plan));

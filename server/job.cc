@@ -17,6 +17,14 @@ constexpr absl::Duration kCancelPoll = absl::Milliseconds(100);
 // Ranks named in a message about the ranks that have not ended an epoch.
 constexpr size_t kRanksNamed = 16;
 
+// The host values of backend weights, for a snapshot or a kept epoch start: null for uniform
+// (null). The CPU backend's own vector (no copy); a copy from the device for CUDA.
+absl::StatusOr<std::shared_ptr<const std::vector<float>>> HostWeights(
+    const std::shared_ptr<const BackendWeights>& weights) {
+  if (weights == nullptr) return nullptr;
+  return weights->ToHost();
+}
+
 }  // namespace
 
 // ---- Life cycle ---------------------------------------------------------------------------------
@@ -27,10 +35,10 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Create(std::string name, JobConfig con
   if (absl::Status s = ValidateJobName(name); !s.ok()) return s;
   std::unique_ptr<Job> job(
       new Job(std::move(name), std::move(config), backend, std::move(journal)));
-  absl::Status s;
-  if (job->config_.policy.base == BaseWeightKind::kUniform) {
+  absl::Status s = job->MakeLossStats();
+  if (s.ok() && job->config_.policy.base == BaseWeightKind::kUniform) {
     s = job->InstallBaseAndPlan({});
-  } else if (job->journal_ != nullptr) {
+  } else if (s.ok() && job->journal_ != nullptr) {
     // Persisted as awaiting its upload.
     s = job->journal_->StartEpochDurably(job->MakeEpochStart(
         0, /*planned=*/false, job->config_.shard.world_size, nullptr, nullptr, {}, 0));
@@ -55,9 +63,16 @@ Job::Job(std::string name, JobConfig config, ComputeBackend* backend,
   shard_ = config_.shard;
   deal_length_ = config_.plan.samples_per_epoch;
   ranks_.resize(shard_.world_size);
-  if (config_.policy.loss != LossWeightKind::kNone) {
-    losses_.emplace(config_.plan.num_samples, config_.policy.ema_decay);
-  }
+}
+
+absl::Status Job::MakeLossStats() {
+  if (config_.policy.loss == LossWeightKind::kNone) return absl::OkStatus();
+  absl::StatusOr<std::unique_ptr<BackendLossStats>> made =
+      backend_->NewLossStats(config_.plan.num_samples, config_.policy.ema_decay);
+  if (!made.ok()) return made.status();
+  absl::MutexLock lock(&mu_);
+  losses_ = *std::move(made);
+  return absl::OkStatus();
 }
 
 Job::~Job() { Close(absl::NotFoundError(absl::StrCat("job '", name_, "' was deleted"))); }
@@ -87,8 +102,8 @@ bool Job::Started() const {
 absl::Status Job::CheckEpochOpen(uint64_t epoch) const {
   if (const auto* closed = std::get_if<Closed>(&phase_)) return closed->reason;
   if (const auto* failed = std::get_if<Failed>(&phase_)) {
-    return absl::InternalError(absl::StrCat("job '", name_, "': planning epoch ", epoch_,
-                                            " failed: ", failed->error.ToString()));
+    return absl::InternalError(absl::StrCat("job '", name_, "': ", failed->during, " epoch ",
+                                            epoch_, " failed: ", failed->error.ToString()));
   }
   const bool serving = std::holds_alternative<Serving>(phase_);
   if (epoch == epoch_ && serving) return absl::OkStatus();
@@ -149,14 +164,21 @@ std::string Job::WhyNotServing(uint64_t epoch) const {
   return absl::StrCat("the current epoch is ", epoch_);
 }
 
-absl::StatusOr<const LossTable*> Job::LossesWhilePlanning() const {
+absl::StatusOr<const BackendLossStats*> Job::LossesWhilePlanning() const {
   absl::MutexLock lock(&mu_);
   if (const auto* closed = std::get_if<Closed>(&phase_)) return closed->reason;
   // Called by EndEpoch right after it entered Planning for the next epoch: only that epoch's
-  // planner leaves this Planning (Publish, or Failed), and nothing writes the table until it has
-  // published. A closed job's table is never written again either.
-  CHECK(IsPlanning()) << "job '" << name_ << "': loss table read off the lock while not planning";
-  return losses_.has_value() ? &*losses_ : nullptr;
+  // planner leaves this Planning (Publish, or Failed), and nothing writes the statistics until
+  // it has published. A closed job's statistics are never written again either.
+  CHECK(IsPlanning()) << "job '" << name_
+                      << "': loss statistics read off the lock while not planning";
+  return losses_.get();
+}
+
+absl::StatusOr<std::shared_ptr<const BackendWeights>> Job::WeightsFromHost(
+    const std::shared_ptr<const std::vector<float>>& host) const {
+  if (host == nullptr || host->empty()) return nullptr;
+  return backend_->MakeWeights(*host);  // A copy: the host vector may be kept for another use.
 }
 
 absl::Status Job::AwaitNotPlanning() {
@@ -259,21 +281,39 @@ absl::Status Job::InstallBaseAndPlan(std::vector<float> base) {
     phase_ = std::move(planning);
     world_size = shard_.world_size;  // Not resized while Planning.
   }
-  // Creation with a UNIFORM base passes no weights: no base, uniform W_0.
-  std::shared_ptr<const std::vector<float>> new_base;
-  if (!base.empty()) new_base = std::make_shared<const std::vector<float>>(std::move(base));
-  const auto weights =
-      new_base != nullptr ? new_base : std::make_shared<const std::vector<float>>();
-  absl::StatusOr<PlannedEpoch> planned = planner_.Plan(0, weights);
-  absl::Status s = planned.status();
+  // Creation with a UNIFORM base passes no weights: no base, uniform W_0. Uploaded weights
+  // become the backend's (for the CPU the vector itself, no copy).
+  std::shared_ptr<const BackendWeights> new_base;
+  absl::Status s;
+  if (!base.empty()) {
+    absl::StatusOr<std::shared_ptr<const BackendWeights>> made =
+        backend_->MakeWeights(std::move(base));
+    if (made.ok()) {
+      new_base = *std::move(made);
+    } else {
+      s = made.status();
+    }
+  }
+  absl::StatusOr<PlannedEpoch> planned =
+      s.ok() ? planner_.Plan(0, new_base) : absl::StatusOr<PlannedEpoch>(s);
+  s = planned.status();
   // An upload (or a creation) is in no log: its snapshot is all there is, so it is durable
   // before the plan is published.
   if (s.ok() && journal_ != nullptr) {
-    s = journal_->StartEpochDurably(
-        MakeEpochStart(0, /*planned=*/true, world_size, new_base, new_base, {}, 0));
+    absl::StatusOr<std::shared_ptr<const std::vector<float>>> host = HostWeights(new_base);
+    s = host.status();
+    if (s.ok()) {
+      s = journal_->StartEpochDurably(
+          MakeEpochStart(0, /*planned=*/true, world_size, *host, *host, {}, 0));
+    }
+  }
+  absl::StatusOr<std::optional<JobJournal::EpochStart>> kept;
+  if (s.ok()) {
+    kept = StartToKeep(*planned, new_base);
+    s = kept.status();
   }
   if (s.ok()) {
-    if (Publish(*planned, new_base, StartToKeep(*planned, new_base))) return absl::OkStatus();
+    if (Publish(*planned, new_base, *std::move(kept))) return absl::OkStatus();
     absl::MutexLock lock(&mu_);  // Closed while planning: only Close leaves this Planning.
     if (const auto* closed = std::get_if<Closed>(&phase_)) return closed->reason;
     return absl::InternalError(absl::StrCat("job '", name_, "': epoch 0 was not published"));
@@ -310,10 +350,10 @@ JobJournal::EpochStart Job::MakeEpochStart(uint64_t epoch, bool planned, uint32_
   return start;
 }
 
-std::optional<JobJournal::EpochStart> Job::StartToKeep(
-    const PlannedEpoch& planned, std::shared_ptr<const std::vector<float>> base) const {
+absl::StatusOr<std::optional<JobJournal::EpochStart>> Job::StartToKeep(
+    const PlannedEpoch& planned, const std::shared_ptr<const BackendWeights>& base) const {
   if (journal_ != nullptr || config_.rewind_epochs == 0) return std::nullopt;
-  absl::StatusOr<const LossTable*> losses = LossesWhilePlanning();
+  absl::StatusOr<const BackendLossStats*> losses = LossesWhilePlanning();
   if (!losses.ok()) return std::nullopt;  // Closed: nothing is published.
   uint32_t world_size = 0;
   {
@@ -322,14 +362,20 @@ std::optional<JobJournal::EpochStart> Job::StartToKeep(
   }
   std::vector<SampleLossStats> loss_stats;
   if (*losses != nullptr) {
-    const LossStatsView stats = (*losses)->View();
-    loss_stats.assign(stats.begin(), stats.end());
+    absl::StatusOr<std::vector<SampleLossStats>> host = (*losses)->ToHost();
+    if (!host.ok()) return host.status();
+    loss_stats = *std::move(host);
   }
-  return MakeEpochStart(planned.epoch, /*planned=*/true, world_size, std::move(base),
-                        planned.view.weights, std::move(loss_stats), 0);
+  absl::StatusOr<std::shared_ptr<const std::vector<float>>> base_host = HostWeights(base);
+  if (!base_host.ok()) return base_host.status();
+  absl::StatusOr<std::shared_ptr<const std::vector<float>>> weights_host =
+      HostWeights(planned.view.weights);
+  if (!weights_host.ok()) return weights_host.status();
+  return MakeEpochStart(planned.epoch, /*planned=*/true, world_size, *std::move(base_host),
+                        *std::move(weights_host), std::move(loss_stats), 0);
 }
 
-bool Job::Publish(const PlannedEpoch& planned, std::shared_ptr<const std::vector<float>> new_base,
+bool Job::Publish(const PlannedEpoch& planned, std::shared_ptr<const BackendWeights> new_base,
                   std::optional<JobJournal::EpochStart> kept) {
   {
     absl::MutexLock lock(&mu_);
@@ -365,47 +411,54 @@ void Job::FinishPlanningNext(absl::StatusOr<PlannedEpoch> planned) {
     return epoch_;
   }();
   absl::Status status = planned.status();
-  JobJournal::EpochStart start;
-  if (status.ok() && journal_ != nullptr) {
-    // The snapshot opening the epoch is written after the epoch is published (ranks are served
-    // meanwhile): its loss statistics are derived from the previous snapshot and the closed
-    // epochs' logs (nothing is copied on the boundary's path). Until it is committed, recovery
-    // replays the same logs from the previous snapshot.
-    std::shared_ptr<const std::vector<float>> base;
-    uint32_t world_size = 0;
-    {
-      absl::MutexLock lock(&mu_);
-      if (std::holds_alternative<Closed>(phase_)) return;  // Nothing is published.
-      base = base_;
-      world_size = shard_.world_size;
-    }
-    start = MakeEpochStart(epoch, /*planned=*/true, world_size, std::move(base),
-                           planned->view.weights, {}, 0);
-    if (config_.policy.loss != LossWeightKind::kNone) {
-      start.loss_stats_from_logs = JobJournal::EpochStart::LossTableParams{
-          config_.plan.num_samples, config_.policy.ema_decay};
-    }
-    status = journal_->OpenEpoch(epoch);
+  std::shared_ptr<const BackendWeights> base;
+  uint32_t world_size = 0;
+  if (status.ok()) {
+    absl::MutexLock lock(&mu_);
+    if (std::holds_alternative<Closed>(phase_)) return;  // Nothing is published.
+    base = base_;
+    world_size = shard_.world_size;
+  }
+  // With a journal, the snapshot opening the epoch is written after the epoch is published
+  // (ranks are served meanwhile): its loss statistics are derived from the previous snapshot and
+  // the closed epochs' logs (nothing is copied on the boundary's path). Until it is committed,
+  // recovery replays the same logs from the previous snapshot.
+  if (status.ok() && journal_ != nullptr) status = journal_->OpenEpoch(epoch);
+  std::optional<JobJournal::EpochStart> kept;
+  if (status.ok() && journal_ == nullptr) {
+    absl::StatusOr<std::optional<JobJournal::EpochStart>> start = StartToKeep(*planned, base);
+    status = start.status();
+    if (status.ok()) kept = *std::move(start);
   }
   if (!status.ok()) {
-    // Inputs were validated on the way in, so this is a server bug or a failed write; keep it
-    // visible. Waiting readers wake up (the phase is part of their condition) and fail with
-    // INTERNAL.
+    // Inputs were validated on the way in, so this is a server bug, a failed write or a device
+    // error; keep it visible. Waiting readers wake up (the phase is part of their condition)
+    // and fail with INTERNAL.
     LOG(ERROR) << "job '" << name_ << "': planning epoch " << epoch << " failed: " << status;
     absl::MutexLock lock(&mu_);
     if (IsPlanning()) phase_ = Failed{status};
     return;
   }
-  std::optional<JobJournal::EpochStart> kept;
-  if (journal_ == nullptr) {
-    std::shared_ptr<const std::vector<float>> base;
-    {
-      absl::MutexLock lock(&mu_);
-      base = base_;
-    }
-    kept = StartToKeep(*planned, std::move(base));
-  }
   if (!Publish(*planned, nullptr, std::move(kept)) || journal_ == nullptr) return;
+  // The snapshot's weights as host vectors, copied here after the publication (from a device:
+  // off the boundary's path; the CPU backend's own vectors: no copy).
+  absl::StatusOr<std::shared_ptr<const std::vector<float>>> base_host = HostWeights(base);
+  absl::StatusOr<std::shared_ptr<const std::vector<float>>> weights_host =
+      HostWeights(planned->view.weights);
+  status = base_host.ok() ? weights_host.status() : base_host.status();
+  if (!status.ok()) {
+    LOG(ERROR) << "job '" << name_ << "': copying the weights of epoch " << epoch
+               << " for its snapshot failed: " << status;
+    absl::MutexLock lock(&mu_);
+    if (!std::holds_alternative<Closed>(phase_)) phase_ = Failed{status, "snapshotting"};
+    return;
+  }
+  JobJournal::EpochStart start = MakeEpochStart(
+      epoch, /*planned=*/true, world_size, *std::move(base_host), *std::move(weights_host), {}, 0);
+  if (config_.policy.loss != LossWeightKind::kNone) {
+    start.loss_stats_from_logs =
+        JobJournal::EpochStart::LossTableParams{config_.plan.num_samples, config_.policy.ema_decay};
+  }
   // Off this thread too, so that a short epoch's boundary never waits for the previous snapshot.
   journal_->ScheduleEpochSnapshot(std::move(start));
 }
@@ -538,13 +591,41 @@ absl::Status Job::ReportLosses(const LossBatchView& batch, v1::LossReportSummary
   if (record.has_value()) {
     if (absl::Status s = journal_->LogLosses(*record); !s.ok()) return s;
   }
-  uint64_t accepted = 0;
-  constexpr size_t kAhead = 16;  // Prefetch distance: overlaps the cache misses of scattered i.
+  // The pairs at positions new to the rank, in arrival order: the whole batch unless some
+  // position was reported before (or twice in it); then copied from the first one that was.
+  absl::Span<const uint64_t> fresh_indices = batch.indices;
+  absl::Span<const float> fresh_losses = batch.losses;
+  std::vector<uint64_t> some_indices;
+  std::vector<float> some_losses;
+  bool all_fresh = true;
   for (size_t k = 0; k < size; ++k) {
-    if (losses_.has_value() && k + kAhead < size) losses_->Prefetch(batch.indices[k + kAhead]);
-    if (!rank.reported.Insert(batch.position(k), *shard_length)) continue;
-    accepted += !losses_.has_value() ||
-                losses_->Apply(batch.indices[k], batch.losses[k], batch.epoch);
+    const bool inserted = rank.reported.Insert(batch.position(k), *shard_length);
+    if (!inserted && all_fresh) {
+      all_fresh = false;
+      some_indices.assign(batch.indices.begin(), batch.indices.begin() + k);
+      some_losses.assign(batch.losses.begin(), batch.losses.begin() + k);
+    } else if (inserted && !all_fresh) {
+      some_indices.push_back(batch.indices[k]);
+      some_losses.push_back(batch.losses[k]);
+    }
+  }
+  if (!all_fresh) {
+    fresh_indices = some_indices;
+    fresh_losses = some_losses;
+  }
+  uint64_t accepted = fresh_indices.size();
+  if (losses_ != nullptr) {
+    // One call per batch; the statistics keep the first loss of a sample in the epoch (a
+    // second position of the same index is a duplicate).
+    absl::StatusOr<uint64_t> applied = losses_->Apply(batch.epoch, fresh_indices, fresh_losses);
+    if (!applied.ok()) {
+      // A device error: the statistics are lost to this job. Nothing is acknowledged.
+      LOG(ERROR) << "job '" << name_ << "': applying losses of epoch " << batch.epoch
+                 << " failed: " << applied.status();
+      phase_ = Failed{applied.status(), "applying the losses of"};
+      return applied.status();
+    }
+    accepted = *applied;
   }
   rank.accepted += accepted;
   summary->set_accepted(summary->accepted() + accepted);
@@ -599,10 +680,10 @@ absl::StatusOr<v1::EndEpochResponse> Job::EndEpoch(uint64_t epoch, uint32_t deal
     phase_ = Planning{std::nullopt, absl::Now()};
   }
   LOG(INFO) << "event=epoch_closed job=" << name_ << " epoch=" << epoch;
-  // The recompute reads the table off the lock while the job is Planning. Closed meanwhile: no
+  // The recompute reads the statistics off the lock while the job is Planning. Closed meanwhile: no
   // planner starts (waiters were woken with the close reason).
-  if (absl::StatusOr<const LossTable*> losses = LossesWhilePlanning(); losses.ok()) {
-    if (*losses != nullptr) inputs.losses = (*losses)->View();
+  if (absl::StatusOr<const BackendLossStats*> losses = LossesWhilePlanning(); losses.ok()) {
+    inputs.losses = *losses;
     // False once Close stopped the planner: waiters were woken with the close reason.
     planner_.StartNext(epoch, std::move(inputs), [this](absl::StatusOr<PlannedEpoch> planned) {
       FinishPlanningNext(std::move(planned));
@@ -696,7 +777,14 @@ absl::Status Job::Rewind(uint64_t epoch) {
   };
   absl::StatusOr<JobJournal::EpochStart> start = FindStart(epoch);
   if (!start.ok()) return undo(start.status());
-  absl::StatusOr<PlannedEpoch> planned = planner_.Plan(epoch, start->weights);
+  // The start's weights as the backend's again. One vector for both (no loss policy, kept in
+  // memory): one object, as before the rewind.
+  absl::StatusOr<std::shared_ptr<const BackendWeights>> weights = WeightsFromHost(start->weights);
+  if (!weights.ok()) return undo(weights.status());
+  absl::StatusOr<std::shared_ptr<const BackendWeights>> base =
+      start->base == start->weights ? *weights : WeightsFromHost(start->base);
+  if (!base.ok()) return undo(base.status());
+  absl::StatusOr<PlannedEpoch> planned = planner_.Plan(epoch, *weights);
   if (!planned.ok()) return undo(planned.status());
   if (journal_ != nullptr) {
     if (absl::Status s = journal_->Rewind(epoch); absl::IsNotFound(s)) {
@@ -705,7 +793,7 @@ absl::Status Job::Rewind(uint64_t epoch) {
     } else if (!s.ok()) {
       LOG(ERROR) << "job '" << name_ << "': rewinding to epoch " << epoch << " failed: " << s;
       absl::MutexLock lock(&mu_);
-      if (IsPlanning()) phase_ = Failed{s};
+      if (IsPlanning()) phase_ = Failed{s, "rewinding to"};
       return s;
     }
   }
@@ -714,11 +802,10 @@ absl::Status Job::Rewind(uint64_t epoch) {
     if (!IsPlanning()) {  // Closed meanwhile.
       if (const auto* closed = std::get_if<Closed>(&phase_)) return closed->reason;
     }
-    if (losses_.has_value()) {
-      if (start->loss_stats.empty()) {
-        losses_.emplace(config_.plan.num_samples, config_.policy.ema_decay);
-      } else if (absl::Status s = losses_->Restore(std::move(start->loss_stats)); !s.ok()) {
-        phase_ = Failed{s};
+    // The start's statistics (none: no sample seen then).
+    if (losses_ != nullptr) {
+      if (absl::Status s = losses_->Restore(start->loss_stats); !s.ok()) {
+        phase_ = Failed{s, "rewinding to"};
         return s;
       }
     }
@@ -727,7 +814,7 @@ absl::Status Job::Rewind(uint64_t epoch) {
     if (start->world_size != 0) shard_.world_size = start->world_size;
     deal_ = 0;
   }
-  if (!Publish(*planned, start->base)) {
+  if (!Publish(*planned, *std::move(base))) {
     absl::MutexLock lock(&mu_);
     if (const auto* closed = std::get_if<Closed>(&phase_)) return closed->reason;
   }
@@ -850,7 +937,7 @@ v1::JobStatus Job::Status() const {
   status.set_last_recompute_ms(last_recompute_ms_);
   status.set_last_plan_ms(last_plan_ms_);
   // While planning, the planner reads the table off the lock; the count is not written then.
-  status.set_samples_seen(losses_.has_value() ? losses_->SamplesSeen() : 0);
+  status.set_samples_seen(losses_ != nullptr ? losses_->SamplesSeen() : 0);
   return status;
 }
 

@@ -28,8 +28,12 @@
 //   - A loss is identified by (epoch, deal, rank, shard position); the shard must hold its index
 //     at that position. A position already reported is a duplicate (PositionSet), whatever process
 //     or batch sends it. One loss per (epoch, index): a report from a second position counts as
-//     a duplicate too (LossTable). Without a loss policy the job keeps no per-sample statistics
-//     (no LossTable): only positions are deduplicated.
+//     a duplicate too (BackendLossStats::Apply). Without a loss policy the job keeps no
+//     per-sample statistics: only positions are deduplicated.
+//   - The job's weights and loss statistics are its backend's objects (compute_backend.h: host
+//     memory for the CPU, device memory for CUDA); the job holds them by handle and copies them
+//     to the host only for a snapshot or a kept epoch start. A failure of the backend while the
+//     job runs (a device error applying losses or copying state) fails the job with that error.
 //   - Every request is validated whole before anything changes.
 //
 // Persistence (when the job has a JobJournal): every state change is logged under mu_ before it
@@ -59,9 +63,8 @@
 #include "server/epoch_planner.h"
 #include "server/job_config.h"
 #include "server/loss_batch.h"
-#include "server/loss_table.h"
-#include "server/position_set.h"
 #include "server/persistence/job_journal.h"
+#include "server/position_set.h"
 
 namespace samplerd {
 
@@ -107,9 +110,10 @@ class Job {
     return epoch_;
   }
 
-  // Static weights / class labels (N values). FAILED_PRECONDITION if the base policy differs or
-  // the job already started (a shard position was streamed, a loss accepted or a rank ended an
-  // epoch); INVALID_ARGUMENT for bad values. On success the plan of epoch 0 is computed before
+  // Static weights / class labels (N values), normalised on the host and handed to the backend
+  // (MakeWeights). FAILED_PRECONDITION if the base policy differs or the job already started (a
+  // shard position was streamed, a loss accepted or a rank ended an epoch); INVALID_ARGUMENT for
+  // bad values. On success the plan of epoch 0 is computed before
   // returning. A re-upload withdraws epoch 0's plan while the new one is computed (shards wait,
   // losses and EndEpoch are FAILED_PRECONDITION); if it fails, the previous plan stays.
   absl::Status UploadWeights(std::vector<float> weights) ABSL_LOCKS_EXCLUDED(mu_);
@@ -137,8 +141,10 @@ class Job {
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // Validates the batch whole (also that the rank's shard holds each index at its position),
-  // then applies its new positions; adds to `summary` (accepted, stale, duplicates; stale_epochs
-  // kept ascending without repeats). A batch with no new position is not logged.
+  // then applies its new positions (their losses in one BackendLossStats::Apply, in arrival
+  // order); adds to `summary` (accepted, stale, duplicates; stale_epochs kept ascending without
+  // repeats). A batch with no new position is not logged. If the backend fails to apply them (a
+  // device error), the job is Failed with that error, which is returned (nothing acknowledged).
   absl::Status ReportLosses(const LossBatchView& batch, v1::LossReportSummary* summary)
       ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -185,7 +191,7 @@ class Job {
   // A STATIC / CLASS_BALANCED job before its first upload (epoch 0, no plan).
   struct AwaitingUpload {};
   // epoch_'s plan is being computed: after EndEpoch closed epoch_ - 1 (on the planner thread),
-  // or epoch 0's after an upload (on the uploader's thread). Nothing writes the loss table.
+  // or epoch 0's after an upload (on the uploader's thread). Nothing writes the loss statistics.
   struct Planning {
     // A re-upload: the phase to return to if planning fails (the previous plan stays).
     std::optional<EpochView> previous_plan;
@@ -197,9 +203,11 @@ class Job {
   struct Serving {
     EpochView view;
   };
-  // Planning epoch_ failed (a server bug or a failed write): calls fail with INTERNAL.
+  // Planning epoch_ failed (a server bug, a failed write or a device error), or the backend
+  // failed while serving it: calls fail with INTERNAL.
   struct Failed {
     absl::Status error;
+    const char* during = "planning";  // What failed, for messages: "<during> epoch <e> failed".
   };
   // Deleted (NOT_FOUND) or shutting down (UNAVAILABLE): calls fail with `reason`.
   struct Closed {
@@ -219,6 +227,9 @@ class Job {
 
   Job(std::string name, JobConfig config, ComputeBackend* backend,
       std::unique_ptr<JobJournal> journal);
+  // Makes the job's loss statistics with the backend (a loss policy only). Once, by Create and
+  // Restore, before the job is used.
+  absl::Status MakeLossStats() ABSL_LOCKS_EXCLUDED(mu_);
 
   // The one check that `epoch` is the serving epoch, for ReportLosses, EndEpoch and AcquireShard
   // (each handles an older epoch, stale or a retry, first). OK when serving `epoch`; the close
@@ -244,18 +255,19 @@ class Job {
     return std::holds_alternative<Planning>(phase_);
   }
 
-  // Installs validated base weights and plans epoch 0 (an upload) on the caller's thread.
+  // Installs validated base weights (empty: uniform) as the backend's, and plans epoch 0 (an
+  // upload) on the caller's thread.
   absl::Status InstallBaseAndPlan(std::vector<float> base) ABSL_LOCKS_EXCLUDED(mu_);
   // Makes `planned` the serving epoch (and `new_base` the base, if set) if the job is still
   // Planning it; returns false (nothing changed) if it was closed meanwhile. Keeps `kept` (the
   // epoch's start, in memory) if set. Then lets the planner compute the next plan ahead.
-  bool Publish(const PlannedEpoch& planned, std::shared_ptr<const std::vector<float>> new_base,
-               std::optional<JobJournal::EpochStart> kept = std::nullopt)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  // The start of the epoch being published, for kept_; nullopt with a journal or without
-  // rewinds. Reads the loss table: only while Planning (LossesWhilePlanning).
-  std::optional<JobJournal::EpochStart> StartToKeep(const PlannedEpoch& planned,
-                                       std::shared_ptr<const std::vector<float>> base) const
+  bool Publish(const PlannedEpoch& planned, std::shared_ptr<const BackendWeights> new_base,
+               std::optional<JobJournal::EpochStart> kept = std::nullopt) ABSL_LOCKS_EXCLUDED(mu_);
+  // The start of the epoch being published, for kept_ (the weights and loss statistics copied
+  // to the host); nullopt with a journal, without rewinds, or once the job is closed. Reads the
+  // loss statistics: only while Planning (LossesWhilePlanning). A backend error copying them.
+  absl::StatusOr<std::optional<JobJournal::EpochStart>> StartToKeep(
+      const PlannedEpoch& planned, const std::shared_ptr<const BackendWeights>& base) const
       ABSL_LOCKS_EXCLUDED(mu_);
   // The kept start of `epoch`: from kept_, or the journal's snapshot. FAILED_PRECONDITION
   // naming the kept epochs otherwise.
@@ -264,7 +276,7 @@ class Job {
   // The planner's `done` after EndEpoch closed `planned`'s predecessor: opens the epoch's log,
   // publishes, then writes its snapshot (off the boundary's path). Runs on the planner thread.
   void FinishPlanningNext(absl::StatusOr<PlannedEpoch> planned) ABSL_LOCKS_EXCLUDED(mu_);
-  // The snapshot opening an epoch, for the journal.
+  // The snapshot opening an epoch, for the journal (host copies of the weights: HostWeights).
   JobJournal::EpochStart MakeEpochStart(uint64_t epoch, bool planned, uint32_t world_size,
                                         std::shared_ptr<const std::vector<float>> base,
                                         std::shared_ptr<const std::vector<float>> weights,
@@ -275,10 +287,14 @@ class Job {
   // Waits until the job is not planning; the planning error if it failed.
   absl::Status AwaitNotPlanning() ABSL_LOCKS_EXCLUDED(mu_);
 
-  // The loss table, for the recompute to read without mu_: only while
-  // the job is Planning, when no call writes it (ReportLosses needs Serving); a CHECK asserts the
-  // phase. Null without a loss policy; the close reason once the job is closed.
-  absl::StatusOr<const LossTable*> LossesWhilePlanning() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The loss statistics, for the recompute to read without mu_: only while the job is Planning,
+  // when no call writes them (ReportLosses needs Serving); a CHECK asserts the phase. Null
+  // without a loss policy; the close reason once the job is closed.
+  absl::StatusOr<const BackendLossStats*> LossesWhilePlanning() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Backend weights made from a snapshot's or a kept start's host weights (null or empty:
+  // uniform, null).
+  absl::StatusOr<std::shared_ptr<const BackendWeights>> WeightsFromHost(
+      const std::shared_ptr<const std::vector<float>>& host) const;
   void DescribeLocked(v1::Job* job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string name_;
@@ -292,12 +308,13 @@ class Job {
   mutable absl::Mutex mu_;
   Phase phase_ ABSL_GUARDED_BY(mu_);
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
-  // Base weights (mean 1) for STATIC / CLASS_BALANCED; null for UNIFORM. Replaced only before
-  // the job starts.
-  std::shared_ptr<const std::vector<float>> base_ ABSL_GUARDED_BY(mu_);
-  // Per-sample loss statistics; only with a loss policy (8 bytes per sample). Written under mu_
-  // while Serving; read off the lock while Planning (LossesWhilePlanning).
-  std::optional<LossTable> losses_ ABSL_GUARDED_BY(mu_);
+  // Base weights (mean 1) for STATIC / CLASS_BALANCED, the backend's; null for UNIFORM.
+  // Replaced only before the job starts, or by a rewind.
+  std::shared_ptr<const BackendWeights> base_ ABSL_GUARDED_BY(mu_);
+  // Per-sample loss statistics, the backend's; only with a loss policy (8 bytes per sample).
+  // Made once (MakeLossStats) before the job is used. Written under mu_ while Serving; read off
+  // the lock while Planning (LossesWhilePlanning).
+  std::unique_ptr<BackendLossStats> losses_ ABSL_GUARDED_BY(mu_);
   // The current deal of epoch_: its number, its ranks (world size: carried into the next epoch's
   // deal 0), the number of plan positions it deals (M in deal 0) and each rank's progress.
   uint32_t deal_ ABSL_GUARDED_BY(mu_) = 0;

@@ -201,7 +201,7 @@ class FailingAllocationBackend : public testutil::GatedBackend {
  public:
   using GatedBackend::GatedBackend;
   absl::StatusOr<Plan> PlanEpoch(const PlanSpec& spec, uint64_t epoch,
-                                 absl::Span<const float> weights) override {
+                                 const BackendWeights* weights) override {
     if (fail) throw std::bad_alloc();
     return GatedBackend::PlanEpoch(spec, epoch, weights);
   }

@@ -30,16 +30,30 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Restore(std::string name, JobConfig co
   }
   std::unique_ptr<Job> job(
       new Job(std::move(name), std::move(config), backend, std::move(recovered.journal)));
-  std::shared_ptr<const std::vector<float>> base;
+  // The snapshot's vectors become the backend's objects. A snapshot's weights were valid when it
+  // was written: refused now, they are damaged.
+  auto to_backend =
+      [&](std::vector<float> host) -> absl::StatusOr<std::shared_ptr<const BackendWeights>> {
+    if (host.empty()) return nullptr;
+    absl::StatusOr<std::shared_ptr<const BackendWeights>> weights =
+        backend->MakeWeights(std::move(host));
+    if (absl::IsInvalidArgument(weights.status())) return bad(weights.status().message());
+    return weights;
+  };
+  if (absl::Status s = job->MakeLossStats(); !s.ok()) return s;
+  std::shared_ptr<const BackendWeights> base;
   if (header.has_base()) {
-    base = std::make_shared<const std::vector<float>>(std::move(snapshot.base));
+    absl::StatusOr<std::shared_ptr<const BackendWeights>> restored =
+        to_backend(std::move(snapshot.base));
+    if (!restored.ok()) return restored.status();
+    base = *std::move(restored);
   }
   {
     absl::MutexLock lock(&job->mu_);
     // A job without a loss policy keeps no statistics (snapshots of older versions have them).
-    if (job->losses_.has_value() && !snapshot.loss_stats.empty()) {
-      if (absl::Status s = job->losses_->Restore(std::move(snapshot.loss_stats)); !s.ok()) {
-        return bad(s.message());
+    if (job->losses_ != nullptr && !snapshot.loss_stats.empty()) {
+      if (absl::Status s = job->losses_->Restore(snapshot.loss_stats); !s.ok()) {
+        return absl::IsInvalidArgument(s) ? bad(s.message()) : s;
       }
     }
     // The snapshot's epoch, published below (the upload or the EndEpoch that opened it is done).
@@ -49,8 +63,11 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Restore(std::string name, JobConfig co
     if (header.planned()) job->phase_ = Planning{std::nullopt, absl::Now()};
   }
   if (header.planned()) {
-    auto weights = std::make_shared<const std::vector<float>>(std::move(snapshot.weights));
-    absl::StatusOr<PlannedEpoch> planned = job->planner_.Plan(header.epoch(), std::move(weights));
+    absl::StatusOr<std::shared_ptr<const BackendWeights>> weights =
+        to_backend(std::move(snapshot.weights));
+    absl::StatusOr<PlannedEpoch> planned =
+        weights.ok() ? job->planner_.Plan(header.epoch(), *std::move(weights))
+                     : absl::StatusOr<PlannedEpoch>(weights.status());
     absl::Status s = planned.status();
     // The snapshot exists already: only the epoch's log is opened.
     if (s.ok()) s = job->journal_->OpenEpoch(header.epoch());

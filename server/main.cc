@@ -22,8 +22,10 @@ ABSL_FLAG(std::string, data_dir, "",
           "Directory for persistent state (created if absent): jobs survive a crash or restart "
           "and are restored at start-up. Empty: jobs live in memory only.");
 ABSL_FLAG(std::string, backend, "auto",
-          "Compute backend: auto (the CPU backend in this build), cpu, or cuda (not built yet: "
-          "exits with an error).");
+          "Compute backend: cpu; cuda (exits with an error naming what is missing when no GPU is "
+          "usable); or auto: cuda when a usable GPU is present, else cpu (logged with the "
+          "reason).");
+ABSL_FLAG(int, cuda_device, 0, "The CUDA device of --backend=cuda/auto.");
 ABSL_FLAG(int, planner_threads, 0, "CPU backend threads (0 = all cores).");
 ABSL_FLAG(int, max_jobs, 64, "Most jobs at once.");
 ABSL_FLAG(uint64_t, max_samples_per_job, uint64_t{1} << 32, "Largest num_samples of a job.");
@@ -98,6 +100,7 @@ int main(int argc, char** argv) {
   options.port = absl::GetFlag(FLAGS_port);
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
   options.backend = absl::GetFlag(FLAGS_backend);
+  options.cuda_device = absl::GetFlag(FLAGS_cuda_device);
   options.planner_threads = absl::GetFlag(FLAGS_planner_threads);
   options.max_jobs = absl::GetFlag(FLAGS_max_jobs);
   options.max_samples_per_job = absl::GetFlag(FLAGS_max_samples_per_job);

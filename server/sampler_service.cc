@@ -341,7 +341,6 @@ grpc::Status SamplerService::StreamShardImpl(const v1::StreamShardRequest& reque
       ChunkBytes(std::max<uint64_t>(1, std::min(chunk_size, length - request.start_offset())), wide,
                  request.with_is_weights()));
   if (!buffer_bytes.ok()) return ToGrpcStatus(buffer_bytes.status());
-  const std::vector<float>& weights = *lease->view.weights;
   const std::shared_ptr<metrics::Counter> streamed = metrics_.IndicesStreamed(request.job());
   std::vector<uint64_t> buffer;
   v1::ShardChunk chunk;
@@ -368,7 +367,10 @@ grpc::Status SamplerService::StreamShardImpl(const v1::StreamShardRequest& reque
       auto* is = chunk.mutable_is_weights();
       is->Resize(static_cast<int>(count), 1.0f);
       if (!lease->view.unit_is_weights) {
-        for (uint64_t k = 0; k < count; ++k) is->Set(k, 1.0f / weights[buffer[k]]);
+        // 1 / w of each index, where the backend holds the weights.
+        s = backend_->ImportanceWeights(*lease->view.weights, buffer,
+                                        absl::MakeSpan(is->mutable_data(), count));
+        if (!s.ok()) return ToGrpcStatus(s);
       }
     }
     pos += count;

@@ -15,6 +15,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
 #include "kernels/cpu_backend.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "server/auth/server_credentials.h"
 #include "server/job_memory.h"
 #include "server/log_fields.h"
@@ -41,6 +42,36 @@ const std::string& SamplerServiceName() {
   static const std::string* const name =
       new std::string(v1::Job::descriptor()->file()->FindServiceByName("Sampler")->full_name());
   return *name;
+}
+
+// The backend of --backend: "cpu"; "cuda", which must start (FAILED_PRECONDITION naming what is
+// missing otherwise); or "auto": CUDA when a usable GPU is present, else the CPU, saying why.
+// Chosen once at startup: a job never moves between backends.
+absl::StatusOr<std::unique_ptr<ComputeBackend>> MakeBackend(const Options& options) {
+  if (options.backend == "cpu") return NewCpuBackend(options.planner_threads);
+  if (options.backend != "cuda" && options.backend != "auto") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("backend = \"", options.backend, "\": expected auto, cpu or cuda"));
+  }
+  if (options.cuda_device < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuda_device = ", options.cuda_device, ": must be >= 0"));
+  }
+  CudaBackendOptions cuda;
+  cuda.device = options.cuda_device;
+  absl::StatusOr<std::unique_ptr<ComputeBackend>> gpu = NewCudaBackend(cuda);
+  if (gpu.ok() || options.backend == "cuda") {
+    if (!gpu.ok()) {
+      return absl::Status(gpu.status().code(),
+                          absl::StrCat("backend = \"cuda\": ", gpu.status().message(),
+                                       "; use --backend=cpu, or --backend=auto to fall back to the "
+                                       "CPU when no GPU is usable"));
+    }
+    return gpu;
+  }
+  LOG(INFO) << "event=backend_selected backend=cpu reason="
+            << LogValue(absl::StrCat("--backend=auto and no usable GPU: ", gpu.status().message()));
+  return NewCpuBackend(options.planner_threads);
 }
 
 }  // namespace
@@ -85,16 +116,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const Options& options) {
         absl::StrCat("metrics_port = ", options.metrics_port,
                      ": must be -1 (no metrics), 0 (a free port) or 1..65535"));
   }
-  std::unique_ptr<ComputeBackend> backend;
-  if (options.backend == "auto" || options.backend == "cpu") {
-    backend = NewCpuBackend(options.planner_threads);
-  } else if (options.backend == "cuda") {
-    return absl::UnimplementedError(
-        "backend = \"cuda\": samplerd was not built with CUDA; use --backend=auto or cpu");
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("backend = \"", options.backend, "\": expected auto, cpu or cuda"));
-  }
+  absl::StatusOr<std::unique_ptr<ComputeBackend>> backend = MakeBackend(options);
+  if (!backend.ok()) return backend.status();
 
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = MakeServerCredentials(
       {options.plaintext, options.tls_cert, options.tls_key, options.tls_client_ca});
@@ -111,7 +134,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const Options& options) {
     }
   }
 
-  std::unique_ptr<Server> server(new Server(options, std::move(backend), std::move(authorizer)));
+  std::unique_ptr<Server> server(
+      new Server(options, *std::move(backend), std::move(authorizer)));
   metrics::Process();  // Its families are exported from the start, at 0.
   server->AddStateGauges();
   // Metrics are served before recovery, which can take minutes for a large job: an operator

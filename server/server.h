@@ -38,8 +38,12 @@ struct Options {
   // Jobs found there are restored by Create (which fails, naming the file, on a corrupt one).
   // Empty: jobs live in memory only.
   std::string data_dir;
-  // "auto" (= cpu in this build), "cpu", or "cuda" (not built yet: UNIMPLEMENTED).
+  // "cpu"; "cuda" (Create fails with FAILED_PRECONDITION naming what is missing when no GPU is
+  // usable: no driver, a driver too old, no device, too little free memory); or "auto": cuda
+  // when a usable GPU is present, else cpu (logged as event=backend_selected with the reason).
   std::string backend = "auto";
+  // The CUDA device of the cuda backend, >= 0.
+  int cuda_device = 0;
   // CPU backend worker threads, >= 0; 0 = all cores.
   int planner_threads = 0;
   // Most jobs at once, >= 1 (CreateJob beyond it: RESOURCE_EXHAUSTED).

@@ -2,12 +2,13 @@
 # Runs the C++ DDP trainer on the GPU machine at world size 1 (one H100; NCCL refuses two ranks
 # on one GPU) against a samplerd started here, and prints the comparison (balanced x loss vs
 # uniform) and the reporter's cost per step. No Bazel there: the binaries come prebuilt in the
-# folder examples/cpp/make_gpu_bundle.sh makes on a build machine (default out/gpu_trainer).
+# folder tools/gpu/make_bundle.sh makes on a build machine (default out/gpu_bundle). Also run
+# by tools/gpu/run_on_gpu.sh e2e, as its last stage.
 #
 #   bash examples/cpp/run_on_gpu.sh [BUNDLE] [ddp_trainer flags, e.g. --epochs=20]
 #
 # Through the device tool (carry the bundle, which git ignores):
-#   run(command="bash examples/cpp/run_on_gpu.sh", carry=["out/gpu_trainer"])
+#   run(command="bash examples/cpp/run_on_gpu.sh", carry=["out/gpu_bundle"])
 #
 # Shared libraries: bin/ddp_trainer and bin/samplerd link the CUDA runtime statically and need
 # (ldd, see the bundle's MANIFEST.txt) the gRPC/protobuf/Abseil/OpenSSL/c-ares/re2/zlib/glog/
@@ -22,7 +23,7 @@
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT" || exit 1
-BUNDLE="$ROOT/out/gpu_trainer"
+BUNDLE="$ROOT/out/gpu_bundle"
 if [[ $# -gt 0 && "$1" != -* ]]; then
   BUNDLE="$(cd "$1" && pwd)"
   shift
@@ -35,7 +36,7 @@ note() { echo "$*" | tee -a "$OUT/summary.txt"; }
 fail() { note "FAILED: $*"; status=1; }
 
 for bin in ddp_trainer samplerd; do
-  [[ -x "$BUNDLE/bin/$bin" ]] || { echo "run_on_gpu: $BUNDLE/bin/$bin missing (make it with examples/cpp/make_gpu_bundle.sh on a build machine)" >&2; exit 1; }
+  [[ -x "$BUNDLE/bin/$bin" ]] || { echo "run_on_gpu: $BUNDLE/bin/$bin missing (make it with tools/gpu/make_bundle.sh on a build machine)" >&2; exit 1; }
 done
 
 find_nccl() {

@@ -1,13 +1,17 @@
-// Device kernels (device_plan.h) == the host references (reference.h) for the same inputs:
-// N from 1 to 1e7 (1e8 with --max_n=100000000), weights uniform, random, with ties, zeros and
-// extreme ratios, M < N and M = N, both index widths, every shard layout, the shuffle's
-// global-memory fallback. reference_test checks the references against the CPU backend in CI.
+// Device kernels (device_plan.h, device_weights.h) == the host references (reference.h) for the
+// same inputs: N from 1 to 1e7 (1e8 with --max_n=100000000), weights uniform, random, with ties,
+// zeros and extreme ratios, M < N and M = N, both index widths, every shard layout, the
+// shuffle's global-memory fallback; the loss policies' recompute (random parameters, with and
+// without base and current weights, nothing seen, everything seen, bad inputs), the summary,
+// applied losses and importance weights. reference_test checks the references against the CPU
+// backend in CI.
 //
 // A plain main (no gtest, no Abseil) so that tools/gpu/run_on_gpu.sh builds it with nvcc alone.
 // Without a usable GPU it prints why and exits 0 (a skip), so that `bazel test` passes in CI.
 // Flags: --max_n=N (largest N, default 10000000), --quick (N <= 5000: for compute-sanitizer).
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -19,12 +23,17 @@
 #include <vector>
 
 #include "kernels/cuda/device_plan.h"
+#include "kernels/cuda/device_weights.h"
 #include "kernels/cuda/gpu_presence.h"
 #include "kernels/cuda/reference.h"
+#include "kernels/loss_stats.h"
+#include "kernels/testing/weight_cases.h"
 
 namespace samplerd {
 namespace gpu {
 namespace {
+
+using testutil::VariedStats;
 
 int passed = 0, failed = 0;
 
@@ -74,6 +83,12 @@ class DeviceArray {
     }
     out->assign(host.begin(), host.end());
     return cudaSuccess;
+  }
+  // The entries as they are (bits).
+  cudaError_t Copy(std::vector<T>* out) const {
+    out->resize(size_);
+    if (size_ == 0) return cudaSuccess;
+    return cudaMemcpy(out->data(), data_, size_ * sizeof(T), cudaMemcpyDeviceToHost);
   }
   T* get() const { return data_; }
 
@@ -325,6 +340,244 @@ void CheckSequential(uint64_t n) {
   Compare(name, gpu, ref);
 }
 
+// ---- Weights (device_weights.h) ---------------------------------------------------------------
+
+bool SameBytes(const void* a, const void* b, size_t bytes) { return std::memcmp(a, b, bytes) == 0; }
+
+// One recompute on the device against the reference: the check always, the weights when it
+// passes; when it fails, `out` must be untouched (still the 0xAB poison).
+void CheckRecompute(const std::string& name, const RecomputeParams& params,
+                    const std::vector<float>& base, const std::vector<float>& current,
+                    const std::vector<SampleLossStats>& stats) {
+  const uint64_t n = stats.size();
+  DeviceArray<float> d_base, d_current, d_out;
+  DeviceArray<SampleLossStats> d_stats;
+  CASE_CUDA(d_base.Upload(base));
+  CASE_CUDA(d_current.Upload(current));
+  CASE_CUDA(d_stats.Upload(stats));
+  CASE_CUDA(d_out.Allocate(n));
+  RecomputeCheck check;
+  CASE_CUDA(RecomputeWeights(params, n, base.empty() ? nullptr : d_base.get(),
+                             current.empty() ? nullptr : d_current.get(), d_stats.get(),
+                             d_out.get(), &check, 0));
+  CASE_CUDA(cudaDeviceSynchronize());
+  const reference::Recomputed want =
+      reference::RecomputeWeights(params, n, base.empty() ? nullptr : base.data(),
+                                  current.empty() ? nullptr : current.data(), stats.data());
+  if (check.first_bad != want.check.first_bad ||
+      check.base_positive != want.check.base_positive ||
+      check.current_positive != want.check.current_positive) {
+    Fail(name + ": check first_bad " + std::to_string(check.first_bad) + " (reference " +
+         std::to_string(want.check.first_bad) + "), base_positive " +
+         std::to_string(check.base_positive) + " (" + std::to_string(want.check.base_positive) +
+         "), current_positive " + std::to_string(check.current_positive) + " (" +
+         std::to_string(want.check.current_positive) + ")");
+    return;
+  }
+  std::vector<float> got;
+  CASE_CUDA(d_out.Copy(&got));
+  if (want.weights.empty()) {
+    const std::vector<uint8_t> poison(n * sizeof(float), 0xAB);
+    if (!SameBytes(got.data(), poison.data(), poison.size())) {
+      Fail(name + ": the check failed but out was written");
+      return;
+    }
+    ++passed;
+    return;
+  }
+  for (uint64_t i = 0; i < n; ++i) {
+    if (!SameBytes(&got[i], &want.weights[i], sizeof(float))) {
+      Fail(name + ": weight " + std::to_string(i) + " is " + std::to_string(got[i]) +
+           ", reference " + std::to_string(want.weights[i]));
+      return;
+    }
+  }
+  ++passed;
+}
+
+// Random parameters of the policies (as ValidatePolicy allows them).
+RecomputeParams RandomParams(std::mt19937_64& rng, int round) {
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  RecomputeParams p;
+  p.kind = round % 3 == 2 ? RecomputeParams::Kind::kMultiplicative : RecomputeParams::Kind::kLoss;
+  const double alphas[] = {1.0, 0.0, 0.5, 2.0, 8.0, 0.3};
+  p.alpha = alphas[round % 6];
+  p.epsilon = round % 4 == 0 ? 1e-3 : 1e-6 + unit(rng);
+  p.mix = round % 5 == 0 ? 0.0 : unit(rng);
+  p.has_prior_loss = round % 7 == 3;
+  p.prior_loss = p.has_prior_loss ? unit(rng) : 0.0;
+  p.eta = 0.01 + 10 * unit(rng);
+  p.clamp_lo = 0.01 + 0.99 * unit(rng);
+  p.clamp_hi = 1.0 + 20 * unit(rng);
+  p.marker = EpochMarker(5);
+  return p;
+}
+
+void CheckRecomputes(uint64_t n, int rounds, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const char* kinds[] = {"random", "ties", "zeros", "extreme"};
+  for (int round = 0; round < rounds; ++round) {
+    const RecomputeParams p = RandomParams(rng, round);
+    const std::string weights = kinds[round % 4];
+    std::vector<float> base = round % 2 ? Weights(weights, n, round) : std::vector<float>();
+    std::vector<float> current =
+        round % 4 == 1 ? std::vector<float>() : Weights(kinds[(round + 1) % 4], n, round + 50);
+    std::vector<SampleLossStats> stats = VariedStats(n, seed + round, p.marker);
+    std::string seen = "varied";
+    if (round % 8 == 5) {
+      stats.assign(n, SampleLossStats{});
+      seen = "nothing seen";
+    } else if (round % 8 == 6) {
+      for (uint64_t i = 0; i < n; ++i) stats[i] = {0.25f + i % 3, 2, p.marker};
+      seen = "all seen";
+    }
+    const std::string name =
+        std::string("recompute n=") + std::to_string(n) + " round=" + std::to_string(round) +
+        (p.kind == RecomputeParams::Kind::kLoss ? " loss" : " multiplicative") +
+        " alpha=" + std::to_string(p.alpha) + " base=" + (base.empty() ? "none" : weights) +
+        " current=" + (current.empty() ? "none" : kinds[(round + 1) % 4]) + " stats=" + seen;
+    CheckRecompute(name, p, base, current, stats);
+  }
+}
+
+// Bad inputs: the device's check names the reference's sample (the lowest bad index, in any
+// field), an all-zero base or current is refused, and `out` stays untouched.
+void CheckRecomputeRefusals() {
+  const uint64_t n = 3 * 4096 + 5;
+  for (RecomputeParams::Kind kind :
+       {RecomputeParams::Kind::kLoss, RecomputeParams::Kind::kMultiplicative}) {
+    RecomputeParams p;
+    p.kind = kind;
+    p.marker = 3;
+    const std::string k = kind == RecomputeParams::Kind::kLoss ? "loss" : "multiplicative";
+    std::vector<float> base(n, 1.0f), current(n, 1.0f);
+    std::vector<SampleLossStats> stats(n, SampleLossStats{0.5f, 1, 3});
+    stats[17] = {NAN, 0, 0};  // Undefined EMA: not an error.
+    base[9000] = -1.0f;
+    stats[5000].ema_loss = INFINITY;
+    current[12000] = NAN;
+    CheckRecompute("refusal " + k + " ema 5000", p, base, current, stats);
+    stats[5000].ema_loss = 0.5f;
+    CheckRecompute("refusal " + k + " base 9000", p, base, current, stats);
+    base[9000] = 1.0f;
+    CheckRecompute("refusal " + k + " current 12000", p, base, current, stats);
+    current[12000] = 1.0f;
+    stats[4096] = {NAN, 0, 7};  // Restored statistics: last_epoch > 0 defines the EMA.
+    CheckRecompute("refusal " + k + " restored 4096", p, base, current, stats);
+    stats[4096] = {0.5f, 1, 3};
+    CheckRecompute("refusal " + k + " zero base", p, std::vector<float>(n, 0.0f), current, stats);
+    // All-zero current: refused by the multiplicative policy only.
+    CheckRecompute("refusal " + k + " zero current", p, base, std::vector<float>(n, -0.0f),
+                   stats);
+  }
+}
+
+void CheckSummary(const std::string& kind, uint64_t n) {
+  const std::string name = "summary n=" + std::to_string(n) + " weights=" + kind;
+  std::vector<float> w = Weights(kind, n, 5);
+  if (kind == "zeros") {
+    for (uint64_t i = 0; i < n; i += 7) {
+      if (w[i] == 0) w[i] = -0.0f;  // Both zeros: min is +0 whichever comes first.
+    }
+  }
+  DeviceArray<float> d;
+  CASE_CUDA(d.Upload(w));
+  WeightSummaryValues got;
+  CASE_CUDA(SummarizeWeights(d.get(), n, &got, 0));
+  const WeightSummaryValues want = reference::SummarizeWeights(w.data(), n);
+  if (!SameBytes(&got.min, &want.min, 8) || !SameBytes(&got.max, &want.max, 8) ||
+      !SameBytes(&got.mean, &want.mean, 8) ||
+      !SameBytes(&got.effective_sample_size, &want.effective_sample_size, 8) ||
+      got.zero_count != want.zero_count) {
+    char buffer[512];
+    std::snprintf(buffer, sizeof buffer,
+                  ": min %a max %a mean %a ess %a zeros %llu; reference %a %a %a %a %llu", got.min,
+                  got.max, got.mean, got.effective_sample_size,
+                  static_cast<unsigned long long>(got.zero_count), want.min, want.max, want.mean,
+                  want.effective_sample_size, static_cast<unsigned long long>(want.zero_count));
+    Fail(name + buffer);
+    return;
+  }
+  ++passed;
+}
+
+// Losses applied on the device (distinct indices, some samples already holding a loss of the
+// epoch: the duplicates ApplyLoss drops) == ApplyLoss one by one; importance weights.
+void CheckApplyLossesAndImportance(uint64_t n) {
+  const std::string name = "apply losses n=" + std::to_string(n);
+  std::mt19937_64 rng(n);
+  std::vector<SampleLossStats> stats = VariedStats(n, 9, EpochMarker(4));
+  DeviceArray<SampleLossStats> d_stats;
+  CASE_CUDA(d_stats.Upload(stats));
+  for (uint64_t epoch : {4ull, 5ull, 65535ull + 4}) {
+    std::vector<uint64_t> indices;
+    std::vector<float> losses;
+    for (uint64_t i = 0; i < n; ++i) {
+      if (rng() % 3 == 0) continue;
+      indices.push_back(i);
+      losses.push_back(static_cast<float>(rng() % 100000) / 77.0f);
+    }
+    std::shuffle(indices.begin(), indices.end(), rng);
+    DeviceArray<uint64_t> d_indices;
+    DeviceArray<float> d_losses;
+    CASE_CUDA(d_indices.Upload(indices));
+    CASE_CUDA(d_losses.Upload(losses));
+    CASE_CUDA(ApplyLosses(d_stats.get(), d_indices.get(), d_losses.get(), indices.size(),
+                          EpochMarker(epoch), 0.875f, 0));
+    reference::ApplyLosses(stats, indices, losses, EpochMarker(epoch), 0.875f);
+  }
+  CASE_CUDA(cudaDeviceSynchronize());
+  std::vector<SampleLossStats> got;
+  CASE_CUDA(d_stats.Copy(&got));
+  for (uint64_t i = 0; i < n; ++i) {
+    if (!SameBytes(&got[i], &stats[i], sizeof(SampleLossStats))) {
+      Fail(name + ": sample " + std::to_string(i) + " differs");
+      return;
+    }
+  }
+  ++passed;
+
+  const std::string importance = "importance n=" + std::to_string(n);
+  const std::vector<float> w = Weights("extreme", n, 6);
+  std::vector<uint64_t> indices(n / 3 + 1);
+  for (uint64_t& i : indices) i = rng() % n;
+  DeviceArray<float> d_w, d_out;
+  DeviceArray<uint64_t> d_indices;
+  CASE_CUDA(d_w.Upload(w));
+  CASE_CUDA(d_indices.Upload(indices));
+  CASE_CUDA(d_out.Allocate(indices.size()));
+  CASE_CUDA(GatherImportance(d_w.get(), d_indices.get(), indices.size(), d_out.get(), 0));
+  CASE_CUDA(cudaDeviceSynchronize());
+  std::vector<float> out;
+  CASE_CUDA(d_out.Copy(&out));
+  const std::vector<float> want = reference::GatherImportance(w.data(), indices);
+  if (!SameBytes(out.data(), want.data(), want.size() * sizeof(float))) {
+    Fail(importance + ": differs");
+    return;
+  }
+  ++passed;
+}
+
+void CheckWeights(uint64_t max_n, bool quick) {
+  uint64_t seed = 100;
+  for (uint64_t n : {1ull, 2ull, 3ull, 4095ull, 4096ull, 4097ull, 65537ull, 1000003ull,
+                     10000000ull, 100000000ull}) {
+    if (n > max_n) break;
+    // Big N: a few rounds (the reference runs on one core: ~1 s per 1e7 samples and pass).
+    const int rounds = n <= 65537 ? (quick ? 6 : 24) : n <= 1000003 ? 12 : 2;
+    CheckRecomputes(n, rounds, seed++);
+    for (const char* kind : {"random", "ties", "zeros", "extreme"}) {
+      if (n >= 10000000 && std::string(kind) != "random") continue;
+      CheckSummary(kind, n);
+    }
+    std::printf("weights n=%llu done: %d passed, %d failed\n", static_cast<unsigned long long>(n),
+                passed, failed);
+    std::fflush(stdout);
+  }
+  CheckRecomputeRefusals();
+  CheckApplyLossesAndImportance(quick ? 3000 : 200003);
+}
+
 int Main(int argc, char** argv) {
   uint64_t max_n = 10000000;
   bool quick = false;
@@ -358,6 +611,7 @@ int Main(int argc, char** argv) {
                 failed);
     std::fflush(stdout);
   }
+  CheckWeights(max_n, quick);
   CheckScanFindsTheFirstBadWeight();
   CheckSequential(quick ? 1000 : 3000017);
   for (uint64_t m : {2000ull, 100000ull}) {

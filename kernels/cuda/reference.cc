@@ -4,6 +4,9 @@
 #include <cstring>
 #include <utility>
 
+#include "kernels/exact_sum.h"
+#include "kernels/weight_math.h"
+
 namespace samplerd {
 namespace gpu {
 namespace reference {
@@ -109,6 +112,115 @@ std::vector<uint64_t> Shard(const std::vector<uint64_t>& plan, ShardLayout layou
   for (uint64_t k = 0; k < count; ++k) {
     out[k] = plan[ShardPlanPosition(plan.size(), layout, rank, start + k)];
   }
+  return out;
+}
+
+double ExactSum(uint64_t n, const std::function<double(uint64_t)>& term) {
+  std::vector<exact_sum::ChunkSum> chunks;
+  std::vector<double> terms;
+  for (uint64_t begin = 0; begin < n; begin += exact_sum::kChunk) {
+    const uint64_t end = std::min(n, begin + exact_sum::kChunk);
+    terms.clear();
+    for (uint64_t i = begin; i < end; ++i) terms.push_back(term(i));
+    chunks.push_back(exact_sum::SumChunk(terms.data(), terms.size()));
+  }
+  return exact_sum::Total(chunks.data(), chunks.size());
+}
+
+Recomputed RecomputeWeights(const RecomputeParams& params, uint64_t n, const float* base,
+                            const float* current, const SampleLossStats* stats) {
+  namespace wm = weight_math;
+  using Kind = RecomputeParams::Kind;
+  Recomputed result;
+  RecomputeCheck& check = result.check;
+  for (uint64_t i = 0; i < n; ++i) {
+    if (wm::SampleIsBad(base, current, stats[i], i)) {
+      check.first_bad = i;
+      break;
+    }
+  }
+  for (uint64_t i = 0; i < n; ++i) {
+    if (base != nullptr && wm::PositiveBits(wm::FloatBits(base[i]))) check.base_positive = true;
+    if (current != nullptr && wm::PositiveBits(wm::FloatBits(current[i]))) {
+      check.current_positive = true;
+    }
+  }
+  if (check.first_bad != ~uint64_t{0} || (base != nullptr && !check.base_positive) ||
+      (params.kind == Kind::kMultiplicative && current != nullptr && !check.current_positive)) {
+    return result;
+  }
+  auto weight = [](const float* w, uint64_t i) { return w == nullptr ? 1.0f : w[i]; };
+  std::function<double(uint64_t)> raw;
+  std::function<bool(uint64_t)> excluded;
+  std::vector<float> f;
+  double mean_f = 1;
+  if (params.kind == Kind::kLoss) {
+    uint64_t seen = 0;
+    double ema_max = 0;  // std::max keeps +0 against -0.
+    bool unseen = false;
+    for (uint64_t i = 0; i < n; ++i) {
+      if (stats[i].count > 0) {
+        ++seen;
+        ema_max = std::max(ema_max, static_cast<double>(stats[i].ema_loss));
+      } else {
+        unseen = true;
+      }
+    }
+    const double ema_sum = ExactSum(n, [&](uint64_t i) {
+      return stats[i].count > 0 ? static_cast<double>(stats[i].ema_loss) : 0.0;
+    });
+    const wm::LossFactorRule rule =
+        wm::LossFactorRuleOf(params.has_prior_loss, params.prior_loss, params.epsilon,
+                             params.alpha, seen, ema_sum, static_cast<float>(ema_max), unseen);
+    f.resize(n);
+    for (uint64_t i = 0; i < n; ++i) {
+      f[i] = wm::LossFactor(stats[i].count > 0, stats[i].ema_loss, rule);
+    }
+    mean_f = wm::MeanOf(ExactSum(n, [&](uint64_t i) { return static_cast<double>(f[i]); }), n);
+    raw = [&](uint64_t i) {
+      return wm::LossRaw(weight(base, i), f[i], 1.0 - params.mix, mean_f, params.mix);
+    };
+    excluded = [&](uint64_t i) { return base != nullptr && base[i] == 0; };
+  } else {
+    raw = [&](uint64_t i) {
+      return wm::MultiplicativeRaw(weight(current, i), stats[i].ema_loss,
+                                   stats[i].last_epoch == params.marker, params.eta);
+    };
+    excluded = [&](uint64_t i) { return current != nullptr && current[i] == 0; };
+  }
+  const wm::ClampRule clamp{wm::MeanOf(ExactSum(n, raw), n), params.clamp_lo, params.clamp_hi};
+  auto clamped = [&](uint64_t i) { return wm::Clamped(raw(i), excluded(i), clamp); };
+  const double mean_clamped = wm::MeanOf(ExactSum(n, clamped), n);
+  result.weights.resize(n);
+  for (uint64_t i = 0; i < n; ++i) result.weights[i] = wm::FinalWeight(clamped(i), mean_clamped);
+  return result;
+}
+
+WeightSummaryValues SummarizeWeights(const float* weights, uint64_t n) {
+  WeightSummaryValues s;
+  s.min = weight_math::FloatFromBits(weight_math::SummaryBits(weights[0]));
+  s.max = s.min;
+  for (uint64_t i = 0; i < n; ++i) {
+    const double w = weight_math::FloatFromBits(weight_math::SummaryBits(weights[i]));  // -0: +0.
+    s.min = std::min(s.min, w);
+    s.max = std::max(s.max, w);
+    s.zero_count += w == 0;
+  }
+  const double s1 = ExactSum(n, [&](uint64_t i) { return static_cast<double>(weights[i]); });
+  const double s2 = ExactSum(n, [&](uint64_t i) { return weight_math::SquareTerm(weights[i]); });
+  s.mean = weight_math::MeanOf(s1, n);
+  s.effective_sample_size = weight_math::EffectiveSampleSize(s1, s2);
+  return s;
+}
+
+void ApplyLosses(std::vector<SampleLossStats>& stats, const std::vector<uint64_t>& indices,
+                 const std::vector<float>& losses, uint16_t marker, float decay) {
+  for (size_t k = 0; k < indices.size(); ++k) ApplyLoss(stats[indices[k]], losses[k], marker, decay);
+}
+
+std::vector<float> GatherImportance(const float* weights, const std::vector<uint64_t>& indices) {
+  std::vector<float> out(indices.size());
+  for (size_t k = 0; k < indices.size(); ++k) out[k] = 1.0f / weights[indices[k]];
   return out;
 }
 

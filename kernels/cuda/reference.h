@@ -1,7 +1,8 @@
-// The plan definition of docs/SAMPLING.md as plain, sequential host code: what the device
-// kernels (device_plan.h) are compared with on the GPU machine, where the CPU backend cannot be
-// built (it needs Abseil; the GPU machine has none). Written for obviousness, not speed: one
-// sample at a time through the same per-element rules (plan_math.h).
+// The plan and weight definitions of docs/SAMPLING.md as plain, sequential host code: what the
+// device kernels (device_plan.h, device_weights.h) are compared with on the GPU machine, where
+// the CPU backend cannot be built (it needs Abseil; the GPU machine has none). Written for
+// obviousness, not speed: one sample at a time through the same per-element rules (plan_math.h,
+// kernels/weight_math.h) and exact_sum.h's sums chunk by chunk.
 //
 // reference_test.cc checks these against the CPU backend in CI, so the chain GPU == reference ==
 // CPU backend holds. Thread-safe (pure functions).
@@ -9,9 +10,12 @@
 #define SAMPLERD_KERNELS_CUDA_REFERENCE_H_
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
+#include "kernels/cuda/device_weights.h"  // RecomputeParams, RecomputeCheck, WeightSummaryValues.
 #include "kernels/cuda/plan_math.h"
+#include "kernels/loss_stats.h"
 
 namespace samplerd {
 namespace gpu {
@@ -52,6 +56,32 @@ std::vector<uint64_t> Shard(const std::vector<uint64_t>& plan, ShardLayout layou
 
 // Length of rank `rank`'s shard (ShardLength of compute_backend.h).
 uint64_t ShardLength(uint64_t plan_length, ShardLayout layout, uint32_t rank);
+
+// ---- Weights -----------------------------------------------------------------------------------
+
+// The exact sum (exact_sum.h) of term(0), ..., term(n - 1): SumChunk over each chunk of
+// exact_sum::kChunk terms, then Total.
+double ExactSum(uint64_t n, const std::function<double(uint64_t)>& term);
+
+// RecomputeWeights (device_weights.h, CpuBackend::RecomputeWeights) one sample at a time: the
+// check of the first pass and, when it passes, W_{e+1} (else `weights` is empty). base, current:
+// n entries or nullptr (all 1); stats: n entries.
+struct Recomputed {
+  RecomputeCheck check;
+  std::vector<float> weights;
+};
+Recomputed RecomputeWeights(const RecomputeParams& params, uint64_t n, const float* base,
+                            const float* current, const SampleLossStats* stats);
+
+// SummarizeWeights (device_weights.h) of n >= 1 valid weights.
+WeightSummaryValues SummarizeWeights(const float* weights, uint64_t n);
+
+// ApplyLoss(stats[indices[k]], losses[k], marker, decay) for k in order.
+void ApplyLosses(std::vector<SampleLossStats>& stats, const std::vector<uint64_t>& indices,
+                 const std::vector<float>& losses, uint16_t marker, float decay);
+
+// 1.0f / weights[indices[k]].
+std::vector<float> GatherImportance(const float* weights, const std::vector<uint64_t>& indices);
 
 }  // namespace reference
 }  // namespace gpu

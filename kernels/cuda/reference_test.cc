@@ -3,8 +3,12 @@
 // reference, on the GPU machine) it makes the chain GPU == CPU backend.
 #include "kernels/cuda/reference.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -13,12 +17,18 @@
 #include "kernels/compute_backend.h"
 #include "kernels/cpu_backend.h"
 #include "kernels/shard.h"
+#include "kernels/testing/backend_state.h"
 #include "kernels/cuda/plan_math.h"
+#include "kernels/loss_stats.h"
+#include "kernels/testing/weight_cases.h"
 #include "kernels/philox.h"
+#include "kernels/weight_policy.h"
 
 namespace samplerd {
 namespace gpu {
 namespace {
+
+using testutil::VariedStats;
 
 std::vector<uint64_t> ToVector(const samplerd::Plan& plan) {
   std::vector<uint64_t> out(plan.size());
@@ -71,7 +81,7 @@ TEST(ReferenceTest, PlansEqualTheCpuBackend) {
           spec.seed = 0x5eed0000 + n;
           spec.replacement = replacement;
           const uint64_t epoch = 3;
-          absl::StatusOr<samplerd::Plan> plan = cpu->PlanEpoch(spec, epoch, w);
+          absl::StatusOr<samplerd::Plan> plan = testutil::PlanWith(*cpu, spec, epoch, w);
           ASSERT_TRUE(plan.ok()) << plan.status();
           reference::PlanInputs in;
           in.n = n;
@@ -189,6 +199,197 @@ TEST(ReferenceTest, ShuffleIsAPermutationWithTheNewRule) {
     std::sort(out.begin(), out.end());
     EXPECT_EQ(out, inputs);
   }
+}
+
+// ---- Weights: the recompute, the summary, applied losses, importance weights ----------------------
+
+// The CPU backend's RecomputeWeights through its handles (compute_backend.h).
+std::vector<float> CpuRecompute(ComputeBackend& cpu, const WeightPolicyParams& policy,
+                                uint64_t closed_epoch, const std::vector<float>& base,
+                                const std::vector<float>& current,
+                                const std::vector<SampleLossStats>& stats) {
+  std::shared_ptr<const BackendWeights> base_handle, current_handle;
+  if (!base.empty()) {
+    auto made = cpu.MakeWeights(base);
+    EXPECT_TRUE(made.ok()) << made.status();
+    if (!made.ok()) return {};
+    base_handle = *made;
+  }
+  if (!current.empty()) {
+    auto made = cpu.MakeWeights(current);
+    EXPECT_TRUE(made.ok()) << made.status();
+    if (!made.ok()) return {};
+    current_handle = *made;
+  }
+  auto loss_stats = cpu.NewLossStats(stats.size(), 0.9);
+  EXPECT_TRUE(loss_stats.ok()) << loss_stats.status();
+  if (!loss_stats.ok()) return {};
+  const absl::Status restored = (*loss_stats)->Restore(stats);
+  EXPECT_TRUE(restored.ok()) << restored;
+  auto out = cpu.RecomputeWeights(policy, closed_epoch, base_handle.get(), current_handle.get(),
+                                  loss_stats->get());
+  EXPECT_TRUE(out.ok()) << out.status();
+  if (!out.ok()) return {};
+  auto host = (*out)->ToHost();
+  EXPECT_TRUE(host.ok()) << host.status();
+  return host.ok() ? **host : std::vector<float>();
+}
+
+// reference::RecomputeWeights (what the device is compared with) == the CPU backend, bit for
+// bit: both policies, random parameters, sizes around the chunk (4096) and the CPU's groups
+// (65536), with and without base and current weights, nothing seen, everything seen.
+TEST(ReferenceTest, RecomputeEqualsTheCpuBackend) {
+  std::unique_ptr<ComputeBackend> cpu = NewCpuBackend(2);
+  uint64_t state = 5;
+  auto next = [&state] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<double>(state >> 11) / 9007199254740992.0;  // [0, 1)
+  };
+  const uint64_t sizes[] = {1, 2, 513, 4095, 4096, 4097, 65537, 140001};
+  const uint64_t closed_epoch = 5;
+  for (int round = 0; round < 48; ++round) {
+    const uint64_t n = sizes[round % 8];
+    WeightPolicyParams policy;
+    policy.loss = round % 3 == 2 ? LossWeightKind::kMultiplicative : LossWeightKind::kLoss;
+    const double alphas[] = {1.0, 0.0, 0.5, 2.0, 8.0, 0.3};
+    policy.alpha = alphas[round % 6];
+    policy.epsilon = round % 4 == 0 ? 1e-3 : 1e-6 + next();
+    policy.mix = round % 5 == 0 ? 0.0 : next();
+    policy.clamp_lo = 0.01 + 0.99 * next();
+    policy.clamp_hi = 1.0 + 20 * next();
+    policy.eta = 0.01 + 10 * next();
+    if (round % 7 == 3) policy.prior_loss = next();
+    std::vector<float> base = round % 2 ? Weights("zeros", n, round) : std::vector<float>();
+    std::vector<float> current =
+        round % 4 == 1 ? std::vector<float>() : Weights(round % 3 ? "random" : "extreme", n, 99);
+    std::vector<SampleLossStats> stats = VariedStats(n, round, EpochMarker(closed_epoch));
+    if (round % 8 == 5) stats.assign(n, SampleLossStats{});  // Nothing seen yet.
+    if (round % 8 == 6) {  // Everything seen, in the closed epoch.
+      for (SampleLossStats& s : stats) s = {0.25f + (&s - stats.data()) % 3, 2, EpochMarker(5)};
+    }
+    RecomputeParams params;
+    params.kind = policy.loss == LossWeightKind::kLoss ? RecomputeParams::Kind::kLoss
+                                                       : RecomputeParams::Kind::kMultiplicative;
+    params.alpha = policy.alpha;
+    params.epsilon = policy.epsilon;
+    params.mix = policy.mix;
+    params.has_prior_loss = policy.prior_loss.has_value();
+    params.prior_loss = policy.prior_loss.value_or(0.0);
+    params.eta = policy.eta;
+    params.clamp_lo = policy.clamp_lo;
+    params.clamp_hi = policy.clamp_hi;
+    params.marker = EpochMarker(closed_epoch);
+    const reference::Recomputed want =
+        reference::RecomputeWeights(params, n, base.empty() ? nullptr : base.data(),
+                                    current.empty() ? nullptr : current.data(), stats.data());
+    ASSERT_EQ(want.weights.size(), n) << "round " << round << ": the check failed";
+    const std::vector<float> got = CpuRecompute(*cpu, policy, closed_epoch, base, current, stats);
+    ASSERT_EQ(got.size(), n) << "round " << round;
+    ASSERT_EQ(std::memcmp(got.data(), want.weights.data(), n * sizeof(float)), 0)
+        << "round " << round << ", n " << n;
+  }
+}
+
+// The reference's check finds what the CPU backend rejects: the lowest bad index (whatever the
+// field), an all-zero base.
+TEST(ReferenceTest, RecomputeCheckFindsWhatTheCpuBackendRejects) {
+  const uint64_t n = 10000;
+  std::vector<float> base(n, 1.0f);
+  std::vector<SampleLossStats> stats(n, SampleLossStats{1.0f, 1, 1});
+  base[7000] = -1.0f;
+  stats[9000].ema_loss = std::numeric_limits<float>::quiet_NaN();
+  stats[100] = {std::numeric_limits<float>::quiet_NaN(), 0, 0};  // Undefined: not an error.
+  RecomputeParams params;
+  reference::Recomputed r = reference::RecomputeWeights(params, n, base.data(), nullptr, stats.data());
+  EXPECT_EQ(r.check.first_bad, 7000u);
+  EXPECT_TRUE(r.weights.empty());
+  base[7000] = 1.0f;
+  r = reference::RecomputeWeights(params, n, base.data(), nullptr, stats.data());
+  EXPECT_EQ(r.check.first_bad, 9000u);
+  stats[9000].ema_loss = 1.0f;
+  std::vector<float> zeros(n, 0.0f);
+  r = reference::RecomputeWeights(params, n, zeros.data(), nullptr, stats.data());
+  EXPECT_EQ(r.check.first_bad, ~uint64_t{0});
+  EXPECT_FALSE(r.check.base_positive);
+  EXPECT_TRUE(r.weights.empty());
+  // The CPU backend refuses the same statistics, naming the sample.
+  std::unique_ptr<ComputeBackend> cpu = NewCpuBackend(2);
+  stats[9000].ema_loss = -2.0f;
+  auto loss_stats = cpu->NewLossStats(n, 0.9);
+  ASSERT_TRUE(loss_stats.ok());
+  const absl::Status restored = (*loss_stats)->Restore(stats);
+  WeightPolicyParams policy;
+  policy.loss = LossWeightKind::kLoss;
+  if (restored.ok()) {
+    auto out = cpu->RecomputeWeights(policy, 5, nullptr, nullptr, loss_stats->get());
+    EXPECT_FALSE(out.ok());
+    EXPECT_NE(std::string(out.status().message()).find("stats[9000]"), std::string::npos)
+        << out.status();
+  }
+  r = reference::RecomputeWeights(params, n, nullptr, nullptr, stats.data());
+  EXPECT_EQ(r.check.first_bad, 9000u);
+}
+
+// The summary of the CPU backend's weights (BackendWeights::summary) == the reference's.
+TEST(ReferenceTest, SummaryEqualsTheCpuBackend) {
+  std::unique_ptr<ComputeBackend> cpu = NewCpuBackend(2);
+  for (uint64_t n : {1ull, 4095ull, 4097ull, 70000ull}) {
+    for (const char* kind : {"random", "ties", "zeros", "extreme"}) {
+      std::vector<float> w = Weights(kind, n, 3);
+      if (std::string(kind) == "zeros" && n > 2) w[2] = -0.0f;  // -0 is a zero like +0.
+      auto made = cpu->MakeWeights(w);
+      ASSERT_TRUE(made.ok()) << made.status();
+      const WeightSummary& got = (*made)->summary();
+      const WeightSummaryValues want = reference::SummarizeWeights(w.data(), n);
+      const std::string where = std::string(kind) + " n " + std::to_string(n);
+      auto same = [](double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; };
+      EXPECT_TRUE(same(got.min, want.min)) << where << ": " << got.min << " vs " << want.min;
+      EXPECT_TRUE(same(got.max, want.max)) << where;
+      EXPECT_TRUE(same(got.mean, want.mean)) << where << ": " << got.mean << " vs " << want.mean;
+      EXPECT_TRUE(same(got.effective_sample_size, want.effective_sample_size)) << where;
+      EXPECT_EQ(got.zero_count, want.zero_count) << where;
+    }
+  }
+}
+
+// Losses applied by the CPU backend (distinct indices: no duplicates to drop) == ApplyLoss one
+// by one, which is what the device's ApplyLosses applies; importance weights == 1.0f / w.
+TEST(ReferenceTest, AppliedLossesAndImportanceEqualTheCpuBackend) {
+  std::unique_ptr<ComputeBackend> cpu = NewCpuBackend(2);
+  const uint64_t n = 5000;
+  const double decay = 0.9;
+  auto loss_stats = cpu->NewLossStats(n, decay);
+  ASSERT_TRUE(loss_stats.ok());
+  std::vector<SampleLossStats> want(n);
+  std::mt19937_64 rng(8);
+  for (uint64_t epoch : {0ull, 1ull, 2ull, 70000ull}) {
+    std::vector<uint64_t> indices;
+    std::vector<float> losses;
+    for (uint64_t i = 0; i < n; ++i) {
+      if (rng() % 3 == 0) continue;
+      indices.push_back(i);
+      losses.push_back(static_cast<float>(rng() % 1000) / 7.0f);
+    }
+    std::shuffle(indices.begin(), indices.end(), rng);
+    auto applied = (*loss_stats)->Apply(epoch, indices, losses);
+    ASSERT_TRUE(applied.ok()) << applied.status();
+    EXPECT_EQ(*applied, indices.size());
+    reference::ApplyLosses(want, indices, losses, EpochMarker(epoch), static_cast<float>(decay));
+  }
+  auto got = (*loss_stats)->ToHost();
+  ASSERT_TRUE(got.ok());
+  ASSERT_EQ(got->size(), n);
+  EXPECT_EQ(std::memcmp(got->data(), want.data(), n * sizeof(SampleLossStats)), 0);
+
+  const std::vector<float> w = Weights("extreme", n, 4);
+  auto weights = cpu->MakeWeights(w);
+  ASSERT_TRUE(weights.ok());
+  std::vector<uint64_t> indices(777);
+  for (uint64_t& i : indices) i = rng() % n;
+  std::vector<float> out(indices.size());
+  ASSERT_TRUE(cpu->ImportanceWeights(**weights, indices, absl::MakeSpan(out)).ok());
+  const std::vector<float> ref = reference::GatherImportance(w.data(), indices);
+  EXPECT_EQ(std::memcmp(out.data(), ref.data(), out.size() * sizeof(float)), 0);
 }
 
 }  // namespace

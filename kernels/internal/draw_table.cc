@@ -6,6 +6,7 @@
 #include "kernels/det_math.h"
 #include "kernels/internal/parallel.h"
 #include "kernels/internal/philox_batch.h"
+#include "kernels/weight_math.h"
 
 namespace samplerd {
 namespace internal {
@@ -26,14 +27,14 @@ int BitWidth(uint64_t n) {
 
 QuantisationScale ChooseQuantisationScale(int threads, absl::Span<const float> weights) {
   const uint64_t n = weights.size();
-  // The largest weight, by its IEEE bits: for floats >= 0 they order like the values, and an
-  // integer maximum vectorises.
+  // The largest weight, by its IEEE bits with -0 taken as +0 (weight_math::SummaryBits, the
+  // rule the device's scan uses too): for floats >= 0 they order like the values, and an integer
+  // maximum vectorises. (The raw bits of -0, 0x80000000, would beat every positive weight.)
   std::vector<uint32_t> chunk_max(NumChunks(n, kGrain), 0);
   ParallelForChunks(threads, n, kGrain, [&](uint64_t c, uint64_t b, uint64_t e) {
     uint32_t m = 0;
     for (uint64_t i = b; i < e; ++i) {
-      uint32_t bits;
-      std::memcpy(&bits, &weights[i], sizeof bits);
+      const uint32_t bits = weight_math::SummaryBits(weights[i]);
       m = bits > m ? bits : m;
     }
     chunk_max[c] = m;

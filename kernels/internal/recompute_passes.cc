@@ -6,6 +6,7 @@
 
 #include "kernels/det_math.h"
 #include "kernels/internal/det_math_batch.h"
+#include "kernels/weight_math.h"
 
 namespace samplerd {
 namespace internal {
@@ -36,58 +37,36 @@ SAMPLERD_INLINE uint64_t StatsWord(const SampleLossStats* s) {
 SAMPLERD_INLINE uint32_t EmaBits(uint64_t word) { return static_cast<uint32_t>(word); }
 SAMPLERD_INLINE uint32_t CountOf(uint64_t word) { return (word >> 32) & 0xffff; }
 SAMPLERD_INLINE uint32_t MarkerOf(uint64_t word) { return static_cast<uint32_t>(word >> 48); }
-// count > 0 or last_epoch > 0: a loss was applied, so the EMA is defined.
-SAMPLERD_INLINE uint32_t EmaDefined(uint64_t word) { return (word >> 32) != 0; }
-
-SAMPLERD_INLINE uint32_t FloatBits(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, sizeof b);
-  return b;
-}
-SAMPLERD_INLINE float FloatFromBits(uint32_t b) {
-  float f;
-  std::memcpy(&f, &b, sizeof f);
-  return f;
+// count > 0 or last_epoch > 0: a loss was applied, so the EMA is defined (weight_math.h).
+SAMPLERD_INLINE uint32_t EmaDefined(uint64_t word) {
+  return weight_math::EmaDefined(CountOf(word), MarkerOf(word));
 }
 
-// `if_true` when `condition`, else `if_false`, selected on the bits. Both values are computed
-// whatever the condition, as in the vector lanes; with a plain `?:` the compiler may move a
-// computation into its branch and then not vectorise the loop (an IEEE operation that may trap
-// is not executed speculatively under the default -ftrapping-math).
-SAMPLERD_INLINE double Choose(bool condition, double if_true, double if_false) {
-  const uint64_t mask = -static_cast<uint64_t>(condition);
-  return det::FromBits((det::Bits(if_true) & mask) | (det::Bits(if_false) & ~mask));
-}
-
-// On the IEEE bits of a float: not finite or < 0 is every pattern from +inf up except -0;
-// > 0 and finite is (+0, +inf).
-SAMPLERD_INLINE uint32_t BadBits(uint32_t b) { return (b >= 0x7f800000u) & (b != 0x80000000u); }
-SAMPLERD_INLINE uint32_t PositiveBits(uint32_t b) { return b - 1u < 0x7f7fffffu; }
+using weight_math::BadBits;
+using weight_math::FloatBits;
+using weight_math::FloatFromBits;
+using weight_math::PositiveBits;
+using weight_math::Select;
 
 // The bad entry of sample i (ChunkScan::first_bad), one sample at a time: only called for a
 // block known to hold one.
 bool BadAt(const RecomputeArrays& a, uint64_t i) {
-  const uint64_t word = StatsWord(a.stats + i);
-  return (BadBits(EmaBits(word)) & EmaDefined(word)) ||
-         (a.base != nullptr && BadBits(FloatBits(a.base[i]))) ||
-         (a.current != nullptr && BadBits(FloatBits(a.current[i])));
+  return weight_math::SampleIsBad(a.base, a.current, a.stats[i], i);
 }
 
-// raw_i of RawWeightRule. kWeights: whether the policy's weights (base for kLoss, current for
-// kMultiplicative) are given; 1 otherwise, and 1 * v is v.
+// raw_i of RawWeightRule (weight_math.h). kWeights: whether the policy's weights (base for
+// kLoss, current for kMultiplicative) are given; 1 otherwise, and 1 * v is v.
 template <LossWeightKind kKind, bool kWeights>
 SAMPLERD_INLINE double RawAt(const RecomputeArrays& a, const RawWeightRule& rule,
                              double one_minus_mix, uint64_t i) {
   if constexpr (kKind == LossWeightKind::kLoss) {
     const double weight = kWeights ? double{a.base[i]} : 1.0;
-    return weight * (one_minus_mix * double{a.out[i]} / rule.mean_f + rule.mix);
+    return weight_math::LossRaw(weight, a.out[i], one_minus_mix, rule.mean_f, rule.mix);
   } else {
     const uint64_t word = StatsWord(a.stats + i);
     const double weight = kWeights ? double{a.current[i]} : 1.0;
-    const double ema = FloatFromBits(EmaBits(word));
-    // Computed for every sample and selected: the EMA of an unseen sample may be undefined.
-    const double updated = weight * (1.0 + rule.eta * ema);
-    return Choose(MarkerOf(word) == rule.marker, updated, weight);
+    return weight_math::MultiplicativeRaw(weight, FloatFromBits(EmaBits(word)),
+                                          MarkerOf(word) == rule.marker, rule.eta);
   }
 }
 
@@ -97,16 +76,12 @@ SAMPLERD_INLINE bool ExcludedAt(const RecomputeArrays& a, uint64_t i) {
   return (kKind == LossWeightKind::kLoss ? a.base[i] : a.current[i]) == 0;
 }
 
-// c_i of ClampRule; mean_positive is clamp.mean > 0.
+// c_i of ClampRule (weight_math::Clamped).
 template <LossWeightKind kKind, bool kWeights>
 SAMPLERD_INLINE double ClampedAt(const RecomputeArrays& a, const RawWeightRule& rule,
-                                 double one_minus_mix, const ClampRule& clamp, bool mean_positive,
-                                 uint64_t i) {
-  const double raw = RawAt<kKind, kWeights>(a, rule, one_minus_mix, i);
-  const double scaled = Choose(mean_positive, raw / clamp.mean, 1.0);
-  // std::clamp's definition.
-  const double c = Choose(scaled < clamp.lo, clamp.lo, Choose(clamp.hi < scaled, clamp.hi, scaled));
-  return Choose(ExcludedAt<kKind, kWeights>(a, i), 0.0, c);
+                                 double one_minus_mix, const ClampRule& clamp, uint64_t i) {
+  return weight_math::Clamped(RawAt<kKind, kWeights>(a, rule, one_minus_mix, i),
+                              ExcludedAt<kKind, kWeights>(a, i), clamp);
 }
 
 // The largest of the terms t[0, count) by their bits (an integer maximum; -0, negative as a
@@ -196,7 +171,7 @@ SAMPLERD_INLINE bool ScanBlock(const RecomputeArrays& a, const RawWeightRule& ru
       unseen |= seen_i ^ 1;
       // The largest EMA by its bits (non-negative floats order like their bits; -0 as +0).
       max_bits = std::max(max_bits, ema_bits & -(seen_i & (ema_bits != 0x80000000u)));
-      terms[j] = Choose(seen_i, FloatFromBits(ema_bits), 0.0);
+      terms[j] = Select(seen_i, FloatFromBits(ema_bits), 0.0);
     } else if constexpr (kKind == LossWeightKind::kMultiplicative) {
       terms[j] = RawAt<kKind, kCurrent>(a, rule, 0.0, i);
     } else {
@@ -284,14 +259,14 @@ SAMPLERD_INLINE void LossFactorsLoop(SimdLevel level, const RecomputeArrays& a,
           ->uint64_t {
             for (uint64_t j = 0; j < count; ++j) {
               const uint64_t word = StatsWord(a.stats + first + j);
-              const double ema = FloatFromBits(EmaBits(word));
-              x[j] = Choose(CountOf(word) != 0, ema, p.prior) + p.epsilon;
+              x[j] = weight_math::LossX(CountOf(word) != 0, FloatFromBits(EmaBits(word)), p);
             }
+            // weight_math::LossFactor, with Log2 and Exp2 batched.
             if (p.alpha == 1.0) {
-              for (uint64_t j = 0; j < count; ++j) x[j] = x[j] / p.x_max;
+              for (uint64_t j = 0; j < count; ++j) x[j] = weight_math::LossRatio(x[j], p);
             } else {  // (x / x_max)^alpha = 2^(alpha (log2 x - log2 x_max)).
               Log2ManyWith(level, x, count, x);
-              for (uint64_t j = 0; j < count; ++j) x[j] = p.alpha * (x[j] - p.log2_x_max);
+              for (uint64_t j = 0; j < count; ++j) x[j] = weight_math::LossExponent(x[j], p);
               Exp2ManyWith(level, x, count, x);
             }
             for (uint64_t j = 0; j < count; ++j) {
@@ -327,14 +302,12 @@ SAMPLERD_INLINE void SumClampedTyped(const RecomputeArrays& a, const RawWeightRu
                                      const ClampRule& clamp, uint64_t begin, uint64_t end,
                                      exact_sum::ChunkSum* sums) {
   const double one_minus_mix = 1.0 - rule.mix;
-  const bool mean_positive = clamp.mean > 0;
   SumChunks(
       begin, end,
       [&](uint64_t, uint64_t first, uint64_t count, double* terms) __attribute__((always_inline))
           ->uint64_t {
             for (uint64_t j = 0; j < count; ++j) {
-              terms[j] = ClampedAt<kKind, kWeights>(a, rule, one_minus_mix, clamp, mean_positive,
-                                                    first + j);
+              terms[j] = ClampedAt<kKind, kWeights>(a, rule, one_minus_mix, clamp, first + j);
             }
             return count;
           },
@@ -346,10 +319,9 @@ SAMPLERD_INLINE void WriteTyped(const RecomputeArrays& a, const RawWeightRule& r
                                 const ClampRule& clamp, double mean_clamped, uint64_t begin,
                                 uint64_t end) {
   const double one_minus_mix = 1.0 - rule.mix;
-  const bool mean_positive = clamp.mean > 0;
   for (uint64_t i = begin; i < end; ++i) {
-    const double c = ClampedAt<kKind, kWeights>(a, rule, one_minus_mix, clamp, mean_positive, i);
-    a.out[i] = static_cast<float>(c / mean_clamped);
+    const double c = ClampedAt<kKind, kWeights>(a, rule, one_minus_mix, clamp, i);
+    a.out[i] = weight_math::FinalWeight(c, mean_clamped);
   }
 }
 

@@ -2,7 +2,8 @@
 // CPU allows.
 //
 // The weights are defined (docs/SAMPLING.md; ReferenceRecompute in cpu_backend_test.cc is the
-// executable version) by IEEE operations in double on each sample, and by exact sums
+// executable version) by IEEE operations in double on each sample (kernels/weight_math.h: the
+// per-sample rules, shared with the CUDA kernels), and by exact sums
 // (kernels/exact_sum.h) over chunks of exact_sum::kChunk samples. So the vector lanes here
 // compute each sample's term (the same operations in the same order, no FMA:
 // -ffp-contract=off), and each chunk's sum is an integer sum of the quantised terms: every
@@ -23,6 +24,7 @@
 #include "kernels/exact_sum.h"
 #include "kernels/internal/simd_level.h"
 #include "kernels/loss_stats.h"
+#include "kernels/weight_math.h"
 #include "kernels/weight_policy.h"
 
 namespace samplerd {
@@ -35,7 +37,8 @@ struct RecomputeArrays {
   float* out = nullptr;
 };
 
-// How a sample's raw weight is formed, by policy (the terms of the first normalisation):
+// How a sample's raw weight is formed, by policy (the terms of the first normalisation; the
+// arithmetic is weight_math.h's LossRaw and MultiplicativeRaw):
 //   kLoss:           raw_i = base_i ((1 - mix) f_i / mean_f + mix), f_i read from out[i]
 //                    (LossFactorsChunks wrote it); excluded (weight exactly 0): base_i == 0.
 //   kMultiplicative: raw_i = current_i (1 + eta ema_i) if stats_i.last_epoch == marker (seen
@@ -77,14 +80,9 @@ constexpr uint64_t kChunksPerGroup = 16;
 void ScanChunks(SimdLevel level, const RecomputeArrays& arrays, const RawWeightRule& rule,
                 uint64_t begin, uint64_t end, ChunkScan* scans);
 
-// The loss factors of the LOSS policy:
-//   x_i = (count_i > 0 ? ema_i : prior) + epsilon,
-//   f_i = x_i / x_max when alpha == 1, else det::Exp2(alpha (det::Log2(x_i) - log2_x_max)),
+// The loss factors of the LOSS policy, weight_math::LossFactor (f_i = (x_i / x_max)^alpha),
 // written to out[i] as floats; sums[c] = the exact sum of the floats (as doubles) of chunk c.
-struct LossFactorParams {
-  double prior = 0, epsilon = 0, alpha = 1, x_max = 1;
-  double log2_x_max = 0;  // det::Log2(x_max).
-};
+using LossFactorParams = weight_math::LossFactorRule;
 void LossFactorsChunks(SimdLevel level, const RecomputeArrays& arrays,
                        const LossFactorParams& params, uint64_t begin, uint64_t end,
                        exact_sum::ChunkSum* sums);
@@ -93,11 +91,10 @@ void LossFactorsChunks(SimdLevel level, const RecomputeArrays& arrays,
 void SumRawChunks(SimdLevel level, const RecomputeArrays& arrays, const RawWeightRule& rule,
                   uint64_t begin, uint64_t end, exact_sum::ChunkSum* sums);
 
-// The clamp between the two normalisations: c_i = 0 for an excluded sample, else
-// std::clamp(mean > 0 ? raw_i / mean : 1.0, lo, hi), with `mean` the mean raw weight.
-struct ClampRule {
-  double mean = 1, lo = 0, hi = 0;
-};
+// The clamp between the two normalisations, weight_math::Clamped: c_i = 0 for an excluded
+// sample, else std::clamp(mean > 0 ? raw_i / mean : 1.0, lo, hi), with `mean` the mean raw
+// weight.
+using ClampRule = weight_math::ClampRule;
 
 // sums[c] = the exact sum of c_i over chunk c.
 void SumClampedChunks(SimdLevel level, const RecomputeArrays& arrays, const RawWeightRule& rule,

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/plan.h"
+#include "kernels/testing/weight_cases.h"
 
 namespace samplerd {
 namespace testutil {
@@ -19,17 +20,7 @@ inline std::vector<uint64_t> PlanIndices(const Plan& plan) {
   return v;
 }
 
-// n weights from a fixed LCG: 0 with probability zero_share, else uniform in [0.1, 4.1).
-inline std::vector<float> RandomWeights(uint64_t n, uint64_t seed, double zero_share = 0.0) {
-  std::vector<float> w(n);
-  uint64_t s = seed;
-  for (uint64_t i = 0; i < n; ++i) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    const double u = static_cast<double>(s >> 11) / 9007199254740992.0;
-    w[i] = u < zero_share ? 0.0f : static_cast<float>(0.1 + 4.0 * u);
-  }
-  return w;
-}
+// RandomWeights: weight_cases.h.
 
 // Upper tail of the chi-square distribution, P(X >= x) for k degrees of freedom, by the
 // regularised incomplete gamma function (series for x < a + 1, continued fraction otherwise).

@@ -529,7 +529,7 @@ absl::Status JobJournal::DeriveLossStats(EpochStart* start) const {
     absl::StatusOr<Snapshot> previous = ReadSnapshot(SnapshotPath(*newest));
     if (!previous.ok()) return previous.status();
     if (!previous->loss_stats.empty()) {
-      if (absl::Status s = table.Restore(std::move(previous->loss_stats)); !s.ok()) {
+      if (absl::Status s = table.Restore(previous->loss_stats); !s.ok()) {
         return absl::DataLossError(absl::StrCat(SnapshotPath(*newest), ": ", s.message()));
       }
     }

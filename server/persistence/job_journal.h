@@ -59,7 +59,7 @@
 #include "absl/types/span.h"
 #include "kernels/loss_stats.h"
 #include "server/loss_batch.h"
-#include "server/loss_table.h"
+#include "kernels/loss_table.h"
 #include "server/persistence/record_log.h"
 #include "server/persistence/snapshot.h"
 #include "server/persistence/state.pb.h"

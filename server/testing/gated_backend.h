@@ -2,7 +2,11 @@
 #ifndef SAMPLERD_SERVER_TESTING_GATED_BACKEND_H_
 #define SAMPLERD_SERVER_TESTING_GATED_BACKEND_H_
 
+#include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -11,7 +15,8 @@
 namespace samplerd {
 namespace testutil {
 
-// The CPU backend, except that PlanEpoch can be held: Hold() makes the next PlanEpoch call wait
+// The CPU backend (any inner backend: every call is forwarded to it, so the objects it makes go
+// back to it), except that PlanEpoch can be held: Hold() makes the next PlanEpoch call wait
 // until Release(), so a test can act while a plan is being computed.
 class GatedBackend : public ComputeBackend {
  public:
@@ -32,13 +37,21 @@ class GatedBackend : public ComputeBackend {
   }
 
   std::string name() const override { return inner_->name(); }
-  absl::Status RecomputeWeights(const WeightPolicyParams& policy, uint64_t closed_epoch,
-                                absl::Span<const float> base, absl::Span<const float> current,
-                                LossStatsView stats, absl::Span<float> out) override {
-    return inner_->RecomputeWeights(policy, closed_epoch, base, current, stats, out);
+  absl::StatusOr<std::shared_ptr<const BackendWeights>> MakeWeights(
+      std::vector<float> weights) override {
+    return inner_->MakeWeights(std::move(weights));
+  }
+  absl::StatusOr<std::unique_ptr<BackendLossStats>> NewLossStats(uint64_t num_samples,
+                                                                 double ema_decay) override {
+    return inner_->NewLossStats(num_samples, ema_decay);
+  }
+  absl::StatusOr<std::shared_ptr<const BackendWeights>> RecomputeWeights(
+      const WeightPolicyParams& policy, uint64_t closed_epoch, const BackendWeights* base,
+      const BackendWeights* current, const BackendLossStats* stats) override {
+    return inner_->RecomputeWeights(policy, closed_epoch, base, current, stats);
   }
   absl::StatusOr<Plan> PlanEpoch(const PlanSpec& spec, uint64_t epoch,
-                                 absl::Span<const float> weights) override {
+                                 const BackendWeights* weights) override {
     {
       absl::MutexLock lock(&mu_);
       if (held_) {
@@ -56,6 +69,10 @@ class GatedBackend : public ComputeBackend {
   absl::Status ExtractShard(const Plan& plan, const ShardSpec& shard, uint32_t rank, uint64_t start,
                             absl::Span<uint64_t> out) override {
     return inner_->ExtractShard(plan, shard, rank, start, out);
+  }
+  absl::Status ImportanceWeights(const BackendWeights& weights, absl::Span<const uint64_t> indices,
+                                 absl::Span<float> out) override {
+    return inner_->ImportanceWeights(weights, indices, out);
   }
 
  private:

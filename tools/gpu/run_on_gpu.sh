@@ -10,7 +10,10 @@
 # (Bazel, CI) checks those references against the CPU backend, closing the chain.
 #
 # Usage (from the repository root, e.g. through the device tool):
-#   bash tools/gpu/run_on_gpu.sh            # build, identity, sanitizer, benchmark, torch
+#   bash tools/gpu/run_on_gpu.sh            # all: kernels, then e2e (over 600 s: see README)
+#   bash tools/gpu/run_on_gpu.sh kernels    # build, identity, sanitizer, benchmark, torch
+#   bash tools/gpu/run_on_gpu.sh e2e        # only the end-to-end stage (tools/gpu/e2e_on_gpu.sh:
+#                                           # the Bazel-built bundle of make_bundle.sh, no nvcc)
 #   bash tools/gpu/run_on_gpu.sh build      # only the build (works without a GPU)
 #   IDENTITY_MAX_N=10000000 BENCH_SIZES=10000000,100000000 bash tools/gpu/run_on_gpu.sh
 # Writes build.log, identity.log, sanitizer.log, bench.log, torch.log and summary.txt to $OUT
@@ -20,6 +23,12 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT" || exit 1
 MODE="${1:-all}"
 OUT="${OUT:-/tmp/samplerd_gpu_out}"
+export OUT
+case "$MODE" in
+  all|kernels|build) ;;
+  e2e) exec bash "$ROOT/tools/gpu/e2e_on_gpu.sh" ;;
+  *) echo "run_on_gpu.sh: unknown mode '$MODE' (all, kernels, e2e, build)" >&2; exit 2 ;;
+esac
 BUILD="${BUILD_DIR:-/tmp/samplerd_gpu_build}"
 IDENTITY_MAX_N="${IDENTITY_MAX_N:-100000000}"
 BENCH_SIZES="${BENCH_SIZES:-10000000,100000000,1000000000}"
@@ -42,11 +51,12 @@ build() {
   echo "== build ($("$NVCC" --version | tail -1))"
   local pids=() f
   for f in kernels/cuda/es_select.cu kernels/cuda/plan_kernels.cu kernels/cuda/shuffle.cu \
-           kernels/cuda/reference.cc kernels/cuda/gpu_presence.cc; do
+           kernels/cuda/device_weights.cu kernels/cuda/reference.cc kernels/cuda/gpu_presence.cc; do
     "$NVCC" "${FLAGS[@]}" -c "$f" -o "$BUILD/$(basename "${f%.*}").o" & pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p" || return 1; done
-  local kernels=("$BUILD"/es_select.o "$BUILD"/plan_kernels.o "$BUILD"/shuffle.o)
+  local kernels=("$BUILD"/es_select.o "$BUILD"/plan_kernels.o "$BUILD"/shuffle.o
+                 "$BUILD"/device_weights.o)
   "$NVCC" "${FLAGS[@]}" kernels/cuda/identity_test.cc "${kernels[@]}" "$BUILD"/reference.o \
     "$BUILD"/gpu_presence.o -o "$BUILD/identity_test" || return 1
   "$NVCC" "${FLAGS[@]}" bench/gpu_benchmark.cu "${kernels[@]}" -o "$BUILD/gpu_benchmark" || return 1
@@ -103,7 +113,7 @@ anchors = {"no_replacement_M=N": "torch_exp_keys_sort_M=N",
            "no_replacement_M=N/10_weighted": "torch_exp_keys_topk_M=N/10",
            "replacement_M=N_weighted": "torch_cumsum_searchsorted_M=N"}
 targets = {"no_replacement_M=N": 20.0, "no_replacement_M=N/10_weighted": 15.0,
-           "replacement_M=N_weighted": 40.0}
+           "replacement_M=N_weighted": 40.0, "recompute_loss": 8.0, "recompute_loss_base": 8.0}
 print(f"{'operation':34} {'N':>11} {'ms':>9} {'items/s':>9} {'GB/s':>7} {'copy%':>6} "
       f"{'torch ms':>9} {'x torch':>8} {'target':>7}")
 for (op, n), (ms, ips, gbps, frac) in sorted(rows.items(), key=lambda kv: (kv[0][1], kv[0][0])):
@@ -114,4 +124,9 @@ for (op, n), (ms, ips, gbps, frac) in sorted(rows.items(), key=lambda kv: (kv[0]
     print(f"{op:34} {n:11d} {ms:9.3f} {ips:9.3g} {gbps:7.0f} {100 * frac:6.0f} {torch_ms} "
           f"{speedup} {target}")
 PY
+
+# ---- End to end (mode all, last): tools/gpu/e2e_on_gpu.sh, from the Bazel-built bundle --------
+if [[ "$MODE" == all ]]; then
+  bash "$ROOT/tools/gpu/e2e_on_gpu.sh" || fail "e2e (see $OUT/e2e/summary.txt)"
+fi
 exit $status

@@ -1,0 +1,82 @@
+#include "kernels/backend_checks.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace samplerd {
+
+absl::Status ForeignObject(absl::string_view field, absl::string_view backend) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": made by another backend; the ",
+                                                 backend, " backend takes only the objects it made"));
+}
+
+absl::Status CheckNewLossStats(uint64_t num_samples, double ema_decay) {
+  if (num_samples == 0) return absl::InvalidArgumentError("num_samples = 0: must be >= 1");
+  if (!(ema_decay >= 0 && ema_decay < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ema_decay = ", ema_decay, " is outside [0, 1)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> CheckRecomputeInputs(const WeightPolicyParams& policy,
+                                              const BackendWeights* base,
+                                              const BackendWeights* current,
+                                              const BackendLossStats* stats) {
+  if (absl::Status s = ValidatePolicy(policy); !s.ok()) return s;
+  const char* first = nullptr;
+  uint64_t n = 0;
+  struct Input {
+    const char* field;
+    bool given;
+    uint64_t size;
+  };
+  for (const Input& in : {Input{"base", base != nullptr, base ? base->size() : 0},
+                          Input{"current", current != nullptr, current ? current->size() : 0},
+                          Input{"stats", stats != nullptr, stats ? stats->size() : 0}}) {
+    if (!in.given) continue;
+    if (first == nullptr) {
+      first = in.field;
+      n = in.size;
+    } else if (in.size != n) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(in.field, ": ", in.size, " values, but ", first, " has ", n));
+    }
+  }
+  if (policy.loss != LossWeightKind::kNone && stats == nullptr) {
+    return absl::InvalidArgumentError(
+        "stats: missing; a loss policy (policy.loss) needs the loss statistics");
+  }
+  return n;
+}
+
+absl::Status CheckApplyArguments(uint64_t num_samples, absl::Span<const uint64_t> indices,
+                                 absl::Span<const float> losses) {
+  if (indices.size() != losses.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("losses: ", losses.size(), " values for ", indices.size(), " indices"));
+  }
+  for (size_t k = 0; k < indices.size(); ++k) {
+    if (indices[k] >= num_samples) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "indices[", k, "] = ", indices[k], " is outside [0, num_samples = ", num_samples, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckImportanceArguments(uint64_t num_samples, absl::Span<const uint64_t> indices,
+                                      absl::Span<const float> out) {
+  if (indices.size() != out.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("out: ", out.size(), " values for ", indices.size(), " indices"));
+  }
+  for (size_t k = 0; k < indices.size(); ++k) {
+    if (indices[k] >= num_samples) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "indices[", k, "] = ", indices[k], " is outside [0, num_samples = ", num_samples, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace samplerd

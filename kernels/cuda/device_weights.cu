@@ -1,0 +1,676 @@
+// Device kernels of the weight side (device_weights.h): the loss policies' recompute by the
+// passes of CpuBackend::RecomputeWeights, the weights' summary, applied losses and importance
+// weights. Every per-sample value comes from kernels/weight_math.h, every sum is exact_sum.h's.
+//
+// Exact sums: a persistent grid of blocks of kSumBlock threads walks the chunks of
+// exact_sum::kChunk samples (a block per chunk at a time, grid-stride). For a chunk, each thread
+// computes kPerThread terms into registers; the block finds the largest term's bits (warp
+// shuffles, then shared memory), quantises every term at that exponent and adds the integers
+// (two 64-bit halves, as the CPU: no carry is lost below 2^44), and stores the chunk's S_c and
+// B_c; each block folds its B_c into the pass's B with one atomicMax. A second, small kernel then
+// adds the chunks' floor(S_c / 2^(B - B_c)) into a 128-bit T with two 64-bit atomics (integer
+// additions: the order of the blocks does not matter). The host reads B and T (and the pass's
+// other findings, a few scalars) once per pass and rounds them with exact_sum::Total, as the
+// CPU does with its chunks.
+//
+// Device memory of RecomputeWeights besides its arguments: 16 B per chunk (1/256 B per sample)
+// and a few hundred bytes of scalars. The loss factors f_i are parked in `out`, as on the CPU.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/cuda_util.cuh"
+#include "kernels/cuda/device_weights.h"
+#include "kernels/exact_sum.h"
+#include "kernels/loss_stats.h"
+#include "kernels/weight_math.h"
+
+namespace samplerd {
+namespace gpu {
+namespace {
+
+using exact_sum::uint128;
+using internal::AsyncBuffer;
+using internal::GlobalThread;
+using internal::GridFor;
+using internal::GridStride;
+using ull = unsigned long long;
+static_assert(sizeof(ull) == sizeof(uint64_t), "atomics on 64-bit words");
+
+constexpr unsigned kBlock = 256;     // Element-wise kernels.
+constexpr unsigned kSumBlock = 256;  // Threads per chunk of an exact sum.
+constexpr unsigned kPerThread = static_cast<unsigned>(exact_sum::kChunk) / kSumBlock;
+constexpr unsigned kWarps = kSumBlock / 32;
+static_assert(kSumBlock * kPerThread == exact_sum::kChunk, "a block covers one chunk");
+
+// exact_sum.h's bound on the number of terms (T stays below 2^103).
+constexpr uint64_t kMaxSamples = uint64_t{1} << 40;
+
+// SampleLossStats read as two 32-bit words (it is only 4-byte aligned): the EMA's bits, then
+// count in the low and last_epoch in the high half of the second.
+static_assert(sizeof(SampleLossStats) == 8 && offsetof(SampleLossStats, ema_loss) == 0 &&
+                  offsetof(SampleLossStats, count) == 4 &&
+                  offsetof(SampleLossStats, last_epoch) == 6,
+              "SampleLossStats layout");
+
+__device__ __forceinline__ SampleLossStats LoadStats(const SampleLossStats* stats, uint64_t i) {
+  const uint32_t* words = reinterpret_cast<const uint32_t*>(stats) + 2 * i;
+  const uint32_t ema_bits = __ldg(words);
+  const uint32_t meta = __ldg(words + 1);
+  SampleLossStats s;
+  s.ema_loss = __uint_as_float(ema_bits);
+  s.count = static_cast<uint16_t>(meta & 0xffffu);
+  s.last_epoch = static_cast<uint16_t>(meta >> 16);
+  return s;
+}
+
+// Chunks of exact_sum::kChunk samples over n samples.
+__host__ __device__ __forceinline__ uint64_t NumChunks(uint64_t n) {
+  return (n + exact_sum::kChunk - 1) / exact_sum::kChunk;
+}
+
+// A weight or 1 when there are none (nullptr).
+__device__ __forceinline__ float WeightOr1(const float* w, uint64_t i) {
+  return w == nullptr ? 1.0f : __ldg(w + i);
+}
+
+// ---- Exact sums ----------------------------------------------------------------------------
+
+// A chunk's result in device memory: S_c (< 2^75) as low 64 bits + high bits, and B_c.
+struct DeviceChunkSum {
+  uint64_t low;
+  uint32_t high;
+  uint32_t exponent;
+};
+
+// One exact sum over all chunks: B (atomicMax of the chunks' B_c; 0 before the first) and T (the
+// sum of the shifted S_c, 128 bits in two words).
+struct DeviceTotal {
+  uint32_t exponent;
+  uint32_t unused;
+  uint64_t low, high;
+};
+
+// Everything the passes report to the host (read back whole after each pass). Slots of
+// `totals`: RecomputeWeights' passes in order; SummarizeWeights: S1, S2.
+struct DeviceScalars {
+  DeviceTotal totals[4];
+  uint64_t first_bad;      // ~0: none.
+  uint64_t seen;           // kLoss: samples with count > 0.
+  uint64_t zero_count;     // Summary.
+  uint32_t ema_max_bits;   // kLoss: largest EMA of the seen (-0 as +0).
+  uint32_t base_positive;  // Or of PositiveBits.
+  uint32_t current_positive;
+  uint32_t unseen;         // kLoss: some sample has count 0.
+  uint32_t min_bits;       // Summary: SummaryBits, ~0 before the first.
+  uint32_t max_bits;
+};
+
+__global__ void InitScalarsKernel(DeviceScalars* s) {
+  *s = DeviceScalars{};
+  s->first_bad = ~uint64_t{0};
+  s->min_bits = ~uint32_t{0};
+}
+
+__device__ __forceinline__ uint64_t WarpMax(uint64_t v) {
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const uint64_t other = __shfl_xor_sync(0xffffffffu, static_cast<ull>(v), offset);
+    v = other > v ? other : v;
+  }
+  return v;
+}
+
+__device__ __forceinline__ uint64_t WarpSum(uint64_t v) {
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    v += __shfl_xor_sync(0xffffffffu, static_cast<ull>(v), offset);
+  }
+  return v;
+}
+
+__device__ __forceinline__ uint128 WarpSum128(uint128 v) {
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const uint64_t low = __shfl_xor_sync(0xffffffffu, static_cast<ull>(v), offset);
+    const uint64_t high = __shfl_xor_sync(0xffffffffu, static_cast<ull>(v >> 64), offset);
+    v += (static_cast<uint128>(high) << 64) | low;
+  }
+  return v;
+}
+
+struct ChunkSumStorage {
+  uint64_t max_bits[kWarps];
+  uint64_t low[kWarps];
+  uint64_t high[kWarps];
+};
+
+// The chunk's exact sum of the block's terms (kPerThread per thread; 0 beyond the data): every
+// thread of the block calls it. Thread 0 stores S_c and B_c to *out; returns B_c to every thread.
+// Two barriers; `storage` may be reused by the next call without one (the first barrier of the
+// next call orders thread 0's reads of low/high before anyone writes them again, and every
+// thread reads max_bits before the second barrier).
+__device__ __forceinline__ uint32_t SumChunkTerms(const double (&terms)[kPerThread],
+                                                  ChunkSumStorage& storage,
+                                                  DeviceChunkSum* out) {
+  const unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  uint64_t max_bits = 0;
+#pragma unroll
+  for (unsigned j = 0; j < kPerThread; ++j) {
+    const uint64_t bits = exact_sum::TermBits(terms[j]);
+    max_bits = bits > max_bits ? bits : max_bits;
+  }
+  max_bits = WarpMax(max_bits);
+  if (lane == 0) storage.max_bits[warp] = max_bits;
+  __syncthreads();
+  uint64_t block_max = storage.max_bits[0];
+#pragma unroll
+  for (unsigned w = 1; w < kWarps; ++w) {
+    block_max = storage.max_bits[w] > block_max ? storage.max_bits[w] : block_max;
+  }
+  const uint32_t exponent = exact_sum::ChunkExponent(block_max);
+  uint64_t low = 0, high = 0;  // Each below 2^44 over a chunk.
+#pragma unroll
+  for (unsigned j = 0; j < kPerThread; ++j) {
+    const uint64_t q = exact_sum::Quantise(exact_sum::TermBits(terms[j]), exponent);
+    low += q & 0xffffffffu;
+    high += q >> 32;
+  }
+  low = WarpSum(low);
+  high = WarpSum(high);
+  if (lane == 0) {
+    storage.low[warp] = low;
+    storage.high[warp] = high;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    uint64_t block_low = 0, block_high = 0;
+    for (unsigned w = 0; w < kWarps; ++w) {
+      block_low += storage.low[w];
+      block_high += storage.high[w];
+    }
+    const uint128 sum = (static_cast<uint128>(block_high) << 32) + block_low;
+    *out = DeviceChunkSum{static_cast<uint64_t>(sum), static_cast<uint32_t>(sum >> 64), exponent};
+  }
+  return exponent;
+}
+
+// Folds a block's largest B_c into the pass's B (thread 0 only holds it).
+__device__ __forceinline__ void PublishExponent(uint32_t exponent, DeviceTotal* total) {
+  if (threadIdx.x == 0) atomicMax(&total->exponent, exponent);
+}
+
+// T += the chunks' floor(S_c / 2^(B - B_c)), B final (the chunk kernels are done: stream order).
+__global__ void __launch_bounds__(kBlock)
+    CombineKernel(const DeviceChunkSum* chunks, uint64_t count, DeviceTotal* total) {
+  __shared__ uint64_t low_of[kBlock / 32], high_of[kBlock / 32];
+  const uint32_t top = total->exponent;
+  uint128 t = 0;
+  for (uint64_t c = GlobalThread(); c < count; c += GridStride()) {
+    const DeviceChunkSum s = chunks[c];
+    const uint32_t shift = top - s.exponent;
+    const uint128 v = (static_cast<uint128>(s.high) << 64) | s.low;
+    t += shift < 128 ? v >> shift : 0;
+  }
+  t = WarpSum128(t);
+  const unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) {
+    low_of[warp] = static_cast<uint64_t>(t);
+    high_of[warp] = static_cast<uint64_t>(t >> 64);
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  uint128 block = 0;
+  for (unsigned w = 0; w < kBlock / 32; ++w) {
+    block += (static_cast<uint128>(high_of[w]) << 64) | low_of[w];
+  }
+  // A 128-bit atomic add from two 64-bit ones: every addition that wraps the low word carries
+  // exactly one into the high word, whatever the order of the blocks.
+  const uint64_t low = static_cast<uint64_t>(block), high = static_cast<uint64_t>(block >> 64);
+  const uint64_t old = atomicAdd(reinterpret_cast<ull*>(&total->low), static_cast<ull>(low));
+  const uint64_t carry = old + low < old ? 1 : 0;
+  if (high + carry != 0) {
+    atomicAdd(reinterpret_cast<ull*>(&total->high), static_cast<ull>(high + carry));
+  }
+}
+
+// The sum of the definition from a DeviceTotal read back to the host.
+double TotalOf(const DeviceTotal& total) {
+  exact_sum::ChunkSum all;
+  all.exponent = total.exponent;
+  all.sum = (static_cast<uint128>(total.high) << 64) | total.low;
+  return exact_sum::Total(&all, 1);
+}
+
+// Blocks of a persistent grid of `kernel` over `chunks` chunks: as many as the device runs at
+// once (at least 1), never more than the chunks.
+template <typename Kernel>
+cudaError_t PersistentGrid(Kernel kernel, uint64_t chunks, unsigned* blocks) {
+  int device = 0, multiprocessors = 0, per_multiprocessor = 0;
+  SAMPLERD_CUDA_TRY(cudaGetDevice(&device));
+  SAMPLERD_CUDA_TRY(
+      cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
+  SAMPLERD_CUDA_TRY(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel, kSumBlock, 0));
+  uint64_t resident = static_cast<uint64_t>(multiprocessors) * static_cast<uint64_t>(per_multiprocessor);
+  if (resident == 0) resident = 1;
+  *blocks = static_cast<unsigned>(chunks < resident ? chunks : resident);
+  return cudaSuccess;
+}
+
+// Launches a chunk kernel over every chunk of n samples, then CombineKernel for `total`.
+template <typename Kernel, typename... Args>
+cudaError_t LaunchExactSum(Kernel kernel, uint64_t n, DeviceChunkSum* chunk_sums,
+                           DeviceTotal* total, cudaStream_t stream, Args... args) {
+  const uint64_t chunks = NumChunks(n);
+  unsigned blocks = 1;
+  SAMPLERD_CUDA_TRY(PersistentGrid(kernel, chunks, &blocks));
+  kernel<<<blocks, kSumBlock, 0, stream>>>(args...);
+  SAMPLERD_CUDA_TRY_LAUNCH();
+  CombineKernel<<<GridFor(chunks, kBlock), kBlock, 0, stream>>>(chunk_sums, chunks, total);
+  SAMPLERD_CUDA_TRY_LAUNCH();
+  return cudaSuccess;
+}
+
+// Copies the scalars to the host once the stream has run the pass.
+cudaError_t ReadScalars(const DeviceScalars* device, DeviceScalars* host, cudaStream_t stream) {
+  SAMPLERD_CUDA_TRY(
+      cudaMemcpyAsync(host, device, sizeof(DeviceScalars), cudaMemcpyDeviceToHost, stream));
+  return cudaStreamSynchronize(stream);
+}
+
+// ---- RecomputeWeights: the per-sample terms ------------------------------------------------
+
+using Kind = RecomputeParams::Kind;
+
+// The inputs and the rules that every pass after the first reads (filled in as the passes find
+// the means).
+struct RecomputeInputs {
+  uint64_t n = 0;
+  const float* base = nullptr;
+  const float* current = nullptr;
+  const SampleLossStats* stats = nullptr;
+  float* out = nullptr;
+  weight_math::LossFactorRule factors;  // kLoss.
+  double one_minus_mix = 1, mix = 0, mean_f = 1;  // kLoss.
+  double eta = 1;                                 // kMultiplicative.
+  uint16_t marker = 0;                            // kMultiplicative.
+  weight_math::ClampRule clamp;
+  double mean_clamped = 1;
+};
+
+// raw_i (weight_math::LossRaw: f_i read from out; MultiplicativeRaw) and whether the sample is
+// excluded (a zero base / current weight).
+template <Kind kKind>
+__device__ __forceinline__ double RawAt(const RecomputeInputs& in, uint64_t i, bool* excluded) {
+  if constexpr (kKind == Kind::kLoss) {
+    const float weight = WeightOr1(in.base, i);
+    *excluded = in.base != nullptr && weight == 0;
+    return weight_math::LossRaw(weight, in.out[i], in.one_minus_mix, in.mean_f, in.mix);
+  } else {
+    const float weight = WeightOr1(in.current, i);
+    const SampleLossStats s = LoadStats(in.stats, i);
+    *excluded = in.current != nullptr && weight == 0;
+    return weight_math::MultiplicativeRaw(weight, s.ema_loss, s.last_epoch == in.marker, in.eta);
+  }
+}
+
+template <Kind kKind>
+__device__ __forceinline__ double ClampedAt(const RecomputeInputs& in, uint64_t i) {
+  bool excluded = false;
+  const double raw = RawAt<kKind>(in, i, &excluded);
+  return weight_math::Clamped(raw, excluded, in.clamp);
+}
+
+// Pass 1: validation (weight_math::SampleIsBad, the positive weights) and what the policy needs
+// from the statistics; the exact sums of the seen samples' EMAs (kLoss) or of raw_i
+// (kMultiplicative) into scalars->totals[0]. Writes nothing to `out`.
+template <Kind kKind>
+__global__ void __launch_bounds__(kSumBlock)
+    ScanKernel(RecomputeInputs in, DeviceChunkSum* chunk_sums, DeviceScalars* scalars) {
+  __shared__ ChunkSumStorage storage;
+  uint64_t first_bad = ~uint64_t{0}, seen = 0;
+  uint32_t base_positive = 0, current_positive = 0, unseen = 0, ema_max_bits = 0, top = 1;
+  const uint64_t chunks = NumChunks(in.n);
+  for (uint64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
+    const uint64_t begin = c * exact_sum::kChunk;
+    double terms[kPerThread];
+#pragma unroll
+    for (unsigned j = 0; j < kPerThread; ++j) {
+      const uint64_t i = begin + j * kSumBlock + threadIdx.x;
+      terms[j] = 0.0;
+      if (i >= in.n) continue;
+      const SampleLossStats s = LoadStats(in.stats, i);
+      if (weight_math::SampleIsBad(in.base, in.current, s, i)) first_bad = i < first_bad ? i : first_bad;
+      if (in.base != nullptr) base_positive |= weight_math::PositiveBits(__float_as_uint(__ldg(in.base + i)));
+      if (in.current != nullptr) {
+        current_positive |= weight_math::PositiveBits(__float_as_uint(__ldg(in.current + i)));
+      }
+      if constexpr (kKind == Kind::kLoss) {
+        const uint32_t ema_bits = __float_as_uint(s.ema_loss);
+        const bool seen_i = s.count != 0;
+        seen += seen_i;
+        unseen |= !seen_i;
+        // The largest EMA by its bits (non-negative floats order like their bits; -0 as +0).
+        const uint32_t candidate = seen_i && ema_bits != 0x80000000u ? ema_bits : 0;
+        ema_max_bits = candidate > ema_max_bits ? candidate : ema_max_bits;
+        terms[j] = weight_math::Select(seen_i, static_cast<double>(s.ema_loss), 0.0);
+      } else {
+        bool excluded = false;
+        terms[j] = RawAt<kKind>(in, i, &excluded);
+      }
+    }
+    const uint32_t exponent = SumChunkTerms(terms, storage, chunk_sums + c);
+    top = exponent > top ? exponent : top;
+  }
+  PublishExponent(top, &scalars->totals[0]);
+  // The findings: a warp's reduction, then one atomic per warp.
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const uint64_t other = __shfl_xor_sync(0xffffffffu, static_cast<ull>(first_bad), offset);
+    first_bad = other < first_bad ? other : first_bad;
+    seen += __shfl_xor_sync(0xffffffffu, static_cast<ull>(seen), offset);
+    base_positive |= __shfl_xor_sync(0xffffffffu, base_positive, offset);
+    current_positive |= __shfl_xor_sync(0xffffffffu, current_positive, offset);
+    unseen |= __shfl_xor_sync(0xffffffffu, unseen, offset);
+    const uint32_t other_max = __shfl_xor_sync(0xffffffffu, ema_max_bits, offset);
+    ema_max_bits = other_max > ema_max_bits ? other_max : ema_max_bits;
+  }
+  if (threadIdx.x % 32 != 0) return;
+  if (first_bad != ~uint64_t{0}) {
+    atomicMin(reinterpret_cast<ull*>(&scalars->first_bad), static_cast<ull>(first_bad));
+  }
+  if (seen != 0) atomicAdd(reinterpret_cast<ull*>(&scalars->seen), static_cast<ull>(seen));
+  if (base_positive != 0) atomicOr(&scalars->base_positive, 1u);
+  if (current_positive != 0) atomicOr(&scalars->current_positive, 1u);
+  if (unseen != 0) atomicOr(&scalars->unseen, 1u);
+  if (ema_max_bits != 0) atomicMax(&scalars->ema_max_bits, ema_max_bits);
+}
+
+// The passes after the first: the exact sum of term(in, i) into *total (term may write out[i]).
+template <typename Term>
+__global__ void __launch_bounds__(kSumBlock)
+    TermSumKernel(RecomputeInputs in, DeviceChunkSum* chunk_sums, DeviceTotal* total) {
+  __shared__ ChunkSumStorage storage;
+  uint32_t top = 1;
+  const uint64_t chunks = NumChunks(in.n);
+  for (uint64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
+    const uint64_t begin = c * exact_sum::kChunk;
+    double terms[kPerThread];
+#pragma unroll
+    for (unsigned j = 0; j < kPerThread; ++j) {
+      const uint64_t i = begin + j * kSumBlock + threadIdx.x;
+      terms[j] = i < in.n ? Term::At(in, i) : 0.0;
+    }
+    const uint32_t exponent = SumChunkTerms(terms, storage, chunk_sums + c);
+    top = exponent > top ? exponent : top;
+  }
+  PublishExponent(top, total);
+}
+
+// kLoss pass 2: f_i (weight_math::LossFactor), parked in out[i]; the term is f_i.
+struct FactorTerm {
+  __device__ __forceinline__ static double At(const RecomputeInputs& in, uint64_t i) {
+    const SampleLossStats s = LoadStats(in.stats, i);
+    const float f = weight_math::LossFactor(s.count != 0, s.ema_loss, in.factors);
+    in.out[i] = f;
+    return static_cast<double>(f);
+  }
+};
+
+template <Kind kKind>
+struct RawTerm {
+  __device__ __forceinline__ static double At(const RecomputeInputs& in, uint64_t i) {
+    bool excluded = false;
+    return RawAt<kKind>(in, i, &excluded);
+  }
+};
+
+template <Kind kKind>
+struct ClampedTerm {
+  __device__ __forceinline__ static double At(const RecomputeInputs& in, uint64_t i) {
+    return ClampedAt<kKind>(in, i);
+  }
+};
+
+// The last pass: out[i] = c_i / mean_clamped (kLoss reads f_i from out[i] first).
+template <Kind kKind>
+__global__ void __launch_bounds__(kBlock) WriteKernel(RecomputeInputs in) {
+  for (uint64_t i = GlobalThread(); i < in.n; i += GridStride()) {
+    const double c = ClampedAt<kKind>(in, i);
+    in.out[i] = weight_math::FinalWeight(c, in.mean_clamped);
+  }
+}
+
+// Whether [a, a + a_bytes) and [b, b + b_bytes) share a byte (b may be null: no range).
+bool Overlap(const void* a, uint64_t a_bytes, const void* b, uint64_t b_bytes) {
+  if (a == nullptr || b == nullptr) return false;
+  const uintptr_t x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return x < y + b_bytes && y < x + a_bytes;
+}
+
+// The recompute after validation, by policy: passes 2.. of CpuBackend::RecomputeWeights.
+cudaError_t LossPasses(const RecomputeParams& params, const DeviceScalars& scan,
+                       RecomputeInputs in, DeviceChunkSum* chunk_sums, DeviceScalars* scalars,
+                       cudaStream_t stream) {
+  DeviceScalars host;
+  in.factors = weight_math::LossFactorRuleOf(params.has_prior_loss, params.prior_loss,
+                                             params.epsilon, params.alpha, scan.seen,
+                                             TotalOf(scan.totals[0]),
+                                             weight_math::FloatFromBits(scan.ema_max_bits),
+                                             scan.unseen != 0);
+  // Pass 2: f_i, parked in `out` (validation is over), and their mean.
+  SAMPLERD_CUDA_TRY(LaunchExactSum(TermSumKernel<FactorTerm>, in.n, chunk_sums,
+                                   &scalars->totals[1], stream, in, chunk_sums,
+                                   &scalars->totals[1]));
+  SAMPLERD_CUDA_TRY(ReadScalars(scalars, &host, stream));
+  in.one_minus_mix = 1.0 - params.mix;
+  in.mix = params.mix;
+  in.mean_f = weight_math::MeanOf(TotalOf(host.totals[1]), in.n);
+  // Pass 3: the raw weights' mean.
+  SAMPLERD_CUDA_TRY(LaunchExactSum(TermSumKernel<RawTerm<Kind::kLoss>>, in.n, chunk_sums,
+                                   &scalars->totals[2], stream, in, chunk_sums,
+                                   &scalars->totals[2]));
+  SAMPLERD_CUDA_TRY(ReadScalars(scalars, &host, stream));
+  in.clamp = weight_math::ClampRule{weight_math::MeanOf(TotalOf(host.totals[2]), in.n),
+                                    params.clamp_lo, params.clamp_hi};
+  // Pass 4: the clamped weights' mean; pass 5: the result.
+  SAMPLERD_CUDA_TRY(LaunchExactSum(TermSumKernel<ClampedTerm<Kind::kLoss>>, in.n, chunk_sums,
+                                   &scalars->totals[3], stream, in, chunk_sums,
+                                   &scalars->totals[3]));
+  SAMPLERD_CUDA_TRY(ReadScalars(scalars, &host, stream));
+  in.mean_clamped = weight_math::MeanOf(TotalOf(host.totals[3]), in.n);
+  WriteKernel<Kind::kLoss><<<GridFor(in.n, kBlock), kBlock, 0, stream>>>(in);
+  SAMPLERD_CUDA_TRY_LAUNCH();
+  return cudaSuccess;
+}
+
+cudaError_t MultiplicativePasses(const RecomputeParams& params, const DeviceScalars& scan,
+                                 RecomputeInputs in, DeviceChunkSum* chunk_sums,
+                                 DeviceScalars* scalars, cudaStream_t stream) {
+  // The raw weights' sum came with pass 1; pass 2: the clamped weights' mean; pass 3: the result.
+  in.clamp = weight_math::ClampRule{weight_math::MeanOf(TotalOf(scan.totals[0]), in.n),
+                                    params.clamp_lo, params.clamp_hi};
+  SAMPLERD_CUDA_TRY(LaunchExactSum(TermSumKernel<ClampedTerm<Kind::kMultiplicative>>, in.n,
+                                   chunk_sums, &scalars->totals[1], stream, in, chunk_sums,
+                                   &scalars->totals[1]));
+  DeviceScalars host;
+  SAMPLERD_CUDA_TRY(ReadScalars(scalars, &host, stream));
+  in.mean_clamped = weight_math::MeanOf(TotalOf(host.totals[1]), in.n);
+  WriteKernel<Kind::kMultiplicative><<<GridFor(in.n, kBlock), kBlock, 0, stream>>>(in);
+  SAMPLERD_CUDA_TRY_LAUNCH();
+  return cudaSuccess;
+}
+
+// ---- SummarizeWeights ----------------------------------------------------------------------
+
+// The exact sums of w_i and w_i^2 (scalars->totals[0], [1]; chunk sums in chunk_sums[0, chunks)
+// and [chunks, 2 chunks)), min and max of SummaryBits, the zeros.
+__global__ void __launch_bounds__(kSumBlock)
+    SummaryKernel(const float* weights, uint64_t n, DeviceChunkSum* chunk_sums,
+                  DeviceScalars* scalars) {
+  __shared__ ChunkSumStorage storage;
+  const uint64_t chunks = NumChunks(n);
+  uint32_t min_bits = ~uint32_t{0}, max_bits = 0, top1 = 1, top2 = 1;
+  uint64_t zeros = 0;
+  for (uint64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
+    const uint64_t begin = c * exact_sum::kChunk;
+    double w[kPerThread], w2[kPerThread];
+#pragma unroll
+    for (unsigned j = 0; j < kPerThread; ++j) {
+      const uint64_t i = begin + j * kSumBlock + threadIdx.x;
+      w[j] = 0.0;
+      w2[j] = 0.0;
+      if (i >= n) continue;
+      const float x = __ldg(weights + i);
+      const uint32_t bits = weight_math::SummaryBits(x);
+      min_bits = bits < min_bits ? bits : min_bits;
+      max_bits = bits > max_bits ? bits : max_bits;
+      zeros += bits == 0;
+      w[j] = static_cast<double>(x);
+      w2[j] = weight_math::SquareTerm(x);
+    }
+    const uint32_t e1 = SumChunkTerms(w, storage, chunk_sums + c);
+    const uint32_t e2 = SumChunkTerms(w2, storage, chunk_sums + chunks + c);
+    top1 = e1 > top1 ? e1 : top1;
+    top2 = e2 > top2 ? e2 : top2;
+  }
+  PublishExponent(top1, &scalars->totals[0]);
+  PublishExponent(top2, &scalars->totals[1]);
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const uint32_t other_min = __shfl_xor_sync(0xffffffffu, min_bits, offset);
+    const uint32_t other_max = __shfl_xor_sync(0xffffffffu, max_bits, offset);
+    min_bits = other_min < min_bits ? other_min : min_bits;
+    max_bits = other_max > max_bits ? other_max : max_bits;
+    zeros += __shfl_xor_sync(0xffffffffu, static_cast<ull>(zeros), offset);
+  }
+  if (threadIdx.x % 32 != 0) return;
+  atomicMin(&scalars->min_bits, min_bits);
+  atomicMax(&scalars->max_bits, max_bits);
+  if (zeros != 0) atomicAdd(reinterpret_cast<ull*>(&scalars->zero_count), static_cast<ull>(zeros));
+}
+
+// ---- ApplyLosses, GatherImportance ---------------------------------------------------------
+
+__global__ void __launch_bounds__(kBlock)
+    ApplyLossesKernel(SampleLossStats* stats, const uint64_t* indices, const float* losses,
+                      uint64_t count, uint16_t marker, float decay) {
+  for (uint64_t k = GlobalThread(); k < count; k += GridStride()) {
+    ApplyLoss(stats[indices[k]], losses[k], marker, decay);
+  }
+}
+
+__global__ void __launch_bounds__(kBlock)
+    GatherImportanceKernel(const float* weights, const uint64_t* indices, uint64_t count,
+                           float* out) {
+  for (uint64_t k = GlobalThread(); k < count; k += GridStride()) {
+    out[k] = 1.0f / weights[indices[k]];
+  }
+}
+
+}  // namespace
+
+cudaError_t RecomputeWeights(const RecomputeParams& params, uint64_t n, const float* base,
+                             const float* current, const SampleLossStats* stats, float* out,
+                             RecomputeCheck* check, cudaStream_t stream) {
+  if (n == 0 || n > kMaxSamples || stats == nullptr || out == nullptr || check == nullptr ||
+      (params.kind != Kind::kLoss && params.kind != Kind::kMultiplicative)) {
+    return cudaErrorInvalidValue;
+  }
+  const uint64_t weight_bytes = n * sizeof(float);
+  if (Overlap(out, weight_bytes, base, weight_bytes) ||
+      Overlap(out, weight_bytes, current, weight_bytes) ||
+      Overlap(out, weight_bytes, stats, n * sizeof(SampleLossStats))) {
+    return cudaErrorInvalidValue;
+  }
+  *check = RecomputeCheck{};
+  RecomputeInputs in;
+  in.n = n;
+  in.base = base;
+  in.current = current;
+  in.stats = stats;
+  in.out = out;
+  in.eta = params.eta;
+  in.marker = params.marker;
+  AsyncBuffer chunk_buffer, scalar_buffer;
+  SAMPLERD_CUDA_TRY(chunk_buffer.Allocate(NumChunks(n) * sizeof(DeviceChunkSum), stream));
+  SAMPLERD_CUDA_TRY(scalar_buffer.Allocate(sizeof(DeviceScalars), stream));
+  DeviceChunkSum* chunk_sums = chunk_buffer.as<DeviceChunkSum>();
+  DeviceScalars* scalars = scalar_buffer.as<DeviceScalars>();
+  InitScalarsKernel<<<1, 1, 0, stream>>>(scalars);
+  SAMPLERD_CUDA_TRY_LAUNCH();
+
+  // Pass 1: validation; nothing is written to `out` before it is complete.
+  DeviceScalars scan;
+  if (params.kind == Kind::kLoss) {
+    SAMPLERD_CUDA_TRY(LaunchExactSum(ScanKernel<Kind::kLoss>, n, chunk_sums, &scalars->totals[0],
+                                     stream, in, chunk_sums, scalars));
+  } else {
+    SAMPLERD_CUDA_TRY(LaunchExactSum(ScanKernel<Kind::kMultiplicative>, n, chunk_sums,
+                                     &scalars->totals[0], stream, in, chunk_sums, scalars));
+  }
+  SAMPLERD_CUDA_TRY(ReadScalars(scalars, &scan, stream));
+  check->first_bad = scan.first_bad;
+  check->base_positive = scan.base_positive != 0;
+  check->current_positive = scan.current_positive != 0;
+  if (check->first_bad != ~uint64_t{0} || (base != nullptr && !check->base_positive) ||
+      (params.kind == Kind::kMultiplicative && current != nullptr && !check->current_positive)) {
+    return cudaSuccess;  // The caller's error; `out` untouched.
+  }
+  return params.kind == Kind::kLoss
+             ? LossPasses(params, scan, in, chunk_sums, scalars, stream)
+             : MultiplicativePasses(params, scan, in, chunk_sums, scalars, stream);
+}
+
+cudaError_t SummarizeWeights(const float* weights, uint64_t n, WeightSummaryValues* summary,
+                             cudaStream_t stream) {
+  if (weights == nullptr || n == 0 || n > kMaxSamples || summary == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  const uint64_t chunks = NumChunks(n);
+  AsyncBuffer chunk_buffer, scalar_buffer;
+  SAMPLERD_CUDA_TRY(chunk_buffer.Allocate(2 * chunks * sizeof(DeviceChunkSum), stream));
+  SAMPLERD_CUDA_TRY(scalar_buffer.Allocate(sizeof(DeviceScalars), stream));
+  DeviceChunkSum* chunk_sums = chunk_buffer.as<DeviceChunkSum>();
+  DeviceScalars* scalars = scalar_buffer.as<DeviceScalars>();
+  InitScalarsKernel<<<1, 1, 0, stream>>>(scalars);
+  SAMPLERD_CUDA_TRY_LAUNCH();
+  unsigned blocks = 1;
+  SAMPLERD_CUDA_TRY(PersistentGrid(SummaryKernel, chunks, &blocks));
+  SummaryKernel<<<blocks, kSumBlock, 0, stream>>>(weights, n, chunk_sums, scalars);
+  SAMPLERD_CUDA_TRY_LAUNCH();
+  for (uint64_t k = 0; k < 2; ++k) {
+    CombineKernel<<<GridFor(chunks, kBlock), kBlock, 0, stream>>>(chunk_sums + k * chunks, chunks,
+                                                                  &scalars->totals[k]);
+    SAMPLERD_CUDA_TRY_LAUNCH();
+  }
+  DeviceScalars host;
+  SAMPLERD_CUDA_TRY(ReadScalars(scalars, &host, stream));
+  const double s1 = TotalOf(host.totals[0]), s2 = TotalOf(host.totals[1]);
+  summary->min = static_cast<double>(weight_math::FloatFromBits(host.min_bits));
+  summary->max = static_cast<double>(weight_math::FloatFromBits(host.max_bits));
+  summary->mean = weight_math::MeanOf(s1, n);
+  summary->effective_sample_size = weight_math::EffectiveSampleSize(s1, s2);
+  summary->zero_count = host.zero_count;
+  return cudaSuccess;
+}
+
+cudaError_t ApplyLosses(SampleLossStats* stats, const uint64_t* indices, const float* losses,
+                        uint64_t count, uint16_t marker, float decay, cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  if (stats == nullptr || indices == nullptr || losses == nullptr) return cudaErrorInvalidValue;
+  ApplyLossesKernel<<<GridFor(count, kBlock), kBlock, 0, stream>>>(stats, indices, losses, count,
+                                                                   marker, decay);
+  SAMPLERD_CUDA_TRY_LAUNCH();
+  return cudaSuccess;
+}
+
+cudaError_t GatherImportance(const float* weights, const uint64_t* indices, uint64_t count,
+                             float* out, cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  if (weights == nullptr || indices == nullptr || out == nullptr) return cudaErrorInvalidValue;
+  GatherImportanceKernel<<<GridFor(count, kBlock), kBlock, 0, stream>>>(weights, indices, count,
+                                                                        out);
+  SAMPLERD_CUDA_TRY_LAUNCH();
+  return cudaSuccess;
+}
+
+}  // namespace gpu
+}  // namespace samplerd
