@@ -27,6 +27,7 @@ using testutil::ChiSquarePValue;
 using testutil::PlanIndices;
 using testutil::PlanWith;
 using testutil::RandomWeights;
+using testutil::Fnv1a;
 using testutil::VariedStats;
 
 // RecomputeWeights of host vectors (testutil::RecomputeWith) into `out`, which an error leaves
@@ -39,18 +40,6 @@ absl::Status Recompute(ComputeBackend& backend, const WeightPolicyParams& policy
   if (!next.ok()) return next.status();
   out = *std::move(next);
   return absl::OkStatus();
-}
-
-// FNV-1a over the little-endian bytes of the indices: the plan hash of the golden tests.
-uint64_t Fnv1a(const std::vector<uint64_t>& v) {
-  uint64_t h = 1469598103934665603ull;
-  for (uint64_t x : v) {
-    for (int b = 0; b < 8; ++b) {
-      h ^= (x >> (8 * b)) & 0xff;
-      h *= 1099511628211ull;
-    }
-  }
-  return h;
 }
 
 TEST(ChiSquareTest, PValueOfKnownQuantiles) {
@@ -542,20 +531,6 @@ TEST(WeightsTest, RecomputeDoesNotDependOnThreads) {
     ASSERT_TRUE(Recompute(*NewCpuBackend(4), p, 5, base, base, stats, b).ok());
     EXPECT_EQ(a, b);
   }
-}
-
-// FNV-1a over the IEEE bits of the weights: the weight hash of the golden tests.
-uint64_t Fnv1a(const std::vector<float>& v) {
-  uint64_t h = 1469598103934665603ull;
-  for (float x : v) {
-    uint32_t bits;
-    std::memcpy(&bits, &x, sizeof bits);
-    for (int b = 0; b < 4; ++b) {
-      h ^= (bits >> (8 * b)) & 0xff;
-      h *= 1099511628211ull;
-    }
-  }
-  return h;
 }
 
 // Golden hashes of RecomputeWeights: like the plans' (PlanTest.GoldenHashes), a change here

@@ -42,6 +42,7 @@ using ::testing::AnyOf;
 using ::testing::HasSubstr;
 using testutil::PlanIndices;
 using testutil::RandomWeights;
+using testutil::Fnv1a;
 using testutil::VariedStats;
 
 bool EnvFlag(const char* name) {
@@ -50,32 +51,6 @@ bool EnvFlag(const char* name) {
 }
 
 uint64_t MaxN() { return EnvFlag("SAMPLERD_GPU_LARGE") ? 100'000'000 : 10'000'000; }
-
-// FNV-1a over the little-endian bytes of the indices (cpu_backend_test's plan hash).
-uint64_t Fnv1a(const std::vector<uint64_t>& v) {
-  uint64_t h = 1469598103934665603ull;
-  for (uint64_t x : v) {
-    for (int b = 0; b < 8; ++b) {
-      h ^= (x >> (8 * b)) & 0xff;
-      h *= 1099511628211ull;
-    }
-  }
-  return h;
-}
-
-// FNV-1a over the IEEE bits of the weights (cpu_backend_test's weight hash).
-uint64_t Fnv1a(const std::vector<float>& v) {
-  uint64_t h = 1469598103934665603ull;
-  for (float x : v) {
-    uint32_t bits;
-    std::memcpy(&bits, &x, sizeof bits);
-    for (int b = 0; b < 4; ++b) {
-      h ^= (bits >> (8 * b)) & 0xff;
-      h *= 1099511628211ull;
-    }
-  }
-  return h;
-}
 
 template <typename T>
 bool SameBits(const std::vector<T>& a, const std::vector<T>& b) {

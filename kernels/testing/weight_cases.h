@@ -1,4 +1,4 @@
-// Inputs of the weight tests shared by the CPU backend's tests, the CUDA backend's and the GPU
+// Inputs and hashes of the golden tests shared by the CPU backend's tests, the CUDA backend's and the GPU
 // identity tests: reproducible weights, loss statistics that reach every branch of the
 // recompute, and the recompute's golden hashes (one table: a change of the definition re-pins it
 // once, for every backend). Plain C++ (no Abseil): the GPU machine builds identity_test with nvcc
@@ -7,6 +7,7 @@
 #define SAMPLERD_KERNELS_TESTING_WEIGHT_CASES_H_
 
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <vector>
@@ -64,6 +65,32 @@ inline std::vector<SampleLossStats> VariedStats(uint64_t n, uint64_t seed,
     }
   }
   return stats;
+}
+
+// FNV-1a over the little-endian bytes of the indices: the plan hash of the golden tests.
+inline uint64_t Fnv1a(const std::vector<uint64_t>& v) {
+  uint64_t h = 1469598103934665603ull;
+  for (uint64_t x : v) {
+    for (int b = 0; b < 8; ++b) {
+      h ^= (x >> (8 * b)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  }
+  return h;
+}
+
+// FNV-1a over the IEEE bits of the weights: the weight hash of the golden tests.
+inline uint64_t Fnv1a(const std::vector<float>& v) {
+  uint64_t h = 1469598103934665603ull;
+  for (float x : v) {
+    uint32_t bits;
+    std::memcpy(&bits, &x, sizeof bits);
+    for (int b = 0; b < 4; ++b) {
+      h ^= (bits >> (8 * b)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  }
+  return h;
 }
 
 // Golden hashes (FNV-1a of the weights' bytes) of the recompute after epoch 5, with base weights
