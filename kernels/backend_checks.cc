@@ -1,6 +1,7 @@
 #include "kernels/backend_checks.h"
 
 #include "absl/strings/str_cat.h"
+#include "kernels/exact_sum.h"
 
 namespace samplerd {
 
@@ -11,6 +12,12 @@ absl::Status ForeignObject(absl::string_view field, absl::string_view backend) {
 
 absl::Status CheckNewLossStats(uint64_t num_samples, double ema_decay) {
   if (num_samples == 0) return absl::InvalidArgumentError("num_samples = 0: must be >= 1");
+  // The recompute's means are exact sums (exact_sum.h), defined up to 2^40 terms: refused here,
+  // before 8 bytes per sample are allocated, rather than at the first epoch boundary.
+  if (num_samples > exact_sum::kMaxTerms) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "num_samples = ", num_samples, ": a loss policy supports at most 2^40 samples"));
+  }
   if (!(ema_decay >= 0 && ema_decay < 1)) {
     return absl::InvalidArgumentError(
         absl::StrCat("ema_decay = ", ema_decay, " is outside [0, 1)"));

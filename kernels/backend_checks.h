@@ -29,7 +29,7 @@ absl::StatusOr<const Own*> OwnObject(const Base* object, absl::string_view field
   return own;
 }
 
-// NewLossStats: num_samples >= 1, ema_decay in [0, 1).
+// NewLossStats: 1 <= num_samples <= 2^40 (the exact sums' limit), ema_decay in [0, 1).
 absl::Status CheckNewLossStats(uint64_t num_samples, double ema_decay);
 
 // RecomputeWeights' inputs (after the backend made sure they are its own): the policy

@@ -1126,6 +1126,10 @@ TEST(StateTest, LossStatsRefuseBadInputAndChangeNothing) {
   }
   s = backend->NewLossStats(0, 0.5).status();
   EXPECT_THAT(std::string(s.message()), HasSubstr("num_samples = 0"));
+  // Past the exact sums' limit: refused before 8 TiB are asked for.
+  s = backend->NewLossStats((uint64_t{1} << 40) + 1, 0.5).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("num_samples = 1099511627777: a loss policy"));
 }
 
 }  // namespace

@@ -49,6 +49,7 @@ namespace exact_sum {
 using uint128 = unsigned __int128;
 
 inline constexpr uint64_t kChunk = 4096;  // Terms per chunk (part of the definition).
+inline constexpr uint64_t kMaxTerms = uint64_t{1} << 40;  // The definition's limit on n.
 inline constexpr uint64_t kSignMask = uint64_t{1} << 63;
 
 // The bits of a term with the sign of -0 cleared (terms are >= 0).

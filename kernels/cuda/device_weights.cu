@@ -45,7 +45,7 @@ constexpr unsigned kWarps = kSumBlock / 32;
 static_assert(kSumBlock * kPerThread == exact_sum::kChunk, "a block covers one chunk");
 
 // exact_sum.h's bound on the number of terms (T stays below 2^103).
-constexpr uint64_t kMaxSamples = uint64_t{1} << 40;
+constexpr uint64_t kMaxSamples = exact_sum::kMaxTerms;
 
 // SampleLossStats read as two 32-bit words (it is only 4-byte aligned): the EMA's bits, then
 // count in the low and last_epoch in the high half of the second.
