@@ -228,16 +228,16 @@ class CpuBackend final : public ComputeBackend {
   }
 
   // out[i] = the raw weights of `rule` (internal::RawWeightRule; finite, >= 0, not all 0 where
-  // not excluded), whose sum is raw_sum, scaled to mean 1, clamped to [lo, hi], scaled to mean
-  // 1 again; excluded samples (a zero base or current weight) get exactly 0, so they are never
-  // drawn.
+  // not excluded), whose mean is raw_mean, scaled to mean 1, clamped to [lo, hi], scaled to
+  // mean 1 again; excluded samples (a zero base or current weight) get exactly 0, so they are
+  // never drawn.
   void NormaliseClampWrite(const internal::RecomputeArrays& arrays,
-                           const internal::RawWeightRule& rule, double raw_sum, double lo,
+                           const internal::RawWeightRule& rule, double raw_mean, double lo,
                            double hi, uint64_t n) const {
     const internal::SimdLevel level = internal::BestSimdLevel();
     // mean == 0: every raw weight vanished (e.g. all loss factors underflowed against a sample
     // that the base excludes); the samples that are not excluded are then equal.
-    const internal::ClampRule clamp{raw_sum / static_cast<double>(n), lo, hi};
+    const internal::ClampRule clamp{raw_mean, lo, hi};
     const double mean_clamped =
         ExactSum(n,
                  [&](uint64_t b, uint64_t e, exact_sum::ChunkSum* sums) {
@@ -320,15 +320,17 @@ absl::Status CpuBackend::RecomputeSpans(const WeightPolicyParams& policy, uint64
   rule.marker = EpochMarker(closed_epoch);
 
   // Pass 1: validation, and what the policy needs from the statistics (for MULTIPLICATIVE the
-  // raw weights' sum). Nothing is written before it is complete.
+  // raw weights' sum; for LOSS with base weights also the base weights' sum). Nothing is written
+  // before it is complete.
   const std::vector<internal::ChunkScan> scans = OverChunkGroups<internal::ChunkScan>(
       n, [&](uint64_t b, uint64_t e, internal::ChunkScan* chunk_scans) {
         internal::ScanChunks(level, arrays, rule, b, e, chunk_scans);
       });
   internal::ChunkScan all;
-  std::vector<exact_sum::ChunkSum> ema_sums, raw_sums;
+  std::vector<exact_sum::ChunkSum> ema_sums, raw_sums, base_sums;
   ema_sums.reserve(scans.size());
   raw_sums.reserve(scans.size());
+  base_sums.reserve(scans.size());
   for (const internal::ChunkScan& scan : scans) {
     // The lowest bad index, whatever the thread count: chunks are in index order.
     if (scan.first_bad != internal::kNoSample) {
@@ -341,6 +343,7 @@ absl::Status CpuBackend::RecomputeSpans(const WeightPolicyParams& policy, uint64
     all.ema_max = std::max(all.ema_max, scan.ema_max);
     all.unseen |= scan.unseen;
     raw_sums.push_back(scan.raw_sum);
+    base_sums.push_back(scan.base_sum);
   }
   if (!base.empty() && !all.base_positive) {
     return absl::InvalidArgumentError(
@@ -382,26 +385,41 @@ absl::Status CpuBackend::RecomputeSpans(const WeightPolicyParams& policy, uint64
           policy.epsilon;
       factors.log2_x_max = det::Log2(factors.x_max);
       // Pass 2: f is computed once and parked in `out` (validation is over, so writing is
-      // allowed; out may alias `current`, which the loss policy does not read). A factor that
-      // underflows to 0 is harmless: the clamp lifts every sample with a positive base weight
-      // to clamp_lo.
-      rule.mean_f = ExactSum(n,
-                             [&](uint64_t b, uint64_t e, exact_sum::ChunkSum* sums) {
-                               internal::LossFactorsChunks(level, arrays, factors, b, e, sums);
-                             }) /
-                    static_cast<double>(n);
-      // Pass 3: the raw weights' sum; passes 4 and 5: the clamp and the result.
-      const double raw_sum = ExactSum(n, [&](uint64_t b, uint64_t e, exact_sum::ChunkSum* sums) {
-        internal::SumRawChunks(level, arrays, rule, b, e, sums);
-      });
-      NormaliseClampWrite(arrays, rule, raw_sum, policy.clamp_lo, policy.clamp_hi, n);
+      // allowed; out may alias `current`, which the loss policy does not read), with the exact
+      // sums of f_i and, with base weights, of base_i f_i. A factor that underflows to 0 is
+      // harmless: the clamp lifts every sample with a positive base weight to clamp_lo.
+      std::vector<exact_sum::ChunkSum> factor_sums(scans.size()), base_factor_sums;
+      if (!base.empty()) base_factor_sums.resize(scans.size());
+      ParallelForChunks(threads_, n, internal::kSumChunk * internal::kChunksPerGroup,
+                        [&](uint64_t g, uint64_t b, uint64_t e) {
+                          const uint64_t first = g * internal::kChunksPerGroup;
+                          internal::LossFactorsChunks(
+                              level, arrays, factors, b, e, factor_sums.data() + first,
+                              base.empty() ? nullptr : base_factor_sums.data() + first);
+                        });
+      rule.mean_f = weight_math::MeanOf(
+          exact_sum::Total(factor_sums.data(), factor_sums.size()), n);
+      // The raw weights' mean in closed form (no pass of its own); passes 3 and 4: the clamp
+      // and the result.
+      double mean_bf = rule.mean_f, mean_b = 1.0;
+      if (!base.empty()) {
+        mean_bf = weight_math::MeanOf(
+            exact_sum::Total(base_factor_sums.data(), base_factor_sums.size()), n);
+        mean_b = weight_math::MeanOf(exact_sum::Total(base_sums.data(), base_sums.size()), n);
+      }
+      NormaliseClampWrite(
+          arrays, rule,
+          weight_math::LossRawMean(1.0 - policy.mix, rule.mean_f, policy.mix, mean_bf, mean_b),
+          policy.clamp_lo, policy.clamp_hi, n);
       return absl::OkStatus();
     }
     case LossWeightKind::kMultiplicative:
       // In double: w (1 + eta ema) may pass the float range before the normalisation. The raw
       // weights' sum came with pass 1; passes 2 and 3: the clamp and the result.
-      NormaliseClampWrite(arrays, rule, exact_sum::Total(raw_sums.data(), raw_sums.size()),
-                          policy.clamp_lo, policy.clamp_hi, n);
+      NormaliseClampWrite(
+          arrays, rule,
+          weight_math::MeanOf(exact_sum::Total(raw_sums.data(), raw_sums.size()), n),
+          policy.clamp_lo, policy.clamp_hi, n);
       return absl::OkStatus();
   }
   return absl::InvalidArgumentError("policy.loss: unknown kind");

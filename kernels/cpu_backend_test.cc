@@ -621,6 +621,7 @@ std::vector<float> ReferenceRecompute(const WeightPolicyParams& p, uint64_t clos
   std::function<double(uint64_t)> raw;
   std::function<bool(uint64_t)> excluded;
   std::vector<float> f(n);
+  double mean = 0;  // Of the raw weights.
   if (p.loss == LossWeightKind::kLoss) {
     auto seen = [&](uint64_t i) { return stats[i].count > 0; };
     uint64_t seen_count = 0;
@@ -644,6 +645,11 @@ std::vector<float> ReferenceRecompute(const WeightPolicyParams& p, uint64_t clos
         chunked_sum([&](uint64_t i) { return double{f[i]}; }) / static_cast<double>(n);
     raw = [&, mean_f](uint64_t i) { return base_at(i) * ((1.0 - p.mix) * f[i] / mean_f + p.mix); };
     excluded = [&](uint64_t i) { return !base.empty() && base[i] == 0; };
+    // The mean raw weight in closed form: (1 - mix) mean(base f) / mean_f + mix mean(base).
+    const double mean_bf =
+        chunked_sum([&](uint64_t i) { return base_at(i) * double{f[i]}; }) / static_cast<double>(n);
+    const double mean_b = base.empty() ? 1.0 : chunked_sum(base_at) / static_cast<double>(n);
+    mean = (1.0 - p.mix) * mean_bf / mean_f + p.mix * mean_b;
   } else {
     raw = [&](uint64_t i) {
       return stats[i].last_epoch == EpochMarker(closed_epoch)
@@ -651,8 +657,8 @@ std::vector<float> ReferenceRecompute(const WeightPolicyParams& p, uint64_t clos
                  : current_at(i);
     };
     excluded = [&](uint64_t i) { return !current.empty() && current[i] == 0; };
+    mean = chunked_sum(raw) / static_cast<double>(n);
   }
-  const double mean = chunked_sum(raw) / static_cast<double>(n);
   auto clamped = [&](uint64_t i) {
     return excluded(i) ? 0.0 : std::clamp(mean > 0 ? raw(i) / mean : 1.0, p.clamp_lo, p.clamp_hi);
   };

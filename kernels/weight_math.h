@@ -149,6 +149,23 @@ SAMPLERD_WEIGHT_MATH_HD double LossRaw(double weight, float f, double one_minus_
   return weight * (one_minus_mix * static_cast<double>(f) / mean_f + mix);
 }
 
+// The loss policy's mean raw weight, in closed form from the exact sums of the factor pass (so
+// that no pass of its own sums the raw weights): with mean_bf = S_bf / N (S_bf the exact sum of
+// BaseFactorTerm) and mean_b = S_b / N (S_b the exact sum of the base weights),
+//   mean_raw = one_minus_mix mean_bf / mean_f + mix mean_b,
+// the mean of LossRaw's base_i ((1 - mix) f_i / mean_f + mix) up to rounding. Without base
+// weights mean_bf = mean_f and mean_b = 1.
+SAMPLERD_WEIGHT_MATH_HD double LossRawMean(double one_minus_mix, double mean_f, double mix,
+                                           double mean_bf, double mean_b) {
+  return one_minus_mix * mean_bf / mean_f + mix * mean_b;
+}
+
+// The term of S_bf: base_i f_i in double, which is exact (a product of two floats has at most
+// 48 significant bits and its exponent stays in the double range).
+SAMPLERD_WEIGHT_MATH_HD double BaseFactorTerm(float base, float f) {
+  return static_cast<double>(base) * static_cast<double>(f);
+}
+
 // The multiplicative policy's raw weight: current_i (1 + eta ema_i) for a sample seen in the
 // closed epoch (its last_epoch is the closed epoch's marker), else current_i; `weight` is
 // current_i (1 without current weights). In double: the product may pass the float range before

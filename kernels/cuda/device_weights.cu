@@ -13,8 +13,13 @@
 // other findings, a few scalars) once per pass and rounds them with exact_sum::Total, as the
 // CPU does with its chunks.
 //
-// Device memory of RecomputeWeights besides its arguments: 16 B per chunk (1/256 B per sample)
-// and a few hundred bytes of scalars. The loss factors f_i are parked in `out`, as on the CPU.
+// Passes of the loss policy: 1. validation and the EMAs' sum (+ the base weights' sum); 2. f_i
+// into `out`, its sum (+ the sum of base_i f_i); the raw weights' mean follows in closed form
+// (weight_math::LossRawMean); 3. the clamped weights' sum; 4. the result. The multiplicative
+// policy: 1. validation and the raw weights' sum; 2. the clamped sum; 3. the result.
+//
+// Device memory of RecomputeWeights besides its arguments: 32 B per chunk (1/128 B per sample:
+// up to two series per pass) and a few hundred bytes of scalars. The loss factors f_i are parked in `out`, as on the CPU.
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -92,10 +97,20 @@ struct DeviceTotal {
   uint64_t low, high;
 };
 
-// Everything the passes report to the host (read back whole after each pass). Slots of
-// `totals`: RecomputeWeights' passes in order; SummarizeWeights: S1, S2.
+// The slots of DeviceScalars::totals. RecomputeWeights: pass 1 sums the EMAs of the seen samples
+// (kLoss) or raw_i (kMultiplicative) into kScanTotal and, kLoss with base weights, base_i into
+// kBaseTotal; kLoss pass 2 sums f_i into kFactorTotal and, with base weights, base_i f_i into
+// kBaseFactorTotal; the clamp pass sums c_i into kClampedTotal. SummarizeWeights: S1 and S2 in
+// slots 0 and 1. A pass's second series (if any) goes to the slot after its first, its chunk
+// sums after the first series' (LaunchExactSum).
+constexpr int kScanTotal = 0, kBaseTotal = 1, kFactorTotal = 2, kBaseFactorTotal = 3,
+              kClampedTotal = 4;
+static_assert(kBaseTotal == kScanTotal + 1 && kBaseFactorTotal == kFactorTotal + 1,
+              "a pass's second series has the slot after its first");
+
+// Everything the passes report to the host (read back whole after each pass).
 struct DeviceScalars {
-  DeviceTotal totals[4];
+  DeviceTotal totals[5];
   uint64_t first_bad;      // ~0: none.
   uint64_t seen;           // kLoss: samples with count > 0.
   uint64_t zero_count;     // Summary.
@@ -256,17 +271,21 @@ cudaError_t PersistentGrid(Kernel kernel, uint64_t chunks, unsigned* blocks) {
   return cudaSuccess;
 }
 
-// Launches a chunk kernel over every chunk of n samples, then CombineKernel for `total`.
+// Launches a chunk kernel over every chunk of n samples, then CombineKernel for each of its
+// `series` sums: series k's chunk sums at chunk_sums + k * chunks, its total at totals[k].
 template <typename Kernel, typename... Args>
-cudaError_t LaunchExactSum(Kernel kernel, uint64_t n, DeviceChunkSum* chunk_sums,
-                           DeviceTotal* total, cudaStream_t stream, Args... args) {
+cudaError_t LaunchExactSum(Kernel kernel, uint64_t n, int series, DeviceChunkSum* chunk_sums,
+                           DeviceTotal* totals, cudaStream_t stream, Args... args) {
   const uint64_t chunks = NumChunks(n);
   unsigned blocks = 1;
   SAMPLERD_CUDA_TRY(PersistentGrid(kernel, chunks, &blocks));
   kernel<<<blocks, kSumBlock, 0, stream>>>(args...);
   SAMPLERD_CUDA_TRY_LAUNCH();
-  CombineKernel<<<GridFor(chunks, kBlock), kBlock, 0, stream>>>(chunk_sums, chunks, total);
-  SAMPLERD_CUDA_TRY_LAUNCH();
+  for (int k = 0; k < series; ++k) {
+    CombineKernel<<<GridFor(chunks, kBlock), kBlock, 0, stream>>>(chunk_sums + k * chunks, chunks,
+                                                                  totals + k);
+    SAMPLERD_CUDA_TRY_LAUNCH();
+  }
   return cudaSuccess;
 }
 
@@ -322,22 +341,29 @@ __device__ __forceinline__ double ClampedAt(const RecomputeInputs& in, uint64_t 
 
 // Pass 1: validation (weight_math::SampleIsBad, the positive weights) and what the policy needs
 // from the statistics; the exact sums of the seen samples' EMAs (kLoss) or of raw_i
-// (kMultiplicative) into scalars->totals[0]. Writes nothing to `out`.
+// (kMultiplicative) into scalars->totals[kScanTotal], and kLoss with base weights of base_i into
+// scalars->totals[kBaseTotal]. Writes nothing to `out`.
 template <Kind kKind>
 __global__ void __launch_bounds__(kSumBlock)
     ScanKernel(RecomputeInputs in, DeviceChunkSum* chunk_sums, DeviceScalars* scalars) {
   __shared__ ChunkSumStorage storage;
   uint64_t first_bad = ~uint64_t{0}, seen = 0;
   uint32_t base_positive = 0, current_positive = 0, unseen = 0, ema_max_bits = 0, top = 1;
+  uint32_t base_top = 1;
+  // kLoss with base weights also sums them (for weight_math::LossRawMean); the same for every
+  // thread of the block, as SumChunkTerms' barriers need.
+  const bool sum_base = kKind == Kind::kLoss && in.base != nullptr;
   const uint64_t chunks = NumChunks(in.n);
   for (uint64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
     const uint64_t begin = c * exact_sum::kChunk;
-    double terms[kPerThread];
+    double terms[kPerThread], base_terms[kPerThread];
 #pragma unroll
     for (unsigned j = 0; j < kPerThread; ++j) {
       const uint64_t i = begin + j * kSumBlock + threadIdx.x;
       terms[j] = 0.0;
+      base_terms[j] = 0.0;
       if (i >= in.n) continue;
+      if (sum_base) base_terms[j] = static_cast<double>(__ldg(in.base + i));
       const SampleLossStats s = LoadStats(in.stats, i);
       if (weight_math::SampleIsBad(in.base, in.current, s, i)) first_bad = i < first_bad ? i : first_bad;
       if (in.base != nullptr) base_positive |= weight_math::PositiveBits(__float_as_uint(__ldg(in.base + i)));
@@ -360,8 +386,13 @@ __global__ void __launch_bounds__(kSumBlock)
     }
     const uint32_t exponent = SumChunkTerms(terms, storage, chunk_sums + c);
     top = exponent > top ? exponent : top;
+    if (sum_base) {
+      const uint32_t base_exponent = SumChunkTerms(base_terms, storage, chunk_sums + chunks + c);
+      base_top = base_exponent > base_top ? base_exponent : base_top;
+    }
   }
-  PublishExponent(top, &scalars->totals[0]);
+  PublishExponent(top, &scalars->totals[kScanTotal]);
+  if (sum_base) PublishExponent(base_top, &scalars->totals[kBaseTotal]);
   // The findings: a warp's reduction, then one atomic per warp.
   for (int offset = 16; offset > 0; offset >>= 1) {
     const uint64_t other = __shfl_xor_sync(0xffffffffu, static_cast<ull>(first_bad), offset);
@@ -384,10 +415,44 @@ __global__ void __launch_bounds__(kSumBlock)
   if (ema_max_bits != 0) atomicMax(&scalars->ema_max_bits, ema_max_bits);
 }
 
-// The passes after the first: the exact sum of term(in, i) into *total (term may write out[i]).
-template <typename Term>
+// kLoss pass 2: f_i (weight_math::LossFactor), parked in out[i]; the exact sums of f_i into
+// totals[0] and, with base weights, of base_i f_i (weight_math::BaseFactorTerm) into totals[1].
 __global__ void __launch_bounds__(kSumBlock)
-    TermSumKernel(RecomputeInputs in, DeviceChunkSum* chunk_sums, DeviceTotal* total) {
+    FactorKernel(RecomputeInputs in, DeviceChunkSum* chunk_sums, DeviceTotal* totals) {
+  __shared__ ChunkSumStorage storage;
+  uint32_t top = 1, base_top = 1;
+  const bool with_base = in.base != nullptr;  // The same for every thread of the block.
+  const uint64_t chunks = NumChunks(in.n);
+  for (uint64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
+    const uint64_t begin = c * exact_sum::kChunk;
+    double terms[kPerThread], base_terms[kPerThread];
+#pragma unroll
+    for (unsigned j = 0; j < kPerThread; ++j) {
+      const uint64_t i = begin + j * kSumBlock + threadIdx.x;
+      terms[j] = 0.0;
+      base_terms[j] = 0.0;
+      if (i >= in.n) continue;
+      const SampleLossStats s = LoadStats(in.stats, i);
+      const float f = weight_math::LossFactor(s.count != 0, s.ema_loss, in.factors);
+      in.out[i] = f;
+      terms[j] = static_cast<double>(f);
+      if (with_base) base_terms[j] = weight_math::BaseFactorTerm(__ldg(in.base + i), f);
+    }
+    const uint32_t exponent = SumChunkTerms(terms, storage, chunk_sums + c);
+    top = exponent > top ? exponent : top;
+    if (with_base) {
+      const uint32_t base_exponent = SumChunkTerms(base_terms, storage, chunk_sums + chunks + c);
+      base_top = base_exponent > base_top ? base_exponent : base_top;
+    }
+  }
+  PublishExponent(top, &totals[0]);
+  if (with_base) PublishExponent(base_top, &totals[1]);
+}
+
+// The clamp pass: the exact sum of c_i into *total.
+template <Kind kKind>
+__global__ void __launch_bounds__(kSumBlock)
+    ClampedSumKernel(RecomputeInputs in, DeviceChunkSum* chunk_sums, DeviceTotal* total) {
   __shared__ ChunkSumStorage storage;
   uint32_t top = 1;
   const uint64_t chunks = NumChunks(in.n);
@@ -397,38 +462,13 @@ __global__ void __launch_bounds__(kSumBlock)
 #pragma unroll
     for (unsigned j = 0; j < kPerThread; ++j) {
       const uint64_t i = begin + j * kSumBlock + threadIdx.x;
-      terms[j] = i < in.n ? Term::At(in, i) : 0.0;
+      terms[j] = i < in.n ? ClampedAt<kKind>(in, i) : 0.0;
     }
     const uint32_t exponent = SumChunkTerms(terms, storage, chunk_sums + c);
     top = exponent > top ? exponent : top;
   }
   PublishExponent(top, total);
 }
-
-// kLoss pass 2: f_i (weight_math::LossFactor), parked in out[i]; the term is f_i.
-struct FactorTerm {
-  __device__ __forceinline__ static double At(const RecomputeInputs& in, uint64_t i) {
-    const SampleLossStats s = LoadStats(in.stats, i);
-    const float f = weight_math::LossFactor(s.count != 0, s.ema_loss, in.factors);
-    in.out[i] = f;
-    return static_cast<double>(f);
-  }
-};
-
-template <Kind kKind>
-struct RawTerm {
-  __device__ __forceinline__ static double At(const RecomputeInputs& in, uint64_t i) {
-    bool excluded = false;
-    return RawAt<kKind>(in, i, &excluded);
-  }
-};
-
-template <Kind kKind>
-struct ClampedTerm {
-  __device__ __forceinline__ static double At(const RecomputeInputs& in, uint64_t i) {
-    return ClampedAt<kKind>(in, i);
-  }
-};
 
 // The last pass: out[i] = c_i / mean_clamped (kLoss reads f_i from out[i] first).
 template <Kind kKind>
@@ -446,57 +486,62 @@ bool Overlap(const void* a, uint64_t a_bytes, const void* b, uint64_t b_bytes) {
   return x < y + b_bytes && y < x + a_bytes;
 }
 
+// The clamp pass and the last pass, both policies: the mean of c_i, then out[i] = c_i /
+// mean_clamped (`in.clamp` set).
+template <Kind kKind>
+cudaError_t ClampAndWrite(RecomputeInputs in, DeviceChunkSum* chunk_sums, DeviceScalars* scalars,
+                          cudaStream_t stream) {
+  SAMPLERD_CUDA_TRY(LaunchExactSum(ClampedSumKernel<kKind>, in.n, 1, chunk_sums,
+                                   &scalars->totals[kClampedTotal], stream, in, chunk_sums,
+                                   &scalars->totals[kClampedTotal]));
+  DeviceScalars host;
+  SAMPLERD_CUDA_TRY(ReadScalars(scalars, &host, stream));
+  in.mean_clamped = weight_math::MeanOf(TotalOf(host.totals[kClampedTotal]), in.n);
+  WriteKernel<kKind><<<GridFor(in.n, kBlock), kBlock, 0, stream>>>(in);
+  SAMPLERD_CUDA_TRY_LAUNCH();
+  return cudaSuccess;
+}
+
 // The recompute after validation, by policy: passes 2.. of CpuBackend::RecomputeWeights.
 cudaError_t LossPasses(const RecomputeParams& params, const DeviceScalars& scan,
                        RecomputeInputs in, DeviceChunkSum* chunk_sums, DeviceScalars* scalars,
                        cudaStream_t stream) {
-  DeviceScalars host;
   in.factors = weight_math::LossFactorRuleOf(params.has_prior_loss, params.prior_loss,
                                              params.epsilon, params.alpha, scan.seen,
-                                             TotalOf(scan.totals[0]),
+                                             TotalOf(scan.totals[kScanTotal]),
                                              weight_math::FloatFromBits(scan.ema_max_bits),
                                              scan.unseen != 0);
-  // Pass 2: f_i, parked in `out` (validation is over), and their mean.
-  SAMPLERD_CUDA_TRY(LaunchExactSum(TermSumKernel<FactorTerm>, in.n, chunk_sums,
-                                   &scalars->totals[1], stream, in, chunk_sums,
-                                   &scalars->totals[1]));
+  // Pass 2: f_i, parked in `out` (validation is over), the mean of f_i and, with base weights,
+  // of base_i f_i.
+  const bool with_base = in.base != nullptr;
+  SAMPLERD_CUDA_TRY(LaunchExactSum(FactorKernel, in.n, with_base ? 2 : 1, chunk_sums,
+                                   &scalars->totals[kFactorTotal], stream, in, chunk_sums,
+                                   &scalars->totals[kFactorTotal]));
+  DeviceScalars host;
   SAMPLERD_CUDA_TRY(ReadScalars(scalars, &host, stream));
   in.one_minus_mix = 1.0 - params.mix;
   in.mix = params.mix;
-  in.mean_f = weight_math::MeanOf(TotalOf(host.totals[1]), in.n);
-  // Pass 3: the raw weights' mean.
-  SAMPLERD_CUDA_TRY(LaunchExactSum(TermSumKernel<RawTerm<Kind::kLoss>>, in.n, chunk_sums,
-                                   &scalars->totals[2], stream, in, chunk_sums,
-                                   &scalars->totals[2]));
-  SAMPLERD_CUDA_TRY(ReadScalars(scalars, &host, stream));
-  in.clamp = weight_math::ClampRule{weight_math::MeanOf(TotalOf(host.totals[2]), in.n),
-                                    params.clamp_lo, params.clamp_hi};
-  // Pass 4: the clamped weights' mean; pass 5: the result.
-  SAMPLERD_CUDA_TRY(LaunchExactSum(TermSumKernel<ClampedTerm<Kind::kLoss>>, in.n, chunk_sums,
-                                   &scalars->totals[3], stream, in, chunk_sums,
-                                   &scalars->totals[3]));
-  SAMPLERD_CUDA_TRY(ReadScalars(scalars, &host, stream));
-  in.mean_clamped = weight_math::MeanOf(TotalOf(host.totals[3]), in.n);
-  WriteKernel<Kind::kLoss><<<GridFor(in.n, kBlock), kBlock, 0, stream>>>(in);
-  SAMPLERD_CUDA_TRY_LAUNCH();
-  return cudaSuccess;
+  in.mean_f = weight_math::MeanOf(TotalOf(host.totals[kFactorTotal]), in.n);
+  // The raw weights' mean in closed form (no pass of its own).
+  double mean_bf = in.mean_f, mean_b = 1.0;
+  if (with_base) {
+    mean_bf = weight_math::MeanOf(TotalOf(host.totals[kBaseFactorTotal]), in.n);
+    mean_b = weight_math::MeanOf(TotalOf(scan.totals[kBaseTotal]), in.n);
+  }
+  in.clamp = weight_math::ClampRule{
+      weight_math::LossRawMean(in.one_minus_mix, in.mean_f, in.mix, mean_bf, mean_b),
+      params.clamp_lo, params.clamp_hi};
+  // Passes 3 and 4: the clamped weights' mean, the result.
+  return ClampAndWrite<Kind::kLoss>(in, chunk_sums, scalars, stream);
 }
 
 cudaError_t MultiplicativePasses(const RecomputeParams& params, const DeviceScalars& scan,
                                  RecomputeInputs in, DeviceChunkSum* chunk_sums,
                                  DeviceScalars* scalars, cudaStream_t stream) {
   // The raw weights' sum came with pass 1; pass 2: the clamped weights' mean; pass 3: the result.
-  in.clamp = weight_math::ClampRule{weight_math::MeanOf(TotalOf(scan.totals[0]), in.n),
+  in.clamp = weight_math::ClampRule{weight_math::MeanOf(TotalOf(scan.totals[kScanTotal]), in.n),
                                     params.clamp_lo, params.clamp_hi};
-  SAMPLERD_CUDA_TRY(LaunchExactSum(TermSumKernel<ClampedTerm<Kind::kMultiplicative>>, in.n,
-                                   chunk_sums, &scalars->totals[1], stream, in, chunk_sums,
-                                   &scalars->totals[1]));
-  DeviceScalars host;
-  SAMPLERD_CUDA_TRY(ReadScalars(scalars, &host, stream));
-  in.mean_clamped = weight_math::MeanOf(TotalOf(host.totals[1]), in.n);
-  WriteKernel<Kind::kMultiplicative><<<GridFor(in.n, kBlock), kBlock, 0, stream>>>(in);
-  SAMPLERD_CUDA_TRY_LAUNCH();
-  return cudaSuccess;
+  return ClampAndWrite<Kind::kMultiplicative>(in, chunk_sums, scalars, stream);
 }
 
 // ---- SummarizeWeights ----------------------------------------------------------------------
@@ -590,7 +635,8 @@ cudaError_t RecomputeWeights(const RecomputeParams& params, uint64_t n, const fl
   in.eta = params.eta;
   in.marker = params.marker;
   AsyncBuffer chunk_buffer, scalar_buffer;
-  SAMPLERD_CUDA_TRY(chunk_buffer.Allocate(NumChunks(n) * sizeof(DeviceChunkSum), stream));
+  // Up to two series per pass (kLoss with base weights).
+  SAMPLERD_CUDA_TRY(chunk_buffer.Allocate(2 * NumChunks(n) * sizeof(DeviceChunkSum), stream));
   SAMPLERD_CUDA_TRY(scalar_buffer.Allocate(sizeof(DeviceScalars), stream));
   DeviceChunkSum* chunk_sums = chunk_buffer.as<DeviceChunkSum>();
   DeviceScalars* scalars = scalar_buffer.as<DeviceScalars>();
@@ -600,11 +646,13 @@ cudaError_t RecomputeWeights(const RecomputeParams& params, uint64_t n, const fl
   // Pass 1: validation; nothing is written to `out` before it is complete.
   DeviceScalars scan;
   if (params.kind == Kind::kLoss) {
-    SAMPLERD_CUDA_TRY(LaunchExactSum(ScanKernel<Kind::kLoss>, n, chunk_sums, &scalars->totals[0],
-                                     stream, in, chunk_sums, scalars));
+    SAMPLERD_CUDA_TRY(LaunchExactSum(ScanKernel<Kind::kLoss>, n, base != nullptr ? 2 : 1,
+                                     chunk_sums, &scalars->totals[kScanTotal], stream, in,
+                                     chunk_sums, scalars));
   } else {
-    SAMPLERD_CUDA_TRY(LaunchExactSum(ScanKernel<Kind::kMultiplicative>, n, chunk_sums,
-                                     &scalars->totals[0], stream, in, chunk_sums, scalars));
+    SAMPLERD_CUDA_TRY(LaunchExactSum(ScanKernel<Kind::kMultiplicative>, n, 1, chunk_sums,
+                                     &scalars->totals[kScanTotal], stream, in, chunk_sums,
+                                     scalars));
   }
   SAMPLERD_CUDA_TRY(ReadScalars(scalars, &scan, stream));
   check->first_bad = scan.first_bad;
@@ -632,15 +680,8 @@ cudaError_t SummarizeWeights(const float* weights, uint64_t n, WeightSummaryValu
   DeviceScalars* scalars = scalar_buffer.as<DeviceScalars>();
   InitScalarsKernel<<<1, 1, 0, stream>>>(scalars);
   SAMPLERD_CUDA_TRY_LAUNCH();
-  unsigned blocks = 1;
-  SAMPLERD_CUDA_TRY(PersistentGrid(SummaryKernel, chunks, &blocks));
-  SummaryKernel<<<blocks, kSumBlock, 0, stream>>>(weights, n, chunk_sums, scalars);
-  SAMPLERD_CUDA_TRY_LAUNCH();
-  for (uint64_t k = 0; k < 2; ++k) {
-    CombineKernel<<<GridFor(chunks, kBlock), kBlock, 0, stream>>>(chunk_sums + k * chunks, chunks,
-                                                                  &scalars->totals[k]);
-    SAMPLERD_CUDA_TRY_LAUNCH();
-  }
+  SAMPLERD_CUDA_TRY(LaunchExactSum(SummaryKernel, n, 2, chunk_sums, &scalars->totals[0], stream,
+                                   weights, n, chunk_sums, scalars));
   DeviceScalars host;
   SAMPLERD_CUDA_TRY(ReadScalars(scalars, &host, stream));
   const double s1 = TotalOf(host.totals[0]), s2 = TotalOf(host.totals[1]);

@@ -153,7 +153,7 @@ Recomputed RecomputeWeights(const RecomputeParams& params, uint64_t n, const flo
   std::function<double(uint64_t)> raw;
   std::function<bool(uint64_t)> excluded;
   std::vector<float> f;
-  double mean_f = 1;
+  double mean_f = 1, raw_mean = 0;
   if (params.kind == Kind::kLoss) {
     uint64_t seen = 0;
     double ema_max = 0;  // std::max keeps +0 against -0.
@@ -170,8 +170,8 @@ Recomputed RecomputeWeights(const RecomputeParams& params, uint64_t n, const flo
       return stats[i].count > 0 ? static_cast<double>(stats[i].ema_loss) : 0.0;
     });
     const wm::LossFactorRule rule =
-        wm::LossFactorRuleOf(params.has_prior_loss, params.prior_loss, params.epsilon,
-                             params.alpha, seen, ema_sum, static_cast<float>(ema_max), unseen);
+        wm::LossFactorRuleOf(params.has_prior_loss, params.prior_loss, params.epsilon, params.alpha,
+                             seen, ema_sum, static_cast<float>(ema_max), unseen);
     f.resize(n);
     for (uint64_t i = 0; i < n; ++i) {
       f[i] = wm::LossFactor(stats[i].count > 0, stats[i].ema_loss, rule);
@@ -181,14 +181,22 @@ Recomputed RecomputeWeights(const RecomputeParams& params, uint64_t n, const flo
       return wm::LossRaw(weight(base, i), f[i], 1.0 - params.mix, mean_f, params.mix);
     };
     excluded = [&](uint64_t i) { return base != nullptr && base[i] == 0; };
+    double mean_bf = mean_f, mean_b = 1.0;
+    if (base != nullptr) {
+      mean_bf =
+          wm::MeanOf(ExactSum(n, [&](uint64_t i) { return wm::BaseFactorTerm(base[i], f[i]); }), n);
+      mean_b = wm::MeanOf(ExactSum(n, [&](uint64_t i) { return static_cast<double>(base[i]); }), n);
+    }
+    raw_mean = wm::LossRawMean(1.0 - params.mix, mean_f, params.mix, mean_bf, mean_b);
   } else {
     raw = [&](uint64_t i) {
       return wm::MultiplicativeRaw(weight(current, i), stats[i].ema_loss,
                                    stats[i].last_epoch == params.marker, params.eta);
     };
     excluded = [&](uint64_t i) { return current != nullptr && current[i] == 0; };
+    raw_mean = wm::MeanOf(ExactSum(n, raw), n);
   }
-  const wm::ClampRule clamp{wm::MeanOf(ExactSum(n, raw), n), params.clamp_lo, params.clamp_hi};
+  const wm::ClampRule clamp{raw_mean, params.clamp_lo, params.clamp_hi};
   auto clamped = [&](uint64_t i) { return wm::Clamped(raw(i), excluded(i), clamp); };
   const double mean_clamped = wm::MeanOf(ExactSum(n, clamped), n);
   result.weights.resize(n);
@@ -215,7 +223,8 @@ WeightSummaryValues SummarizeWeights(const float* weights, uint64_t n) {
 
 void ApplyLosses(std::vector<SampleLossStats>& stats, const std::vector<uint64_t>& indices,
                  const std::vector<float>& losses, uint16_t marker, float decay) {
-  for (size_t k = 0; k < indices.size(); ++k) ApplyLoss(stats[indices[k]], losses[k], marker, decay);
+  for (size_t k = 0; k < indices.size(); ++k)
+    ApplyLoss(stats[indices[k]], losses[k], marker, decay);
 }
 
 std::vector<float> GatherImportance(const float* weights, const std::vector<uint64_t>& indices) {

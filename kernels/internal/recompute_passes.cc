@@ -112,42 +112,62 @@ SAMPLERD_INLINE exact_sum::ChunkSum SumTerms(const double* t, uint64_t count, in
   return result;
 }
 
-// The chunks' exact sums of a group of chunks: [begin, end), begin a multiple of kSumChunk, holds
-// up to kChunksPerGroup chunks. block_terms(chunk, first, count, terms) writes the terms of
-// samples [first, first + count) (count <= kBlock) of the group's chunk `chunk` to terms[0,
-// count) and returns how many it wrote (count, or 0 for a chunk it gave up: the scan at a bad
-// entry; that chunk's sum is then unspecified). sums[chunk] = the chunk's ChunkSum. The largest
-// term is found block by block, while the block is in L1.
-template <typename BlockTerms>
-SAMPLERD_INLINE void SumChunks(uint64_t begin, uint64_t end, const BlockTerms& block_terms,
-                               exact_sum::ChunkSum* sums) {
-  alignas(64) double terms[kSumChunk];  // 32 KiB: one chunk's terms, in L1 or L2.
+// The chunks' exact sums of kSums series of terms over a group of chunks: [begin, end), begin a
+// multiple of kSumChunk, holds up to kChunksPerGroup chunks. block_terms(chunk, first, count,
+// blocks) writes the terms of samples [first, first + count) (count <= kBlock) of the group's
+// chunk `chunk` to blocks[k][0, count) for each series k and returns how many it wrote (count,
+// or 0 for a chunk it gave up: the scan at a bad entry; that chunk's sums are then unspecified).
+// sums[k][chunk] (k < kSums) = series k's ChunkSum of the chunk. The largest term is found block by
+// block, while the block is in L1.
+template <int kSums, typename BlockTerms>
+SAMPLERD_INLINE void SumChunksOf(uint64_t begin, uint64_t end, const BlockTerms& block_terms,
+                                 exact_sum::ChunkSum* const* sums) {
+  alignas(64) double terms[kSums][kSumChunk];  // 32 KiB per series: a chunk's terms, in L1/L2.
   for (uint64_t chunk = 0; begin + chunk * kSumChunk < end; ++chunk) {
     const uint64_t chunk_begin = begin + chunk * kSumChunk;
     const uint64_t chunk_end = std::min(end, chunk_begin + kSumChunk);
     uint64_t written = 0;
-    int64_t max_bits = 0;
+    int64_t max_bits[kSums] = {};
     for (uint64_t first = chunk_begin; first < chunk_end; first += kBlock) {
       const uint64_t count = std::min(kBlock, chunk_end - first);
-      double* block = terms + (first - chunk_begin);
-      const uint64_t wrote = block_terms(chunk, first, count, block);
-      max_bits = std::max(max_bits, MaxBits(block, wrote));
+      double* blocks[kSums];
+      for (int k = 0; k < kSums; ++k) blocks[k] = terms[k] + (first - chunk_begin);
+      const uint64_t wrote = block_terms(chunk, first, count, blocks);
+      for (int k = 0; k < kSums; ++k)
+        max_bits[k] = std::max(max_bits[k], MaxBits(blocks[k], wrote));
       written += wrote;
       if (wrote < count) break;
     }
-    sums[chunk] = SumTerms(terms, written, max_bits);
+    for (int k = 0; k < kSums; ++k) sums[k][chunk] = SumTerms(terms[k], written, max_bits[k]);
   }
+}
+
+// One series: block_terms(chunk, first, count, terms) writes to terms[0, count).
+template <typename BlockTerms>
+SAMPLERD_INLINE void SumChunks(uint64_t begin, uint64_t end, const BlockTerms& block_terms,
+                               exact_sum::ChunkSum* sums) {
+  exact_sum::ChunkSum* const series[1] = {sums};
+  SumChunksOf<1>(
+      begin, end,
+      [&](uint64_t chunk, uint64_t first, uint64_t count, double* const* blocks)
+          __attribute__((always_inline)) { return block_terms(chunk, first, count, blocks[0]); },
+      series);
 }
 
 // ---- ScanChunks
 
-// Validates samples [first, first + count) into `scan` and writes the block's terms (kLoss: the
-// EMAs of the seen samples, +0 for the others; kMultiplicative: raw_i). Returns false at a bad
-// entry, with scan.first_bad set.
+// The series the scan sums: the EMAs (kLoss) or raw_i (kMultiplicative), and for kLoss with
+// base weights the base weights too.
+template <LossWeightKind kKind, bool kBase>
+constexpr int kScanSums = kKind == LossWeightKind::kLoss&& kBase ? 2 : 1;
+
+// Validates samples [first, first + count) into `scan` and writes the block's terms: terms[0]
+// (kLoss: the EMAs of the seen samples, +0 for the others; kMultiplicative: raw_i) and for kLoss
+// with base weights terms[1] (base_i). Returns false at a bad entry, with scan.first_bad set.
 template <LossWeightKind kKind, bool kBase, bool kCurrent>
 SAMPLERD_INLINE bool ScanBlock(const RecomputeArrays& a, const RawWeightRule& rule, uint64_t first,
                                uint64_t count, ChunkScan& scan, uint32_t& ema_max_bits,
-                               double* terms) {
+                               double* const* terms) {
   // Reductions of this loop only (the vectoriser takes those of an innermost loop).
   uint32_t bad = 0, base_positive = 0, current_positive = 0, unseen = 0, max_bits = 0, seen = 0;
   for (uint64_t j = 0; j < count; ++j) {
@@ -171,11 +191,12 @@ SAMPLERD_INLINE bool ScanBlock(const RecomputeArrays& a, const RawWeightRule& ru
       unseen |= seen_i ^ 1;
       // The largest EMA by its bits (non-negative floats order like their bits; -0 as +0).
       max_bits = std::max(max_bits, ema_bits & -(seen_i & (ema_bits != 0x80000000u)));
-      terms[j] = Select(seen_i, FloatFromBits(ema_bits), 0.0);
+      terms[0][j] = Select(seen_i, FloatFromBits(ema_bits), 0.0);
+      if constexpr (kBase) terms[1][j] = a.base[i];
     } else if constexpr (kKind == LossWeightKind::kMultiplicative) {
-      terms[j] = RawAt<kKind, kCurrent>(a, rule, 0.0, i);
+      terms[0][j] = RawAt<kKind, kCurrent>(a, rule, 0.0, i);
     } else {
-      terms[j] = 0;
+      terms[0][j] = 0;
     }
   }
   if (bad) {
@@ -197,12 +218,15 @@ SAMPLERD_INLINE bool ScanBlock(const RecomputeArrays& a, const RawWeightRule& ru
 template <LossWeightKind kKind, bool kBase, bool kCurrent>
 SAMPLERD_INLINE void ScanTyped(const RecomputeArrays& a, const RawWeightRule& rule, uint64_t begin,
                                uint64_t end, ChunkScan* scans) {
+  constexpr int kSums = kScanSums<kKind, kBase>;
   ChunkScan chunk_scan[kChunksPerGroup];
   uint32_t ema_max_bits[kChunksPerGroup] = {};
-  exact_sum::ChunkSum sums[kChunksPerGroup];
-  SumChunks(
+  exact_sum::ChunkSum sums[kSums][kChunksPerGroup];
+  exact_sum::ChunkSum* series[kSums];
+  for (int k = 0; k < kSums; ++k) series[k] = sums[k];
+  SumChunksOf<kSums>(
       begin, end,
-      [&](uint64_t chunk, uint64_t first, uint64_t count, double* terms)
+      [&](uint64_t chunk, uint64_t first, uint64_t count, double* const* terms)
           __attribute__((always_inline))
               ->uint64_t {
                 if (chunk_scan[chunk].first_bad != kNoSample) return 0;
@@ -211,12 +235,13 @@ SAMPLERD_INLINE void ScanTyped(const RecomputeArrays& a, const RawWeightRule& ru
                            ? count
                            : 0;
               },
-      sums);
+      series);
   const uint64_t chunks = (end - begin + kSumChunk - 1) / kSumChunk;
   for (uint64_t chunk = 0; chunk < chunks; ++chunk) {
     ChunkScan& scan = chunk_scan[chunk];
     scan.ema_max = FloatFromBits(ema_max_bits[chunk]);
-    (kKind == LossWeightKind::kLoss ? scan.ema_sum : scan.raw_sum) = sums[chunk];
+    (kKind == LossWeightKind::kLoss ? scan.ema_sum : scan.raw_sum) = sums[0][chunk];
+    if constexpr (kSums == 2) scan.base_sum = sums[1][chunk];
     scans[chunk] = scan;
   }
 }
@@ -250,52 +275,61 @@ SAMPLERD_INLINE void ScanLoop(const RecomputeArrays& a, const RawWeightRule& rul
 
 // ---- LossFactorsChunks
 
+// The factors of samples [first, first + count) (count <= kBlock) into out and x[0, count).
+SAMPLERD_INLINE void LossFactorsBlock(SimdLevel level, const RecomputeArrays& a,
+                                      const LossFactorParams& p, uint64_t first, uint64_t count,
+                                      double* x) {
+  for (uint64_t j = 0; j < count; ++j) {
+    const uint64_t word = StatsWord(a.stats + first + j);
+    x[j] = weight_math::LossX(CountOf(word) != 0, FloatFromBits(EmaBits(word)), p);
+  }
+  // weight_math::LossFactor, with Log2 and Exp2 batched.
+  if (p.alpha == 1.0) {
+    for (uint64_t j = 0; j < count; ++j) x[j] = weight_math::LossRatio(x[j], p);
+  } else {  // (x / x_max)^alpha = 2^(alpha (log2 x - log2 x_max)).
+    Log2ManyWith(level, x, count, x);
+    for (uint64_t j = 0; j < count; ++j) x[j] = weight_math::LossExponent(x[j], p);
+    Exp2ManyWith(level, x, count, x);
+  }
+  for (uint64_t j = 0; j < count; ++j) {
+    const float f = static_cast<float>(x[j]);
+    a.out[first + j] = f;
+    x[j] = f;
+  }
+}
+
 SAMPLERD_INLINE void LossFactorsLoop(SimdLevel level, const RecomputeArrays& a,
                                      const LossFactorParams& p, uint64_t begin, uint64_t end,
-                                     exact_sum::ChunkSum* sums) {
-  SumChunks(
+                                     exact_sum::ChunkSum* sums,
+                                     exact_sum::ChunkSum* base_factor_sums) {
+  if (a.base == nullptr) {
+    SumChunks(
+        begin, end,
+        [&](uint64_t, uint64_t first, uint64_t count, double* x) __attribute__((always_inline))
+            ->uint64_t {
+              LossFactorsBlock(level, a, p, first, count, x);
+              return count;
+            },
+        sums);
+    return;
+  }
+  exact_sum::ChunkSum* const series[2] = {sums, base_factor_sums};
+  SumChunksOf<2>(
       begin, end,
-      [&](uint64_t, uint64_t first, uint64_t count, double* x) __attribute__((always_inline))
-          ->uint64_t {
-            for (uint64_t j = 0; j < count; ++j) {
-              const uint64_t word = StatsWord(a.stats + first + j);
-              x[j] = weight_math::LossX(CountOf(word) != 0, FloatFromBits(EmaBits(word)), p);
-            }
-            // weight_math::LossFactor, with Log2 and Exp2 batched.
-            if (p.alpha == 1.0) {
-              for (uint64_t j = 0; j < count; ++j) x[j] = weight_math::LossRatio(x[j], p);
-            } else {  // (x / x_max)^alpha = 2^(alpha (log2 x - log2 x_max)).
-              Log2ManyWith(level, x, count, x);
-              for (uint64_t j = 0; j < count; ++j) x[j] = weight_math::LossExponent(x[j], p);
-              Exp2ManyWith(level, x, count, x);
-            }
-            for (uint64_t j = 0; j < count; ++j) {
-              const float f = static_cast<float>(x[j]);
-              a.out[first + j] = f;
-              x[j] = f;
-            }
-            return count;
-          },
-      sums);
+      [&](uint64_t, uint64_t first, uint64_t count, double* const* terms)
+          __attribute__((always_inline))
+              ->uint64_t {
+                LossFactorsBlock(level, a, p, first, count, terms[0]);
+                for (uint64_t j = 0; j < count; ++j) {
+                  terms[1][j] = weight_math::BaseFactorTerm(a.base[first + j],
+                                                            static_cast<float>(terms[0][j]));
+                }
+                return count;
+              },
+      series);
 }
 
-// ---- SumRawChunks, SumClampedChunks, WriteWeightsRange
-
-template <LossWeightKind kKind, bool kWeights>
-SAMPLERD_INLINE void SumRawTyped(const RecomputeArrays& a, const RawWeightRule& rule,
-                                 uint64_t begin, uint64_t end, exact_sum::ChunkSum* sums) {
-  const double one_minus_mix = 1.0 - rule.mix;
-  SumChunks(
-      begin, end,
-      [&](uint64_t, uint64_t first, uint64_t count, double* terms) __attribute__((always_inline))
-          ->uint64_t {
-            for (uint64_t j = 0; j < count; ++j) {
-              terms[j] = RawAt<kKind, kWeights>(a, rule, one_minus_mix, first + j);
-            }
-            return count;
-          },
-      sums);
-}
+// ---- SumClampedChunks, WriteWeightsRange
 
 template <LossWeightKind kKind, bool kWeights>
 SAMPLERD_INLINE void SumClampedTyped(const RecomputeArrays& a, const RawWeightRule& rule,
@@ -334,11 +368,6 @@ SAMPLERD_INLINE void WriteTyped(const RecomputeArrays& a, const RawWeightRule& r
               ? Typed<LossWeightKind::kMultiplicative, true>(a, rule, __VA_ARGS__)         \
               : Typed<LossWeightKind::kMultiplicative, false>(a, rule, __VA_ARGS__)))
 
-SAMPLERD_INLINE void SumRawLoop(const RecomputeArrays& a, const RawWeightRule& rule, uint64_t begin,
-                                uint64_t end, exact_sum::ChunkSum* sums) {
-  SAMPLERD_BY_RULE(SumRawTyped, a, rule, begin, end, sums);
-}
-
 SAMPLERD_INLINE void SumClampedLoop(const RecomputeArrays& a, const RawWeightRule& rule,
                                     const ClampRule& clamp, uint64_t begin, uint64_t end,
                                     exact_sum::ChunkSum* sums) {
@@ -375,12 +404,9 @@ SAMPLERD_PER_LEVEL(Scan,
                    (a, rule, b, e, scans))
 SAMPLERD_PER_LEVEL(LossFactors,
                    (SimdLevel level, const RecomputeArrays& a, const LossFactorParams& p,
-                    uint64_t b, uint64_t e, exact_sum::ChunkSum* sums),
-                   (level, a, p, b, e, sums))
-SAMPLERD_PER_LEVEL(SumRaw,
-                   (const RecomputeArrays& a, const RawWeightRule& rule, uint64_t b, uint64_t e,
-                    exact_sum::ChunkSum* sums),
-                   (a, rule, b, e, sums))
+                    uint64_t b, uint64_t e, exact_sum::ChunkSum* sums,
+                    exact_sum::ChunkSum* base_factor_sums),
+                   (level, a, p, b, e, sums, base_factor_sums))
 SAMPLERD_PER_LEVEL(SumClamped,
                    (const RecomputeArrays& a, const RawWeightRule& rule, const ClampRule& c,
                     uint64_t b, uint64_t e, exact_sum::ChunkSum* sums),
@@ -399,13 +425,9 @@ void ScanChunks(SimdLevel level, const RecomputeArrays& arrays, const RawWeightR
 
 void LossFactorsChunks(SimdLevel level, const RecomputeArrays& arrays,
                        const LossFactorParams& params, uint64_t begin, uint64_t end,
-                       exact_sum::ChunkSum* sums) {
-  SAMPLERD_CHOOSE_LEVEL(level, LossFactors, (level, arrays, params, begin, end, sums));
-}
-
-void SumRawChunks(SimdLevel level, const RecomputeArrays& arrays, const RawWeightRule& rule,
-                  uint64_t begin, uint64_t end, exact_sum::ChunkSum* sums) {
-  SAMPLERD_CHOOSE_LEVEL(level, SumRaw, (arrays, rule, begin, end, sums));
+                       exact_sum::ChunkSum* sums, exact_sum::ChunkSum* base_factor_sums) {
+  SAMPLERD_CHOOSE_LEVEL(level, LossFactors,
+                        (level, arrays, params, begin, end, sums, base_factor_sums));
 }
 
 void SumClampedChunks(SimdLevel level, const RecomputeArrays& arrays, const RawWeightRule& rule,

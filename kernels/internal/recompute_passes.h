@@ -41,6 +41,7 @@ struct RecomputeArrays {
 // arithmetic is weight_math.h's LossRaw and MultiplicativeRaw):
 //   kLoss:           raw_i = base_i ((1 - mix) f_i / mean_f + mix), f_i read from out[i]
 //                    (LossFactorsChunks wrote it); excluded (weight exactly 0): base_i == 0.
+//                    Their mean is weight_math::LossRawMean, from the factor pass's sums.
 //   kMultiplicative: raw_i = current_i (1 + eta ema_i) if stats_i.last_epoch == marker (seen
 //                    in the closed epoch), else current_i; excluded: current_i == 0.
 struct RawWeightRule {
@@ -61,11 +62,13 @@ struct ChunkScan {
   bool base_positive = false;     // Some base weight > 0 (false when base is nullptr).
   bool current_positive = false;  // Some current weight > 0 (false when current is nullptr).
   // kLoss: the samples with count > 0 ("seen"): how many, the sum of their EMAs and the largest
-  // EMA (0 if none); whether any sample is unseen.
+  // EMA (0 if none); whether any sample is unseen; with base weights, the sum of base_i (for
+  // weight_math::LossRawMean).
   uint64_t seen = 0;
   exact_sum::ChunkSum ema_sum;  // Of the seen samples' EMAs.
   float ema_max = 0;
   bool unseen = false;
+  exact_sum::ChunkSum base_sum;
   // kMultiplicative: the sum of raw_i.
   exact_sum::ChunkSum raw_sum;
 };
@@ -81,15 +84,13 @@ void ScanChunks(SimdLevel level, const RecomputeArrays& arrays, const RawWeightR
                 uint64_t begin, uint64_t end, ChunkScan* scans);
 
 // The loss factors of the LOSS policy, weight_math::LossFactor (f_i = (x_i / x_max)^alpha),
-// written to out[i] as floats; sums[c] = the exact sum of the floats (as doubles) of chunk c.
+// written to out[i] as floats; sums[c] = the exact sum of the floats (as doubles) of chunk c,
+// and, with base weights, base_factor_sums[c] = the exact sum of weight_math::BaseFactorTerm
+// (base_i f_i) of chunk c (base_factor_sums is not written without base weights).
 using LossFactorParams = weight_math::LossFactorRule;
 void LossFactorsChunks(SimdLevel level, const RecomputeArrays& arrays,
                        const LossFactorParams& params, uint64_t begin, uint64_t end,
-                       exact_sum::ChunkSum* sums);
-
-// sums[c] = the exact sum of raw_i (RawWeightRule) over chunk c.
-void SumRawChunks(SimdLevel level, const RecomputeArrays& arrays, const RawWeightRule& rule,
-                  uint64_t begin, uint64_t end, exact_sum::ChunkSum* sums);
+                       exact_sum::ChunkSum* sums, exact_sum::ChunkSum* base_factor_sums);
 
 // The clamp between the two normalisations, weight_math::Clamped: c_i = 0 for an excluded
 // sample, else std::clamp(mean > 0 ? raw_i / mean : 1.0, lo, hi), with `mean` the mean raw

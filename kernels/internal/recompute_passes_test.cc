@@ -1,7 +1,7 @@
 #include "kernels/internal/recompute_passes.h"
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -21,26 +21,48 @@ bool Same(const exact_sum::ChunkSum& a, const exact_sum::ChunkSum& b) {
   return a.exponent == b.exponent && a.sum == b.sum;
 }
 
-// The chunk sums of the passes are the exact sums of their terms (exact_sum.h): the factors' sum
-// equals SumChunk over the factors the pass wrote.
-TEST(RecomputePassesTest, FactorSumsAreTheExactSumsOfTheFactors) {
+// The chunk sums of the passes are the exact sums of their terms (exact_sum.h): the factors'
+// sum equals SumChunk over the factors the pass wrote, the base-times-factor sum SumChunk over
+// base_i f_i (in double), and the scan's base sum SumChunk over the base weights.
+TEST(RecomputePassesTest, PassSumsAreTheExactSumsOfTheirTerms) {
   const uint64_t n = 2 * kSumChunk + 17;
-  const std::vector<float> u = RandomWeights(n, 4, 0.0);
+  const std::vector<float> u = RandomWeights(n, 4, 0.0), base = RandomWeights(n, 5, 0.1);
   std::vector<SampleLossStats> stats(n);
   for (uint64_t i = 0; i < n; ++i) stats[i] = {u[i] * 1e6f * u[i], 1, 1};
-  std::vector<float> out(n);
   LossFactorParams factors;
   factors.epsilon = 1e-3;
   factors.alpha = 2;
   factors.x_max = 17e6;
   factors.log2_x_max = det::Log2(factors.x_max);
-  exact_sum::ChunkSum sums[kChunksPerGroup];
-  LossFactorsChunks(BestSimdLevel(), {nullptr, nullptr, stats.data(), out.data()}, factors, 0, n,
-                    sums);
-  for (uint64_t c = 0; c < 3; ++c) {
-    std::vector<double> f(out.begin() + c * kSumChunk,
-                          out.begin() + std::min(n, (c + 1) * kSumChunk));
-    EXPECT_TRUE(Same(sums[c], exact_sum::SumChunk(f.data(), f.size()))) << c;
+  auto chunk_of = [&](const std::vector<double>& terms, uint64_t c) {
+    const std::vector<double> chunk(terms.begin() + c * kSumChunk,
+                                    terms.begin() + std::min(n, (c + 1) * kSumChunk));
+    return exact_sum::SumChunk(chunk.data(), chunk.size());
+  };
+  for (const bool with_base : {false, true}) {
+    SCOPED_TRACE(with_base ? "with base weights" : "without base weights");
+    std::vector<float> out(n);
+    const RecomputeArrays arrays{with_base ? base.data() : nullptr, nullptr, stats.data(),
+                                 out.data()};
+    exact_sum::ChunkSum sums[kChunksPerGroup], base_factor_sums[kChunksPerGroup];
+    LossFactorsChunks(BestSimdLevel(), arrays, factors, 0, n, sums,
+                      with_base ? base_factor_sums : nullptr);
+    std::vector<double> f(n), bf(n);
+    for (uint64_t i = 0; i < n; ++i) {
+      f[i] = out[i];
+      bf[i] = double{base[i]} * double{out[i]};
+    }
+    for (uint64_t c = 0; c < 3; ++c) {
+      EXPECT_TRUE(Same(sums[c], chunk_of(f, c))) << c;
+      if (with_base) EXPECT_TRUE(Same(base_factor_sums[c], chunk_of(bf, c))) << c;
+    }
+    if (!with_base) continue;
+    RawWeightRule rule;
+    rule.kind = LossWeightKind::kLoss;
+    std::vector<ChunkScan> scans(kChunksPerGroup);
+    ScanChunks(BestSimdLevel(), arrays, rule, 0, n, scans.data());
+    const std::vector<double> b(base.begin(), base.end());
+    for (uint64_t c = 0; c < 3; ++c) EXPECT_TRUE(Same(scans[c].base_sum, chunk_of(b, c))) << c;
   }
 }
 
@@ -73,7 +95,7 @@ TEST(RecomputePassesTest, EveryLevelMatchesScalar) {
     rule.eta = 3;
     rule.marker = 2;
     ScanChunks(level, arrays, rule, 0, n, r.scans.data());
-    exact_sum::ChunkSum sums[kChunksPerGroup];
+    exact_sum::ChunkSum sums[kChunksPerGroup], base_factor_sums[kChunksPerGroup];
     if (kind == LossWeightKind::kLoss) {
       LossFactorParams factors;
       factors.prior = 0.3;
@@ -81,10 +103,9 @@ TEST(RecomputePassesTest, EveryLevelMatchesScalar) {
       factors.alpha = 0.7;
       factors.x_max = 4.2;
       factors.log2_x_max = det::Log2(factors.x_max);
-      LossFactorsChunks(level, arrays, factors, 0, n, sums);
+      LossFactorsChunks(level, arrays, factors, 0, n, sums, base_factor_sums);
       r.sums.insert(r.sums.end(), sums, sums + kChunksPerGroup);
-      SumRawChunks(level, arrays, rule, 0, n, sums);
-      r.sums.insert(r.sums.end(), sums, sums + kChunksPerGroup);
+      r.sums.insert(r.sums.end(), base_factor_sums, base_factor_sums + kChunksPerGroup);
     }
     const ClampRule clamp{1.3, 0.2, 3};
     SumClampedChunks(level, arrays, rule, clamp, 0, n, sums);
@@ -103,6 +124,7 @@ TEST(RecomputePassesTest, EveryLevelMatchesScalar) {
         EXPECT_TRUE(Same(got.scans[c].ema_sum, want.scans[c].ema_sum)) << l;
         EXPECT_EQ(got.scans[c].ema_max, want.scans[c].ema_max) << l;
         EXPECT_TRUE(Same(got.scans[c].raw_sum, want.scans[c].raw_sum)) << l;
+        EXPECT_TRUE(Same(got.scans[c].base_sum, want.scans[c].base_sum)) << l;
       }
       ASSERT_EQ(got.sums.size(), want.sums.size());
       for (size_t k = 0; k < got.sums.size(); ++k) {
