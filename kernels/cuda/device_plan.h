@@ -57,13 +57,17 @@ template <typename Index>
 cudaError_t UniformDraws(uint64_t seed, uint64_t epoch, uint64_t n, uint64_t first, uint64_t count,
                          Index* out, cudaStream_t stream);
 
-// The exclusive prefix sums of the quantised weights and a guide table: weighted draws with
-// replacement. Owns device memory (FreeDrawTable).
+// The draw table of weighted draws with replacement: the exclusive prefix sums of the
+// quantised weights at every kDrawBlock-th sample (plan_math.h) and a guide table over those
+// blocks; a draw recomputes the q of one block from the weights. Owns device memory
+// (FreeDrawTable), ~1.1 B per sample; borrows `weights`, which must outlive the table's draws.
 struct DeviceDrawTable {
   uint64_t num_samples = 0;
-  uint64_t total = 0;          // T = prefix[N] (read back to the host while building).
-  uint64_t* prefix = nullptr;  // N + 1 entries.
-  void* guide = nullptr;       // 2^guide_bits entries of Index: the draw of r = k << (64 - bits).
+  uint64_t total = 0;                // T (read back to the host while building).
+  double scale = 0;                  // QuantisationScale.
+  const float* weights = nullptr;    // The N weights (borrowed).
+  uint64_t* block_prefix = nullptr;  // DrawBlocks(N) + 1 entries: prefix[b kDrawBlock], then T.
+  void* guide = nullptr;  // 2^guide_bits entries of Index: the block of r = k << (64 - bits).
   int guide_bits = 0;
 };
 // n weights, finite, >= 0, at least one > 0; max_weight_bits: WeightScan::max_bits.

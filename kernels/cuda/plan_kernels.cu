@@ -1,5 +1,5 @@
 // Element-wise plan kernels: weight scan, sequential plans, draws with replacement (uniform and
-// through the quantised prefix sums), shard extraction. See device_plan.h.
+// through the quantised prefix sums of blocks of samples), shard extraction. See device_plan.h.
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/iterator/transform_iterator.h>
 
@@ -90,22 +90,23 @@ __global__ void __launch_bounds__(kBlock)
 
 // ---- Weighted draws ----------------------------------------------------------------------------
 
-// q_i for i < n, 0 at i = n: the exclusive scan of n + 1 of them ends with T.
-struct QuantisedWeight {
+// The scan's input: block b's sum of q for b < DrawBlocks(n), 0 at b = DrawBlocks(n), so that
+// the exclusive scan of DrawBlocks(n) + 1 of them ends with T.
+struct BlockSum {
   const float* weights;
   uint64_t n;
   double scale;
-  __device__ uint64_t operator()(uint64_t i) const {
-    return i < n ? Quantise(weights[i], scale) : 0;
+  __device__ uint64_t operator()(uint64_t block) const {
+    return BlockQuantisedSum(weights, n, scale, block);
   }
 };
 
-// The largest i in [lo, hi] with prefix[i] <= t (prefix[lo] <= t).
-__device__ __forceinline__ uint64_t LastAtOrBelow(const uint64_t* prefix, uint64_t lo, uint64_t hi,
-                                                  uint64_t t) {
+// The largest b in [lo, hi] with block_prefix[b] <= t (block_prefix[lo] <= t).
+__device__ __forceinline__ uint64_t LastAtOrBelow(const uint64_t* block_prefix, uint64_t lo,
+                                                  uint64_t hi, uint64_t t) {
   while (lo < hi) {
     const uint64_t mid = lo + (hi - lo + 1) / 2;
-    if (prefix[mid] <= t) {
+    if (block_prefix[mid] <= t) {
       lo = mid;
     } else {
       hi = mid - 1;
@@ -114,38 +115,43 @@ __device__ __forceinline__ uint64_t LastAtOrBelow(const uint64_t* prefix, uint64
   return lo;
 }
 
-// guide[k] = the draw of the smallest t of the r-range k, t = floor((k << shift) * T / 2^64).
+// guide[k] = the block of the smallest t of the r-range k, t = floor((k << shift) * T / 2^64):
+// the largest block b with block_prefix[b] <= t (below `blocks`, as block_prefix[blocks] = T).
 template <typename Index>
 __global__ void __launch_bounds__(kBlock)
-    GuideKernel(const uint64_t* prefix, uint64_t n, uint64_t total, int bits, Index* guide) {
+    GuideKernel(const uint64_t* block_prefix, uint64_t blocks, uint64_t total, int bits,
+                Index* guide) {
   const uint64_t entries = uint64_t{1} << bits;
   for (uint64_t k = GlobalThread(); k < entries; k += GridStride()) {
     const uint64_t t = MulHi64(k << (64 - bits), total);
-    guide[k] = static_cast<Index>(LastAtOrBelow(prefix, 0, n - 1, t));
+    guide[k] = static_cast<Index>(LastAtOrBelow(block_prefix, 0, blocks - 1, t));
   }
 }
 
-// The draw for r: the i with prefix[i] <= t < prefix[i+1] lies in [guide[k], guide[k+1]] (the
-// last range: [guide[k], n - 1]), t being nondecreasing in r.
+// The draw for r: its block b (the largest with block_prefix[b] <= t, so t < block_prefix[b +
+// 1]) lies in [guide[k], guide[k+1]] (the last range: [guide[k], blocks - 1]), t being
+// nondecreasing in r; then DrawInBlock recomputes the block's q from its weights.
 template <typename Index>
 __global__ void __launch_bounds__(kBlock)
-    WeightedDrawsKernel(const uint64_t* prefix, const Index* guide, int bits, uint64_t n,
-                        uint64_t total, uint64_t seed, uint64_t epoch, uint64_t first,
-                        uint64_t count, Index* out) {
-  const uint64_t entries = uint64_t{1} << bits;
+    WeightedDrawsKernel(DeviceDrawTable table, const Index* guide, uint64_t seed, uint64_t epoch,
+                        uint64_t first, uint64_t count, Index* out) {
+  const uint64_t entries = uint64_t{1} << table.guide_bits;
+  const uint64_t blocks = DrawBlocks(table.num_samples);
+  const uint64_t* prefix = table.block_prefix;
   for (uint64_t j = GlobalThread(); j < count; j += GridStride()) {
     const uint64_t r = RandomBits64(seed, epoch, RandomStream::kDraw, first + j);
-    const uint64_t t = MulHi64(r, total);
-    const uint64_t k = r >> (64 - bits);
+    const uint64_t t = MulHi64(r, table.total);
+    const uint64_t k = r >> (64 - table.guide_bits);
     const uint64_t lo = guide[k];
-    const uint64_t hi = k + 1 < entries ? static_cast<uint64_t>(guide[k + 1]) : n - 1;
-    uint64_t i = lo;
+    const uint64_t hi = k + 1 < entries ? static_cast<uint64_t>(guide[k + 1]) : blocks - 1;
+    uint64_t b = lo;
     if (hi - lo <= 8) {
-      while (i < hi && prefix[i + 1] <= t) ++i;  // Usually 0-2 steps in one or two sectors.
+      while (b < hi && prefix[b + 1] <= t) ++b;  // Usually 0-2 steps in one sector.
     } else {
-      i = LastAtOrBelow(prefix, lo, hi, t);
+      b = LastAtOrBelow(prefix, lo, hi, t);
     }
-    out[j] = static_cast<Index>(i);
+    out[j] = static_cast<Index>(
+        DrawInBlock(table.weights, table.num_samples, table.scale, b, prefix[b], t));
   }
 }
 
@@ -163,7 +169,8 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
-// Bits of the guide table: 2^g entries with N/4 < 2^g <= N/2 (at least 2), as on the CPU.
+// Bits of a guide table over n entries: 2^g with n/4 < 2^g <= n/2 (at least 2), as the CPU's over
+// samples.
 int GuideBits(uint64_t n) {
   const int g = BitWidth(n) - 2;
   return g < 1 ? 1 : g;
@@ -218,30 +225,35 @@ cudaError_t BuildDrawTable(const float* weights, uint64_t n, uint32_t max_weight
   }
   DeviceDrawTable built;
   built.num_samples = n;
-  built.guide_bits = GuideBits(n);
-  const double scale = QuantisationScale(n, max_weight_bits);
-  SAMPLERD_CUDA_TRY(cudaMallocAsync(&built.prefix, (n + 1) * sizeof(uint64_t), stream));
+  built.weights = weights;
+  built.scale = QuantisationScale(n, max_weight_bits);
+  const uint64_t blocks = DrawBlocks(n);
+  // Guide entries as on the CPU, but over blocks: blocks / 4 < 2^g <= blocks / 2 (at least 2).
+  built.guide_bits = GuideBits(blocks);
+  SAMPLERD_CUDA_TRY(
+      cudaMallocAsync(&built.block_prefix, (blocks + 1) * sizeof(uint64_t), stream));
   cudaError_t error = [&]() -> cudaError_t {
-    // Exclusive prefix sums of n + 1 quantised weights (the last 0): prefix[n] = T. Integers:
-    // exact in any order, so CUB's tree equals the CPU's loop.
-    const auto q = thrust::make_transform_iterator(thrust::counting_iterator<uint64_t>(0),
-                                                   QuantisedWeight{weights, n, scale});
+    // Exclusive prefix sums of the blocks' sums (and a last 0): block_prefix[blocks] = T.
+    // Integers: exact in any order, so CUB's tree equals the CPU's loop.
+    const auto sums = thrust::make_transform_iterator(thrust::counting_iterator<uint64_t>(0),
+                                                      BlockSum{weights, n, built.scale});
     size_t temp_bytes = 0;
-    SAMPLERD_CUDA_TRY(
-        cub::DeviceScan::ExclusiveSum(nullptr, temp_bytes, q, built.prefix, n + 1, stream));
+    SAMPLERD_CUDA_TRY(cub::DeviceScan::ExclusiveSum(nullptr, temp_bytes, sums, built.block_prefix,
+                                                    blocks + 1, stream));
     AsyncBuffer temp;
     SAMPLERD_CUDA_TRY(temp.Allocate(temp_bytes, stream));
-    SAMPLERD_CUDA_TRY(cub::DeviceScan::ExclusiveSum(temp.as<void>(), temp_bytes, q, built.prefix,
-                                                    n + 1, stream));
+    SAMPLERD_CUDA_TRY(cub::DeviceScan::ExclusiveSum(temp.as<void>(), temp_bytes, sums,
+                                                    built.block_prefix, blocks + 1, stream));
     temp.Release();
-    SAMPLERD_CUDA_TRY(cudaMemcpyAsync(&built.total, built.prefix + n, sizeof(uint64_t),
+    SAMPLERD_CUDA_TRY(cudaMemcpyAsync(&built.total, built.block_prefix + blocks, sizeof(uint64_t),
                                       cudaMemcpyDeviceToHost, stream));
     SAMPLERD_CUDA_TRY(cudaStreamSynchronize(stream));
     if (built.total == 0) return cudaErrorInvalidValue;  // All weights 0: not validated.
     const uint64_t entries = uint64_t{1} << built.guide_bits;
     SAMPLERD_CUDA_TRY(cudaMallocAsync(&built.guide, entries * sizeof(Index), stream));
     GuideKernel<Index><<<GridFor(entries, kBlock), kBlock, 0, stream>>>(
-        built.prefix, n, built.total, built.guide_bits, static_cast<Index*>(built.guide));
+        built.block_prefix, blocks, built.total, built.guide_bits,
+        static_cast<Index*>(built.guide));
     SAMPLERD_CUDA_TRY_LAUNCH();
     return cudaSuccess;
   }();
@@ -255,7 +267,7 @@ cudaError_t BuildDrawTable(const float* weights, uint64_t n, uint32_t max_weight
 
 cudaError_t FreeDrawTable(DeviceDrawTable* table, cudaStream_t stream) {
   cudaError_t first = cudaSuccess;
-  if (table->prefix != nullptr) first = cudaFreeAsync(table->prefix, stream);
+  if (table->block_prefix != nullptr) first = cudaFreeAsync(table->block_prefix, stream);
   if (table->guide != nullptr) {
     const cudaError_t e = cudaFreeAsync(table->guide, stream);
     if (first == cudaSuccess) first = e;
@@ -268,12 +280,12 @@ template <typename Index>
 cudaError_t WeightedDraws(const DeviceDrawTable& table, uint64_t seed, uint64_t epoch,
                           uint64_t first, uint64_t count, Index* out, cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
-  if (out == nullptr || table.prefix == nullptr || table.guide == nullptr || table.total == 0) {
+  if (out == nullptr || table.block_prefix == nullptr || table.guide == nullptr ||
+      table.weights == nullptr || table.total == 0) {
     return cudaErrorInvalidValue;
   }
   WeightedDrawsKernel<Index><<<GridFor(count, kBlock), kBlock, 0, stream>>>(
-      table.prefix, static_cast<const Index*>(table.guide), table.guide_bits, table.num_samples,
-      table.total, seed, epoch, first, count, out);
+      table, static_cast<const Index*>(table.guide), seed, epoch, first, count, out);
   SAMPLERD_CUDA_TRY_LAUNCH();
   return cudaSuccess;
 }

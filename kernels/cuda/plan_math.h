@@ -83,7 +83,7 @@ class SwapWords {
   SAMPLERD_HD uint32_t SwapTarget(uint32_t i) {
     const uint32_t range = i + 1;
     uint64_t product = static_cast<uint64_t>(Next()) * range;
-    if (static_cast<uint32_t>(product) < range) {  // Rare: maybe in the biased tail.
+    if (static_cast<uint32_t>(product) < range) {       // Rare: maybe in the biased tail.
       const uint32_t threshold = (0u - range) % range;  // 2^32 mod range.
       while (static_cast<uint32_t>(product) < threshold) {
         product = static_cast<uint64_t>(Next()) * range;
@@ -115,6 +115,41 @@ SAMPLERD_HD double QuantisationScale(uint64_t n, uint32_t max_weight_bits) {
   const int max_exp =
       static_cast<int>((det::Bits(static_cast<double>(w_max)) >> 52) & 0x7ff) - 1023 + 1;
   return det::Pow2(62 - BitWidth(n) - max_exp);
+}
+
+// The device's draw table keeps the exclusive prefix sums of q only at every kDrawBlock-th sample
+// (the block prefix: block_prefix[b] = prefix[b * kDrawBlock], 1 B per sample instead of 8) and
+// recomputes the q of one block from its weights at each draw: a block's 8 weights are one
+// 32-byte sector, as prefix[i] and prefix[i + 1] were. The draw is the definition's (the i with
+// prefix[i] <= t < prefix[i + 1]); only where the sums are kept changed.
+constexpr uint64_t kDrawBlock = 8;
+
+// Blocks of n samples.
+SAMPLERD_HD uint64_t DrawBlocks(uint64_t n) { return (n + kDrawBlock - 1) / kDrawBlock; }
+
+// The sum of q over block b (samples [b kDrawBlock, min(n, (b + 1) kDrawBlock))); 0 for b >=
+// DrawBlocks(n) (the scan's last entry).
+SAMPLERD_HD uint64_t BlockQuantisedSum(const float* weights, uint64_t n, double scale,
+                                       uint64_t block) {
+  uint64_t sum = 0;
+  const uint64_t first = block * kDrawBlock;
+  for (uint64_t i = first; i < first + kDrawBlock && i < n; ++i) sum += Quantise(weights[i], scale);
+  return sum;
+}
+
+// The draw for t within block b, given block_start = prefix[b kDrawBlock] <= t < the block's
+// end prefix: the i of the block with prefix[i] <= t < prefix[i + 1] (a zero weight's q = 0
+// is never the answer: its prefix[i + 1] equals prefix[i]).
+SAMPLERD_HD uint64_t DrawInBlock(const float* weights, uint64_t n, double scale, uint64_t block,
+                                 uint64_t block_start, uint64_t t) {
+  const uint64_t first = block * kDrawBlock;
+  const uint64_t last = (first + kDrawBlock < n ? first + kDrawBlock : n) - 1;
+  uint64_t end = block_start;
+  for (uint64_t i = first; i < last; ++i) {
+    end += Quantise(weights[i], scale);
+    if (t < end) return i;
+  }
+  return last;
 }
 
 // ---- Shards ------------------------------------------------------------------------------------

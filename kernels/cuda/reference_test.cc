@@ -16,12 +16,13 @@
 #include "gtest/gtest.h"
 #include "kernels/compute_backend.h"
 #include "kernels/cpu_backend.h"
-#include "kernels/shard.h"
-#include "kernels/testing/backend_state.h"
 #include "kernels/cuda/plan_math.h"
 #include "kernels/loss_stats.h"
-#include "kernels/testing/weight_cases.h"
 #include "kernels/philox.h"
+#include "kernels/shard.h"
+#include "kernels/testing/backend_state.h"
+#include "kernels/testing/weight_cases.h"
+#include "kernels/weight_math.h"
 #include "kernels/weight_policy.h"
 
 namespace samplerd {
@@ -93,8 +94,7 @@ TEST(ReferenceTest, PlansEqualTheCpuBackend) {
           // M == N without replacement ignores the weights (every index once), as the CPU.
           if (!replacement && m == n) in.weights = nullptr;
           ASSERT_EQ(reference::Plan(in, ShuffleBucketBits), ToVector(*plan))
-              << "n " << n << " m " << m << " weights " << kind << " replacement "
-              << replacement;
+              << "n " << n << " m " << m << " weights " << kind << " replacement " << replacement;
           ++checked;
         }
       }
@@ -138,7 +138,8 @@ TEST(ReferenceTest, ShardPositionsEqualTheCpuArithmetic) {
         for (int uneven : {kUnevenPad, kUnevenDropLast, kUnevenUneven}) {
           ShardSpec cpu_spec;
           cpu_spec.world_size = r;
-          cpu_spec.partition = interleaved ? PartitionMode::kInterleaved : PartitionMode::kContiguous;
+          cpu_spec.partition =
+              interleaved ? PartitionMode::kInterleaved : PartitionMode::kContiguous;
           cpu_spec.uneven = uneven == kUnevenPad        ? UnevenMode::kPad
                             : uneven == kUnevenDropLast ? UnevenMode::kDropLast
                                                         : UnevenMode::kUneven;
@@ -187,6 +188,54 @@ TEST(PlanMathTest, BucketOfIsTheTopBitsOfTheShuffleWord) {
   }
 }
 
+// The device's draw table keeps prefix sums per block of kDrawBlock samples and recomputes a
+// block's q at each draw (BlockQuantisedSum, DrawInBlock): for every t in [0, T) that matters
+// (each prefix value, the one below it, random ones) the block found by the largest block
+// prefix <= t and DrawInBlock give the definition's draw, the i with prefix[i] <= t <
+// prefix[i + 1] on the full prefix sums (reference::QuantisedPrefix).
+TEST(PlanMathTest, BlockDrawsEqualTheFullPrefixDraws) {
+  std::mt19937_64 rng(17);
+  for (const std::string kind : {"random", "ties", "zeros", "extreme"}) {
+    for (const uint64_t n : {1, 2, 7, 8, 9, 16, 17, 1000, 4099}) {
+      SCOPED_TRACE(kind + " n=" + std::to_string(n));
+      std::vector<float> w = Weights(kind, n, static_cast<uint32_t>(n));
+      if (kind == "zeros" && n > 20) {
+        std::fill(w.begin() + 8, w.begin() + 20, 0.0f);  // Whole blocks of zeros too.
+      }
+      const std::vector<uint64_t> prefix = reference::QuantisedPrefix(w.data(), n);
+      uint32_t max_bits = 0;
+      for (float x : w) max_bits = std::max(max_bits, weight_math::SummaryBits(x));
+      const double scale = QuantisationScale(n, max_bits);
+      const uint64_t blocks = DrawBlocks(n);
+      std::vector<uint64_t> block_prefix(blocks + 1, 0);
+      for (uint64_t b = 0; b < blocks; ++b) {
+        block_prefix[b + 1] = block_prefix[b] + BlockQuantisedSum(w.data(), n, scale, b);
+        ASSERT_EQ(block_prefix[b + 1], prefix[std::min(n, (b + 1) * kDrawBlock)]) << b;
+      }
+      EXPECT_EQ(BlockQuantisedSum(w.data(), n, scale, blocks), 0u);
+      const uint64_t total = prefix[n];
+      std::vector<uint64_t> ts;
+      for (const uint64_t v : prefix) {
+        if (v < total) ts.push_back(v);
+        if (v > 0 && v - 1 < total) ts.push_back(v - 1);
+      }
+      for (int k = 0; k < 1000; ++k) ts.push_back(MulHi64(rng(), total));
+      for (const uint64_t t : ts) {
+        const uint64_t want =
+            static_cast<uint64_t>(std::upper_bound(prefix.begin(), prefix.end(), t) -
+                                  prefix.begin()) -
+            1;
+        const uint64_t b =
+            static_cast<uint64_t>(std::upper_bound(block_prefix.begin(), block_prefix.end(), t) -
+                                  block_prefix.begin()) -
+            1;
+        ASSERT_EQ(DrawInBlock(w.data(), n, scale, b, block_prefix[b], t), want) << "t=" << t;
+        ASSERT_GT(w[want], 0.0f);
+      }
+    }
+  }
+}
+
 TEST(ReferenceTest, ShuffleIsAPermutationWithTheNewRule) {
   for (uint64_t m : {1ull, 2ull, 1024ull, 1025ull, 100000ull}) {
     std::vector<uint64_t> inputs(m);
@@ -201,7 +250,8 @@ TEST(ReferenceTest, ShuffleIsAPermutationWithTheNewRule) {
   }
 }
 
-// ---- Weights: the recompute, the summary, applied losses, importance weights ----------------------
+// ---- Weights: the recompute, the summary, applied losses, importance weights
+// ----------------------
 
 // The CPU backend's RecomputeWeights through its handles (compute_backend.h).
 std::vector<float> CpuRecompute(ComputeBackend& cpu, const WeightPolicyParams& policy,
@@ -300,7 +350,8 @@ TEST(ReferenceTest, RecomputeCheckFindsWhatTheCpuBackendRejects) {
   stats[9000].ema_loss = std::numeric_limits<float>::quiet_NaN();
   stats[100] = {std::numeric_limits<float>::quiet_NaN(), 0, 0};  // Undefined: not an error.
   RecomputeParams params;
-  reference::Recomputed r = reference::RecomputeWeights(params, n, base.data(), nullptr, stats.data());
+  reference::Recomputed r =
+      reference::RecomputeWeights(params, n, base.data(), nullptr, stats.data());
   EXPECT_EQ(r.check.first_bad, 7000u);
   EXPECT_TRUE(r.weights.empty());
   base[7000] = 1.0f;
