@@ -108,7 +108,10 @@ class LossReporter::Impl {
       DeviceSlot& slot = slots_[id];
       slot.epoch = epoch;
       slot.first_position = first_position + done;
-      slot.pairs = std::min(n - done, options_.device_slot_pairs);
+      // At most max_buffered_pairs too: the device thread appends a slot's pairs in one piece,
+      // and a piece larger than the buffer would wait for room forever (Report refuses such a
+      // call instead; here it is split).
+      slot.pairs = std::min({n - done, options_.device_slot_pairs, options_.max_buffered_pairs});
       // Enqueued under the lock (a few microseconds) so that Close never sees a slot whose
       // copies are enqueued but not yet waited for.
       absl::Status s =
