@@ -340,13 +340,21 @@ class LossReporter::Impl {
   absl::Status AllocateSlotsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (absl::Status s = CudaStatus(cudaGetDevice(&device_), "cudaGetDevice"); !s.ok()) return s;
     std::vector<DeviceSlot> slots(options_.device_slots);
+    // On a failure the events made so far go (the pinned buffers free themselves): a later call
+    // tries again from scratch.
+    auto fail = [&slots](absl::Status s) {
+      for (DeviceSlot& made : slots) {
+        if (made.landed != nullptr) cudaEventDestroy(made.landed);
+      }
+      return s;
+    };
     for (DeviceSlot& slot : slots) {
       absl::StatusOr<PinnedBuffer> indices =
           PinnedBuffer::Allocate(options_.device_slot_pairs * sizeof(int64_t));
-      if (!indices.ok()) return indices.status();
+      if (!indices.ok()) return fail(indices.status());
       absl::StatusOr<PinnedBuffer> losses =
           PinnedBuffer::Allocate(options_.device_slot_pairs * sizeof(float));
-      if (!losses.ok()) return losses.status();
+      if (!losses.ok()) return fail(losses.status());
       slot.indices = *std::move(indices);
       slot.losses = *std::move(losses);
       // Blocking sync: the device thread sleeps in cudaEventSynchronize instead of spinning
@@ -355,10 +363,8 @@ class LossReporter::Impl {
           cudaEventCreateWithFlags(&slot.landed, cudaEventDisableTiming | cudaEventBlockingSync),
           "cudaEventCreateWithFlags");
       if (!s.ok()) {
-        for (DeviceSlot& made : slots) {
-          if (made.landed != nullptr) cudaEventDestroy(made.landed);
-        }
-        return s;
+        slot.landed = nullptr;
+        return fail(s);
       }
     }
     slots_ = std::move(slots);
