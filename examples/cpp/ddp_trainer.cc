@@ -423,7 +423,10 @@ class Trainer {
         ASSIGN_OR_RETURN(batch, reader->NextToDevice(config_.batch_size, indices_.get(), stream));
         if (batch.end_of_shard()) break;  // The begin event of this non-step is not read.
         const size_t n = batch.indices.size();
-        for (uint64_t index : batch.indices) totals[2 + train_.y[index]] += 1.0;
+        for (uint64_t index : batch.indices) {
+          // An index >= N is not read here either: the gather's flag reports it below.
+          if (index < train_.y.size()) totals[2 + train_.y[index]] += 1.0;
+        }
         const bool report = run.report == ReportMode::kEveryStep ||
                             (run.report == ReportMode::kAlternate && step % 2 == 0);
         RETURN_IF_ERROR(Step(epoch, batch.position, n, report ? reporter.get() : nullptr,
