@@ -241,6 +241,9 @@ absl::StatusOr<Cost> DeviceCost(SamplerClient& client, uint64_t n) {
       cudaMemcpy(d_indices, indices.data(), pairs * 8, cudaMemcpyHostToDevice), "memcpy"));
   CHECK_OK_OR_DIE(CudaStatus(
       cudaMemcpy(d_losses, w.losses[0].data(), pairs * 4, cudaMemcpyHostToDevice), "memcpy"));
+  // Pageable copies may still be in flight on the legacy stream, which `stream` (non-blocking)
+  // does not wait for.
+  CHECK_OK_OR_DIE(CudaStatus(cudaDeviceSynchronize(), "synchronize"));
   cudaStream_t stream;
   CHECK_OK_OR_DIE(CudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream"));
   const absl::Duration pace = absl::Microseconds(absl::GetFlag(FLAGS_pace_us));

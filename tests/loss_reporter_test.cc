@@ -435,6 +435,9 @@ TEST_F(LossReporterTest, ReportFromDevice) {
             cudaSuccess);
   ASSERT_EQ(cudaMemcpy(d_losses, losses.data(), kShard * sizeof(float), cudaMemcpyHostToDevice),
             cudaSuccess);
+  // cudaMemcpy from pageable memory may return before its DMA (on the legacy stream) is done,
+  // and the non-blocking stream below does not wait for it.
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   cudaStream_t stream;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   // Steps of 512, as a trainer would, and one call larger than a staging slot.
@@ -456,6 +459,7 @@ TEST_F(LossReporterTest, ReportFromDevice) {
   // A NaN on the device is found when the copy lands, and surfaces at the next call.
   const float nan = std::nanf("");
   ASSERT_EQ(cudaMemcpy(d_losses + 5, &nan, sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // As above: landed before `stream` reads it.
   ASSERT_TRUE(reporter->ReportFromDevice(0, 0, d_indices, d_losses, 16, stream).ok());
   const absl::Status flushed = reporter->Flush();
   EXPECT_EQ(flushed.code(), absl::StatusCode::kInvalidArgument) << flushed;

@@ -8,6 +8,10 @@ namespace samplerd {
 
 absl::Status CudaStatus(cudaError_t error, const char* what) {
   if (error == cudaSuccess) return absl::OkStatus();
+  // The runtime also recorded `error` as this thread's last error: the trainer's next
+  // cudaGetLastError after a launch of its own would report it again as that launch's failure.
+  // Reported here: cleared (a sticky error survives this and keeps failing every later call).
+  static_cast<void>(cudaGetLastError());
   const std::string message =
       absl::StrCat(what, ": ", cudaGetErrorName(error), ": ", cudaGetErrorString(error));
   switch (error) {

@@ -18,7 +18,8 @@ namespace samplerd {
 
 // OK for cudaSuccess; otherwise INTERNAL "<what>: <cudaGetErrorName>: <cudaGetErrorString>"
 // (FAILED_PRECONDITION for the errors that mean "no usable GPU here": no device, no or too old a
-// driver; RESOURCE_EXHAUSTED for out of memory).
+// driver; RESOURCE_EXHAUSTED for out of memory). For an error, the calling thread's last CUDA
+// error is reset (cudaGetLastError): the status reports it, a later launch check must not.
 absl::Status CudaStatus(cudaError_t error, const char* what);
 
 // OK if the CUDA runtime sees at least one device; otherwise FAILED_PRECONDITION saying why (the

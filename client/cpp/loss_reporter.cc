@@ -108,7 +108,10 @@ class LossReporter::Impl {
       DeviceSlot& slot = slots_[id];
       slot.epoch = epoch;
       slot.first_position = first_position + done;
-      slot.pairs = std::min(n - done, options_.device_slot_pairs);
+      // At most max_buffered_pairs too: the device thread appends a slot's pairs in one piece,
+      // and a piece larger than the buffer would wait for room forever (Report refuses such a
+      // call instead; here it is split).
+      slot.pairs = std::min({n - done, options_.device_slot_pairs, options_.max_buffered_pairs});
       // Enqueued under the lock (a few microseconds) so that Close never sees a slot whose
       // copies are enqueued but not yet waited for.
       absl::Status s =
@@ -337,13 +340,21 @@ class LossReporter::Impl {
   absl::Status AllocateSlotsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (absl::Status s = CudaStatus(cudaGetDevice(&device_), "cudaGetDevice"); !s.ok()) return s;
     std::vector<DeviceSlot> slots(options_.device_slots);
+    // On a failure the events made so far go (the pinned buffers free themselves): a later call
+    // tries again from scratch.
+    auto fail = [&slots](absl::Status s) {
+      for (DeviceSlot& made : slots) {
+        if (made.landed != nullptr) cudaEventDestroy(made.landed);
+      }
+      return s;
+    };
     for (DeviceSlot& slot : slots) {
       absl::StatusOr<PinnedBuffer> indices =
           PinnedBuffer::Allocate(options_.device_slot_pairs * sizeof(int64_t));
-      if (!indices.ok()) return indices.status();
+      if (!indices.ok()) return fail(indices.status());
       absl::StatusOr<PinnedBuffer> losses =
           PinnedBuffer::Allocate(options_.device_slot_pairs * sizeof(float));
-      if (!losses.ok()) return losses.status();
+      if (!losses.ok()) return fail(losses.status());
       slot.indices = *std::move(indices);
       slot.losses = *std::move(losses);
       // Blocking sync: the device thread sleeps in cudaEventSynchronize instead of spinning
@@ -352,10 +363,8 @@ class LossReporter::Impl {
           cudaEventCreateWithFlags(&slot.landed, cudaEventDisableTiming | cudaEventBlockingSync),
           "cudaEventCreateWithFlags");
       if (!s.ok()) {
-        for (DeviceSlot& made : slots) {
-          if (made.landed != nullptr) cudaEventDestroy(made.landed);
-        }
-        return s;
+        slot.landed = nullptr;
+        return fail(s);
       }
     }
     slots_ = std::move(slots);

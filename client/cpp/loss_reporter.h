@@ -87,7 +87,8 @@ struct LossReporterOptions {
   // while the reporter is idle.
   absl::Duration linger = absl::Milliseconds(5);
   // ReportFromDevice: pinned host staging slots and the pairs each holds (allocated at the first
-  // ReportFromDevice; 12 bytes per pair each). A larger call uses several slots.
+  // ReportFromDevice; 12 bytes per pair each). A larger call uses several slots; a slot is
+  // filled with at most max_buffered_pairs pairs.
   size_t device_slots = 4;
   size_t device_slot_pairs = size_t{1} << 16;
 };

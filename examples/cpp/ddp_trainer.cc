@@ -136,7 +136,7 @@ class DeviceArray {
     array.size_ = size;
     return array;
   }
-  // Allocate, then a synchronous copy of `host`.
+  // Allocate, then a copy of `host`, complete on return.
   static absl::StatusOr<DeviceArray> FromHost(const std::vector<T>& host, const std::string& what) {
     absl::StatusOr<DeviceArray> array = Allocate(host.size(), what);
     if (!array.ok()) return array.status();
@@ -144,6 +144,9 @@ class DeviceArray {
     RETURN_IF_ERROR(CudaStatus(
         cudaMemcpy(array->data_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
         call.c_str()));
+    // cudaMemcpy from pageable memory returns once the data is staged, its DMA possibly still
+    // running on the legacy stream, which the trainer's non-blocking stream does not wait for.
+    RETURN_IF_ERROR(CudaStatus(cudaDeviceSynchronize(), call.c_str()));
     return array;
   }
 
@@ -378,11 +381,14 @@ class Trainer {
     RETURN_IF_ERROR(gpu_->Barrier());  // The job exists for every rank.
 
     const std::vector<float> initial = ex::InitialParams(config_.shape, config_.seed);
-    RETURN_IF_ERROR(CudaStatus(cudaMemcpy(params_.get(), initial.data(),
-                                          initial.size() * sizeof(float), cudaMemcpyHostToDevice),
-                               "cudaMemcpy(initial parameters)"));
-    RETURN_IF_ERROR(CudaStatus(cudaMemset(bad_index_.get(), 0, sizeof(int)),
-                               "cudaMemset(bad index flag)"));
+    // On `stream`, not the legacy stream: the non-blocking stream's kernels would not wait for
+    // cudaMemcpy's DMA from pageable memory nor for cudaMemset (both may still run on return).
+    RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpyAsync(params_.get(), initial.data(), initial.size() * sizeof(float),
+                        cudaMemcpyHostToDevice, stream),
+        "cudaMemcpyAsync(initial parameters)"));
+    RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(bad_index_.get(), 0, sizeof(int), stream),
+                               "cudaMemsetAsync(bad index flag)"));
     samplerd::ShardReaderOptions reader_options;
     reader_options.job = run.job;
     reader_options.rank = ranks.rank;
@@ -417,7 +423,10 @@ class Trainer {
         ASSIGN_OR_RETURN(batch, reader->NextToDevice(config_.batch_size, indices_.get(), stream));
         if (batch.end_of_shard()) break;  // The begin event of this non-step is not read.
         const size_t n = batch.indices.size();
-        for (uint64_t index : batch.indices) totals[2 + train_.y[index]] += 1.0;
+        for (uint64_t index : batch.indices) {
+          // An index >= N is not read here either: the gather's flag reports it below.
+          if (index < train_.y.size()) totals[2 + train_.y[index]] += 1.0;
+        }
         const bool report = run.report == ReportMode::kEveryStep ||
                             (run.report == ReportMode::kAlternate && step % 2 == 0);
         RETURN_IF_ERROR(Step(epoch, batch.position, n, report ? reporter.get() : nullptr,

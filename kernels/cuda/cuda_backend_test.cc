@@ -583,6 +583,17 @@ TEST_F(CudaVsCpuTest, BadPlanInputsSameError) {
   ExpectSamePlan(ok, 0, cpu_w.get(), cuda_w.get(), "10 of 10 positive");
 }
 
+// An out-of-memory fails its own call only: the runtime records the failed allocation as the
+// thread's last error, and the next call's launch checks must not report it again.
+TEST_F(CudaVsCpuTest, OutOfMemoryFailsOnlyItsOwnCall) {
+  // 2^38 draws of 4 bytes: 1 TiB, more than any GPU holds.
+  const absl::StatusOr<Plan> huge = cuda_->PlanEpoch(
+      {1000, uint64_t{1} << 38, 1, true, SampleOrder::kWeightedRandom}, 0, nullptr);
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kResourceExhausted) << huge.status();
+  ExpectSamePlan({1000, 1000, 1, true, SampleOrder::kWeightedRandom}, 0, nullptr, nullptr,
+                 "uniform draws after an out-of-memory plan");
+}
+
 TEST_F(CudaVsCpuTest, ShardsAndImportanceWeights) {
   const uint64_t n = 1'000'003;
   const std::vector<float> w = Weights("zeros", n, 8);

@@ -15,7 +15,9 @@
 namespace samplerd {
 namespace cuda {
 
-// OK for cudaSuccess; otherwise the status of `error` met while doing `what`.
+// OK for cudaSuccess; otherwise the status of `error` met while doing `what`, and the calling
+// thread's last CUDA error is reset (cudaGetLastError), so that an error reported once is not
+// reported again by a later, unrelated launch check on this thread.
 absl::Status CudaStatus(cudaError_t error, absl::string_view what);
 
 }  // namespace cuda
