@@ -23,13 +23,14 @@
 //                    + the recompute's per-chunk sums (~N / 4096 * 32 B): 16-20 B.
 //   PlanEpoch        + the plan, M * 4 B (N <= 2^32; 8 B beyond), copied to the host and freed;
 //                    + the kernels' scratch: without replacement M < N the selection (a bitmap
-//                    of N bits and the selected M indices, then the shuffle of M) , M = N the
-//                    shuffle's sort of M (bucket, position) pairs (~16 B per entry, double
-//                    buffered by CUB), with replacement the quantised prefix sums of blocks
+//                    of N bits and the selected M indices, then the shuffle of M), M = N the
+//                    shuffle's partition (4 B per entry besides the plan, plus ~0.2 B of
+//                    counts), with replacement the quantised prefix sums of blocks
 //                    of 8 samples (1 B per sample) and a guide table over the blocks (~0.1 B).
 //                    At M = N / 10 (the benchmark's epoch boundary) a loss-policy job with base
 //                    weights peaks at ~16 + 0.4 + 0.125 + scratch of M: ~19 B; M = N without
-//                    replacement: 16 + 4 + ~16 = ~36 B (the shuffle); with replacement,
+//                    replacement: 16 + 4 + 4.2 = ~24 B (the shuffle; ~36 B before 2026-11-23,
+//                    with CUB's radix sort); with replacement,
 //                    weighted, M = N: 16 + 4 + 1.1 = ~21 B (~28 B before 2026-11-23, with the
 //                    prefix sums of every sample).
 //   Apply            0 B: the queued pairs are pinned host memory that the kernel reads

@@ -92,7 +92,9 @@ cudaError_t SelectEfraimidisSpirakis(uint64_t seed, uint64_t epoch, uint64_t n, 
                                      const float* weights, Index* selected, cudaStream_t stream);
 
 // out = the uniform shuffle of docs/SAMPLING.md (bucket bits ShuffleBucketBits(m)) of the inputs
-// inputs[0..m) (nullptr: 0, 1, ..., m-1). out must not overlap inputs. m < 2^40.
+// inputs[0..m) (nullptr: 0, 1, ..., m-1). out must not overlap inputs (it also holds a
+// partition on the way). m <= kMaxShuffleInputs (2^34). Scratch: 4 B (8 B with 64-bit Index)
+// per input and ~0.2 B of counts (shuffle.cu).
 template <typename Index>
 cudaError_t Shuffle(uint64_t seed, uint64_t epoch, uint64_t m, const Index* inputs, Index* out,
                     cudaStream_t stream);

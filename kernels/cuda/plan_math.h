@@ -57,7 +57,14 @@ constexpr uint64_t kMaxShuffleInputs = kShuffleBucketTarget << kMaxShuffleBucket
 SAMPLERD_HD uint32_t ShuffleBucketOf(uint64_t seed, uint64_t epoch, int bits, uint64_t k) {
   if (bits == 0) return 0;
   const Philox4x32Counter block = RandomBlock(seed, epoch, RandomStream::kShuffle, k / 4);
-  return block.v[k % 4] >> (32 - bits);
+  // A selection, not block.v[k % 4]: a run-time index would put the block in local memory on
+  // the device.
+  const uint64_t w = k % 4;
+  const uint32_t word = w == 0   ? block.v[0]
+                        : w == 1 ? block.v[1]
+                        : w == 2 ? block.v[2]
+                                 : block.v[3];
+  return word >> (32 - bits);
 }
 
 // The words u_0, u_1, ... of bucket B's Fisher-Yates: u_t = word t mod 4 of
