@@ -27,7 +27,6 @@
 // ~24 B per input (the earlier CUB radix sort of (bucket, position) pairs moved ~64 B), and the
 // scratch is p2 (4 B per input; the pairs' double buffers were 16 B) plus the count matrix (4 B
 // and its 8-byte scan per coarse bucket and tile: ~0.2 B per input).
-#include <thrust/iterator/counting_iterator.h>
 #include <thrust/iterator/transform_iterator.h>
 
 #include <cstdint>
