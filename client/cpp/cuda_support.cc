@@ -6,28 +6,6 @@
 
 namespace samplerd {
 
-absl::Status CudaStatus(cudaError_t error, const char* what) {
-  if (error == cudaSuccess) return absl::OkStatus();
-  // The runtime also recorded `error` as this thread's last error: the trainer's next
-  // cudaGetLastError after a launch of its own would report it again as that launch's failure.
-  // Reported here: cleared (a sticky error survives this and keeps failing every later call).
-  static_cast<void>(cudaGetLastError());
-  const std::string message =
-      absl::StrCat(what, ": ", cudaGetErrorName(error), ": ", cudaGetErrorString(error));
-  switch (error) {
-    case cudaErrorNoDevice:
-    case cudaErrorInsufficientDriver:
-    case cudaErrorNotSupported:
-    case cudaErrorInitializationError:
-    case cudaErrorDevicesUnavailable:
-      return absl::FailedPreconditionError(message);
-    case cudaErrorMemoryAllocation:
-      return absl::ResourceExhaustedError(message);
-    default:
-      return absl::InternalError(message);
-  }
-}
-
 absl::Status GpuAvailable() {
   // The runtime's answer does not change within a process.
   static const absl::Status* const available = [] {

@@ -13,14 +13,14 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/cuda/cuda_status.h"
 
 namespace samplerd {
 
-// OK for cudaSuccess; otherwise INTERNAL "<what>: <cudaGetErrorName>: <cudaGetErrorString>"
-// (FAILED_PRECONDITION for the errors that mean "no usable GPU here": no device, no or too old a
-// driver; RESOURCE_EXHAUSTED for out of memory). For an error, the calling thread's last CUDA
-// error is reset (cudaGetLastError): the status reports it, a later launch check must not.
-absl::Status CudaStatus(cudaError_t error, const char* what);
+// CUDA errors as statuses: kernels/cuda/cuda_status.h, the one conversion (FAILED_PRECONDITION
+// for "no usable GPU here", RESOURCE_EXHAUSTED for out of memory, INTERNAL otherwise; the
+// message "cuda: <what>: <error name>: <error string>"; the thread's last CUDA error reset).
+using cuda::CudaStatus;
 
 // OK if the CUDA runtime sees at least one device; otherwise FAILED_PRECONDITION saying why (the
 // runtime's message). Cheap after the first call. Tests print its message when they skip.

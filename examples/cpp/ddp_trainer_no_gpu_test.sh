@@ -22,7 +22,7 @@ out="$("$BIN" --address=127.0.0.1:1 --epochs=1 --timing_epochs=0 2>&1)"; rc=$?
 echo "$out"
 [[ $rc -ne 0 ]] || fail "the trainer succeeded without a server"
 if [[ $rc -eq 2 ]]; then
-  [[ "$out" == *"no usable GPU: cudaGetDeviceCount: cuda"* ]] \
+  [[ "$out" == *"no usable GPU: cuda: cudaGetDeviceCount: cuda"* ]] \
     || fail "exit 2 without the runtime's reason: $out"
   echo "PASS: no GPU here, refused with the runtime's reason"
   exit 0

@@ -17,6 +17,16 @@ TEST(CudaStatusTest, OutOfMemoryIsResourceExhaustedWithTheRuntimesWords) {
             "cudaErrorMemoryAllocation: out of memory");
 }
 
+TEST(CudaStatusTest, NoUsableGpuIsFailedPrecondition) {
+  for (const cudaError_t e : {cudaErrorNoDevice, cudaErrorInsufficientDriver,
+                              cudaErrorNotSupported, cudaErrorInitializationError,
+                              cudaErrorDevicesUnavailable}) {
+    const absl::Status s = CudaStatus(e, "cudaGetDeviceCount");
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_EQ(std::string(s.message()).rfind("cuda: cudaGetDeviceCount: ", 0), 0u) << s;
+  }
+}
+
 TEST(CudaStatusTest, OtherErrorsAreInternalAndSuccessIsOk) {
   const absl::Status s = CudaStatus(cudaErrorLaunchFailure, "Shuffle");
   EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
