@@ -75,12 +75,17 @@ SAMPLERD_WEIGHT_MATH_HD bool EmaDefined(uint32_t count, uint32_t last_epoch) {
 }
 
 // The recompute's check of sample i: a base or current weight (nullptr: all 1, never bad) not
-// finite or < 0, or a defined EMA not finite or < 0.
-SAMPLERD_WEIGHT_MATH_HD bool SampleIsBad(const float* base, const float* current,
-                                         const SampleLossStats& stats, uint64_t i) {
-  return (EmaDefined(stats.count, stats.last_epoch) && BadBits(FloatBits(stats.ema_loss)) != 0) ||
+// finite or < 0, or a defined EMA not finite or < 0 (`ema_defined`: EmaDefined of its
+// statistics, which the device keeps as a bit).
+SAMPLERD_WEIGHT_MATH_HD bool SampleIsBad(const float* base, const float* current, bool ema_defined,
+                                         float ema, uint64_t i) {
+  return (ema_defined && BadBits(FloatBits(ema)) != 0) ||
          (base != nullptr && BadBits(FloatBits(base[i])) != 0) ||
          (current != nullptr && BadBits(FloatBits(current[i])) != 0);
+}
+SAMPLERD_WEIGHT_MATH_HD bool SampleIsBad(const float* base, const float* current,
+                                         const SampleLossStats& stats, uint64_t i) {
+  return SampleIsBad(base, current, EmaDefined(stats.count, stats.last_epoch), stats.ema_loss, i);
 }
 
 // ---- The loss policy's factors ----------------------------------------------------------------

@@ -77,10 +77,10 @@ absl::Status BadRecomputeInput(Lane& lane, const CudaWeights* base, const CudaWe
           absl::StrCat("current[", i, "] = ", *w, ": must be finite and >= 0"));
     }
   }
-  absl::StatusOr<SampleLossStats> s = ReadElement(lane, stats.device_stats(), i);
-  if (!s.ok()) return s.status();
+  absl::StatusOr<float> ema = ReadElement(lane, stats.device_stats().ema, i);
+  if (!ema.ok()) return ema.status();
   return absl::InvalidArgumentError(
-      absl::StrCat("stats[", i, "].ema_loss = ", s->ema_loss, ": must be finite and >= 0"));
+      absl::StrCat("stats[", i, "].ema_loss = ", *ema, ": must be finite and >= 0"));
 }
 
 gpu::RecomputeParams DeviceParams(const WeightPolicyParams& policy, uint64_t closed_epoch) {

@@ -18,8 +18,8 @@
 //
 // Device memory per sample of a job (N samples; every array comes from the device's default
 // stream-ordered pool, so the pool's high-water mark is the whole truth: CudaMemoryPeaks):
-//   between epochs   loss statistics 8 B (SampleLossStats), W_e 4 B, base weights 4 B (if not
-//                    uniform): 12-16 B.
+//   between epochs   loss statistics 8.25 B (gpu::DeviceLossStats), W_e 4 B, base weights 4 B
+//                    (if not uniform): 12-16 B.
 //   RecomputeWeights + W_{e+1} 4 B while W_e is alive (the server frees W_e after the swap),
 //                    + the recompute's per-chunk sums (~N / 4096 * 32 B): 16-20 B.
 //   PlanEpoch        + the plan, M * 4 B (N <= 2^32; 8 B beyond), copied to the host and freed;

@@ -1,5 +1,6 @@
 #include "kernels/cuda/cuda_loss_stats.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -17,12 +18,11 @@ absl::StatusOr<std::unique_ptr<CudaLossStats>> CudaLossStats::Create(
       new CudaLossStats(std::move(context), num_samples, static_cast<float>(ema_decay)));
   SAMPLERD_RETURN_IF_ERROR(stats->stream_.Create("loss statistics"));
   const cudaStream_t stream = stats->stream_.get();
-  SAMPLERD_RETURN_IF_ERROR(
-      stats->stats_.Allocate(num_samples * sizeof(SampleLossStats), stream, "the loss statistics"));
-  // All bytes 0 is SampleLossStats{}: never seen.
-  SAMPLERD_RETURN_IF_CUDA_ERROR(
-      cudaMemsetAsync(stats->stats_.as<void>(), 0, num_samples * sizeof(SampleLossStats), stream),
-      "cudaMemsetAsync of the loss statistics");
+  const uint64_t bytes = gpu::LossStatsBytes(num_samples);
+  SAMPLERD_RETURN_IF_ERROR(stats->stats_.Allocate(bytes, stream, "the loss statistics"));
+  // All bytes 0 is every sample never seen (SampleLossStats{}, no bits).
+  SAMPLERD_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(stats->stats_.as<void>(), 0, bytes, stream),
+                                "cudaMemsetAsync of the loss statistics");
   SAMPLERD_RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream), "clearing the loss statistics");
   // After the device allocation, which refuses an N beyond memory before this could throw.
   stats->markers_.assign(num_samples, 0);
@@ -61,9 +61,8 @@ absl::Status CudaLossStats::Submit() const {
   if (queued_ == 0) return absl::OkStatus();
   SAMPLERD_RETURN_IF_ERROR(Fail(context_->Enter()));
   QueueBuffer& q = queue_[current_];
-  if (const cudaError_t e =
-          gpu::ApplyLosses(stats_.as<SampleLossStats>(), q.device_indices, q.device_losses, queued_,
-                           queue_marker_, decay_, stream_.get());
+  if (const cudaError_t e = gpu::ApplyLosses(device_stats(), q.device_indices, q.device_losses,
+                                             queued_, queue_marker_, decay_, stream_.get());
       e != cudaSuccess) {
     return Fail(CudaStatus(e, absl::StrCat("ApplyLosses of ", queued_, " losses")));
   }
@@ -134,8 +133,20 @@ absl::StatusOr<std::vector<SampleLossStats>> CudaLossStats::ToHost() const {
   absl::StatusOr<CudaContext::LaneLease> lane = context_->AcquireLane();
   if (!lane.ok()) return lane.status();
   std::vector<SampleLossStats> host(n_);
-  SAMPLERD_RETURN_IF_ERROR((*lane)->CopyToHost(
-      host.data(), device_stats(), n_ * sizeof(SampleLossStats), "the loss statistics"));
+  // The device's arrays joined into SampleLossStats a piece at a time (host memory: the result
+  // and one piece of each array).
+  const gpu::DeviceLossStats device = device_stats();
+  const uint64_t piece = std::min(n_, kTransferSamples);
+  std::vector<float> ema(piece);
+  std::vector<uint32_t> meta(piece);
+  for (uint64_t first = 0; first < n_; first += piece) {
+    const uint64_t count = std::min(piece, n_ - first);
+    SAMPLERD_RETURN_IF_ERROR((*lane)->CopyToHost(ema.data(), device.ema + first,
+                                                 count * sizeof(float), "the loss EMAs"));
+    SAMPLERD_RETURN_IF_ERROR((*lane)->CopyToHost(meta.data(), device.meta + first,
+                                                 count * sizeof(uint32_t), "the loss counts"));
+    gpu::JoinLossStats(ema.data(), meta.data(), count, host.data() + first);
+  }
   return host;
 }
 
@@ -153,18 +164,42 @@ absl::Status CudaLossStats::Restore(absl::Span<const SampleLossStats> stats) {
   // From here on a failure leaves the device statistics unknown: it is sticky.
   if (stats.empty()) {
     if (const cudaError_t e =
-            cudaMemsetAsync(stats_.as<void>(), 0, n_ * sizeof(SampleLossStats), (*lane)->stream());
+            cudaMemsetAsync(stats_.as<void>(), 0, gpu::LossStatsBytes(n_), (*lane)->stream());
         e != cudaSuccess) {
       return Fail(CudaStatus(e, "cudaMemsetAsync of the loss statistics"));
     }
     if (absl::Status s = (*lane)->Synchronize("clearing the loss statistics"); !s.ok()) {
       return Fail(s);
     }
-  } else if (absl::Status s =
-                 (*lane)->CopyToDevice(stats_.as<void>(), stats.data(),
-                                       n_ * sizeof(SampleLossStats), "the loss statistics");
-             !s.ok()) {
-    return Fail(s);
+  } else {
+    // Split into the device's arrays a piece at a time (a multiple of 32 samples: each piece
+    // owns its bit words whole).
+    const gpu::DeviceLossStats device = device_stats();
+    const uint64_t piece = std::min(n_, kTransferSamples);
+    std::vector<float> ema(piece);
+    std::vector<uint32_t> meta(piece), seen(gpu::LossStatsWords(piece)),
+        defined(gpu::LossStatsWords(piece));
+    for (uint64_t first = 0; first < n_; first += piece) {
+      const uint64_t count = std::min(piece, n_ - first);
+      const uint64_t words = gpu::LossStatsWords(count);
+      gpu::SplitLossStats(stats.data() + first, count, ema.data(), meta.data(), seen.data(),
+                          defined.data());
+      absl::Status s = (*lane)->CopyToDevice(device.ema + first, ema.data(), count * sizeof(float),
+                                             "the loss EMAs");
+      if (s.ok()) {
+        s = (*lane)->CopyToDevice(device.meta + first, meta.data(), count * sizeof(uint32_t),
+                                  "the loss counts");
+      }
+      if (s.ok()) {
+        s = (*lane)->CopyToDevice(device.seen + first / 32, seen.data(), words * sizeof(uint32_t),
+                                  "the loss bits");
+      }
+      if (s.ok()) {
+        s = (*lane)->CopyToDevice(device.defined + first / 32, defined.data(),
+                                  words * sizeof(uint32_t), "the loss bits");
+      }
+      if (!s.ok()) return Fail(s);
+    }
   }
   seen_ = 0;
   seen_exceptions_.clear();

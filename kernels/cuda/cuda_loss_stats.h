@@ -1,5 +1,6 @@
-// CudaLossStats: BackendLossStats with the N SampleLossStats in device memory (8 B per sample),
-// made by the CUDA backend (cuda_backend.h).
+// CudaLossStats: BackendLossStats with the N samples' statistics in device memory, as
+// gpu::DeviceLossStats (device_weights.h: the EMAs, the counts and markers, and two bits per
+// sample; ~8.25 B per sample), made by the CUDA backend (cuda_backend.h).
 //
 // Apply decides on the host, at the call, which losses apply: a 2-byte epoch marker per sample
 // (markers_) answers "has this sample a loss in this epoch" without touching the device, so the
@@ -12,7 +13,7 @@
 // waits; everything that reads the statistics flushes first (ToHost, Restore, RecomputeWeights).
 //
 // Invariant (what makes the host decision the device's): for every sample i whose pairs have
-// all been applied on the device, markers_[i] == stats[i].last_epoch on the device; a sample
+// all been applied on the device, markers_[i] == its last_epoch on the device; a sample
 // with a pair in the queue has markers_[i] == the marker of its newest queued pair, and the
 // device reaches the same value once the stream applies the queue (pairs of one sample are
 // enqueued in order on one stream; one queue batch holds one epoch, so its indices are
@@ -37,6 +38,7 @@
 #include "kernels/compute_backend.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_resources.h"
+#include "kernels/cuda/device_weights.h"
 
 namespace samplerd {
 namespace cuda {
@@ -45,6 +47,9 @@ class CudaLossStats final : public BackendLossStats {
  public:
   // Pairs per queue buffer (12 B each: index and loss): a kernel launch per 256 Ki losses.
   static constexpr uint64_t kQueuePairs = uint64_t{1} << 18;
+  // Samples per piece of ToHost and Restore (a multiple of 32: whole bit words): 8 MiB of host
+  // arrays.
+  static constexpr uint64_t kTransferSamples = uint64_t{1} << 20;
 
   // N >= 1 samples, none seen; `ema_decay` in [0, 1) (checked by the backend).
   static absl::StatusOr<std::unique_ptr<CudaLossStats>> Create(
@@ -61,7 +66,7 @@ class CudaLossStats final : public BackendLossStats {
   // Applies every queued pair and waits until the device statistics hold them all; then
   // device_stats() may be read by any stream. The sticky error if there is one.
   absl::Status Flush() const;
-  const SampleLossStats* device_stats() const { return stats_.as<const SampleLossStats>(); }
+  gpu::DeviceLossStats device_stats() const { return gpu::LossStatsIn(stats_.as<void>(), n_); }
 
  private:
   CudaLossStats(std::shared_ptr<const CudaContext> context, uint64_t n, float decay)

@@ -15,8 +15,11 @@
 //
 // Passes of the loss policy: 1. validation and the EMAs' sum (+ the base weights' sum); 2. f_i
 // into `out`, its sum (+ the sum of base_i f_i); the raw weights' mean follows in closed form
-// (weight_math::LossRawMean); 3. the clamped weights' sum; 4. the result. The multiplicative
-// policy: 1. validation and the raw weights' sum; 2. the clamped sum; 3. the result.
+// (weight_math::LossRawMean); 3. the clamped weights' sum; 4. the result. Passes 1 and 2 read
+// the statistics' EMA array and its "seen" and "defined" bits (DeviceLossStats), not the counts
+// and markers: per sample 4 + 4 + 4 + 8 B read or written besides the base weights, ~24 B. The
+// multiplicative policy (it needs the markers): 1. validation and the raw weights' sum; 2. the
+// clamped sum; 3. the result.
 //
 // Device memory of RecomputeWeights besides its arguments: 32 B per chunk (1/128 B per sample:
 // up to two series per pass) and a few hundred bytes of scalars. The loss factors f_i are parked in `out`, as on the CPU.
@@ -52,22 +55,20 @@ static_assert(kSumBlock * kPerThread == exact_sum::kChunk, "a block covers one c
 // exact_sum.h's bound on the number of terms (T stays below 2^103).
 constexpr uint64_t kMaxSamples = exact_sum::kMaxTerms;
 
-// SampleLossStats read as two 32-bit words (it is only 4-byte aligned): the EMA's bits, then
-// count in the low and last_epoch in the high half of the second.
-static_assert(sizeof(SampleLossStats) == 8 && offsetof(SampleLossStats, ema_loss) == 0 &&
-                  offsetof(SampleLossStats, count) == 4 &&
-                  offsetof(SampleLossStats, last_epoch) == 6,
-              "SampleLossStats layout");
-
-__device__ __forceinline__ SampleLossStats LoadStats(const SampleLossStats* stats, uint64_t i) {
-  const uint32_t* words = reinterpret_cast<const uint32_t*>(stats) + 2 * i;
-  const uint32_t ema_bits = __ldg(words);
-  const uint32_t meta = __ldg(words + 1);
+// Sample i's SampleLossStats from the device's arrays (device_weights.h: DeviceLossStats).
+__device__ __forceinline__ SampleLossStats LoadStats(const DeviceLossStats& stats, uint64_t i) {
+  const uint32_t meta = __ldg(stats.meta + i);
   SampleLossStats s;
-  s.ema_loss = __uint_as_float(ema_bits);
+  s.ema_loss = __ldg(stats.ema + i);
   s.count = static_cast<uint16_t>(meta & 0xffffu);
   s.last_epoch = static_cast<uint16_t>(meta >> 16);
   return s;
+}
+
+// Bit i of a bit array (DeviceLossStats::seen, ::defined): a warp's 32 consecutive samples read
+// one word.
+__device__ __forceinline__ bool Bit(const uint32_t* words, uint64_t i) {
+  return (__ldg(words + i / 32) >> (i % 32)) & 1u;
 }
 
 // Chunks of exact_sum::kChunk samples over n samples.
@@ -306,7 +307,7 @@ struct RecomputeInputs {
   uint64_t n = 0;
   const float* base = nullptr;
   const float* current = nullptr;
-  const SampleLossStats* stats = nullptr;
+  DeviceLossStats stats;
   float* out = nullptr;
   weight_math::LossFactorRule factors;  // kLoss.
   double one_minus_mix = 1, mix = 0, mean_f = 1;  // kLoss.
@@ -364,21 +365,26 @@ __global__ void __launch_bounds__(kSumBlock)
       base_terms[j] = 0.0;
       if (i >= in.n) continue;
       if (sum_base) base_terms[j] = static_cast<double>(__ldg(in.base + i));
-      const SampleLossStats s = LoadStats(in.stats, i);
-      if (weight_math::SampleIsBad(in.base, in.current, s, i)) first_bad = i < first_bad ? i : first_bad;
-      if (in.base != nullptr) base_positive |= weight_math::PositiveBits(__float_as_uint(__ldg(in.base + i)));
+      // kLoss reads the EMA and the two bits only (not the counts and markers).
+      const float ema = __ldg(in.stats.ema + i);
+      if (weight_math::SampleIsBad(in.base, in.current, Bit(in.stats.defined, i), ema, i)) {
+        first_bad = i < first_bad ? i : first_bad;
+      }
+      if (in.base != nullptr) {
+        base_positive |= weight_math::PositiveBits(__float_as_uint(__ldg(in.base + i)));
+      }
       if (in.current != nullptr) {
         current_positive |= weight_math::PositiveBits(__float_as_uint(__ldg(in.current + i)));
       }
       if constexpr (kKind == Kind::kLoss) {
-        const uint32_t ema_bits = __float_as_uint(s.ema_loss);
-        const bool seen_i = s.count != 0;
+        const uint32_t ema_bits = __float_as_uint(ema);
+        const bool seen_i = Bit(in.stats.seen, i);
         seen += seen_i;
         unseen |= !seen_i;
         // The largest EMA by its bits (non-negative floats order like their bits; -0 as +0).
         const uint32_t candidate = seen_i && ema_bits != 0x80000000u ? ema_bits : 0;
         ema_max_bits = candidate > ema_max_bits ? candidate : ema_max_bits;
-        terms[j] = weight_math::Select(seen_i, static_cast<double>(s.ema_loss), 0.0);
+        terms[j] = weight_math::Select(seen_i, static_cast<double>(ema), 0.0);
       } else {
         bool excluded = false;
         terms[j] = RawAt<kKind>(in, i, &excluded);
@@ -432,8 +438,8 @@ __global__ void __launch_bounds__(kSumBlock)
       terms[j] = 0.0;
       base_terms[j] = 0.0;
       if (i >= in.n) continue;
-      const SampleLossStats s = LoadStats(in.stats, i);
-      const float f = weight_math::LossFactor(s.count != 0, s.ema_loss, in.factors);
+      const float f =
+          weight_math::LossFactor(Bit(in.stats.seen, i), __ldg(in.stats.ema + i), in.factors);
       in.out[i] = f;
       terms[j] = static_cast<double>(f);
       if (with_base) base_terms[j] = weight_math::BaseFactorTerm(__ldg(in.base + i), f);
@@ -595,10 +601,17 @@ __global__ void __launch_bounds__(kSumBlock)
 // ---- ApplyLosses, GatherImportance ---------------------------------------------------------
 
 __global__ void __launch_bounds__(kBlock)
-    ApplyLossesKernel(SampleLossStats* stats, const uint64_t* indices, const float* losses,
+    ApplyLossesKernel(DeviceLossStats stats, const uint64_t* indices, const float* losses,
                       uint64_t count, uint16_t marker, float decay) {
   for (uint64_t k = GlobalThread(); k < count; k += GridStride()) {
-    ApplyLoss(stats[indices[k]], losses[k], marker, decay);
+    const uint64_t i = indices[k];
+    SampleLossStats s = LoadStats(stats, i);
+    if (!ApplyLoss(s, losses[k], marker, decay)) continue;
+    stats.ema[i] = s.ema_loss;
+    stats.meta[i] = LossStatsMeta(s);
+    // Seen and defined now (count >= 1); other samples of the word may change at once.
+    atomicOr(stats.seen + i / 32, 1u << (i % 32));
+    atomicOr(stats.defined + i / 32, 1u << (i % 32));
   }
 }
 
@@ -613,16 +626,21 @@ __global__ void __launch_bounds__(kBlock)
 }  // namespace
 
 cudaError_t RecomputeWeights(const RecomputeParams& params, uint64_t n, const float* base,
-                             const float* current, const SampleLossStats* stats, float* out,
+                             const float* current, const DeviceLossStats& stats, float* out,
                              RecomputeCheck* check, cudaStream_t stream) {
-  if (n == 0 || n > kMaxSamples || stats == nullptr || out == nullptr || check == nullptr ||
+  if (n == 0 || n > kMaxSamples || stats.ema == nullptr || stats.meta == nullptr ||
+      stats.seen == nullptr || stats.defined == nullptr || out == nullptr || check == nullptr ||
       (params.kind != Kind::kLoss && params.kind != Kind::kMultiplicative)) {
     return cudaErrorInvalidValue;
   }
   const uint64_t weight_bytes = n * sizeof(float);
+  const uint64_t word_bytes = LossStatsWords(n) * sizeof(uint32_t);
   if (Overlap(out, weight_bytes, base, weight_bytes) ||
       Overlap(out, weight_bytes, current, weight_bytes) ||
-      Overlap(out, weight_bytes, stats, n * sizeof(SampleLossStats))) {
+      Overlap(out, weight_bytes, stats.ema, weight_bytes) ||
+      Overlap(out, weight_bytes, stats.meta, n * sizeof(uint32_t)) ||
+      Overlap(out, weight_bytes, stats.seen, word_bytes) ||
+      Overlap(out, weight_bytes, stats.defined, word_bytes)) {
     return cudaErrorInvalidValue;
   }
   *check = RecomputeCheck{};
@@ -693,10 +711,13 @@ cudaError_t SummarizeWeights(const float* weights, uint64_t n, WeightSummaryValu
   return cudaSuccess;
 }
 
-cudaError_t ApplyLosses(SampleLossStats* stats, const uint64_t* indices, const float* losses,
+cudaError_t ApplyLosses(const DeviceLossStats& stats, const uint64_t* indices, const float* losses,
                         uint64_t count, uint16_t marker, float decay, cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
-  if (stats == nullptr || indices == nullptr || losses == nullptr) return cudaErrorInvalidValue;
+  if (stats.ema == nullptr || stats.meta == nullptr || stats.seen == nullptr ||
+      stats.defined == nullptr || indices == nullptr || losses == nullptr) {
+    return cudaErrorInvalidValue;
+  }
   ApplyLossesKernel<<<GridFor(count, kBlock), kBlock, 0, stream>>>(stats, indices, losses, count,
                                                                    marker, decay);
   SAMPLERD_CUDA_TRY_LAUNCH();

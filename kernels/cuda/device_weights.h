@@ -16,18 +16,77 @@
 #include <cstdint>
 
 #include "kernels/loss_stats.h"
+#include "kernels/weight_math.h"
 
 namespace samplerd {
 namespace gpu {
+
+// The loss statistics as the device keeps them: a struct of arrays in one allocation of
+// LossStatsBytes(N), so that the loss policy's first two passes read the 4-byte EMA and two bits
+// per sample instead of the 8-byte SampleLossStats (the recompute's traffic: 32 to ~24 B per
+// sample). Together the arrays hold exactly the SampleLossStats (SplitLossStats,
+// JoinLossStats); all bytes 0 is every sample never seen.
+struct DeviceLossStats {
+  float* ema = nullptr;         // N: ema_loss.
+  uint32_t* meta = nullptr;     // N: count | last_epoch << 16.
+  uint32_t* seen = nullptr;     // LossStatsWords(N): bit i % 32 of word i / 32 = (count_i > 0).
+  uint32_t* defined = nullptr;  // The same layout: EmaDefined(count_i, last_epoch_i).
+};
+
+SAMPLERD_LOSS_STATS_HD uint64_t LossStatsWords(uint64_t n) { return (n + 31) / 32; }
+SAMPLERD_LOSS_STATS_HD uint64_t LossStatsBytes(uint64_t n) {
+  return n * (sizeof(float) + sizeof(uint32_t)) + 2 * LossStatsWords(n) * sizeof(uint32_t);
+}
+
+// The arrays of n samples carved out of `memory` (LossStatsBytes(n) bytes, 4-byte aligned).
+SAMPLERD_LOSS_STATS_HD DeviceLossStats LossStatsIn(void* memory, uint64_t n) {
+  DeviceLossStats s;
+  s.ema = static_cast<float*>(memory);
+  s.meta = reinterpret_cast<uint32_t*>(s.ema + n);
+  s.seen = s.meta + n;
+  s.defined = s.seen + LossStatsWords(n);
+  return s;
+}
+
+// SampleLossStats' second word: count | last_epoch << 16. (Host and device, as the sizes above:
+// SAMPLERD_LOSS_STATS_HD of loss_stats.h.)
+SAMPLERD_LOSS_STATS_HD uint32_t LossStatsMeta(const SampleLossStats& s) {
+  return static_cast<uint32_t>(s.count) | static_cast<uint32_t>(s.last_epoch) << 16;
+}
+
+// Host side: samples in[0, count) (the samples [first, first + count) of a job, first a
+// multiple of 32) into the arrays' parts for them: ema[0, count), meta[0, count), and the bit
+// words seen and defined [0, LossStatsWords(count)), written whole (the bits past `count` 0).
+inline void SplitLossStats(const SampleLossStats* in, uint64_t count, float* ema, uint32_t* meta,
+                           uint32_t* seen, uint32_t* defined) {
+  for (uint64_t w = 0; w < LossStatsWords(count); ++w) seen[w] = defined[w] = 0;
+  for (uint64_t i = 0; i < count; ++i) {
+    ema[i] = in[i].ema_loss;
+    meta[i] = LossStatsMeta(in[i]);
+    const uint32_t bit = 1u << (i % 32);
+    if (in[i].count > 0) seen[i / 32] |= bit;
+    if (weight_math::EmaDefined(in[i].count, in[i].last_epoch)) defined[i / 32] |= bit;
+  }
+}
+
+// Host side: the SampleLossStats of ema[0, count) and meta[0, count) into out[0, count).
+inline void JoinLossStats(const float* ema, const uint32_t* meta, uint64_t count,
+                          SampleLossStats* out) {
+  for (uint64_t i = 0; i < count; ++i) {
+    out[i].ema_loss = ema[i];
+    out[i].count = static_cast<uint16_t>(meta[i] & 0xffffu);
+    out[i].last_epoch = static_cast<uint16_t>(meta[i] >> 16);
+  }
+}
 
 // A loss policy's parameters (WeightPolicyParams of kernels/weight_policy.h without Abseil,
 // already validated by ValidatePolicy), and the marker of the closed epoch.
 struct RecomputeParams {
   enum class Kind { kLoss, kMultiplicative } kind = Kind::kLoss;
-  double alpha = 1.0, epsilon = 1e-3, mix = 0.0;   // kLoss.
-  bool has_prior_loss = false;                     // kLoss: else the mean EMA of the seen.
+  double alpha = 1.0, epsilon = 1e-3, mix = 0.0;  // kLoss.
+  bool has_prior_loss = false;                    // kLoss: else the mean EMA of the seen.
   double prior_loss = 0.0;
-  double eta = 1.0;                                // kMultiplicative.
+  double eta = 1.0;  // kMultiplicative.
   double clamp_lo = 0.1, clamp_hi = 10.0;
   uint16_t marker = 0;  // EpochMarker(closed epoch): kMultiplicative's "seen in it".
 };
@@ -47,7 +106,7 @@ struct RecomputeCheck {
 // finds a bad entry, an all-zero base, or (kMultiplicative) an all-zero current, nothing is
 // written to `out` and the caller turns *check into the CPU backend's error. n >= 1.
 cudaError_t RecomputeWeights(const RecomputeParams& params, uint64_t n, const float* base,
-                             const float* current, const SampleLossStats* stats, float* out,
+                             const float* current, const DeviceLossStats& stats, float* out,
                              RecomputeCheck* check, cudaStream_t stream);
 
 // SummarizeWeights (weight_policy.h) of n device weights: min, max, mean = S1 / n and the
@@ -61,11 +120,11 @@ struct WeightSummaryValues {
 cudaError_t SummarizeWeights(const float* weights, uint64_t n, WeightSummaryValues* summary,
                              cudaStream_t stream);
 
-// ApplyLoss (loss_stats.h) of losses[k] to stats[indices[k]] for k < count, with `marker` and
-// `decay`. The indices are distinct (the host decided which pairs apply: one per sample per
-// epoch), so the kernel's order does not matter. indices, losses: device memory (or pinned
-// host memory mapped for the device).
-cudaError_t ApplyLosses(SampleLossStats* stats, const uint64_t* indices, const float* losses,
+// ApplyLoss (loss_stats.h) of losses[k] to sample indices[k] of `stats` for k < count, with
+// `marker` and `decay` (its bits too). The indices are distinct (the host decided which pairs
+// apply: one per sample per epoch), so the kernel's order does not matter. indices, losses:
+// device memory (or pinned host memory mapped for the device).
+cudaError_t ApplyLosses(const DeviceLossStats& stats, const uint64_t* indices, const float* losses,
                         uint64_t count, uint16_t marker, float decay, cudaStream_t stream);
 
 // out[k] = 1.0f / weights[indices[k]] for k < count (indices < N, checked by the caller).

@@ -44,13 +44,13 @@ void Fail(const std::string& what) {
 }
 
 // Aborts the current case on a CUDA error (the message names the call and the error).
-#define CASE_CUDA(expr)                                                                     \
-  do {                                                                                      \
-    const cudaError_t e_ = (expr);                                                          \
-    if (e_ != cudaSuccess) {                                                                \
+#define CASE_CUDA(expr)                                                                    \
+  do {                                                                                     \
+    const cudaError_t e_ = (expr);                                                         \
+    if (e_ != cudaSuccess) {                                                               \
       Fail(name + ": " #expr ": " + cudaGetErrorName(e_) + ": " + cudaGetErrorString(e_)); \
-      return;                                                                               \
-    }                                                                                       \
+      return;                                                                              \
+    }                                                                                      \
   } while (0)
 
 // A device array freed on scope exit, poisoned (0xAB bytes) when allocated so that an entry the
@@ -78,7 +78,8 @@ class DeviceArray {
   cudaError_t Download(std::vector<uint64_t>* out) const {
     std::vector<T> host(size_);
     if (size_ > 0) {
-      const cudaError_t e = cudaMemcpy(host.data(), data_, size_ * sizeof(T), cudaMemcpyDeviceToHost);
+      const cudaError_t e =
+          cudaMemcpy(host.data(), data_, size_ * sizeof(T), cudaMemcpyDeviceToHost);
       if (e != cudaSuccess) return e;
     }
     out->assign(host.begin(), host.end());
@@ -142,9 +143,9 @@ struct Case {
 template <typename Index>
 void CheckWithoutReplacement(const Case& c, const std::vector<float>& w, const float* d_w,
                              const float* d_importance_w, uint64_t m) {
-  const std::string name = "without replacement n=" + std::to_string(c.n) + " m=" +
-                           std::to_string(m) + " weights=" + c.kind + " index=" +
-                           std::to_string(8 * sizeof(Index));
+  const std::string name = "without replacement n=" + std::to_string(c.n) +
+                           " m=" + std::to_string(m) + " weights=" + c.kind +
+                           " index=" + std::to_string(8 * sizeof(Index));
   DeviceArray<Index> selected, plan;
   CASE_CUDA(plan.Allocate(m));
   std::vector<uint64_t> ref_selected;
@@ -179,21 +180,21 @@ void CheckWithoutReplacement(const Case& c, const std::vector<float>& w, const f
             const uint64_t length = reference::ShardLength(m, layout, rank);
             const uint64_t start = length / 3;
             const uint64_t count = length - start;
-            const std::string shard_name = name + " shard R=" + std::to_string(r) + " rank=" +
-                                           std::to_string(rank) + " interleaved=" +
-                                           std::to_string(interleaved) + " uneven=" +
-                                           std::to_string(uneven);
+            const std::string shard_name =
+                name + " shard R=" + std::to_string(r) + " rank=" + std::to_string(rank) +
+                " interleaved=" + std::to_string(interleaved) + " uneven=" + std::to_string(uneven);
             DeviceArray<uint64_t> indices;
             DeviceArray<float> importance;
             CASE_CUDA(indices.Allocate(count));
             CASE_CUDA(importance.Allocate(count));
-            CASE_CUDA(ExtractShard<Index>(plan.get(), m, layout, rank, start, count,
-                                          d_importance_w, indices.get(),
-                                          d_importance_w == nullptr ? nullptr : importance.get(), 0));
+            CASE_CUDA(ExtractShard<Index>(
+                plan.get(), m, layout, rank, start, count, d_importance_w, indices.get(),
+                d_importance_w == nullptr ? nullptr : importance.get(), 0));
             CASE_CUDA(cudaDeviceSynchronize());
             std::vector<uint64_t> gpu;
             CASE_CUDA(indices.Download(&gpu));
-            const std::vector<uint64_t> ref = reference::Shard(ref_plan, layout, rank, start, count);
+            const std::vector<uint64_t> ref =
+                reference::Shard(ref_plan, layout, rank, start, count);
             Compare(shard_name, gpu, ref);
             if (d_importance_w != nullptr && count > 0) {
               std::vector<float> host(count);
@@ -220,9 +221,9 @@ void CheckWithoutReplacement(const Case& c, const std::vector<float>& w, const f
 template <typename Index>
 void CheckWithReplacement(const Case& c, const std::vector<float>& w, const float* d_w,
                           uint32_t max_bits, uint64_t m, uint64_t first) {
-  const std::string name = "with replacement n=" + std::to_string(c.n) + " m=" +
-                           std::to_string(m) + " first=" + std::to_string(first) + " weights=" +
-                           c.kind + " index=" + std::to_string(8 * sizeof(Index));
+  const std::string name = "with replacement n=" + std::to_string(c.n) + " m=" + std::to_string(m) +
+                           " first=" + std::to_string(first) + " weights=" + c.kind +
+                           " index=" + std::to_string(8 * sizeof(Index));
   DeviceArray<Index> plan;
   CASE_CUDA(plan.Allocate(m));
   std::vector<uint64_t> prefix;
@@ -279,13 +280,16 @@ void CheckCase(const Case& c, bool thorough) {
   }
   // Without replacement: M = N ignores the weights (every index once), M < N selects.
   std::vector<uint64_t> ms = {c.n};
-  if (thorough) ms = {1, c.n / 10, positive - 1, positive, c.n};
-  else if (c.kind != "uniform") ms = {c.n / 10};
+  if (thorough)
+    ms = {1, c.n / 10, positive - 1, positive, c.n};
+  else if (c.kind != "uniform")
+    ms = {c.n / 10};
   for (uint64_t m : ms) {
     if (m == 0 || m > positive) continue;
     CheckWithoutReplacement<Index>(c, w, m == c.n ? nullptr : d_w, d_w, m);
   }
-  for (uint64_t m : thorough ? std::vector<uint64_t>{c.n, 2 * c.n + 1} : std::vector<uint64_t>{c.n}) {
+  for (uint64_t m :
+       thorough ? std::vector<uint64_t>{c.n, 2 * c.n + 1} : std::vector<uint64_t>{c.n}) {
     CheckWithReplacement<Index>(c, w, d_w, max_bits, m, 0);
   }
   if (thorough) CheckWithReplacement<Index>(c, w, d_w, max_bits, 1000, uint64_t{1} << 35);
@@ -314,8 +318,8 @@ void CheckScanFindsTheFirstBadWeight() {
 
 template <typename Index>
 void CheckShuffleFallback(uint64_t m, uint32_t capacity) {
-  const std::string name = "shuffle fallback m=" + std::to_string(m) + " capacity=" +
-                           std::to_string(capacity);
+  const std::string name =
+      "shuffle fallback m=" + std::to_string(m) + " capacity=" + std::to_string(capacity);
   std::vector<uint64_t> inputs(m);
   for (uint64_t k = 0; k < m; ++k) inputs[k] = 5 * k + 1;
   DeviceArray<Index> d_in, d_out;
@@ -342,6 +346,63 @@ void CheckSequential(uint64_t n) {
 
 // ---- Weights (device_weights.h) ---------------------------------------------------------------
 
+// Loss statistics in the device's layout (DeviceLossStats), uploaded from and read back as
+// SampleLossStats through the host conversions of device_weights.h, the ones CudaLossStats uses.
+class DeviceStats {
+ public:
+  cudaError_t Upload(const std::vector<SampleLossStats>& host) {
+    n_ = host.size();
+    const uint64_t words = LossStatsWords(n_);
+    std::vector<float> ema(n_);
+    std::vector<uint32_t> meta(n_), seen(words), defined(words);
+    SplitLossStats(host.data(), n_, ema.data(), meta.data(), seen.data(), defined.data());
+    cudaError_t e = memory_.Allocate(LossStatsBytes(n_));
+    if (e != cudaSuccess) return e;
+    const DeviceLossStats d = get();
+    e = cudaMemcpy(d.ema, ema.data(), n_ * sizeof(float), cudaMemcpyHostToDevice);
+    if (e == cudaSuccess) {
+      e = cudaMemcpy(d.meta, meta.data(), n_ * sizeof(uint32_t), cudaMemcpyHostToDevice);
+    }
+    if (e == cudaSuccess) {
+      e = cudaMemcpy(d.seen, seen.data(), words * sizeof(uint32_t), cudaMemcpyHostToDevice);
+    }
+    if (e == cudaSuccess) {
+      e = cudaMemcpy(d.defined, defined.data(), words * sizeof(uint32_t), cudaMemcpyHostToDevice);
+    }
+    return e;
+  }
+  // The statistics, and whether the device's bits agree with them (the bits are derived).
+  cudaError_t Download(std::vector<SampleLossStats>* out, bool* bits_agree) const {
+    const uint64_t words = LossStatsWords(n_);
+    std::vector<float> ema(n_);
+    std::vector<uint32_t> meta(n_), seen(words), defined(words);
+    const DeviceLossStats d = get();
+    cudaError_t e = cudaMemcpy(ema.data(), d.ema, n_ * sizeof(float), cudaMemcpyDeviceToHost);
+    if (e == cudaSuccess) {
+      e = cudaMemcpy(meta.data(), d.meta, n_ * sizeof(uint32_t), cudaMemcpyDeviceToHost);
+    }
+    if (e == cudaSuccess) {
+      e = cudaMemcpy(seen.data(), d.seen, words * sizeof(uint32_t), cudaMemcpyDeviceToHost);
+    }
+    if (e == cudaSuccess) {
+      e = cudaMemcpy(defined.data(), d.defined, words * sizeof(uint32_t), cudaMemcpyDeviceToHost);
+    }
+    if (e != cudaSuccess) return e;
+    out->resize(n_);
+    JoinLossStats(ema.data(), meta.data(), n_, out->data());
+    std::vector<float> ema2(n_);
+    std::vector<uint32_t> meta2(n_), seen2(words), defined2(words);
+    SplitLossStats(out->data(), n_, ema2.data(), meta2.data(), seen2.data(), defined2.data());
+    *bits_agree = seen == seen2 && defined == defined2;
+    return cudaSuccess;
+  }
+  DeviceLossStats get() const { return LossStatsIn(memory_.get(), n_); }
+
+ private:
+  DeviceArray<uint8_t> memory_;
+  uint64_t n_ = 0;
+};
+
 bool SameBytes(const void* a, const void* b, size_t bytes) { return std::memcmp(a, b, bytes) == 0; }
 
 // One recompute on the device against the reference: the check always, the weights when it
@@ -351,7 +412,7 @@ void CheckRecompute(const std::string& name, const RecomputeParams& params,
                     const std::vector<SampleLossStats>& stats) {
   const uint64_t n = stats.size();
   DeviceArray<float> d_base, d_current, d_out;
-  DeviceArray<SampleLossStats> d_stats;
+  DeviceStats d_stats;
   CASE_CUDA(d_base.Upload(base));
   CASE_CUDA(d_current.Upload(current));
   CASE_CUDA(d_stats.Upload(stats));
@@ -364,8 +425,7 @@ void CheckRecompute(const std::string& name, const RecomputeParams& params,
   const reference::Recomputed want =
       reference::RecomputeWeights(params, n, base.empty() ? nullptr : base.data(),
                                   current.empty() ? nullptr : current.data(), stats.data());
-  if (check.first_bad != want.check.first_bad ||
-      check.base_positive != want.check.base_positive ||
+  if (check.first_bad != want.check.first_bad || check.base_positive != want.check.base_positive ||
       check.current_positive != want.check.current_positive) {
     Fail(name + ": check first_bad " + std::to_string(check.first_bad) + " (reference " +
          std::to_string(want.check.first_bad) + "), base_positive " +
@@ -467,8 +527,7 @@ void CheckRecomputeRefusals() {
     stats[4096] = {0.5f, 1, 3};
     CheckRecompute("refusal " + k + " zero base", p, std::vector<float>(n, 0.0f), current, stats);
     // All-zero current: refused by the multiplicative policy only.
-    CheckRecompute("refusal " + k + " zero current", p, base, std::vector<float>(n, -0.0f),
-                   stats);
+    CheckRecompute("refusal " + k + " zero current", p, base, std::vector<float>(n, -0.0f), stats);
   }
 }
 
@@ -507,7 +566,7 @@ void CheckApplyLossesAndImportance(uint64_t n) {
   const std::string name = "apply losses n=" + std::to_string(n);
   std::mt19937_64 rng(n);
   std::vector<SampleLossStats> stats = VariedStats(n, 9, EpochMarker(4));
-  DeviceArray<SampleLossStats> d_stats;
+  DeviceStats d_stats;
   CASE_CUDA(d_stats.Upload(stats));
   for (uint64_t epoch : {4ull, 5ull, 65535ull + 4}) {
     std::vector<uint64_t> indices;
@@ -528,7 +587,12 @@ void CheckApplyLossesAndImportance(uint64_t n) {
   }
   CASE_CUDA(cudaDeviceSynchronize());
   std::vector<SampleLossStats> got;
-  CASE_CUDA(d_stats.Copy(&got));
+  bool bits_agree = false;
+  CASE_CUDA(d_stats.Download(&got, &bits_agree));
+  if (!bits_agree) {
+    Fail(name + ": the device's seen/defined bits disagree with its statistics");
+    return;
+  }
   for (uint64_t i = 0; i < n; ++i) {
     if (!SameBytes(&got[i], &stats[i], sizeof(SampleLossStats))) {
       Fail(name + ": sample " + std::to_string(i) + " differs");
@@ -560,8 +624,8 @@ void CheckApplyLossesAndImportance(uint64_t n) {
 
 void CheckWeights(uint64_t max_n, bool quick) {
   uint64_t seed = 100;
-  for (uint64_t n : {1ull, 2ull, 3ull, 4095ull, 4096ull, 4097ull, 65537ull, 1000003ull,
-                     10000000ull, 100000000ull}) {
+  for (uint64_t n : {1ull, 2ull, 3ull, 4095ull, 4096ull, 4097ull, 65537ull, 1000003ull, 10000000ull,
+                     100000000ull}) {
     if (n > max_n) break;
     // Big N: a few rounds (the reference runs on one core: ~1 s per 1e7 samples and pass).
     const int rounds = n <= 65537 ? (quick ? 6 : 24) : n <= 1000003 ? 12 : 2;

@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "kernels/compute_backend.h"
 #include "kernels/cpu_backend.h"
+#include "kernels/cuda/device_weights.h"
 #include "kernels/cuda/plan_math.h"
 #include "kernels/loss_stats.h"
 #include "kernels/philox.h"
@@ -233,6 +234,47 @@ TEST(PlanMathTest, BlockDrawsEqualTheFullPrefixDraws) {
         ASSERT_GT(w[want], 0.0f);
       }
     }
+  }
+}
+
+// The device's layout of the loss statistics (DeviceLossStats) holds exactly the
+// SampleLossStats: Split then Join gives the same bytes, the bits say count > 0 and
+// EmaDefined, and splitting in pieces of a multiple of 32 samples (CudaLossStats::Restore) gives
+// the same arrays as one split.
+TEST(LossStatsLayoutTest, SplitAndJoinKeepEveryByte) {
+  for (const uint64_t n : {1, 31, 32, 33, 1000, 4097}) {
+    SCOPED_TRACE("n=" + std::to_string(n));
+    std::vector<SampleLossStats> stats = VariedStats(n, 7, EpochMarker(3));
+    if (n > 2) {
+      stats[1] = {std::numeric_limits<float>::quiet_NaN(), 0, 0};  // Never seen, junk EMA.
+      stats[2] = {0.25f, 0, 9};  // Restored with a marker but no count: defined, not seen.
+    }
+    const uint64_t words = LossStatsWords(n);
+    std::vector<float> ema(n);
+    std::vector<uint32_t> meta(n), seen(words), defined(words);
+    SplitLossStats(stats.data(), n, ema.data(), meta.data(), seen.data(), defined.data());
+    std::vector<SampleLossStats> back(n);
+    JoinLossStats(ema.data(), meta.data(), n, back.data());
+    ASSERT_EQ(std::memcmp(back.data(), stats.data(), n * sizeof(SampleLossStats)), 0);
+    for (uint64_t i = 0; i < n; ++i) {
+      const bool seen_bit = (seen[i / 32] >> (i % 32)) & 1,
+                 defined_bit = (defined[i / 32] >> (i % 32)) & 1;
+      ASSERT_EQ(seen_bit, stats[i].count > 0) << i;
+      ASSERT_EQ(defined_bit, weight_math::EmaDefined(stats[i].count, stats[i].last_epoch)) << i;
+    }
+    const uint64_t piece = 64;
+    std::vector<float> ema2(n);
+    std::vector<uint32_t> meta2(n), seen2(words), defined2(words);
+    for (uint64_t first = 0; first < n; first += piece) {
+      const uint64_t count = std::min(piece, n - first);
+      SplitLossStats(stats.data() + first, count, ema2.data() + first, meta2.data() + first,
+                     seen2.data() + first / 32, defined2.data() + first / 32);
+    }
+    EXPECT_EQ(std::memcmp(ema2.data(), ema.data(), n * sizeof(float)), 0);
+    EXPECT_EQ(meta2, meta);
+    EXPECT_EQ(seen2, seen);
+    EXPECT_EQ(defined2, defined);
+    EXPECT_EQ(LossStatsBytes(n), 8 * n + 8 * words);
   }
 }
 
