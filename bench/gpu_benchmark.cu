@@ -156,7 +156,7 @@ void Run(uint64_t n, int reps) {
   size_t free_bytes = 0, total = 0;
   BENCH_CUDA(cudaMemGetInfo(&free_bytes, &total));
   // Peak: weights, plan, selection output, the shuffle's keys and positions twice + CUB scratch
-  // (the recompute's statistics, 8 B, come after the plans have freed their scratch).
+  // (the recompute's statistics, 8.25 B, come after the plans have freed their scratch).
   const uint64_t need = n * (4 + 4 + 4 + 16 + 8) + (uint64_t{1} << 30);
   if (need > free_bytes) {
     std::printf("SKIP N=%llu: needs ~%.1f GB, %.1f GB free\n", static_cast<unsigned long long>(n),

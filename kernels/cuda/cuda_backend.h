@@ -19,9 +19,9 @@
 // Device memory per sample of a job (N samples; every array comes from the device's default
 // stream-ordered pool, so the pool's high-water mark is the whole truth: CudaMemoryPeaks):
 //   between epochs   loss statistics 8.25 B (gpu::DeviceLossStats), W_e 4 B, base weights 4 B
-//                    (if not uniform): 12-16 B.
+//                    (if not uniform): 12.25-16.25 B.
 //   RecomputeWeights + W_{e+1} 4 B while W_e is alive (the server frees W_e after the swap),
-//                    + the recompute's per-chunk sums (~N / 4096 * 32 B): 16-20 B.
+//                    + the recompute's per-chunk sums (~N / 4096 * 32 B): 16.25-20.25 B.
 //   PlanEpoch        + the plan, M * 4 B (N <= 2^32; 8 B beyond), copied to the host and freed;
 //                    + the kernels' scratch: without replacement M < N the selection (a bitmap
 //                    of N bits and the selected M indices, then the shuffle of M), M = N the
@@ -29,10 +29,10 @@
 //                    counts), with replacement the quantised prefix sums of blocks
 //                    of 8 samples (1 B per sample) and a guide table over the blocks (~0.1 B).
 //                    At M = N / 10 (the benchmark's epoch boundary) a loss-policy job with base
-//                    weights peaks at ~16 + 0.4 + 0.125 + scratch of M: ~19 B; M = N without
-//                    replacement: 16 + 4 + 4.2 = ~24 B (the shuffle; ~36 B before 2026-11-23,
+//                    weights peaks at ~16.25 + 0.4 + 0.125 + scratch of M: ~19 B; M = N without
+//                    replacement: 16.25 + 4 + 4.2 = ~24.5 B (the shuffle; ~36 B before 2026-11-23,
 //                    with CUB's radix sort); with replacement,
-//                    weighted, M = N: 16 + 4 + 1.1 = ~21 B (~28 B before 2026-11-23, with the
+//                    weighted, M = N: 16.25 + 4 + 1.1 = ~21.4 B (~28 B before 2026-11-23, with the
 //                    prefix sums of every sample).
 //   Apply            0 B: the queued pairs are pinned host memory that the kernel reads
 //                    directly (mapped), 2 x 3 MiB per loss statistics object (not measured:
