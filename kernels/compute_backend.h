@@ -22,10 +22,10 @@
 // Every function validates its inputs first. On a bad input it returns INVALID_ARGUMENT (or
 // FAILED_PRECONDITION where the input is fine but the state is not, e.g. too few positive
 // weights) with a message naming the field and the value, and changes nothing. A failure of the
-// device itself (CUDA out of memory, a launch failure) is RESOURCE_EXHAUSTED (out of memory),
-// FAILED_PRECONDITION (the device became unusable: kernels/cuda/cuda_status.h) or INTERNAL,
-// carrying the CUDA error's name and string; the backend never falls back to another device or
-// to the CPU in the middle of a job.
+// device itself (CUDA out of memory, a launch failure, a lost device) is RESOURCE_EXHAUSTED (out
+// of memory) or INTERNAL carrying the CUDA error's name and string
+// (kernels/cuda/cuda_status.h); the backend never falls back to another device or to the CPU in
+// the middle of a job.
 #ifndef SAMPLERD_KERNELS_COMPUTE_BACKEND_H_
 #define SAMPLERD_KERNELS_COMPUTE_BACKEND_H_
 

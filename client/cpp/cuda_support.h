@@ -13,14 +13,18 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "kernels/cuda/cuda_status.h"
 
 namespace samplerd {
 
-// CUDA errors as statuses: kernels/cuda/cuda_status.h, the one conversion (FAILED_PRECONDITION
-// for "no usable GPU here", RESOURCE_EXHAUSTED for out of memory, INTERNAL otherwise; the
-// message "cuda: <what>: <error name>: <error string>"; the thread's last CUDA error reset).
-using cuda::CudaStatus;
+// CUDA errors as statuses by kernels/cuda/cuda_status.h, the one conversion, as a trainer needs
+// them: FAILED_PRECONDITION for "no usable GPU here", RESOURCE_EXHAUSTED for out of memory,
+// INTERNAL otherwise; the message "cuda: <what>: <error name>: <error string>"; the thread's
+// last CUDA error reset.
+inline absl::Status CudaStatus(cudaError_t error, absl::string_view what) {
+  return cuda::CudaStatus(error, what, cuda::NoGpuIs::kFailedPrecondition);
+}
 
 // OK if the CUDA runtime sees at least one device; otherwise FAILED_PRECONDITION saying why (the
 // runtime's message). Cheap after the first call. Tests print its message when they skip.

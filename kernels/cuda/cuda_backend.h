@@ -8,8 +8,8 @@
 // anything reads the statistics. A plan is computed on the device and copied to the host once.
 //
 // Device errors (out of memory, a failed launch) come back as statuses carrying the CUDA error
-// name and string (cuda_status.h: RESOURCE_EXHAUSTED for out of memory, FAILED_PRECONDITION
-// for a device that became unusable, INTERNAL otherwise) on the call that
+// name and string (cuda_status.h: RESOURCE_EXHAUSTED for out of memory, INTERNAL otherwise,
+// a device lost since startup included) on the call that
 // met them; the backend never switches to the CPU. A loss statistics object that met a device
 // error returns it from every later call (its state is unknown): the job fails with it.
 //

@@ -17,14 +17,19 @@ TEST(CudaStatusTest, OutOfMemoryIsResourceExhaustedWithTheRuntimesWords) {
             "cudaErrorMemoryAllocation: out of memory");
 }
 
-TEST(CudaStatusTest, NoUsableGpuIsFailedPrecondition) {
+// "No usable GPU" is the caller's precondition for a trainer, an internal failure for the
+// server (the backend's default).
+TEST(CudaStatusTest, NoUsableGpuIsWhatTheCallerSays) {
   for (const cudaError_t e : {cudaErrorNoDevice, cudaErrorInsufficientDriver,
                               cudaErrorNotSupported, cudaErrorInitializationError,
                               cudaErrorDevicesUnavailable}) {
-    const absl::Status s = CudaStatus(e, "cudaGetDeviceCount");
+    const absl::Status s = CudaStatus(e, "cudaGetDeviceCount", NoGpuIs::kFailedPrecondition);
     EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
     EXPECT_EQ(std::string(s.message()).rfind("cuda: cudaGetDeviceCount: ", 0), 0u) << s;
+    EXPECT_EQ(CudaStatus(e, "Shuffle").code(), absl::StatusCode::kInternal);
   }
+  EXPECT_EQ(CudaStatus(cudaErrorMemoryAllocation, "x", NoGpuIs::kFailedPrecondition).code(),
+            absl::StatusCode::kResourceExhausted);
 }
 
 TEST(CudaStatusTest, OtherErrorsAreInternalAndSuccessIsOk) {

@@ -17,12 +17,13 @@
 // into `out`, its sum (+ the sum of base_i f_i); the raw weights' mean follows in closed form
 // (weight_math::LossRawMean); 3. the clamped weights' sum; 4. the result. Passes 1 and 2 read
 // the statistics' EMA array and its "seen" and "defined" bits (DeviceLossStats), not the counts
-// and markers: per sample 4 + 4 + 4 + 8 B read or written besides the base weights, ~24 B. The
-// multiplicative policy (it needs the markers): 1. validation and the raw weights' sum; 2. the
-// clamped sum; 3. the result.
+// and markers: per sample 4 + 8 + 4 + 8 B read or written besides the base weights and the bits,
+// ~24.4 B. The multiplicative policy (it needs the markers): 1. validation and the raw weights'
+// sum; 2. the clamped sum; 3. the result.
 //
 // Device memory of RecomputeWeights besides its arguments: 32 B per chunk (1/128 B per sample:
-// up to two series per pass) and a few hundred bytes of scalars. The loss factors f_i are parked in `out`, as on the CPU.
+// up to two series per pass) and a few hundred bytes of scalars. The loss factors f_i are parked
+// in `out`, as on the CPU.
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -56,13 +57,9 @@ static_assert(kSumBlock * kPerThread == exact_sum::kChunk, "a block covers one c
 constexpr uint64_t kMaxSamples = exact_sum::kMaxTerms;
 
 // Sample i's SampleLossStats from the device's arrays (device_weights.h: DeviceLossStats).
+// (Read-only loads: for kernels that do not write the statistics.)
 __device__ __forceinline__ SampleLossStats LoadStats(const DeviceLossStats& stats, uint64_t i) {
-  const uint32_t meta = __ldg(stats.meta + i);
-  SampleLossStats s;
-  s.ema_loss = __ldg(stats.ema + i);
-  s.count = static_cast<uint16_t>(meta & 0xffffu);
-  s.last_epoch = static_cast<uint16_t>(meta >> 16);
-  return s;
+  return LossStatsFrom(__ldg(stats.ema + i), __ldg(stats.meta + i));
 }
 
 // Bit i of a bit array (DeviceLossStats::seen, ::defined): a warp's 32 consecutive samples read
@@ -605,7 +602,8 @@ __global__ void __launch_bounds__(kBlock)
                       uint64_t count, uint16_t marker, float decay) {
   for (uint64_t k = GlobalThread(); k < count; k += GridStride()) {
     const uint64_t i = indices[k];
-    SampleLossStats s = LoadStats(stats, i);
+    // Plain loads, not LoadStats' read-only __ldg: this kernel writes these arrays.
+    SampleLossStats s = LossStatsFrom(stats.ema[i], stats.meta[i]);
     if (!ApplyLoss(s, losses[k], marker, decay)) continue;
     stats.ema[i] = s.ema_loss;
     stats.meta[i] = LossStatsMeta(s);

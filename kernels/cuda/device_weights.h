@@ -54,6 +54,15 @@ SAMPLERD_LOSS_STATS_HD uint32_t LossStatsMeta(const SampleLossStats& s) {
   return static_cast<uint32_t>(s.count) | static_cast<uint32_t>(s.last_epoch) << 16;
 }
 
+// The SampleLossStats of an EMA and its meta word (the inverse of LossStatsMeta).
+SAMPLERD_LOSS_STATS_HD SampleLossStats LossStatsFrom(float ema, uint32_t meta) {
+  SampleLossStats s;
+  s.ema_loss = ema;
+  s.count = static_cast<uint16_t>(meta & 0xffffu);
+  s.last_epoch = static_cast<uint16_t>(meta >> 16);
+  return s;
+}
+
 // Host side: samples in[0, count) (the samples [first, first + count) of a job, first a
 // multiple of 32) into the arrays' parts for them: ema[0, count), meta[0, count), and the bit
 // words seen and defined [0, LossStatsWords(count)), written whole (the bits past `count` 0).
@@ -72,11 +81,7 @@ inline void SplitLossStats(const SampleLossStats* in, uint64_t count, float* ema
 // Host side: the SampleLossStats of ema[0, count) and meta[0, count) into out[0, count).
 inline void JoinLossStats(const float* ema, const uint32_t* meta, uint64_t count,
                           SampleLossStats* out) {
-  for (uint64_t i = 0; i < count; ++i) {
-    out[i].ema_loss = ema[i];
-    out[i].count = static_cast<uint16_t>(meta[i] & 0xffffu);
-    out[i].last_epoch = static_cast<uint16_t>(meta[i] >> 16);
-  }
+  for (uint64_t i = 0; i < count; ++i) out[i] = LossStatsFrom(ema[i], meta[i]);
 }
 
 // A loss policy's parameters (WeightPolicyParams of kernels/weight_policy.h without Abseil,
