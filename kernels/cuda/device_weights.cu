@@ -115,8 +115,8 @@ struct DeviceScalars {
   uint32_t ema_max_bits;   // kLoss: largest EMA of the seen (-0 as +0).
   uint32_t base_positive;  // Or of PositiveBits.
   uint32_t current_positive;
-  uint32_t unseen;         // kLoss: some sample has count 0.
-  uint32_t min_bits;       // Summary: SummaryBits, ~0 before the first.
+  uint32_t unseen;    // kLoss: some sample has count 0.
+  uint32_t min_bits;  // Summary: SummaryBits, ~0 before the first.
   uint32_t max_bits;
 };
 
@@ -162,8 +162,7 @@ struct ChunkSumStorage {
 // next call orders thread 0's reads of low/high before anyone writes them again, and every
 // thread reads max_bits before the second barrier).
 __device__ __forceinline__ uint32_t SumChunkTerms(const double (&terms)[kPerThread],
-                                                  ChunkSumStorage& storage,
-                                                  DeviceChunkSum* out) {
+                                                  ChunkSumStorage& storage, DeviceChunkSum* out) {
   const unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   uint64_t max_bits = 0;
 #pragma unroll
@@ -209,6 +208,40 @@ __device__ __forceinline__ uint32_t SumChunkTerms(const double (&terms)[kPerThre
 // Folds a block's largest B_c into the pass's B (thread 0 only holds it).
 __device__ __forceinline__ void PublishExponent(uint32_t exponent, DeviceTotal* total) {
   if (threadIdx.x == 0) atomicMax(&total->exponent, exponent);
+}
+
+// The chunk loop of every exact-sum pass: this block's chunks of n samples (grid-stride).
+// term(i, t, t2) sets sample i's term of the first series, and of the second when `second` is
+// given (both start at 0, which is what samples beyond n add); the first series' chunk sums go
+// to chunk_sums[c], the second's to chunk_sums[chunks + c], the block's largest exponents to
+// *first and *second (PublishExponent). Every thread of the block calls it, with the same
+// `second` (SumChunkTerms' barriers).
+template <typename Term>
+__device__ __forceinline__ void SumChunksOfBlock(uint64_t n, DeviceChunkSum* chunk_sums,
+                                                 DeviceTotal* first, DeviceTotal* second,
+                                                 const Term& term) {
+  __shared__ ChunkSumStorage storage;
+  uint32_t top = 1, second_top = 1;
+  const uint64_t chunks = NumChunks(n);
+  for (uint64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
+    const uint64_t begin = c * exact_sum::kChunk;
+    double terms[kPerThread], second_terms[kPerThread];
+#pragma unroll
+    for (unsigned j = 0; j < kPerThread; ++j) {
+      const uint64_t i = begin + j * kSumBlock + threadIdx.x;
+      terms[j] = 0.0;
+      second_terms[j] = 0.0;
+      if (i < n) term(i, terms[j], second_terms[j]);
+    }
+    const uint32_t exponent = SumChunkTerms(terms, storage, chunk_sums + c);
+    top = exponent > top ? exponent : top;
+    if (second != nullptr) {
+      const uint32_t e = SumChunkTerms(second_terms, storage, chunk_sums + chunks + c);
+      second_top = e > second_top ? e : second_top;
+    }
+  }
+  PublishExponent(top, first);
+  if (second != nullptr) PublishExponent(second_top, second);
 }
 
 // T += the chunks' floor(S_c / 2^(B - B_c)), B final (the chunk kernels are done: stream order).
@@ -263,7 +296,8 @@ cudaError_t PersistentGrid(Kernel kernel, uint64_t chunks, unsigned* blocks) {
       cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
   SAMPLERD_CUDA_TRY(
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel, kSumBlock, 0));
-  uint64_t resident = static_cast<uint64_t>(multiprocessors) * static_cast<uint64_t>(per_multiprocessor);
+  uint64_t resident =
+      static_cast<uint64_t>(multiprocessors) * static_cast<uint64_t>(per_multiprocessor);
   if (resident == 0) resident = 1;
   *blocks = static_cast<unsigned>(chunks < resident ? chunks : resident);
   return cudaSuccess;
@@ -306,7 +340,7 @@ struct RecomputeInputs {
   const float* current = nullptr;
   DeviceLossStats stats;
   float* out = nullptr;
-  weight_math::LossFactorRule factors;  // kLoss.
+  weight_math::LossFactorRule factors;            // kLoss.
   double one_minus_mix = 1, mix = 0, mean_f = 1;  // kLoss.
   double eta = 1;                                 // kMultiplicative.
   uint16_t marker = 0;                            // kMultiplicative.
@@ -344,58 +378,40 @@ __device__ __forceinline__ double ClampedAt(const RecomputeInputs& in, uint64_t 
 template <Kind kKind>
 __global__ void __launch_bounds__(kSumBlock)
     ScanKernel(RecomputeInputs in, DeviceChunkSum* chunk_sums, DeviceScalars* scalars) {
-  __shared__ ChunkSumStorage storage;
   uint64_t first_bad = ~uint64_t{0}, seen = 0;
-  uint32_t base_positive = 0, current_positive = 0, unseen = 0, ema_max_bits = 0, top = 1;
-  uint32_t base_top = 1;
-  // kLoss with base weights also sums them (for weight_math::LossRawMean); the same for every
-  // thread of the block, as SumChunkTerms' barriers need.
+  uint32_t base_positive = 0, current_positive = 0, unseen = 0, ema_max_bits = 0;
+  // kLoss with base weights also sums them (for weight_math::LossRawMean).
   const bool sum_base = kKind == Kind::kLoss && in.base != nullptr;
-  const uint64_t chunks = NumChunks(in.n);
-  for (uint64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
-    const uint64_t begin = c * exact_sum::kChunk;
-    double terms[kPerThread], base_terms[kPerThread];
-#pragma unroll
-    for (unsigned j = 0; j < kPerThread; ++j) {
-      const uint64_t i = begin + j * kSumBlock + threadIdx.x;
-      terms[j] = 0.0;
-      base_terms[j] = 0.0;
-      if (i >= in.n) continue;
-      if (sum_base) base_terms[j] = static_cast<double>(__ldg(in.base + i));
-      // kLoss reads the EMA and the two bits only (not the counts and markers).
-      const float ema = __ldg(in.stats.ema + i);
-      if (weight_math::SampleIsBad(in.base, in.current, Bit(in.stats.defined, i), ema, i)) {
-        first_bad = i < first_bad ? i : first_bad;
-      }
-      if (in.base != nullptr) {
-        base_positive |= weight_math::PositiveBits(__float_as_uint(__ldg(in.base + i)));
-      }
-      if (in.current != nullptr) {
-        current_positive |= weight_math::PositiveBits(__float_as_uint(__ldg(in.current + i)));
-      }
-      if constexpr (kKind == Kind::kLoss) {
-        const uint32_t ema_bits = __float_as_uint(ema);
-        const bool seen_i = Bit(in.stats.seen, i);
-        seen += seen_i;
-        unseen |= !seen_i;
-        // The largest EMA by its bits (non-negative floats order like their bits; -0 as +0).
-        const uint32_t candidate = seen_i && ema_bits != 0x80000000u ? ema_bits : 0;
-        ema_max_bits = candidate > ema_max_bits ? candidate : ema_max_bits;
-        terms[j] = weight_math::Select(seen_i, static_cast<double>(ema), 0.0);
-      } else {
-        bool excluded = false;
-        terms[j] = RawAt<kKind>(in, i, &excluded);
-      }
-    }
-    const uint32_t exponent = SumChunkTerms(terms, storage, chunk_sums + c);
-    top = exponent > top ? exponent : top;
-    if (sum_base) {
-      const uint32_t base_exponent = SumChunkTerms(base_terms, storage, chunk_sums + chunks + c);
-      base_top = base_exponent > base_top ? base_exponent : base_top;
-    }
-  }
-  PublishExponent(top, &scalars->totals[kScanTotal]);
-  if (sum_base) PublishExponent(base_top, &scalars->totals[kBaseTotal]);
+  SumChunksOfBlock(
+      in.n, chunk_sums, &scalars->totals[kScanTotal],
+      sum_base ? &scalars->totals[kBaseTotal] : nullptr,
+      [&](uint64_t i, double& term, double& base_term) {
+        if (sum_base) base_term = static_cast<double>(__ldg(in.base + i));
+        // kLoss reads the EMA and the two bits only (not the counts and markers).
+        const float ema = __ldg(in.stats.ema + i);
+        if (weight_math::SampleIsBad(in.base, in.current, Bit(in.stats.defined, i), ema, i)) {
+          first_bad = i < first_bad ? i : first_bad;
+        }
+        if (in.base != nullptr) {
+          base_positive |= weight_math::PositiveBits(__float_as_uint(__ldg(in.base + i)));
+        }
+        if (in.current != nullptr) {
+          current_positive |= weight_math::PositiveBits(__float_as_uint(__ldg(in.current + i)));
+        }
+        if constexpr (kKind == Kind::kLoss) {
+          const uint32_t ema_bits = __float_as_uint(ema);
+          const bool seen_i = Bit(in.stats.seen, i);
+          seen += seen_i;
+          unseen |= !seen_i;
+          // The largest EMA by its bits (non-negative floats order like their bits; -0 as +0).
+          const uint32_t candidate = seen_i && ema_bits != 0x80000000u ? ema_bits : 0;
+          ema_max_bits = candidate > ema_max_bits ? candidate : ema_max_bits;
+          term = weight_math::Select(seen_i, static_cast<double>(ema), 0.0);
+        } else {
+          bool excluded = false;
+          term = RawAt<kKind>(in, i, &excluded);
+        }
+      });
   // The findings: a warp's reduction, then one atomic per warp.
   for (int offset = 16; offset > 0; offset >>= 1) {
     const uint64_t other = __shfl_xor_sync(0xffffffffu, static_cast<ull>(first_bad), offset);
@@ -422,55 +438,23 @@ __global__ void __launch_bounds__(kSumBlock)
 // totals[0] and, with base weights, of base_i f_i (weight_math::BaseFactorTerm) into totals[1].
 __global__ void __launch_bounds__(kSumBlock)
     FactorKernel(RecomputeInputs in, DeviceChunkSum* chunk_sums, DeviceTotal* totals) {
-  __shared__ ChunkSumStorage storage;
-  uint32_t top = 1, base_top = 1;
-  const bool with_base = in.base != nullptr;  // The same for every thread of the block.
-  const uint64_t chunks = NumChunks(in.n);
-  for (uint64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
-    const uint64_t begin = c * exact_sum::kChunk;
-    double terms[kPerThread], base_terms[kPerThread];
-#pragma unroll
-    for (unsigned j = 0; j < kPerThread; ++j) {
-      const uint64_t i = begin + j * kSumBlock + threadIdx.x;
-      terms[j] = 0.0;
-      base_terms[j] = 0.0;
-      if (i >= in.n) continue;
-      const float f =
-          weight_math::LossFactor(Bit(in.stats.seen, i), __ldg(in.stats.ema + i), in.factors);
-      in.out[i] = f;
-      terms[j] = static_cast<double>(f);
-      if (with_base) base_terms[j] = weight_math::BaseFactorTerm(__ldg(in.base + i), f);
-    }
-    const uint32_t exponent = SumChunkTerms(terms, storage, chunk_sums + c);
-    top = exponent > top ? exponent : top;
-    if (with_base) {
-      const uint32_t base_exponent = SumChunkTerms(base_terms, storage, chunk_sums + chunks + c);
-      base_top = base_exponent > base_top ? base_exponent : base_top;
-    }
-  }
-  PublishExponent(top, &totals[0]);
-  if (with_base) PublishExponent(base_top, &totals[1]);
+  const bool with_base = in.base != nullptr;
+  SumChunksOfBlock(in.n, chunk_sums, &totals[0], with_base ? &totals[1] : nullptr,
+                   [&](uint64_t i, double& term, double& base_term) {
+                     const float f = weight_math::LossFactor(Bit(in.stats.seen, i),
+                                                             __ldg(in.stats.ema + i), in.factors);
+                     in.out[i] = f;
+                     term = static_cast<double>(f);
+                     if (with_base) base_term = weight_math::BaseFactorTerm(__ldg(in.base + i), f);
+                   });
 }
 
 // The clamp pass: the exact sum of c_i into *total.
 template <Kind kKind>
 __global__ void __launch_bounds__(kSumBlock)
     ClampedSumKernel(RecomputeInputs in, DeviceChunkSum* chunk_sums, DeviceTotal* total) {
-  __shared__ ChunkSumStorage storage;
-  uint32_t top = 1;
-  const uint64_t chunks = NumChunks(in.n);
-  for (uint64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
-    const uint64_t begin = c * exact_sum::kChunk;
-    double terms[kPerThread];
-#pragma unroll
-    for (unsigned j = 0; j < kPerThread; ++j) {
-      const uint64_t i = begin + j * kSumBlock + threadIdx.x;
-      terms[j] = i < in.n ? ClampedAt<kKind>(in, i) : 0.0;
-    }
-    const uint32_t exponent = SumChunkTerms(terms, storage, chunk_sums + c);
-    top = exponent > top ? exponent : top;
-  }
-  PublishExponent(top, total);
+  SumChunksOfBlock(in.n, chunk_sums, total, nullptr,
+                   [&](uint64_t i, double& term, double&) { term = ClampedAt<kKind>(in, i); });
 }
 
 // The last pass: out[i] = c_i / mean_clamped (kLoss reads f_i from out[i] first).
@@ -506,14 +490,12 @@ cudaError_t ClampAndWrite(RecomputeInputs in, DeviceChunkSum* chunk_sums, Device
 }
 
 // The recompute after validation, by policy: passes 2.. of CpuBackend::RecomputeWeights.
-cudaError_t LossPasses(const RecomputeParams& params, const DeviceScalars& scan,
-                       RecomputeInputs in, DeviceChunkSum* chunk_sums, DeviceScalars* scalars,
-                       cudaStream_t stream) {
-  in.factors = weight_math::LossFactorRuleOf(params.has_prior_loss, params.prior_loss,
-                                             params.epsilon, params.alpha, scan.seen,
-                                             TotalOf(scan.totals[kScanTotal]),
-                                             weight_math::FloatFromBits(scan.ema_max_bits),
-                                             scan.unseen != 0);
+cudaError_t LossPasses(const RecomputeParams& params, const DeviceScalars& scan, RecomputeInputs in,
+                       DeviceChunkSum* chunk_sums, DeviceScalars* scalars, cudaStream_t stream) {
+  in.factors = weight_math::LossFactorRuleOf(
+      params.has_prior_loss, params.prior_loss, params.epsilon, params.alpha, scan.seen,
+      TotalOf(scan.totals[kScanTotal]), weight_math::FloatFromBits(scan.ema_max_bits),
+      scan.unseen != 0);
   // Pass 2: f_i, parked in `out` (validation is over), the mean of f_i and, with base weights,
   // of base_i f_i.
   const bool with_base = in.base != nullptr;
@@ -554,34 +536,18 @@ cudaError_t MultiplicativePasses(const RecomputeParams& params, const DeviceScal
 __global__ void __launch_bounds__(kSumBlock)
     SummaryKernel(const float* weights, uint64_t n, DeviceChunkSum* chunk_sums,
                   DeviceScalars* scalars) {
-  __shared__ ChunkSumStorage storage;
-  const uint64_t chunks = NumChunks(n);
-  uint32_t min_bits = ~uint32_t{0}, max_bits = 0, top1 = 1, top2 = 1;
+  uint32_t min_bits = ~uint32_t{0}, max_bits = 0;
   uint64_t zeros = 0;
-  for (uint64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
-    const uint64_t begin = c * exact_sum::kChunk;
-    double w[kPerThread], w2[kPerThread];
-#pragma unroll
-    for (unsigned j = 0; j < kPerThread; ++j) {
-      const uint64_t i = begin + j * kSumBlock + threadIdx.x;
-      w[j] = 0.0;
-      w2[j] = 0.0;
-      if (i >= n) continue;
-      const float x = __ldg(weights + i);
-      const uint32_t bits = weight_math::SummaryBits(x);
-      min_bits = bits < min_bits ? bits : min_bits;
-      max_bits = bits > max_bits ? bits : max_bits;
-      zeros += bits == 0;
-      w[j] = static_cast<double>(x);
-      w2[j] = weight_math::SquareTerm(x);
-    }
-    const uint32_t e1 = SumChunkTerms(w, storage, chunk_sums + c);
-    const uint32_t e2 = SumChunkTerms(w2, storage, chunk_sums + chunks + c);
-    top1 = e1 > top1 ? e1 : top1;
-    top2 = e2 > top2 ? e2 : top2;
-  }
-  PublishExponent(top1, &scalars->totals[0]);
-  PublishExponent(top2, &scalars->totals[1]);
+  SumChunksOfBlock(n, chunk_sums, &scalars->totals[0], &scalars->totals[1],
+                   [&](uint64_t i, double& w, double& w2) {
+                     const float x = __ldg(weights + i);
+                     const uint32_t bits = weight_math::SummaryBits(x);
+                     min_bits = bits < min_bits ? bits : min_bits;
+                     max_bits = bits > max_bits ? bits : max_bits;
+                     zeros += bits == 0;
+                     w = static_cast<double>(x);
+                     w2 = weight_math::SquareTerm(x);
+                   });
   for (int offset = 16; offset > 0; offset >>= 1) {
     const uint32_t other_min = __shfl_xor_sync(0xffffffffu, min_bits, offset);
     const uint32_t other_max = __shfl_xor_sync(0xffffffffu, max_bits, offset);
