@@ -26,7 +26,8 @@ ABSL_FLAG(uint64_t, stop_after, 0, "save the position after this many indices an
 ABSL_FLAG(std::string, position_file, "", "where --stop_after saves the position");
 ABSL_FLAG(std::string, resume_from, "", "a position file to resume from");
 ABSL_FLAG(std::string, out, "", "file the indices are appended to");
-ABSL_FLAG(int, max_retries, 30, "ClientOptions::max_retries");
+ABSL_FLAG(int, max_retries, samplerd::ClientOptions{}.max_retries,
+          "ClientOptions::max_retries (its default: a trainer's)");
 
 namespace samplerd {
 namespace {
@@ -40,8 +41,6 @@ int Fail(const absl::Status& s, const char* what) {
 int Main() {
   ClientOptions client_options;
   client_options.max_retries = absl::GetFlag(FLAGS_max_retries);
-  client_options.initial_backoff = absl::Milliseconds(20);
-  client_options.max_backoff = absl::Milliseconds(200);
   auto client = SamplerClient::Create(absl::GetFlag(FLAGS_address), client_options);
   if (!client.ok()) return Fail(client.status(), "client");
   ShardReaderOptions options;

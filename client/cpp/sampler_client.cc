@@ -166,9 +166,27 @@ absl::Status SamplerClient::WithRetries(
     if (status.error_code() != grpc::StatusCode::UNAVAILABLE || attempt >= options_.max_retries) {
       return FromGrpcStatus(status);
     }
-    absl::SleepFor(backoff);
+    BackOff(backoff, /*cancellation=*/nullptr);
     backoff = std::min(backoff * 2, options_.max_backoff);
   }
+}
+
+bool SamplerClient::BackOff(absl::Duration backoff, StreamCancellation* cancellation) const {
+  // Short enough slices that a cancellation ends the wait promptly.
+  constexpr absl::Duration kSlice = absl::Milliseconds(20);
+  const absl::Time end = absl::Now() + backoff;
+  for (absl::Time now = absl::Now(); now < end; now = absl::Now()) {
+    if (cancellation != nullptr && cancellation->cancelled()) return true;
+    const grpc_connectivity_state state = channel_->GetState(/*try_to_connect=*/true);
+    if (state == GRPC_CHANNEL_READY) {  // Nothing to drive: wait out the rest.
+      if (cancellation != nullptr) return cancellation->SleepUnlessCancelled(end - now);
+      absl::SleepFor(end - now);
+      return false;
+    }
+    // Polls gRPC (and so the connection attempt) until the state changes or the slice ends.
+    channel_->WaitForStateChange(state, absl::ToChronoTime(std::min(end, now + kSlice)));
+  }
+  return cancellation != nullptr && cancellation->cancelled();
 }
 
 absl::StatusOr<v1::Job> SamplerClient::CreateJob(const std::string& name, const v1::JobSpec& spec) {
@@ -380,11 +398,7 @@ absl::Status SamplerClient::StreamShard(
     const bool retryable = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
                            status.error_code() == grpc::StatusCode::CANCELLED;
     if (!retryable || attempt >= options_.max_retries) return FromGrpcStatus(status);
-    if (cancellation == nullptr) {
-      absl::SleepFor(backoff);
-    } else if (cancellation->SleepUnlessCancelled(backoff)) {
-      return cancelled;
-    }
+    if (BackOff(backoff, cancellation)) return cancelled;
     backoff = std::min(backoff * 2, options_.max_backoff);
   }
 }

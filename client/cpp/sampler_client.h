@@ -175,6 +175,12 @@ class SamplerClient {
   // than UNAVAILABLE, or retries run out.
   absl::Status WithRetries(const std::function<grpc::Status(grpc::ClientContext*)>& call);
   void PrepareContext(grpc::ClientContext* context) const;
+  // Waits `backoff` before a retry, driving the channel's reconnection meanwhile; true if
+  // `cancellation` (may be null) was cancelled meanwhile. A synchronous client's connection
+  // attempts progress only while one of its threads polls gRPC: sleeping instead left a server
+  // restarted in another process unseen until gRPC's backup poller ran (every 5 s), long after
+  // the default retries had run out.
+  bool BackOff(absl::Duration backoff, StreamCancellation* cancellation) const;
 
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Sampler::Stub> stub_;
