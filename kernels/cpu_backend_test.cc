@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "kernels/det_math.h"
 #include "kernels/testing/backend_state.h"
+#include "kernels/testing/policy_cases.h"
 #include "kernels/testing/test_util.h"
 #include "kernels/testing/weight_cases.h"
 
@@ -24,10 +25,10 @@ namespace {
 
 using ::testing::HasSubstr;
 using testutil::ChiSquarePValue;
+using testutil::Fnv1a;
 using testutil::PlanIndices;
 using testutil::PlanWith;
 using testutil::RandomWeights;
-using testutil::Fnv1a;
 using testutil::VariedStats;
 
 // RecomputeWeights of host vectors (testutil::RecomputeWith) into `out`, which an error leaves
@@ -539,14 +540,7 @@ TEST(WeightsTest, RecomputeDoesNotDependOnThreads) {
 TEST(WeightsTest, GoldenHashes) {
   // The table is shared with the CUDA backend's test (kernels/testing/weight_cases.h).
   for (const testutil::RecomputeGolden& g : testutil::RecomputeGoldens()) {
-    WeightPolicyParams p;
-    p.loss = static_cast<LossWeightKind>(g.kind);
-    p.alpha = g.alpha;
-    p.mix = g.mix;
-    p.clamp_lo = g.clamp_lo;
-    p.clamp_hi = g.clamp_hi;
-    p.eta = g.eta;
-    p.prior_loss = g.prior;
+    const WeightPolicyParams p = testutil::GoldenPolicy(g);
     const std::vector<float> base =
         g.with_base ? RandomWeights(g.n, 11, 0.05) : std::vector<float>();
     std::vector<float> current = RandomWeights(g.n, 12, 0.05);
@@ -678,16 +672,7 @@ TEST(WeightsTest, RecomputeMatchesItsDefinitionBitForBit) {
   int compared = 0;
   for (int round = 0; round < 40; ++round) {
     const uint64_t n = sizes[round % 8];
-    WeightPolicyParams p;
-    p.loss = round % 3 == 2 ? LossWeightKind::kMultiplicative : LossWeightKind::kLoss;
-    const double alphas[] = {1.0, 0.0, 0.5, 2.0, 8.0, 0.3};
-    p.alpha = alphas[round % 6];
-    p.epsilon = round % 4 == 0 ? 1e-3 : 1e-6 + next();
-    p.mix = round % 5 == 0 ? 0.0 : next();
-    p.clamp_lo = 0.01 + 0.99 * next();
-    p.clamp_hi = 1.0 + 20 * next();
-    p.eta = 0.01 + 10 * next();
-    if (round % 7 == 3) p.prior_loss = next();
+    const WeightPolicyParams p = testutil::RandomLossPolicy(round, next);
     const std::vector<float> base =
         round % 2 ? RandomWeights(n, round, 0.1 * next()) : std::vector<float>();
     std::vector<float> current =

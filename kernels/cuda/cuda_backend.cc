@@ -24,6 +24,7 @@
 #include "kernels/cuda/device_plan.h"
 #include "kernels/cuda/device_weights.h"
 #include "kernels/cuda/gpu_presence.h"
+#include "kernels/cuda/recompute_params.h"
 #include "kernels/plan_shard.h"
 
 namespace samplerd {
@@ -81,23 +82,6 @@ absl::Status BadRecomputeInput(Lane& lane, const CudaWeights* base, const CudaWe
   if (!ema.ok()) return ema.status();
   return absl::InvalidArgumentError(
       absl::StrCat("stats[", i, "].ema_loss = ", *ema, ": must be finite and >= 0"));
-}
-
-gpu::RecomputeParams DeviceParams(const WeightPolicyParams& policy, uint64_t closed_epoch) {
-  gpu::RecomputeParams p;
-  p.kind = policy.loss == LossWeightKind::kMultiplicative
-               ? gpu::RecomputeParams::Kind::kMultiplicative
-               : gpu::RecomputeParams::Kind::kLoss;
-  p.alpha = policy.alpha;
-  p.epsilon = policy.epsilon;
-  p.mix = policy.mix;
-  p.has_prior_loss = policy.prior_loss.has_value();
-  p.prior_loss = policy.prior_loss.value_or(0.0);
-  p.eta = policy.eta;
-  p.clamp_lo = policy.clamp_lo;
-  p.clamp_hi = policy.clamp_hi;
-  p.marker = EpochMarker(closed_epoch);
-  return p;
 }
 
 // Frees a draw table on every path (FreeDrawTable is stream-ordered).
@@ -197,7 +181,7 @@ absl::StatusOr<std::shared_ptr<const BackendWeights>> CudaBackend::RecomputeWeig
   SAMPLERD_RETURN_IF_ERROR(out.Allocate(n * sizeof(float), stream, "the recomputed weights"));
   gpu::RecomputeCheck check;
   SAMPLERD_RETURN_IF_CUDA_ERROR(
-      gpu::RecomputeWeights(DeviceParams(policy, closed_epoch), n,
+      gpu::RecomputeWeights(gpu::DeviceRecomputeParams(policy, closed_epoch), n,
                             *base ? (*base)->device_data() : nullptr,
                             *current ? (*current)->device_data() : nullptr, stats->device_stats(),
                             out.as<float>(), &check, stream),

@@ -32,6 +32,7 @@
 #include "kernels/compute_backend.h"
 #include "kernels/cpu_backend.h"
 #include "kernels/cuda/gpu_presence.h"
+#include "kernels/testing/policy_cases.h"
 #include "kernels/testing/test_util.h"
 #include "kernels/testing/weight_cases.h"
 
@@ -40,9 +41,10 @@ namespace {
 
 using ::testing::AnyOf;
 using ::testing::HasSubstr;
+using testutil::Fnv1a;
+using testutil::PatternWeights;
 using testutil::PlanIndices;
 using testutil::RandomWeights;
-using testutil::Fnv1a;
 using testutil::VariedStats;
 
 bool EnvFlag(const char* name) {
@@ -82,24 +84,6 @@ std::vector<float> HostWeights(const BackendWeights& w) {
   auto host = w.ToHost();
   EXPECT_TRUE(host.ok()) << host.status();
   return host.ok() ? **host : std::vector<float>();
-}
-
-// Weights of a kind: "random", "ties", "zeros" (half), "extreme" (2^-60 .. 2^60).
-std::vector<float> Weights(const std::string& kind, uint64_t n, uint64_t seed) {
-  if (kind == "random") return RandomWeights(n, seed, 0.0);
-  std::mt19937_64 rng(seed);
-  std::vector<float> w(n);
-  for (uint64_t i = 0; i < n; ++i) {
-    if (kind == "ties") {
-      w[i] = static_cast<float>(1 + rng() % 3);
-    } else if (kind == "zeros") {
-      w[i] = rng() % 2 == 0 ? 0.0f : static_cast<float>(0.5 + (rng() % 1000) / 1000.0);
-    } else {
-      w[i] = std::ldexp(1.0f, static_cast<int>(rng() % 121) - 60);
-    }
-  }
-  if (kind == "zeros") w[n - 1] = 1.0f;
-  return w;
 }
 
 // ---- Without a GPU ---------------------------------------------------------------------------
@@ -212,7 +196,7 @@ TEST_F(CudaVsCpuTest, WeightsAndSummaries) {
        {uint64_t{1}, uint64_t{2}, uint64_t{1000}, uint64_t{65537}, uint64_t{1'000'003}, MaxN()}) {
     for (const std::string kind : {"random", "ties", "zeros", "extreme"}) {
       const std::string what = "n=" + std::to_string(n) + " " + kind;
-      const std::vector<float> w = Weights(kind, n, n + 1);
+      const std::vector<float> w = PatternWeights(kind, n, n + 1);
       auto cpu = Make(*cpu_, w);
       auto cuda = Make(*cuda_, w);
       ASSERT_TRUE(cpu && cuda) << what;
@@ -321,7 +305,6 @@ TEST_F(CudaVsCpuTest, BadLossStatisticsArgumentsSameError) {
   }
 }
 
-
 // The inputs of one recompute, made on both backends.
 struct RecomputeInputs {
   std::shared_ptr<const BackendWeights> cpu_base, cuda_base, cpu_current, cuda_current;
@@ -333,14 +316,7 @@ TEST_F(CudaVsCpuTest, RecomputeGoldenHashes) {
   for (const testutil::RecomputeGolden& g : testutil::RecomputeGoldens()) {
     // No loss policy returns the base weights object itself: nothing computed to compare.
     if (g.kind == 0) continue;
-    WeightPolicyParams p;
-    p.loss = static_cast<LossWeightKind>(g.kind);
-    p.alpha = g.alpha;
-    p.mix = g.mix;
-    p.clamp_lo = g.clamp_lo;
-    p.clamp_hi = g.clamp_hi;
-    p.eta = g.eta;
-    p.prior_loss = g.prior;
+    const WeightPolicyParams p = testutil::GoldenPolicy(g);
     std::vector<float> current = RandomWeights(g.n, 12, 0.05);
     current[0] = 1.0f;
     RecomputeInputs in;
@@ -483,7 +459,7 @@ TEST_F(CudaVsCpuTest, PlansOfEveryMode) {
       std::shared_ptr<const BackendWeights> cpu_w, cuda_w;
       uint64_t positive = n;
       if (kind != "uniform") {
-        const std::vector<float> w = Weights(kind, n, 3 * n + 1);
+        const std::vector<float> w = PatternWeights(kind, n, 3 * n + 1);
         positive = n - static_cast<uint64_t>(std::count(w.begin(), w.end(), 0.0f));
         cpu_w = Make(*cpu_, w);
         cuda_w = Make(*cuda_, w);
@@ -596,7 +572,7 @@ TEST_F(CudaVsCpuTest, OutOfMemoryFailsOnlyItsOwnCall) {
 
 TEST_F(CudaVsCpuTest, ShardsAndImportanceWeights) {
   const uint64_t n = 1'000'003;
-  const std::vector<float> w = Weights("zeros", n, 8);
+  const std::vector<float> w = PatternWeights("zeros", n, 8);
   auto cpu_w = Make(*cpu_, w);
   auto cuda_w = Make(*cuda_, w);
   const PlanSpec spec{n, n / 3, 9, true, SampleOrder::kWeightedRandom};
@@ -651,7 +627,7 @@ TEST_F(CudaVsCpuTest, ShardsAndImportanceWeights) {
 // Calls from several threads at once (each on its own lane) give what they give alone.
 TEST_F(CudaVsCpuTest, ConcurrentCallsAgree) {
   const uint64_t n = 2'000'003;
-  auto cuda_w = Make(*cuda_, Weights("random", n, 1));
+  auto cuda_w = Make(*cuda_, PatternWeights("random", n, 1));
   std::vector<PlanSpec> specs;
   for (uint64_t k = 0; k < 6; ++k) {
     specs.push_back({n, k % 2 ? n : n / 7, k, k % 3 == 0, SampleOrder::kWeightedRandom});

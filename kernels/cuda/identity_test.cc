@@ -33,6 +33,7 @@ namespace samplerd {
 namespace gpu {
 namespace {
 
+using testutil::PatternWeights;
 using testutil::VariedStats;
 
 int passed = 0, failed = 0;
@@ -115,28 +116,9 @@ void Compare(const std::string& name, const std::vector<uint64_t>& gpu,
   ++passed;
 }
 
-std::vector<float> Weights(const std::string& kind, uint64_t n, uint32_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
-  std::vector<float> w(n);
-  for (uint64_t i = 0; i < n; ++i) {
-    if (kind == "random") {
-      w[i] = unit(rng) + 1e-3f;
-    } else if (kind == "ties") {
-      w[i] = static_cast<float>(1 + rng() % 3);
-    } else if (kind == "zeros") {
-      w[i] = (rng() % 2 == 0) ? 0.0f : unit(rng) + 0.5f;
-    } else {  // "extreme": 2^-60 .. 2^60.
-      w[i] = std::ldexp(1.0f, static_cast<int>(rng() % 121) - 60);
-    }
-  }
-  if (n > 0 && kind == "zeros") w[n - 1] = 1.0f;
-  return w;
-}
-
 struct Case {
   uint64_t n;
-  std::string kind;  // "uniform" (no weights) or a Weights kind.
+  std::string kind;  // "uniform" (no weights) or a PatternWeights kind.
   uint64_t seed, epoch;
 };
 
@@ -251,7 +233,8 @@ void CheckWithReplacement(const Case& c, const std::vector<float>& w, const floa
 template <typename Index>
 void CheckCase(const Case& c, bool thorough) {
   const std::string name = "n=" + std::to_string(c.n) + " weights=" + c.kind;
-  const std::vector<float> w = c.kind == "uniform" ? std::vector<float>() : Weights(c.kind, c.n, 7);
+  const std::vector<float> w =
+      c.kind == "uniform" ? std::vector<float>() : PatternWeights(c.kind, c.n, 7);
   DeviceArray<float> d_weights;
   CASE_CUDA(d_weights.Upload(w));
   const float* d_w = w.empty() ? nullptr : d_weights.get();
@@ -479,9 +462,10 @@ void CheckRecomputes(uint64_t n, int rounds, uint64_t seed) {
   for (int round = 0; round < rounds; ++round) {
     const RecomputeParams p = RandomParams(rng, round);
     const std::string weights = kinds[round % 4];
-    std::vector<float> base = round % 2 ? Weights(weights, n, round) : std::vector<float>();
-    std::vector<float> current =
-        round % 4 == 1 ? std::vector<float>() : Weights(kinds[(round + 1) % 4], n, round + 50);
+    std::vector<float> base = round % 2 ? PatternWeights(weights, n, round) : std::vector<float>();
+    std::vector<float> current = round % 4 == 1
+                                     ? std::vector<float>()
+                                     : PatternWeights(kinds[(round + 1) % 4], n, round + 50);
     std::vector<SampleLossStats> stats = VariedStats(n, seed + round, p.marker);
     std::string seen = "varied";
     if (round % 8 == 5) {
@@ -533,7 +517,7 @@ void CheckRecomputeRefusals() {
 
 void CheckSummary(const std::string& kind, uint64_t n) {
   const std::string name = "summary n=" + std::to_string(n) + " weights=" + kind;
-  std::vector<float> w = Weights(kind, n, 5);
+  std::vector<float> w = PatternWeights(kind, n, 5);
   if (kind == "zeros") {
     for (uint64_t i = 0; i < n; i += 7) {
       if (w[i] == 0) w[i] = -0.0f;  // Both zeros: min is +0 whichever comes first.
@@ -602,7 +586,7 @@ void CheckApplyLossesAndImportance(uint64_t n) {
   ++passed;
 
   const std::string importance = "importance n=" + std::to_string(n);
-  const std::vector<float> w = Weights("extreme", n, 6);
+  const std::vector<float> w = PatternWeights("extreme", n, 6);
   std::vector<uint64_t> indices(n / 3 + 1);
   for (uint64_t& i : indices) i = rng() % n;
   DeviceArray<float> d_w, d_out;

@@ -18,10 +18,12 @@
 #include "kernels/cpu_backend.h"
 #include "kernels/cuda/device_weights.h"
 #include "kernels/cuda/plan_math.h"
+#include "kernels/cuda/recompute_params.h"
 #include "kernels/loss_stats.h"
 #include "kernels/philox.h"
 #include "kernels/shard.h"
 #include "kernels/testing/backend_state.h"
+#include "kernels/testing/policy_cases.h"
 #include "kernels/testing/weight_cases.h"
 #include "kernels/weight_math.h"
 #include "kernels/weight_policy.h"
@@ -30,32 +32,13 @@ namespace samplerd {
 namespace gpu {
 namespace {
 
+using testutil::PatternWeights;
 using testutil::VariedStats;
 
 std::vector<uint64_t> ToVector(const samplerd::Plan& plan) {
   std::vector<uint64_t> out(plan.size());
   for (uint64_t p = 0; p < plan.size(); ++p) out[p] = plan[p];
   return out;
-}
-
-// Weight patterns of the identity tests: random, ties, zeros, extreme ratios.
-std::vector<float> Weights(const std::string& kind, uint64_t n, uint32_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
-  std::vector<float> w(n);
-  for (uint64_t i = 0; i < n; ++i) {
-    if (kind == "random") {
-      w[i] = unit(rng) + 1e-3f;
-    } else if (kind == "ties") {
-      w[i] = static_cast<float>(1 + rng() % 3);
-    } else if (kind == "zeros") {
-      w[i] = (i % 3 == 1) ? 0.0f : unit(rng) + 0.5f;
-    } else {  // "extreme": 2^-60 .. 2^60 (a ratio of 2^120, within kMaxWeightRatio).
-      w[i] = std::ldexp(1.0f, static_cast<int>(rng() % 121) - 60);
-    }
-  }
-  if (n > 0 && kind == "zeros") w[0] = 1.0f;  // At least one positive weight.
-  return w;
 }
 
 uint64_t Positive(const std::vector<float>& w) {
@@ -72,7 +55,7 @@ TEST(ReferenceTest, PlansEqualTheCpuBackend) {
   for (uint64_t n : {1ull, 2ull, 7ull, 100ull, 5000ull, 70000ull}) {
     for (const char* kind : {"uniform", "random", "ties", "zeros", "extreme"}) {
       const std::vector<float> w =
-          std::string(kind) == "uniform" ? std::vector<float>() : Weights(kind, n, 11);
+          std::string(kind) == "uniform" ? std::vector<float>() : PatternWeights(kind, n, 11);
       const uint64_t positive = w.empty() ? n : Positive(w);
       for (bool replacement : {false, true}) {
         for (uint64_t m : {uint64_t{1}, n / 10, positive - 1, positive, n, 2 * n}) {
@@ -199,7 +182,7 @@ TEST(PlanMathTest, BlockDrawsEqualTheFullPrefixDraws) {
   for (const std::string kind : {"random", "ties", "zeros", "extreme"}) {
     for (const uint64_t n : {1, 2, 7, 8, 9, 16, 17, 1000, 4099}) {
       SCOPED_TRACE(kind + " n=" + std::to_string(n));
-      std::vector<float> w = Weights(kind, n, static_cast<uint32_t>(n));
+      std::vector<float> w = PatternWeights(kind, n, static_cast<uint32_t>(n));
       if (kind == "zeros" && n > 20) {
         std::fill(w.begin() + 8, w.begin() + 20, 0.0f);  // Whole blocks of zeros too.
       }
@@ -341,36 +324,17 @@ TEST(ReferenceTest, RecomputeEqualsTheCpuBackend) {
   const uint64_t closed_epoch = 5;
   for (int round = 0; round < 48; ++round) {
     const uint64_t n = sizes[round % 8];
-    WeightPolicyParams policy;
-    policy.loss = round % 3 == 2 ? LossWeightKind::kMultiplicative : LossWeightKind::kLoss;
-    const double alphas[] = {1.0, 0.0, 0.5, 2.0, 8.0, 0.3};
-    policy.alpha = alphas[round % 6];
-    policy.epsilon = round % 4 == 0 ? 1e-3 : 1e-6 + next();
-    policy.mix = round % 5 == 0 ? 0.0 : next();
-    policy.clamp_lo = 0.01 + 0.99 * next();
-    policy.clamp_hi = 1.0 + 20 * next();
-    policy.eta = 0.01 + 10 * next();
-    if (round % 7 == 3) policy.prior_loss = next();
-    std::vector<float> base = round % 2 ? Weights("zeros", n, round) : std::vector<float>();
-    std::vector<float> current =
-        round % 4 == 1 ? std::vector<float>() : Weights(round % 3 ? "random" : "extreme", n, 99);
+    const WeightPolicyParams policy = testutil::RandomLossPolicy(round, next);
+    std::vector<float> base = round % 2 ? PatternWeights("zeros", n, round) : std::vector<float>();
+    std::vector<float> current = round % 4 == 1
+                                     ? std::vector<float>()
+                                     : PatternWeights(round % 3 ? "random" : "extreme", n, 99);
     std::vector<SampleLossStats> stats = VariedStats(n, round, EpochMarker(closed_epoch));
     if (round % 8 == 5) stats.assign(n, SampleLossStats{});  // Nothing seen yet.
     if (round % 8 == 6) {  // Everything seen, in the closed epoch.
       for (SampleLossStats& s : stats) s = {0.25f + (&s - stats.data()) % 3, 2, EpochMarker(5)};
     }
-    RecomputeParams params;
-    params.kind = policy.loss == LossWeightKind::kLoss ? RecomputeParams::Kind::kLoss
-                                                       : RecomputeParams::Kind::kMultiplicative;
-    params.alpha = policy.alpha;
-    params.epsilon = policy.epsilon;
-    params.mix = policy.mix;
-    params.has_prior_loss = policy.prior_loss.has_value();
-    params.prior_loss = policy.prior_loss.value_or(0.0);
-    params.eta = policy.eta;
-    params.clamp_lo = policy.clamp_lo;
-    params.clamp_hi = policy.clamp_hi;
-    params.marker = EpochMarker(closed_epoch);
+    const RecomputeParams params = DeviceRecomputeParams(policy, closed_epoch);
     const reference::Recomputed want =
         reference::RecomputeWeights(params, n, base.empty() ? nullptr : base.data(),
                                     current.empty() ? nullptr : current.data(), stats.data());
@@ -428,7 +392,7 @@ TEST(ReferenceTest, SummaryEqualsTheCpuBackend) {
   std::unique_ptr<ComputeBackend> cpu = NewCpuBackend(2);
   for (uint64_t n : {1ull, 4095ull, 4097ull, 70000ull}) {
     for (const char* kind : {"random", "ties", "zeros", "extreme"}) {
-      std::vector<float> w = Weights(kind, n, 3);
+      std::vector<float> w = PatternWeights(kind, n, 3);
       if (std::string(kind) == "zeros" && n > 2) w[2] = -0.0f;  // -0 is a zero like +0.
       auto made = cpu->MakeWeights(w);
       ASSERT_TRUE(made.ok()) << made.status();
@@ -474,7 +438,7 @@ TEST(ReferenceTest, AppliedLossesAndImportanceEqualTheCpuBackend) {
   ASSERT_EQ(got->size(), n);
   EXPECT_EQ(std::memcmp(got->data(), want.data(), n * sizeof(SampleLossStats)), 0);
 
-  const std::vector<float> w = Weights("extreme", n, 4);
+  const std::vector<float> w = PatternWeights("extreme", n, 4);
   auto weights = cpu->MakeWeights(w);
   ASSERT_TRUE(weights.ok());
   std::vector<uint64_t> indices(777);

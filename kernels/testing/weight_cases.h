@@ -6,10 +6,13 @@
 #ifndef SAMPLERD_KERNELS_TESTING_WEIGHT_CASES_H_
 #define SAMPLERD_KERNELS_TESTING_WEIGHT_CASES_H_
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/loss_stats.h"
@@ -26,6 +29,29 @@ inline std::vector<float> RandomWeights(uint64_t n, uint64_t seed, double zero_s
     const double u = static_cast<double>(s >> 11) / 9007199254740992.0;
     w[i] = u < zero_share ? 0.0f : static_cast<float>(0.1 + 4.0 * u);
   }
+  return w;
+}
+
+// n weights of a pattern that the plan and weight definitions must get right, from a fixed
+// seed: "random" (uniform in [0.001, 1.001)), "ties" (1, 2 or 3), "zeros" (about half 0, the
+// rest in [0.5, 1.5); the last weight positive, so that some weight is) and "extreme" (powers
+// of two from 2^-60 to 2^60: a ratio of 2^120, within kMaxWeightRatio).
+inline std::vector<float> PatternWeights(const std::string& kind, uint64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  std::vector<float> w(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    if (kind == "random") {
+      w[i] = unit(rng) + 1e-3f;
+    } else if (kind == "ties") {
+      w[i] = static_cast<float>(1 + rng() % 3);
+    } else if (kind == "zeros") {
+      w[i] = rng() % 2 == 0 ? 0.0f : unit(rng) + 0.5f;
+    } else {  // "extreme"
+      w[i] = std::ldexp(1.0f, static_cast<int>(rng() % 121) - 60);
+    }
+  }
+  if (kind == "zeros" && n > 0) w[n - 1] = 1.0f;
   return w;
 }
 
