@@ -83,8 +83,10 @@ class BackendLossStats {
   // loss of a sample in an epoch wins (docs/SAMPLING.md, arrival order). Requires
   // indices.size() == losses.size(), every index < N and every loss finite and >= 0 (validated
   // by the caller). Returns how many were applied (the others are duplicates). The decision is
-  // made at the call; an error is a device failure (INTERNAL carrying the CUDA error), after
-  // which the object is unusable: the job fails with that error.
+  // made at the call. Sizes and indices are checked again (CheckApplyArguments): a caller's bug
+  // is INVALID_ARGUMENT with nothing applied, not a write outside the statistics. Any other
+  // error is a device failure (INTERNAL carrying the CUDA error), after which the object is
+  // unusable: the job fails with that error.
   virtual absl::StatusOr<uint64_t> Apply(uint64_t epoch, absl::Span<const uint64_t> indices,
                                          absl::Span<const float> losses) = 0;
 
