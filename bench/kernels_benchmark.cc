@@ -3,8 +3,8 @@
 //
 //   bazel run //bench:kernels_benchmark                       # all sizes (~1 minute)
 //   bazel run //bench:kernels_benchmark -- --benchmark_filter='/1000000/'  # one size
-//   bazel run //bench:kernels_benchmark -- --benchmark_filter='Recompute.*/10000000/' \
-//       --benchmark_repetitions=5   # A/B on a busy machine: compare the _min rows
+//   # A/B on a busy machine: the built binary, repeated; compare the _min rows.
+//   kernels_benchmark --benchmark_filter='Recompute.*/10000000/' --benchmark_repetitions=5
 #include <algorithm>
 #include <memory>
 #include <vector>

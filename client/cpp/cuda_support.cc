@@ -2,8 +2,6 @@
 
 #include <utility>
 
-#include "absl/strings/str_cat.h"
-
 namespace samplerd {
 
 absl::Status GpuAvailable() {
@@ -16,34 +14,6 @@ absl::Status GpuAvailable() {
     return new absl::Status(std::move(s));
   }();
   return *available;
-}
-
-absl::StatusOr<PinnedBuffer> PinnedBuffer::Allocate(size_t bytes) {
-  PinnedBuffer buffer;
-  if (bytes == 0) return buffer;
-  if (absl::Status s = CudaStatus(cudaMallocHost(&buffer.data_, bytes),
-                                  absl::StrCat("cudaMallocHost(", bytes, " bytes)").c_str());
-      !s.ok()) {
-    return s;
-  }
-  buffer.size_ = bytes;
-  return buffer;
-}
-
-PinnedBuffer::PinnedBuffer(PinnedBuffer&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
-
-PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
-  if (this != &other) {
-    if (data_ != nullptr) cudaFreeHost(data_);
-    data_ = std::exchange(other.data_, nullptr);
-    size_ = std::exchange(other.size_, 0);
-  }
-  return *this;
-}
-
-PinnedBuffer::~PinnedBuffer() {
-  if (data_ != nullptr) cudaFreeHost(data_);
 }
 
 }  // namespace samplerd

@@ -1,6 +1,7 @@
 #include "client/cpp/cuda_support.h"
 
 #include <cstring>
+#include <utility>
 
 #include "gtest/gtest.h"
 
@@ -26,12 +27,13 @@ TEST(GpuAvailableTest, AnswersWithTheRuntimesReason) {
     GTEST_SKIP() << "no GPU: " << s.message();
   }
   // A GPU is present: pinned memory works and moves with its owner.
-  absl::StatusOr<PinnedBuffer> buffer = PinnedBuffer::Allocate(4096);
-  ASSERT_TRUE(buffer.ok()) << buffer.status();
-  std::memset(buffer->data(), 7, buffer->size());
-  PinnedBuffer moved = *std::move(buffer);
-  EXPECT_EQ(moved.size(), 4096u);
-  EXPECT_EQ(static_cast<unsigned char*>(moved.data())[4095], 7);
+  cuda::PinnedBuffer buffer;
+  ASSERT_TRUE(buffer.Allocate(4096, cudaHostAllocDefault, "the test", kTrainerNoGpu).ok());
+  std::memset(buffer.data(), 7, buffer.bytes());
+  cuda::PinnedBuffer moved = std::move(buffer);
+  EXPECT_EQ(moved.bytes(), 4096u);
+  EXPECT_EQ(buffer.data(), nullptr);
+  EXPECT_EQ(moved.as<unsigned char>()[4095], 7);
 }
 
 }  // namespace

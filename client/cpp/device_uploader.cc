@@ -45,11 +45,13 @@ absl::Status DeviceUploader::Upload(const void* src, size_t bytes, void* dst,
     }
     slot.in_flight = false;
   }
-  if (slot.buffer.size() < bytes) {
-    slot.buffer = PinnedBuffer();  // Free the small one before asking for the large one.
-    absl::StatusOr<PinnedBuffer> grown = PinnedBuffer::Allocate(bytes);
-    if (!grown.ok()) return grown.status();
-    slot.buffer = *std::move(grown);
+  if (slot.buffer.bytes() < bytes) {
+    // Frees the small one before asking for the large one.
+    if (absl::Status s =
+            slot.buffer.Allocate(bytes, cudaHostAllocDefault, "upload staging", kTrainerNoGpu);
+        !s.ok()) {
+      return s;
+    }
   }
   std::memcpy(slot.buffer.data(), src, bytes);
   if (absl::Status s = CudaStatus(

@@ -49,7 +49,7 @@ class DeviceUploader {
 
  private:
   struct Slot {
-    PinnedBuffer buffer;
+    cuda::PinnedBuffer buffer;
     cudaEvent_t done = nullptr;  // Recorded behind the slot's last copy; null before the first.
     bool in_flight = false;      // `done` was recorded and not yet waited for.
   };

@@ -39,8 +39,8 @@ std::string PositionsText(const v1::LossBatch& batch) {
 // A staging slot of ReportFromDevice: pinned host arrays the copies land in, and the event
 // recorded on the trainer's stream after them.
 struct DeviceSlot {
-  PinnedBuffer indices;  // int64 (read as uint64: the same bits).
-  PinnedBuffer losses;   // float.
+  cuda::PinnedBuffer indices;  // int64 (read as uint64: the same bits).
+  cuda::PinnedBuffer losses;   // float.
   cudaEvent_t landed = nullptr;
   // The pairs the slot holds while in use.
   uint64_t epoch = 0;
@@ -349,14 +349,18 @@ class LossReporter::Impl {
       return s;
     };
     for (DeviceSlot& slot : slots) {
-      absl::StatusOr<PinnedBuffer> indices =
-          PinnedBuffer::Allocate(options_.device_slot_pairs * sizeof(int64_t));
-      if (!indices.ok()) return fail(indices.status());
-      absl::StatusOr<PinnedBuffer> losses =
-          PinnedBuffer::Allocate(options_.device_slot_pairs * sizeof(float));
-      if (!losses.ok()) return fail(losses.status());
-      slot.indices = *std::move(indices);
-      slot.losses = *std::move(losses);
+      if (absl::Status s = slot.indices.Allocate(options_.device_slot_pairs * sizeof(int64_t),
+                                                 cudaHostAllocDefault,
+                                                 "ReportFromDevice staging", kTrainerNoGpu);
+          !s.ok()) {
+        return fail(s);
+      }
+      if (absl::Status s =
+              slot.losses.Allocate(options_.device_slot_pairs * sizeof(float),
+                                   cudaHostAllocDefault, "ReportFromDevice staging", kTrainerNoGpu);
+          !s.ok()) {
+        return fail(s);
+      }
       // Blocking sync: the device thread sleeps in cudaEventSynchronize instead of spinning
       // (the trainer's CPU is the trainer's). Waiting on an event waits for nothing else.
       absl::Status s = CudaStatus(

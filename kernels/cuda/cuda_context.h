@@ -25,6 +25,7 @@
 #include "absl/synchronization/mutex.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_resources.h"
+#include "kernels/cuda/pinned_buffer.h"
 
 namespace samplerd {
 namespace cuda {

@@ -38,6 +38,7 @@
 #include "kernels/compute_backend.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_resources.h"
+#include "kernels/cuda/pinned_buffer.h"
 #include "kernels/cuda/device_weights.h"
 
 namespace samplerd {

@@ -48,30 +48,6 @@ void DeviceBuffer::Reset() {
   bytes_ = 0;
 }
 
-absl::Status PinnedBuffer::Allocate(uint64_t bytes, unsigned flags, absl::string_view what) {
-  Reset();
-  if (bytes == 0) return absl::OkStatus();
-  void* data = nullptr;
-  SAMPLERD_RETURN_IF_CUDA_ERROR(cudaHostAlloc(&data, bytes, flags),
-                                absl::StrCat("cudaHostAlloc of ", bytes, " bytes for ", what));
-  data_ = data;
-  bytes_ = bytes;
-  return absl::OkStatus();
-}
-
-void PinnedBuffer::Reset() {
-  if (data_ != nullptr) cudaFreeHost(data_);
-  data_ = nullptr;
-  bytes_ = 0;
-}
-
-absl::StatusOr<void*> PinnedBuffer::DevicePointer() const {
-  void* device = nullptr;
-  SAMPLERD_RETURN_IF_CUDA_ERROR(cudaHostGetDevicePointer(&device, data_, 0),
-                                "cudaHostGetDevicePointer");
-  return device;
-}
-
 Stream::~Stream() {
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }

@@ -1,6 +1,7 @@
-// Owners of CUDA resources for the CUDA backend: device memory, pinned host memory, streams and
-// events, each released by its destructor on every path (an error return included), with the
-// allocation's failure turned into a status (cuda_status.h).
+// Owners of CUDA resources for the CUDA backend: device memory, streams and events (pinned host
+// memory: pinned_buffer.h, shared with the trainer library), each released by its destructor on
+// every path (an error return included), with the allocation's failure turned into a status
+// (cuda_status.h).
 //
 // Device memory comes from the device's default stream-ordered pool (cudaMallocAsync): the plan
 // kernels' scratch does too (device_plan.h), so one pool serves everything, memory freed by one
@@ -59,33 +60,6 @@ class DeviceBuffer {
   uint64_t bytes_ = 0;
   int device_ = 0;
   cudaStream_t free_stream_ = nullptr;
-};
-
-// Page-locked host memory (cudaHostAlloc): transfers from and to it run at PCIe speed and
-// asynchronously. Its owner makes sure no enqueued work still uses it when it is destroyed.
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  ~PinnedBuffer() { Reset(); }
-
-  // `flags`: cudaHostAlloc's (cudaHostAllocMapped: the device reads it directly, DevicePointer).
-  absl::Status Allocate(uint64_t bytes, unsigned flags, absl::string_view what);
-  void Reset();
-
-  // The address of the memory for device code (cudaHostAllocMapped only).
-  absl::StatusOr<void*> DevicePointer() const;
-
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(data_);
-  }
-  uint64_t bytes() const { return bytes_; }
-
- private:
-  void* data_ = nullptr;
-  uint64_t bytes_ = 0;
 };
 
 // A stream that does not synchronise with the legacy default stream.
