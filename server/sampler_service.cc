@@ -110,6 +110,26 @@ int64_t SamplerService::CallsInFlight() const {
   return calls_in_flight_;
 }
 
+void SamplerService::ShardStreamScope::Writing() {
+  absl::MutexLock lock(&service_->calls_mu_);
+  service_->shard_streams_.insert(context_);
+  registered_ = true;
+  if (service_->shard_streams_ended_) context_->TryCancel();
+}
+
+SamplerService::ShardStreamScope::~ShardStreamScope() {
+  if (!registered_) return;
+  absl::MutexLock lock(&service_->calls_mu_);
+  service_->shard_streams_.erase(context_);
+}
+
+void SamplerService::EndShardStreams() {
+  absl::MutexLock lock(&calls_mu_);
+  shard_streams_ended_ = true;
+  // Under calls_mu_: a context stays registered, so alive, until its handler has returned.
+  for (grpc::ServerContext* context : shard_streams_) context->TryCancel();
+}
+
 bool SamplerService::AwaitNoCalls(absl::Time deadline) const {
   absl::MutexLock lock(&calls_mu_);
   auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(calls_mu_) { return calls_in_flight_ == 0; };
@@ -188,6 +208,7 @@ SamplerService::SamplerService(JobRegistry* registry, ComputeBackend* backend,
                                 const grpc::ByteBuffer* raw,
                                 grpc::ServerWriter<v1::ShardChunk>* writer) {
             CallScope call(service);
+            ShardStreamScope stream(service, context);
             absl::StatusOr<Caller> caller = service->CallerOf(*context);
             if (!caller.ok()) return ToGrpcStatus(caller.status());
             v1::StreamShardRequest request;
@@ -197,7 +218,7 @@ SamplerService::SamplerService(JobRegistry* registry, ComputeBackend* backend,
             }
             return service->StreamShardImpl(
                 request, DeadlineOf(*context), [context] { return context->IsCancelled(); },
-                writer);
+                writer, [&stream] { stream.Writing(); });
           },
           this)));
   MethodAt("/samplerd.v1.Sampler/ReportLosses", RpcType::CLIENT_STREAMING,
@@ -309,7 +330,8 @@ uint64_t SamplerService::ChunkBytes(uint64_t indices, bool wide_indices, bool wi
 grpc::Status SamplerService::StreamShardImpl(const v1::StreamShardRequest& request,
                                              absl::Time deadline,
                                              const std::function<bool()>& cancelled,
-                                             grpc::ServerWriterInterface<v1::ShardChunk>* writer) {
+                                             grpc::ServerWriterInterface<v1::ShardChunk>* writer,
+                                             const std::function<void()>& writing) {
   const uint32_t max_chunk = v1::MAX_SHARD_CHUNK_SIZE;
   if (request.max_chunk_size() > max_chunk) {
     return ToGrpcStatus(absl::InvalidArgumentError(
@@ -345,6 +367,7 @@ grpc::Status SamplerService::StreamShardImpl(const v1::StreamShardRequest& reque
   std::vector<uint64_t> buffer;
   v1::ShardChunk chunk;
   uint64_t pos = request.start_offset();
+  if (writing) writing();
   do {  // At least one chunk, so that an empty shard still says `last`.
     const uint64_t count = std::min(chunk_size, length - pos);
     buffer.resize(count);

@@ -9,8 +9,8 @@
 // does not parse is INVALID_ARGUMENT with a message (see raw_request.h for what gRPC's generated
 // handlers do instead). Responses are the generated messages.
 //
-// Thread-safe: gRPC runs the handlers concurrently, and CallsInFlight / AwaitNoCalls may be
-// called from any thread.
+// Thread-safe: gRPC runs the handlers concurrently, and CallsInFlight / AwaitNoCalls /
+// EndShardStreams may be called from any thread.
 //
 // Streaming handlers are split into *Impl methods taking the grpc::Server{Reader,Writer}Interface
 // so that tests can drive them without a network.
@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <set>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -85,13 +86,16 @@ class SamplerService final : public grpc::Service {
                                 v1::LossReportSummary* response,
                                 const Caller& caller = Caller::Unrestricted());
   // `deadline` bounds waiting for a plan; `cancelled` is polled while waiting and between
-  // chunks. A stream whose job is deleted ends with NOT_FOUND at the next chunk; on shutdown
-  // (UNAVAILABLE) a stream already writing is let finish within the grace period. Before it
+  // chunks; `writing` (may be null) is called once the shard is acquired, before the first
+  // chunk is written (the gRPC handler then lets EndShardStreams cancel the call: a stream
+  // still waiting ends with the shutdown's UNAVAILABLE instead). A stream whose job is deleted
+  // ends with NOT_FOUND at the next chunk. Before it
   // writes, a call reserves the bytes of its largest chunk from the stream budget (ChunkBytes)
   // until it ends; RESOURCE_EXHAUSTED if they do not fit.
   grpc::Status StreamShardImpl(const v1::StreamShardRequest& request, absl::Time deadline,
                                const std::function<bool()>& cancelled,
-                               grpc::ServerWriterInterface<v1::ShardChunk>* writer);
+                               grpc::ServerWriterInterface<v1::ShardChunk>* writer,
+                               const std::function<void()>& writing = nullptr);
 
   // Bytes a StreamShard call holds while one chunk of `indices` indices is in flight: the
   // extracted indices (8 bytes each), the ShardChunk message, and gRPC's serialized copy of it
@@ -104,6 +108,13 @@ class SamplerService final : public grpc::Service {
   // graceful shutdown: gRPC's own Shutdown(deadline) also waits for idle client connections to
   // close, so it would always take the whole grace period while trainers stay connected.
   bool AwaitNoCalls(absl::Time deadline) const ABSL_LOCKS_EXCLUDED(calls_mu_);
+  // Cancels every StreamShard call writing its shard now, and each one that starts writing
+  // later, at once (a graceful shutdown; the calls still waiting for a plan are woken with
+  // UNAVAILABLE by JobRegistry::CloseAll). Unlike the other calls, a shard stream need not be let finish: every client
+  // reopens it at its next position, on the restarted server. Letting it finish held the
+  // shutdown for as long as a trainer took to consume its shard (the whole grace period), while
+  // that trainer's loss reports were refused and their retries ran out.
+  void EndShardStreams() ABSL_LOCKS_EXCLUDED(calls_mu_);
   // Bytes reserved by open StreamShard calls now.
   uint64_t StreamBufferBytesInUse() const { return stream_budget_.in_use(); }
 
@@ -116,6 +127,22 @@ class SamplerService final : public grpc::Service {
 
    private:
     SamplerService* const service_;
+  };
+
+  // A StreamShard call's context, registered from Writing() until the handler returns, for
+  // EndShardStreams to cancel. Not thread-safe: the handler's thread uses it.
+  class ShardStreamScope {
+   public:
+    ShardStreamScope(SamplerService* service, grpc::ServerContext* context)
+        : service_(service), context_(context) {}
+    ~ShardStreamScope();
+    // The call writes its shard from now on (cancelled at once if EndShardStreams ran).
+    void Writing();
+
+   private:
+    SamplerService* const service_;
+    grpc::ServerContext* const context_;
+    bool registered_ = false;
   };
 
   // Register one method of samplerd.v1.Sampler (`path`, e.g. "/samplerd.v1.Sampler/GetJob",
@@ -141,6 +168,10 @@ class SamplerService final : public grpc::Service {
   ServiceMetrics metrics_;
   mutable absl::Mutex calls_mu_;
   int64_t calls_in_flight_ ABSL_GUARDED_BY(calls_mu_) = 0;
+  // The contexts of the StreamShard calls writing their shards (live while registered).
+  std::set<grpc::ServerContext*> shard_streams_ ABSL_GUARDED_BY(calls_mu_);
+  // Set by EndShardStreams: a StreamShard call that starts later is cancelled at once.
+  bool shard_streams_ended_ ABSL_GUARDED_BY(calls_mu_) = false;
 };
 
 }  // namespace samplerd

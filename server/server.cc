@@ -302,8 +302,12 @@ void Server::Shutdown() {
     health->SetServingStatus(false);
   }
   // Wake waiting StreamShard calls (they end with UNAVAILABLE: retry elsewhere or later) and
-  // refuse new work on the jobs (UNAVAILABLE); streams already writing continue.
+  // refuse new work on the jobs (UNAVAILABLE).
   registry_->CloseAll();
+  // End the shard streams still writing (CANCELLED): the clients reopen them at their next
+  // position on the restarted server. Let finish, a stream paced by its trainer held the
+  // shutdown for the whole grace period while the same trainer's loss reports were refused.
+  service_->EndShardStreams();
   // Let in-flight calls finish within the grace period. gRPC's Shutdown(deadline) alone would
   // also wait for idle client connections to go away, i.e. always the whole grace period while
   // trainers stay connected; so wait for our own calls, then stop gRPC with a short deadline

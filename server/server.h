@@ -105,9 +105,10 @@ class Server {
   std::string metrics_url() const;
 
   // Graceful stop: health checks turn NOT_SERVING (for "" and "samplerd.v1.Sampler"); waiting
-  // StreamShard calls end with UNAVAILABLE and new work on jobs is refused with UNAVAILABLE; calls
-  // in flight (e.g. a stream already writing) get up to the grace period to finish, the rest is
-  // cancelled; then the server stops listening. Returns as soon as that is done (not after the
+  // StreamShard calls end with UNAVAILABLE and new work on jobs is refused with UNAVAILABLE;
+  // StreamShard calls still writing are cancelled (clients reopen them at their next position);
+  // the other calls in flight (e.g. a loss report) get up to the grace period to finish, the
+  // rest is cancelled; then the server stops listening. Returns as soon as that is done (not after the
   // whole grace period when clients merely stay connected). Idempotent; blocks until done.
   void Shutdown() ABSL_LOCKS_EXCLUDED(shutdown_mu_);
   // Blocks until the server has shut down.

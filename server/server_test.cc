@@ -1,6 +1,6 @@
 // Server on its own: option checks, health checking (for "" and the named service, and while
 // shutting down) and reflection answering standard tools, and a graceful shutdown (waiting streams
-// end UNAVAILABLE at once, streams already writing finish).
+// end UNAVAILABLE and streams still writing are cancelled at once; other calls finish).
 #include "server/server.h"
 #include "server/testing/test_server_options.h"
 
@@ -248,7 +248,7 @@ TEST(ServerTest, AnIdleConnectedClientDoesNotHoldShutdown) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));
 }
 
-TEST(ServerTest, ShutdownWakesWaitersAndLetsWritingStreamsFinish) {
+TEST(ServerTest, ShutdownWakesWaitersAndEndsWritingStreams) {
   // Far longer than the bounds below, so that "done when the calls were" and "waited out the
   // grace period" stay apart however loaded the test machine is.
   Options options = TestOptions();
@@ -310,15 +310,16 @@ TEST(ServerTest, ShutdownWakesWaitersAndLetsWritingStreamsFinish) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "the waiter was not woken";
   EXPECT_EQ(waiter_status.error_code(), grpc::StatusCode::UNAVAILABLE)
       << waiter_status.error_message();
-  // The writing stream was still in flight (Shutdown waits for it) and completes within the
-  // grace period.
+  // The writing stream, blocked in Write while its reader held back, is ended (a client reopens
+  // it at its next position on the restarted server): let finish, a stream paced by a trainer
+  // held the shutdown for the whole grace period while its loss reports were refused.
   EXPECT_LT(received, n / 4);
   while (reader->Read(&chunk)) received += chunk.indices32_size();
   const grpc::Status finished = reader->Finish();
-  EXPECT_TRUE(finished.ok()) << finished.error_message();
-  EXPECT_EQ(received, n / 2);
+  EXPECT_EQ(finished.error_code(), grpc::StatusCode::CANCELLED) << finished.error_message();
+  EXPECT_LT(received, n / 2);
   stopper.join();
-  // Done when the calls were: well before the 30 s grace period, though clients stay connected.
+  // Done at once: well before the 30 s grace period, though clients stay connected.
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
   waiter.join();
   server->Wait();
@@ -337,22 +338,13 @@ TEST(ServerTest, ASecondShutdownReturnsOnlyWhenTheServerHasStopped) {
   std::unique_ptr<Server> server = *std::move(created);
   auto channel = grpc::CreateChannel(server->address(), grpc::InsecureChannelCredentials());
   auto stub = v1::Sampler::NewStub(channel);
-  ASSERT_NO_FATAL_FAILURE(CreateJob(*stub, 2'000'000));
-  // A stream whose reader stopped reading: the server blocks in Write, so the first Shutdown
-  // waits out the grace period.
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
-  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 * 1024);
-  auto slow = v1::Sampler::NewStub(
-      grpc::CreateCustomChannel(server->address(), grpc::InsecureChannelCredentials(), args));
+  ASSERT_NO_FATAL_FAILURE(CreateJob(*stub, 100));
+  // A loss report whose client never finishes writing: its handler waits in Read, so the first
+  // Shutdown waits out the grace period.
   grpc::ClientContext stalled;
-  v1::StreamShardRequest request;
-  request.set_job("j");
-  request.set_world_size(1);
-  request.set_max_chunk_size(4096);
-  auto reader = slow->StreamShard(&stalled, request);
-  v1::ShardChunk chunk;
-  ASSERT_TRUE(reader->Read(&chunk));
+  v1::LossReportSummary summary;
+  auto report = stub->ReportLosses(&stalled, &summary);
+  absl::SleepFor(absl::Milliseconds(200));  // The handler is running.
 
   std::thread first([&] { server->Shutdown(); });
   // The first Shutdown has begun once health checking says NOT_SERVING (2).

@@ -2,7 +2,10 @@
 // the epoch and reports a loss for each of positions [from, to) with a LossReporter, in calls of
 // 512 pairs. With --flush it flushes and closes, then prints the reporter's counts
 // ("accepted=A duplicates=D"); without, it exits at once after its last Report, as a trainer
-// that crashes would, leaving whatever the reporter had not yet sent unsent.
+// that crashes would, leaving whatever the reporter had not yet sent unsent. With --pause_at it
+// flushes after the positions before that one, prints "flushed position=P" and waits for a line
+// on stdin before it goes on (trainer_process_test kills samplerd meanwhile). Errors are printed
+// to stdout as "error <call>: <status>" (the process tests match them).
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,11 +26,13 @@ ABSL_FLAG(uint64_t, epoch, 0, "epoch");
 ABSL_FLAG(uint64_t, from, 0, "first shard position reported");
 ABSL_FLAG(uint64_t, to, 0, "end of the positions reported (exclusive; 0: the shard's end)");
 ABSL_FLAG(bool, flush, true, "flush and print the counts; else exit right after reporting");
+ABSL_FLAG(uint64_t, pause_at, 0,
+          "flush before this position, print it and wait for a line on stdin (0: never)");
 
 namespace {
 
 int Fail(const char* what, const absl::Status& s) {
-  std::fprintf(stderr, "%s: %s\n", what, s.ToString().c_str());
+  std::printf("error %s: %s\n", what, s.ToString().c_str());
   return 1;
 }
 
@@ -46,9 +51,20 @@ int main(int argc, char** argv) {
       samplerd::LossReporter::Create(client->get(), job, rank, absl::GetFlag(FLAGS_world_size));
   if (!reporter.ok()) return Fail("LossReporter::Create", reporter.status());
   const uint64_t to = absl::GetFlag(FLAGS_to) == 0 ? shard->size() : absl::GetFlag(FLAGS_to);
+  const uint64_t pause_at = absl::GetFlag(FLAGS_pause_at);
   std::vector<float> losses;
-  for (uint64_t lo = absl::GetFlag(FLAGS_from); lo < to; lo += 512) {
-    const uint64_t hi = std::min<uint64_t>(to, lo + 512);
+  for (uint64_t lo = absl::GetFlag(FLAGS_from), hi = 0; lo < to; lo = hi) {
+    if (pause_at > 0 && lo == pause_at) {
+      if (absl::Status s = (*reporter)->Flush(); !s.ok()) return Fail("Flush", s);
+      std::printf("flushed position=%lu\n", static_cast<unsigned long>(lo));
+      std::fflush(stdout);
+      char line[64];
+      if (std::fgets(line, sizeof line, stdin) == nullptr) {
+        return Fail("stdin", absl::AbortedError("closed before the go-ahead"));
+      }
+    }
+    hi = std::min<uint64_t>(to, lo + 512);
+    if (lo < pause_at && pause_at < hi) hi = pause_at;  // Calls meet pause_at exactly.
     losses.clear();
     for (uint64_t p = lo; p < hi; ++p) losses.push_back(((*shard)[p] % 100) * 0.01f);
     absl::Status s =

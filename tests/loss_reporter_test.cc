@@ -48,6 +48,10 @@ enum class Fault {
   kCutAfterFirstBatch,
   // The status is held until the test releases it (FaultInjector::Release).
   kHold,
+  // The server applies the whole stream, and the client sees CANCELLED: what a samplerd shutting
+  // down gracefully does to the calls it had not finished when its drain ended (gRPC's
+  // Server::Shutdown cancels them), e.g. one that reached it just as its handlers went idle.
+  kCancelledByServer,
 };
 
 // Injects faults into ReportLosses calls: a client interceptor factory whose plan says, per
@@ -97,6 +101,12 @@ class FaultInjector : public grpc::experimental::ClientInterceptorFactoryInterfa
             break;
           case Fault::kHold:
             owner_->released_.WaitForNotification();
+            break;
+          case Fault::kCancelledByServer:
+            if (status->ok()) {
+              *status = grpc::Status(grpc::StatusCode::CANCELLED, "injected: server shutdown");
+              ++owner_->faults_;
+            }
             break;
         }
       }
@@ -274,6 +284,25 @@ TEST_F(LossReporterTest, LostAcknowledgementsAndCutStreamsCountEveryLossOnce) {
   EXPECT_GT(counts.duplicates, 0u);  // The resent streams' pairs applied the first time.
   EXPECT_EQ(counts.accepted + counts.duplicates, kShard);
   EXPECT_EQ(AcceptedByServer(1), kShard);
+}
+
+TEST_F(LossReporterTest, StreamsTheServerCancelledAreSentAgainAndCountedOnce) {
+  // Every other call comes back CANCELLED after the server applied it.
+  auto injector = std::make_unique<FaultInjector>(
+      [](int call) { return call % 2 == 0 ? Fault::kCancelledByServer : Fault::kNone; });
+  FaultInjector* faults = injector.get();
+  auto client = ClientWithFaults(server_->address(), std::move(injector));
+  auto reporter = NewReporter(client.get(), 3);
+  ASSERT_NE(reporter, nullptr);
+  for (uint64_t lo = 0; lo < kShard; lo += 2500) {
+    ASSERT_TRUE(ReportRange(*reporter, shards_[3], lo, lo + 2500).ok());
+    ASSERT_TRUE(reporter->Flush().ok()) << reporter->Flush();
+  }
+  EXPECT_GE(faults->faults(), 2);
+  const LossCounts counts = reporter->counts();
+  EXPECT_EQ(counts.acknowledged, kShard);
+  EXPECT_EQ(counts.accepted + counts.duplicates, kShard);
+  EXPECT_EQ(AcceptedByServer(3), kShard);
 }
 
 TEST_F(LossReporterTest, ARestartedReporterResendsPositionsAsDuplicates) {

@@ -163,9 +163,12 @@ absl::Status SamplerClient::WithRetries(
     grpc::ClientContext context;
     PrepareContext(&context);
     grpc::Status status = call(&context);
-    if (status.error_code() != grpc::StatusCode::UNAVAILABLE || attempt >= options_.max_retries) {
-      return FromGrpcStatus(status);
-    }
+    // CANCELLED too: this client never cancels these calls itself, so it comes from the server,
+    // one shutting down gracefully that had not finished the call when its drain ended. Every
+    // call is as safe to send again as after UNAVAILABLE (a lost acknowledgement).
+    const bool retryable = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                           status.error_code() == grpc::StatusCode::CANCELLED;
+    if (!retryable || attempt >= options_.max_retries) return FromGrpcStatus(status);
     BackOff(backoff, /*cancellation=*/nullptr);
     backoff = std::min(backoff * 2, options_.max_backoff);
   }

@@ -1,7 +1,8 @@
 // SamplerClient: the C++ client of samplerd (proto/samplerd.proto), for C++ trainers and tools.
 //
-// A thin typed wrapper over the generated stub: every call has a deadline, UNAVAILABLE is retried
-// with exponential backoff, and gRPC statuses come back as absl::Status with the server's message.
+// A thin typed wrapper over the generated stub: every call has a deadline, UNAVAILABLE (and a
+// CANCELLED the client did not cause) is retried with exponential backoff, and gRPC statuses
+// come back as absl::Status with the server's message.
 // Streaming a shard resumes transparently after a broken stream (StreamShard's start_offset), so a
 // caller sees every index of its shard exactly once, in order.
 //
@@ -33,7 +34,9 @@ namespace samplerd {
 struct ClientOptions {
   // Deadline of each unary call and of each attempt to stream a shard.
   absl::Duration timeout = absl::Seconds(30);
-  // Attempts after the first for UNAVAILABLE (and, for shards, broken streams).
+  // Attempts after the first for UNAVAILABLE and CANCELLED (the client cancels no call itself
+  // but a shard stream through StreamCancellation: a server shutting down cancels the calls it
+  // had not finished), and for shards, broken streams.
   int max_retries = 5;
   // First backoff; doubles each retry, capped at max_backoff.
   absl::Duration initial_backoff = absl::Milliseconds(50);
@@ -172,7 +175,7 @@ class SamplerClient {
   SamplerClient(std::shared_ptr<grpc::Channel> channel, ClientOptions options);
 
   // Runs `call` (one attempt, given a fresh context) until it succeeds, fails with a code other
-  // than UNAVAILABLE, or retries run out.
+  // than UNAVAILABLE or CANCELLED, or retries run out.
   absl::Status WithRetries(const std::function<grpc::Status(grpc::ClientContext*)>& call);
   void PrepareContext(grpc::ClientContext* context) const;
   // Waits `backoff` before a retry, driving the channel's reconnection meanwhile; true if

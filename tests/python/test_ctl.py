@@ -18,7 +18,6 @@ import pytest
 
 import samplerd
 from samplerd import ctl
-from samplerd._proto import samplerd_pb2 as pb
 from samplerd._proto import samplerd_pb2_grpc as pb_grpc
 from conftest import ROOT, SamplerdProcess
 
@@ -233,19 +232,19 @@ def test_health(server):
 
 
 def test_health_is_not_serving_while_the_server_shuts_down():
-    """SIGTERM turns health NOT_SERVING while a stream holds the server in its grace period."""
+    """SIGTERM turns health NOT_SERVING while a call holds the server in its grace period."""
     server = SamplerdProcess("--grace_period_ms=30000")
-    stalled = None
+    release = threading.Event()
+    held = None
     try:
-        with samplerd.Client(server.address) as client:
-            client.create_job("big", num_samples=4_000_000, world_size=1, replacement=True)
-        # A reader that stops after one chunk, with a small flow-control window: the server's
-        # writes block and its shutdown waits for this call.
-        channel = grpc.insecure_channel(server.address, options=[
-            ("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 65536)])
-        stalled = pb_grpc.SamplerStub(channel).StreamShard(
-            pb.StreamShardRequest(job="big", world_size=1, max_chunk_size=4096), timeout=60)
-        next(stalled)
+        # A loss report whose client has not finished writing: its handler waits for the next
+        # batch, and the shutdown waits for this call (shard streams would be ended at once).
+        def batches():
+            release.wait(60)
+            yield from ()
+        channel = grpc.insecure_channel(server.address)
+        held = pb_grpc.SamplerStub(channel).ReportLosses.future(batches(), timeout=60)
+        time.sleep(0.2)  # The handler is running.
         server.proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + 10
         while True:
@@ -256,8 +255,9 @@ def test_health_is_not_serving_while_the_server_shuts_down():
         assert report["services"][""] == "NOT_SERVING", report
         assert result.returncode == ctl.EXIT_NOT_SERVING and report["serving"] is False
     finally:
-        if stalled is not None:
-            stalled.cancel()
+        release.set()
+        if held is not None:
+            held.cancel()
             channel.close()
         assert server.stop() == 0
 

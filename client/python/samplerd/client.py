@@ -186,7 +186,8 @@ class Client:
     Args:
         address: "host:port" of samplerd.
         timeout: deadline in seconds of each call; for stream_shard, of each wait for data.
-        max_retries: retries after the first attempt on UNAVAILABLE, with exponential backoff.
+        max_retries: retries after the first attempt on UNAVAILABLE (and on CANCELLED the client
+            did not cause by close(): a server shutting down), with exponential backoff.
             A refused connection fails at once, so a server that is down raises Unavailable
             after the sum of the backoffs (0.05 + 0.1 + ... + 0.8 = 1.55 s with the defaults);
             an unreachable host can take up to `timeout` per attempt.
@@ -278,7 +279,12 @@ class Client:
             try:
                 return method(request, timeout=timeout or self.timeout)
             except grpc.RpcError as e:
-                if e.code() != grpc.StatusCode.UNAVAILABLE or attempt == self.max_retries:
+                # CANCELLED too unless close() caused it: a server shutting down gracefully
+                # cancels the calls it had not finished when its drain ended. Every call is as
+                # safe to send again as after UNAVAILABLE (a lost acknowledgement).
+                retryable = e.code() == grpc.StatusCode.UNAVAILABLE or (
+                    e.code() == grpc.StatusCode.CANCELLED and not self._closed)
+                if not retryable or attempt == self.max_retries:
                     raise errors.from_rpc_error(e) from None
             self._sleep_backoff(backoff)
             backoff = min(backoff * 2, self.max_backoff)

@@ -60,6 +60,14 @@ def _one_per_sample(field, values):
     return values
 
 
+def _explained(error, what):
+    """`error` with `what` prefixed to its message: the same class and code, so a trainer's
+    handlers still match. Other exceptions are returned as they are."""
+    if not isinstance(error, errors.SamplerError):
+        return error
+    return type(error)(f"{what}: {error.message}", error.code)
+
+
 class IndexedDataset(Dataset):
     """Wraps a map-style dataset so that item i is (i, dataset[i]).
 
@@ -226,7 +234,10 @@ class DistributedWeightedSampler(Sampler):
             return
         self.flush()
         if self.end_epoch_on_exhaust:
-            self.client.end_epoch(self.job, self._iter_epoch, self.rank, deal=self._iter_deal)
+            try:
+                self.client.end_epoch(self.job, self._iter_epoch, self.rank, deal=self._iter_deal)
+            except errors.SamplerError as e:
+                raise _explained(e, f"{self._where(self._iter_epoch)}: EndEpoch") from None
         self._iter_epoch = None
 
     # -- checkpoints ----------------------------------------------------------------------------
@@ -322,16 +333,23 @@ class DistributedWeightedSampler(Sampler):
             self.client.stream_shard(self.job, epoch, self.rank, self.world_size,
                                      start_offset=start, timeout=self.timeout, deal=deal))
         begun = False
+        position = start  # The next shard position to come from the stream.
         try:
-            for chunk in chunks:
-                if not begun:
-                    # Begun only now that the stream delivered: a refused epoch (not open, too
-                    # far ahead) raises here once and leaves nothing to end or report for.
-                    self._serve_epoch(epoch, deal, served)
-                    begun = True
-                served.extend(chunk.indices)
-                for index in chunk.indices.tolist():
-                    yield index
+            try:
+                for chunk in chunks:
+                    if not begun:
+                        # Begun only now that the stream delivered: a refused epoch (not open,
+                        # too far ahead) raises here once and leaves nothing to end or report for.
+                        self._serve_epoch(epoch, deal, served)
+                        begun = True
+                    served.extend(chunk.indices)
+                    position = chunk.offset + chunk.indices.size
+                    for index in chunk.indices.tolist():
+                        yield index
+            except errors.SamplerError as e:
+                raise _explained(
+                    e, f"{self._where(epoch)}: shard stream failed at position {position}") \
+                    from None
         finally:
             chunks.close()  # A consumer that stops early releases the stream (and prefetcher) now.
         if not begun:  # An empty shard (or nothing left of it), streamed without error.
@@ -407,9 +425,15 @@ class DistributedWeightedSampler(Sampler):
                 for k in self.last_summary:
                     self.last_summary[k] += getattr(s, k)
             except Exception as e:  # Surfaced at the next report() or flush().
-                self._send_error = e
+                self._send_error = _explained(
+                    e, f"{self._where(epoch)}: loss batch seq {seq} ({idx.size} losses, "
+                       f"positions {pos.min()} to {pos.max()})")
             finally:
                 self._send_queue.task_done()
+
+    def _where(self, epoch):
+        """Names this rank at `epoch` in error messages."""
+        return f"job '{self.job}' epoch {epoch} rank {self.rank}"
 
     def _raise_send_error(self):
         if self._send_error is not None:
