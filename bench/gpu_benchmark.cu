@@ -1,7 +1,7 @@
 // GPU benchmark of the plan and weight kernels (kernels/cuda/device_plan.h, device_weights.h) on
-// one device: medians over CUDA events, items per second, and the achieved bandwidth next to a device-to-device copy measured
-// in the same run. Built and run by tools/gpu/run_on_gpu.sh; torch's anchors come from
-// bench/torch_anchors.py in the same run.
+// one device: medians over CUDA events, items per second, and the achieved bandwidth next to a
+// device-to-device copy measured in the same run. Built and run by tools/gpu/run_on_gpu.sh; torch's
+// anchors come from bench/torch_anchors.py in the same run.
 //
 // Prints one line per measurement, "RESULT <operation> <N> <M> <median ms> <items/s> <GB/s>
 // <fraction of the copy bandwidth>", where GB/s counts the bytes the operation cannot avoid
@@ -28,21 +28,22 @@ namespace samplerd {
 namespace gpu {
 namespace {
 
-#define BENCH_CUDA(expr)                                                                      \
-  do {                                                                                        \
-    const cudaError_t e_ = (expr);                                                            \
-    if (e_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d: %s: %s: %s\n", __FILE__, __LINE__, #expr,                  \
-                   cudaGetErrorName(e_), cudaGetErrorString(e_));                             \
-      std::exit(1);                                                                           \
-    }                                                                                         \
+#define BENCH_CUDA(expr)                                                                           \
+  do {                                                                                             \
+    const cudaError_t e_ = (expr);                                                                 \
+    if (e_ != cudaSuccess) {                                                                       \
+      std::fprintf(stderr, "%s:%d: %s: %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorName(e_), \
+                   cudaGetErrorString(e_));                                                        \
+      std::exit(1);                                                                                \
+    }                                                                                              \
   } while (0)
 
 // Weights in [0.5, 1.5), random, made on the device (no 4 GB upload).
 __global__ void FillWeights(float* w, uint64_t n) {
   for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
-    w[i] = static_cast<float>(0.5 + det::UniformOpen01(RandomBits64(99, 0, RandomStream::kDraw, i)));
+    w[i] =
+        static_cast<float>(0.5 + det::UniformOpen01(RandomBits64(99, 0, RandomStream::kDraw, i)));
   }
 }
 
@@ -143,9 +144,10 @@ void RunWeights(uint64_t n, int reps, const float* w, float* out, cudaMemPool_t 
          MedianMs(reps, [&] { recompute(multiplicative, nullptr, w); }), 16.0 * n);
   uint64_t high = 0;
   BENCH_CUDA(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
-  std::printf("MEMORY N=%llu recompute: scratch peak %.3f MB (%.4f B/sample) besides base, "
-              "current, stats (8.25 B/sample) and out (4 B/sample)\n",
-              static_cast<unsigned long long>(n), high / 1e6, static_cast<double>(high) / n);
+  std::printf(
+      "MEMORY N=%llu recompute: scratch peak %.3f MB (%.4f B/sample) besides base, "
+      "current, stats (8.25 B/sample) and out (4 B/sample)\n",
+      static_cast<unsigned long long>(n), high / 1e6, static_cast<double>(high) / n);
   WeightSummaryValues summary;
   Report("weight_summary", n, n,
          MedianMs(reps, [&] { BENCH_CUDA(SummarizeWeights(w, n, &summary, 0)); }), 4.0 * n);
@@ -181,25 +183,29 @@ void Run(uint64_t n, int reps) {
   copy_gbps = 2.0 * n * 4 / (copy_ms * 1e-3) / 1e9;
   Report("copy_d2d", n, n, copy_ms, 2.0 * n * 4);
 
-  Report("sequential", n, n, MedianMs(reps, [&] { BENCH_CUDA(SequentialPlan<uint32_t>(n, plan, 0)); }),
-         4.0 * n);
-  Report("no_replacement_M=N", n, n, MedianMs(reps, [&] {
-           BENCH_CUDA(Shuffle<uint32_t>(7, ++epoch, n, nullptr, plan, 0));
-         }),
+  Report("sequential", n, n,
+         MedianMs(reps, [&] { BENCH_CUDA(SequentialPlan<uint32_t>(n, plan, 0)); }), 4.0 * n);
+  Report("no_replacement_M=N", n, n,
+         MedianMs(reps, [&] { BENCH_CUDA(Shuffle<uint32_t>(7, ++epoch, n, nullptr, plan, 0)); }),
          4.0 * n);
   const uint64_t m = n / 10;
-  Report("selection_only_M=N/10_weighted", n, m, MedianMs(reps, [&] {
-           BENCH_CUDA(SelectEfraimidisSpirakis<uint32_t>(7, ++epoch, n, m, w, selected, 0));
-         }),
-         4.0 * n + 4.0 * m);
-  Report("no_replacement_M=N/10_weighted", n, m, MedianMs(reps, [&] {
-           BENCH_CUDA(SelectEfraimidisSpirakis<uint32_t>(7, ++epoch, n, m, w, selected, 0));
-           BENCH_CUDA(Shuffle<uint32_t>(7, epoch, m, selected, plan, 0));
-         }),
-         4.0 * n + 4.0 * m);
-  Report("replacement_M=N_uniform", n, n, MedianMs(reps, [&] {
-           BENCH_CUDA(UniformDraws<uint32_t>(7, ++epoch, n, 0, n, plan, 0));
-         }),
+  Report(
+      "selection_only_M=N/10_weighted", n, m,
+      MedianMs(reps,
+               [&] {
+                 BENCH_CUDA(SelectEfraimidisSpirakis<uint32_t>(7, ++epoch, n, m, w, selected, 0));
+               }),
+      4.0 * n + 4.0 * m);
+  Report(
+      "no_replacement_M=N/10_weighted", n, m,
+      MedianMs(reps,
+               [&] {
+                 BENCH_CUDA(SelectEfraimidisSpirakis<uint32_t>(7, ++epoch, n, m, w, selected, 0));
+                 BENCH_CUDA(Shuffle<uint32_t>(7, epoch, m, selected, plan, 0));
+               }),
+      4.0 * n + 4.0 * m);
+  Report("replacement_M=N_uniform", n, n,
+         MedianMs(reps, [&] { BENCH_CUDA(UniformDraws<uint32_t>(7, ++epoch, n, 0, n, plan, 0)); }),
          4.0 * n);
   WeightScan* scan = nullptr;
   BENCH_CUDA(cudaMalloc(&scan, sizeof(WeightScan)));
@@ -208,18 +214,20 @@ void Run(uint64_t n, int reps) {
   BENCH_CUDA(cudaMemcpy(&host_scan, scan, sizeof host_scan, cudaMemcpyDeviceToHost));
   Report("weight_scan", n, n, MedianMs(reps, [&] { BENCH_CUDA(ScanWeights(w, n, scan, 0)); }),
          4.0 * n);
-  Report("replacement_M=N_weighted", n, n, MedianMs(reps, [&] {
-           DeviceDrawTable table;
-           BENCH_CUDA(BuildDrawTable<uint32_t>(w, n, host_scan.max_bits, &table, 0));
-           BENCH_CUDA(WeightedDraws<uint32_t>(table, 7, ++epoch, 0, n, plan, 0));
-           BENCH_CUDA(FreeDrawTable(&table, 0));
-         }),
+  Report("replacement_M=N_weighted", n, n,
+         MedianMs(reps,
+                  [&] {
+                    DeviceDrawTable table;
+                    BENCH_CUDA(BuildDrawTable<uint32_t>(w, n, host_scan.max_bits, &table, 0));
+                    BENCH_CUDA(WeightedDraws<uint32_t>(table, 7, ++epoch, 0, n, plan, 0));
+                    BENCH_CUDA(FreeDrawTable(&table, 0));
+                  }),
          8.0 * n);
   DeviceDrawTable table;
   BENCH_CUDA(BuildDrawTable<uint32_t>(w, n, host_scan.max_bits, &table, 0));
-  Report("replacement_draws_only_M=N", n, n, MedianMs(reps, [&] {
-           BENCH_CUDA(WeightedDraws<uint32_t>(table, 7, ++epoch, 0, n, plan, 0));
-         }),
+  Report("replacement_draws_only_M=N", n, n,
+         MedianMs(reps,
+                  [&] { BENCH_CUDA(WeightedDraws<uint32_t>(table, 7, ++epoch, 0, n, plan, 0)); }),
          4.0 * n);
   BENCH_CUDA(FreeDrawTable(&table, 0));
   BENCH_CUDA(cudaDeviceSynchronize());

@@ -79,9 +79,8 @@ int main(int argc, char** argv) {
   const long rss_after_kb = PeakRssKb();
   std::sort(seconds.begin(), seconds.end());
   // Peak growth during planning, less the plan itself (4 or 8 bytes per index).
-  const double extra_bytes =
-      static_cast<double>(rss_after_kb - rss_before_kb) * 1024.0 -
-      (samplerd::Plan::Narrow(n) ? 4.0 : 8.0) * static_cast<double>(m);
+  const double extra_bytes = static_cast<double>(rss_after_kb - rss_before_kb) * 1024.0 -
+                             (samplerd::Plan::Narrow(n) ? 4.0 : 8.0) * static_cast<double>(m);
   std::printf(
       "{\"n\": %lu, \"m\": %lu, \"replacement\": %s, \"weighted\": %s, \"median_s\": %.6f, "
       "\"min_s\": %.6f, \"extra_bytes_per_sample\": %.2f}\n",

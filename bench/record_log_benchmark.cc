@@ -17,8 +17,7 @@ namespace {
 
 std::string BenchLogPath() {
   const char* dir = std::getenv("SAMPLERD_BENCH_DIR");
-  return absl::StrCat(dir != nullptr ? dir : "/tmp", "/record_log_benchmark.", ::getpid(),
-                      ".log");
+  return absl::StrCat(dir != nullptr ? dir : "/tmp", "/record_log_benchmark.", ::getpid(), ".log");
 }
 
 // Arg: payload bytes (an EndEpoch record is ~10 bytes; a loss batch of 65536 pairs ~790 KB).

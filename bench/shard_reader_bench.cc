@@ -77,7 +77,8 @@ int Main() {
   std::vector<size_t> batch_sizes;
   for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_batch_sizes), ',')) {
     size_t b = 0;
-    if (!absl::SimpleAtoi(s, &b) || b == 0) DieIf(absl::InvalidArgumentError(std::string(s)), "batch_sizes");
+    if (!absl::SimpleAtoi(s, &b) || b == 0)
+      DieIf(absl::InvalidArgumentError(std::string(s)), "batch_sizes");
     batch_sizes.push_back(b);
   }
   // Interleaved, so that load from elsewhere on the machine hits both alike.
@@ -111,14 +112,16 @@ int Main() {
     }
   }
   const double anchor = Median(alone);
-  std::printf("{\"what\": \"server alone (StreamShard, empty callback)\", \"chunk\": %llu, "
-              "\"indices_per_s\": %.0f}\n",
-              static_cast<unsigned long long>(stream_options.max_chunk_size), anchor);
+  std::printf(
+      "{\"what\": \"server alone (StreamShard, empty callback)\", \"chunk\": %llu, "
+      "\"indices_per_s\": %.0f}\n",
+      static_cast<unsigned long long>(stream_options.max_chunk_size), anchor);
   for (size_t b = 0; b < batch_sizes.size(); ++b) {
     const double rate = Median(through_reader[b]);
-    std::printf("{\"what\": \"ShardReader::Next\", \"n\": %zu, \"indices_per_s\": %.0f, "
-                "\"ratio_to_server_alone\": %.3f}\n",
-                batch_sizes[b], rate, rate / anchor);
+    std::printf(
+        "{\"what\": \"ShardReader::Next\", \"n\": %zu, \"indices_per_s\": %.0f, "
+        "\"ratio_to_server_alone\": %.3f}\n",
+        batch_sizes[b], rate, rate / anchor);
   }
   std::printf("N = %llu, one rank, %d repeats (median), queue %llu indices, checksum %llx\n",
               static_cast<unsigned long long>(n), absl::GetFlag(FLAGS_repeats),

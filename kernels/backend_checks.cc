@@ -6,8 +6,8 @@
 namespace samplerd {
 
 absl::Status ForeignObject(absl::string_view field, absl::string_view backend) {
-  return absl::InvalidArgumentError(absl::StrCat(field, ": made by another backend; the ",
-                                                 backend, " backend takes only the objects it made"));
+  return absl::InvalidArgumentError(absl::StrCat(field, ": made by another backend; the ", backend,
+                                                 " backend takes only the objects it made"));
 }
 
 absl::Status CheckNewLossStats(uint64_t num_samples, double ema_decay) {

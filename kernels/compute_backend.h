@@ -116,7 +116,7 @@ class ComputeBackend {
 
   // New loss statistics of N samples, none seen; `ema_decay` in [0, 1) (ApplyLoss).
   virtual absl::StatusOr<std::unique_ptr<BackendLossStats>> NewLossStats(uint64_t num_samples,
-                                                                        double ema_decay) = 0;
+                                                                         double ema_decay) = 0;
 
   // W_{e+1} after epoch `closed_epoch` ended (samples whose last_epoch is
   // EpochMarker(closed_epoch) were seen in it), from:

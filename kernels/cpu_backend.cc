@@ -14,7 +14,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "kernels/backend_checks.h"
-#include "kernels/plan_shard.h"
 #include "kernels/cuda/plan_math.h"
 #include "kernels/det_math.h"
 #include "kernels/exact_sum.h"
@@ -26,6 +25,7 @@
 #include "kernels/internal/simd_level.h"
 #include "kernels/loss_table.h"
 #include "kernels/philox.h"
+#include "kernels/plan_shard.h"
 
 namespace samplerd {
 namespace {
@@ -397,8 +397,8 @@ absl::Status CpuBackend::RecomputeSpans(const WeightPolicyParams& policy, uint64
                               level, arrays, factors, b, e, factor_sums.data() + first,
                               base.empty() ? nullptr : base_factor_sums.data() + first);
                         });
-      rule.mean_f = weight_math::MeanOf(
-          exact_sum::Total(factor_sums.data(), factor_sums.size()), n);
+      rule.mean_f =
+          weight_math::MeanOf(exact_sum::Total(factor_sums.data(), factor_sums.size()), n);
       // The raw weights' mean in closed form (no pass of its own); passes 3 and 4: the clamp
       // and the result.
       double mean_bf = rule.mean_f, mean_b = 1.0;
@@ -417,8 +417,7 @@ absl::Status CpuBackend::RecomputeSpans(const WeightPolicyParams& policy, uint64
       // In double: w (1 + eta ema) may pass the float range before the normalisation. The raw
       // weights' sum came with pass 1; passes 2 and 3: the clamp and the result.
       NormaliseClampWrite(
-          arrays, rule,
-          weight_math::MeanOf(exact_sum::Total(raw_sums.data(), raw_sums.size()), n),
+          arrays, rule, weight_math::MeanOf(exact_sum::Total(raw_sums.data(), raw_sums.size()), n),
           policy.clamp_lo, policy.clamp_hi, n);
       return absl::OkStatus();
   }

@@ -108,9 +108,9 @@ struct LossFactorRule {
 // max(ema_max, the prior if some sample is unseen) + epsilon, which is max(x_i): rounding is
 // monotone, so it is exact and independent of the order.
 SAMPLERD_WEIGHT_MATH_HD LossFactorRule LossFactorRuleOf(bool has_prior, double prior_loss,
-                                                        double epsilon, double alpha,
-                                                        uint64_t seen, double ema_sum,
-                                                        float ema_max, bool unseen) {
+                                                        double epsilon, double alpha, uint64_t seen,
+                                                        double ema_sum, float ema_max,
+                                                        bool unseen) {
   LossFactorRule rule;
   rule.prior = has_prior ? prior_loss : seen > 0 ? ema_sum / static_cast<double>(seen) : 0.0;
   rule.epsilon = epsilon;

@@ -32,9 +32,8 @@ TEST(WeightMathTest, ValidationClassesOfFloats) {
     float value;
     uint32_t bad, positive;
   } cases[] = {
-      {0.0f, 0, 0},  {-0.0f, 0, 0}, {1e-45f, 0, 1}, {3.4e38f, 0, 1}, {1.0f, 0, 1},
-      {kInf, 1, 0},  {-kInf, 1, 0}, {kNaN, 1, 0},   {-kNaN, 1, 0},   {-1e-45f, 1, 0},
-      {-1.0f, 1, 0},
+      {0.0f, 0, 0},  {-0.0f, 0, 0}, {1e-45f, 0, 1}, {3.4e38f, 0, 1}, {1.0f, 0, 1},  {kInf, 1, 0},
+      {-kInf, 1, 0}, {kNaN, 1, 0},  {-kNaN, 1, 0},  {-1e-45f, 1, 0}, {-1.0f, 1, 0},
   };
   for (const Case& c : cases) {
     EXPECT_EQ(BadBits(FloatBits(c.value)), c.bad) << c.value;

@@ -59,8 +59,8 @@ TEST(LossPairsTest, LongBatchesFindEveryOffenderWhereverItIs) {
     losses[k] = good_losses[k % 5];
   }
   ASSERT_TRUE(ValidateLossPairs(indices, losses, n).ok());
-  const float bad_losses[] = {std::nanf(""), -std::nanf(""), inf, -inf, -1.0f,
-                              -std::numeric_limits<float>::denorm_min()};
+  const float bad_losses[] = {
+      std::nanf(""), -std::nanf(""), inf, -inf, -1.0f, -std::numeric_limits<float>::denorm_min()};
   const uint64_t bad_indices[] = {n, n + 1, uint64_t{1} << 62, uint64_t{1} << 63, UINT64_MAX};
   for (size_t at = 0; at < indices.size(); ++at) {
     for (float bad : bad_losses) {

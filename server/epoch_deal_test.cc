@@ -44,17 +44,15 @@ TEST(RemainingPlanTest, NothingDoneKeepsEveryServedPosition) {
   std::vector<PositionSet> sets(3);
   const std::vector<RankDone> ranks = {{&sets[0]}, {&sets[1]}, {&sets[2]}};
   for (UnevenMode uneven : {UnevenMode::kPad, UnevenMode::kUneven}) {
-    const Plan left =
-        RemainingPlan(plan, Shards(3, PartitionMode::kInterleaved, uneven), ranks);
+    const Plan left = RemainingPlan(plan, Shards(3, PartitionMode::kInterleaved, uneven), ranks);
     EXPECT_EQ(Entries(left), Entries(plan));
     EXPECT_EQ(left.epoch, 7u);
     EXPECT_EQ(left.num_samples, 1000u);
   }
   // DROP_LAST never served position 9 (3 shards of 3): it stays undealt.
-  EXPECT_THAT(
-      Entries(RemainingPlan(plan, Shards(3, PartitionMode::kContiguous, UnevenMode::kDropLast),
-                            ranks)),
-      ElementsAre(100, 101, 102, 103, 104, 105, 106, 107, 108));
+  EXPECT_THAT(Entries(RemainingPlan(
+                  plan, Shards(3, PartitionMode::kContiguous, UnevenMode::kDropLast), ranks)),
+              ElementsAre(100, 101, 102, 103, 104, 105, 106, 107, 108));
 }
 
 TEST(RemainingPlanTest, ReportedPositionsAndEndedRanksAreDone) {
@@ -66,9 +64,9 @@ TEST(RemainingPlanTest, ReportedPositionsAndEndedRanksAreDone) {
   sets[0].Insert(1, 4);  // Plan position 3.
   sets[1].Insert(3, 4);  // The wrapped copy of plan position 0: already done by rank 0.
   const std::vector<RankDone> ranks = {{&sets[0]}, {&sets[1]}, {&sets[2], /*ended=*/true}};
-  EXPECT_THAT(Entries(RemainingPlan(plan, Shards(3, PartitionMode::kInterleaved, UnevenMode::kPad),
-                                    ranks)),
-              ElementsAre(104, 106, 107, 109));
+  EXPECT_THAT(
+      Entries(RemainingPlan(plan, Shards(3, PartitionMode::kInterleaved, UnevenMode::kPad), ranks)),
+      ElementsAre(104, 106, 107, 109));
 }
 
 TEST(RemainingPlanTest, AWrappedCopyReportedMakesItsPositionDone) {
@@ -77,8 +75,8 @@ TEST(RemainingPlanTest, AWrappedCopyReportedMakesItsPositionDone) {
   std::vector<PositionSet> sets(3);
   sets[1].Insert(3, 4);
   const std::vector<RankDone> ranks = {{&sets[0]}, {&sets[1]}, {&sets[2]}};
-  const std::vector<uint64_t> left = Entries(
-      RemainingPlan(plan, Shards(3, PartitionMode::kInterleaved, UnevenMode::kPad), ranks));
+  const std::vector<uint64_t> left =
+      Entries(RemainingPlan(plan, Shards(3, PartitionMode::kInterleaved, UnevenMode::kPad), ranks));
   EXPECT_THAT(left, ElementsAre(101, 102, 103, 104, 105, 106, 107, 108, 109));
 }
 

@@ -119,21 +119,23 @@ absl::Status Job::CheckEpochOpen(uint64_t epoch) const {
 absl::Status Job::CheckDeal(uint64_t epoch, uint32_t deal) const {
   if (deal == deal_) return absl::OkStatus();
   if (deal < deal_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "deal = ", deal, " of epoch ", epoch, " of job '", name_, "' was replaced by deal ", deal_,
-        " (", shard_.world_size, " ranks) when the group was resized; what it had not done was "
-        "dealt again: re-read the job (GetJob) and use deal ", deal_));
+    return absl::FailedPreconditionError(
+        absl::StrCat("deal = ", deal, " of epoch ", epoch, " of job '", name_,
+                     "' was replaced by deal ", deal_, " (", shard_.world_size,
+                     " ranks) when the group was resized; what it had not done was "
+                     "dealt again: re-read the job (GetJob) and use deal ",
+                     deal_));
   }
-  return absl::FailedPreconditionError(absl::StrCat("deal = ", deal, " of epoch ", epoch,
-                                                    " of job '", name_,
-                                                    "' does not exist; the current deal is ", deal_));
+  return absl::FailedPreconditionError(
+      absl::StrCat("deal = ", deal, " of epoch ", epoch, " of job '", name_,
+                   "' does not exist; the current deal is ", deal_));
 }
 
 absl::Status Job::CheckWorldSize(uint64_t epoch, uint32_t world_size) const {
   if (world_size == shard_.world_size) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
-      "world_size = ", world_size, " does not match the ", shard_.world_size,
-      " ranks that epoch ", epoch, " of job '", name_, "' is dealt to (deal ", deal_,
+      "world_size = ", world_size, " does not match the ", shard_.world_size, " ranks that epoch ",
+      epoch, " of job '", name_, "' is dealt to (deal ", deal_,
       "); if the group's size changed, its first rank resizes the job (ResizeJob; Python: "
       "DistributedWeightedSampler(..., elastic=True))"));
 }
@@ -204,8 +206,8 @@ absl::StatusOr<v1::Job> Job::DescribeForRank(uint32_t rank, std::optional<uint64
   DescribeLocked(&job);  // Under the same lock as the length below: both of one deal.
   const uint64_t e = epoch.value_or(epoch_);
   if (e < epoch_) {
-    return absl::FailedPreconditionError(absl::StrCat("epoch = ", e, " of job '", name_,
-                                                      "' is closed; the current epoch is ", epoch_));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "epoch = ", e, " of job '", name_, "' is closed; the current epoch is ", epoch_));
   }
   absl::StatusOr<uint64_t> length =
       ShardLength(e == epoch_ ? deal_length_ : config_.plan.samples_per_epoch, shard_, rank);
@@ -511,8 +513,7 @@ absl::StatusOr<ShardLease> Job::AcquireShard(uint64_t epoch, uint32_t deal, uint
   return lease;
 }
 
-absl::Status Job::RecordStreamed(uint64_t epoch, uint32_t deal, uint32_t rank,
-                                 uint64_t position) {
+absl::Status Job::RecordStreamed(uint64_t epoch, uint32_t deal, uint32_t rank, uint64_t position) {
   absl::MutexLock lock(&mu_);
   if (const auto* closed = std::get_if<Closed>(&phase_)) return closed->reason;
   if (epoch == epoch_ && deal == deal_ && std::holds_alternative<Serving>(phase_) &&
@@ -579,8 +580,10 @@ absl::Status Job::ReportLosses(const LossBatchView& batch, v1::LossReportSummary
           batch.consecutive ? absl::StrCat("position ", position, " (first_position + ", k, ")")
                             : absl::StrCat("positions[", k, "] = ", position),
           " of epoch ", batch.epoch, batch.deal > 0 ? absl::StrCat(" (deal ", batch.deal, ")") : "",
-          " (that position holds index ", served, "): report each loss under the index and the "
-          "shard position the rank was served (job '", name_, "')"));
+          " (that position holds index ", served,
+          "): report each loss under the index and the "
+          "shard position the rank was served (job '",
+          name_, "')"));
     }
     fresh += !rank.reported.Contains(position);
   }
@@ -635,8 +638,7 @@ absl::Status Job::ReportLosses(const LossBatchView& batch, v1::LossReportSummary
 
 // ---- Epochs -------------------------------------------------------------------------------------
 
-absl::StatusOr<v1::EndEpochResponse> Job::EndEpoch(uint64_t epoch, uint32_t deal,
-                                                   uint32_t rank) {
+absl::StatusOr<v1::EndEpochResponse> Job::EndEpoch(uint64_t epoch, uint32_t deal, uint32_t rank) {
   auto named = [this](const absl::Status& s) {
     return absl::Status(s.code(), absl::StrCat(s.message(), " (job '", name_, "')"));
   };
@@ -788,8 +790,8 @@ absl::Status Job::Rewind(uint64_t epoch) {
   if (!planned.ok()) return undo(planned.status());
   if (journal_ != nullptr) {
     if (absl::Status s = journal_->Rewind(epoch); absl::IsNotFound(s)) {
-      return undo(absl::FailedPreconditionError(absl::StrCat(
-          "epoch = ", epoch, " of job '", name_, "': its start is no longer kept")));
+      return undo(absl::FailedPreconditionError(
+          absl::StrCat("epoch = ", epoch, " of job '", name_, "': its start is no longer kept")));
     } else if (!s.ok()) {
       LOG(ERROR) << "job '" << name_ << "': rewinding to epoch " << epoch << " failed: " << s;
       absl::MutexLock lock(&mu_);
@@ -826,9 +828,9 @@ absl::Status Job::Rewind(uint64_t epoch) {
 
 absl::StatusOr<v1::Job> Job::Resize(uint64_t epoch, uint32_t world_size) {
   if (world_size == 0 || world_size > static_cast<uint32_t>(v1::MAX_WORLD_SIZE)) {
-    return absl::InvalidArgumentError(absl::StrCat("world_size = ", world_size,
-                                                   " is outside [1, MAX_WORLD_SIZE = ",
-                                                   v1::MAX_WORLD_SIZE, "] (job '", name_, "')"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "world_size = ", world_size, " is outside [1, MAX_WORLD_SIZE = ", v1::MAX_WORLD_SIZE,
+        "] (job '", name_, "')"));
   }
   EpochView current;
   ShardSpec dealt;
@@ -841,13 +843,14 @@ absl::StatusOr<v1::Job> Job::Resize(uint64_t epoch, uint32_t world_size) {
     if (const auto* closed = std::get_if<Closed>(&phase_)) return closed->reason;
     if (epoch != epoch_) {
       return absl::FailedPreconditionError(
-          absl::StrCat("epoch = ", epoch, " of job '", name_, "' is not the current epoch ",
-                       epoch_, ": a group resizes the epoch it is about to read"));
+          absl::StrCat("epoch = ", epoch, " of job '", name_, "' is not the current epoch ", epoch_,
+                       ": a group resizes the epoch it is about to read"));
     }
     if (std::holds_alternative<AwaitingUpload>(phase_)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "job '", name_, "' has no plan yet (it waits for its upload): nothing is dealt to "
-          "resize; upload first"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("job '", name_,
+                       "' has no plan yet (it waits for its upload): nothing is dealt to "
+                       "resize; upload first"));
     }
     if (absl::Status s = CheckEpochOpen(epoch); !s.ok()) return s;  // Failed.
     if (world_size == shard_.world_size) {  // A retry, or another rank of the same group.

@@ -157,8 +157,9 @@ class Job {
   // (RemainingPlan, computed off the lock while the job waits as Planning), every rank's
   // progress cleared. A no-op when the epoch's world size is `world_size` already. Waits for a
   // planning in progress. Errors: INVALID_ARGUMENT (world_size), FAILED_PRECONDITION (not the
-  // current epoch, or no plan yet: awaiting the upload), the close reason, INTERNAL (planning failed, or the journal's write: then
-  // nothing changed). With a journal the resize is durable when it returns.
+  // current epoch, or no plan yet: awaiting the upload), the close reason, INTERNAL (planning
+  // failed, or the journal's write: then nothing changed). With a journal the resize is durable
+  // when it returns.
   absl::StatusOr<v1::Job> Resize(uint64_t epoch, uint32_t world_size) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Puts the job back to the start of `epoch` (proto RewindJob): its weights, loss statistics
@@ -271,8 +272,7 @@ class Job {
       ABSL_LOCKS_EXCLUDED(mu_);
   // The kept start of `epoch`: from kept_, or the journal's snapshot. FAILED_PRECONDITION
   // naming the kept epochs otherwise.
-  absl::StatusOr<JobJournal::EpochStart> FindStart(uint64_t epoch) const
-      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<JobJournal::EpochStart> FindStart(uint64_t epoch) const ABSL_LOCKS_EXCLUDED(mu_);
   // The planner's `done` after EndEpoch closed `planned`'s predecessor: opens the epoch's log,
   // publishes, then writes its snapshot (off the boundary's path). Runs on the planner thread.
   void FinishPlanningNext(absl::StatusOr<PlannedEpoch> planned) ABSL_LOCKS_EXCLUDED(mu_);

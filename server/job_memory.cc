@@ -46,8 +46,7 @@ uint64_t ReadCgroupLimit(const char* path) {
 }  // namespace
 
 uint64_t JobMemoryEstimate::total() const {
-  return AddSat(AddSat(AddSat(AddSat(AddSat(plans, weights), loss_stats), scratch), ranks),
-                rewind);
+  return AddSat(AddSat(AddSat(AddSat(AddSat(plans, weights), loss_stats), scratch), ranks), rewind);
 }
 
 std::string JobMemoryEstimate::ToString() const {
@@ -74,8 +73,8 @@ JobMemoryEstimate EstimateJobMemory(const JobConfig& config, const ComputeBacken
   e.scratch = backend.PlanScratchBytes(plan, /*weighted=*/weighted_base || loss_policy);
   // Rank 0's shard is the longest (ShardLength): a bound on every rank's PositionSet.
   const uint64_t shard_length = ShardLength(m, config.shard, 0).value_or(0);
-  e.ranks = MulSat(config.shard.world_size,
-                   AddSat(kBytesPerRank, PositionSet::BytesFor(shard_length)));
+  e.ranks =
+      MulSat(config.shard.world_size, AddSat(kBytesPerRank, PositionSet::BytesFor(shard_length)));
   // Without a loss policy an epoch start is its (shared) weights only: nothing is copied.
   if (!persisted && loss_policy && config.rewind_epochs > 0) {
     const uint64_t k = config.rewind_epochs;

@@ -153,14 +153,14 @@ TEST_F(JobMemoryTest, EstimateBoundsWhatAJobReallyTakes) {
         std::vector<uint64_t> chunk;
         for (uint64_t start = 0; start < lease->shard_length; start += 1 << 16) {
           chunk.resize(std::min<uint64_t>(1 << 16, lease->shard_length - start));
-          if (!backend_->ExtractShard(*lease->view.plan, lease->shard, 0, start,
-                                      absl::MakeSpan(chunk))
+          if (!backend_
+                   ->ExtractShard(*lease->view.plan, lease->shard, 0, start, absl::MakeSpan(chunk))
                    .ok()) {
             _exit(9);
           }
-          testutil::OwnedLossBatch batch = testutil::BatchOfRange(
-              epoch, 0, start, chunk, 0, chunk.size(),
-              [](uint64_t i) { return static_cast<float>(i % 13); });
+          testutil::OwnedLossBatch batch =
+              testutil::BatchOfRange(epoch, 0, start, chunk, 0, chunk.size(),
+                                     [](uint64_t i) { return static_cast<float>(i % 13); });
           for (uint64_t& p : batch.positions) p += start;
           v1::LossReportSummary summary;
           if (!(*job)->ReportLosses(batch.view(), &summary).ok()) _exit(6);

@@ -339,7 +339,6 @@ TEST_F(JobPersistenceTest, StreamsOfADeletedJobEndWithNotFound) {
   EXPECT_TRUE(absl::IsNotFound(s)) << s;
 }
 
-
 // ---- Rewinds (issue 11) -------------------------------------------------------------------------
 
 // A run restored from a checkpoint taken at the start of epoch 2 puts the job back there; the

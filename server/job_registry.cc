@@ -119,8 +119,8 @@ absl::Status JobRegistry::Recover() {
       continue;
     }
     if (absl::Status s = ValidateJobName(name); !s.ok()) {
-      LOG(WARNING) << "data_dir: skipping " << entry.path().string()
-                   << ": not a job directory (" << s.message() << ")";
+      LOG(WARNING) << "data_dir: skipping " << entry.path().string() << ": not a job directory ("
+                   << s.message() << ")";
       continue;
     }
     names.push_back(name);
@@ -200,7 +200,8 @@ absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Create(const std::string& name
             return absl::AlreadyExistsError(absl::StrCat(
                 "name = \"", name, "\" is taken by a job with spec.world_size = ",
                 existing.world_size(), " and otherwise the same spec; a group restarted with ",
-                config->normalized.world_size(), " ranks resumes it (CreateJob with resume = "
+                config->normalized.world_size(),
+                " ranks resumes it (CreateJob with resume = "
                 "true) and its first rank resizes it (ResizeJob)"));
           }
           return it->second;

@@ -220,7 +220,7 @@ TEST_P(JobResizeTest, MidEpochTheRestIsDealtToTheSurvivors) {
     EXPECT_EQ(ended->epoch_closed(), r == 2);
   }
   EXPECT_EQ(job->Status().samples_seen(), kN - 6);  // Rank 2 consumed 6 without a loss.
-  EXPECT_EQ(Shard(*job, 1, 2).size(), 35u);  // Epoch 1: the whole plan to 3 ranks.
+  EXPECT_EQ(Shard(*job, 1, 2).size(), 35u);         // Epoch 1: the whole plan to 3 ranks.
   EXPECT_EQ(job->Describe().deal(), 0u);
 }
 
@@ -279,7 +279,8 @@ TEST_P(JobResizeTest, BadResizesChangeNothing) {
   EXPECT_EQ(huge.status().code(), absl::StatusCode::kInvalidArgument);
   auto later = job->Resize(1, 2);
   EXPECT_EQ(later.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(later.status().message(), HasSubstr("epoch = 1 of job 'j' is not the current epoch 0"));
+  EXPECT_THAT(later.status().message(),
+              HasSubstr("epoch = 1 of job 'j' is not the current epoch 0"));
   EXPECT_EQ(job->Status().DebugString(), before);
   auto past = job->DescribeForRank(0, 0);
   EXPECT_TRUE(past.ok());

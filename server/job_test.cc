@@ -331,14 +331,13 @@ TEST_F(JobTest, ARetryIsRecognisedByItsPositionsWhateverItsSeq) {
   EXPECT_EQ(first.accepted(), 100u);
   // The new process: seq 0 again, for the other 100 positions, then a repeat of 90..109.
   v1::LossReportSummary second;
-  ASSERT_TRUE(job->ReportLosses(testutil::BatchOfRange(0, 0, 0, shard, 100, 200, One).view(),
-                                &second)
-                  .ok());
+  ASSERT_TRUE(
+      job->ReportLosses(testutil::BatchOfRange(0, 0, 0, shard, 100, 200, One).view(), &second)
+          .ok());
   EXPECT_EQ(second.accepted(), 100u);
   EXPECT_EQ(second.duplicates(), 0u);
   ASSERT_TRUE(
-      job->ReportLosses(testutil::BatchOfRange(0, 0, 1, shard, 90, 110, One).view(), &second)
-          .ok());
+      job->ReportLosses(testutil::BatchOfRange(0, 0, 1, shard, 90, 110, One).view(), &second).ok());
   EXPECT_EQ(second.accepted(), 100u);
   EXPECT_EQ(second.duplicates(), 20u);
   EXPECT_EQ(job->Status().samples_seen(), 200u);
@@ -354,8 +353,8 @@ TEST_F(JobTest, ConsecutivePositionsAreTheSameIdentityAsAList) {
   ASSERT_TRUE(job->ReportLosses(consecutive, &s).ok());
   EXPECT_EQ(s.accepted(), 10u);
   // The same positions listed one by one: duplicates.
-  ASSERT_TRUE(job->ReportLosses(testutil::BatchOfRange(0, 0, 1, shard, 10, 20, One).view(), &s)
-                  .ok());
+  ASSERT_TRUE(
+      job->ReportLosses(testutil::BatchOfRange(0, 0, 1, shard, 10, 20, One).view(), &s).ok());
   EXPECT_EQ(s.duplicates(), 10u);
   // Shifted by one: the served indices are not at those positions.
   consecutive.first_position = 11;
@@ -376,7 +375,8 @@ TEST_F(JobTest, ALossForAnIndexNotServedAtItsPositionIsRefusedAndChangesNothing)
   const absl::Status refused = job->ReportLosses(theft.view(), &s);
   EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(refused.message()),
-              HasSubstr(absl::StrCat("indices[1] = ", one[1], " was not served to rank 0 at "
+              HasSubstr(absl::StrCat("indices[1] = ", one[1],
+                                     " was not served to rank 0 at "
                                      "positions[1] = 1 of epoch 0 (that position holds index ",
                                      zero[1], ")")));
   EXPECT_EQ(s.accepted() + s.duplicates(), 0u);
@@ -439,9 +439,11 @@ TEST_F(JobTest, EpochOrderOfShardsLossesAndEnds) {
   EXPECT_EQ(job->EndEpoch(1, 0, 0).status().code(), absl::StatusCode::kFailedPrecondition);
   auto mismatch = job->AcquireShard(0, 0, 0, 4, Soon());
   EXPECT_EQ(mismatch.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(std::string(mismatch.status().message()),
-              HasSubstr("world_size = 4 does not match the 3 ranks that epoch 0 of job 'j' is dealt to"));
-  EXPECT_EQ(job->AcquireShard(0, 0, 3, 3, Soon()).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(
+      std::string(mismatch.status().message()),
+      HasSubstr("world_size = 4 does not match the 3 ranks that epoch 0 of job 'j' is dealt to"));
+  EXPECT_EQ(job->AcquireShard(0, 0, 3, 3, Soon()).status().code(),
+            absl::StatusCode::kInvalidArgument);
   // Ranks end in any order; the epoch closes with the last distinct one.
   EXPECT_EQ(job->EndEpoch(0, 0, 2)->ranks_ended(), 1u);
   EXPECT_EQ(job->EndEpoch(0, 0, 2)->ranks_ended(), 1u);

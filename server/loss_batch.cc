@@ -11,8 +11,8 @@ absl::Status ValidateLossBatch(const LossBatchView& batch, uint64_t num_samples)
   }
   if (batch.consecutive && !batch.positions.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "positions: ", batch.positions.size(), " entries and first_position = ",
-        batch.first_position, ": give one of the two"));
+        "positions: ", batch.positions.size(),
+        " entries and first_position = ", batch.first_position, ": give one of the two"));
   }
   if (!batch.consecutive && batch.positions.size() != batch.indices.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -45,9 +45,9 @@ absl::Status ValidateLossPositions(const LossBatchView& batch, uint64_t shard_le
   }
   for (size_t k = 0; k < batch.positions.size(); ++k) {
     if (batch.positions[k] >= shard_length) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("positions[", k, "] = ", batch.positions[k], " is outside rank ",
-                       batch.rank, "'s shard [0, ", shard_length, ")", deal));
+      return absl::InvalidArgumentError(absl::StrCat("positions[", k, "] = ", batch.positions[k],
+                                                     " is outside rank ", batch.rank,
+                                                     "'s shard [0, ", shard_length, ")", deal));
     }
   }
   return absl::OkStatus();

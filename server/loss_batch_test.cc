@@ -18,8 +18,7 @@ using ::testing::HasSubstr;
 // (shards of M / 2 positions). Without `positions`, the pairs are at shard positions 0, 1, ...
 absl::Status Check(uint32_t rank, const std::vector<uint64_t>& indices,
                    const std::vector<float>& losses,
-                   std::optional<std::vector<uint64_t>> positions = std::nullopt,
-                   uint64_t m = 10) {
+                   std::optional<std::vector<uint64_t>> positions = std::nullopt, uint64_t m = 10) {
   if (!positions.has_value()) {
     positions.emplace(indices.size());
     std::iota(positions->begin(), positions->end(), 0);
@@ -48,8 +47,7 @@ TEST(LossBatchTest, NamesTheFirstBadFieldAndValue) {
       {Check(0, {3, 4}, {1, nan}), "losses[1] = nan"},
       {Check(0, {3}, {-1}), "losses[0] = -1"},
       {Check(0, {3}, {std::numeric_limits<float>::infinity()}), "losses[0] = inf"},
-      {Check(0, {3, 4}, {1, 1}, std::vector<uint64_t>{0}),
-       "positions: 1 entries but indices: 2"},
+      {Check(0, {3, 4}, {1, 1}, std::vector<uint64_t>{0}), "positions: 1 entries but indices: 2"},
       {Check(1, {3, 4}, {1, 1}, std::vector<uint64_t>{4, 5}),
        "positions[1] = 5 is outside rank 1's shard [0, 5)"},
   };

@@ -217,8 +217,8 @@ SamplerService::SamplerService(JobRegistry* registry, ComputeBackend* backend,
               return ToGrpcStatus(s);
             }
             return service->StreamShardImpl(
-                request, DeadlineOf(*context), [context] { return context->IsCancelled(); },
-                writer, [&stream] { stream.Writing(); });
+                request, DeadlineOf(*context), [context] { return context->IsCancelled(); }, writer,
+                [&stream] { stream.Writing(); });
           },
           this)));
   MethodAt("/samplerd.v1.Sampler/ReportLosses", RpcType::CLIENT_STREAMING,
@@ -237,8 +237,8 @@ absl::StatusOr<Caller> SamplerService::CallerOf(const grpc::ServerContext& conte
 
 grpc::Status SamplerService::CreateJob(grpc::ServerContext* context,
                                        const v1::CreateJobRequest& request, v1::Job* response) {
-  absl::StatusOr<std::shared_ptr<Job>> job = registry_->Create(
-      request.name(), request.spec(), DeadlineOf(*context), request.resume());
+  absl::StatusOr<std::shared_ptr<Job>> job =
+      registry_->Create(request.name(), request.spec(), DeadlineOf(*context), request.resume());
   if (!job.ok()) return ToGrpcStatus(job.status());
   *response = (*job)->Describe();
   return grpc::Status::OK;
@@ -250,15 +250,17 @@ grpc::Status SamplerService::GetJob(grpc::ServerContext*, const v1::GetJobReques
   if (!job.ok()) return ToGrpcStatus(job.status());
   if (!request.has_rank()) {
     if (request.has_epoch()) {
-      return ToGrpcStatus(absl::InvalidArgumentError(
-          absl::StrCat("epoch = ", request.epoch(), " without a rank: it selects the epoch of "
-                       "the rank's shard length")));
+      return ToGrpcStatus(
+          absl::InvalidArgumentError(absl::StrCat("epoch = ", request.epoch(),
+                                                  " without a rank: it selects the epoch of "
+                                                  "the rank's shard length")));
     }
     *response = (*job)->Describe();
     return grpc::Status::OK;
   }
   absl::StatusOr<v1::Job> described = (*job)->DescribeForRank(
-      request.rank(), request.has_epoch() ? std::optional<uint64_t>(request.epoch()) : std::nullopt);
+      request.rank(),
+      request.has_epoch() ? std::optional<uint64_t>(request.epoch()) : std::nullopt);
   if (!described.ok()) return ToGrpcStatus(described.status());
   *response = *std::move(described);
   return grpc::Status::OK;

@@ -110,10 +110,10 @@ class SamplerService final : public grpc::Service {
   bool AwaitNoCalls(absl::Time deadline) const ABSL_LOCKS_EXCLUDED(calls_mu_);
   // Cancels every StreamShard call writing its shard now, and each one that starts writing
   // later, at once (a graceful shutdown; the calls still waiting for a plan are woken with
-  // UNAVAILABLE by JobRegistry::CloseAll). Unlike the other calls, a shard stream need not be let finish: every client
-  // reopens it at its next position, on the restarted server. Letting it finish held the
-  // shutdown for as long as a trainer took to consume its shard (the whole grace period), while
-  // that trainer's loss reports were refused and their retries ran out.
+  // UNAVAILABLE by JobRegistry::CloseAll). Unlike the other calls, a shard stream need not be let
+  // finish: every client reopens it at its next position, on the restarted server. Letting it
+  // finish held the shutdown for as long as a trainer took to consume its shard (the whole grace
+  // period), while that trainer's loss reports were refused and their retries ran out.
   void EndShardStreams() ABSL_LOCKS_EXCLUDED(calls_mu_);
   // Bytes reserved by open StreamShard calls now.
   uint64_t StreamBufferBytesInUse() const { return stream_budget_.in_use(); }

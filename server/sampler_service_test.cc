@@ -65,8 +65,8 @@ class SamplerServiceTest : public ::testing::Test {
 
   // The losses of `shard`'s positions [from, to) (the shard as streamed to `rank`).
   v1::LossBatch Batch(const std::string& job, uint64_t epoch, uint32_t rank, uint64_t seq,
-                      const std::vector<uint64_t>& shard, float (*loss)(uint64_t),
-                      size_t from = 0, size_t to = SIZE_MAX) {
+                      const std::vector<uint64_t>& shard, float (*loss)(uint64_t), size_t from = 0,
+                      size_t to = SIZE_MAX) {
     v1::LossBatch b;
     b.set_job(job);
     b.set_epoch(epoch);

@@ -134,8 +134,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const Options& options) {
     }
   }
 
-  std::unique_ptr<Server> server(
-      new Server(options, *std::move(backend), std::move(authorizer)));
+  std::unique_ptr<Server> server(new Server(options, *std::move(backend), std::move(authorizer)));
   metrics::Process();  // Its families are exported from the start, at 0.
   server->AddStateGauges();
   // Metrics are served before recovery, which can take minutes for a large job: an operator
@@ -184,7 +183,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const Options& options) {
                 : options.tls_client_ca.empty() ? "tls"
                                                 : "mutual_tls")
             << " bearer_tokens="
-            << (server->authorizer_ != nullptr ? server->authorizer_->size() : 0) << " backend=" << server->backend_->name() << " memory_budget_bytes="
+            << (server->authorizer_ != nullptr ? server->authorizer_->size() : 0)
+            << " backend=" << server->backend_->name() << " memory_budget_bytes="
             << (options.max_memory_bytes != 0 ? options.max_memory_bytes : DefaultMaxMemoryBytes())
             << " metrics=" << LogValue(server->metrics_url()) << " version=" << kVersion;
   return server;

@@ -108,8 +108,8 @@ class Server {
   // StreamShard calls end with UNAVAILABLE and new work on jobs is refused with UNAVAILABLE;
   // StreamShard calls still writing are cancelled (clients reopen them at their next position);
   // the other calls in flight (e.g. a loss report) get up to the grace period to finish, the
-  // rest is cancelled; then the server stops listening. Returns as soon as that is done (not after the
-  // whole grace period when clients merely stay connected). Idempotent; blocks until done.
+  // rest is cancelled; then the server stops listening. Returns as soon as that is done (not after
+  // the whole grace period when clients merely stay connected). Idempotent; blocks until done.
   void Shutdown() ABSL_LOCKS_EXCLUDED(shutdown_mu_);
   // Blocks until the server has shut down.
   void Wait();

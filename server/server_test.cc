@@ -2,7 +2,6 @@
 // shutting down) and reflection answering standard tools, and a graceful shutdown (waiting streams
 // end UNAVAILABLE and streams still writing are cancelled at once; other calls finish).
 #include "server/server.h"
-#include "server/testing/test_server_options.h"
 
 #include <thread>
 #include <vector>
@@ -14,6 +13,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/samplerd.grpc.pb.h"
+#include "server/testing/test_server_options.h"
 
 namespace samplerd {
 namespace {

@@ -64,7 +64,8 @@ class SamplerdProcess {
   int port() const {
     int port = 0;
     const size_t colon = address_.rfind(':');
-    if (colon == std::string::npos || !absl::SimpleAtoi(address_.substr(colon + 1), &port)) return 0;
+    if (colon == std::string::npos || !absl::SimpleAtoi(address_.substr(colon + 1), &port))
+      return 0;
     return port;
   }
 

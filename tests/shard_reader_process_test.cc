@@ -11,9 +11,9 @@
 
 #include <cstring>
 #include <filesystem>
-#include <memory>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -84,10 +84,14 @@ TEST(ShardReaderProcessTest, RankProcessesRideThroughASamplerdCrashAndResumeFrom
   // 20000 indices per rank in batches of 200, 3 ms a step: ~0.3 s per rank, with a queue of
   // 2000 refilled again and again.
   auto args = [&](uint32_t r) {
-    return std::vector<std::string>{
-        kTool, "--address=" + samplerd->address(), "--job=p", absl::StrCat("--rank=", r),
-        absl::StrCat("--world_size=", world), "--batch=200", "--pace_us=3000",
-        absl::StrCat("--out=", dir, "/rank", r)};
+    return std::vector<std::string>{kTool,
+                                    "--address=" + samplerd->address(),
+                                    "--job=p",
+                                    absl::StrCat("--rank=", r),
+                                    absl::StrCat("--world_size=", world),
+                                    "--batch=200",
+                                    "--pace_us=3000",
+                                    absl::StrCat("--out=", dir, "/rank", r)};
   };
   std::vector<pid_t> ranks;
   for (uint32_t r = 0; r < world; ++r) {

@@ -68,11 +68,13 @@ absl::Status ReadRest(ShardReader& reader, const std::vector<size_t>& sizes,
     absl::StatusOr<ShardBatch> batch = reader.Next(n);
     if (!batch.ok()) return batch.status();
     if (batch->position != expected) {
-      return absl::InternalError(absl::StrCat("batch at ", batch->position, ", expected ", expected));
+      return absl::InternalError(
+          absl::StrCat("batch at ", batch->position, ", expected ", expected));
     }
     if (batch->end_of_shard()) {
       if (expected != batch->shard_length) {
-        return absl::InternalError(absl::StrCat("ended at ", expected, " of ", batch->shard_length));
+        return absl::InternalError(
+            absl::StrCat("ended at ", expected, " of ", batch->shard_length));
       }
       return absl::OkStatus();
     }
@@ -104,7 +106,8 @@ TEST_F(ShardReaderTest, RanksInThreadsReadCompleteDisjointShardsInOrder) {
   const uint64_t n = 40'003;  // Not a multiple of the world size: the last positions pad.
   const uint32_t world = 4;
   CreateJob(*client_, "j", n, world);
-  std::vector<std::vector<std::vector<uint64_t>>> read(2, std::vector<std::vector<uint64_t>>(world));
+  std::vector<std::vector<std::vector<uint64_t>>> read(2,
+                                                       std::vector<std::vector<uint64_t>>(world));
   std::vector<std::vector<std::vector<uint64_t>>> expected = read;
   std::vector<absl::Status> errors(world);
   std::vector<std::thread> ranks;
@@ -136,7 +139,8 @@ TEST_F(ShardReaderTest, RanksInThreadsReadCompleteDisjointShardsInOrder) {
     });
   }
   for (auto& t : ranks) t.join();
-  for (uint32_t r = 0; r < world; ++r) ASSERT_TRUE(errors[r].ok()) << "rank " << r << ": " << errors[r];
+  for (uint32_t r = 0; r < world; ++r)
+    ASSERT_TRUE(errors[r].ok()) << "rank " << r << ": " << errors[r];
   for (int epoch = 0; epoch < 2; ++epoch) {
     std::set<uint64_t> plan;
     for (uint32_t r = 0; r < world; ++r) {

@@ -121,9 +121,12 @@ TEST_F(TrainerProcessTest, LossReporterRanksCountEveryLossOnceAcrossASamplerdRes
   // Each rank flushes the first half of its shard, waits, then reports the second half (and
   // closes) while samplerd is down.
   auto ranks = StartRanks(kWorld, [&](uint32_t r) {
-    return std::vector<std::string>{
-        kReporterRank, "--address=" + samplerd_->address(), "--job=j", absl::StrCat("--rank=", r),
-        absl::StrCat("--world_size=", kWorld), absl::StrCat("--pause_at=", kShard / 2)};
+    return std::vector<std::string>{kReporterRank,
+                                    "--address=" + samplerd_->address(),
+                                    "--job=j",
+                                    absl::StrCat("--rank=", r),
+                                    absl::StrCat("--world_size=", kWorld),
+                                    absl::StrCat("--pause_at=", kShard / 2)};
   });
   AwaitAll(ranks, "flushed position=");
   Kill();

@@ -233,8 +233,8 @@ TEST_F(UnparseableRequestTest, ANameThatIsNotUtf8IsInvalidArgumentNamingTheField
 
 // What gRPC answers itself, before samplerd sees the message (as the .proto says).
 TEST_F(UnparseableRequestTest, WhatGrpcAnswersBeforeSamplerdSeesTheMessage) {
-  grpc::Status s = RawCall(channel_, "/samplerd.v1.Sampler/GetJob",
-                           {std::string((1 << 16) + 1, '\x0d')});
+  grpc::Status s =
+      RawCall(channel_, "/samplerd.v1.Sampler/GetJob", {std::string((1 << 16) + 1, '\x0d')});
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
   EXPECT_THAT(s.error_message(), HasSubstr("larger than max"));
   s = RawCall(channel_, "/samplerd.v1.Sampler/NoSuchMethod", {""});

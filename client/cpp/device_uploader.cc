@@ -24,8 +24,7 @@ DeviceUploader::~DeviceUploader() {
   }
 }
 
-absl::Status DeviceUploader::Upload(const void* src, size_t bytes, void* dst,
-                                    cudaStream_t stream) {
+absl::Status DeviceUploader::Upload(const void* src, size_t bytes, void* dst, cudaStream_t stream) {
   if (bytes == 0) return absl::OkStatus();
   Slot& slot = slots_[next_slot_];
   if (slot.done == nullptr) {
@@ -60,8 +59,7 @@ absl::Status DeviceUploader::Upload(const void* src, size_t bytes, void* dst,
       !s.ok()) {
     return s;
   }
-  if (absl::Status s = CudaStatus(cudaEventRecord(slot.done, stream), "cudaEventRecord");
-      !s.ok()) {
+  if (absl::Status s = CudaStatus(cudaEventRecord(slot.done, stream), "cudaEventRecord"); !s.ok()) {
     // The copy is enqueued but unguarded: wait for it here rather than reuse the buffer early.
     cudaStreamSynchronize(stream);
     return s;

@@ -38,18 +38,20 @@ TEST(DeviceUploaderTest, EveryUploadArrivesAsItWasWhenEnqueued) {
   std::vector<int64_t> host;
   for (int u = 0; u < kUploads; ++u) {
     sizes[u] = size_t{1000} << (u % 5);
-    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&device[u]), sizes[u] * sizeof(int64_t)), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&device[u]), sizes[u] * sizeof(int64_t)),
+              cudaSuccess);
     host.resize(sizes[u]);
     std::iota(host.begin(), host.end(), int64_t{u} << 32);
-    ASSERT_TRUE((*uploader)->Upload(host.data(), sizes[u] * sizeof(int64_t), device[u], stream).ok());
+    ASSERT_TRUE(
+        (*uploader)->Upload(host.data(), sizes[u] * sizeof(int64_t), device[u], stream).ok());
     std::fill(host.begin(), host.end(), -1);  // Reused at once, as a reader's queue is.
   }
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   for (int u = 0; u < kUploads; ++u) {
     std::vector<int64_t> back(sizes[u]);
-    ASSERT_EQ(cudaMemcpy(back.data(), device[u], sizes[u] * sizeof(int64_t),
-                         cudaMemcpyDeviceToHost),
-              cudaSuccess);
+    ASSERT_EQ(
+        cudaMemcpy(back.data(), device[u], sizes[u] * sizeof(int64_t), cudaMemcpyDeviceToHost),
+        cudaSuccess);
     for (size_t i = 0; i < sizes[u]; ++i) {
       ASSERT_EQ(back[i], (int64_t{u} << 32) + static_cast<int64_t>(i)) << "upload " << u;
     }

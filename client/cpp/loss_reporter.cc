@@ -350,14 +350,14 @@ class LossReporter::Impl {
     };
     for (DeviceSlot& slot : slots) {
       if (absl::Status s = slot.indices.Allocate(options_.device_slot_pairs * sizeof(int64_t),
-                                                 cudaHostAllocDefault,
-                                                 "ReportFromDevice staging", kTrainerNoGpu);
+                                                 cudaHostAllocDefault, "ReportFromDevice staging",
+                                                 kTrainerNoGpu);
           !s.ok()) {
         return fail(s);
       }
       if (absl::Status s =
-              slot.losses.Allocate(options_.device_slot_pairs * sizeof(float),
-                                   cudaHostAllocDefault, "ReportFromDevice staging", kTrainerNoGpu);
+              slot.losses.Allocate(options_.device_slot_pairs * sizeof(float), cudaHostAllocDefault,
+                                   "ReportFromDevice staging", kTrainerNoGpu);
           !s.ok()) {
         return fail(s);
       }

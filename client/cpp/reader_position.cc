@@ -44,7 +44,8 @@ absl::Status TakeNumber(absl::flat_hash_map<absl::string_view, absl::string_view
 
 std::string ReaderPosition::Serialize() const {
   return absl::StrCat(kHeader, " version=", kVersion, " job=", job, " epoch=", epoch,
-                      " deal=", deal, " rank=", rank, " world_size=", world_size, " position=", position);
+                      " deal=", deal, " rank=", rank, " world_size=", world_size,
+                      " position=", position);
 }
 
 absl::StatusOr<ReaderPosition> ReaderPosition::Parse(absl::string_view text) {

@@ -132,8 +132,7 @@ absl::StatusOr<std::unique_ptr<SamplerClient>> SamplerClient::Create(const std::
   // 20 s): an attempt made while a killed server's port is being taken over can hang that long,
   // so a second is allowed (a handshake with a busy, recovering server can take more than
   // initial_backoff, which once was the value here).
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
-              std::max(1000, ms(options.max_backoff)));
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, std::max(1000, ms(options.max_backoff)));
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, ms(options.max_backoff));
   auto channel = grpc::CreateCustomChannel(address, *credentials, args);
   return std::unique_ptr<SamplerClient>(new SamplerClient(std::move(channel), options));
@@ -230,7 +229,7 @@ absl::Status SamplerClient::DeleteJob(const std::string& name) {
 }
 
 absl::StatusOr<v1::Job> SamplerClient::ResizeJob(const std::string& name, uint64_t epoch,
-                                                  uint32_t world_size) {
+                                                 uint32_t world_size) {
   v1::ResizeJobRequest request;
   request.set_name(name);
   request.set_epoch(epoch);

@@ -136,8 +136,7 @@ class SamplerClient {
                                                 uint32_t rank, uint32_t deal = 0);
   // The group now has `world_size` ranks (proto ResizeJob; called once by the group's first
   // rank for the job's current epoch). Returns the job with its new world_size and deal.
-  absl::StatusOr<v1::Job> ResizeJob(const std::string& name, uint64_t epoch,
-                                    uint32_t world_size);
+  absl::StatusOr<v1::Job> ResizeJob(const std::string& name, uint64_t epoch, uint32_t world_size);
 
   // Uploads N static weights (or labels) in chunks of `chunk_size`. DATA_LOSS if the server
   // acknowledges another count of values than was sent.

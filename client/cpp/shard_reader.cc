@@ -113,17 +113,17 @@ class ShardReader::EpochStream {
         continue;
       }
       if (status.ok() && phase_ != Phase::kComplete) {
-        status = absl::InternalError(absl::StrCat(
-            "the stream ended at position ", next, " before the end of the shard (length ",
-            shard_length_, ")"));
+        status = absl::InternalError(absl::StrCat("the stream ended at position ", next,
+                                                  " before the end of the shard (length ",
+                                                  shard_length_, ")"));
       }
       if (!status.ok()) {
         phase_ = Phase::kFailed;
         error_ = absl::Status(
-            status.code(), absl::StrCat("job \"", options_.job, "\" epoch ", epoch_, " rank ",
-                                        options_.rank, " of ", options_.world_size,
-                                        ": shard stream failed at position ", next, ": ",
-                                        status.message()));
+            status.code(),
+            absl::StrCat("job \"", options_.job, "\" epoch ", epoch_, " rank ", options_.rank,
+                         " of ", options_.world_size, ": shard stream failed at position ", next,
+                         ": ", status.message()));
       }
       return;
     }
@@ -186,8 +186,8 @@ absl::StatusOr<std::unique_ptr<ShardReader>> ShardReader::Create(
   if (options.job.empty()) return absl::InvalidArgumentError("job = \"\": must not be empty");
   if (options.world_size == 0) return absl::InvalidArgumentError("world_size = 0: must be >= 1");
   if (options.rank >= options.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat("rank = ", options.rank,
-                                                   ": must be < world_size = ", options.world_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank = ", options.rank, ": must be < world_size = ", options.world_size));
   }
   if (options.queue_capacity < 2) {
     return absl::InvalidArgumentError(
@@ -198,8 +198,8 @@ absl::StatusOr<std::unique_ptr<ShardReader>> ShardReader::Create(
                                                    ": must be <= ", v1::MAX_SHARD_CHUNK_SIZE));
   }
   if (options.device_staging_slots < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "device_staging_slots = ", options.device_staging_slots, ": must be >= 1"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("device_staging_slots = ", options.device_staging_slots, ": must be >= 1"));
   }
   return std::unique_ptr<ShardReader>(new ShardReader(std::move(client), std::move(options)));
 }
@@ -232,19 +232,17 @@ absl::Status ShardReader::StartEpoch(uint64_t epoch, uint64_t start_position, ui
 
 absl::Status ShardReader::Resume(const ReaderPosition& position) {
   if (position.job != options_.job) {
-    return absl::InvalidArgumentError(absl::StrCat("position.job = \"", position.job,
-                                                   "\": this reader reads job \"", options_.job,
-                                                   "\""));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "position.job = \"", position.job, "\": this reader reads job \"", options_.job, "\""));
   }
   if (position.rank != options_.rank) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "position.rank = ", position.rank, ": this reader reads rank ", options_.rank));
+    return absl::InvalidArgumentError(absl::StrCat("position.rank = ", position.rank,
+                                                   ": this reader reads rank ", options_.rank));
   }
   if (position.world_size != options_.world_size) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("position.world_size = ", position.world_size,
-                     ": this reader's world size is ", options_.world_size,
-                     " (the shards of another world size are other positions)"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "position.world_size = ", position.world_size, ": this reader's world size is ",
+        options_.world_size, " (the shards of another world size are other positions)"));
   }
   return StartEpoch(position.epoch, position.position, position.deal);
 }
@@ -296,9 +294,8 @@ absl::StatusOr<ShardBatch> ShardReader::NextToDevice(size_t n, int64_t* device_i
   absl::StatusOr<ShardBatch> batch = Next(n);
   if (!batch.ok() || batch->end_of_shard()) return batch;
   // uint64_t and int64_t agree bit for bit on indices < 2^63.
-  if (absl::Status s = uploader_->Upload(batch->indices.data(),
-                                         batch->indices.size() * sizeof(uint64_t),
-                                         device_indices, stream);
+  if (absl::Status s = uploader_->Upload(
+          batch->indices.data(), batch->indices.size() * sizeof(uint64_t), device_indices, stream);
       !s.ok()) {
     // Not consumed: the ring is given back only by the next Take, so the batch is still there.
     read_ -= batch->indices.size();

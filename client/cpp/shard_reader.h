@@ -109,8 +109,7 @@ class ShardReader {
   // an event recorded on it). The host span in the batch stays valid as for Next.
   // FAILED_PRECONDITION (the CUDA runtime's reason) without a usable GPU, and the CUDA error of
   // a failed copy; in both cases nothing is consumed (position() is unchanged).
-  absl::StatusOr<ShardBatch> NextToDevice(size_t n, int64_t* device_indices,
-                                          cudaStream_t stream);
+  absl::StatusOr<ShardBatch> NextToDevice(size_t n, int64_t* device_indices, cudaStream_t stream);
 
   // Where reading stands: exactly after the last index Next returned (the start position right
   // after StartEpoch). FAILED_PRECONDITION with no epoch open.

@@ -50,8 +50,7 @@ TEST(BalancedAccuracyTest, RefusesBadInputNamingIt) {
   const std::vector<uint32_t> bad = {0, 5};
   EXPECT_THAT(BalancedAccuracy(two, bad, 2).status().message(),
               HasSubstr("labels[1] = 5 is not below num_classes = 2"));
-  EXPECT_THAT(BalancedAccuracy(bad, two, 2).status().message(),
-              HasSubstr("predictions[1] = 5"));
+  EXPECT_THAT(BalancedAccuracy(bad, two, 2).status().message(), HasSubstr("predictions[1] = 5"));
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "examples/cpp/id_file.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -8,7 +9,6 @@
 #include <fstream>
 #include <iterator>
 #include <sstream>
-#include <sys/stat.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"

@@ -11,9 +11,7 @@ namespace {
 
 constexpr int kThreads = 256;
 
-unsigned Blocks(size_t n) {
-  return static_cast<unsigned>((n + kThreads - 1) / kThreads);
-}
+unsigned Blocks(size_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 
 __global__ void GatherKernel(const float* __restrict__ x, const uint32_t* __restrict__ y,
                              uint64_t num_rows, int features, const int64_t* __restrict__ indices,
@@ -40,7 +38,8 @@ __global__ void ForwardKernel(MlpShape shape, const float* __restrict__ params,
   const int h = static_cast<int>(i % shape.hidden);
   const float* w1 = params + shape.w1();
   float acc = params[shape.b1() + h];
-  for (int f = 0; f < shape.features; ++f) acc += x[k * shape.features + f] * w1[f * shape.hidden + h];
+  for (int f = 0; f < shape.features; ++f)
+    acc += x[k * shape.features + f] * w1[f * shape.hidden + h];
   hidden[i] = acc > 0.0f ? acc : 0.0f;
 }
 
@@ -71,7 +70,8 @@ __global__ void LossKernel(MlpShape shape, const float* __restrict__ params,
   const float inv_n = 1.0f / static_cast<float>(n);
   for (int c = 0; c < shape.classes; ++c) {
     const float p = expf(z[c] - top) / total;
-    dlogits[k * shape.classes + c] = (p - (static_cast<uint32_t>(c) == label ? 1.0f : 0.0f)) * inv_n;
+    dlogits[k * shape.classes + c] =
+        (p - (static_cast<uint32_t>(c) == label ? 1.0f : 0.0f)) * inv_n;
   }
 }
 
@@ -101,7 +101,8 @@ __global__ void OutputGradKernel(MlpShape shape, const float* __restrict__ hidde
   if (t < weights) {
     const int h = static_cast<int>(t / shape.classes);
     const int c = static_cast<int>(t % shape.classes);
-    for (size_t k = 0; k < n; ++k) acc += hidden[k * shape.hidden + h] * dlogits[k * shape.classes + c];
+    for (size_t k = 0; k < n; ++k)
+      acc += hidden[k * shape.hidden + h] * dlogits[k * shape.classes + c];
     grads[shape.w2() + t] = acc;
   } else {
     const int c = static_cast<int>(t - weights);
@@ -122,7 +123,8 @@ __global__ void HiddenGradKernel(MlpShape shape, const float* __restrict__ param
   float acc = 0.0f;
   if (hidden[i] > 0.0f) {
     const float* w2 = params + shape.w2();
-    for (int c = 0; c < shape.classes; ++c) acc += dlogits[k * shape.classes + c] * w2[h * shape.classes + c];
+    for (int c = 0; c < shape.classes; ++c)
+      acc += dlogits[k * shape.classes + c] * w2[h * shape.classes + c];
   }
   dhidden[i] = acc;
 }
@@ -148,8 +150,8 @@ __global__ void InputGradKernel(MlpShape shape, const float* __restrict__ x,
   }
 }
 
-__global__ void SgdKernel(float* __restrict__ params, const float* __restrict__ grads,
-                          size_t count, float scale) {
+__global__ void SgdKernel(float* __restrict__ params, const float* __restrict__ grads, size_t count,
+                          float scale) {
   const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
   if (i < count) params[i] -= scale * grads[i];
 }
@@ -191,8 +193,7 @@ cudaError_t LossAndLogitGrad(const MlpShape& shape, const float* params, const f
                              cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   if (shape.classes < 1 || shape.classes > kMaxClasses) return cudaErrorInvalidValue;
-  LossKernel<<<Blocks(n), kThreads, 0, stream>>>(shape, params, hidden, labels, n, losses,
-                                                 dlogits);
+  LossKernel<<<Blocks(n), kThreads, 0, stream>>>(shape, params, hidden, labels, n, losses, dlogits);
   return cudaGetLastError();
 }
 
@@ -213,7 +214,7 @@ cudaError_t Backward(const MlpShape& shape, const float* params, const float* x,
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   if (n > 0) {
     HiddenGradKernel<<<Blocks(n * shape.hidden), kThreads, 0, stream>>>(shape, params, hidden,
-                                                                       dlogits, n, dhidden);
+                                                                        dlogits, n, dhidden);
     if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   }
   const size_t input_threads = static_cast<size_t>(shape.features) * shape.hidden + shape.hidden;

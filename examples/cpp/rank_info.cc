@@ -43,23 +43,23 @@ std::optional<std::string> GetEnv(const std::string& name) {
 
 absl::StatusOr<RankInfo> ResolveRankInfo(const RankFlags& flags, const EnvLookup& env) {
   std::string world_source, rank_source, local_source;
-  const absl::StatusOr<int64_t> world = Pick(flags.world_size != 0, flags.world_size,
-                                             "world_size", "WORLD_SIZE", env, 1, &world_source);
+  const absl::StatusOr<int64_t> world = Pick(flags.world_size != 0, flags.world_size, "world_size",
+                                             "WORLD_SIZE", env, 1, &world_source);
   if (!world.ok()) return world.status();
   const int64_t max_world = v1::MAX_WORLD_SIZE;
   if (*world < 1 || *world > max_world) {
-    return absl::InvalidArgumentError(absl::StrCat(world_source, ": world size ", *world,
-                                                   " is outside [1, ", max_world, "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(world_source, ": world size ", *world, " is outside [1, ", max_world, "]"));
   }
   const absl::StatusOr<int64_t> rank =
       Pick(flags.rank >= 0, flags.rank, "rank", "RANK", env, 0, &rank_source);
   if (!rank.ok()) return rank.status();
   if (*rank < 0 || *rank >= *world) {
-    return absl::InvalidArgumentError(absl::StrCat(rank_source, ": rank ", *rank,
-                                                   " is outside [0, world size ", *world, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(rank_source, ": rank ", *rank, " is outside [0, world size ", *world, ")"));
   }
-  const absl::StatusOr<int64_t> local = Pick(flags.local_rank >= 0, flags.local_rank,
-                                             "local_rank", "LOCAL_RANK", env, *rank, &local_source);
+  const absl::StatusOr<int64_t> local = Pick(flags.local_rank >= 0, flags.local_rank, "local_rank",
+                                             "LOCAL_RANK", env, *rank, &local_source);
   if (!local.ok()) return local.status();
   if (*local < 0 || *local > (int64_t{1} << 20)) {
     return absl::InvalidArgumentError(

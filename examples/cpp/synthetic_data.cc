@@ -78,8 +78,8 @@ absl::StatusOr<Dataset> MakeDataset(const DatasetSpec& spec, const std::vector<u
                                     uint64_t noise_seed) {
   if (absl::Status s = ValidateSpec(spec); !s.ok()) return s;
   if (counts.size() != static_cast<size_t>(spec.classes)) {
-    return absl::InvalidArgumentError(absl::StrCat("counts has ", counts.size(),
-                                                   " entries, expected classes = ", spec.classes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("counts has ", counts.size(), " entries, expected classes = ", spec.classes));
   }
   // Class means: Gaussian directions scaled to length `separation`.
   Normal mean_rng(spec.seed);

@@ -14,9 +14,9 @@ namespace examples {
 
 struct DatasetSpec {
   int features = 32;
-  int classes = 4;            // 2 to kMaxClasses (mlp.h).
-  uint64_t majority = 100000; // Samples of class 0.
-  double imbalance = 100.0;   // Class 0 over the last class, >= 1.
+  int classes = 4;             // 2 to kMaxClasses (mlp.h).
+  uint64_t majority = 100000;  // Samples of class 0.
+  double imbalance = 100.0;    // Class 0 over the last class, >= 1.
   // Distance of each class mean from the origin; the noise has unit variance per feature, so
   // smaller means more overlap between the classes (a harder task).
   double separation = 2.0;
@@ -27,8 +27,8 @@ struct DatasetSpec {
 struct Dataset {
   int features = 0;
   int classes = 0;
-  std::vector<float> x;         // size() x features, row-major.
-  std::vector<uint32_t> y;      // Labels in [0, classes).
+  std::vector<float> x;     // size() x features, row-major.
+  std::vector<uint32_t> y;  // Labels in [0, classes).
   std::vector<uint64_t> class_counts;
 
   uint64_t size() const { return y.size(); }

@@ -38,8 +38,8 @@
 #include "kernels/compute_backend.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_resources.h"
-#include "kernels/cuda/pinned_buffer.h"
 #include "kernels/cuda/device_weights.h"
+#include "kernels/cuda/pinned_buffer.h"
 
 namespace samplerd {
 namespace cuda {

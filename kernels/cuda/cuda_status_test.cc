@@ -20,9 +20,8 @@ TEST(CudaStatusTest, OutOfMemoryIsResourceExhaustedWithTheRuntimesWords) {
 // "No usable GPU" is the caller's precondition for a trainer, an internal failure for the
 // server (the backend's default).
 TEST(CudaStatusTest, NoUsableGpuIsWhatTheCallerSays) {
-  for (const cudaError_t e : {cudaErrorNoDevice, cudaErrorInsufficientDriver,
-                              cudaErrorNotSupported, cudaErrorInitializationError,
-                              cudaErrorDevicesUnavailable}) {
+  for (const cudaError_t e : {cudaErrorNoDevice, cudaErrorInsufficientDriver, cudaErrorNotSupported,
+                              cudaErrorInitializationError, cudaErrorDevicesUnavailable}) {
     const absl::Status s = CudaStatus(e, "cudaGetDeviceCount", NoGpuIs::kFailedPrecondition);
     EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
     EXPECT_EQ(std::string(s.message()).rfind("cuda: cudaGetDeviceCount: ", 0), 0u) << s;

@@ -9,9 +9,9 @@
 #include <utility>
 
 // Returns the error of `expr` (a cudaError_t) if it is not cudaSuccess.
-#define SAMPLERD_CUDA_TRY(expr)                          \
-  do {                                                    \
-    const cudaError_t samplerd_cuda_error_ = (expr);      \
+#define SAMPLERD_CUDA_TRY(expr)                                           \
+  do {                                                                    \
+    const cudaError_t samplerd_cuda_error_ = (expr);                      \
     if (samplerd_cuda_error_ != cudaSuccess) return samplerd_cuda_error_; \
   } while (0)
 

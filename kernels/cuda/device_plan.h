@@ -84,9 +84,9 @@ cudaError_t WeightedDraws(const DeviceDrawTable& table, uint64_t seed, uint64_t 
 
 // selected = the m indices of the smallest Efraimidis-Spirakis keys (ties by index), in
 // increasing order. weights: n entries or nullptr (all 1); 1 <= m <= the number of positive
-// weights (M == N needs no selection: a plain Shuffle). Passes: keys recomputed twice (a histogram of their top 16 bits, then the
-// indices below the m-th key's digit as a bitmap and the candidates of that digit), the
-// candidates sorted, the bitmap compacted.
+// weights (M == N needs no selection: a plain Shuffle). Passes: keys recomputed twice (a histogram
+// of their top 16 bits, then the indices below the m-th key's digit as a bitmap and the candidates
+// of that digit), the candidates sorted, the bitmap compacted.
 template <typename Index>
 cudaError_t SelectEfraimidisSpirakis(uint64_t seed, uint64_t epoch, uint64_t n, uint64_t m,
                                      const float* weights, Index* selected, cudaStream_t stream);
@@ -112,9 +112,9 @@ cudaError_t ShuffleWithCapacity(uint64_t seed, uint64_t epoch, uint64_t m, const
 // importance != nullptr, importance[k] = 1.0f / weights[indices[k]] (weights: N entries). The
 // caller checked the range against the shard's length.
 template <typename Index>
-cudaError_t ExtractShard(const Index* plan, uint64_t plan_length, ShardLayout layout,
-                         uint32_t rank, uint64_t start, uint64_t count, const float* weights,
-                         uint64_t* indices, float* importance, cudaStream_t stream);
+cudaError_t ExtractShard(const Index* plan, uint64_t plan_length, ShardLayout layout, uint32_t rank,
+                         uint64_t start, uint64_t count, const float* weights, uint64_t* indices,
+                         float* importance, cudaStream_t stream);
 
 }  // namespace gpu
 }  // namespace samplerd

@@ -19,10 +19,10 @@
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/iterator/transform_iterator.h>
 
+#include <cstdint>
 #include <cub/block/block_scan.cuh>
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
-#include <cstdint>
 
 #include "kernels/cuda/cuda_util.cuh"
 #include "kernels/cuda/device_plan.h"
@@ -35,8 +35,8 @@ namespace {
 using internal::AsyncBuffer;
 using ull = unsigned long long;
 
-constexpr int kDigitShift = 48;                     // Digit = key >> 48 (16 bits, top one 0).
-constexpr uint32_t kDigits = 1u << 15;              // Positive doubles: bit 63 is 0.
+constexpr int kDigitShift = 48;         // Digit = key >> 48 (16 bits, top one 0).
+constexpr uint32_t kDigits = 1u << 15;  // Positive doubles: bit 63 is 0.
 constexpr unsigned kHistBlock = 1024;
 constexpr unsigned kThresholdBlock = 1024;
 constexpr uint32_t kDigitsPerThread = kDigits / kThresholdBlock;
@@ -180,7 +180,8 @@ cudaError_t SelectEfraimidisSpirakis(uint64_t seed, uint64_t epoch, uint64_t n, 
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(hist_shared)));
   uint64_t hist_blocks = static_cast<uint64_t>(sms);
-  if (hist_blocks * kMaxPerHistBlock < n) hist_blocks = (n + kMaxPerHistBlock - 1) / kMaxPerHistBlock;
+  if (hist_blocks * kMaxPerHistBlock < n)
+    hist_blocks = (n + kMaxPerHistBlock - 1) / kMaxPerHistBlock;
   DigitHistogramKernel<<<static_cast<unsigned>(hist_blocks), kHistBlock, hist_shared, stream>>>(
       seed, epoch, n, weights, histogram.as<ull>());
   SAMPLERD_CUDA_TRY_LAUNCH();
@@ -205,10 +206,10 @@ cudaError_t SelectEfraimidisSpirakis(uint64_t seed, uint64_t epoch, uint64_t n, 
   SAMPLERD_CUDA_TRY(indices_b.Allocate(candidates * sizeof(Index), stream));
   SAMPLERD_CUDA_TRY(cudaMemsetAsync(count.as<void>(), 0, sizeof(ull), stream));
   const uint64_t split_warps_needed = words;
-  SplitKernel<Index><<<internal::GridFor(split_warps_needed * 32, kSplitBlock), kSplitBlock, 0,
-                       stream>>>(seed, epoch, n, weights, threshold.as<Threshold>(),
-                                 below.as<uint32_t>(), count.as<ull>(), keys_a.as<uint64_t>(),
-                                 indices_a.as<Index>());
+  SplitKernel<Index>
+      <<<internal::GridFor(split_warps_needed * 32, kSplitBlock), kSplitBlock, 0, stream>>>(
+          seed, epoch, n, weights, threshold.as<Threshold>(), below.as<uint32_t>(), count.as<ull>(),
+          keys_a.as<uint64_t>(), indices_a.as<Index>());
   SAMPLERD_CUDA_TRY_LAUNCH();
 
   // Pass 4: (key, index) order = a stable sort by key of the candidates sorted by index. Keys of
@@ -220,23 +221,23 @@ cudaError_t SelectEfraimidisSpirakis(uint64_t seed, uint64_t epoch, uint64_t n, 
         nullptr, bytes_by_index, indices_a.as<Index>(), indices_b.as<Index>(),
         keys_a.as<uint64_t>(), keys_b.as<uint64_t>(), candidates, 0, index_bits, stream));
     SAMPLERD_CUDA_TRY(cub::DeviceRadixSort::SortPairs(
-        nullptr, bytes_by_key, keys_b.as<uint64_t>(), keys_a.as<uint64_t>(),
-        indices_b.as<Index>(), indices_a.as<Index>(), candidates, 0, kDigitShift, stream));
+        nullptr, bytes_by_key, keys_b.as<uint64_t>(), keys_a.as<uint64_t>(), indices_b.as<Index>(),
+        indices_a.as<Index>(), candidates, 0, kDigitShift, stream));
     AsyncBuffer temp;
     SAMPLERD_CUDA_TRY(
         temp.Allocate(bytes_by_index > bytes_by_key ? bytes_by_index : bytes_by_key, stream));
     size_t bytes = temp.bytes();
     SAMPLERD_CUDA_TRY(cub::DeviceRadixSort::SortPairs(
-        temp.as<void>(), bytes, indices_a.as<Index>(), indices_b.as<Index>(),
-        keys_a.as<uint64_t>(), keys_b.as<uint64_t>(), candidates, 0, index_bits, stream));
+        temp.as<void>(), bytes, indices_a.as<Index>(), indices_b.as<Index>(), keys_a.as<uint64_t>(),
+        keys_b.as<uint64_t>(), candidates, 0, index_bits, stream));
     bytes = temp.bytes();
     SAMPLERD_CUDA_TRY(cub::DeviceRadixSort::SortPairs(
-        temp.as<void>(), bytes, keys_b.as<uint64_t>(), keys_a.as<uint64_t>(),
-        indices_b.as<Index>(), indices_a.as<Index>(), candidates, 0, kDigitShift, stream));
+        temp.as<void>(), bytes, keys_b.as<uint64_t>(), keys_a.as<uint64_t>(), indices_b.as<Index>(),
+        indices_a.as<Index>(), candidates, 0, kDigitShift, stream));
   }
-  MarkChosenKernel<Index><<<internal::GridFor(host_threshold.rank, kWordBlock), kWordBlock, 0,
-                            stream>>>(indices_a.as<Index>(), host_threshold.rank,
-                                      below.as<uint32_t>());
+  MarkChosenKernel<Index>
+      <<<internal::GridFor(host_threshold.rank, kWordBlock), kWordBlock, 0, stream>>>(
+          indices_a.as<Index>(), host_threshold.rank, below.as<uint32_t>());
   SAMPLERD_CUDA_TRY_LAUNCH();
   keys_a.Release();
   keys_b.Release();

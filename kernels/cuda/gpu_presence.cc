@@ -23,9 +23,8 @@ GpuPresence ClassifyGpuError(cudaError_t error, const char* call, int driver_ver
                              int runtime_version) {
   GpuPresence p;
   const std::string detail = std::string(call) + ": " + cudaGetErrorName(error) + ": " +
-                             cudaGetErrorString(error) + " (driver " +
-                             CudaVersion(driver_version) + ", runtime " +
-                             CudaVersion(runtime_version) + ")";
+                             cudaGetErrorString(error) + " (driver " + CudaVersion(driver_version) +
+                             ", runtime " + CudaVersion(runtime_version) + ")";
   switch (error) {
     case cudaErrorInsufficientDriver:
       // The runtime says "insufficient" both when libcuda is missing and when it is too old;
@@ -72,8 +71,8 @@ GpuPresence CheckGpu(uint64_t min_free_bytes) {
   }
   GpuPresence p;
   const std::string where = std::string(prop.name) + " (device 0 of " + std::to_string(count) +
-                            ", " + Gib(free_bytes) + " free of " + Gib(total_bytes) +
-                            ", driver " + CudaVersion(driver) + ")";
+                            ", " + Gib(free_bytes) + " free of " + Gib(total_bytes) + ", driver " +
+                            CudaVersion(driver) + ")";
   if (free_bytes < min_free_bytes) {
     p.verdict = GpuVerdict::kOutOfMemory;
     p.message = "GPU out of memory: " + std::to_string(min_free_bytes) + " bytes needed, " +

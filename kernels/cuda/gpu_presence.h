@@ -14,11 +14,11 @@ namespace gpu {
 
 enum class GpuVerdict {
   kUsable,
-  kNoDriver,        // No NVIDIA driver (libcuda) could be loaded.
-  kDriverTooOld,    // A driver older than the CUDA runtime this binary was built with.
-  kNoDevice,        // A driver, but no CUDA device visible (CUDA_VISIBLE_DEVICES, containers).
-  kOutOfMemory,     // Device 0 has less free memory than asked for.
-  kOtherError,      // Any other runtime error (the message names it).
+  kNoDriver,      // No NVIDIA driver (libcuda) could be loaded.
+  kDriverTooOld,  // A driver older than the CUDA runtime this binary was built with.
+  kNoDevice,      // A driver, but no CUDA device visible (CUDA_VISIBLE_DEVICES, containers).
+  kOutOfMemory,   // Device 0 has less free memory than asked for.
+  kOtherError,    // Any other runtime error (the message names it).
 };
 
 struct GpuPresence {

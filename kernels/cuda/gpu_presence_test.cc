@@ -13,7 +13,8 @@ bool Contains(const std::string& s, const std::string& part) {
 }
 
 TEST(ClassifyGpuErrorTest, NamesWhatIsMissing) {
-  const GpuPresence none = ClassifyGpuError(cudaErrorInsufficientDriver, "cudaGetDeviceCount", 0, 13000);
+  const GpuPresence none =
+      ClassifyGpuError(cudaErrorInsufficientDriver, "cudaGetDeviceCount", 0, 13000);
   EXPECT_EQ(none.verdict, GpuVerdict::kNoDriver);
   EXPECT_TRUE(Contains(none.message, "no NVIDIA driver")) << none.message;
   EXPECT_TRUE(Contains(none.message, "cudaGetDeviceCount: cudaErrorInsufficientDriver"))

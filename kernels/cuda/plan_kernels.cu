@@ -3,9 +3,9 @@
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/iterator/transform_iterator.h>
 
+#include <cstdint>
 #include <cub/block/block_reduce.cuh>
 #include <cub/device/device_scan.cuh>
-#include <cstdint>
 
 #include "kernels/cuda/cuda_util.cuh"
 #include "kernels/cuda/device_plan.h"
@@ -41,8 +41,8 @@ struct MaxOp {
   __device__ uint32_t operator()(uint32_t a, uint32_t b) const { return a > b ? a : b; }
 };
 
-__global__ void __launch_bounds__(kBlock) ScanWeightsKernel(const float* weights, uint64_t n,
-                                                            WeightScan* result) {
+__global__ void __launch_bounds__(kBlock)
+    ScanWeightsKernel(const float* weights, uint64_t n, WeightScan* result) {
   uint64_t positive = 0, first_bad = ~uint64_t{0};
   uint32_t max_bits = 0;
   for (uint64_t i = GlobalThread(); i < n; i += GridStride()) {
@@ -84,7 +84,8 @@ __global__ void __launch_bounds__(kBlock)
     UniformDrawsKernel(uint64_t seed, uint64_t epoch, uint64_t n, uint64_t first, uint64_t count,
                        Index* out) {
   for (uint64_t k = GlobalThread(); k < count; k += GridStride()) {
-    out[k] = static_cast<Index>(MulHi64(RandomBits64(seed, epoch, RandomStream::kDraw, first + k), n));
+    out[k] =
+        static_cast<Index>(MulHi64(RandomBits64(seed, epoch, RandomStream::kDraw, first + k), n));
   }
 }
 
@@ -118,9 +119,8 @@ __device__ __forceinline__ uint64_t LastAtOrBelow(const uint64_t* block_prefix, 
 // guide[k] = the block of the smallest t of the r-range k, t = floor((k << shift) * T / 2^64):
 // the largest block b with block_prefix[b] <= t (below `blocks`, as block_prefix[blocks] = T).
 template <typename Index>
-__global__ void __launch_bounds__(kBlock)
-    GuideKernel(const uint64_t* block_prefix, uint64_t blocks, uint64_t total, int bits,
-                Index* guide) {
+__global__ void __launch_bounds__(kBlock) GuideKernel(const uint64_t* block_prefix, uint64_t blocks,
+                                                      uint64_t total, int bits, Index* guide) {
   const uint64_t entries = uint64_t{1} << bits;
   for (uint64_t k = GlobalThread(); k < entries; k += GridStride()) {
     const uint64_t t = MulHi64(k << (64 - bits), total);
@@ -185,8 +185,7 @@ cudaError_t KeepPoolMemory(int device) {
   return cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold);
 }
 
-cudaError_t ScanWeights(const float* weights, uint64_t n, WeightScan* result,
-                        cudaStream_t stream) {
+cudaError_t ScanWeights(const float* weights, uint64_t n, WeightScan* result, cudaStream_t stream) {
   if (result == nullptr || (n > 0 && weights == nullptr)) return cudaErrorInvalidValue;
   InitScanKernel<<<1, 1, 0, stream>>>(result);
   SAMPLERD_CUDA_TRY_LAUNCH();
@@ -211,7 +210,7 @@ cudaError_t UniformDraws(uint64_t seed, uint64_t epoch, uint64_t n, uint64_t fir
   if (count == 0) return cudaSuccess;
   if (out == nullptr || n == 0) return cudaErrorInvalidValue;
   UniformDrawsKernel<<<GridFor(count, kBlock), kBlock, 0, stream>>>(seed, epoch, n, first, count,
-                                                                     out);
+                                                                    out);
   SAMPLERD_CUDA_TRY_LAUNCH();
   return cudaSuccess;
 }
@@ -230,8 +229,7 @@ cudaError_t BuildDrawTable(const float* weights, uint64_t n, uint32_t max_weight
   const uint64_t blocks = DrawBlocks(n);
   // Guide entries as on the CPU, but over blocks: blocks / 4 < 2^g <= blocks / 2 (at least 2).
   built.guide_bits = GuideBits(blocks);
-  SAMPLERD_CUDA_TRY(
-      cudaMallocAsync(&built.block_prefix, (blocks + 1) * sizeof(uint64_t), stream));
+  SAMPLERD_CUDA_TRY(cudaMallocAsync(&built.block_prefix, (blocks + 1) * sizeof(uint64_t), stream));
   cudaError_t error = [&]() -> cudaError_t {
     // Exclusive prefix sums of the blocks' sums (and a last 0): block_prefix[blocks] = T.
     // Integers: exact in any order, so CUB's tree equals the CPU's loop.
@@ -291,9 +289,9 @@ cudaError_t WeightedDraws(const DeviceDrawTable& table, uint64_t seed, uint64_t 
 }
 
 template <typename Index>
-cudaError_t ExtractShard(const Index* plan, uint64_t plan_length, ShardLayout layout,
-                         uint32_t rank, uint64_t start, uint64_t count, const float* weights,
-                         uint64_t* indices, float* importance, cudaStream_t stream) {
+cudaError_t ExtractShard(const Index* plan, uint64_t plan_length, ShardLayout layout, uint32_t rank,
+                         uint64_t start, uint64_t count, const float* weights, uint64_t* indices,
+                         float* importance, cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
   if (plan == nullptr || indices == nullptr || plan_length == 0 || layout.world_size == 0 ||
       rank >= layout.world_size || (importance != nullptr && weights == nullptr)) {
@@ -305,16 +303,16 @@ cudaError_t ExtractShard(const Index* plan, uint64_t plan_length, ShardLayout la
   return cudaSuccess;
 }
 
-#define SAMPLERD_INSTANTIATE(Index)                                                              \
-  template cudaError_t SequentialPlan<Index>(uint64_t, Index*, cudaStream_t);                    \
-  template cudaError_t UniformDraws<Index>(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t,     \
-                                           Index*, cudaStream_t);                                \
-  template cudaError_t BuildDrawTable<Index>(const float*, uint64_t, uint32_t, DeviceDrawTable*, \
-                                             cudaStream_t);                                      \
+#define SAMPLERD_INSTANTIATE(Index)                                                               \
+  template cudaError_t SequentialPlan<Index>(uint64_t, Index*, cudaStream_t);                     \
+  template cudaError_t UniformDraws<Index>(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t,      \
+                                           Index*, cudaStream_t);                                 \
+  template cudaError_t BuildDrawTable<Index>(const float*, uint64_t, uint32_t, DeviceDrawTable*,  \
+                                             cudaStream_t);                                       \
   template cudaError_t WeightedDraws<Index>(const DeviceDrawTable&, uint64_t, uint64_t, uint64_t, \
-                                            uint64_t, Index*, cudaStream_t);                     \
-  template cudaError_t ExtractShard<Index>(const Index*, uint64_t, ShardLayout, uint32_t,        \
-                                           uint64_t, uint64_t, const float*, uint64_t*, float*,  \
+                                            uint64_t, Index*, cudaStream_t);                      \
+  template cudaError_t ExtractShard<Index>(const Index*, uint64_t, ShardLayout, uint32_t,         \
+                                           uint64_t, uint64_t, const float*, uint64_t*, float*,   \
                                            cudaStream_t);
 SAMPLERD_INSTANTIATE(uint32_t)
 SAMPLERD_INSTANTIATE(uint64_t)

@@ -58,8 +58,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "kernels/loss_stats.h"
-#include "server/loss_batch.h"
 #include "kernels/loss_table.h"
+#include "server/loss_batch.h"
 #include "server/persistence/record_log.h"
 #include "server/persistence/snapshot.h"
 #include "server/persistence/state.pb.h"
@@ -131,8 +131,7 @@ class JobJournal {
   // Records, in the open epoch's log, a state change about to be applied (in the order of
   // application). No-ops while replaying (the records are the journal's own).
   absl::Status LogLosses(const EncodedLosses& batch) ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status LogRankEnded(uint64_t epoch, uint32_t deal, uint32_t rank)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status LogRankEnded(uint64_t epoch, uint32_t deal, uint32_t rank) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status LogStreamed(uint64_t epoch, uint32_t deal, uint32_t rank, uint64_t position)
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status LogResized(uint64_t epoch, uint32_t world_size) ABSL_LOCKS_EXCLUDED(mu_);

@@ -505,7 +505,7 @@ TEST_F(JobJournalTest, AppendBeforeOpenEpochIsFailedPrecondition) {
   EXPECT_EQ(journal->Append(Losses(0, 0, 1).SerializeAsString()).code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(journal->Sync().ok());  // Nothing to sync.
-  WriteEpochSnapshot(*journal, 0);  // Creates its log, but does not open it.
+  WriteEpochSnapshot(*journal, 0);    // Creates its log, but does not open it.
   EXPECT_EQ(journal->Append(Losses(0, 0, 1).SerializeAsString()).code(),
             absl::StatusCode::kFailedPrecondition);
   ASSERT_TRUE(journal->OpenEpoch(0).ok());

@@ -86,9 +86,9 @@ absl::StatusOr<RecordLogHead> DecodeHead(absl::string_view file, uint64_t file_s
     if (Crc(block.substr(0, crc_at)) != Load32(&block[crc_at])) continue;
     const uint32_t version = Load32(&block[8]);
     if (version != kRecordLogFormatVersion) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(path, ": log format version ", version, "; this samplerd reads version ",
-                       kRecordLogFormatVersion));
+      return absl::FailedPreconditionError(absl::StrCat(path, ": log format version ", version,
+                                                        "; this samplerd reads version ",
+                                                        kRecordLogFormatVersion));
     }
     const uint64_t sequence = Load64(&block[16 + header_length]);
     if (found && sequence <= head.sequence) continue;
@@ -98,13 +98,13 @@ absl::StatusOr<RecordLogHead> DecodeHead(absl::string_view file, uint64_t file_s
     head.synced_bytes = Load64(&block[16 + header_length + 8]);
   }
   if (!found) {
-    return absl::DataLossError(absl::StrCat(
-        path, ": no intact head (the file is ", file_size, " bytes; ",
-        file_size <= kRecordLogHeadBytes
-            ? "its creation never completed, or it is damaged"
-            : absl::StrCat("it is damaged, or not a samplerd log of format version ",
-                           kRecordLogFormatVersion),
-        ")"));
+    return absl::DataLossError(
+        absl::StrCat(path, ": no intact head (the file is ", file_size, " bytes; ",
+                     file_size <= kRecordLogHeadBytes
+                         ? "its creation never completed, or it is damaged"
+                         : absl::StrCat("it is damaged, or not a samplerd log of format version ",
+                                        kRecordLogFormatVersion),
+                     ")"));
   }
   return head;
 }
@@ -170,10 +170,10 @@ absl::StatusOr<RecordLogContents> ReadRecordLog(const std::string& path, uint64_
     const int64_t length = intact_length(at);
     if (length < 0) {
       if (at < synced) {
-        return absl::DataLossError(absl::StrCat(
-            path, ": corrupt record at byte ", at, " of ", file.size(), " (",
-            header_ok(at) ? "payload checksum mismatch" : "header checksum mismatch",
-            "; the first ", synced, " bytes had been synced)"));
+        return absl::DataLossError(
+            absl::StrCat(path, ": corrupt record at byte ", at, " of ", file.size(), " (",
+                         header_ok(at) ? "payload checksum mismatch" : "header checksum mismatch",
+                         "; the first ", synced, " bytes had been synced)"));
       }
       contents.torn_tail = true;
       break;
@@ -201,15 +201,13 @@ absl::StatusOr<std::unique_ptr<RecordLogWriter>> RecordLogWriter::Open(const std
   if (absl::IsNotFound(existing.status())) {
     if (header.size() > kRecordLogMaxHeaderBytes) {
       return absl::InvalidArgumentError(absl::StrCat("a log header of ", header.size(),
-                                                     " bytes; at most ",
-                                                     kRecordLogMaxHeaderBytes));
+                                                     " bytes; at most ", kRecordLogMaxHeaderBytes));
     }
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return PosixError("open", path, errno);
     // Both blocks claim the head itself; the head is durable before any record follows it.
-    const std::string head =
-        absl::StrCat(EncodeHeadBlock(header, 0, kRecordLogHeadBytes),
-                     EncodeHeadBlock(header, 1, kRecordLogHeadBytes));
+    const std::string head = absl::StrCat(EncodeHeadBlock(header, 0, kRecordLogHeadBytes),
+                                          EncodeHeadBlock(header, 1, kRecordLogHeadBytes));
     absl::Status s = WriteAll(fd, head, path);
     if (s.ok() && ::fdatasync(fd) != 0) s = PosixError("fdatasync", path, errno);
     if (!s.ok()) {
@@ -302,8 +300,8 @@ absl::Status RecordLogWriter::WriteSyncedClaim() {
   const std::string block = EncodeHeadBlock(header_, sequence, synced_);
   const off_t offset = static_cast<off_t>((sequence % 2) * kBlockBytes);
   for (size_t done = 0; done < block.size();) {
-    const ssize_t n = ::pwrite(fd_, block.data() + done, block.size() - done,
-                               offset + static_cast<off_t>(done));
+    const ssize_t n =
+        ::pwrite(fd_, block.data() + done, block.size() - done, offset + static_cast<off_t>(done));
     if (n < 0) {
       if (errno == EINTR) continue;
       return Failed(PosixError("write", path_, errno));

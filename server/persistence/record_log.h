@@ -77,8 +77,7 @@ struct RecordLogContents {
 // ReadRecordLogHead; DATA_LOSS naming the file and the offset for a damaged record within the
 // synced bytes, or a file cut short of them. `synced_bytes`: a length the caller knows had been
 // synced (e.g. recorded elsewhere), if larger than the head's claim.
-absl::StatusOr<RecordLogContents> ReadRecordLog(const std::string& path,
-                                                uint64_t synced_bytes = 0);
+absl::StatusOr<RecordLogContents> ReadRecordLog(const std::string& path, uint64_t synced_bytes = 0);
 
 // Appends records to one file. Thread-safe: Append calls are serialised; Sync may run
 // concurrently with Append. After any I/O error the writer is failed: every later call returns
@@ -123,9 +122,9 @@ class RecordLogWriter {
   const std::string header_;
   mutable absl::Mutex mu_;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
-  uint64_t size_ ABSL_GUARDED_BY(mu_);    // Bytes written so far.
-  uint64_t synced_ ABSL_GUARDED_BY(mu_);  // Bytes covered by a completed fdatasync.
-  uint64_t claimed_ ABSL_GUARDED_BY(mu_);  // The synced bytes the newest head block claims.
+  uint64_t size_ ABSL_GUARDED_BY(mu_);           // Bytes written so far.
+  uint64_t synced_ ABSL_GUARDED_BY(mu_);         // Bytes covered by a completed fdatasync.
+  uint64_t claimed_ ABSL_GUARDED_BY(mu_);        // The synced bytes the newest head block claims.
   uint64_t head_sequence_ ABSL_GUARDED_BY(mu_);  // The newest head block's sequence.
   // Head rewrites so far, and how many of them a completed fdatasync covers: a block may be
   // rewritten only when the other one's last rewrite is durable.

@@ -147,9 +147,9 @@ TEST_F(RecordLogTest, TheFormatIsTheDocumentedOne) {
     SCOPED_TRACE(absl::StrCat("head block ", block));
     const std::string b = bytes.substr(block * 4096, 4096);
     EXPECT_EQ(b.substr(0, 19), std::string("SMPLRDWL\x03\0\0\0\x03\0\0\0hdr", 19));
-    EXPECT_EQ(b.substr(19, 16), absl::StrCat(std::string(1, static_cast<char>(block)),
-                                             std::string(7, '\0'), std::string("\0\x20", 2),
-                                             std::string(6, '\0')));
+    EXPECT_EQ(b.substr(19, 16),
+              absl::StrCat(std::string(1, static_cast<char>(block)), std::string(7, '\0'),
+                           std::string("\0\x20", 2), std::string(6, '\0')));
     EXPECT_EQ(b.substr(39), std::string(4096 - 39, '\0'));
   }
   const std::string record = bytes.substr(kRecordLogHeadBytes);

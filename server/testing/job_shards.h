@@ -20,8 +20,8 @@ inline std::vector<uint64_t> ShardOf(Job& job, ComputeBackend& backend, uint64_t
                                      uint32_t rank) {
   const v1::Job described = job.Describe();
   const uint32_t deal = epoch == described.current_epoch() ? described.deal() : 0;
-  auto lease = job.AcquireShard(epoch, deal, rank, described.world_size(),
-                                absl::Now() + absl::Seconds(30));
+  auto lease =
+      job.AcquireShard(epoch, deal, rank, described.world_size(), absl::Now() + absl::Seconds(30));
   EXPECT_TRUE(lease.ok()) << lease.status();
   if (!lease.ok()) return {};
   std::vector<uint64_t> out(lease->shard_length);
