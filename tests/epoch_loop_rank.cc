@@ -21,6 +21,8 @@
 #include "client/cpp/sampler_client.h"
 
 ABSL_FLAG(std::string, address, "", "samplerd host:port");
+ABSL_FLAG(int, max_retries, samplerd::ClientOptions{}.max_retries,
+          "ClientOptions::max_retries (its default: a trainer's)");
 ABSL_FLAG(std::string, job, "", "job name");
 ABSL_FLAG(uint32_t, rank, 0, "data-parallel rank");
 ABSL_FLAG(uint32_t, world_size, 1, "world size");
@@ -49,7 +51,9 @@ absl::Status AwaitGoAhead() {
 }
 
 int Main() {
-  auto client = SamplerClient::Create(absl::GetFlag(FLAGS_address));
+  ClientOptions client_options;
+  client_options.max_retries = absl::GetFlag(FLAGS_max_retries);
+  auto client = SamplerClient::Create(absl::GetFlag(FLAGS_address), client_options);
   if (!client.ok()) return Fail("SamplerClient::Create", client.status());
   EpochLoopOptions options;
   options.batch_size = absl::GetFlag(FLAGS_batch);

@@ -19,6 +19,8 @@
 #include "client/cpp/sampler_client.h"
 
 ABSL_FLAG(std::string, address, "", "samplerd host:port");
+ABSL_FLAG(int, max_retries, samplerd::ClientOptions{}.max_retries,
+          "ClientOptions::max_retries (its default: a trainer's)");
 ABSL_FLAG(std::string, job, "", "job name");
 ABSL_FLAG(uint32_t, rank, 0, "data-parallel rank");
 ABSL_FLAG(uint32_t, world_size, 1, "world size");
@@ -40,7 +42,9 @@ int Fail(const char* what, const absl::Status& s) {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  auto client = samplerd::SamplerClient::Create(absl::GetFlag(FLAGS_address));
+  samplerd::ClientOptions client_options;
+  client_options.max_retries = absl::GetFlag(FLAGS_max_retries);
+  auto client = samplerd::SamplerClient::Create(absl::GetFlag(FLAGS_address), client_options);
   if (!client.ok()) return Fail("client", client.status());
   const std::string job = absl::GetFlag(FLAGS_job);
   const uint32_t rank = absl::GetFlag(FLAGS_rank);

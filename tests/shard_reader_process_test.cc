@@ -2,9 +2,9 @@
 // their shards while samplerd is SIGKILLed and restarted on the same port and --data_dir; one rank
 // also checkpoints its position, exits, and a new process resumes from the saved text. Every
 // shard must come out complete, in order and equal to SamplerClient::ReadShard's, and together
-// they must be the plan. The ranks use the client's default retries (ClientOptions: 5, ~1.55 s of
-// backoff), as a trainer does: a client that did not drive its reconnection while backing off saw
-// the restarted server only ~5 s later (gRPC's backup poller) and gave up first.
+// they must be the plan. The ranks retry for ~1.55 s (5 retries; the default rides ~59 s):
+// shorter than gRPC's 5 s backup poller, so that a client that did not drive its reconnection
+// while backing off sees the restarted server too late and fails here.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -86,6 +86,7 @@ TEST(ShardReaderProcessTest, RankProcessesRideThroughASamplerdCrashAndResumeFrom
   auto args = [&](uint32_t r) {
     return std::vector<std::string>{kTool,
                                     "--address=" + samplerd->address(),
+                                    "--max_retries=5",
                                     "--job=p",
                                     absl::StrCat("--rank=", r),
                                     absl::StrCat("--world_size=", world),

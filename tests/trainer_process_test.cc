@@ -1,6 +1,8 @@
 // The C++ trainer library in rank processes of their own against the real samplerd binary,
-// SIGKILLed and restarted on the same port and --data_dir, with the client's default options
-// (ClientOptions: 5 retries, ~1.55 s of backoff), as a trainer runs it:
+// SIGKILLed and restarted on the same port and --data_dir, with the client's default options but
+// a retry budget of ~1.55 s (5 retries) instead of ~59 s: shorter than gRPC's 5 s backup poller,
+// so that a client that did not drive its reconnection while backing off fails here, and the
+// stays-down case fails fast:
 //   * LossReporter ranks (tests/loss_reporter_rank) report while samplerd is down: every loss
 //     counts exactly once after the restart, and Close returns.
 //   * EpochLoop ranks (tests/epoch_loop_rank) ride through a restart in the middle of an epoch
@@ -35,6 +37,7 @@ using testutil::SamplerdProcess;
 constexpr char kSamplerd[] = "server/samplerd";
 constexpr char kReporterRank[] = "tests/loss_reporter_rank";
 constexpr char kLoopRank[] = "tests/epoch_loop_rank";
+constexpr char kRetries[] = "--max_retries=5";
 
 class TrainerProcessTest : public ::testing::Test {
  protected:
@@ -123,6 +126,7 @@ TEST_F(TrainerProcessTest, LossReporterRanksCountEveryLossOnceAcrossASamplerdRes
   auto ranks = StartRanks(kWorld, [&](uint32_t r) {
     return std::vector<std::string>{kReporterRank,
                                     "--address=" + samplerd_->address(),
+                                    kRetries,
                                     "--job=j",
                                     absl::StrCat("--rank=", r),
                                     absl::StrCat("--world_size=", kWorld),
@@ -154,6 +158,7 @@ TEST_F(TrainerProcessTest, EpochLoopRanksRideThroughRestartsMidEpochAndBeforeEnd
   auto ranks = StartRanks(kWorld, [&](uint32_t r) {
     return std::vector<std::string>{kLoopRank,
                                     "--address=" + samplerd_->address(),
+                                    kRetries,
                                     "--job=e",
                                     absl::StrCat("--rank=", r),
                                     absl::StrCat("--world_size=", kWorld),
@@ -207,10 +212,10 @@ TEST_F(TrainerProcessTest, ASamplerdThatStaysDownFailsEveryRankNamingWhereItStop
   // Rank 0 runs an EpochLoop, rank 1 a bare LossReporter.
   std::vector<std::unique_ptr<ChildProcess>> ranks;
   ranks.push_back(std::make_unique<ChildProcess>(std::vector<std::string>{
-      kLoopRank, "--address=" + samplerd_->address(), "--job=d", "--rank=0",
+      kLoopRank, "--address=" + samplerd_->address(), kRetries, "--job=d", "--rank=0",
       absl::StrCat("--world_size=", kWorld), "--batch=250", "--pause_at=2000"}));
   ranks.push_back(std::make_unique<ChildProcess>(std::vector<std::string>{
-      kReporterRank, "--address=" + samplerd_->address(), "--job=d", "--rank=1",
+      kReporterRank, "--address=" + samplerd_->address(), kRetries, "--job=d", "--rank=1",
       absl::StrCat("--world_size=", kWorld), "--pause_at=2000"}));
   ASSERT_FALSE(ranks[0]->AwaitLine("checkpoint epoch=0 position=2000").empty())
       << ranks[0]->output();
@@ -227,6 +232,30 @@ TEST_F(TrainerProcessTest, ASamplerdThatStaysDownFailsEveryRankNamingWhereItStop
   EXPECT_EQ(ranks[1]->Wait(), 1) << ranks[1]->output();
   EXPECT_THAT(ranks[1]->output(), HasSubstr("UNAVAILABLE: LossReporter (job \"d\", rank 1)"));
   EXPECT_THAT(ranks[1]->output(), HasSubstr("(the first: epoch 0, positions [2000, "));
+}
+
+// With the client's default retries (~59 s), an EpochLoop rank rides through a samplerd that its
+// supervisor starts again 5 s after the crash (deploy/systemd: RestartSec=5s): its stream, its
+// losses and its EndEpoch wait for the restart. The earlier default (5 retries, ~1.55 s) gave
+// up first.
+TEST_F(TrainerProcessTest, DefaultRetriesRideThroughARestartFiveSecondsAfterTheCrash) {
+  constexpr uint64_t kShard = 4'000;
+  CreateJob("s", kShard, 1);
+  auto ranks = StartRanks(1, [&](uint32_t) {
+    return std::vector<std::string>{kLoopRank,     "--address=" + samplerd_->address(),
+                                    "--job=s",     "--rank=0",
+                                    "--batch=250", absl::StrCat("--pause_at=", kShard / 2)};
+  });
+  AwaitAll(ranks, "checkpoint epoch=0 position=2000");
+  Kill();
+  GoAhead(ranks);
+  absl::SleepFor(absl::Seconds(5));  // The supervisor's restart delay.
+  Restart();
+  EXPECT_EQ(ranks[0]->Wait(), 0) << ranks[0]->output();
+  EXPECT_THAT(ranks[0]->output(), HasSubstr("done\n"));
+  const v1::JobStatus status = Status("s");
+  EXPECT_EQ(status.job().current_epoch(), 1u);  // The rank's EndEpoch reached the restarted one.
+  EXPECT_EQ(status.samples_seen(), kShard);     // Every sample's loss, the flushed half restored.
 }
 
 }  // namespace

@@ -36,8 +36,11 @@ struct ClientOptions {
   absl::Duration timeout = absl::Seconds(30);
   // Attempts after the first for UNAVAILABLE and CANCELLED (the client cancels no call itself
   // but a shard stream through StreamCancellation: a server shutting down cancels the calls it
-  // had not finished), and for shards, broken streams.
-  int max_retries = 5;
+  // had not finished), and for shards, broken streams. The default waits ~59 s in all (0.05 s
+  // doubling to 2 s, then 2 s each) before it gives up: long enough to ride through a samplerd
+  // restarted by its supervisor (deploy/systemd restarts it 5 s after a crash, Kubernetes after
+  // 10 s) and its recovery. A tool that should fail fast sets fewer.
+  int max_retries = 34;
   // First backoff; doubles each retry, capped at max_backoff.
   absl::Duration initial_backoff = absl::Milliseconds(50);
   absl::Duration max_backoff = absl::Seconds(2);

@@ -96,8 +96,12 @@ absl::Status RunLoop(const std::shared_ptr<samplerd::SamplerClient>& client) {
 }
 
 absl::Status Main(const std::string& address) {
+  // A short retry budget (~0.35 s instead of the default ~59 s that rides through restarts):
+  // this program fails at once when the server is not there.
+  samplerd::ClientOptions options;
+  options.max_retries = 3;
   absl::StatusOr<std::unique_ptr<samplerd::SamplerClient>> created =
-      samplerd::SamplerClient::Create(address);
+      samplerd::SamplerClient::Create(address, options);
   if (!created.ok()) return created.status();
   std::shared_ptr<samplerd::SamplerClient> client = *std::move(created);
   samplerd::v1::JobSpec spec;

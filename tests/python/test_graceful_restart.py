@@ -1,10 +1,12 @@
 """A planned restart of samplerd (SIGTERM: systemctl restart, a rolling update) under a torch
-trainer with the client's default options, on the same port and --data_dir.
+trainer, on the same port and --data_dir, with a retry budget (~1.55 s) shorter than the grace
+period (the default rides ~59 s).
 
 The sampler holds its shard stream open while training consumes it (prefetch). A shutdown that
 let such a stream drain for the whole grace period (10 s) refused the trainer's loss reports
-meanwhile ("samplerd is shutting down"), so their retries (~1.55 s) ran out long before the
-server came back: a graceful restart failed a trainer that a crash (SIGKILL) did not. And a
+meanwhile ("samplerd is shutting down"), so their retries ran out long before the server came
+back: a graceful restart took as long as the grace period, and failed a trainer whose retries
+were shorter, which a crash (SIGKILL) did not. And a
 call the shutting-down server cancels (one not finished when its drain ended) is sent again.
 """
 
@@ -35,7 +37,8 @@ def test_a_torch_trainer_rides_through_a_graceful_restart(tmp_path):
             # 2M indices: far more than the sampler prefetches, so its stream stays open.
             admin.create_job("g", num_samples=2_000_000, world_size=1, seed=4, loss="loss")
             expected = admin.read_shard("g", 0, 0, 1)
-        sampler = DistributedWeightedSampler(server.address, "g", rank=0, world_size=1)
+        sampler = DistributedWeightedSampler(server.address, "g", rank=0, world_size=1,
+                                             client_options={"max_retries": 5})
         consumed, batch = [], []
         for index in sampler:
             batch.append(index)

@@ -1,5 +1,6 @@
-"""A torch trainer whose samplerd is killed and stays down, with the client's default options:
-every call of the sampler fails within its retries (no hang, close included), and each error
+"""A torch trainer whose samplerd is killed and stays down, with the client's default options but
+a short retry budget (~1.55 s, where the default waits ~59 s for a restart): every call of the
+sampler fails within its retries (no hang, close included), and each error
 says where the trainer stopped -- the job, epoch, rank and shard position -- as the C++ trainer
 library's do, not only gRPC's "failed to connect to all addresses"."""
 
@@ -17,7 +18,8 @@ def test_a_sampler_whose_server_stays_down_fails_naming_job_epoch_rank_and_posit
         with samplerd.Client(server.address) as admin:
             # Far more than the sampler prefetches: the stream must be reopened to go on.
             admin.create_job("down", num_samples=8_000_000, world_size=2, seed=8, loss="loss")
-        sampler = DistributedWeightedSampler(server.address, "down", rank=1, world_size=2)
+        sampler = DistributedWeightedSampler(server.address, "down", rank=1, world_size=2,
+                                             client_options={"max_retries": 5})
         iterator = iter(sampler)
         served = [next(iterator) for _ in range(100)]
         server.kill()

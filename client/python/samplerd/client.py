@@ -189,8 +189,11 @@ class Client:
         max_retries: retries after the first attempt on UNAVAILABLE (and on CANCELLED the client
             did not cause by close(): a server shutting down), with exponential backoff.
             A refused connection fails at once, so a server that is down raises Unavailable
-            after the sum of the backoffs (0.05 + 0.1 + ... + 0.8 = 1.55 s with the defaults);
-            an unreachable host can take up to `timeout` per attempt.
+            after the sum of the backoffs: ~59 s with the defaults (0.05 s doubling to 2 s, then
+            2 s each), long enough to ride through a samplerd restarted by its supervisor
+            (deploy/systemd restarts it 5 s after a crash, Kubernetes after 10 s) and its
+            recovery; a tool that should fail fast passes fewer. An unreachable host can take up
+            to `timeout` per attempt.
         initial_backoff: first backoff in seconds; doubles up to max_backoff.
         max_backoff: largest backoff in seconds.
         max_message_bytes: largest gRPC message either way (the server has its own limit).
@@ -212,7 +215,7 @@ class Client:
     picklable (create one per process).
     """
 
-    def __init__(self, address: str, *, timeout: float = 30.0, max_retries: int = 5,
+    def __init__(self, address: str, *, timeout: float = 30.0, max_retries: int = 34,
                  initial_backoff: float = 0.05, max_backoff: float = 2.0,
                  max_message_bytes: int = 64 << 20, root_certificates=None, client_cert=None,
                  client_key=None, token: Optional[str] = None, tls: Optional[bool] = None):
