@@ -19,13 +19,8 @@
 #include "absl/status/status.h"
 #include "client/cpp/epoch_loop.h"
 #include "client/cpp/sampler_client.h"
+#include "tests/rank_flags.h"
 
-ABSL_FLAG(std::string, address, "", "samplerd host:port");
-ABSL_FLAG(int, max_retries, samplerd::ClientOptions{}.max_retries,
-          "ClientOptions::max_retries (its default: a trainer's)");
-ABSL_FLAG(std::string, job, "", "job name");
-ABSL_FLAG(uint32_t, rank, 0, "data-parallel rank");
-ABSL_FLAG(uint32_t, world_size, 1, "world size");
 ABSL_FLAG(uint64_t, epochs, 1, "epochs to run from epoch 0");
 ABSL_FLAG(uint64_t, batch, 250, "indices per step");
 ABSL_FLAG(uint64_t, pause_at, 0,
@@ -51,9 +46,7 @@ absl::Status AwaitGoAhead() {
 }
 
 int Main() {
-  ClientOptions client_options;
-  client_options.max_retries = absl::GetFlag(FLAGS_max_retries);
-  auto client = SamplerClient::Create(absl::GetFlag(FLAGS_address), client_options);
+  auto client = testutil::RankClient();
   if (!client.ok()) return Fail("SamplerClient::Create", client.status());
   EpochLoopOptions options;
   options.batch_size = absl::GetFlag(FLAGS_batch);

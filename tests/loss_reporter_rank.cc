@@ -16,14 +16,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "client/cpp/loss_reporter.h"
-#include "client/cpp/sampler_client.h"
+#include "tests/rank_flags.h"
 
-ABSL_FLAG(std::string, address, "", "samplerd host:port");
-ABSL_FLAG(int, max_retries, samplerd::ClientOptions{}.max_retries,
-          "ClientOptions::max_retries (its default: a trainer's)");
-ABSL_FLAG(std::string, job, "", "job name");
-ABSL_FLAG(uint32_t, rank, 0, "data-parallel rank");
-ABSL_FLAG(uint32_t, world_size, 1, "world size");
 ABSL_FLAG(uint64_t, epoch, 0, "epoch");
 ABSL_FLAG(uint64_t, from, 0, "first shard position reported");
 ABSL_FLAG(uint64_t, to, 0, "end of the positions reported (exclusive; 0: the shard's end)");
@@ -42,9 +36,7 @@ int Fail(const char* what, const absl::Status& s) {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  samplerd::ClientOptions client_options;
-  client_options.max_retries = absl::GetFlag(FLAGS_max_retries);
-  auto client = samplerd::SamplerClient::Create(absl::GetFlag(FLAGS_address), client_options);
+  auto client = samplerd::testutil::RankClient();
   if (!client.ok()) return Fail("client", client.status());
   const std::string job = absl::GetFlag(FLAGS_job);
   const uint32_t rank = absl::GetFlag(FLAGS_rank);

@@ -11,12 +11,10 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/time/clock.h"
+#include "client/cpp/sampler_client.h"
 #include "client/cpp/shard_reader.h"
+#include "tests/rank_flags.h"
 
-ABSL_FLAG(std::string, address, "", "samplerd host:port");
-ABSL_FLAG(std::string, job, "", "job name");
-ABSL_FLAG(uint32_t, rank, 0, "rank");
-ABSL_FLAG(uint32_t, world_size, 1, "world size");
 ABSL_FLAG(uint64_t, epoch, 0, "epoch to read (ignored with --resume_from)");
 ABSL_FLAG(uint64_t, batch, 256, "Next(n)");
 ABSL_FLAG(uint64_t, queue_capacity, 2000, "ShardReader queue capacity");
@@ -26,8 +24,6 @@ ABSL_FLAG(uint64_t, stop_after, 0, "save the position after this many indices an
 ABSL_FLAG(std::string, position_file, "", "where --stop_after saves the position");
 ABSL_FLAG(std::string, resume_from, "", "a position file to resume from");
 ABSL_FLAG(std::string, out, "", "file the indices are appended to");
-ABSL_FLAG(int, max_retries, samplerd::ClientOptions{}.max_retries,
-          "ClientOptions::max_retries (its default: a trainer's)");
 
 namespace samplerd {
 namespace {
@@ -39,9 +35,7 @@ int Fail(const absl::Status& s, const char* what) {
 }
 
 int Main() {
-  ClientOptions client_options;
-  client_options.max_retries = absl::GetFlag(FLAGS_max_retries);
-  auto client = SamplerClient::Create(absl::GetFlag(FLAGS_address), client_options);
+  auto client = testutil::RankClient();
   if (!client.ok()) return Fail(client.status(), "client");
   ShardReaderOptions options;
   options.job = absl::GetFlag(FLAGS_job);
