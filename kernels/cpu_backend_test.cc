@@ -78,7 +78,9 @@ TEST_P(PlanPropertiesTest, InvariantsHold) {
     ASSERT_EQ(testutil::PlanIndices(*plan).size(), c.m);
     for (uint64_t idx : testutil::PlanIndices(*plan)) {
       ASSERT_LT(idx, c.n);
-      if (c.weighted) ASSERT_GT(w[idx], 0.0f) << "zero-weight sample " << idx << " drawn";
+      if (c.weighted) {
+        ASSERT_GT(w[idx], 0.0f) << "zero-weight sample " << idx << " drawn";
+      }
     }
     if (!c.replacement) {
       std::vector<uint64_t> sorted = testutil::PlanIndices(*plan);

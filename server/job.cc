@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -378,10 +379,11 @@ absl::StatusOr<std::optional<JobJournal::EpochStart>> Job::StartToKeep(
 }
 
 bool Job::Publish(const PlannedEpoch& planned, std::shared_ptr<const BackendWeights> new_base,
-                  std::optional<JobJournal::EpochStart> kept) {
+                  std::optional<JobJournal::EpochStart> kept, bool snapshot_follows) {
   {
     absl::MutexLock lock(&mu_);
     if (!IsPlanning()) return false;  // Closed meanwhile.
+    if (snapshot_follows) snapshot_unscheduled_ = true;
     if (kept.has_value()) {
       // A re-upload replaces epoch 0's start; after a rewind, the forgotten epochs are gone.
       while (!kept_.empty() && kept_.back().epoch >= kept->epoch) kept_.pop_back();
@@ -441,7 +443,15 @@ void Job::FinishPlanningNext(absl::StatusOr<PlannedEpoch> planned) {
     if (IsPlanning()) phase_ = Failed{status};
     return;
   }
-  if (!Publish(*planned, nullptr, std::move(kept)) || journal_ == nullptr) return;
+  if (!Publish(*planned, nullptr, std::move(kept), /*snapshot_follows=*/journal_ != nullptr) ||
+      journal_ == nullptr) {
+    return;
+  }
+  // However this ends (scheduled, or the job failed), a waiting rewind may go on.
+  absl::Cleanup settled = [this] {
+    absl::MutexLock lock(&mu_);
+    snapshot_unscheduled_ = false;
+  };
   // The snapshot's weights as host vectors, copied here after the publication (from a device:
   // off the boundary's path; the CPU backend's own vectors: no copy).
   absl::StatusOr<std::shared_ptr<const std::vector<float>>> base_host = HostWeights(base);
@@ -748,8 +758,11 @@ absl::Status Job::Rewind(uint64_t epoch) {
   std::optional<EpochView> serving;
   {
     absl::MutexLock lock(&mu_);
-    // After a planning in progress (an epoch closing): then the current epoch is settled.
-    auto settled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !IsPlanning(); };
+    // After a planning in progress (an epoch closing) and the scheduling of its snapshot: then
+    // the current epoch is settled, on disk too.
+    auto settled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return !IsPlanning() && !snapshot_unscheduled_;
+    };
     mu_.Await(absl::Condition(&settled));
     if (const auto* closed = std::get_if<Closed>(&phase_)) return closed->reason;
     if (std::holds_alternative<AwaitingUpload>(phase_)) {

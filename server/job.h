@@ -164,7 +164,8 @@ class Job {
 
   // Puts the job back to the start of `epoch` (proto RewindJob): its weights, loss statistics
   // and epoch number then, every rank's progress cleared; plans `epoch` again (the same plan as
-  // the first time) on the caller's thread and publishes it. Waits for a planning in progress.
+  // the first time) on the caller's thread and publishes it. Waits for a planning in progress
+  // (and for the snapshot of an epoch just opened to be scheduled).
   // FAILED_PRECONDITION if the start of `epoch` is not kept (naming the oldest that is), if it
   // is after the current epoch, or if the job awaits its upload; the close reason if closed.
   // With a journal the rewind is durable when it returns; if writing it fails the job is
@@ -261,9 +262,12 @@ class Job {
   absl::Status InstallBaseAndPlan(std::vector<float> base) ABSL_LOCKS_EXCLUDED(mu_);
   // Makes `planned` the serving epoch (and `new_base` the base, if set) if the job is still
   // Planning it; returns false (nothing changed) if it was closed meanwhile. Keeps `kept` (the
-  // epoch's start, in memory) if set. Then lets the planner compute the next plan ahead.
+  // epoch's start, in memory) if set. With `snapshot_follows`, sets snapshot_unscheduled_ in the
+  // same step: the caller then schedules the epoch's snapshot and clears it. Then lets the
+  // planner compute the next plan ahead.
   bool Publish(const PlannedEpoch& planned, std::shared_ptr<const BackendWeights> new_base,
-               std::optional<JobJournal::EpochStart> kept = std::nullopt) ABSL_LOCKS_EXCLUDED(mu_);
+               std::optional<JobJournal::EpochStart> kept = std::nullopt,
+               bool snapshot_follows = false) ABSL_LOCKS_EXCLUDED(mu_);
   // The start of the epoch being published, for kept_ (the weights and loss statistics copied
   // to the host); nullopt with a journal, without rewinds, or once the job is closed. Reads the
   // loss statistics: only while Planning (LossesWhilePlanning). A backend error copying them.
@@ -325,9 +329,15 @@ class Job {
   WeightSummary weight_summary_ ABSL_GUARDED_BY(mu_);
   double last_recompute_ms_ ABSL_GUARDED_BY(mu_) = 0;
   double last_plan_ms_ ABSL_GUARDED_BY(mu_) = 0;
-  // The newest config_.rewind_epochs epoch starts, ascending (no journal only).
-  // The same state a journal's snapshot holds (no journal only).
+  // The newest config_.rewind_epochs epoch starts, ascending: the same state a journal's
+  // snapshot holds (no journal only).
   std::deque<JobJournal::EpochStart> kept_ ABSL_GUARDED_BY(mu_);
+  // The serving epoch was opened by an EndEpoch and its snapshot is not yet scheduled with the
+  // journal (FinishPlanningNext copies the weights to the host first, off the lock). A rewind
+  // waits until it is: the journal's rewind then drops or waits for that snapshot, which would
+  // otherwise be written while the rewind removes the files it reads and commits (or land after
+  // the rewind, as the newest snapshot of a history the rewind abandoned).
+  bool snapshot_unscheduled_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace samplerd

@@ -4,9 +4,11 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -15,6 +17,7 @@
 #include "server/job_config.h"
 #include "server/persistence/job_journal.h"
 #include "server/persistence/record_log.h"
+#include "server/testing/gated_backend.h"
 #include "server/testing/job_shards.h"
 #include "server/testing/loss_batches.h"
 #include "server/testing/test_dir.h"
@@ -51,7 +54,7 @@ class JobPersistenceTest : public ::testing::Test {
       EXPECT_TRUE(created.ok()) << created.status();
       journal = *std::move(created);
     }
-    auto job = Job::Create("j", Config(base), backend_.get(), std::move(journal));
+    auto job = Job::Create("j", Config(base), &backend_, std::move(journal));
     EXPECT_TRUE(job.ok()) << job.status();
     return *std::move(job);
   }
@@ -59,11 +62,11 @@ class JobPersistenceTest : public ::testing::Test {
   absl::StatusOr<std::unique_ptr<Job>> Restore(v1::BasePolicy base = v1::UNIFORM) {
     auto recovered = JobJournal::Recover(dir_);
     if (!recovered.ok()) return recovered.status();
-    return Job::Restore("j", Config(base), backend_.get(), *std::move(recovered));
+    return Job::Restore("j", Config(base), &backend_, *std::move(recovered));
   }
 
   std::vector<uint64_t> Shard(Job& job, uint64_t epoch, uint32_t rank) {
-    return testutil::ShardOf(job, *backend_, epoch, rank);
+    return testutil::ShardOf(job, backend_, epoch, rank);
   }
 
   // Reports a loss derived from (epoch, index) for shard positions [from, to) of `rank`, as one
@@ -127,9 +130,22 @@ class JobPersistenceTest : public ::testing::Test {
     ASSERT_TRUE(job.EndEpoch(epoch, 0, 2).ok());
   }
 
+  // Waits until the start of `epoch` is kept (a journal writes snapshots in the background).
+  static void AwaitKept(const Job& job, uint64_t epoch) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    while (true) {
+      const std::vector<uint64_t> kept = job.RewindableEpochs();
+      if (std::find(kept.begin(), kept.end(), epoch) != kept.end()) return;
+      ASSERT_LT(absl::Now(), deadline) << "the start of epoch " << epoch << " was never kept";
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+  }
+
   testutil::TestDir test_dir_;
   const std::string dir_ = test_dir_.path() + "/j";  // The job's directory.
-  std::unique_ptr<ComputeBackend> backend_ = NewCpuBackend(2);
+  std::unique_ptr<ComputeBackend> cpu_ = NewCpuBackend(2);
+  // The CPU backend, with gates a test may hold (otherwise every call goes straight through).
+  testutil::GatedBackend backend_{cpu_.get()};
 };
 
 TEST_F(JobPersistenceTest, RestoredJobEqualsTheJobThatNeverStopped) {
@@ -352,16 +368,6 @@ class RewindTest : public JobPersistenceTest, public ::testing::WithParamInterfa
     for (uint32_t r = 0; r < kWorld; ++r) shards.push_back(Shard(job, epoch, r));
     return shards;
   }
-  // Waits until the start of `epoch` is kept (a journal writes snapshots in the background).
-  static void AwaitKept(const Job& job, uint64_t epoch) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(30);
-    while (true) {
-      const std::vector<uint64_t> kept = job.RewindableEpochs();
-      if (std::find(kept.begin(), kept.end(), epoch) != kept.end()) return;
-      ASSERT_LT(absl::Now(), deadline) << "the start of epoch " << epoch << " was never kept";
-      absl::SleepFor(absl::Milliseconds(5));
-    }
-  }
 };
 
 TEST_P(RewindTest, EpochsAfterARewindArePlannedAsTheFirstTime) {
@@ -424,6 +430,57 @@ INSTANTIATE_TEST_SUITE_P(OnDiskAndInMemory, RewindTest, ::testing::Bool(),
                          [](const ::testing::TestParamInfo<bool>& info) {
                            return info.param ? "OnDisk" : "InMemory";
                          });
+
+// A rewind waits until the snapshot of the epoch that the last EndEpoch opened is scheduled (the
+// boundary copies the epoch's weights to the host first, off the job's lock); the journal's
+// rewind then drops that snapshot or waits for it. Before, a rewind ran beside the copy, and the
+// snapshot could be written while the rewind removed and created the files it uses.
+TEST_F(JobPersistenceTest, ARewindWaitsForTheSnapshotOfTheEpochJustOpened) {
+  auto job = Create(/*persisted=*/true);
+  FullEpoch(*job, 0);
+  AwaitKept(*job, 1);
+  const std::string start = Observable(*job);
+  backend_.to_host().Hold();
+  FullEpoch(*job, 1);  // Its last EndEpoch opens epoch 2, whose weights' copy is then held.
+  backend_.to_host().AwaitHeldCall();
+  absl::Notification rewound;
+  absl::Status status;
+  std::thread rewind([&] {
+    status = job->Rewind(1);
+    rewound.Notify();
+  });
+  EXPECT_FALSE(rewound.WaitForNotificationWithTimeout(absl::Milliseconds(300)))
+      << "the rewind did not wait for the snapshot of epoch 2 to be scheduled";
+  backend_.to_host().Release();
+  rewind.join();
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ(Observable(*job), start);
+  job.reset();
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/snapshot-2.bin"));
+  auto restored = Restore();
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ(Observable(**restored), start);
+}
+
+// A rewind right after an epoch boundary, again and again: the boundary's snapshot (of the
+// epoch just opened, which the rewind abandons) is still to be written each time. The rewind must
+// neither fail nor let that snapshot land on disk after it.
+TEST_F(JobPersistenceTest, RewindsRightAfterEpochBoundariesKeepTheRewoundHistoryOnDisk) {
+  auto job = Create(/*persisted=*/true);
+  FullEpoch(*job, 0);
+  AwaitKept(*job, 1);
+  const std::string start = Observable(*job);
+  for (int round = 0; round < 200; ++round) {
+    FullEpoch(*job, 1);
+    const absl::Status rewound = job->Rewind(1);
+    ASSERT_TRUE(rewound.ok()) << "round " << round << ": " << rewound;
+  }
+  EXPECT_EQ(Observable(*job), start);
+  job.reset();
+  auto restored = Restore();
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ(Observable(**restored), start);
+}
 
 TEST_F(JobPersistenceTest, ARewindInterruptedByAStopIsFinishedByTheNextStart) {
   {

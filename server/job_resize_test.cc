@@ -260,7 +260,8 @@ TEST_P(JobResizeTest, ARewindRestoresTheWorldSizeTheEpochStartedWith) {
   RunEpoch(*job, 1);
   EXPECT_EQ(job->Describe().world_size(), 2u);
   if (persisted()) job = Restart(std::move(job));
-  ASSERT_TRUE(job->Rewind(1).ok());
+  const absl::Status rewound = job->Rewind(1);
+  ASSERT_TRUE(rewound.ok()) << rewound;
   const v1::Job d = job->Describe();
   EXPECT_EQ(d.current_epoch(), 1u);
   EXPECT_EQ(d.world_size(), 4u);

@@ -540,7 +540,9 @@ TEST_F(SamplerServiceTest, StaticWeightsAtTheSupportedRatioStayPositive) {
       return absl::OkStatus();
     });
     ASSERT_TRUE(s.ok()) << s;
-    if (!replacement) EXPECT_EQ(drawn.size(), 999u);
+    if (!replacement) {
+      EXPECT_EQ(drawn.size(), 999u);
+    }
   }
 }
 

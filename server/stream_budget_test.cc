@@ -62,7 +62,9 @@ TEST(StreamBudgetTest, ConcurrentReservationsNeverExceedTheLimit) {
     threads.emplace_back([&budget] {
       for (int i = 0; i < 2000; ++i) {
         absl::StatusOr<StreamBudget::Reservation> r = budget.Reserve(300);
-        if (r.ok()) EXPECT_LE(budget.in_use(), 1000u);
+        if (r.ok()) {
+          EXPECT_LE(budget.in_use(), 1000u);
+        }
       }
     });
   }

@@ -131,6 +131,7 @@ TEST(ShardReaderProcessTest, RankProcessesRideThroughASamplerdCrashAndResumeFrom
     plan.insert(read.begin(), read.end());
   }
   EXPECT_EQ(plan.size(), n);
+  samplerd.reset();  // Before removing the directory it may still write into.
   std::filesystem::remove_all(dir);
 }
 

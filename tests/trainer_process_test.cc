@@ -53,7 +53,12 @@ class TrainerProcessTest : public ::testing::Test {
     client_ = *SamplerClient::Create(samplerd_->address());
   }
 
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  // samplerd first: a live one may still be writing into dir_ (a snapshot after EndEpoch), and
+  // removing a directory that is being written races with it.
+  void TearDown() override {
+    samplerd_.reset();
+    std::filesystem::remove_all(dir_);
+  }
 
   std::vector<std::string> Flags() const { return {"--data_dir=" + dir_}; }
 

@@ -54,7 +54,9 @@ TEST(RecomputePassesTest, PassSumsAreTheExactSumsOfTheirTerms) {
     }
     for (uint64_t c = 0; c < 3; ++c) {
       EXPECT_TRUE(Same(sums[c], chunk_of(f, c))) << c;
-      if (with_base) EXPECT_TRUE(Same(base_factor_sums[c], chunk_of(bf, c))) << c;
+      if (with_base) {
+        EXPECT_TRUE(Same(base_factor_sums[c], chunk_of(bf, c))) << c;
+      }
     }
     if (!with_base) continue;
     RawWeightRule rule;

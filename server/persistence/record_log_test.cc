@@ -61,7 +61,9 @@ class RecordLogTest : public ::testing::Test {
     auto writer = RecordLogWriter::Open(path_);
     ASSERT_TRUE(writer.ok()) << writer.status();
     for (const std::string& record : records) ASSERT_TRUE((*writer)->Append(record).ok());
-    if (synced) ASSERT_TRUE((*writer)->Sync().ok());
+    if (synced) {
+      ASSERT_TRUE((*writer)->Sync().ok());
+    }
   }
 
   // Expects path_ to read back as `records` followed by a torn tail, then that opening it for
@@ -238,7 +240,9 @@ TEST_F(RecordLogTest, ConcurrentAppendsAreWholeRecordsInEachThreadsOrder) {
       threads.emplace_back([log, t] {
         for (int i = 0; i < kPerThread; ++i) {
           EXPECT_TRUE(log->Append(absl::StrCat(t, ":", i, ":", Payload(i % 200, i))).ok());
-          if (i % 50 == 0) EXPECT_TRUE(log->Sync().ok());
+          if (i % 50 == 0) {
+            EXPECT_TRUE(log->Sync().ok());
+          }
         }
       });
     }

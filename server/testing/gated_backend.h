@@ -1,4 +1,5 @@
-// A ComputeBackend for server tests that can stop a plan half-way.
+// A ComputeBackend for server tests that can stop a plan, or a copy of recomputed weights to the
+// host, half-way.
 #ifndef SAMPLERD_SERVER_TESTING_GATED_BACKEND_H_
 #define SAMPLERD_SERVER_TESTING_GATED_BACKEND_H_
 
@@ -15,18 +16,14 @@
 namespace samplerd {
 namespace testutil {
 
-// The CPU backend (any inner backend: every call is forwarded to it, so the objects it makes go
-// back to it), except that PlanEpoch can be held: Hold() makes the next PlanEpoch call wait
-// until Release(), so a test can act while a plan is being computed.
-class GatedBackend : public ComputeBackend {
+// Where a test holds a backend call: after Hold(), the next call that passes the gate waits
+// until Release(); AwaitHeldCall() waits until one does.
+class Gate {
  public:
-  explicit GatedBackend(ComputeBackend* inner) : inner_(inner) {}
-
   void Hold() {
     absl::MutexLock lock(&mu_);
     held_ = true;
   }
-  // Waits until a PlanEpoch call is held.
   void AwaitHeldCall() {
     absl::MutexLock lock(&mu_);
     mu_.Await(absl::Condition(&waiting_));
@@ -35,6 +32,37 @@ class GatedBackend : public ComputeBackend {
     absl::MutexLock lock(&mu_);
     held_ = false;
   }
+  // Called by the gated call: returns at once unless held.
+  void Pass() {
+    absl::MutexLock lock(&mu_);
+    if (!held_) return;
+    waiting_ = true;
+    auto released = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !held_; };
+    mu_.Await(absl::Condition(&released));
+    waiting_ = false;
+  }
+
+ private:
+  absl::Mutex mu_;
+  bool held_ ABSL_GUARDED_BY(mu_) = false;
+  bool waiting_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// The CPU backend (any inner backend: every call is forwarded to it, so the objects it makes go
+// back to it), except that two kinds of calls pass a Gate:
+//   - PlanEpoch: Hold() / AwaitHeldCall() / Release(), so a test can act while a plan is being
+//     computed;
+//   - ToHost of the weights RecomputeWeights made (to_host()), so a test can act while an epoch
+//     boundary copies them for its snapshot. Those weights are wrapped; every call unwraps them
+//     before forwarding.
+class GatedBackend : public ComputeBackend {
+ public:
+  explicit GatedBackend(ComputeBackend* inner) : inner_(inner) {}
+
+  void Hold() { plans_.Hold(); }
+  void AwaitHeldCall() { plans_.AwaitHeldCall(); }
+  void Release() { plans_.Release(); }
+  Gate& to_host() { return to_host_; }
 
   std::string name() const override { return inner_->name(); }
   absl::StatusOr<std::shared_ptr<const BackendWeights>> MakeWeights(
@@ -48,20 +76,15 @@ class GatedBackend : public ComputeBackend {
   absl::StatusOr<std::shared_ptr<const BackendWeights>> RecomputeWeights(
       const WeightPolicyParams& policy, uint64_t closed_epoch, const BackendWeights* base,
       const BackendWeights* current, const BackendLossStats* stats) override {
-    return inner_->RecomputeWeights(policy, closed_epoch, base, current, stats);
+    absl::StatusOr<std::shared_ptr<const BackendWeights>> made =
+        inner_->RecomputeWeights(policy, closed_epoch, Inner(base), Inner(current), stats);
+    if (!made.ok() || *made == nullptr) return made;
+    return std::make_shared<const GatedWeights>(*std::move(made), &to_host_);
   }
   absl::StatusOr<Plan> PlanEpoch(const PlanSpec& spec, uint64_t epoch,
                                  const BackendWeights* weights) override {
-    {
-      absl::MutexLock lock(&mu_);
-      if (held_) {
-        waiting_ = true;
-        auto released = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !held_; };
-        mu_.Await(absl::Condition(&released));
-        waiting_ = false;
-      }
-    }
-    return inner_->PlanEpoch(spec, epoch, weights);
+    plans_.Pass();
+    return inner_->PlanEpoch(spec, epoch, Inner(weights));
   }
   uint64_t PlanScratchBytes(const PlanSpec& spec, bool weighted) const override {
     return inner_->PlanScratchBytes(spec, weighted);
@@ -72,14 +95,37 @@ class GatedBackend : public ComputeBackend {
   }
   absl::Status ImportanceWeights(const BackendWeights& weights, absl::Span<const uint64_t> indices,
                                  absl::Span<float> out) override {
-    return inner_->ImportanceWeights(weights, indices, out);
+    return inner_->ImportanceWeights(*Inner(&weights), indices, out);
   }
 
  private:
+  // Recomputed weights: the inner backend's, whose ToHost passes the gate first.
+  class GatedWeights final : public BackendWeights {
+   public:
+    GatedWeights(std::shared_ptr<const BackendWeights> inner, Gate* gate)
+        : inner_(std::move(inner)), gate_(gate) {}
+    uint64_t size() const override { return inner_->size(); }
+    const WeightSummary& summary() const override { return inner_->summary(); }
+    absl::StatusOr<std::shared_ptr<const std::vector<float>>> ToHost() const override {
+      gate_->Pass();
+      return inner_->ToHost();
+    }
+    const BackendWeights* inner() const { return inner_.get(); }
+
+   private:
+    const std::shared_ptr<const BackendWeights> inner_;
+    Gate* const gate_;
+  };
+
+  // The inner backend's weights behind `weights` (null stays null).
+  static const BackendWeights* Inner(const BackendWeights* weights) {
+    const auto* gated = dynamic_cast<const GatedWeights*>(weights);
+    return gated != nullptr ? gated->inner() : weights;
+  }
+
   ComputeBackend* const inner_;
-  absl::Mutex mu_;
-  bool held_ ABSL_GUARDED_BY(mu_) = false;
-  bool waiting_ ABSL_GUARDED_BY(mu_) = false;
+  Gate plans_;
+  Gate to_host_;
 };
 
 }  // namespace testutil
