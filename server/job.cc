@@ -62,6 +62,7 @@ Job::Job(std::string name, JobConfig config, ComputeBackend* backend,
   if (journal_ != nullptr) journal_->KeepEpochStarts(config_.rewind_epochs);
   absl::MutexLock lock(&mu_);
   shard_ = config_.shard;
+  start_world_size_ = shard_.world_size;
   deal_length_ = config_.plan.samples_per_epoch;
   ranks_.resize(shard_.world_size);
 }
@@ -96,7 +97,7 @@ absl::Status Job::RemovePersistedState() {
 // ---- Phases -------------------------------------------------------------------------------------
 
 bool Job::Started() const {
-  return epoch_ > 0 ||
+  return epoch_ > 0 || replaced_deal_started_ ||
          std::any_of(ranks_.begin(), ranks_.end(), [](const RankState& r) { return r.Started(); });
 }
 
@@ -282,7 +283,10 @@ absl::Status Job::InstallBaseAndPlan(std::vector<float> base) {
     if (serving != nullptr) planning.previous_plan = serving->view;
     planning.since = absl::Now();
     phase_ = std::move(planning);
-    world_size = shard_.world_size;  // Not resized while Planning.
+    // The world size epoch 0 started with (deal 0's), not a resize's: epoch 0's log keeps the
+    // resizes made since, which a restart replays on top of the snapshot, and a rewind to epoch
+    // 0 deals it to the ranks it started with.
+    world_size = start_world_size_;
   }
   // Creation with a UNIFORM base passes no weights: no base, uniform W_0. Uploaded weights
   // become the backend's (for the CPU the vector itself, no copy).
@@ -312,7 +316,7 @@ absl::Status Job::InstallBaseAndPlan(std::vector<float> base) {
   }
   absl::StatusOr<std::optional<JobJournal::EpochStart>> kept;
   if (s.ok()) {
-    kept = StartToKeep(*planned, new_base);
+    kept = StartToKeep(*planned, new_base, world_size);
     s = kept.status();
   }
   if (s.ok()) {
@@ -354,15 +358,11 @@ JobJournal::EpochStart Job::MakeEpochStart(uint64_t epoch, bool planned, uint32_
 }
 
 absl::StatusOr<std::optional<JobJournal::EpochStart>> Job::StartToKeep(
-    const PlannedEpoch& planned, const std::shared_ptr<const BackendWeights>& base) const {
+    const PlannedEpoch& planned, const std::shared_ptr<const BackendWeights>& base,
+    uint32_t world_size) const {
   if (journal_ != nullptr || config_.rewind_epochs == 0) return std::nullopt;
   absl::StatusOr<const BackendLossStats*> losses = LossesWhilePlanning();
   if (!losses.ok()) return std::nullopt;  // Closed: nothing is published.
-  uint32_t world_size = 0;
-  {
-    absl::MutexLock lock(&mu_);
-    world_size = shard_.world_size;  // The epoch's start: not resized while Planning.
-  }
   std::vector<SampleLossStats> loss_stats;
   if (*losses != nullptr) {
     absl::StatusOr<std::vector<SampleLossStats>> host = (*losses)->ToHost();
@@ -399,8 +399,10 @@ bool Job::Publish(const PlannedEpoch& planned, std::shared_ptr<const BackendWeig
     // The deal (its number and world size) is the one EndEpoch, a rewind or a resize of an
     // epoch awaiting its upload left.
     deal_length_ = planned.view.plan->size();
+    if (deal_ == 0) start_world_size_ = shard_.world_size;  // Not a re-upload after a resize.
     ranks_.assign(shard_.world_size, RankState());
     ranks_ended_ = 0;
+    replaced_deal_started_ = false;
   }
   LOG(INFO) << "event=epoch_opened job=" << name_ << " epoch=" << planned.epoch
             << " recompute_ms=" << planned.recompute_ms << " plan_ms=" << planned.plan_ms;
@@ -430,7 +432,8 @@ void Job::FinishPlanningNext(absl::StatusOr<PlannedEpoch> planned) {
   if (status.ok() && journal_ != nullptr) status = journal_->OpenEpoch(epoch);
   std::optional<JobJournal::EpochStart> kept;
   if (status.ok() && journal_ == nullptr) {
-    absl::StatusOr<std::optional<JobJournal::EpochStart>> start = StartToKeep(*planned, base);
+    absl::StatusOr<std::optional<JobJournal::EpochStart>> start =
+        StartToKeep(*planned, base, world_size);
     status = start.status();
     if (status.ok()) kept = *std::move(start);
   }
@@ -848,6 +851,7 @@ absl::StatusOr<v1::Job> Job::Resize(uint64_t epoch, uint32_t world_size) {
   EpochView current;
   ShardSpec dealt;
   std::vector<RankState> progress;
+  bool replaced_started = false;  // Whether the deal being replaced had started.
   {
     absl::MutexLock lock(&mu_);
     // After a planning in progress (an epoch closing, another resize): the deal is settled.
@@ -874,9 +878,14 @@ absl::StatusOr<v1::Job> Job::Resize(uint64_t epoch, uint32_t world_size) {
     const bool any_done = std::any_of(ranks_.begin(), ranks_.end(), [](const RankState& r) {
       return r.ended || r.reported.count() > 0;
     });
+    // Positions streamed only (not done) are dealt again, but they were handed out.
+    replaced_started = std::any_of(ranks_.begin(), ranks_.end(),
+                                   [](const RankState& r) { return r.Started(); });
     if (!any_done) {
       // Nothing of the epoch is done: the next deal deals the same positions.
-      if (absl::Status s = ApplyResize(std::get<Serving>(phase_).view, world_size); !s.ok()) {
+      if (absl::Status s =
+              ApplyResize(std::get<Serving>(phase_).view, world_size, replaced_started);
+          !s.ok()) {
         return s;
       }
     } else {
@@ -903,7 +912,7 @@ absl::StatusOr<v1::Job> Job::Resize(uint64_t epoch, uint32_t world_size) {
     EpochView view = current;
     view.plan = std::move(remaining);
     phase_ = Serving{current};  // ApplyResize replaces it; if it fails, the deal stays as it was.
-    if (absl::Status s = ApplyResize(std::move(view), world_size); !s.ok()) {
+    if (absl::Status s = ApplyResize(std::move(view), world_size, replaced_started); !s.ok()) {
       ranks_ = std::move(progress);
       return s;
     }
@@ -912,10 +921,12 @@ absl::StatusOr<v1::Job> Job::Resize(uint64_t epoch, uint32_t world_size) {
   return Describe();
 }
 
-absl::Status Job::ApplyResize(EpochView view, uint32_t world_size) {
+absl::Status Job::ApplyResize(EpochView view, uint32_t world_size, bool replaced_started) {
   if (journal_ != nullptr) {
     if (absl::Status s = journal_->LogResized(epoch_, world_size); !s.ok()) return s;
   }
+  // The replaced deal's progress is cleared below; that the epoch had started is not.
+  if (replaced_started) replaced_deal_started_ = true;
   const uint32_t from = shard_.world_size;
   ++deal_;
   shard_.world_size = world_size;

@@ -245,13 +245,15 @@ class Job {
   absl::Status CheckWorldSize(uint64_t epoch, uint32_t world_size) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Starts deal deal_ + 1 of the current epoch, serving `view` (the deal's plan) to `world_size`
-  // ranks; logged first: nothing changes if logging fails.
-  absl::Status ApplyResize(EpochView view, uint32_t world_size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ranks; logged first: nothing changes if logging fails. `replaced_started`: a rank of the
+  // deal it replaces had started (Started() remembers it).
+  absl::Status ApplyResize(EpochView view, uint32_t world_size, bool replaced_started)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Why `epoch` is not served yet, for a DEADLINE_EXCEEDED: the upload, the planning, or the
   // ranks that have not ended the previous epoch.
   std::string WhyNotServing(uint64_t epoch) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether the plan of epoch 0 was used (a rank streamed, reported or ended an epoch), so that
-  // an upload can no longer replace it.
+  // Whether the plan of epoch 0 was used (a rank of any of its deals streamed, reported or ended
+  // an epoch), so that an upload can no longer replace it.
   bool Started() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool IsPlanning() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return std::holds_alternative<Planning>(phase_);
@@ -268,12 +270,12 @@ class Job {
   bool Publish(const PlannedEpoch& planned, std::shared_ptr<const BackendWeights> new_base,
                std::optional<JobJournal::EpochStart> kept = std::nullopt,
                bool snapshot_follows = false) ABSL_LOCKS_EXCLUDED(mu_);
-  // The start of the epoch being published, for kept_ (the weights and loss statistics copied
-  // to the host); nullopt with a journal, without rewinds, or once the job is closed. Reads the
+  // The start of the epoch being published (dealt to `world_size` ranks in its deal 0), for
+  // kept_ (the weights and loss statistics copied to the host); nullopt with a journal, without rewinds, or once the job is closed. Reads the
   // loss statistics: only while Planning (LossesWhilePlanning). A backend error copying them.
   absl::StatusOr<std::optional<JobJournal::EpochStart>> StartToKeep(
-      const PlannedEpoch& planned, const std::shared_ptr<const BackendWeights>& base) const
-      ABSL_LOCKS_EXCLUDED(mu_);
+      const PlannedEpoch& planned, const std::shared_ptr<const BackendWeights>& base,
+      uint32_t world_size) const ABSL_LOCKS_EXCLUDED(mu_);
   // The kept start of `epoch`: from kept_, or the journal's snapshot. FAILED_PRECONDITION
   // naming the kept epochs otherwise.
   absl::StatusOr<JobJournal::EpochStart> FindStart(uint64_t epoch) const ABSL_LOCKS_EXCLUDED(mu_);
@@ -323,9 +325,18 @@ class Job {
   // deal 0), the number of plan positions it deals (M in deal 0) and each rank's progress.
   uint32_t deal_ ABSL_GUARDED_BY(mu_) = 0;
   ShardSpec shard_ ABSL_GUARDED_BY(mu_);
+  // The world size of epoch_'s deal 0 (the ranks it started with), which its snapshot and kept
+  // start record: a restart replays the epoch's resizes on top of it, a rewind deals it again.
+  // A re-upload of epoch 0's weights after a resize keeps it (set when deal 0 is published).
+  uint32_t start_world_size_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t deal_length_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<RankState> ranks_ ABSL_GUARDED_BY(mu_);
   uint32_t ranks_ended_ ABSL_GUARDED_BY(mu_) = 0;
+  // A deal of epoch_ that a resize replaced had started (a rank streamed, reported or ended it),
+  // so the epoch has, though the current deal's ranks_ have not: an upload must not replace the
+  // plan those ranks were served (the losses applied and the records logged against it would
+  // stay). Cleared when an epoch is published.
+  bool replaced_deal_started_ ABSL_GUARDED_BY(mu_) = false;
   WeightSummary weight_summary_ ABSL_GUARDED_BY(mu_);
   double last_recompute_ms_ ABSL_GUARDED_BY(mu_) = 0;
   double last_plan_ms_ ABSL_GUARDED_BY(mu_) = 0;

@@ -9,7 +9,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
-#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu_backend.h"
@@ -19,6 +18,7 @@
 #include "server/persistence/record_log.h"
 #include "server/testing/gated_backend.h"
 #include "server/testing/job_shards.h"
+#include "server/testing/kept_epochs.h"
 #include "server/testing/loss_batches.h"
 #include "server/testing/test_dir.h"
 
@@ -26,6 +26,7 @@ namespace samplerd {
 namespace {
 
 using ::testing::HasSubstr;
+using testutil::AwaitKept;
 
 constexpr uint32_t kWorld = 3;
 constexpr uint64_t kN = 3000;
@@ -128,17 +129,6 @@ class JobPersistenceTest : public ::testing::Test {
     const std::vector<uint64_t> s2 = Shard(job, epoch, 2);
     Report(job, epoch, 2, 1, s2, 0, s2.size());
     ASSERT_TRUE(job.EndEpoch(epoch, 0, 2).ok());
-  }
-
-  // Waits until the start of `epoch` is kept (a journal writes snapshots in the background).
-  static void AwaitKept(const Job& job, uint64_t epoch) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(30);
-    while (true) {
-      const std::vector<uint64_t> kept = job.RewindableEpochs();
-      if (std::find(kept.begin(), kept.end(), epoch) != kept.end()) return;
-      ASSERT_LT(absl::Now(), deadline) << "the start of epoch " << epoch << " was never kept";
-      absl::SleepFor(absl::Milliseconds(5));
-    }
   }
 
   testutil::TestDir test_dir_;
@@ -330,6 +320,68 @@ TEST_F(JobPersistenceTest, AnEndedEpochStartsTheJobSoTheLogNeverOutlivesAReuploa
   ASSERT_TRUE(restored.ok()) << restored.status();
   EXPECT_EQ((*restored)->Describe().current_epoch(), 0u);
   EXPECT_EQ(Observable(**restored), before);
+}
+
+// A resize clears the replaced deal's progress, but not the fact that epoch 0 started: a rank
+// streamed and one reported against the uploaded plan. Found by job_fuzz_test: the re-upload
+// was accepted, replacing the plan those losses were applied against (they stayed in the
+// statistics) while epoch 0's log kept their records, so the restart failed (DATA_LOSS: a
+// logged loss no longer matches the plan).
+TEST_F(JobPersistenceTest, AResizeDoesNotLetAReuploadReplaceAStartedEpoch) {
+  for (const bool persisted : {false, true}) {
+    SCOPED_TRACE(persisted ? "on disk" : "in memory");
+    auto job = Create(persisted, v1::STATIC);
+    ASSERT_TRUE(job->UploadWeights(StaticWeights(1)).ok());
+    const std::vector<uint64_t> s0 = Shard(*job, 0, 0);
+    ASSERT_TRUE(job->RecordStreamed(0, 0, 0, s0.size() / 2).ok());
+    Report(*job, 0, 1, 1, Shard(*job, 0, 1), 0, 5);
+    ASSERT_TRUE(job->Resize(0, 2).ok());
+    const std::string before = Observable(*job);
+    const absl::Status again = job->UploadWeights(StaticWeights(5));
+    EXPECT_EQ(again.code(), absl::StatusCode::kFailedPrecondition) << again;
+    EXPECT_EQ(Observable(*job), before);
+    if (!persisted) continue;
+    job.reset();
+    auto restored = Restore(v1::STATIC);
+    ASSERT_TRUE(restored.ok()) << restored.status();
+    EXPECT_EQ(Observable(**restored), before);
+  }
+}
+
+// A re-upload after a resize (before anything was read) keeps the deal; its snapshot records
+// the world size epoch 0 started with, so that a restart replays the resize logged since on top
+// of it, and a rewind to epoch 0 deals it to those ranks, as the job kept in memory does. Found
+// by job_fuzz_test: the snapshot recorded the resized world, the replayed resize was then a
+// no-op (deal 0, not 1), and the restart failed on the next record (DATA_LOSS: deal 1 does not
+// exist).
+TEST_F(JobPersistenceTest, AReuploadAfterAResizeKeepsTheDealThroughARestart) {
+  auto job = Create(/*persisted=*/true, v1::STATIC);
+  auto reference = Create(/*persisted=*/false, v1::STATIC);
+  for (Job* j : {job.get(), reference.get()}) {
+    ASSERT_TRUE(j->UploadWeights(StaticWeights(1)).ok());
+    ASSERT_TRUE(j->Resize(0, 2).ok());
+    ASSERT_TRUE(j->UploadWeights(StaticWeights(5)).ok());
+    EXPECT_EQ(j->Describe().deal(), 1u);
+    const std::vector<uint64_t> s1 = Shard(*j, 0, 1);
+    ASSERT_TRUE(j->RecordStreamed(0, 1, 1, 7).ok());
+    const auto batch = testutil::BatchOfRange(0, 1, 1, s1, 0, 5, [](uint64_t) { return 1.0f; });
+    LossBatchView view = batch.view();
+    view.deal = 1;
+    v1::LossReportSummary summary;
+    ASSERT_TRUE(j->ReportLosses(view, &summary).ok());
+    ASSERT_TRUE(j->Sync().ok());
+  }
+  ASSERT_EQ(Observable(*job), Observable(*reference));
+  job.reset();
+  auto restored = Restore(v1::STATIC);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ(Observable(**restored), Observable(*reference));
+  AwaitKept(**restored, 0);
+  ASSERT_TRUE((*restored)->Rewind(0).ok());
+  ASSERT_TRUE(reference->Rewind(0).ok());
+  EXPECT_EQ((*restored)->Describe().world_size(), kWorld) << "the world epoch 0 started with";
+  EXPECT_EQ(Observable(**restored), Observable(*reference));
+  EXPECT_EQ(Shard(**restored, 0, 0), Shard(*reference, 0, 0));
 }
 
 TEST_F(JobPersistenceTest, AReuploadThatCannotBePersistedChangesNothing) {

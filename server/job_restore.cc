@@ -60,6 +60,7 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Restore(std::string name, JobConfig co
     job->epoch_ = header.epoch();
     // Deal 0 of the epoch, to the ranks it started with (older snapshots: the spec's).
     if (header.world_size() != 0) job->shard_.world_size = header.world_size();
+    job->start_world_size_ = job->shard_.world_size;
     if (header.planned()) job->phase_ = Planning{std::nullopt, absl::Now()};
   }
   if (header.planned()) {
