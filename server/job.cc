@@ -879,8 +879,8 @@ absl::StatusOr<v1::Job> Job::Resize(uint64_t epoch, uint32_t world_size) {
       return r.ended || r.reported.count() > 0;
     });
     // Positions streamed only (not done) are dealt again, but they were handed out.
-    replaced_started = std::any_of(ranks_.begin(), ranks_.end(),
-                                   [](const RankState& r) { return r.Started(); });
+    replaced_started =
+        std::any_of(ranks_.begin(), ranks_.end(), [](const RankState& r) { return r.Started(); });
     if (!any_done) {
       // Nothing of the epoch is done: the next deal deals the same positions.
       if (absl::Status s =

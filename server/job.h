@@ -271,8 +271,9 @@ class Job {
                std::optional<JobJournal::EpochStart> kept = std::nullopt,
                bool snapshot_follows = false) ABSL_LOCKS_EXCLUDED(mu_);
   // The start of the epoch being published (dealt to `world_size` ranks in its deal 0), for
-  // kept_ (the weights and loss statistics copied to the host); nullopt with a journal, without rewinds, or once the job is closed. Reads the
-  // loss statistics: only while Planning (LossesWhilePlanning). A backend error copying them.
+  // kept_ (the weights and loss statistics copied to the host); nullopt with a journal, without
+  // rewinds, or once the job is closed. Reads the loss statistics: only while Planning
+  // (LossesWhilePlanning). A backend error copying them.
   absl::StatusOr<std::optional<JobJournal::EpochStart>> StartToKeep(
       const PlannedEpoch& planned, const std::shared_ptr<const BackendWeights>& base,
       uint32_t world_size) const ABSL_LOCKS_EXCLUDED(mu_);

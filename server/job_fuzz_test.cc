@@ -38,8 +38,8 @@ namespace samplerd {
 namespace {
 
 constexpr uint64_t kN = 400;
-constexpr uint64_t kM = 240;  // Samples per epoch, fewer than N.
-constexpr uint32_t kWorld = 3;  // The spec's world size.
+constexpr uint64_t kM = 240;       // Samples per epoch, fewer than N.
+constexpr uint32_t kWorld = 3;     // The spec's world size.
 constexpr uint32_t kMaxWorld = 4;  // Resizes pick 1 to kMaxWorld ranks.
 constexpr int kSteps = 1000;
 
@@ -154,10 +154,9 @@ class JobFuzzTest : public ::testing::TestWithParam<FuzzCase> {
     for (uint64_t k = 0; k < count; ++k) {
       positions.push_back(consecutive ? from + k : Uniform(shard.size()));
     }
-    testutil::OwnedLossBatch batch =
-        testutil::BatchAt(epoch, rank, seq, shard, positions, [&](uint64_t index) {
-          return static_cast<float>((index * 31 + seq * 7) % 13) / 4;
-        });
+    testutil::OwnedLossBatch batch = testutil::BatchAt(
+        epoch, rank, seq, shard, positions,
+        [&](uint64_t index) { return static_cast<float>((index * 31 + seq * 7) % 13) / 4; });
     batch.deal = d.deal();
     LossBatchView view = batch.view();
     if (consecutive) {
@@ -233,8 +232,7 @@ class JobFuzzTest : public ::testing::TestWithParam<FuzzCase> {
     started_ = true;
     *closed = m->epoch_closed();
     if (*closed) OpenEpoch(d.current_epoch() + 1);
-    return absl::StrCat("end epoch ", d.current_epoch(), " rank ", rank,
-                        *closed ? ": closed" : "");
+    return absl::StrCat("end epoch ", d.current_epoch(), " rank ", rank, *closed ? ": closed" : "");
   }
 
   // EndEpoch of the epoch just closed, again (a retry): acknowledged on both.
@@ -479,9 +477,9 @@ class JobFuzzTest : public ::testing::TestWithParam<FuzzCase> {
   std::map<std::string, int> done_;  // Operations done, by kind.
 
   // The model.
-  bool uploaded_ = false;  // Epoch 0 has a plan.
-  bool started_ = false;   // A position was streamed or reported, or a rank ended an epoch.
-  std::set<uint64_t> seen_;          // Samples whose loss was accepted, ever.
+  bool uploaded_ = false;    // Epoch 0 has a plan.
+  bool started_ = false;     // A position was streamed or reported, or a rank ended an epoch.
+  std::set<uint64_t> seen_;  // Samples whose loss was accepted, ever.
   std::set<uint64_t> epoch_losses_;  // Samples whose loss was accepted in the current epoch.
   std::map<uint64_t, std::set<uint64_t>> starts_;  // seen_ at each epoch's start.
   std::vector<std::set<uint64_t>> reported_;       // Per rank of the deal: positions reported.
