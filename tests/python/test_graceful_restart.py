@@ -1,6 +1,7 @@
 """A planned restart of samplerd (SIGTERM: systemctl restart, a rolling update) under a torch
-trainer, on the same port and --data_dir, with a retry budget (~1.55 s) shorter than the grace
-period (the default rides ~59 s).
+trainer, on the same port and --data_dir, with a retry budget (7 retries, ~5.15 s) shorter than
+the grace period (10 s) but long enough for a restart on a loaded machine (~1.55 s, 5 retries, was
+not once in CI); the default rides ~59 s.
 
 The sampler holds its shard stream open while training consumes it (prefetch). A shutdown that
 let such a stream drain for the whole grace period (10 s) refused the trainer's loss reports
@@ -38,7 +39,7 @@ def test_a_torch_trainer_rides_through_a_graceful_restart(tmp_path):
             admin.create_job("g", num_samples=2_000_000, world_size=1, seed=4, loss="loss")
             expected = admin.read_shard("g", 0, 0, 1)
         sampler = DistributedWeightedSampler(server.address, "g", rank=0, world_size=1,
-                                             client_options={"max_retries": 5})
+                                             client_options={"max_retries": 7})
         consumed, batch = [], []
         for index in sampler:
             batch.append(index)
