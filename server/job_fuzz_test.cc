@@ -29,8 +29,8 @@
 #include "server/job.h"
 #include "server/job_config.h"
 #include "server/persistence/job_journal.h"
+#include "server/testing/job_observation.h"
 #include "server/testing/job_shards.h"
-#include "server/testing/kept_epochs.h"
 #include "server/testing/loss_batches.h"
 #include "server/testing/test_dir.h"
 
@@ -84,15 +84,7 @@ class JobFuzzTest : public ::testing::TestWithParam<FuzzCase> {
   uint64_t Uniform(uint64_t n) { return rng_() % n; }
   bool Chance(int percent) { return Uniform(100) < static_cast<uint64_t>(percent); }
 
-  // What a client can observe of `job`, but for timings and the epoch starts kept (a persisted
-  // job keeps an epoch's start once its snapshot, written in the background, is committed).
-  static std::string Observable(const Job& job) {
-    v1::JobStatus status = job.Status();
-    status.clear_last_recompute_ms();
-    status.clear_last_plan_ms();
-    status.mutable_job()->clear_rewindable_epochs();
-    return status.DebugString();
-  }
+  static std::string Observable(const Job& job) { return testutil::Observable(job); }
   static std::string Observable(v1::Job job) {
     job.clear_rewindable_epochs();
     return job.DebugString();

@@ -17,8 +17,8 @@
 #include "server/persistence/job_journal.h"
 #include "server/persistence/record_log.h"
 #include "server/testing/gated_backend.h"
+#include "server/testing/job_observation.h"
 #include "server/testing/job_shards.h"
-#include "server/testing/kept_epochs.h"
 #include "server/testing/loss_batches.h"
 #include "server/testing/test_dir.h"
 
@@ -27,6 +27,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using testutil::AwaitKept;
+using testutil::Observable;
 
 constexpr uint32_t kWorld = 3;
 constexpr uint64_t kN = 3000;
@@ -88,17 +89,6 @@ class JobPersistenceTest : public ::testing::Test {
     EXPECT_TRUE(job.ReportLosses(view, &summary).ok());
     EXPECT_TRUE(job.Sync().ok());
     return summary;
-  }
-
-  // Everything a client can observe, but for timings.
-  static std::string Observable(const Job& job) {
-    v1::JobStatus status = job.Status();
-    status.clear_last_recompute_ms();
-    status.clear_last_plan_ms();
-    // Which epoch starts are kept depends on when the snapshots, written in the background,
-    // were committed (RewindTest covers them).
-    status.mutable_job()->clear_rewindable_epochs();
-    return status.DebugString();
   }
 
   // One full epoch: every rank reads its shard, reports it in two batches and ends the epoch.

@@ -1,9 +1,11 @@
-// Waiting for a persisted job's epoch starts, for server tests that rewind a Job.
-#ifndef SAMPLERD_SERVER_TESTING_KEPT_EPOCHS_H_
-#define SAMPLERD_SERVER_TESTING_KEPT_EPOCHS_H_
+// What server tests observe of a Job, without what the timing of its background work decides
+// (a persisted job's snapshots are written off the caller's thread).
+#ifndef SAMPLERD_SERVER_TESTING_JOB_OBSERVATION_H_
+#define SAMPLERD_SERVER_TESTING_JOB_OBSERVATION_H_
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -17,6 +19,16 @@ namespace testutil {
 // Waits until the start of `epoch` is kept (a journal writes snapshots in the background, so a
 // persisted job keeps an epoch's start some time after the epoch opened). A start not kept
 // within 30 s is a test failure.
+// Everything a client can observe of `job` (its Status), but for timings and the epoch starts
+// kept: which are kept depends on when the snapshots were committed (AwaitKept waits for one).
+inline std::string Observable(const Job& job) {
+  v1::JobStatus status = job.Status();
+  status.clear_last_recompute_ms();
+  status.clear_last_plan_ms();
+  status.mutable_job()->clear_rewindable_epochs();
+  return status.DebugString();
+}
+
 inline void AwaitKept(const Job& job, uint64_t epoch) {
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
   while (true) {
@@ -30,4 +42,4 @@ inline void AwaitKept(const Job& job, uint64_t epoch) {
 }  // namespace testutil
 }  // namespace samplerd
 
-#endif  // SAMPLERD_SERVER_TESTING_KEPT_EPOCHS_H_
+#endif  // SAMPLERD_SERVER_TESTING_JOB_OBSERVATION_H_
