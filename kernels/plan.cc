@@ -1,7 +1,7 @@
 #include "kernels/plan.h"
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cuda/plan_math.h"
+#include "kernels/plan_math.h"
 
 namespace samplerd {
 
@@ -16,11 +16,11 @@ absl::Status ValidatePlanSpec(const PlanSpec& spec) {
                                                    " without replacement"));
   }
   if (!spec.replacement && spec.order == SampleOrder::kWeightedRandom &&
-      spec.samples_per_epoch > gpu::kMaxShuffleInputs) {
+      spec.samples_per_epoch > plan_math::kMaxShuffleInputs) {
     // The shuffle's swap counters (bucket * 2^40 + t / 4) leave 24 bits for the bucket.
     return absl::InvalidArgumentError(absl::StrCat(
         "samples_per_epoch = ", spec.samples_per_epoch, " without replacement: must be <= ",
-        gpu::kMaxShuffleInputs, " (2^34, the largest shuffle of docs/SAMPLING.md)"));
+        plan_math::kMaxShuffleInputs, " (2^34, the largest shuffle of docs/SAMPLING.md)"));
   }
   if (spec.order == SampleOrder::kSequential &&
       (spec.replacement || spec.samples_per_epoch != spec.num_samples)) {

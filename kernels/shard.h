@@ -1,6 +1,6 @@
-// Shards: which plan positions each data-parallel rank serves. Pure arithmetic over plan
-// positions, the same for every backend and for the server (docs/SAMPLING.md, "Shards").
-// Thread-safe (pure functions).
+// Shards: which plan positions each data-parallel rank serves, with the rank checked (the types
+// and the arithmetic, shared with the device, are kernels/plan_math.h's). The same for every
+// backend and for the server (docs/SAMPLING.md, "Shards"). Thread-safe (pure functions).
 #ifndef SAMPLERD_KERNELS_SHARD_H_
 #define SAMPLERD_KERNELS_SHARD_H_
 
@@ -8,36 +8,21 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/plan_math.h"  // ShardSpec, PartitionMode, UnevenMode.
 
 namespace samplerd {
-
-enum class PartitionMode {
-  kInterleaved,  // Rank r: plan positions r, r+R, r+2R, ... (torch DistributedSampler).
-  kContiguous,   // Rank r: one contiguous block.
-};
-
-enum class UnevenMode {
-  kPad,       // Every shard ceil(M/R) long; positions >= M wrap to position mod M.
-  kDropLast,  // Every shard floor(M/R) long; the tail is dropped.
-  kUneven,    // Lengths floor(M/R) or ceil(M/R); every position exactly once (evaluation).
-};
-
-struct ShardSpec {
-  uint32_t world_size = 1;  // R >= 1.
-  PartitionMode partition = PartitionMode::kInterleaved;
-  UnevenMode uneven = UnevenMode::kPad;
-};
 
 // OK if `rank` is a rank of `spec`; INVALID_ARGUMENT naming the rank and the world size
 // otherwise (also for world_size == 0). The one check of a rank, for every caller.
 absl::Status CheckRank(const ShardSpec& spec, uint32_t rank);
 
-// Length of rank `rank`'s shard of a plan with `plan_length` (M) positions.
-// INVALID_ARGUMENT if world_size == 0 or rank >= world_size.
+// Length of rank `rank`'s shard of a plan with `plan_length` (M) positions
+// (plan_math::ShardLength). INVALID_ARGUMENT if world_size == 0 or rank >= world_size.
 absl::StatusOr<uint64_t> ShardLength(uint64_t plan_length, const ShardSpec& spec, uint32_t rank);
 
-// Plan position served at shard position `shard_pos` of rank `rank`. Requires (not checked; the
-// caller validated with ShardLength) rank < world_size and shard_pos < ShardLength(...).
+// Plan position served at shard position `shard_pos` of rank `rank`
+// (plan_math::ShardPlanPosition). Requires (not checked; the caller validated with ShardLength)
+// rank < world_size and shard_pos < ShardLength(...).
 // With kPad the result may be >= plan_length only before the wrap is applied: the returned value
 // is already reduced modulo plan_length.
 uint64_t ShardToPlanPosition(uint64_t plan_length, const ShardSpec& spec, uint32_t rank,

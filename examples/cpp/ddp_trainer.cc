@@ -57,6 +57,7 @@
 #include "examples/cpp/mlp_init.h"
 #include "examples/cpp/rank_info.h"
 #include "examples/cpp/synthetic_data.h"
+#include "kernels/plan_math.h"
 #include "proto/samplerd.pb.h"
 
 ABSL_FLAG(std::string, address, "127.0.0.1:50051", "samplerd address (host:port)");
@@ -674,8 +675,12 @@ absl::Status Main(const RankInfo& ranks, bool* no_gpu) {
   ASSIGN_OR_RETURN(client_unique, samplerd::SamplerClient::Create(config.address));
   std::shared_ptr<samplerd::SamplerClient> client = std::move(client_unique);
   ASSIGN_OR_RETURN(trainer, Trainer::Create(config, group.get(), client, train, test));
-  // PAD: every shard has ceil(M / R) indices.
-  const uint64_t shard = (m + ranks.world_size - 1) / ranks.world_size;
+  // This rank's shard length in the jobs' layout (the server's default, PAD: every shard has
+  // ceil(M / R) indices), by the one rule of kernels/plan_math.h.
+  samplerd::ShardSpec layout;
+  layout.world_size = ranks.world_size;
+  layout.uneven = samplerd::UnevenMode::kPad;
+  const uint64_t shard = samplerd::plan_math::ShardLength(m, layout, ranks.rank);
   RETURN_IF_ERROR(trainer->Reserve((shard + config.batch_size - 1) / config.batch_size));
 
   if (ranks.rank == 0) {

@@ -23,7 +23,7 @@
 
 #include <cstdint>
 
-#include "kernels/cuda/plan_math.h"
+#include "kernels/plan_math.h"
 
 namespace samplerd {
 namespace gpu {
@@ -108,11 +108,11 @@ cudaError_t ShuffleWithCapacity(uint64_t seed, uint64_t epoch, uint64_t m, const
 // ---- Shards ------------------------------------------------------------------------------------
 
 // Rank `rank`'s shard positions [start, start + count) of the plan (plan_length entries):
-// indices[k] = plan[ShardPlanPosition(plan_length, layout, rank, start + k)], and, when
+// indices[k] = plan[plan_math::ShardPlanPosition(plan_length, layout, rank, start + k)], and, when
 // importance != nullptr, importance[k] = 1.0f / weights[indices[k]] (weights: N entries). The
 // caller checked the range against the shard's length.
 template <typename Index>
-cudaError_t ExtractShard(const Index* plan, uint64_t plan_length, ShardLayout layout, uint32_t rank,
+cudaError_t ExtractShard(const Index* plan, uint64_t plan_length, ShardSpec layout, uint32_t rank,
                          uint64_t start, uint64_t count, const float* weights, uint64_t* indices,
                          float* importance, cudaStream_t stream);
 

@@ -26,7 +26,7 @@
 
 #include "kernels/cuda/cuda_util.cuh"
 #include "kernels/cuda/device_plan.h"
-#include "kernels/cuda/plan_math.h"
+#include "kernels/plan_math.h"
 
 namespace samplerd {
 namespace gpu {
@@ -62,7 +62,7 @@ __global__ void __launch_bounds__(kHistBlock)
   for (uint32_t d = threadIdx.x; d < kDigits; d += blockDim.x) counts[d] = 0;
   __syncthreads();
   for (uint64_t i = internal::GlobalThread(); i < n; i += internal::GridStride()) {
-    const uint64_t key = EsKeyBits(seed, epoch, i, WeightOf(weights, i));
+    const uint64_t key = plan_math::EsKeyBits(seed, epoch, i, WeightOf(weights, i));
     atomicAdd(&counts[key >> kDigitShift], 1u);
   }
   __syncthreads();
@@ -104,10 +104,10 @@ __global__ void __launch_bounds__(kSplitBlock)
   const uint64_t words = (n + 31) / 32;
   for (uint64_t w = internal::GlobalThread() / 32; w < words; w += warps) {
     const uint64_t i = w * 32 + lane;
-    uint64_t key = kInfinityKeyBits;
+    uint64_t key = plan_math::kInfinityKeyBits;
     bool is_below = false, is_candidate = false;
     if (i < n) {
-      key = EsKeyBits(seed, epoch, i, WeightOf(weights, i));
+      key = plan_math::EsKeyBits(seed, epoch, i, WeightOf(weights, i));
       const uint64_t d = key >> kDigitShift;
       is_below = d < digit;
       is_candidate = d == digit;
@@ -215,7 +215,7 @@ cudaError_t SelectEfraimidisSpirakis(uint64_t seed, uint64_t epoch, uint64_t n, 
   // Pass 4: (key, index) order = a stable sort by key of the candidates sorted by index. Keys of
   // one digit share their top 16 bits: only the low 48 are sorted.
   {
-    const int index_bits = BitWidth(n - 1) == 0 ? 1 : BitWidth(n - 1);
+    const int index_bits = plan_math::BitWidth(n - 1) == 0 ? 1 : plan_math::BitWidth(n - 1);
     size_t bytes_by_index = 0, bytes_by_key = 0;
     SAMPLERD_CUDA_TRY(cub::DeviceRadixSort::SortPairs(
         nullptr, bytes_by_index, indices_a.as<Index>(), indices_b.as<Index>(),

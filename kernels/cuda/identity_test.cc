@@ -149,22 +149,24 @@ void CheckWithoutReplacement(const Case& c, const std::vector<float>& w, const f
   std::vector<uint64_t> gpu_plan;
   CASE_CUDA(plan.Download(&gpu_plan));
   const std::vector<uint64_t> ref_plan =
-      reference::Shuffle(c.seed, c.epoch, ref_selected, ShuffleBucketBits(m));
+      reference::Shuffle(c.seed, c.epoch, ref_selected, plan_math::ShuffleBucketBits(m));
   Compare(name + " plan", gpu_plan, ref_plan);
 
   // Shards of this plan, with importance weights when weighted.
   if (m == c.n && c.n <= 100000) {
     for (uint32_t r : {1u, 3u, 8u}) {
       for (bool interleaved : {true, false}) {
-        for (int uneven : {kUnevenPad, kUnevenDropLast, kUnevenUneven}) {
-          const ShardLayout layout{r, interleaved, uneven};
+        for (UnevenMode uneven : {UnevenMode::kPad, UnevenMode::kDropLast, UnevenMode::kUneven}) {
+          const ShardSpec layout{
+              r, interleaved ? PartitionMode::kInterleaved : PartitionMode::kContiguous, uneven};
           for (uint32_t rank : {0u, r - 1}) {
-            const uint64_t length = reference::ShardLength(m, layout, rank);
+            const uint64_t length = plan_math::ShardLength(m, layout, rank);
             const uint64_t start = length / 3;
             const uint64_t count = length - start;
-            const std::string shard_name =
-                name + " shard R=" + std::to_string(r) + " rank=" + std::to_string(rank) +
-                " interleaved=" + std::to_string(interleaved) + " uneven=" + std::to_string(uneven);
+            const std::string shard_name = name + " shard R=" + std::to_string(r) +
+                                           " rank=" + std::to_string(rank) +
+                                           " interleaved=" + std::to_string(interleaved) +
+                                           " uneven=" + std::to_string(static_cast<int>(uneven));
             DeviceArray<uint64_t> indices;
             DeviceArray<float> importance;
             CASE_CUDA(indices.Allocate(count));
@@ -312,7 +314,7 @@ void CheckShuffleFallback(uint64_t m, uint32_t capacity) {
   CASE_CUDA(cudaDeviceSynchronize());
   std::vector<uint64_t> gpu;
   CASE_CUDA(d_out.Download(&gpu));
-  Compare(name, gpu, reference::Shuffle(17, 2, inputs, ShuffleBucketBits(m)));
+  Compare(name, gpu, reference::Shuffle(17, 2, inputs, plan_math::ShuffleBucketBits(m)));
 }
 
 void CheckSequential(uint64_t n) {

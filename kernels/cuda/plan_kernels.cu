@@ -9,8 +9,8 @@
 
 #include "kernels/cuda/cuda_util.cuh"
 #include "kernels/cuda/device_plan.h"
-#include "kernels/cuda/plan_math.h"
 #include "kernels/philox.h"
+#include "kernels/plan_math.h"
 
 namespace samplerd {
 namespace gpu {
@@ -98,7 +98,7 @@ struct BlockSum {
   uint64_t n;
   double scale;
   __device__ uint64_t operator()(uint64_t block) const {
-    return BlockQuantisedSum(weights, n, scale, block);
+    return plan_math::BlockQuantisedSum(weights, n, scale, block);
   }
 };
 
@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(kBlock)
     WeightedDrawsKernel(DeviceDrawTable table, const Index* guide, uint64_t seed, uint64_t epoch,
                         uint64_t first, uint64_t count, Index* out) {
   const uint64_t entries = uint64_t{1} << table.guide_bits;
-  const uint64_t blocks = DrawBlocks(table.num_samples);
+  const uint64_t blocks = plan_math::DrawBlocks(table.num_samples);
   const uint64_t* prefix = table.block_prefix;
   for (uint64_t j = GlobalThread(); j < count; j += GridStride()) {
     const uint64_t r = RandomBits64(seed, epoch, RandomStream::kDraw, first + j);
@@ -151,7 +151,7 @@ __global__ void __launch_bounds__(kBlock)
       b = LastAtOrBelow(prefix, lo, hi, t);
     }
     out[j] = static_cast<Index>(
-        DrawInBlock(table.weights, table.num_samples, table.scale, b, prefix[b], t));
+        plan_math::DrawInBlock(table.weights, table.num_samples, table.scale, b, prefix[b], t));
   }
 }
 
@@ -159,11 +159,11 @@ __global__ void __launch_bounds__(kBlock)
 
 template <typename Index>
 __global__ void __launch_bounds__(kBlock)
-    ExtractShardKernel(const Index* plan, uint64_t plan_length, ShardLayout layout, uint32_t rank,
+    ExtractShardKernel(const Index* plan, uint64_t plan_length, ShardSpec layout, uint32_t rank,
                        uint64_t start, uint64_t count, const float* weights, uint64_t* indices,
                        float* importance) {
   for (uint64_t k = GlobalThread(); k < count; k += GridStride()) {
-    const uint64_t index = plan[ShardPlanPosition(plan_length, layout, rank, start + k)];
+    const uint64_t index = plan[plan_math::ShardPlanPosition(plan_length, layout, rank, start + k)];
     indices[k] = index;
     if (importance != nullptr) importance[k] = 1.0f / weights[index];
   }
@@ -172,7 +172,7 @@ __global__ void __launch_bounds__(kBlock)
 // Bits of a guide table over n entries: 2^g with n/4 < 2^g <= n/2 (at least 2), as the CPU's over
 // samples.
 int GuideBits(uint64_t n) {
-  const int g = BitWidth(n) - 2;
+  const int g = plan_math::BitWidth(n) - 2;
   return g < 1 ? 1 : g;
 }
 
@@ -225,8 +225,8 @@ cudaError_t BuildDrawTable(const float* weights, uint64_t n, uint32_t max_weight
   DeviceDrawTable built;
   built.num_samples = n;
   built.weights = weights;
-  built.scale = QuantisationScale(n, max_weight_bits);
-  const uint64_t blocks = DrawBlocks(n);
+  built.scale = plan_math::QuantisationScale(n, max_weight_bits);
+  const uint64_t blocks = plan_math::DrawBlocks(n);
   // Guide entries as on the CPU, but over blocks: blocks / 4 < 2^g <= blocks / 2 (at least 2).
   built.guide_bits = GuideBits(blocks);
   SAMPLERD_CUDA_TRY(cudaMallocAsync(&built.block_prefix, (blocks + 1) * sizeof(uint64_t), stream));
@@ -289,7 +289,7 @@ cudaError_t WeightedDraws(const DeviceDrawTable& table, uint64_t seed, uint64_t 
 }
 
 template <typename Index>
-cudaError_t ExtractShard(const Index* plan, uint64_t plan_length, ShardLayout layout, uint32_t rank,
+cudaError_t ExtractShard(const Index* plan, uint64_t plan_length, ShardSpec layout, uint32_t rank,
                          uint64_t start, uint64_t count, const float* weights, uint64_t* indices,
                          float* importance, cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
@@ -311,8 +311,8 @@ cudaError_t ExtractShard(const Index* plan, uint64_t plan_length, ShardLayout la
                                              cudaStream_t);                                       \
   template cudaError_t WeightedDraws<Index>(const DeviceDrawTable&, uint64_t, uint64_t, uint64_t, \
                                             uint64_t, Index*, cudaStream_t);                      \
-  template cudaError_t ExtractShard<Index>(const Index*, uint64_t, ShardLayout, uint32_t,         \
-                                           uint64_t, uint64_t, const float*, uint64_t*, float*,   \
+  template cudaError_t ExtractShard<Index>(const Index*, uint64_t, ShardSpec, uint32_t, uint64_t, \
+                                           uint64_t, const float*, uint64_t*, float*,             \
                                            cudaStream_t);
 SAMPLERD_INSTANTIATE(uint32_t)
 SAMPLERD_INSTANTIATE(uint64_t)

@@ -1,8 +1,8 @@
 // The plan and weight definitions of docs/SAMPLING.md as plain, sequential host code: what the
 // device kernels (device_plan.h, device_weights.h) are compared with on the GPU machine, where
 // the CPU backend cannot be built (it needs Abseil; the GPU machine has none). Written for
-// obviousness, not speed: one sample at a time through the same per-element rules (plan_math.h,
-// kernels/weight_math.h) and exact_sum.h's sums chunk by chunk.
+// obviousness, not speed: one sample at a time through the same per-element rules
+// (kernels/plan_math.h, kernels/weight_math.h) and exact_sum.h's sums chunk by chunk.
 //
 // reference_test.cc checks these against the CPU backend in CI, so the chain GPU == reference ==
 // CPU backend holds. Thread-safe (pure functions).
@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "kernels/cuda/device_weights.h"  // RecomputeParams, RecomputeCheck, WeightSummaryValues.
-#include "kernels/cuda/plan_math.h"
 #include "kernels/loss_stats.h"
+#include "kernels/plan_math.h"
 
 namespace samplerd {
 namespace gpu {
@@ -51,11 +51,8 @@ struct PlanInputs {
 std::vector<uint64_t> Plan(const PlanInputs& in, int (*bucket_bits_rule)(uint64_t));
 
 // Rank `rank`'s shard positions [start, start + count) of `plan`.
-std::vector<uint64_t> Shard(const std::vector<uint64_t>& plan, ShardLayout layout, uint32_t rank,
-                            uint64_t start, uint64_t count);
-
-// Length of rank `rank`'s shard (ShardLength of compute_backend.h).
-uint64_t ShardLength(uint64_t plan_length, ShardLayout layout, uint32_t rank);
+std::vector<uint64_t> Shard(const std::vector<uint64_t>& plan, const ShardSpec& layout,
+                            uint32_t rank, uint64_t start, uint64_t count);
 
 // ---- Weights -----------------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
-// The host references (reference.h) and the shared host/device rules (plan_math.h), compiled as
-// host code, against the CPU backend: runs in CI without a GPU. With identity_test (GPU ==
-// reference, on the GPU machine) it makes the chain GPU == CPU backend.
+// The host references (reference.h) and the shared host/device rules (kernels/plan_math.h),
+// compiled as host code, against the CPU backend: runs in CI without a GPU. With identity_test (GPU
+// == reference, on the GPU machine) it makes the chain GPU == CPU backend.
 #include "kernels/cuda/reference.h"
 
 #include <algorithm>
@@ -17,11 +17,10 @@
 #include "kernels/compute_backend.h"
 #include "kernels/cpu_backend.h"
 #include "kernels/cuda/device_weights.h"
-#include "kernels/cuda/plan_math.h"
 #include "kernels/cuda/recompute_params.h"
 #include "kernels/loss_stats.h"
 #include "kernels/philox.h"
-#include "kernels/shard.h"
+#include "kernels/plan_math.h"
 #include "kernels/testing/backend_state.h"
 #include "kernels/testing/policy_cases.h"
 #include "kernels/testing/weight_cases.h"
@@ -77,7 +76,7 @@ TEST(ReferenceTest, PlansEqualTheCpuBackend) {
           in.weights = w.empty() ? nullptr : w.data();
           // M == N without replacement ignores the weights (every index once), as the CPU.
           if (!replacement && m == n) in.weights = nullptr;
-          ASSERT_EQ(reference::Plan(in, ShuffleBucketBits), ToVector(*plan))
+          ASSERT_EQ(reference::Plan(in, plan_math::ShuffleBucketBits), ToVector(*plan))
               << "n " << n << " m " << m << " weights " << kind << " replacement " << replacement;
           ++checked;
         }
@@ -99,7 +98,7 @@ TEST(ReferenceTest, PlanPastTheCpuTwoLevelPartitionEqualsTheCpuBackend) {
   in.n = in.m = spec.num_samples;
   in.seed = spec.seed;
   in.epoch = 5;
-  EXPECT_EQ(reference::Plan(in, ShuffleBucketBits), ToVector(*plan));
+  EXPECT_EQ(reference::Plan(in, plan_math::ShuffleBucketBits), ToVector(*plan));
 }
 
 TEST(ReferenceTest, SequentialPlanEqualsTheCpuBackend) {
@@ -112,64 +111,7 @@ TEST(ReferenceTest, SequentialPlanEqualsTheCpuBackend) {
   reference::PlanInputs in;
   in.n = in.m = 1000;
   in.sequential = true;
-  EXPECT_EQ(reference::Plan(in, ShuffleBucketBits), ToVector(*plan));
-}
-
-TEST(ReferenceTest, ShardPositionsEqualTheCpuArithmetic) {
-  for (uint64_t m = 1; m <= 40; ++m) {
-    for (uint32_t r = 1; r <= 7; ++r) {
-      for (bool interleaved : {true, false}) {
-        for (int uneven : {kUnevenPad, kUnevenDropLast, kUnevenUneven}) {
-          ShardSpec cpu_spec;
-          cpu_spec.world_size = r;
-          cpu_spec.partition =
-              interleaved ? PartitionMode::kInterleaved : PartitionMode::kContiguous;
-          cpu_spec.uneven = uneven == kUnevenPad        ? UnevenMode::kPad
-                            : uneven == kUnevenDropLast ? UnevenMode::kDropLast
-                                                        : UnevenMode::kUneven;
-          const ShardLayout layout{r, interleaved, uneven};
-          for (uint32_t rank = 0; rank < r; ++rank) {
-            absl::StatusOr<uint64_t> length = samplerd::ShardLength(m, cpu_spec, rank);
-            ASSERT_TRUE(length.ok());
-            ASSERT_EQ(reference::ShardLength(m, layout, rank), *length);
-            for (uint64_t p = 0; p < *length; ++p) {
-              ASSERT_EQ(ShardPlanPosition(m, layout, rank, p),
-                        ShardToPlanPosition(m, cpu_spec, rank, p))
-                  << "m " << m << " R " << r << " rank " << rank << " pos " << p;
-            }
-          }
-        }
-      }
-    }
-  }
-}
-
-TEST(PlanMathTest, BucketBitsGiveBucketsOfAtMost1024OnAverage) {
-  EXPECT_EQ(ShuffleBucketBits(1), 0);
-  EXPECT_EQ(ShuffleBucketBits(1024), 0);
-  EXPECT_EQ(ShuffleBucketBits(1025), 1);
-  EXPECT_EQ(ShuffleBucketBits(2048), 1);
-  EXPECT_EQ(ShuffleBucketBits(2049), 2);
-  EXPECT_EQ(ShuffleBucketBits(1000000000), 20);  // 954 inputs per bucket.
-  EXPECT_EQ(ShuffleBucketBits(uint64_t{1} << 40), 30);
-}
-
-TEST(PlanMathTest, SwapWordsFollowTheDefinition) {
-  // u_t = word t mod 4 of RandomBlock(seed, epoch, 4, B * 2^40 + t / 4).
-  SwapWords words(9, 4, 77);
-  for (uint64_t t = 0; t < 12; ++t) {
-    const Philox4x32Counter block =
-        RandomBlock(9, 4, RandomStream::kShuffleSwap, (uint64_t{77} << 40) + t / 4);
-    EXPECT_EQ(words.Next(), block.v[t % 4]) << t;
-  }
-}
-
-TEST(PlanMathTest, BucketOfIsTheTopBitsOfTheShuffleWord) {
-  for (uint64_t k = 0; k < 16; ++k) {
-    const uint32_t word = RandomBlock(5, 6, RandomStream::kShuffle, k / 4).v[k % 4];
-    EXPECT_EQ(ShuffleBucketOf(5, 6, 20, k), word >> 12);
-    EXPECT_EQ(ShuffleBucketOf(5, 6, 0, k), 0u);
-  }
+  EXPECT_EQ(reference::Plan(in, plan_math::ShuffleBucketBits), ToVector(*plan));
 }
 
 // The device's draw table keeps prefix sums per block of kDrawBlock samples and recomputes a
@@ -189,14 +131,14 @@ TEST(PlanMathTest, BlockDrawsEqualTheFullPrefixDraws) {
       const std::vector<uint64_t> prefix = reference::QuantisedPrefix(w.data(), n);
       uint32_t max_bits = 0;
       for (float x : w) max_bits = std::max(max_bits, weight_math::SummaryBits(x));
-      const double scale = QuantisationScale(n, max_bits);
-      const uint64_t blocks = DrawBlocks(n);
+      const double scale = plan_math::QuantisationScale(n, max_bits);
+      const uint64_t blocks = plan_math::DrawBlocks(n);
       std::vector<uint64_t> block_prefix(blocks + 1, 0);
       for (uint64_t b = 0; b < blocks; ++b) {
-        block_prefix[b + 1] = block_prefix[b] + BlockQuantisedSum(w.data(), n, scale, b);
-        ASSERT_EQ(block_prefix[b + 1], prefix[std::min(n, (b + 1) * kDrawBlock)]) << b;
+        block_prefix[b + 1] = block_prefix[b] + plan_math::BlockQuantisedSum(w.data(), n, scale, b);
+        ASSERT_EQ(block_prefix[b + 1], prefix[std::min(n, (b + 1) * plan_math::kDrawBlock)]) << b;
       }
-      EXPECT_EQ(BlockQuantisedSum(w.data(), n, scale, blocks), 0u);
+      EXPECT_EQ(plan_math::BlockQuantisedSum(w.data(), n, scale, blocks), 0u);
       const uint64_t total = prefix[n];
       std::vector<uint64_t> ts;
       for (const uint64_t v : prefix) {
@@ -213,7 +155,8 @@ TEST(PlanMathTest, BlockDrawsEqualTheFullPrefixDraws) {
             static_cast<uint64_t>(std::upper_bound(block_prefix.begin(), block_prefix.end(), t) -
                                   block_prefix.begin()) -
             1;
-        ASSERT_EQ(DrawInBlock(w.data(), n, scale, b, block_prefix[b], t), want) << "t=" << t;
+        ASSERT_EQ(plan_math::DrawInBlock(w.data(), n, scale, b, block_prefix[b], t), want)
+            << "t=" << t;
         ASSERT_GT(w[want], 0.0f);
       }
     }
@@ -265,7 +208,7 @@ TEST(ReferenceTest, ShuffleIsAPermutationWithTheNewRule) {
   for (uint64_t m : {1ull, 2ull, 1024ull, 1025ull, 100000ull}) {
     std::vector<uint64_t> inputs(m);
     for (uint64_t k = 0; k < m; ++k) inputs[k] = 3 * k;
-    std::vector<uint64_t> out = reference::Shuffle(1, 2, inputs, ShuffleBucketBits(m));
+    std::vector<uint64_t> out = reference::Shuffle(1, 2, inputs, plan_math::ShuffleBucketBits(m));
     ASSERT_EQ(out.size(), m);
     if (m > 100) {
       EXPECT_NE(out, inputs);  // Not the identity.

@@ -37,8 +37,8 @@
 
 #include "kernels/cuda/cuda_util.cuh"
 #include "kernels/cuda/device_plan.h"
-#include "kernels/cuda/plan_math.h"
 #include "kernels/philox.h"
+#include "kernels/plan_math.h"
 
 namespace samplerd {
 namespace gpu {
@@ -60,7 +60,7 @@ constexpr uint64_t kSubTile = kSplitThreads * kSplitItems;  // 2048.
 constexpr uint64_t kTile = 32 * kSubTile;                   // 65536 inputs per step-2 block.
 // Bits of a level: at most 12 (b <= kMaxShuffleBucketBits = 24), so a split block's per-bucket
 // arrays take at most 48 KiB of shared memory.
-constexpr int kMaxLevelBits = (kMaxShuffleBucketBits + 1) / 2;
+constexpr int kMaxLevelBits = (plan_math::kMaxShuffleBucketBits + 1) / 2;
 
 // The bits of each level for b bucket bits.
 __host__ __device__ __forceinline__ int CoarseBits(int bits) { return (bits + 1) / 2; }
@@ -219,7 +219,7 @@ __global__ void __launch_bounds__(kSplitThreads)
   for (uint32_t x = threadIdx.x; x < buckets; x += blockDim.x) running[x] = 0;
   __syncthreads();
   for (uint64_t x = begin + threadIdx.x; x < end; x += blockDim.x) {
-    const uint32_t b = ShuffleBucketOf(seed, epoch, bits, static_cast<uint64_t>(p1[x]));
+    const uint32_t b = plan_math::ShuffleBucketOf(seed, epoch, bits, static_cast<uint64_t>(p1[x]));
     atomicAdd(reinterpret_cast<unsigned long long*>(&running[b & mask]), 1ull);
   }
   __syncthreads();
@@ -247,9 +247,10 @@ __global__ void __launch_bounds__(kSplitThreads)
     for (unsigned j = 0; j < kSplitItems; ++j) {
       const uint64_t x = first + j;
       values[j] = x < end ? p1[x] : Index{0};
-      keys[j] = x < end
-                    ? ShuffleBucketOf(seed, epoch, bits, static_cast<uint64_t>(values[j])) & mask
-                    : buckets;
+      keys[j] = x < end ? plan_math::ShuffleBucketOf(seed, epoch, bits,
+                                                     static_cast<uint64_t>(values[j])) &
+                              mask
+                        : buckets;
     }
     SplitSubTile<Index>(keys, values, fine_bits, shared, running, run_start, p2);
   }
@@ -291,7 +292,7 @@ __global__ void __launch_bounds__(kBucketsPerBlock)
   const bool owner = bucket < b1;
   const uint64_t first = owner ? starts[bucket] : 0;
   const uint64_t n = owner ? starts[bucket + 1] - first : 0;
-  SwapWords words(seed, epoch, bucket);
+  plan_math::SwapWords words(seed, epoch, bucket);
   if (length <= capacity) {
     for (uint64_t x = threadIdx.x; x < length; x += blockDim.x) {
       offsets[x] = static_cast<uint16_t>(x);
@@ -336,7 +337,7 @@ cudaError_t ShuffleWithCapacity(uint64_t seed, uint64_t epoch, uint64_t m, const
   }
   if (sizeof(Index) < sizeof(uint64_t) && m > (uint64_t{1} << 32)) return cudaErrorInvalidValue;
   const uint32_t capacity = block_capacity == 0 ? kDefaultCapacity : block_capacity;
-  const int bits = ShuffleBucketBits(m);
+  const int bits = plan_math::ShuffleBucketBits(m);
   if (bits > 2 * kMaxLevelBits) return cudaErrorInvalidValue;  // M > 2^34: beyond the definition.
   const uint64_t buckets = uint64_t{1} << bits;
 

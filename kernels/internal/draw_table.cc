@@ -1,11 +1,10 @@
 #include "kernels/internal/draw_table.h"
 
 #include <algorithm>
-#include <cstring>
 
-#include "kernels/det_math.h"
 #include "kernels/internal/parallel.h"
 #include "kernels/internal/philox_batch.h"
+#include "kernels/plan_math.h"
 #include "kernels/weight_math.h"
 
 namespace samplerd {
@@ -15,13 +14,6 @@ namespace {
 constexpr uint64_t kGrain = 1 << 16;
 constexpr uint64_t kGroup = 64;  // Draws whose memory accesses are overlapped (see DrawWeighted).
 constexpr uint64_t kPrefixPadding = 8;  // Entries after prefix[N].
-
-// Number of bits needed to write n: n < 2^BitWidth(n).
-int BitWidth(uint64_t n) {
-  int w = 0;
-  while (w < 64 && (n >> w) != 0) ++w;
-  return w;
-}
 
 }  // namespace
 
@@ -41,13 +33,7 @@ QuantisationScale ChooseQuantisationScale(int threads, absl::Span<const float> w
   });
   uint32_t max_bits = 0;
   for (uint32_t m : chunk_max) max_bits = std::max(max_bits, m);
-  float w_max;
-  std::memcpy(&w_max, &max_bits, sizeof w_max);
-  // w_max < 2^max_exp (w_max > 0 is a float, so a normal double).
-  const int max_exp = static_cast<int>((det::Bits(double{w_max}) >> 52) & 0x7ff) - 1023 + 1;
-  // q_i <= w_max * 2^s < 2^(62 - BitWidth(n)), so sum q_i < 2^62 + n < 2^63 (the + n: weights
-  // rounded up to 1).
-  return QuantisationScale{det::Pow2(62 - BitWidth(n) - max_exp)};
+  return QuantisationScale{plan_math::QuantisationScale(n, max_bits)};
 }
 
 std::vector<uint64_t> QuantiseWeights(int threads, absl::Span<const float> weights) {
@@ -61,7 +47,7 @@ std::vector<uint64_t> QuantiseWeights(int threads, absl::Span<const float> weigh
 
 namespace {
 // The guide table's 2^g entries for n <= 2^32 weights: N/4 < 2^g <= N/2 (see BuildDrawTable).
-int GuideBits(uint64_t n) { return std::max(1, BitWidth(n) - 2); }
+int GuideBits(uint64_t n) { return std::max(1, plan_math::BitWidth(n) - 2); }
 }  // namespace
 
 uint64_t DrawTableBytes(uint64_t n) {

@@ -20,6 +20,7 @@
 #include "absl/types/span.h"
 #include "kernels/large_array.h"
 #include "kernels/philox.h"
+#include "kernels/plan_math.h"
 
 namespace samplerd {
 namespace internal {
@@ -28,13 +29,10 @@ namespace internal {
 // sum q_i < 2^63: q_i = floor(w_i * 2^s), and 1 for a positive weight that would round to 0
 // (a positive weight is never silently dropped). Scaling by a power of two and truncating give
 // the same integers on every IEEE machine.
+// (plan_math::Quantise and plan_math::QuantisationScale, the rules the device uses too.)
 struct QuantisationScale {
   double scale;  // 2^s.
-  uint64_t Quantise(float w) const {
-    // double{w} * scale < 2^63: the signed conversion is exact and cheaper than the unsigned.
-    const uint64_t q = static_cast<uint64_t>(static_cast<int64_t>(double{w} * scale));
-    return (q == 0 && w > 0) ? 1 : q;
-  }
+  uint64_t Quantise(float w) const { return plan_math::Quantise(w, scale); }
 };
 
 // `weights`: finite, >= 0, at least one > 0 (validated by the caller).

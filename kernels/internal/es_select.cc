@@ -10,6 +10,7 @@
 #include "kernels/internal/philox_batch.h"
 #include "kernels/large_array.h"
 #include "kernels/philox.h"
+#include "kernels/plan_math.h"
 
 namespace samplerd {
 namespace internal {
@@ -17,7 +18,6 @@ namespace {
 
 constexpr uint64_t kGrain = 1 << 16;
 constexpr uint64_t kKeyBlock = 512;
-constexpr uint64_t kInfinityBits = 0x7ff0000000000000ull;
 // Below this many samples: one nth_element on (key, index) instead of the radix select.
 constexpr uint64_t kSmallSelect = 1 << 16;
 constexpr int kDigitBits = 16;
@@ -26,9 +26,9 @@ constexpr uint64_t kDigits = uint64_t{1} << kDigitBits;
 using det::FromBits;
 inline uint64_t ToBits(double d) { return det::Bits(d); }
 
-// EsKeyBits of 64 random bits each, written without branches so that the compiler vectorises
-// it; the operations are exactly those of det::UniformOpen01, det::Log2 (for its normal inputs
-// in (0, 1), the only ones UniformOpen01 gives) and the division, in the same order. Inlined
+// plan_math::EsKeyBits of 64 random bits each, written without branches so that the compiler
+// vectorises it; the operations are exactly those of det::UniformOpen01, det::Log2 (for its normal
+// inputs in (0, 1), the only ones UniformOpen01 gives) and the division, in the same order. Inlined
 // into one function per SIMD level; FMA contraction is off for all of them
 // (-ffp-contract=off), so every version returns the same bits (es_select_test.cc checks).
 __attribute__((always_inline)) inline void KeysLoop(const uint64_t* r, const float* weights,
@@ -47,7 +47,7 @@ __attribute__((always_inline)) inline void KeysLoop(const uint64_t* r, const flo
     const double log2_u = det::Log2OfReduced(m, static_cast<double>(e));
     const double w = weights[k];
     const uint64_t positive = -static_cast<uint64_t>(w > 0);  // All ones when w > 0.
-    keys[k] = (ToBits(-log2_u / w) & positive) | (kInfinityBits & ~positive);
+    keys[k] = (ToBits(-log2_u / w) & positive) | (plan_math::kInfinityKeyBits & ~positive);
   }
 }
 
@@ -77,12 +77,6 @@ void KeysFromBits(SimdLevel level, const uint64_t* r, const float* weights, uint
 }
 
 }  // namespace
-
-uint64_t EsKeyBits(uint64_t seed, uint64_t epoch, uint64_t i, double weight) {
-  if (!(weight > 0)) return kInfinityBits;  // +inf: never among the m smallest.
-  const double u = det::UniformOpen01(RandomBits64(seed, epoch, RandomStream::kEsKey, i));
-  return det::Bits(-det::Log2(u) / weight);
-}
 
 void EsKeyBitsRange(uint64_t seed, uint64_t epoch, uint64_t first, uint64_t count,
                     const float* weights, uint64_t* keys) {

@@ -19,10 +19,8 @@
 namespace samplerd {
 namespace internal {
 
-// key_i's bits, one at a time (the definition).
-uint64_t EsKeyBits(uint64_t seed, uint64_t epoch, uint64_t i, double weight);
-
-// keys[k] = EsKeyBits(seed, epoch, first + k, weights[k]) for k < count, vectorised where the
+// keys[k] = plan_math::EsKeyBits(seed, epoch, first + k, weights[k]) (kernels/plan_math.h: key_i's
+// bits, one at a time, the definition) for k < count, vectorised where the
 // CPU allows (bit-identical: the same IEEE operations in the same order, no FMA).
 // weights == nullptr: all weights 1.
 void EsKeyBitsRange(uint64_t seed, uint64_t epoch, uint64_t first, uint64_t count,

@@ -7,22 +7,16 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "kernels/det_math.h"
 #include "kernels/philox.h"
+#include "kernels/plan_math.h"
 #include "kernels/testing/test_util.h"
 
 namespace samplerd {
 namespace internal {
 namespace {
 
+using plan_math::EsKeyBits;  // The definition (its own test: kernels/plan_math_test.cc).
 using testutil::RandomWeights;
-
-TEST(EsSelectTest, KeyIsTheDefinition) {
-  const double u = det::UniformOpen01(RandomBits64(5, 6, RandomStream::kEsKey, 7));
-  EXPECT_EQ(EsKeyBits(5, 6, 7, 2.5), det::Bits(-det::Log2(u) / 2.5));
-  EXPECT_EQ(EsKeyBits(5, 6, 7, 0.0), det::Bits(INFINITY));
-  EXPECT_EQ(EsKeyBits(5, 6, 7, -0.0), det::Bits(INFINITY));
-}
 
 TEST(EsSelectTest, VectorisedKeysAreBitIdentical) {
   // Weights over the whole float range, zeros (both signs) included, and positions whose random
@@ -52,7 +46,7 @@ std::vector<uint64_t> ReferenceSelect(uint64_t seed, uint64_t epoch, uint64_t n,
                                       const std::vector<float>& w) {
   std::vector<std::pair<uint64_t, uint64_t>> items(n);
   for (uint64_t i = 0; i < n; ++i) {
-    items[i] = {EsKeyBits(seed, epoch, i, w.empty() ? 1.0 : double{w[i]}), i};
+    items[i] = {EsKeyBits(seed, epoch, i, w.empty() ? 1.0f : w[i]), i};
   }
   std::sort(items.begin(), items.end());
   std::vector<uint64_t> selected;

@@ -8,11 +8,11 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/cuda/plan_math.h"
 #include "kernels/internal/parallel.h"
 #include "kernels/internal/philox_batch.h"
 #include "kernels/large_array.h"
 #include "kernels/philox.h"
+#include "kernels/plan_math.h"
 
 #if defined(__SSE2__)
 #include <immintrin.h>
@@ -169,8 +169,8 @@ void Shuffle(int threads, uint64_t seed, uint64_t epoch, const Source& source, a
              int max_top_bits) {
   assert(max_top_bits >= 1);
   const uint64_t m = out.size();
-  assert(m <= gpu::kMaxShuffleInputs);
-  const int bits = gpu::ShuffleBucketBits(m);
+  assert(m <= plan_math::kMaxShuffleInputs);
+  const int bits = plan_math::ShuffleBucketBits(m);
   if (bits == 0) {  // One bucket: the inputs in order, shuffled.
     for (uint64_t k = 0; k < m; ++k) out[k] = static_cast<T>(source.Value(k));
     if (m > 1) FisherYates(seed, epoch, 0, out.data(), m);
@@ -293,7 +293,7 @@ uint64_t LargestTopBucketBound(uint64_t m, int top_bits) {
 }  // namespace
 
 uint64_t ShuffleScratchBytes(int threads, uint64_t m) {
-  const int bits = gpu::ShuffleBucketBits(std::min(m, gpu::kMaxShuffleInputs));
+  const int bits = plan_math::ShuffleBucketBits(std::min(m, plan_math::kMaxShuffleInputs));
   if (bits == 0) return 0;  // Shuffled in place.
   const int top_bits = TopBits(bits, kMaxShuffleTopBits);
   const int low_bits = bits - top_bits;

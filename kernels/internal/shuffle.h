@@ -5,8 +5,9 @@
 // Definition (what every backend must return; docs/SAMPLING.md), for the inputs x_0, ...,
 // x_{m-1} in their given order, with words(stream, c) = the four 32-bit words of
 // RandomBlock(seed, epoch, stream, c):
-//   1. b = gpu::ShuffleBucketBits(m): the smallest b with m <= 1024 * 2^b (kernels/cuda/
-//      plan_math.h, the one home of the rule, shared with the device). Input k goes to bucket
+//   1. b = plan_math::ShuffleBucketBits(m): the smallest b with m <= 1024 * 2^b
+//      (kernels/plan_math.h, the one home of the rule, shared with the device). Input k goes to
+//      bucket
 //        B_k = the top b bits of words(kShuffle, k / 4)[k % 4]    (B_k = 0 when b = 0).
 //   2. The output lists bucket 0, then bucket 1, ...; each bucket holds its inputs in input order.
 //   3. Each bucket B (n entries, a[0, n)) is shuffled by Fisher-Yates: for i = n-1 down to 1,
@@ -16,8 +17,8 @@
 //      low 32 bits of u * (i+1) are below 2^32 mod (i+1).
 // The result is a uniformly random permutation: every input lands in an independent, uniformly
 // random bucket, and every bucket is permuted uniformly. The counter layout B * 2^40 + t / 4
-// needs B < 2^24, so m <= gpu::kMaxShuffleInputs = 2^34 (PlanEpoch rejects larger plans without
-// replacement).
+// needs B < 2^24, so m <= plan_math::kMaxShuffleInputs = 2^34 (PlanEpoch rejects larger plans
+// without replacement).
 //
 // Why buckets of 512-1024 inputs on average (m > 1024): a GPU shuffles each bucket in shared
 // memory, one thread block per group of buckets, after a stable partition by bucket; and the
@@ -48,7 +49,7 @@ namespace internal {
 constexpr int kMaxShuffleTopBits = 14;
 
 // out = the shuffle of the inputs 0, 1, ..., out.size() - 1. T: uint32_t (out.size() <= 2^32) or
-// uint64_t. out.size() <= gpu::kMaxShuffleInputs. max_top_bits (>= 1) changes only how the
+// uint64_t. out.size() <= plan_math::kMaxShuffleInputs. max_top_bits (>= 1) changes only how the
 // result is computed, never the result: tests lower it to run the two-level partition on small
 // inputs.
 template <typename T>

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "kernels/cuda/plan_math.h"
 #include "kernels/philox.h"
+#include "kernels/plan_math.h"
 #include "kernels/testing/test_util.h"
 
 namespace samplerd {
@@ -17,7 +17,7 @@ namespace {
 
 using testutil::ChiSquarePValue;
 
-using gpu::ShuffleBucketBits;
+using plan_math::ShuffleBucketBits;
 
 // The definition in shuffle.h, written as plainly as possible (one Philox block per word, one
 // level of partition).
@@ -56,18 +56,6 @@ std::vector<uint64_t> Iota(uint64_t m) {
   std::vector<uint64_t> v(m);
   for (uint64_t k = 0; k < m; ++k) v[k] = k;
   return v;
-}
-
-TEST(ShuffleTest, BucketBits) {
-  EXPECT_EQ(ShuffleBucketBits(0), 0);
-  EXPECT_EQ(ShuffleBucketBits(1024), 0);
-  EXPECT_EQ(ShuffleBucketBits(1025), 1);
-  EXPECT_EQ(ShuffleBucketBits(2048), 1);
-  EXPECT_EQ(ShuffleBucketBits(2049), 2);
-  EXPECT_EQ(ShuffleBucketBits(10'000'000), 14);  // 610 inputs per bucket.
-  EXPECT_EQ(ShuffleBucketBits(uint64_t{1} << 31), 21);
-  EXPECT_EQ(ShuffleBucketBits(gpu::kMaxShuffleInputs), 24);
-  EXPECT_EQ(ShuffleBucketBits(gpu::kMaxShuffleInputs + 1), 25);  // Beyond the limit.
 }
 
 // Sizes on both sides of the one-bucket path (1024) and of bucket-count changes (the two-level

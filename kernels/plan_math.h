@@ -1,18 +1,46 @@
-// The per-element rules of docs/SAMPLING.md as host + device functions: what every pass of the
-// CUDA kernels recomputes from an element's index, and what the host references
-// (kernels/cuda/reference.h) loop over. Compiled by g++ as host code (CI tests them against the
-// CPU backend) and by nvcc for the device (-fmad=false: the same bits), with no Abseil and no
-// state.
-#ifndef SAMPLERD_KERNELS_CUDA_PLAN_MATH_H_
-#define SAMPLERD_KERNELS_CUDA_PLAN_MATH_H_
+// The per-element rules of the plan side of docs/SAMPLING.md, as host + device functions: the
+// Efraimidis-Spirakis key, the shuffle's buckets and swap words, the quantisation of the draws
+// with replacement, and the shards (which plan positions a rank serves, and how many). One home
+// for each: the CPU backend (kernels/plan.cc, shard.cc, internal/shuffle.cc,
+// internal/draw_table.cc, internal/es_select.cc), the CUDA kernels (kernels/cuda/*.cu) and the
+// sequential reference (kernels/cuda/reference.cc) all call these. The weight side's sibling is
+// weight_math.h.
+//
+// Compiled by g++ as host code (CI tests it: plan_math_test.cc, and reference_test against the
+// CPU backend) and by nvcc for the device (-fmad=false: the same bits). Header-only and free of
+// Abseil and libm, so that nvcc compiles it for the device. Thread-safe (pure functions).
+#ifndef SAMPLERD_KERNELS_PLAN_MATH_H_
+#define SAMPLERD_KERNELS_PLAN_MATH_H_
 
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/det_math.h"
 #include "kernels/philox.h"
 
 namespace samplerd {
-namespace gpu {
+
+// ---- Shard layouts (plain data: the server's JobSpec, the backends, the device) ----------------
+
+enum class PartitionMode {
+  kInterleaved,  // Rank r: plan positions r, r+R, r+2R, ... (torch DistributedSampler).
+  kContiguous,   // Rank r: one contiguous block.
+};
+
+enum class UnevenMode {
+  kPad,       // Every shard ceil(M/R) long; positions >= M wrap to position mod M.
+  kDropLast,  // Every shard floor(M/R) long; the tail is dropped.
+  kUneven,    // Lengths floor(M/R) or ceil(M/R); every position exactly once (evaluation).
+};
+
+// How a plan is dealt to R data-parallel ranks (docs/SAMPLING.md, "Shards").
+struct ShardSpec {
+  uint32_t world_size = 1;  // R >= 1.
+  PartitionMode partition = PartitionMode::kInterleaved;
+  UnevenMode uneven = UnevenMode::kPad;
+};
+
+namespace plan_math {
 
 // IEEE bits of +inf: the Efraimidis-Spirakis key of a sample that is never selected.
 constexpr uint64_t kInfinityKeyBits = 0x7ff0000000000000ull;
@@ -108,14 +136,17 @@ class SwapWords {
 // ---- With replacement --------------------------------------------------------------------------
 
 // q = floor(w * scale), 1 for a positive weight that truncates to 0 (scale = 2^s: see
-// QuantisationScale). w finite, >= 0, w * scale < 2^63.
+// QuantisationScale; a positive weight is never silently dropped). w finite, >= 0,
+// w * scale < 2^63: the signed conversion is exact, and cheaper than the unsigned one. Scaling
+// by a power of two and truncating give the same integers on every IEEE machine.
 SAMPLERD_HD uint64_t Quantise(float w, double scale) {
   const uint64_t q = static_cast<uint64_t>(static_cast<int64_t>(static_cast<double>(w) * scale));
   return (q == 0 && w > 0) ? 1 : q;
 }
 
 // 2^s with s = 62 - BitWidth(n) - e_max, w_max < 2^e_max, from the IEEE bits of the largest
-// weight (> 0): sum q_i < 2^63.
+// weight (> 0; a float, so a normal double): q_i <= w_max * 2^s < 2^(62 - BitWidth(n)), so
+// sum q_i < 2^62 + n < 2^63 (the + n: weights rounded up to 1).
 SAMPLERD_HD double QuantisationScale(uint64_t n, uint32_t max_weight_bits) {
   float w_max;
   std::memcpy(&w_max, &max_weight_bits, sizeof w_max);
@@ -165,34 +196,44 @@ SAMPLERD_HD uint64_t DrawInBlock(const float* weights, uint64_t n, double scale,
 
 // ---- Shards ------------------------------------------------------------------------------------
 
-// The shard layout of kernels/shard.h's ShardSpec, as plain integers (the device code cannot
-// include that header: it needs Abseil). Values equal the enums' order there.
-struct ShardLayout {
-  uint32_t world_size = 1;  // R >= 1.
-  bool interleaved = true;  // PartitionMode::kInterleaved, else kContiguous.
-  int uneven = 0;           // UnevenMode: 0 kPad, 1 kDropLast, 2 kUneven.
-};
-constexpr int kUnevenPad = 0, kUnevenDropLast = 1, kUnevenUneven = 2;
+// Length of rank `rank`'s shard of a plan of `plan_length` (M) positions: the one home of the
+// rule (kernels/shard.h's checked ShardLength, the reference and the clients call it).
+// Preconditions (not checked: kernels/shard.h's CheckRank does): spec.world_size >= 1,
+// rank < world_size.
+SAMPLERD_HD uint64_t ShardLength(uint64_t plan_length, const ShardSpec& spec, uint32_t rank) {
+  const uint64_t r = spec.world_size;
+  switch (spec.uneven) {
+    case UnevenMode::kPad:
+      return (plan_length + r - 1) / r;
+    case UnevenMode::kDropLast:
+      return plan_length / r;
+    case UnevenMode::kUneven:
+      break;
+  }
+  return plan_length / r + (rank < plan_length % r ? 1 : 0);
+}
 
 // The plan position of a shard position: the one home of the rule (kernels/shard.cc's
-// ShardToPlanPosition calls it). Preconditions: rank < R, shard_pos < the shard's length.
-SAMPLERD_HD uint64_t ShardPlanPosition(uint64_t plan_length, ShardLayout layout, uint32_t rank,
+// ShardToPlanPosition and the device's ExtractShard call it). Preconditions: rank < R,
+// shard_pos < ShardLength(plan_length, spec, rank).
+SAMPLERD_HD uint64_t ShardPlanPosition(uint64_t plan_length, const ShardSpec& spec, uint32_t rank,
                                        uint64_t shard_pos) {
-  const uint64_t r = layout.world_size;
+  const uint64_t r = spec.world_size;
   uint64_t p;
-  if (layout.interleaved) {
+  if (spec.partition == PartitionMode::kInterleaved) {
     p = rank + shard_pos * r;
-  } else if (layout.uneven == kUnevenUneven) {
+  } else if (spec.uneven == UnevenMode::kUneven) {
+    // Rank r's block starts after the ranks before it: rank * floor(M/R) plus one for each of
+    // them that holds one of the M mod R longer shards.
     const uint64_t base = plan_length / r, extra = plan_length % r;
     p = rank * base + (rank < extra ? rank : extra) + shard_pos;
   } else {
-    const uint64_t len = layout.uneven == kUnevenPad ? (plan_length + r - 1) / r : plan_length / r;
-    p = rank * len + shard_pos;
+    p = rank * ShardLength(plan_length, spec, rank) + shard_pos;  // Every shard is as long.
   }
   return p < plan_length ? p : p % plan_length;  // Only kPad passes the plan's end.
 }
 
-}  // namespace gpu
+}  // namespace plan_math
 }  // namespace samplerd
 
-#endif  // SAMPLERD_KERNELS_CUDA_PLAN_MATH_H_
+#endif  // SAMPLERD_KERNELS_PLAN_MATH_H_
