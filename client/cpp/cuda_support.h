@@ -1,10 +1,12 @@
-// CUDA support shared by the trainer library's device paths (ShardReader's delivery into device
-// memory, LossReporter::ReportFromDevice): the CUDA runtime's errors as absl::Status as a trainer
-// needs them, and whether a usable GPU is present. Pinned host buffers: cuda::PinnedBuffer
-// (kernels/cuda/pinned_buffer.h, shared with the CUDA backend).
+// CUDA support shared by the trainer library's device part (device_port_cuda.cc: ShardReader's
+// delivery into device memory, LossReporter::ReportFromDevice) and by trainers' own device code:
+// the CUDA runtime's errors as absl::Status as a trainer needs them, and whether a usable GPU is
+// present. Pinned host buffers: cuda::PinnedBuffer (kernels/cuda/pinned_buffer.h, shared with the
+// CUDA backend).
 //
-// The library always links the CUDA runtime; on a machine without a GPU (or driver) every device
-// path fails with FAILED_PRECONDITION carrying the runtime's own message, and host paths work.
+// Part of //client/cpp:trainer (not of the CPU-only :trainer_cpu), which always links the CUDA
+// runtime; on a machine without a GPU (or driver) every device path fails with
+// FAILED_PRECONDITION carrying the runtime's own message, and host paths work.
 #ifndef SAMPLERD_CLIENT_CPP_CUDA_SUPPORT_H_
 #define SAMPLERD_CLIENT_CPP_CUDA_SUPPORT_H_
 

@@ -11,7 +11,8 @@
 //         return losses.Report(per_sample);
 //       });
 //
-// What the loop owns, so that a trainer cannot get the order wrong (STYLE.md 17): the losses of
+// What the loop owns, so that a trainer cannot get the order wrong (the module that owns an
+// ordering enforces it, rather than leaving calls for every trainer to remember): the losses of
 // a shard are flushed (acknowledged, durable on the server) before the rank ends the epoch, and
 // every request names the epoch's deal. Elastic groups: the deal of the epoch the job is in
 // when the loop is created comes from GetJob (v1::Job::deal; the group's first rank calls
@@ -43,8 +44,6 @@
 #ifndef SAMPLERD_CLIENT_CPP_EPOCH_LOOP_H_
 #define SAMPLERD_CLIENT_CPP_EPOCH_LOOP_H_
 
-#include <cuda_runtime_api.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -55,6 +54,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "client/cpp/device_port.h"  // DeviceStream: cudaStream_t, without the CUDA headers.
 #include "client/cpp/loss_reporter.h"
 #include "client/cpp/reader_position.h"
 #include "client/cpp/sampler_client.h"
@@ -68,9 +68,10 @@ struct EpochLoopOptions {
   // Device delivery: when set, every batch's indices are also copied to `device_indices`
   // (device memory of at least batch_size int64_t, owned by the caller) on `device_stream`
   // (ShardReader::NextToDevice), and EpochBatch::device_indices points there. Without a usable
-  // GPU, Run returns FAILED_PRECONDITION with the CUDA runtime's reason.
+  // GPU, Run returns FAILED_PRECONDITION with the CUDA runtime's reason (in the CPU-only library,
+  // //client/cpp:trainer_cpu, always).
   int64_t* device_indices = nullptr;
-  cudaStream_t device_stream = nullptr;
+  DeviceStream device_stream = nullptr;
   // The reader's prefetch (ShardReaderOptions' fields of the same names and defaults).
   size_t queue_capacity = ShardReaderOptions().queue_capacity;
   uint32_t max_chunk_size = ShardReaderOptions().max_chunk_size;
@@ -108,13 +109,13 @@ class LossSink {
 
  private:
   friend class EpochLoop;
-  LossSink(LossReporter* reporter, const EpochBatch* batch, cudaStream_t stream)
+  LossSink(LossReporter* reporter, const EpochBatch* batch, DeviceStream stream)
       : reporter_(reporter), batch_(batch), stream_(stream) {}
   absl::Status CheckUnreported() const;
 
   LossReporter* const reporter_;
   const EpochBatch* const batch_;
-  const cudaStream_t stream_;
+  const DeviceStream stream_;
   bool reported_ = false;
 };
 

@@ -12,7 +12,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "client/cpp/cuda_support.h"
+#include "client/cpp/device_port.h"
 #include "proto/loss_pairs.h"
 #include "proto/samplerd.pb.h"
 
@@ -36,13 +36,9 @@ std::string PositionsText(const v1::LossBatch& batch) {
   return text;
 }
 
-// A staging slot of ReportFromDevice: pinned host arrays the copies land in, and the event
-// recorded on the trainer's stream after them.
+// The pairs a staging slot of ReportFromDevice holds while in use (its buffers: the
+// device_port::LossStaging).
 struct DeviceSlot {
-  cuda::PinnedBuffer indices;  // int64 (read as uint64: the same bits).
-  cuda::PinnedBuffer losses;   // float.
-  cudaEvent_t landed = nullptr;
-  // The pairs the slot holds while in use.
   uint64_t epoch = 0;
   uint64_t first_position = 0;
   size_t pairs = 0;
@@ -88,17 +84,17 @@ class LossReporter::Impl {
   }
 
   absl::Status AddFromDevice(uint64_t epoch, uint64_t first_position, const int64_t* d_indices,
-                             const float* d_losses, size_t n, cudaStream_t stream)
+                             const float* d_losses, size_t n, DeviceStream stream)
       ABSL_LOCKS_EXCLUDED(mu_) {
     if (n == 0) return CurrentStatus();
     if (d_indices == nullptr || d_losses == nullptr) {
       return absl::InvalidArgumentError(
           absl::StrCat(d_indices == nullptr ? "d_indices" : "d_losses", ": null with n = ", n));
     }
-    if (absl::Status s = GpuAvailable(); !s.ok()) return s;
+    if (absl::Status s = device_port::Available(); !s.ok()) return s;
     absl::MutexLock lock(&mu_);
     if (!stopped_.ok()) return stopped_;
-    if (slots_.empty()) {
+    if (staging_ == nullptr) {
       if (absl::Status s = AllocateSlotsLocked(); !s.ok()) return s;
     }
     for (size_t done = 0; done < n;) {
@@ -114,24 +110,15 @@ class LossReporter::Impl {
       slot.pairs = std::min({n - done, options_.device_slot_pairs, options_.max_buffered_pairs});
       // Enqueued under the lock (a few microseconds) so that Close never sees a slot whose
       // copies are enqueued but not yet waited for.
-      absl::Status s =
-          CudaStatus(cudaMemcpyAsync(slot.indices.data(), d_indices + done,
-                                     slot.pairs * sizeof(int64_t), cudaMemcpyDeviceToHost, stream),
-                     "ReportFromDevice: cudaMemcpyAsync of d_indices");
-      if (s.ok()) {
-        s = CudaStatus(cudaMemcpyAsync(slot.losses.data(), d_losses + done,
-                                       slot.pairs * sizeof(float), cudaMemcpyDeviceToHost, stream),
-                       "ReportFromDevice: cudaMemcpyAsync of d_losses");
-      }
-      if (s.ok()) s = CudaStatus(cudaEventRecord(slot.landed, stream), "cudaEventRecord");
-      if (!s.ok()) {
+      bool fenced = false;
+      if (absl::Status s =
+              staging_->Enqueue(id, d_indices + done, d_losses + done, slot.pairs, stream, &fenced);
+          !s.ok()) {
         // A copy enqueued before the failure may still write into the slot: the slot goes back
-        // to the free list only through the device thread, after an event recorded behind it;
-        // if even that cannot be recorded the slot is never reused.
+        // to the free list only through the device thread, after the fence behind it; if even
+        // that could not be recorded the slot is never reused.
         free_slots_.pop_back();
-        if (cudaEventRecord(slot.landed, stream) == cudaSuccess) {
-          device_pending_.push_back({id, /*report=*/false});
-        }
+        if (fenced) device_pending_.push_back({id, /*report=*/false});
         return s;
       }
       free_slots_.pop_back();
@@ -162,10 +149,6 @@ class LossReporter::Impl {
     }
     if (sender_.joinable()) sender_.join();
     if (device_thread_.joinable()) device_thread_.join();
-    for (DeviceSlot& slot : slots_) {
-      if (slot.landed != nullptr) cudaEventDestroy(slot.landed);
-      slot.landed = nullptr;
-    }
     return status;
   }
 
@@ -338,40 +321,11 @@ class LossReporter::Impl {
   }
 
   absl::Status AllocateSlotsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (absl::Status s = CudaStatus(cudaGetDevice(&device_), "cudaGetDevice"); !s.ok()) return s;
-    std::vector<DeviceSlot> slots(options_.device_slots);
-    // On a failure the events made so far go (the pinned buffers free themselves): a later call
-    // tries again from scratch.
-    auto fail = [&slots](absl::Status s) {
-      for (DeviceSlot& made : slots) {
-        if (made.landed != nullptr) cudaEventDestroy(made.landed);
-      }
-      return s;
-    };
-    for (DeviceSlot& slot : slots) {
-      if (absl::Status s = slot.indices.Allocate(options_.device_slot_pairs * sizeof(int64_t),
-                                                 cudaHostAllocDefault, "ReportFromDevice staging",
-                                                 kTrainerNoGpu);
-          !s.ok()) {
-        return fail(s);
-      }
-      if (absl::Status s =
-              slot.losses.Allocate(options_.device_slot_pairs * sizeof(float), cudaHostAllocDefault,
-                                   "ReportFromDevice staging", kTrainerNoGpu);
-          !s.ok()) {
-        return fail(s);
-      }
-      // Blocking sync: the device thread sleeps in cudaEventSynchronize instead of spinning
-      // (the trainer's CPU is the trainer's). Waiting on an event waits for nothing else.
-      absl::Status s = CudaStatus(
-          cudaEventCreateWithFlags(&slot.landed, cudaEventDisableTiming | cudaEventBlockingSync),
-          "cudaEventCreateWithFlags");
-      if (!s.ok()) {
-        slot.landed = nullptr;
-        return fail(s);
-      }
-    }
-    slots_ = std::move(slots);
+    absl::StatusOr<std::unique_ptr<device_port::LossStaging>> staging =
+        device_port::NewLossStaging(options_.device_slots, options_.device_slot_pairs);
+    if (!staging.ok()) return staging.status();
+    staging_ = *std::move(staging);
+    slots_.resize(options_.device_slots);
     for (size_t id = 0; id < slots_.size(); ++id) free_slots_.push_back(id);
     device_thread_ = std::thread([this] { DeviceLoop(); });
     return absl::OkStatus();
@@ -380,8 +334,8 @@ class LossReporter::Impl {
   // The device thread: waits for each slot's copies in order, then reports its pairs as Report
   // would (validation included: a bad pair stops the reporter, surfacing at the next call).
   void DeviceLoop() ABSL_LOCKS_EXCLUDED(mu_) {
-    // The slots' events belong to the trainer's device; a new thread starts on device 0.
-    cudaSetDevice(device_);
+    // The slots' fences belong to the trainer's device; a new thread starts on device 0.
+    staging_->BindThread();
     for (;;) {
       PendingSlot pending;
       {
@@ -392,12 +346,9 @@ class LossReporter::Impl {
       }
       // slots_ is not resized while the device thread runs; the slot is ours until freed.
       DeviceSlot& slot = slots_[pending.id];
-      const absl::Status landed =
-          CudaStatus(cudaEventSynchronize(slot.landed), "ReportFromDevice: the copies");
-      const absl::Span<const uint64_t> indices(static_cast<const uint64_t*>(slot.indices.data()),
-                                               slot.pairs);
-      const absl::Span<const float> losses(static_cast<const float*>(slot.losses.data()),
-                                           slot.pairs);
+      const absl::Status landed = staging_->Await(pending.id);
+      const absl::Span<const uint64_t> indices(staging_->indices(pending.id), slot.pairs);
+      const absl::Span<const float> losses(staging_->losses(pending.id), slot.pairs);
       absl::Status valid = landed;
       if (valid.ok() && pending.report) valid = ValidateLossPairs(indices, losses, num_samples_);
       absl::MutexLock lock(&mu_);
@@ -474,11 +425,12 @@ class LossReporter::Impl {
   uint64_t unacknowledged_pairs_ ABSL_GUARDED_BY(mu_) = 0;
   LossCounts counts_ ABSL_GUARDED_BY(mu_);
 
-  // ReportFromDevice's staging, allocated at its first call. slots_ is written once, under mu_,
-  // before the device thread starts; the device thread reads a slot outside mu_ only between
-  // taking it from device_pending_ and freeing it.
+  // ReportFromDevice's staging, made at its first call (through the device port: none in the
+  // CPU-only library) and freed with the reporter, after Close joined the device thread.
+  // staging_ and slots_ are written once, under mu_, before the device thread starts; the device
+  // thread reads a slot outside mu_ only between taking it from device_pending_ and freeing it.
+  std::unique_ptr<device_port::LossStaging> staging_;
   std::vector<DeviceSlot> slots_;
-  int device_ = 0;  // Written with slots_.
   std::vector<size_t> free_slots_ ABSL_GUARDED_BY(mu_);
   std::deque<PendingSlot> device_pending_ ABSL_GUARDED_BY(mu_);
   bool device_thread_stop_ ABSL_GUARDED_BY(mu_) = false;
@@ -548,7 +500,7 @@ absl::Status LossReporter::ReportAt(uint64_t epoch, absl::Span<const uint64_t> p
 
 absl::Status LossReporter::ReportFromDevice(uint64_t epoch, uint64_t first_position,
                                             const int64_t* d_indices, const float* d_losses,
-                                            size_t n, cudaStream_t stream) {
+                                            size_t n, DeviceStream stream) {
   return impl_->AddFromDevice(epoch, first_position, d_indices, d_losses, n, stream);
 }
 

@@ -57,8 +57,6 @@
 #ifndef SAMPLERD_CLIENT_CPP_LOSS_REPORTER_H_
 #define SAMPLERD_CLIENT_CPP_LOSS_REPORTER_H_
 
-#include <cuda_runtime_api.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -68,6 +66,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "client/cpp/device_port.h"  // DeviceStream: cudaStream_t, without the CUDA headers.
 #include "client/cpp/sampler_client.h"
 
 namespace samplerd {
@@ -142,10 +141,11 @@ class LossReporter {
   // must use streams of one device: the device current at the first call. A call of more than
   // device_slot_pairs pairs uses several slots one after another; if an enqueue fails midway,
   // the slots enqueued before it stay reported.
-  // FAILED_PRECONDITION (with the CUDA runtime's message) when no GPU is usable; the CUDA
-  // runtime's error for a bad pointer or stream.
+  // FAILED_PRECONDITION (with the CUDA runtime's message) when no GPU is usable, and in the
+  // CPU-only library (//client/cpp:trainer_cpu: client/cpp/device_port.h); the CUDA runtime's
+  // error for a bad pointer or stream.
   absl::Status ReportFromDevice(uint64_t epoch, uint64_t first_position, const int64_t* d_indices,
-                                const float* d_losses, size_t n, cudaStream_t stream);
+                                const float* d_losses, size_t n, DeviceStream stream);
 
   // Waits until every pair reported so far is acknowledged by the server (durable where the
   // server persists), or returns the reporter's error.

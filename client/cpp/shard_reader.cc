@@ -283,11 +283,11 @@ absl::StatusOr<ShardBatch> ShardReader::Next(size_t n) {
 }
 
 absl::StatusOr<ShardBatch> ShardReader::NextToDevice(size_t n, int64_t* device_indices,
-                                                     cudaStream_t stream) {
+                                                     DeviceStream stream) {
   if (absl::Status s = CheckCanRead(n); !s.ok()) return s;
   if (uploader_ == nullptr) {
-    absl::StatusOr<std::unique_ptr<DeviceUploader>> uploader =
-        DeviceUploader::Create(options_.device_staging_slots);
+    absl::StatusOr<std::unique_ptr<device_port::Uploader>> uploader =
+        device_port::NewUploader(options_.device_staging_slots);
     if (!uploader.ok()) return uploader.status();
     uploader_ = *std::move(uploader);
   }

@@ -24,8 +24,6 @@
 #ifndef SAMPLERD_CLIENT_CPP_SHARD_READER_H_
 #define SAMPLERD_CLIENT_CPP_SHARD_READER_H_
 
-#include <cuda_runtime_api.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -35,7 +33,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "client/cpp/device_uploader.h"
+#include "client/cpp/device_port.h"  // DeviceStream: cudaStream_t, without the CUDA headers.
 #include "client/cpp/reader_position.h"
 #include "client/cpp/sampler_client.h"
 
@@ -52,7 +50,7 @@ struct ShardReaderOptions {
   // v1::MAX_SHARD_CHUNK_SIZE. Capped at queue_capacity / 2 so that a chunk always fits once half
   // the queue is free.
   uint32_t max_chunk_size = 0;
-  // Pinned staging buffers of NextToDevice (DeviceUploader), >= 1.
+  // Pinned staging buffers of NextToDevice (device_port::Uploader), >= 1.
   int device_staging_slots = 3;
 };
 
@@ -107,9 +105,10 @@ class ShardReader {
   // cudaMemcpyAsync on `stream`, through pinned staging buffers (DeviceUploader): returns once
   // the copy is enqueued, never synchronising `stream`; use the indices on that stream (or after
   // an event recorded on it). The host span in the batch stays valid as for Next.
-  // FAILED_PRECONDITION (the CUDA runtime's reason) without a usable GPU, and the CUDA error of
-  // a failed copy; in both cases nothing is consumed (position() is unchanged).
-  absl::StatusOr<ShardBatch> NextToDevice(size_t n, int64_t* device_indices, cudaStream_t stream);
+  // FAILED_PRECONDITION (the CUDA runtime's reason) without a usable GPU or in the CPU-only
+  // library (//client/cpp:trainer_cpu: client/cpp/device_port.h), and the CUDA error of a failed
+  // copy; in all cases nothing is consumed (position() is unchanged).
+  absl::StatusOr<ShardBatch> NextToDevice(size_t n, int64_t* device_indices, DeviceStream stream);
 
   // Where reading stands: exactly after the last index Next returned (the start position right
   // after StartEpoch). FAILED_PRECONDITION with no epoch open.
@@ -138,7 +137,7 @@ class ShardReader {
   // Holds a batch that wraps around the end of the ring, contiguous.
   std::vector<uint64_t> wrapped_;
   // Created by the first NextToDevice.
-  std::unique_ptr<DeviceUploader> uploader_;
+  std::unique_ptr<device_port::Uploader> uploader_;
 };
 
 }  // namespace samplerd

@@ -1,5 +1,6 @@
 // A minimal trainer outside Bazel: creates a job on the samplerd at --address, reads epoch 0 with
-// a ShardReader and reports its losses with a LossReporter, then runs epoch 1 with an EpochLoop.
+// a ShardReader and reports its losses with a LossReporter (after asking for a batch in device
+// memory, which is refused), then runs epoch 1 with an EpochLoop.
 // Checks that each epoch's shard holds every sample once (one rank, M = N without replacement)
 // and prints one line per epoch; exits non-zero with the error otherwise.
 //
@@ -46,6 +47,12 @@ absl::Status ReadAndReport(const std::shared_ptr<samplerd::SamplerClient>& clien
       samplerd::LossReporter::Create(client.get(), kJob, 0, 1);
   if (!reporter.ok()) return reporter.status();
   if (absl::Status s = (*reader)->StartEpoch(0); !s.ok()) return s;
+  // The device path, with no device memory to copy to: refused, and nothing is consumed (the
+  // CPU-only library has no device part; the CUDA one says why without a GPU).
+  absl::StatusOr<samplerd::ShardBatch> device =
+      (*reader)->NextToDevice(128, /*device_indices=*/nullptr, /*stream=*/nullptr);
+  std::cout << "device path: " << device.status() << "\n";
+  if (device.ok()) return absl::InternalError("NextToDevice to a null pointer succeeded");
   std::vector<int> seen(kSamples, 0);
   for (;;) {
     absl::StatusOr<samplerd::ShardBatch> batch = (*reader)->Next(128);
