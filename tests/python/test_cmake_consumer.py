@@ -174,7 +174,7 @@ def test_cmake_consumer_builds_with_every_cuda_folder_hidden(installed, tmp_path
         pytest.skip("no CUDA folder on this machine: the other consumer test is this one")
     empty = tmp_path / "empty"
     empty.mkdir()
-    hide = "; ".join(f"mount --bind {empty} {f}" for f in folders)
+    hide = " && ".join(f"mount --bind {empty} {f}" for f in folders)
     probe = subprocess.run(["unshare", "-m", "sh", "-c", f"{hide} && true"],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if probe.returncode != 0:
