@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# tools/gpu/check.sh's own logic, without a GPU and without its bundle: flags are checked (exit
+# 2 naming the flag), a missing bundle is named, every stage is SKIP with the reason when there
+# is no GPU, --stages picks stages, and the budget stops starting stages (NOTRUN) while a stage
+# that started finishes. The rehearsal with the bundle (check.sh --rehearse) runs the real
+# binaries; tools/gpu/README.md says how.
+set -uo pipefail
+CHECK="$1"
+# shellcheck source=tools/testing/skip.sh
+source "$2"
+fail() { echo "FAIL: $*"; exit 1; }
+OUT_BASE="${TEST_TMPDIR:-$(mktemp -d)}"
+
+run() {  # NAME ARGS...: check.sh with OUT=$OUT_BASE/NAME; sets RC, SUMMARY (its summary.txt).
+  local name="$1"
+  shift
+  OUT="$OUT_BASE/$name" bash "$CHECK" "$@" >"$OUT_BASE/$name.log" 2>&1
+  RC=$?
+  SUMMARY="$OUT_BASE/$name/summary.txt"
+}
+
+# Bad flags: exit 2, naming the flag, before anything runs.
+run flags --stages=1,9
+[[ $RC -eq 2 ]] || fail "--stages=1,9: exit $RC, expected 2"
+grep -q -- '--stages=1,9: a comma-separated list of stage numbers 1 to 7' "$OUT_BASE/flags.log" ||
+  fail "--stages=1,9: $(cat "$OUT_BASE/flags.log")"
+run flags --budget=6m
+[[ $RC -eq 2 ]] || fail "--budget=6m: exit $RC, expected 2"
+grep -q -- '--budget=6m: seconds' "$OUT_BASE/flags.log" || fail "--budget=6m: $(cat "$OUT_BASE/flags.log")"
+run flags --bogus
+[[ $RC -eq 2 ]] || fail "--bogus: exit $RC, expected 2"
+grep -q "unknown argument '--bogus'" "$OUT_BASE/flags.log" || fail "--bogus: $(cat "$OUT_BASE/flags.log")"
+
+# The rehearsal needs the bundle: a missing one is named (exit 2).
+run nobundle --rehearse --bundle="$OUT_BASE/no_such_bundle"
+[[ $RC -eq 2 ]] || fail "missing bundle: exit $RC, expected 2"
+grep -q "no_such_bundle/MANIFEST.txt missing: make the bundle" "$SUMMARY" ||
+  fail "missing bundle not named: $(cat "$SUMMARY")"
+
+# The budget: each stage takes 4 s (the test hook), 15 s of budget, stages start only with 10 s
+# left: stage 1 (and, on a fast machine, 2) run, the others are NOTRUN; no stage is cut.
+SECONDS=0
+CHECK_TESTONLY_STAGE_S=4 run budget --budget=15
+took=$SECONDS
+[[ $RC -eq 3 ]] || fail "budget: exit $RC, expected 3 (incomplete): $(cat "$OUT_BASE/budget.log")"
+grep -Eq '^1\.1 +wait 4 s \(test\) +SKIP +[45] ' "$SUMMARY" || fail "budget: stage 1 did not run: $(cat "$SUMMARY")"
+for stage in 3 4 5 6 7; do
+  grep -Eq "^$stage +.* NOTRUN +0  budget spent \(15 s" "$SUMMARY" ||
+    fail "budget: stage $stage not NOTRUN: $(cat "$SUMMARY")"
+done
+(( took <= 15 + 5 )) || fail "budget: took $took s, budget 15 s"
+[[ -s "$OUT_BASE/budget/logs.tgz" ]] || fail "budget: no logs.tgz"
+grep -q '^exit status 3' "$SUMMARY" || fail "budget: no closing line: $(tail -3 "$SUMMARY")"
+
+# Without a GPU: every stage SKIP with the reason, at once, exit 3; --stages picks the stages.
+if command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+  bazel_skip "a GPU is present: check.sh's no-GPU path cannot be seen here (the rest passed)"
+fi
+run nogpu
+[[ $RC -eq 3 ]] || fail "no GPU: exit $RC, expected 3: $(cat "$OUT_BASE/nogpu.log")"
+for stage in 1 2 3 4 5 6 7; do
+  grep -Eq "^$stage +.* SKIP +0  no GPU: nvidia-smi (not found|lists no GPU)" "$SUMMARY" ||
+    fail "no GPU: stage $stage: $(cat "$SUMMARY")"
+done
+run picked --stages=2,5
+[[ $RC -eq 3 ]] || fail "--stages=2,5: exit $RC"
+rows="$(grep -Ec '^[0-9] +.* SKIP +0  no GPU' "$SUMMARY")"
+if [[ $rows -ne 2 ]] || ! grep -Eq '^2 +' "$SUMMARY" || ! grep -Eq '^5 +' "$SUMMARY"; then
+  fail "--stages=2,5: $(cat "$SUMMARY")"
+fi
+echo "PASS"
