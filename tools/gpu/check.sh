@@ -170,6 +170,11 @@ step_result() {
   esac
 }
 
+# "; exit N: its last line" when the last step failed, for a row's detail.
+failure_tail() {
+  [[ $STEP_RC -eq 0 ]] || echo "; exit $STEP_RC: $(tail -1 "$1" | cut -c1-160)"
+}
+
 # The first line of LOG matching the pattern (grep -E), cut to 220 characters.
 first_line() { grep -E -m1 -- "$2" "$1" 2>/dev/null | cut -c1-220; }
 last_line() { grep -E -- "$2" "$1" 2>/dev/null | tail -1 | cut -c1-220; }
@@ -185,9 +190,9 @@ gtest_verdict() {
   skipped="$(grep -Eo '^\[  SKIPPED \] [0-9]+ tests?,' "$log" | grep -Eo '[0-9]+' | tail -1)"
   failed="$(grep -Eo '^\[  FAILED  \] [0-9]+ tests?,' "$log" | grep -Eo '[0-9]+' | tail -1)"
   DETAIL="${passed:-0} passed, ${skipped:-0} skipped, ${failed:-0} failed"
-  if [[ "$VERDICT" == PASS && -z "$passed" && -z "$skipped" ]]; then
-    VERDICT=FAIL
-    DETAIL="no gtest summary in the log"
+  if [[ -z "$passed" && -z "$skipped" ]]; then
+    [[ "$VERDICT" == PASS ]] && VERDICT=FAIL
+    DETAIL="exit $STEP_RC, no gtest summary; last line: $(tail -1 "$log" | cut -c1-160)"
   elif [[ "$VERDICT" == PASS && "${skipped:-0}" -gt 0 ]]; then
     # gtest prints a skip's reason on the line after "...: Skipped".
     reason="$(awk 'skip { print; skip = 0 } /: Skipped$/ { skip = 1 }' "$log")"
@@ -332,14 +337,16 @@ sanitizer() {
   fi
   step "$id" "$tool, identity --quick" 150 "$log" \
     compute-sanitizer --tool "$tool" --error-exitcode 99 "$IDENTITY" --quick || return
-  detail="$(last_line "$log" 'ERROR SUMMARY'); $(last_line "$log" '^identity: |^\[  (PASSED|SKIPPED|FAILED)  \]')"
+  # The test's own verdict (a skip on a machine with a GPU is a failure), then the sanitizer's.
+  gtest_verdict "$log"
+  detail="$(last_line "$log" 'ERROR SUMMARY'); $DETAIL"
   local first
   first="$(first_line "$log" '^========= (Invalid|Race|Error|Program hit)|^FAIL ')"
-  [[ -n "$first" ]] && detail+=" | first: $first"
+  [[ -n "$first" && "$detail" != *"first: "* ]] && detail+=" | first: $first"
   if [[ -n "$NO_GPU" ]]; then
     row "$id" "$tool, identity --quick" SKIP "$STEP_S" "no GPU: $NO_GPU; compute-sanitizer ran (exit $STEP_RC): $detail"
   else
-    row "$id" "$tool, identity --quick" "$(step_result)" "$STEP_S" "$detail"
+    row "$id" "$tool, identity --quick" "$VERDICT" "$STEP_S" "$detail"
   fi
 }
 
@@ -379,14 +386,16 @@ stage_4() {
       row 4.1 "gpu_benchmark" SKIP "$STEP_S" "$(last_line "$LOGS/bench.log" 'no usable GPU')"
     else
       row 4.1 "gpu_benchmark N=$BENCH_SIZES" "$(step_result)" "$STEP_S" \
-        "$(grep -c '^RESULT' "$LOGS/bench.log") results; $(last_line "$LOGS/bench.log" '^SKIP|: cuda|rror')"
+        "$(grep -c '^RESULT' "$LOGS/bench.log") results$(failure_tail "$LOGS/bench.log")"
     fi
   fi
   [[ -n "$NO_GPU" ]] && args=(--device=cpu)
   if step 4.2 "torch anchors N=$BENCH_SIZES${args[*]:+ (cpu)}" 150 "$LOGS/torch.log" \
       env PYTHONUNBUFFERED=1 "$PY" bench/torch_anchors.py --sizes="$BENCH_SIZES" "${args[@]}"; then
+    local device
+    device="$(first_line "$LOGS/torch.log" '^DEVICE')"
     row 4.2 "torch anchors N=$BENCH_SIZES${args[*]:+ (cpu)}" "$(step_result)" "$STEP_S" \
-      "$(grep -c '^RESULT' "$LOGS/torch.log") results, $(grep -c '^SKIP' "$LOGS/torch.log") skipped; $(first_line "$LOGS/torch.log" '^DEVICE|Error')"
+      "$(grep -c '^RESULT' "$LOGS/torch.log") results, $(grep -c '^SKIP' "$LOGS/torch.log") skipped${device:+; $device}$(failure_tail "$LOGS/torch.log")"
   fi
 }
 
@@ -422,7 +431,9 @@ stage_6() {
     local line
     line="$(last_line "$LOGS/loss_reporter_bench.log" '"device_cost"')"
     if [[ $STEP_RC -eq 0 && "$line" == *skipped* ]]; then
-      row 6.8 "ReportFromDevice host cost" SKIP "$STEP_S" "$line"
+      # Skipped for want of a GPU: expected in a rehearsal, a failure on the GPU machine.
+      row 6.8 "ReportFromDevice host cost" "$([[ -n "$NO_GPU" ]] && echo SKIP || echo FAIL)" \
+        "$STEP_S" "$line"
     else
       row 6.8 "ReportFromDevice host cost" "$(step_result)" "$STEP_S" "${line:-no device_cost line}"
     fi
