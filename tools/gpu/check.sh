@@ -523,7 +523,10 @@ done
 # ---- Closing table (last: the device tool returns the end of the output) -------------------------
 {
   echo
-  echo "== stages ($((SECONDS - START)) s of $BUDGET_S; rows above, logs in logs.tgz)"
+  echo "== steps not PASS (every row is in summary.txt, every log in logs.tgz)"
+  awk '$1 ~ /^[0-9]/ && substr($0, 44, 5) != "PASS "' "$SUMMARY" | cut -c1-300  # row()'s columns.
+  echo
+  echo "== stages ($((SECONDS - START)) s of $BUDGET_S)"
   printf '%s\n' "${STAGE_ROWS[@]}"
   if [[ -s "$LOGS/bench.log" || -s "$LOGS/torch.log" || -s "$LOGS/boundary.log" ||
         -s "$LOGS/loss_reporter_bench.log" ]]; then
