@@ -115,6 +115,11 @@ if [[ -z "${CHECK_PYTHON:-}" ]] && ! python3 -c 'import torch' >/dev/null 2>&1 &
   PY="$ROOT/.venv/bin/python"
 fi
 
+# "${HOST[@]}" CMD...: CMD with the machine's own LD_LIBRARY_PATH (unset if it had none).
+HOST_LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}"
+HOST=(env -u LD_LIBRARY_PATH)
+[[ -n "$HOST_LD_LIBRARY_PATH" ]] && HOST=(env LD_LIBRARY_PATH="$HOST_LD_LIBRARY_PATH")
+
 # ---- Rows ---------------------------------------------------------------------------------------
 STATUS=0      # 1: a failure; 3: something did not run.
 STAGE_ROWS=() # One per stage, for the closing table.
@@ -312,7 +317,7 @@ stage_1() {
       nvidia-smi
       nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv
       command -v compute-sanitizer && compute-sanitizer --version
-      "$PY" -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'
+      "${HOST[@]}" "$PY" -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'
       cat "$BUNDLE/MANIFEST.txt"
     } >"$LOGS/gpu.log" 2>&1
     detail="$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1); $detail"
@@ -391,7 +396,7 @@ stage_4() {
   fi
   [[ -n "$NO_GPU" ]] && args=(--device=cpu)
   if step 4.2 "torch anchors N=$BENCH_SIZES${args[*]:+ (cpu)}" 150 "$LOGS/torch.log" \
-      env PYTHONUNBUFFERED=1 "$PY" bench/torch_anchors.py --sizes="$BENCH_SIZES" "${args[@]}"; then
+      "${HOST[@]}" PYTHONUNBUFFERED=1 "$PY" bench/torch_anchors.py --sizes="$BENCH_SIZES" "${args[@]}"; then
     local device
     device="$(first_line "$LOGS/torch.log" '^DEVICE')"
     row 4.2 "torch anchors N=$BENCH_SIZES${args[*]:+ (cpu)}" "$(step_result)" "$STEP_S" \
@@ -448,7 +453,7 @@ stage_6() {
       row 6.9 "DDP trainer (no GPU)" FAIL "$STEP_S" "exit $STEP_RC, expected 2 with 'no usable GPU': $(tail -1 "$LOGS/trainer.log")"
     fi
   elif step 6.9 "DDP trainer, world size 1" 200 "$LOGS/trainer_run.log" \
-      env OUT="$LOGS/trainer" bash examples/cpp/run_on_gpu.sh "$BUNDLE"; then
+      "${HOST[@]}" OUT="$LOGS/trainer" bash examples/cpp/run_on_gpu.sh "$BUNDLE"; then
     row 6.9 "DDP trainer, world size 1" "$(step_result)" "$STEP_S" \
       "$(grep -E '^(FAILED|balanced accuracy:|reporter cost|memcheck)' "$LOGS/trainer/summary.txt" 2>/dev/null | tr '\n' ' ' | cut -c1-240)"
   fi
@@ -494,7 +499,10 @@ if [[ -z "$NO_GPU" || $REHEARSE == 1 ]] && [[ -z "${CHECK_TESTONLY_STAGE_S:-}" ]
       exit 2
     fi
   done
-  export LD_LIBRARY_PATH="$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # The bundle's programs find their libraries in lib/; what is not the bundle's (python3 and
+  # torch, the trainer's script, which sets its own) runs with the machine's own ("${HOST[@]}"):
+  # lib/ holds a libcudart, OpenSSL, zlib... that must not replace torch's or Python's.
+  export LD_LIBRARY_PATH="$BUNDLE/lib${HOST_LD_LIBRARY_PATH:+:$HOST_LD_LIBRARY_PATH}"
 fi
 IDENTITY="$BUNDLE/runfiles/kernels/cuda/identity_test"
 
@@ -531,7 +539,7 @@ done
   if [[ -s "$LOGS/bench.log" || -s "$LOGS/torch.log" || -s "$LOGS/boundary.log" ||
         -s "$LOGS/loss_reporter_bench.log" ]]; then
     echo
-    "$PY" tools/gpu/bench_table.py --bench="$LOGS/bench.log" --torch="$LOGS/torch.log" \
+    "${HOST[@]}" "$PY" tools/gpu/bench_table.py --bench="$LOGS/bench.log" --torch="$LOGS/torch.log" \
       --boundary="$LOGS/boundary.log" --device_cost="$LOGS/loss_reporter_bench.log" 2>&1
   fi
   echo "exit status $STATUS (0: all passed, 1: a failure, 3: incomplete)"
