@@ -108,10 +108,11 @@ gpu_missing() {  # Empty if a GPU is usable; else why not.
 }
 NO_GPU="$(gpu_missing)"
 [[ -x /usr/local/cuda/bin/compute-sanitizer ]] && PATH="$PATH:/usr/local/cuda/bin"
-# python3 with torch: the GPU machine's; here the project's venv when it has torch.
+# python3 with torch: the GPU machine's; on a machine without a GPU (a rehearsal) the project's
+# venv when python3 has no torch (the check imports torch: seconds, so not on the GPU machine).
 PY="${CHECK_PYTHON:-python3}"
-if [[ -z "${CHECK_PYTHON:-}" ]] && ! python3 -c 'import torch' >/dev/null 2>&1 &&
-  [[ -x "$ROOT/.venv/bin/python" ]]; then
+if [[ -z "${CHECK_PYTHON:-}" && -n "$NO_GPU" && -x "$ROOT/.venv/bin/python" ]] &&
+  ! python3 -c 'import torch' >/dev/null 2>&1; then
   PY="$ROOT/.venv/bin/python"
 fi
 
@@ -317,7 +318,6 @@ stage_1() {
       nvidia-smi
       nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv
       command -v compute-sanitizer && compute-sanitizer --version
-      "${HOST[@]}" "$PY" -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'
       cat "$BUNDLE/MANIFEST.txt"
     } >"$LOGS/gpu.log" 2>&1
     detail="$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1); $detail"
