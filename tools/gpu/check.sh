@@ -20,8 +20,8 @@
 #   6  the trainer library's device tests (TESTS.txt), ReportFromDevice's host cost
 #      (loss_reporter_bench), the DDP trainer at world size 1 (examples/cpp/run_on_gpu.sh) ~120
 #   7  with what time is left: racecheck of identity_test --quick (~60-120), then
-#      identity_test for IDENTITY_SMALL_N < N <= IDENTITY_LARGE_N (~150; smallest N first, a
-#      cut run says how far it got)
+#      identity_test for IDENTITY_SMALL_N < N <= IDENTITY_LARGE_N (~300, the host references
+#      on one core; smallest N first, a cut run says how far it got)
 #
 # A stage starts only while at least MIN_START_S (10 s) of the budget is left; each of its steps
 # runs under its own limit, cut to what is left of the budget. A failure never stops the run:
