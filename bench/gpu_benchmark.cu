@@ -1,7 +1,8 @@
 // GPU benchmark of the plan and weight kernels (kernels/cuda/device_plan.h, device_weights.h) on
 // one device: medians over CUDA events, items per second, and the achieved bandwidth next to a
-// device-to-device copy measured in the same run. Built and run by tools/gpu/run_on_gpu.sh; torch's
-// anchors come from bench/torch_anchors.py in the same run.
+// device-to-device copy measured in the same run. Run by tools/gpu/check.sh (stage 4) from the
+// bundle of tools/gpu/make_bundle.sh; torch's anchors come from bench/torch_anchors.py in the same
+// run. Without a usable GPU it says why and exits with status 2 (as the trainer does).
 //
 // Prints one line per measurement, "RESULT <operation> <N> <M> <median ms> <items/s> <GB/s>
 // <fraction of the copy bandwidth>", where GB/s counts the bytes the operation cannot avoid
@@ -20,6 +21,7 @@
 
 #include "kernels/cuda/device_plan.h"
 #include "kernels/cuda/device_weights.h"
+#include "kernels/cuda/gpu_presence.h"
 #include "kernels/det_math.h"
 #include "kernels/loss_stats.h"
 #include "kernels/philox.h"
@@ -263,6 +265,11 @@ int Main(int argc, char** argv) {
       }
     }
     if (std::strncmp(argv[i], "--reps=", 7) == 0) reps = std::atoi(argv[i] + 7);
+  }
+  const GpuPresence presence = CheckGpu();
+  if (!presence.usable()) {
+    std::printf("gpu_benchmark: no usable GPU: %s\n", presence.message.c_str());
+    return 2;
   }
   cudaDeviceProp prop;
   BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));

@@ -2,11 +2,14 @@
 # The trainer started where no GPU is usable (CI, the build machines) must stop before doing
 # anything, with exit status 2 and a message naming what is missing (cuda_support's
 # GpuAvailable(): the CUDA runtime's call, error name and message). Where a GPU is present the
-# check cannot be made: the test says so and passes (run_on_gpu.sh covers that machine).
+# check cannot be made: the test reports itself skipped (tools/testing/skip.sh; tools/gpu/check.sh
+# runs the trainer on that machine).
 # Also: bad flags and a bad launcher environment are refused (exit 1) naming the value, on any
 # machine, before the GPU is looked at.
 set -uo pipefail
 BIN="$1"
+# shellcheck source=tools/testing/skip.sh
+source "$2"
 fail() { echo "FAIL: $*"; exit 1; }
 
 # Host-side validation first: these never reach the GPU check.
@@ -28,7 +31,6 @@ if [[ $rc -eq 2 ]]; then
   exit 0
 fi
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
-  echo "SKIPPED: a GPU is present here (exit $rc without a server is expected)"
-  exit 0
+  bazel_skip "a GPU is present here (exit $rc without a server is expected)"
 fi
 fail "exit $rc without a GPU, expected 2: $out"

@@ -2,13 +2,10 @@
 # Runs the C++ DDP trainer on the GPU machine at world size 1 (one H100; NCCL refuses two ranks
 # on one GPU) against a samplerd started here, and prints the comparison (balanced x loss vs
 # uniform) and the reporter's cost per step. No Bazel there: the binaries come prebuilt in the
-# folder tools/gpu/make_bundle.sh makes on a build machine (default out/gpu_bundle). Also run
-# by tools/gpu/run_on_gpu.sh e2e, as its last stage.
+# bundle tools/gpu/make_bundle.sh makes on a build machine. Run by tools/gpu/check.sh (stage 6,
+# which unpacks the bundle and passes its folder; `check.sh --stages=6` runs it alone).
 #
 #   bash examples/cpp/run_on_gpu.sh [BUNDLE] [ddp_trainer flags, e.g. --epochs=20]
-#
-# Through the device tool (carry the bundle, which git ignores):
-#   run(command="bash examples/cpp/run_on_gpu.sh", carry=["out/gpu_bundle"])
 #
 # Shared libraries: bin/ddp_trainer and bin/samplerd link the CUDA runtime statically and need
 # (ldd, see the bundle's MANIFEST.txt) the gRPC/protobuf/Abseil/OpenSSL/c-ares/re2/zlib/glog/

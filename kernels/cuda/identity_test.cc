@@ -6,10 +6,17 @@
 // applied losses and importance weights. reference_test checks the references against the CPU
 // backend in CI.
 //
-// A plain main (no gtest, no Abseil) so that tools/gpu/run_on_gpu.sh builds it with nvcc alone.
-// Without a usable GPU it prints why and exits 0 (a skip), so that `bazel test` passes in CI.
-// Flags: --max_n=N (largest N, default 10000000), --quick (N <= 5000: for compute-sanitizer).
+// GoogleTest without Abseil. Without a usable GPU every test is skipped (GTEST_SKIP, with the
+// reason), so that CI and tools/run_tests.sh count it as skipped, never as passed. On the GPU
+// machine it runs from the bundle of tools/gpu/make_bundle.sh (tools/gpu/check.sh, stages 1, 2
+// and 7). A difference prints one line, "FAIL [kernel] case: index K: device X, reference Y"
+// (the first difference of each case; the first kMaxPrintedFailures cases per test), and the
+// last line is "identity: P passed, F failed (S s)".
+// Flags (besides gtest's): --max_n=N (largest N, default 10000000), --min_n=N (smallest N of the
+// size loops, default 1: a later run goes on from there), --quick (N <= 5000: for
+// compute-sanitizer).
 #include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
@@ -36,12 +43,23 @@ namespace {
 using testutil::PatternWeights;
 using testutil::VariedStats;
 
-int passed = 0, failed = 0;
+// Flags, set by main.
+uint64_t max_n = 10000000;
+uint64_t min_n = 1;
+bool quick = false;
 
+// Checks passed and failed, over all tests (the last line); failures of the current test.
+int passed = 0, failed = 0, failed_in_test = 0;
+constexpr int kMaxPrintedFailures = 20;
+
+// what: "[kernel] case: detail". Printed (and a gtest failure) for the first
+// kMaxPrintedFailures of a test; counted always.
 void Fail(const std::string& what) {
   ++failed;
+  if (++failed_in_test > kMaxPrintedFailures) return;
   std::printf("FAIL %s\n", what.c_str());
   std::fflush(stdout);
+  ADD_FAILURE() << what;
 }
 
 // Aborts the current case on a CUDA error (the message names the call and the error).
@@ -99,16 +117,27 @@ class DeviceArray {
   uint64_t size_ = 0;
 };
 
-void Compare(const std::string& name, const std::vector<uint64_t>& gpu,
+// "0.5 (0x3f000000)": a float's value and its bits (two floats may print alike).
+std::string FloatText(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  char buffer[48];
+  std::snprintf(buffer, sizeof buffer, "%.9g (0x%08x)", x, bits);
+  return buffer;
+}
+
+// kernel: the device function whose output this is (the first in a pipeline that differs).
+void Compare(const char* kernel, const std::string& name, const std::vector<uint64_t>& gpu,
              const std::vector<uint64_t>& ref) {
+  const std::string what = std::string("[") + kernel + "] " + name;
   if (gpu.size() != ref.size()) {
-    Fail(name + ": " + std::to_string(gpu.size()) + " entries, reference " +
+    Fail(what + ": " + std::to_string(gpu.size()) + " entries, reference " +
          std::to_string(ref.size()));
     return;
   }
   for (size_t k = 0; k < gpu.size(); ++k) {
     if (gpu[k] != ref[k]) {
-      Fail(name + ": entry " + std::to_string(k) + " is " + std::to_string(gpu[k]) +
+      Fail(what + ": index " + std::to_string(k) + ": device " + std::to_string(gpu[k]) +
            ", reference " + std::to_string(ref[k]));
       return;
     }
@@ -127,7 +156,7 @@ void CheckWithoutReplacement(const Case& c, const std::vector<float>& w, const f
                              const float* d_importance_w, uint64_t m) {
   const std::string name = "without replacement n=" + std::to_string(c.n) +
                            " m=" + std::to_string(m) + " weights=" + c.kind +
-                           " index=" + std::to_string(8 * sizeof(Index));
+                           " index_bits=" + std::to_string(8 * sizeof(Index));
   DeviceArray<Index> selected, plan;
   CASE_CUDA(plan.Allocate(m));
   std::vector<uint64_t> ref_selected;
@@ -139,7 +168,7 @@ void CheckWithoutReplacement(const Case& c, const std::vector<float>& w, const f
     CASE_CUDA(selected.Download(&gpu));
     ref_selected = reference::SelectEfraimidisSpirakis(c.seed, c.epoch, c.n, m,
                                                        w.empty() ? nullptr : w.data());
-    Compare(name + " selection", gpu, ref_selected);
+    Compare("SelectEfraimidisSpirakis", name, gpu, ref_selected);
   } else {
     ref_selected.resize(m);
     for (uint64_t i = 0; i < m; ++i) ref_selected[i] = i;
@@ -150,7 +179,7 @@ void CheckWithoutReplacement(const Case& c, const std::vector<float>& w, const f
   CASE_CUDA(plan.Download(&gpu_plan));
   const std::vector<uint64_t> ref_plan =
       reference::Shuffle(c.seed, c.epoch, ref_selected, plan_math::ShuffleBucketBits(m));
-  Compare(name + " plan", gpu_plan, ref_plan);
+  Compare("Shuffle", name, gpu_plan, ref_plan);
 
   // Shards of this plan, with importance weights when weighted.
   if (m == c.n && c.n <= 100000) {
@@ -179,21 +208,22 @@ void CheckWithoutReplacement(const Case& c, const std::vector<float>& w, const f
             CASE_CUDA(indices.Download(&gpu));
             const std::vector<uint64_t> ref =
                 reference::Shard(ref_plan, layout, rank, start, count);
-            Compare(shard_name, gpu, ref);
+            Compare("ExtractShard", shard_name, gpu, ref);
             if (d_importance_w != nullptr && count > 0) {
               std::vector<float> host(count);
               CASE_CUDA(cudaMemcpy(host.data(), importance.get(), count * sizeof(float),
                                    cudaMemcpyDeviceToHost));
-              bool same = true;
-              for (uint64_t k = 0; k < count && same; ++k) {
+              uint64_t k = 0;
+              for (; k < count; ++k) {
                 const float expected = 1.0f / w[ref[k]];  // The server's 1.0f / weights[index].
-                same = std::memcmp(&host[k], &expected, sizeof(float)) == 0;
+                if (std::memcmp(&host[k], &expected, sizeof(float)) != 0) {
+                  Fail("[ExtractShard] " + shard_name + " importance weights: index " +
+                       std::to_string(k) + ": device " + FloatText(host[k]) + ", reference " +
+                       FloatText(expected));
+                  break;
+                }
               }
-              if (same) {
-                ++passed;
-              } else {
-                Fail(shard_name + " importance weights");
-              }
+              if (k == count) ++passed;
             }
           }
         }
@@ -207,7 +237,7 @@ void CheckWithReplacement(const Case& c, const std::vector<float>& w, const floa
                           uint32_t max_bits, uint64_t m, uint64_t first) {
   const std::string name = "with replacement n=" + std::to_string(c.n) + " m=" + std::to_string(m) +
                            " first=" + std::to_string(first) + " weights=" + c.kind +
-                           " index=" + std::to_string(8 * sizeof(Index));
+                           " index_bits=" + std::to_string(8 * sizeof(Index));
   DeviceArray<Index> plan;
   CASE_CUDA(plan.Allocate(m));
   std::vector<uint64_t> prefix;
@@ -222,14 +252,15 @@ void CheckWithReplacement(const Case& c, const std::vector<float>& w, const floa
     CASE_CUDA(e);
     prefix = reference::QuantisedPrefix(w.data(), c.n);
     if (total != prefix.back()) {
-      Fail(name + ": total " + std::to_string(total) + ", reference " +
+      Fail("[BuildDrawTable] " + name + ": total " + std::to_string(total) + ", reference " +
            std::to_string(prefix.back()));
     }
   }
   CASE_CUDA(cudaDeviceSynchronize());
   std::vector<uint64_t> gpu;
   CASE_CUDA(plan.Download(&gpu));
-  Compare(name, gpu, reference::Draws(prefix, c.n, c.seed, c.epoch, first, m));
+  Compare(d_w == nullptr ? "UniformDraws" : "WeightedDraws", name, gpu,
+          reference::Draws(prefix, c.n, c.seed, c.epoch, first, m));
 }
 
 template <typename Index>
@@ -256,7 +287,7 @@ void CheckCase(const Case& c, bool thorough) {
       if (bits != 0x80000000u && bits > max_bits) max_bits = bits;
     }
     if (got.positive != positive || got.max_bits != max_bits || got.first_bad != ~uint64_t{0}) {
-      Fail(name + " ScanWeights: positive " + std::to_string(got.positive) + " (reference " +
+      Fail("[ScanWeights] " + name + ": positive " + std::to_string(got.positive) + " (reference " +
            std::to_string(positive) + "), max_bits " + std::to_string(got.max_bits) + " (" +
            std::to_string(max_bits) + "), first_bad " + std::to_string(got.first_bad));
     } else {
@@ -294,7 +325,7 @@ void CheckScanFindsTheFirstBadWeight() {
   WeightScan got;
   CASE_CUDA(cudaMemcpy(&got, scan.get(), sizeof got, cudaMemcpyDeviceToHost));
   if (got.first_bad != 70001 || got.positive != 99997) {
-    Fail(name + ": first_bad " + std::to_string(got.first_bad) + ", positive " +
+    Fail("[ScanWeights] " + name + ": first_bad " + std::to_string(got.first_bad) + ", positive " +
          std::to_string(got.positive));
   } else {
     ++passed;
@@ -314,7 +345,8 @@ void CheckShuffleFallback(uint64_t m, uint32_t capacity) {
   CASE_CUDA(cudaDeviceSynchronize());
   std::vector<uint64_t> gpu;
   CASE_CUDA(d_out.Download(&gpu));
-  Compare(name, gpu, reference::Shuffle(17, 2, inputs, plan_math::ShuffleBucketBits(m)));
+  Compare("ShuffleWithCapacity", name, gpu,
+          reference::Shuffle(17, 2, inputs, plan_math::ShuffleBucketBits(m)));
 }
 
 void CheckSequential(uint64_t n) {
@@ -326,7 +358,7 @@ void CheckSequential(uint64_t n) {
   std::vector<uint64_t> gpu, ref(n);
   CASE_CUDA(d.Download(&gpu));
   for (uint64_t i = 0; i < n; ++i) ref[i] = i;
-  Compare(name, gpu, ref);
+  Compare("SequentialPlan", name, gpu, ref);
 }
 
 // ---- Weights (device_weights.h) ---------------------------------------------------------------
@@ -412,8 +444,8 @@ void CheckRecompute(const std::string& name, const RecomputeParams& params,
                                   current.empty() ? nullptr : current.data(), stats.data());
   if (check.first_bad != want.check.first_bad || check.base_positive != want.check.base_positive ||
       check.current_positive != want.check.current_positive) {
-    Fail(name + ": check first_bad " + std::to_string(check.first_bad) + " (reference " +
-         std::to_string(want.check.first_bad) + "), base_positive " +
+    Fail("[RecomputeWeights] " + name + ": check first_bad " + std::to_string(check.first_bad) +
+         " (reference " + std::to_string(want.check.first_bad) + "), base_positive " +
          std::to_string(check.base_positive) + " (" + std::to_string(want.check.base_positive) +
          "), current_positive " + std::to_string(check.current_positive) + " (" +
          std::to_string(want.check.current_positive) + ")");
@@ -424,7 +456,7 @@ void CheckRecompute(const std::string& name, const RecomputeParams& params,
   if (want.weights.empty()) {
     const std::vector<uint8_t> poison(n * sizeof(float), 0xAB);
     if (!SameBytes(got.data(), poison.data(), poison.size())) {
-      Fail(name + ": the check failed but out was written");
+      Fail("[RecomputeWeights] " + name + ": the check failed but out was written");
       return;
     }
     ++passed;
@@ -432,8 +464,8 @@ void CheckRecompute(const std::string& name, const RecomputeParams& params,
   }
   for (uint64_t i = 0; i < n; ++i) {
     if (!SameBytes(&got[i], &want.weights[i], sizeof(float))) {
-      Fail(name + ": weight " + std::to_string(i) + " is " + std::to_string(got[i]) +
-           ", reference " + std::to_string(want.weights[i]));
+      Fail("[RecomputeWeights] " + name + ": index " + std::to_string(i) + ": device " +
+           FloatText(got[i]) + ", reference " + FloatText(want.weights[i]));
       return;
     }
   }
@@ -540,7 +572,7 @@ void CheckSummary(const std::string& kind, uint64_t n) {
                   got.max, got.mean, got.effective_sample_size,
                   static_cast<unsigned long long>(got.zero_count), want.min, want.max, want.mean,
                   want.effective_sample_size, static_cast<unsigned long long>(want.zero_count));
-    Fail(name + buffer);
+    Fail("[SummarizeWeights] " + name + buffer);
     return;
   }
   ++passed;
@@ -576,12 +608,16 @@ void CheckApplyLossesAndImportance(uint64_t n) {
   bool bits_agree = false;
   CASE_CUDA(d_stats.Download(&got, &bits_agree));
   if (!bits_agree) {
-    Fail(name + ": the device's seen/defined bits disagree with its statistics");
+    Fail("[ApplyLosses] " + name + ": the device's seen/defined bits disagree with its statistics");
     return;
   }
   for (uint64_t i = 0; i < n; ++i) {
     if (!SameBytes(&got[i], &stats[i], sizeof(SampleLossStats))) {
-      Fail(name + ": sample " + std::to_string(i) + " differs");
+      Fail("[ApplyLosses] " + name + ": index " + std::to_string(i) + ": device {ema " +
+           FloatText(got[i].ema_loss) + ", count " + std::to_string(got[i].count) + ", epoch " +
+           std::to_string(got[i].last_epoch) + "}, reference {ema " + FloatText(stats[i].ema_loss) +
+           ", count " + std::to_string(stats[i].count) + ", epoch " +
+           std::to_string(stats[i].last_epoch) + "}");
       return;
     }
   }
@@ -601,81 +637,140 @@ void CheckApplyLossesAndImportance(uint64_t n) {
   std::vector<float> out;
   CASE_CUDA(d_out.Copy(&out));
   const std::vector<float> want = reference::GatherImportance(w.data(), indices);
-  if (!SameBytes(out.data(), want.data(), want.size() * sizeof(float))) {
-    Fail(importance + ": differs");
-    return;
+  for (size_t k = 0; k < want.size(); ++k) {
+    if (!SameBytes(&out[k], &want[k], sizeof(float))) {
+      Fail("[GatherImportance] " + importance + ": index " + std::to_string(k) + ": device " +
+           FloatText(out[k]) + ", reference " + FloatText(want[k]));
+      return;
+    }
   }
   ++passed;
 }
 
-void CheckWeights(uint64_t max_n, bool quick) {
-  uint64_t seed = 100;
-  for (uint64_t n : {1ull, 2ull, 3ull, 4095ull, 4096ull, 4097ull, 65537ull, 1000003ull, 10000000ull,
-                     100000000ull}) {
-    if (n > max_n) break;
-    // Big N: a few rounds (the reference runs on one core: ~1 s per 1e7 samples and pass).
-    const int rounds = n <= 65537 ? (quick ? 6 : 24) : n <= 1000003 ? 12 : 2;
-    CheckRecomputes(n, rounds, seed++);
-    for (const char* kind : {"random", "ties", "zeros", "extreme"}) {
-      if (n >= 10000000 && std::string(kind) != "random") continue;
-      CheckSummary(kind, n);
-    }
-    std::printf("weights n=%llu done: %d passed, %d failed\n", static_cast<unsigned long long>(n),
-                passed, failed);
-    std::fflush(stdout);
+// The recompute and the summary at n.
+void CheckWeightsAt(uint64_t n, uint64_t seed) {
+  // Big N: a few rounds (the reference runs on one core: ~1 s per 1e7 samples and pass).
+  const int rounds = n <= 65537 ? (quick ? 6 : 24) : n <= 1000003 ? 12 : 2;
+  CheckRecomputes(n, rounds, seed);
+  for (const char* kind : {"random", "ties", "zeros", "extreme"}) {
+    if (n >= 10000000 && std::string(kind) != "random") continue;
+    CheckSummary(kind, n);
   }
-  CheckRecomputeRefusals();
-  CheckApplyLossesAndImportance(quick ? 3000 : 200003);
 }
 
-int Main(int argc, char** argv) {
-  uint64_t max_n = 10000000;
-  bool quick = false;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--max_n=", 8) == 0) max_n = std::strtoull(argv[i] + 8, nullptr, 10);
-    if (std::strcmp(argv[i], "--quick") == 0) quick = true;
-  }
-  if (quick) max_n = 5000;
-  const GpuPresence presence = CheckGpu();
-  if (!presence.usable()) {
-    std::printf("SKIPPED: no usable GPU: %s\n", presence.message.c_str());
-    return 0;
-  }
-  std::printf("GPU: %s\n", presence.message.c_str());
-  if (KeepPoolMemory(0) != cudaSuccess) std::printf("note: KeepPoolMemory failed\n");
-  const auto start = std::chrono::steady_clock::now();
+// The weight kinds of the plans at n: fewer at big N (the references run on one CPU core).
+std::vector<std::string> PlanKinds(uint64_t n) {
+  if (n >= 10000000) return {"uniform", "random"};
+  return {"uniform", "random", "ties", "zeros", "extreme"};
+}
 
-  const std::vector<std::string> kinds = {"uniform", "random", "ties", "zeros", "extreme"};
-  uint64_t seed = 1;
-  for (uint64_t n : {1ull, 2ull, 3ull, 31ull, 32ull, 33ull, 1000ull, 1024ull, 1025ull, 4097ull,
-                     65537ull, 1000003ull, 10000000ull, 100000000ull}) {
-    if (n > max_n) break;
-    for (const std::string& kind : kinds) {
-      // Big N: fewer combinations (the references run on one CPU core).
-      if (n >= 10000000 && kind != "uniform" && kind != "random") continue;
-      const Case c{n, kind, seed++, n % 5};
-      CheckCase<uint32_t>(c, /*thorough=*/n <= 1000003);
-      if (n <= 65537) CheckCase<uint64_t>(c, true);  // The wide path at small N.
+// The plans at n, each kind of PlanKinds(n) with the next seed.
+void CheckPlansAt(uint64_t n, uint64_t* seed) {
+  for (const std::string& kind : PlanKinds(n)) {
+    const Case c{n, kind, (*seed)++, n % 5};
+    CheckCase<uint32_t>(c, /*thorough=*/n <= 1000003);
+    if (n <= 65537) CheckCase<uint64_t>(c, true);  // The wide path at small N.
+  }
+}
+
+const GpuPresence& Presence() {
+  static const GpuPresence* presence = [] {
+    auto* p = new GpuPresence(CheckGpu());
+    if (p->usable()) {
+      std::printf("GPU: %s\n", p->message.c_str());
+      if (KeepPoolMemory(0) != cudaSuccess) std::printf("note: KeepPoolMemory failed\n");
     }
+    return p;
+  }();
+  return *presence;
+}
+
+class IdentityTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!Presence().usable()) GTEST_SKIP() << "no usable GPU: " << Presence().message;
+    failed_in_test = 0;
+  }
+  void TearDown() override {
+    if (failed_in_test > kMaxPrintedFailures) {
+      std::printf("... and %d more failures in this test\n", failed_in_test - kMaxPrintedFailures);
+    }
+  }
+};
+
+// Plans, shards, recomputes and summaries for every N in [--min_n, --max_n], smallest first, a
+// progress line after each (a run cut short by a time limit still says how far it got). The
+// inputs of a case do not depend on --min_n (seeds are counted from N = 1).
+TEST_F(IdentityTest, EverySize) {
+  const std::vector<uint64_t> plan_sizes = {1,    2,    3,    31,    32,      33,       1000,
+                                            1024, 1025, 4097, 65537, 1000003, 10000000, 100000000};
+  const std::vector<uint64_t> weight_sizes = {1,    2,     3,       4095,     4096,
+                                              4097, 65537, 1000003, 10000000, 100000000};
+  std::vector<uint64_t> sizes = plan_sizes;
+  sizes.insert(sizes.end(), weight_sizes.begin(), weight_sizes.end());
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  uint64_t plan_seed = 1, weight_seed = 100;
+  for (uint64_t n : sizes) {
+    if (n > max_n) break;
+    const bool plans = std::count(plan_sizes.begin(), plan_sizes.end(), n) > 0;
+    const bool weights = std::count(weight_sizes.begin(), weight_sizes.end(), n) > 0;
+    if (n < min_n) {  // Not run here; its seeds are still taken.
+      if (plans) plan_seed += PlanKinds(n).size();
+      if (weights) ++weight_seed;
+      continue;
+    }
+    if (plans) CheckPlansAt(n, &plan_seed);
+    if (weights) CheckWeightsAt(n, weight_seed++);
     std::printf("n=%llu done: %d passed, %d failed\n", static_cast<unsigned long long>(n), passed,
                 failed);
     std::fflush(stdout);
   }
-  CheckWeights(max_n, quick);
+}
+
+// Cases of fixed sizes: bad inputs of the recompute, applied losses and importance weights,
+// ScanWeights' first bad weight, the sequential plan, the shuffle's global-memory fallback.
+TEST_F(IdentityTest, FixedCases) {
+  CheckRecomputeRefusals();
+  CheckApplyLossesAndImportance(quick ? 3000 : 200003);
   CheckScanFindsTheFirstBadWeight();
   CheckSequential(quick ? 1000 : 3000017);
   for (uint64_t m : {2000ull, 100000ull}) {
     CheckShuffleFallback<uint32_t>(m, 64);    // Every block of buckets falls back.
     CheckShuffleFallback<uint64_t>(m, 3000);  // Some blocks fall back.
   }
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("identity: %d passed, %d failed (%.1f s)\n", passed, failed, seconds);
-  return failed == 0 ? 0 : 1;
 }
 
 }  // namespace
 }  // namespace gpu
 }  // namespace samplerd
 
-int main(int argc, char** argv) { return samplerd::gpu::Main(argc, argv); }
+int main(int argc, char** argv) {
+  using samplerd::gpu::max_n;
+  using samplerd::gpu::min_n;
+  using samplerd::gpu::quick;
+  ::testing::InitGoogleTest(&argc, argv);  // Removes gtest's flags.
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--max_n=", 8) == 0) {
+      max_n = std::strtoull(argv[i] + 8, nullptr, 10);
+    } else if (std::strncmp(argv[i], "--min_n=", 8) == 0) {
+      min_n = std::strtoull(argv[i] + 8, nullptr, 10);
+    } else if (std::strcmp(argv[i], "--quick") == 0) {
+      quick = true;
+    } else {
+      std::fprintf(stderr, "identity_test: unknown flag '%s' (--max_n=N, --min_n=N, --quick)\n",
+                   argv[i]);
+      return 2;
+    }
+  }
+  if (quick) max_n = std::min<uint64_t>(max_n, 5000);
+  const auto start = std::chrono::steady_clock::now();
+  const int status = RUN_ALL_TESTS();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (samplerd::gpu::Presence().usable()) {
+    std::printf("identity: %d passed, %d failed (%.1f s)\n", samplerd::gpu::passed,
+                samplerd::gpu::failed, seconds);
+  }
+  return status;
+}

@@ -2,7 +2,7 @@
 missing; auto falls back to the CPU and logs why; bad values are refused naming the flag.
 
 On a machine with a usable GPU the no-GPU cases skip (the GPU machine runs the CUDA backend
-through tools/gpu/run_on_gpu.sh instead).
+through tools/gpu/check.sh instead).
 """
 
 import shutil
@@ -14,7 +14,7 @@ from test_logs import find, run_and_log
 
 no_gpu = pytest.mark.skipif(shutil.which("nvidia-smi") is not None,
                             reason="an NVIDIA driver is installed here: the no-GPU cases do not "
-                                   "apply (tools/gpu/run_on_gpu.sh tests the CUDA backend)")
+                                   "apply (tools/gpu/check.sh tests the CUDA backend)")
 
 
 @no_gpu

@@ -44,7 +44,7 @@ struct BoundaryTiming {
 absl::StatusOr<BoundaryTiming> TimeEpochBoundaries(SamplerClient& client,
                                                    const BoundaryOptions& options);
 
-// One line for logs and run_on_gpu.sh's table: "BOUNDARY backend=... n=... m=... world=...
+// One line for logs and check.sh's table: "BOUNDARY backend=... n=... m=... world=...
 // boundaries=... median_ms=... min_ms=... max_ms=... recompute_ms=... plan_ms=... create_ms=...".
 std::string FormatBoundaryTiming(const BoundaryOptions& options, const BoundaryTiming& timing);
 
