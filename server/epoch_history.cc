@@ -1,6 +1,8 @@
 // EpochHistory: the in-memory and the journal-backed implementations.
 #include "server/epoch_history.h"
 
+#include <algorithm>
+#include <atomic>
 #include <deque>
 #include <utility>
 
@@ -102,18 +104,25 @@ class JournalHistory final : public EpochHistory {
   }
 
   absl::Status AwaitUpload() override {
+    absl::MutexLock lock(&files_mu_);
+    if (removed_) return Removed();
     return journal_->StartEpochDurably(MakeEpochStart(name_, config_, 0, /*planned=*/false,
                                                       config_.shard.world_size, nullptr, nullptr));
   }
 
   absl::Status BeforePublishing(const Opening& opening) override {
     const uint64_t epoch = opening.planned->epoch;
+    absl::MutexLock lock(&files_mu_);
+    if (removed_) return Removed();
     if (opening.by == Opening::By::kEndEpoch) {
       // The snapshot opening the epoch is written after it is published (AfterPublishing):
       // its loss statistics are derived from the previous snapshot and the closed epochs' logs
       // (nothing is copied on the boundary's path). Until it is committed, recovery replays
-      // the same logs from the previous snapshot.
-      return journal_->OpenEpoch(epoch);
+      // the same logs from the previous snapshot, and the epoch is listed as kept all the same
+      // (Read waits for its snapshot).
+      absl::Status s = journal_->OpenEpoch(epoch);
+      if (s.ok()) scheduled_epoch_.store(epoch + 1);
+      return s;
     }
     // An upload (or a creation) is in no log: its snapshot is all there is, so it is durable
     // before the plan is published. Epoch 0's weights are its base.
@@ -147,6 +156,7 @@ class JournalHistory final : public EpochHistory {
       };
     }
     // Off this thread too, so that a short epoch's boundary never waits for the previous one.
+    // Once the files are removed, the journal drops it.
     journal_->ScheduleEpochSnapshot(std::move(start));
     return absl::OkStatus();
   }
@@ -166,7 +176,11 @@ class JournalHistory final : public EpochHistory {
     return journal_->LogResized(epoch, world_size);
   }
   absl::Status Sync() override { return journal_->Sync(); }
-  absl::Status Remove() override { return journal_->Remove(); }
+  absl::Status Remove() override {
+    absl::MutexLock lock(&files_mu_);  // After a rewind or an epoch's opening in progress.
+    removed_ = true;
+    return journal_->Remove();
+  }
 
   std::vector<uint64_t> KeptEpochs() const override {
     if (config_.rewind_epochs == 0) return {};  // The journal keeps one snapshot for recovery.
@@ -175,10 +189,24 @@ class JournalHistory final : public EpochHistory {
       LOG(WARNING) << "job '" << name_ << "': listing its snapshots failed: " << epochs.status();
       return {};
     }
+    // The current epoch's start is kept from the moment it is served, though its snapshot is
+    // written in the background: it supersedes the oldest.
+    if (const std::optional<uint64_t> scheduled = Scheduled();
+        scheduled.has_value() && (epochs->empty() || epochs->back() < *scheduled)) {
+      epochs->push_back(*scheduled);
+      if (epochs->size() > std::max<uint32_t>(config_.rewind_epochs, 1)) {
+        epochs->erase(epochs->begin());
+      }
+    }
     return *std::move(epochs);
   }
   absl::StatusOr<EpochStart> Read(uint64_t epoch) const override {
+    // The current epoch's snapshot may still be being written: wait for it.
+    if (Scheduled() == epoch) journal_->AwaitScheduledSnapshots();
+    absl::MutexLock lock(&files_mu_);
+    if (removed_) return Removed();
     absl::StatusOr<EpochStart> read = journal_->ReadEpochStart(epoch);
+    if (absl::IsNotFound(read.status())) return NoLongerKept(name_, epoch);
     if (!read.ok()) return read.status();
     if (!read->planned) {
       return absl::FailedPreconditionError(
@@ -187,14 +215,38 @@ class JournalHistory final : public EpochHistory {
     return read;
   }
   absl::Status Rewind(uint64_t epoch) override {
+    absl::MutexLock lock(&files_mu_);
+    if (removed_) return Removed();
+    // The current epoch's snapshot is written first (the journal's rewind would drop it if not
+    // begun), so that the starts kept before the rewind point are the newest ones, as listed.
+    journal_->AwaitScheduledSnapshots();
+    scheduled_epoch_.store(0);
     absl::Status s = journal_->Rewind(epoch);
     return absl::IsNotFound(s) ? NoLongerKept(name_, epoch) : s;
   }
 
  private:
+  // The epoch opened last by an EndEpoch (its snapshot written in the background), if any.
+  std::optional<uint64_t> Scheduled() const {
+    const uint64_t plus_one = scheduled_epoch_.load();
+    if (plus_one == 0) return std::nullopt;
+    return plus_one - 1;
+  }
+  absl::Status Removed() const {
+    return absl::NotFoundError(absl::StrCat("job '", name_, "': its files were removed"));
+  }
+
   const std::string name_;
   const JobConfig config_;
   const std::unique_ptr<JobJournal> journal_;
+  // Serialises what writes or reads the job's files off the job's lock (an epoch's opening, a
+  // rewind, reading a kept start) with Remove: a rewind racing a deletion either finishes before
+  // the files are removed or touches nothing, so that no file is written into a directory being
+  // removed (or into the directory of a job created again under the same name).
+  mutable absl::Mutex files_mu_;
+  bool removed_ ABSL_GUARDED_BY(files_mu_) = false;
+  // 1 + the epoch opened last by an EndEpoch; 0: none since the last rewind.
+  std::atomic<uint64_t> scheduled_epoch_{0};
 };
 
 }  // namespace

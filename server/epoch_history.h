@@ -85,7 +85,9 @@ class EpochHistory {
   virtual absl::Status LogResized(uint64_t epoch, uint32_t world_size) = 0;
   // Makes every change recorded so far durable (a no-op in memory).
   virtual absl::Status Sync() = 0;
-  // Deletes what is persisted (the job was deleted).
+  // Deletes what is persisted (the job was deleted). Waits for an epoch's opening, a rewind or a
+  // read in progress; afterwards those calls touch nothing and return NOT_FOUND (a deleted
+  // job's files are never written again, whichever call races the deletion).
   virtual absl::Status Remove() = 0;
 
   // ---- Rewinds.

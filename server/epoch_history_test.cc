@@ -129,6 +129,23 @@ TEST_F(EpochHistoryTest, AJournalKeepsItsStartsAsSnapshots) {
   EXPECT_TRUE(history->Remove().ok());
 }
 
+TEST_F(EpochHistoryTest, AJournalKeepsTheCurrentEpochFromTheMomentItIsServed) {
+  // Issue 24, defect 5: the snapshot of an epoch opened by EndEpoch is written in the
+  // background, yet the epoch is rewindable as soon as it is served.
+  testutil::TestDir dir;
+  absl::StatusOr<std::unique_ptr<JobJournal>> journal = JobJournal::Create(dir.path() + "/j");
+  ASSERT_TRUE(journal.ok()) << journal.status();
+  std::unique_ptr<EpochHistory> history = MakeJournalHistory("j", Config(2), *std::move(journal));
+  Open(*history, Opening::By::kUpload, 0, 1.0f, 0);
+  for (uint64_t epoch = 1; epoch <= 3; ++epoch) {
+    Open(*history, Opening::By::kEndEpoch, epoch, 1.0f + epoch, 4);
+    EXPECT_THAT(history->KeptEpochs(), ElementsAre(epoch - 1, epoch));
+    absl::StatusOr<EpochHistory::EpochStart> start = history->Read(epoch);
+    ASSERT_TRUE(start.ok()) << start.status();
+    EXPECT_EQ((*start->weights)[0], 1.0f + epoch);
+  }
+}
+
 TEST_F(EpochHistoryTest, AJournalWithoutRewindsListsNoStart) {
   testutil::TestDir dir;
   absl::StatusOr<std::unique_ptr<JobJournal>> journal = JobJournal::Create(dir.path() + "/j");

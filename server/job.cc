@@ -315,6 +315,7 @@ absl::Status Job::InstallBaseAndPlan(std::vector<float> base) {
     return Interrupted();
   }
   absl::MutexLock lock(&mu_);
+  if (absl::Status closed = CloseReason(); !closed.ok()) return closed;  // Deleted meanwhile.
   GoBack(s);  // A failed re-upload leaves the published plan as it was.
   return s;
 }
@@ -605,8 +606,10 @@ absl::Status Job::Rewind(uint64_t epoch) {
     if (const auto* failed = std::get_if<Failed>(&phase_)) previous = *failed;
     Enter(StartPlanning(Purpose::kRewind, std::move(previous)));
   }
+  // Closed meanwhile (deleted, shutting down): that is the answer, whatever else failed.
   auto undo = [&](absl::Status s) {
     absl::MutexLock lock(&mu_);
+    if (absl::Status closed = CloseReason(); !closed.ok()) return closed;
     GoBack(s);
     return s;
   };
@@ -624,8 +627,9 @@ absl::Status Job::Rewind(uint64_t epoch) {
   if (absl::Status s = history_->Rewind(epoch); absl::IsFailedPrecondition(s)) {
     return undo(s);  // The start is no longer kept: nothing changed.
   } else if (!s.ok()) {
-    LOG(ERROR) << "job '" << name_ << "': rewinding to epoch " << epoch << " failed: " << s;
     absl::MutexLock lock(&mu_);
+    if (absl::Status closed = CloseReason(); !closed.ok()) return closed;
+    LOG(ERROR) << "job '" << name_ << "': rewinding to epoch " << epoch << " failed: " << s;
     if (IsPlanning()) Enter(Failed{s, "rewinding to"});
     return s;
   }

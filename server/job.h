@@ -190,7 +190,9 @@ class Job {
   // With a journal the rewind is durable when it returns; if writing it fails the job is
   // Failed (INTERNAL) and a restart finishes the rewind.
   absl::Status Rewind(uint64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
-  // The epochs whose start is kept, ascending.
+  // The epochs whose start is kept, ascending: the current one's included from the moment it
+  // is served (with a journal its snapshot is written in the background; a rewind to it waits
+  // for that write, and only if the write fails is the start no longer kept).
   std::vector<uint64_t> RewindableEpochs() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // One consistent view of the job (taken under one lock acquisition).

@@ -224,6 +224,14 @@ void JobJournal::ScheduleEpochSnapshot(EpochStart start) {
   snapshot_thread_ = std::thread([this] { WriteScheduledSnapshots(); });
 }
 
+void JobJournal::AwaitScheduledSnapshots() {
+  absl::MutexLock lock(&snapshot_mu_);
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(snapshot_mu_) {
+    return pending_snapshots_.empty() && !snapshot_running_;
+  };
+  snapshot_mu_.Await(absl::Condition(&idle));
+}
+
 void JobJournal::WriteScheduledSnapshots() {
   while (true) {
     EpochStart start;

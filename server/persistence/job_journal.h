@@ -26,8 +26,8 @@
 // Durability: the Log* methods write to the page cache; a caller acknowledges a change to its
 // client only after Sync returned OK.
 //
-// The order of snapshot and log writes is this class's (docs/CONTRIBUTING.md 17). An epoch starts in one of two
-// ways:
+// The order of snapshot and log writes is this class's (docs/CONTRIBUTING.md 17). An epoch starts
+// in one of two ways:
 //   - opened by the EndEpoch that closed the previous one (that record is in the previous log):
 //     OpenEpoch(e) before e is published (the previous log is synced, wal-e opened), then
 //     WriteEpochSnapshot(start of e) after it is published, off the boundary's path. Until that
@@ -112,6 +112,8 @@ class JobJournal {
   // the newest supersedes). A failure is logged; recovery then starts from the older snapshot
   // and the logs, which are kept.
   void ScheduleEpochSnapshot(EpochStart start) ABSL_LOCKS_EXCLUDED(snapshot_mu_);
+  // Waits until every snapshot scheduled so far is written (or failed, or was dropped).
+  void AwaitScheduledSnapshots() ABSL_LOCKS_EXCLUDED(snapshot_mu_);
   // Before an epoch planned by a creation or an upload is published: writes its snapshot
   // durably, then (if planned) opens its log.
   absl::Status StartEpochDurably(const EpochStart& start) ABSL_LOCKS_EXCLUDED(mu_);
