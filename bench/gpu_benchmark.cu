@@ -6,7 +6,7 @@
 //
 // Prints one line per measurement, "RESULT <operation> <N> <M> <median ms> <items/s> <GB/s>
 // <fraction of the copy bandwidth>", where GB/s counts the bytes the operation cannot avoid
-// (weights read once where it reads them, the plan written once): the floor of GPU.md.
+// (weights read once where it reads them, the plan written once): the floor of docs/CONTRIBUTING.md (GPU code).
 // Flags: --sizes=10000000,100000000,1000000000  --reps=N (default 10; 5 at N >= 1e9).
 #include <cuda_runtime.h>
 
@@ -109,7 +109,7 @@ void Report(const char* op, uint64_t n, uint64_t m, double ms, double floor_byte
 // The weight kernels at N: the recompute (loss policy with and without base weights,
 // multiplicative) and the summary. w: N weights (the base, or W_e); out: N floats. The floor
 // counts the inputs read once and the result written once: 16 B per sample with base weights
-// (GPU.md's ~4 ms at 1e9), 12 B without.
+// (~4 ms at 1e9 on an H100), 12 B without.
 void RunWeights(uint64_t n, int reps, const float* w, float* out, cudaMemPool_t pool) {
   BENCH_CUDA(cudaDeviceSynchronize());
   BENCH_CUDA(cudaMemPoolTrimTo(pool, 0));  // The plans' scratch: room for the statistics.

@@ -1,4 +1,5 @@
-"""Torch anchors of GPU.md, measured in the same run as bench/gpu_benchmark.cu (tools/gpu/check.sh).
+"""Torch anchors (docs/CONTRIBUTING.md, GPU code), measured in the same run as bench/gpu_benchmark.cu
+(tools/gpu/check.sh).
 
 Prints "RESULT torch_<operation> <N> <M> <median ms> <items/s> 0 0" lines in the benchmark's
 format (no bandwidth column: torch's bytes are not ours to count). A size that fails (memory,

@@ -1,3 +1,7 @@
+// Job: the phase machine over an epoch's life (job.h has the diagram), holding the current deal
+// (current_deal.h) and the epoch history (epoch_history.h) as parts. Sections: life cycle, the
+// phase machine and its checks, uploads, epochs opening (planning and publishing), shards,
+// losses, epochs closing, rewinds, resizes, status. Restore is in job_restore.cc.
 #include "server/job.h"
 
 #include <algorithm>
@@ -8,22 +12,27 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
-#include "server/epoch_deal.h"
 
 namespace samplerd {
+
+using phase::AwaitingUpload;
+using phase::Closed;
+using phase::Failed;
+using phase::Planning;
+using phase::Serving;
+using Purpose = phase::Planning::Purpose;
+
 namespace {
 
 // How often a waiting StreamShard checks whether its caller went away.
 constexpr absl::Duration kCancelPoll = absl::Milliseconds(100);
-// Ranks named in a message about the ranks that have not ended an epoch.
-constexpr size_t kRanksNamed = 16;
 
-// The host values of backend weights, for a snapshot or a kept epoch start: null for uniform
-// (null). The CPU backend's own vector (no copy); a copy from the device for CUDA.
-absl::StatusOr<std::shared_ptr<const std::vector<float>>> HostWeights(
-    const std::shared_ptr<const BackendWeights>& weights) {
-  if (weights == nullptr) return nullptr;
-  return weights->ToHost();
+Planning StartPlanning(Purpose purpose, std::optional<phase::Settled> previous = std::nullopt) {
+  Planning planning;
+  planning.purpose = purpose;
+  planning.since = absl::Now();
+  planning.previous = std::move(previous);
+  return planning;
 }
 
 }  // namespace
@@ -34,15 +43,15 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Create(std::string name, JobConfig con
                                                  ComputeBackend* backend,
                                                  std::unique_ptr<JobJournal> journal) {
   if (absl::Status s = ValidateJobName(name); !s.ok()) return s;
+  std::unique_ptr<EpochHistory> history = journal != nullptr
+                                              ? MakeJournalHistory(name, config, std::move(journal))
+                                              : MakeInMemoryHistory(name, config);
   std::unique_ptr<Job> job(
-      new Job(std::move(name), std::move(config), backend, std::move(journal)));
+      new Job(std::move(name), std::move(config), backend, std::move(history)));
   absl::Status s = job->MakeLossStats();
-  if (s.ok() && job->config_.policy.base == BaseWeightKind::kUniform) {
-    s = job->InstallBaseAndPlan({});
-  } else if (s.ok() && job->journal_ != nullptr) {
-    // Persisted as awaiting its upload.
-    s = job->journal_->StartEpochDurably(job->MakeEpochStart(
-        0, /*planned=*/false, job->config_.shard.world_size, nullptr, nullptr, {}, 0));
+  if (s.ok()) {
+    s = job->config_.policy.base == BaseWeightKind::kUniform ? job->InstallBaseAndPlan({})
+                                                             : job->history_->AwaitUpload();
   }
   if (!s.ok()) {
     job->Close(s);
@@ -53,19 +62,13 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Create(std::string name, JobConfig con
 }
 
 Job::Job(std::string name, JobConfig config, ComputeBackend* backend,
-         std::unique_ptr<JobJournal> journal)
+         std::unique_ptr<EpochHistory> history)
     : name_(std::move(name)),
       config_(std::move(config)),
       backend_(backend),
-      journal_(std::move(journal)),
-      planner_(config_, backend_) {
-  if (journal_ != nullptr) journal_->KeepEpochStarts(config_.rewind_epochs);
-  absl::MutexLock lock(&mu_);
-  shard_ = config_.shard;
-  start_world_size_ = shard_.world_size;
-  deal_length_ = config_.plan.samples_per_epoch;
-  ranks_.resize(shard_.world_size);
-}
+      history_(std::move(history)),
+      planner_(config_, backend_),
+      deal_(name_, config_.shard, config_.plan.samples_per_epoch) {}
 
 absl::Status Job::MakeLossStats() {
   if (config_.policy.loss == LossWeightKind::kNone) return absl::OkStatus();
@@ -82,27 +85,56 @@ Job::~Job() { Close(absl::NotFoundError(absl::StrCat("job '", name_, "' was dele
 void Job::Close(absl::Status reason) {
   {
     absl::MutexLock lock(&mu_);
-    if (!std::holds_alternative<Closed>(phase_)) phase_ = Closed{std::move(reason)};
+    if (CloseReason().ok()) Enter(Closed{std::move(reason)});
   }
   // A planner task finishing now finds the job closed and publishes nothing.
   planner_.Stop();
 }
 
-absl::Status Job::Sync() { return journal_ == nullptr ? absl::OkStatus() : journal_->Sync(); }
+absl::Status Job::Sync() { return history_->Sync(); }
 
-absl::Status Job::RemovePersistedState() {
-  return journal_ == nullptr ? absl::OkStatus() : journal_->Remove();
+absl::Status Job::RemovePersistedState() { return history_->Remove(); }
+
+// ---- The phase machine --------------------------------------------------------------------------
+
+void Job::Enter(JobPhase next) {
+  CHECK(MayTransition(phase_, next)) << "job '" << name_ << "': " << PhaseName(phase_) << " -> "
+                                     << PhaseName(next) << " is not a transition of job.h";
+  phase_ = std::move(next);
 }
 
-// ---- Phases -------------------------------------------------------------------------------------
+void Job::GoBack(const absl::Status& error) {
+  auto* planning = std::get_if<Planning>(&phase_);
+  if (planning == nullptr) return;  // Closed meanwhile.
+  if (!planning->previous.has_value()) {
+    Enter(Failed{error});
+    return;
+  }
+  Enter(FromSettled(*std::move(planning->previous)));
+}
 
-bool Job::Started() const {
-  return epoch_ > 0 || replaced_deal_started_ ||
-         std::any_of(ranks_.begin(), ranks_.end(), [](const RankState& r) { return r.Started(); });
+absl::Status Job::CloseReason() const {
+  if (const auto* closed = std::get_if<Closed>(&phase_)) return closed->reason;
+  return absl::OkStatus();
+}
+
+absl::Status Job::Interrupted() const {
+  if (absl::Status s = CloseReason(); !s.ok()) return s;
+  return CheckEpochOpen(epoch_);  // Failed: INTERNAL naming the failure.
+}
+
+absl::Status Job::Named(const absl::Status& s) const {
+  return absl::Status(s.code(), absl::StrCat(s.message(), " (job '", name_, "')"));
+}
+
+std::string Job::NoPlanYet() const {
+  return absl::StrCat(
+      "it has no plan yet: it waits for ",
+      config_.policy.base == BaseWeightKind::kStatic ? "UploadWeights" : "UploadLabels");
 }
 
 absl::Status Job::CheckEpochOpen(uint64_t epoch) const {
-  if (const auto* closed = std::get_if<Closed>(&phase_)) return closed->reason;
+  if (absl::Status s = CloseReason(); !s.ok()) return s;
   if (const auto* failed = std::get_if<Failed>(&phase_)) {
     return absl::InternalError(absl::StrCat("job '", name_, "': ", failed->during, " epoch ",
                                             epoch_, " failed: ", failed->error.ToString()));
@@ -118,62 +150,29 @@ absl::Status Job::CheckEpochOpen(uint64_t epoch) const {
       "epoch = ", epoch, " of job '", name_, "' is not open; the current epoch is ", epoch_, why));
 }
 
-absl::Status Job::CheckDeal(uint64_t epoch, uint32_t deal) const {
-  if (deal == deal_) return absl::OkStatus();
-  if (deal < deal_) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("deal = ", deal, " of epoch ", epoch, " of job '", name_,
-                     "' was replaced by deal ", deal_, " (", shard_.world_size,
-                     " ranks) when the group was resized; what it had not done was "
-                     "dealt again: re-read the job (GetJob) and use deal ",
-                     deal_));
-  }
-  return absl::FailedPreconditionError(
-      absl::StrCat("deal = ", deal, " of epoch ", epoch, " of job '", name_,
-                   "' does not exist; the current deal is ", deal_));
-}
-
-absl::Status Job::CheckWorldSize(uint64_t epoch, uint32_t world_size) const {
-  if (world_size == shard_.world_size) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      "world_size = ", world_size, " does not match the ", shard_.world_size, " ranks that epoch ",
-      epoch, " of job '", name_, "' is dealt to (deal ", deal_,
-      "); if the group's size changed, its first rank resizes the job (ResizeJob; Python: "
-      "DistributedWeightedSampler(..., elastic=True))"));
-}
-
 std::string Job::WhyNotServing(uint64_t epoch) const {
-  if (std::holds_alternative<AwaitingUpload>(phase_)) {
-    return absl::StrCat(
-        "it has no plan yet: it waits for ",
-        config_.policy.base == BaseWeightKind::kStatic ? "UploadWeights" : "UploadLabels");
-  }
+  if (std::holds_alternative<AwaitingUpload>(phase_)) return NoPlanYet();
   if (const auto* planning = std::get_if<Planning>(&phase_)) {
-    return absl::StrCat("epoch ", epoch_, " is still being ",
-                        planning->redealing ? "dealt again after a resize" : "planned", ", for ",
-                        absl::FormatDuration(absl::Now() - planning->since));
+    return absl::StrCat(
+        "epoch ", epoch_, " is still being ",
+        planning->purpose == Purpose::kRedeal ? "dealt again after a resize" : "planned", ", for ",
+        absl::FormatDuration(absl::Now() - planning->since));
   }
   if (std::holds_alternative<Serving>(phase_) && epoch == epoch_ + 1) {
-    std::vector<uint32_t> waiting;
-    for (uint32_t r = 0; r < ranks_.size(); ++r) {
-      if (!ranks_[r].ended) waiting.push_back(r);
-    }
-    const size_t named = std::min(waiting.size(), kRanksNamed);
-    return absl::StrCat(
-        "epoch ", epoch_, " is still open: ranks ",
-        absl::StrJoin(waiting.begin(), waiting.begin() + named, ", "),
-        waiting.size() > named ? absl::StrCat(" and ", waiting.size() - named, " more") : "",
-        " of world_size ", shard_.world_size, " have not ended it (EndEpoch)");
+    return absl::StrCat("epoch ", epoch_, " is still open: ", deal_.RanksNotEnded());
   }
   return absl::StrCat("the current epoch is ", epoch_);
 }
 
 absl::StatusOr<const BackendLossStats*> Job::LossesWhilePlanning() const {
   absl::MutexLock lock(&mu_);
-  if (const auto* closed = std::get_if<Closed>(&phase_)) return closed->reason;
-  // Called by EndEpoch right after it entered Planning for the next epoch: only that epoch's
-  // planner leaves this Planning (Publish, or Failed), and nothing writes the statistics until
-  // it has published. A closed job's statistics are never written again either.
+  // Closed or failed: the statistics are not to be read (nothing is published then).
+  if (std::holds_alternative<Closed>(phase_) || std::holds_alternative<Failed>(phase_)) {
+    return Interrupted();
+  }
+  // Called right after the job entered a Planning: only that Planning's owner leaves it
+  // (Publish, or Failed), and nothing writes the statistics until it has published. A closed
+  // job's statistics are never written again either.
   CHECK(IsPlanning()) << "job '" << name_
                       << "': loss statistics read off the lock while not planning";
   return losses_.get();
@@ -211,12 +210,11 @@ absl::StatusOr<v1::Job> Job::DescribeForRank(uint32_t rank, std::optional<uint64
     return absl::FailedPreconditionError(absl::StrCat(
         "epoch = ", e, " of job '", name_, "' is closed; the current epoch is ", epoch_));
   }
+  // A later epoch is dealt whole to the current world size.
   absl::StatusOr<uint64_t> length =
-      ShardLength(e == epoch_ ? deal_length_ : config_.plan.samples_per_epoch, shard_, rank);
-  if (!length.ok()) {
-    return absl::Status(length.status().code(),
-                        absl::StrCat(length.status().message(), " (job '", name_, "')"));
-  }
+      e == epoch_ ? deal_.ShardLength(rank)
+                  : ShardLength(config_.plan.samples_per_epoch, deal_.shard(), rank);
+  if (!length.ok()) return Named(length.status());
   job.set_shard_length(*length);
   return job;
 }
@@ -226,8 +224,8 @@ void Job::DescribeLocked(v1::Job* job) const {
   *job->mutable_spec() = config_.normalized;
   job->set_current_epoch(epoch_);
   job->set_plan_ready(std::holds_alternative<Serving>(phase_));
-  job->set_world_size(shard_.world_size);
-  job->set_deal(deal_);
+  job->set_world_size(deal_.world_size());
+  job->set_deal(deal_.number());
 }
 
 // ---- Uploads ------------------------------------------------------------------------------------
@@ -264,10 +262,10 @@ absl::Status Job::UploadLabels(const std::vector<uint32_t>& labels) {
 }
 
 absl::Status Job::InstallBaseAndPlan(std::vector<float> base) {
-  uint32_t world_size = 0;
+  EpochHistory::Opening opening;
   {
     absl::MutexLock lock(&mu_);
-    if (const auto* closed = std::get_if<Closed>(&phase_)) return closed->reason;
+    if (absl::Status s = CloseReason(); !s.ok()) return s;
     const auto* serving = std::get_if<Serving>(&phase_);
     if (!(std::holds_alternative<AwaitingUpload>(phase_) || serving != nullptr) || Started()) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -278,131 +276,67 @@ absl::Status Job::InstallBaseAndPlan(std::vector<float> base) {
     // A re-upload withdraws the plan of epoch 0 until the new one is published: a loss or an
     // EndEpoch accepted against the old plan meanwhile would be wiped by the publication, or
     // would start planning epoch 1 concurrently with it. Planning also excludes a concurrent
-    // upload.
-    Planning planning;
-    if (serving != nullptr) planning.previous_plan = serving->view;
-    planning.since = absl::Now();
-    phase_ = std::move(planning);
+    // upload. If it fails, the job goes back to the plan it served (or to awaiting an upload).
+    phase::Settled previous = AwaitingUpload{};
+    if (serving != nullptr) previous = *serving;
+    Enter(StartPlanning(Purpose::kUpload, std::move(previous)));
     // The world size epoch 0 started with (deal 0's), not a resize's: epoch 0's log keeps the
     // resizes made since, which a restart replays on top of the snapshot, and a rewind to epoch
     // 0 deals it to the ranks it started with.
-    world_size = start_world_size_;
+    opening.world_size = deal_.start_world_size();
   }
   // Creation with a UNIFORM base passes no weights: no base, uniform W_0. Uploaded weights
   // become the backend's (for the CPU the vector itself, no copy).
-  std::shared_ptr<const BackendWeights> new_base;
   absl::Status s;
   if (!base.empty()) {
     absl::StatusOr<std::shared_ptr<const BackendWeights>> made =
         backend_->MakeWeights(std::move(base));
     if (made.ok()) {
-      new_base = *std::move(made);
+      opening.base = *std::move(made);
     } else {
       s = made.status();
     }
   }
   absl::StatusOr<PlannedEpoch> planned =
-      s.ok() ? planner_.Plan(0, new_base) : absl::StatusOr<PlannedEpoch>(s);
+      s.ok() ? planner_.Plan(0, opening.base) : absl::StatusOr<PlannedEpoch>(s);
   s = planned.status();
-  // An upload (or a creation) is in no log: its snapshot is all there is, so it is durable
-  // before the plan is published.
-  if (s.ok() && journal_ != nullptr) {
-    absl::StatusOr<std::shared_ptr<const std::vector<float>>> host = HostWeights(new_base);
-    s = host.status();
+  if (s.ok()) {
+    absl::StatusOr<const BackendLossStats*> losses = LossesWhilePlanning();
+    s = losses.status();  // Closed meanwhile: nothing is published.
     if (s.ok()) {
-      s = journal_->StartEpochDurably(
-          MakeEpochStart(0, /*planned=*/true, world_size, *host, *host, {}, 0));
+      opening.planned = &*planned;
+      opening.losses = *losses;
+      s = history_->BeforePublishing(opening);
     }
   }
-  absl::StatusOr<std::optional<JobJournal::EpochStart>> kept;
   if (s.ok()) {
-    kept = StartToKeep(*planned, new_base, world_size);
-    s = kept.status();
-  }
-  if (s.ok()) {
-    if (Publish(*planned, new_base, *std::move(kept))) return absl::OkStatus();
+    if (Publish(*planned, opening.base)) return absl::OkStatus();
     absl::MutexLock lock(&mu_);  // Closed while planning: only Close leaves this Planning.
-    if (const auto* closed = std::get_if<Closed>(&phase_)) return closed->reason;
-    return absl::InternalError(absl::StrCat("job '", name_, "': epoch 0 was not published"));
+    return Interrupted();
   }
   absl::MutexLock lock(&mu_);
-  if (auto* planning = std::get_if<Planning>(&phase_)) {
-    // A failed re-upload leaves the published plan as it was.
-    if (planning->previous_plan.has_value()) {
-      phase_ = Serving{*std::move(planning->previous_plan)};
-    } else {
-      phase_ = AwaitingUpload{};
-    }
-  }
+  if (absl::Status closed = CloseReason(); !closed.ok()) return closed;  // Deleted meanwhile.
+  GoBack(s);  // A failed re-upload leaves the published plan as it was.
   return s;
 }
 
-// ---- Planning -----------------------------------------------------------------------------------
-
-JobJournal::EpochStart Job::MakeEpochStart(uint64_t epoch, bool planned, uint32_t world_size,
-                                           std::shared_ptr<const std::vector<float>> base,
-                                           std::shared_ptr<const std::vector<float>> weights,
-                                           std::vector<SampleLossStats> loss_stats,
-                                           uint64_t samples_seen) const {
-  JobJournal::EpochStart start;
-  start.job = name_;
-  start.spec = config_.normalized.SerializeAsString();
-  start.epoch = epoch;
-  start.planned = planned;
-  start.world_size = world_size;
-  start.base = std::move(base);
-  start.weights = std::move(weights);
-  start.loss_stats = std::move(loss_stats);
-  start.samples_seen = samples_seen;
-  return start;
-}
-
-absl::StatusOr<std::optional<JobJournal::EpochStart>> Job::StartToKeep(
-    const PlannedEpoch& planned, const std::shared_ptr<const BackendWeights>& base,
-    uint32_t world_size) const {
-  if (journal_ != nullptr || config_.rewind_epochs == 0) return std::nullopt;
-  absl::StatusOr<const BackendLossStats*> losses = LossesWhilePlanning();
-  if (!losses.ok()) return std::nullopt;  // Closed: nothing is published.
-  std::vector<SampleLossStats> loss_stats;
-  if (*losses != nullptr) {
-    absl::StatusOr<std::vector<SampleLossStats>> host = (*losses)->ToHost();
-    if (!host.ok()) return host.status();
-    loss_stats = *std::move(host);
-  }
-  absl::StatusOr<std::shared_ptr<const std::vector<float>>> base_host = HostWeights(base);
-  if (!base_host.ok()) return base_host.status();
-  absl::StatusOr<std::shared_ptr<const std::vector<float>>> weights_host =
-      HostWeights(planned.view.weights);
-  if (!weights_host.ok()) return weights_host.status();
-  return MakeEpochStart(planned.epoch, /*planned=*/true, world_size, *std::move(base_host),
-                        *std::move(weights_host), std::move(loss_stats), 0);
-}
+// ---- Epochs opening -----------------------------------------------------------------------------
 
 bool Job::Publish(const PlannedEpoch& planned, std::shared_ptr<const BackendWeights> new_base,
-                  std::optional<JobJournal::EpochStart> kept, bool snapshot_follows) {
+                  bool snapshot_follows) {
   {
     absl::MutexLock lock(&mu_);
-    if (!IsPlanning()) return false;  // Closed meanwhile.
+    if (!IsPlanning()) return false;  // Closed (or failed) meanwhile.
     if (snapshot_follows) snapshot_unscheduled_ = true;
-    if (kept.has_value()) {
-      // A re-upload replaces epoch 0's start; after a rewind, the forgotten epochs are gone.
-      while (!kept_.empty() && kept_.back().epoch >= kept->epoch) kept_.pop_back();
-      kept_.push_back(*std::move(kept));
-      while (kept_.size() > config_.rewind_epochs) kept_.pop_front();
-    }
     epoch_ = planned.epoch;
-    phase_ = Serving{planned.view};
+    Enter(Serving{planned.view});
     if (new_base != nullptr) base_ = std::move(new_base);
     weight_summary_ = planned.weight_summary;
     last_plan_ms_ = planned.plan_ms;
     last_recompute_ms_ = planned.recompute_ms;
     // The deal (its number and world size) is the one EndEpoch, a rewind or a resize of an
     // epoch awaiting its upload left.
-    deal_length_ = planned.view.plan->size();
-    if (deal_ == 0) start_world_size_ = shard_.world_size;  // Not a re-upload after a resize.
-    ranks_.assign(shard_.world_size, RankState());
-    ranks_ended_ = 0;
-    replaced_deal_started_ = false;
+    deal_.ServeEpoch(planned.view.plan->size());
   }
   LOG(INFO) << "event=epoch_opened job=" << name_ << " epoch=" << planned.epoch
             << " recompute_ms=" << planned.recompute_ms << " plan_ms=" << planned.plan_ms;
@@ -417,65 +351,41 @@ void Job::FinishPlanningNext(absl::StatusOr<PlannedEpoch> planned) {
     return epoch_;
   }();
   absl::Status status = planned.status();
-  std::shared_ptr<const BackendWeights> base;
-  uint32_t world_size = 0;
+  EpochHistory::Opening opening;
+  opening.by = EpochHistory::Opening::By::kEndEpoch;
   if (status.ok()) {
+    absl::StatusOr<const BackendLossStats*> losses = LossesWhilePlanning();
+    if (!losses.ok()) return;  // Closed or failed meanwhile: nothing is published.
     absl::MutexLock lock(&mu_);
-    if (std::holds_alternative<Closed>(phase_)) return;  // Nothing is published.
-    base = base_;
-    world_size = shard_.world_size;
+    opening.base = base_;
+    opening.world_size = deal_.world_size();
+    opening.planned = &*planned;
+    opening.losses = *losses;
   }
-  // With a journal, the snapshot opening the epoch is written after the epoch is published
-  // (ranks are served meanwhile): its loss statistics are derived from the previous snapshot and
-  // the closed epochs' logs (nothing is copied on the boundary's path). Until it is committed,
-  // recovery replays the same logs from the previous snapshot.
-  if (status.ok() && journal_ != nullptr) status = journal_->OpenEpoch(epoch);
-  std::optional<JobJournal::EpochStart> kept;
-  if (status.ok() && journal_ == nullptr) {
-    absl::StatusOr<std::optional<JobJournal::EpochStart>> start =
-        StartToKeep(*planned, base, world_size);
-    status = start.status();
-    if (status.ok()) kept = *std::move(start);
-  }
+  if (status.ok()) status = history_->BeforePublishing(opening);
   if (!status.ok()) {
     // Inputs were validated on the way in, so this is a server bug, a failed write or a device
     // error; keep it visible. Waiting readers wake up (the phase is part of their condition)
     // and fail with INTERNAL.
     LOG(ERROR) << "job '" << name_ << "': planning epoch " << epoch << " failed: " << status;
     absl::MutexLock lock(&mu_);
-    if (IsPlanning()) phase_ = Failed{status};
+    if (IsPlanning()) Enter(Failed{status});
     return;
   }
-  if (!Publish(*planned, nullptr, std::move(kept), /*snapshot_follows=*/journal_ != nullptr) ||
-      journal_ == nullptr) {
-    return;
-  }
-  // However this ends (scheduled, or the job failed), a waiting rewind may go on.
+  if (!Publish(*planned, nullptr, /*snapshot_follows=*/true)) return;
+  // However this ends (handed over, or the job failed), a waiting rewind may go on.
   absl::Cleanup settled = [this] {
     absl::MutexLock lock(&mu_);
     snapshot_unscheduled_ = false;
   };
-  // The snapshot's weights as host vectors, copied here after the publication (from a device:
-  // off the boundary's path; the CPU backend's own vectors: no copy).
-  absl::StatusOr<std::shared_ptr<const std::vector<float>>> base_host = HostWeights(base);
-  absl::StatusOr<std::shared_ptr<const std::vector<float>>> weights_host =
-      HostWeights(planned->view.weights);
-  status = base_host.ok() ? weights_host.status() : base_host.status();
-  if (!status.ok()) {
-    LOG(ERROR) << "job '" << name_ << "': copying the weights of epoch " << epoch
-               << " for its snapshot failed: " << status;
+  opening.losses = nullptr;  // Written again as soon as the epoch is served.
+  if (absl::Status s = history_->AfterPublishing(opening); !s.ok()) {
     absl::MutexLock lock(&mu_);
-    if (!std::holds_alternative<Closed>(phase_)) phase_ = Failed{status, "snapshotting"};
-    return;
+    // A job that failed or closed meanwhile keeps its first cause.
+    if (std::holds_alternative<Serving>(phase_) || IsPlanning()) {
+      Enter(Failed{s, "snapshotting"});
+    }
   }
-  JobJournal::EpochStart start = MakeEpochStart(
-      epoch, /*planned=*/true, world_size, *std::move(base_host), *std::move(weights_host), {}, 0);
-  if (config_.policy.loss != LossWeightKind::kNone) {
-    start.loss_stats_from_logs =
-        JobJournal::EpochStart::LossTableParams{config_.plan.num_samples, config_.policy.ema_decay};
-  }
-  // Off this thread too, so that a short epoch's boundary never waits for the previous snapshot.
-  journal_->ScheduleEpochSnapshot(std::move(start));
 }
 
 // ---- Shards -------------------------------------------------------------------------------------
@@ -483,9 +393,7 @@ void Job::FinishPlanningNext(absl::StatusOr<PlannedEpoch> planned) {
 absl::StatusOr<ShardLease> Job::AcquireShard(uint64_t epoch, uint32_t deal, uint32_t rank,
                                              uint32_t world_size, absl::Time deadline,
                                              const std::function<bool()>& cancelled) {
-  if (absl::Status s = CheckRank(ShardSpec{world_size}, rank); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat(s.message(), " (job '", name_, "')"));
-  }
+  if (absl::Status s = CheckRank(ShardSpec{world_size}, rank); !s.ok()) return Named(s);
   absl::MutexLock lock(&mu_);
   // Settled: the epoch is served, or can no longer be (closed, failed, not the current or next).
   auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -517,29 +425,27 @@ absl::StatusOr<ShardLease> Job::AcquireShard(uint64_t epoch, uint32_t deal, uint
                      epoch_, " (shards are served for the current and the next epoch)"));
   }
   if (absl::Status s = CheckEpochOpen(epoch); !s.ok()) return s;
-  if (absl::Status s = CheckDeal(epoch, deal); !s.ok()) return s;
-  if (absl::Status s = CheckWorldSize(epoch, world_size); !s.ok()) return s;
+  if (absl::Status s = deal_.CheckDeal(epoch, deal); !s.ok()) return s;
+  if (absl::Status s = deal_.CheckWorldSize(epoch, world_size); !s.ok()) return s;
   ShardLease lease;
   lease.view = std::get<Serving>(phase_).view;
-  lease.shard = shard_;
-  lease.shard_length = *ShardLength(deal_length_, shard_, rank);  // The rank was checked.
+  lease.shard = deal_.shard();
+  lease.shard_length = *deal_.ShardLength(rank);  // The rank was checked.
   return lease;
 }
 
 absl::Status Job::RecordStreamed(uint64_t epoch, uint32_t deal, uint32_t rank, uint64_t position) {
   absl::MutexLock lock(&mu_);
-  if (const auto* closed = std::get_if<Closed>(&phase_)) return closed->reason;
-  if (epoch == epoch_ && deal == deal_ && std::holds_alternative<Serving>(phase_) &&
-      rank < ranks_.size() && position > ranks_[rank].streamed) {
+  if (absl::Status s = CloseReason(); !s.ok()) return s;
+  if (epoch == epoch_ && std::holds_alternative<Serving>(phase_) &&
+      deal_.Advances(deal, rank, position)) {
     // Progress reporting only (never synced on its own): a failed write does not stop the
     // stream. The journal keeps the error, so nothing further is acknowledged.
-    if (journal_ != nullptr) {
-      if (absl::Status s = journal_->LogStreamed(epoch, deal, rank, position); !s.ok()) {
-        LOG_EVERY_N(WARNING, 1000) << "job '" << name_ << "': stream progress not logged: " << s;
-      }
+    if (absl::Status s = history_->LogStreamed(epoch, deal, rank, position); !s.ok()) {
+      LOG_EVERY_N(WARNING, 1000) << "job '" << name_ << "': stream progress not logged: " << s;
     }
     // Indices were handed out: a re-upload must no longer replace the plan they came from.
-    ranks_[rank].streamed = position;
+    deal_.MarkStreamed(rank, position);
   }
   return absl::OkStatus();
 }
@@ -547,19 +453,15 @@ absl::Status Job::RecordStreamed(uint64_t epoch, uint32_t deal, uint32_t rank, u
 // ---- Losses -------------------------------------------------------------------------------------
 
 absl::Status Job::ReportLosses(const LossBatchView& batch, v1::LossReportSummary* summary) {
-  auto named = [this](const absl::Status& s) {
-    return absl::Status(s.code(), absl::StrCat(s.message(), " (job '", name_, "')"));
-  };
   // What does not depend on the deal, checked before taking the lock.
   if (absl::Status s = ValidateLossBatch(batch, config_.plan.num_samples); !s.ok()) {
-    return named(s);
+    return Named(s);
   }
-  // Encoded before taking the lock (other ranks report concurrently).
-  std::optional<JobJournal::EncodedLosses> record;
-  if (journal_ != nullptr) record.emplace(batch);
+  // Prepared before taking the lock (other ranks report concurrently).
+  const EpochHistory::LossRecord record = history_->PrepareLosses(batch);
 
   absl::MutexLock lock(&mu_);
-  if (batch.epoch < epoch_ && !std::holds_alternative<Closed>(phase_)) {
+  if (batch.epoch < epoch_ && CloseReason().ok()) {
     summary->set_stale(summary->stale() + batch.indices.size());
     // Keep stale_epochs ascending without repeats (batches of one stream may come in any order).
     auto* epochs = summary->mutable_stale_epochs();
@@ -572,114 +474,62 @@ absl::Status Job::ReportLosses(const LossBatchView& batch, v1::LossReportSummary
     return absl::OkStatus();
   }
   if (absl::Status s = CheckEpochOpen(batch.epoch); !s.ok()) return s;
-  if (absl::Status s = CheckDeal(batch.epoch, batch.deal); !s.ok()) return named(s);
-  // Each index must be the one this rank was served at its position: a loss for another rank's
-  // sample would otherwise take that sample's one loss of the epoch. Checked under the lock
-  // against the deal's plan (one plan read per pair, as the table's own write).
-  const Plan& plan = *std::get<Serving>(phase_).view.plan;
-  const uint64_t m = deal_length_;
-  absl::StatusOr<uint64_t> shard_length = ShardLength(m, shard_, batch.rank);
-  if (!shard_length.ok()) return named(shard_length.status());  // The rank.
-  if (absl::Status s = ValidateLossPositions(batch, *shard_length); !s.ok()) return named(s);
-  RankState& rank = ranks_[batch.rank];
+  if (absl::Status s = deal_.CheckDeal(batch.epoch, batch.deal); !s.ok()) return s;
+  // Checked under the lock against the deal's plan (one plan read per pair, as the table's own
+  // write).
+  absl::StatusOr<size_t> fresh = deal_.CheckLosses(batch, *std::get<Serving>(phase_).view.plan);
+  if (!fresh.ok()) return Named(fresh.status());
   const size_t size = batch.indices.size();
-  size_t fresh = 0;
-  for (size_t k = 0; k < size; ++k) {
-    const uint64_t position = batch.position(k);
-    const uint64_t served = plan[ShardToPlanPosition(m, shard_, batch.rank, position)];
-    if (served != batch.indices[k]) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "indices[", k, "] = ", batch.indices[k], " was not served to rank ", batch.rank, " at ",
-          batch.consecutive ? absl::StrCat("position ", position, " (first_position + ", k, ")")
-                            : absl::StrCat("positions[", k, "] = ", position),
-          " of epoch ", batch.epoch, batch.deal > 0 ? absl::StrCat(" (deal ", batch.deal, ")") : "",
-          " (that position holds index ", served,
-          "): report each loss under the index and the "
-          "shard position the rank was served (job '",
-          name_, "')"));
-    }
-    fresh += !rank.reported.Contains(position);
-  }
-  if (fresh == 0) {  // A retry, or positions a restarted trainer trained again.
+  if (*fresh == 0) {  // A retry, or positions a restarted trainer trained again.
     summary->set_duplicates(summary->duplicates() + size);
     return absl::OkStatus();
   }
-  if (record.has_value()) {
-    if (absl::Status s = journal_->LogLosses(*record); !s.ok()) return s;
-  }
-  // The pairs at positions new to the rank, in arrival order: the whole batch unless some
-  // position was reported before (or twice in it); then copied from the first one that was.
-  absl::Span<const uint64_t> fresh_indices = batch.indices;
-  absl::Span<const float> fresh_losses = batch.losses;
-  std::vector<uint64_t> some_indices;
-  std::vector<float> some_losses;
-  bool all_fresh = true;
-  for (size_t k = 0; k < size; ++k) {
-    const bool inserted = rank.reported.Insert(batch.position(k), *shard_length);
-    if (!inserted && all_fresh) {
-      all_fresh = false;
-      some_indices.assign(batch.indices.begin(), batch.indices.begin() + k);
-      some_losses.assign(batch.losses.begin(), batch.losses.begin() + k);
-    } else if (inserted && !all_fresh) {
-      some_indices.push_back(batch.indices[k]);
-      some_losses.push_back(batch.losses[k]);
-    }
-  }
-  if (!all_fresh) {
-    fresh_indices = some_indices;
-    fresh_losses = some_losses;
-  }
-  uint64_t accepted = fresh_indices.size();
+  if (absl::Status s = history_->LogLosses(record); !s.ok()) return s;
+  const CurrentDeal::NewLosses pairs = deal_.MarkReported(batch);
+  uint64_t accepted = pairs.size();
   if (losses_ != nullptr) {
     // One call per batch; the statistics keep the first loss of a sample in the epoch (a
     // second position of the same index is a duplicate).
-    absl::StatusOr<uint64_t> applied = losses_->Apply(batch.epoch, fresh_indices, fresh_losses);
+    absl::StatusOr<uint64_t> applied = losses_->Apply(batch.epoch, pairs.indices(), pairs.losses());
     if (!applied.ok()) {
       // A device error: the statistics are lost to this job. Nothing is acknowledged.
       LOG(ERROR) << "job '" << name_ << "': applying losses of epoch " << batch.epoch
                  << " failed: " << applied.status();
-      phase_ = Failed{applied.status(), "applying the losses of"};
+      Enter(Failed{applied.status(), "applying the losses of"});
       return applied.status();
     }
     accepted = *applied;
   }
-  rank.accepted += accepted;
+  deal_.AddAccepted(batch.rank, accepted);
   summary->set_accepted(summary->accepted() + accepted);
   summary->set_duplicates(summary->duplicates() + (size - accepted));
   return absl::OkStatus();
 }
 
-// ---- Epochs -------------------------------------------------------------------------------------
+// ---- Epochs closing -----------------------------------------------------------------------------
 
 absl::StatusOr<v1::EndEpochResponse> Job::EndEpoch(uint64_t epoch, uint32_t deal, uint32_t rank) {
-  auto named = [this](const absl::Status& s) {
-    return absl::Status(s.code(), absl::StrCat(s.message(), " (job '", name_, "')"));
-  };
   v1::EndEpochResponse response;
   RecomputeInputs inputs;
   {
     absl::ReleasableMutexLock lock(&mu_);
-    if (epoch < epoch_ && !std::holds_alternative<Closed>(phase_)) {
+    if (epoch < epoch_ && CloseReason().ok()) {
       // Already closed (every rank ended it): a retry, maybe of a call whose sync failed or is
       // still running. Acknowledge it only once the closing record is durable.
-      response.set_ranks_ended(static_cast<uint32_t>(ranks_.size()));
+      response.set_ranks_ended(static_cast<uint32_t>(deal_.ranks().size()));
       lock.Release();
       if (absl::Status s = Sync(); !s.ok()) return s;
       return response;
     }
     if (absl::Status s = CheckEpochOpen(epoch); !s.ok()) return s;
-    if (absl::Status s = CheckDeal(epoch, deal); !s.ok()) return named(s);
-    if (absl::Status s = CheckRank(shard_, rank); !s.ok()) return named(s);
-    RankState& state = ranks_[rank];
-    if (!state.ended) {
-      if (journal_ != nullptr) {
-        if (absl::Status s = journal_->LogRankEnded(epoch, deal, rank); !s.ok()) return s;
-      }
-      state.ended = true;
-      ++ranks_ended_;
+    if (absl::Status s = deal_.CheckDeal(epoch, deal); !s.ok()) return s;
+    if (absl::Status s = CheckRank(deal_.shard(), rank); !s.ok()) return Named(s);
+    if (!deal_.ranks()[rank].ended) {
+      if (absl::Status s = history_->LogRankEnded(epoch, deal, rank); !s.ok()) return s;
+      deal_.MarkEnded(rank);
     }
-    response.set_ranks_ended(ranks_ended_);
-    if (ranks_ended_ < shard_.world_size) {
+    response.set_ranks_ended(deal_.ranks_ended());
+    if (!deal_.AllEnded()) {
       lock.Release();
       if (absl::Status s = Sync(); !s.ok()) return s;
       return response;
@@ -690,9 +540,9 @@ absl::StatusOr<v1::EndEpochResponse> Job::EndEpoch(uint64_t epoch, uint32_t deal
     inputs.base = base_;
     inputs.current = std::get<Serving>(phase_).view.weights;
     epoch_ = epoch + 1;
-    deal_ = 0;  // The next epoch is dealt whole to the ranks that ended this one.
-    deal_length_ = config_.plan.samples_per_epoch;
-    phase_ = Planning{std::nullopt, absl::Now()};
+    // The next epoch is dealt whole to the ranks that ended this one.
+    deal_.DealNextEpoch(config_.plan.samples_per_epoch);
+    Enter(StartPlanning(Purpose::kNextEpoch));
   }
   LOG(INFO) << "event=epoch_closed job=" << name_ << " epoch=" << epoch;
   // The recompute reads the statistics off the lock while the job is Planning. Closed meanwhile: no
@@ -712,21 +562,7 @@ absl::StatusOr<v1::EndEpochResponse> Job::EndEpoch(uint64_t epoch, uint32_t deal
 
 // ---- Rewinds ------------------------------------------------------------------------------------
 
-std::vector<uint64_t> Job::RewindableEpochs() const {
-  if (config_.rewind_epochs == 0) return {};
-  if (journal_ == nullptr) {
-    std::vector<uint64_t> epochs;
-    absl::MutexLock lock(&mu_);
-    for (const JobJournal::EpochStart& start : kept_) epochs.push_back(start.epoch);
-    return epochs;
-  }
-  absl::StatusOr<std::vector<uint64_t>> epochs = journal_->KeptEpochStarts();
-  if (!epochs.ok()) {
-    LOG(WARNING) << "job '" << name_ << "': listing its snapshots failed: " << epochs.status();
-    return {};
-  }
-  return *std::move(epochs);
-}
+std::vector<uint64_t> Job::RewindableEpochs() const { return history_->KeptEpochs(); }
 
 absl::StatusOr<JobJournal::EpochStart> Job::FindStart(uint64_t epoch) const {
   const std::vector<uint64_t> kept = RewindableEpochs();
@@ -740,25 +576,10 @@ absl::StatusOr<JobJournal::EpochStart> Job::FindStart(uint64_t epoch) const {
         "epoch = ", epoch, " of job '", name_, "': its start is not kept; the oldest kept is ",
         kept.front(), " (kept: ", absl::StrJoin(kept, ", "), ")", flag));
   }
-  if (journal_ == nullptr) {
-    absl::MutexLock lock(&mu_);
-    for (const JobJournal::EpochStart& start : kept_) {
-      if (start.epoch == epoch) return start;  // A copy: the kept one stays for another rewind.
-    }
-    return absl::FailedPreconditionError(
-        absl::StrCat("epoch = ", epoch, " of job '", name_, "': its start is no longer kept"));
-  }
-  absl::StatusOr<JobJournal::EpochStart> read = journal_->ReadEpochStart(epoch);
-  if (!read.ok()) return read.status();
-  if (!read->planned) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("epoch = ", epoch, " of job '", name_, "' was never planned"));
-  }
-  return read;
+  return history_->Read(epoch);
 }
 
 absl::Status Job::Rewind(uint64_t epoch) {
-  std::optional<EpochView> serving;
   {
     absl::MutexLock lock(&mu_);
     // After a planning in progress (an epoch closing) and the scheduling of its snapshot: then
@@ -767,30 +588,29 @@ absl::Status Job::Rewind(uint64_t epoch) {
       return !IsPlanning() && !snapshot_unscheduled_;
     };
     mu_.Await(absl::Condition(&settled));
-    if (const auto* closed = std::get_if<Closed>(&phase_)) return closed->reason;
+    if (absl::Status s = CloseReason(); !s.ok()) return s;
     if (std::holds_alternative<AwaitingUpload>(phase_)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "job '", name_, "' has no plan yet (it waits for its upload): nothing to rewind"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("job '", name_, "': ", NoPlanYet(), "; nothing to rewind"));
     }
     if (epoch > epoch_) {
       return absl::FailedPreconditionError(
           absl::StrCat("epoch = ", epoch, " of job '", name_, "' is after the current epoch ",
                        epoch_, ": a rewind goes back to the start of an epoch reached"));
     }
-    // Planning from here on: losses, EndEpoch and uploads wait or are refused meanwhile.
-    if (const auto* s = std::get_if<Serving>(&phase_)) serving = s->view;
-    phase_ = Planning{serving, absl::Now()};
+    // Planning from here on: losses, EndEpoch and uploads wait or are refused meanwhile. Until
+    // the history is rewound, a failure goes back to the phase it left (Serving, or Failed
+    // with its own cause).
+    phase::Settled previous = AwaitingUpload{};
+    if (const auto* serving = std::get_if<Serving>(&phase_)) previous = *serving;
+    if (const auto* failed = std::get_if<Failed>(&phase_)) previous = *failed;
+    Enter(StartPlanning(Purpose::kRewind, std::move(previous)));
   }
-  // Until the journal is rewound, a failure leaves the job as it was.
+  // Closed meanwhile (deleted, shutting down): that is the answer, whatever else failed.
   auto undo = [&](absl::Status s) {
     absl::MutexLock lock(&mu_);
-    if (IsPlanning()) {
-      if (serving.has_value()) {
-        phase_ = Serving{*serving};
-      } else {
-        phase_ = Failed{s};  // It was Failed: it stays so.
-      }
-    }
+    if (absl::Status closed = CloseReason(); !closed.ok()) return closed;
+    GoBack(s);
     return s;
   };
   absl::StatusOr<JobJournal::EpochStart> start = FindStart(epoch);
@@ -804,37 +624,31 @@ absl::Status Job::Rewind(uint64_t epoch) {
   if (!base.ok()) return undo(base.status());
   absl::StatusOr<PlannedEpoch> planned = planner_.Plan(epoch, *weights);
   if (!planned.ok()) return undo(planned.status());
-  if (journal_ != nullptr) {
-    if (absl::Status s = journal_->Rewind(epoch); absl::IsNotFound(s)) {
-      return undo(absl::FailedPreconditionError(
-          absl::StrCat("epoch = ", epoch, " of job '", name_, "': its start is no longer kept")));
-    } else if (!s.ok()) {
-      LOG(ERROR) << "job '" << name_ << "': rewinding to epoch " << epoch << " failed: " << s;
-      absl::MutexLock lock(&mu_);
-      if (IsPlanning()) phase_ = Failed{s, "rewinding to"};
-      return s;
-    }
+  if (absl::Status s = history_->Rewind(epoch); absl::IsFailedPrecondition(s)) {
+    return undo(s);  // The start is no longer kept: nothing changed.
+  } else if (!s.ok()) {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status closed = CloseReason(); !closed.ok()) return closed;
+    LOG(ERROR) << "job '" << name_ << "': rewinding to epoch " << epoch << " failed: " << s;
+    if (IsPlanning()) Enter(Failed{s, "rewinding to"});
+    return s;
   }
   {
     absl::MutexLock lock(&mu_);
-    if (!IsPlanning()) {  // Closed meanwhile.
-      if (const auto* closed = std::get_if<Closed>(&phase_)) return closed->reason;
-    }
+    if (!IsPlanning()) return Interrupted();  // Closed meanwhile.
     // The start's statistics (none: no sample seen then).
     if (losses_ != nullptr) {
       if (absl::Status s = losses_->Restore(start->loss_stats); !s.ok()) {
-        phase_ = Failed{s, "rewinding to"};
+        Enter(Failed{s, "rewinding to"});
         return s;
       }
     }
-    while (!kept_.empty() && kept_.back().epoch > epoch) kept_.pop_back();
     // The epoch's start as it was: deal 0 to the ranks it started with.
-    if (start->world_size != 0) shard_.world_size = start->world_size;
-    deal_ = 0;
+    deal_.DealAgain(start->world_size);
   }
   if (!Publish(*planned, *std::move(base))) {
     absl::MutexLock lock(&mu_);
-    if (const auto* closed = std::get_if<Closed>(&phase_)) return closed->reason;
+    return Interrupted();
   }
   LOG(INFO) << "event=job_rewound job=" << name_ << " epoch=" << epoch;
   return absl::OkStatus();
@@ -844,76 +658,57 @@ absl::Status Job::Rewind(uint64_t epoch) {
 
 absl::StatusOr<v1::Job> Job::Resize(uint64_t epoch, uint32_t world_size) {
   if (world_size == 0 || world_size > static_cast<uint32_t>(v1::MAX_WORLD_SIZE)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "world_size = ", world_size, " is outside [1, MAX_WORLD_SIZE = ", v1::MAX_WORLD_SIZE,
-        "] (job '", name_, "')"));
+    return Named(absl::InvalidArgumentError(
+        absl::StrCat("world_size = ", world_size,
+                     " is outside [1, MAX_WORLD_SIZE = ", v1::MAX_WORLD_SIZE, "]")));
   }
   EpochView current;
-  ShardSpec dealt;
-  std::vector<RankState> progress;
+  CurrentDeal::Progress progress;
   bool replaced_started = false;  // Whether the deal being replaced had started.
   {
     absl::MutexLock lock(&mu_);
     // After a planning in progress (an epoch closing, another resize): the deal is settled.
     auto settled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !IsPlanning(); };
     mu_.Await(absl::Condition(&settled));
-    if (const auto* closed = std::get_if<Closed>(&phase_)) return closed->reason;
+    if (absl::Status s = CloseReason(); !s.ok()) return s;
     if (epoch != epoch_) {
       return absl::FailedPreconditionError(
           absl::StrCat("epoch = ", epoch, " of job '", name_, "' is not the current epoch ", epoch_,
                        ": a group resizes the epoch it is about to read"));
     }
     if (std::holds_alternative<AwaitingUpload>(phase_)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("job '", name_,
-                       "' has no plan yet (it waits for its upload): nothing is dealt to "
-                       "resize; upload first"));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job '", name_, "': ", NoPlanYet(), "; nothing is dealt to resize: upload first"));
     }
     if (absl::Status s = CheckEpochOpen(epoch); !s.ok()) return s;  // Failed.
-    if (world_size == shard_.world_size) {  // A retry, or another rank of the same group.
+    if (world_size == deal_.world_size()) {  // A retry, or another rank of the same group.
       v1::Job job;
       DescribeLocked(&job);
       return job;
     }
-    const bool any_done = std::any_of(ranks_.begin(), ranks_.end(), [](const RankState& r) {
-      return r.ended || r.reported.count() > 0;
-    });
     // Positions streamed only (not done) are dealt again, but they were handed out.
-    replaced_started =
-        std::any_of(ranks_.begin(), ranks_.end(), [](const RankState& r) { return r.Started(); });
-    if (!any_done) {
+    replaced_started = deal_.Started();
+    const EpochView& serving = std::get<Serving>(phase_).view;
+    if (!deal_.AnyDone()) {
       // Nothing of the epoch is done: the next deal deals the same positions.
-      if (absl::Status s =
-              ApplyResize(std::get<Serving>(phase_).view, world_size, replaced_started);
-          !s.ok()) {
-        return s;
-      }
+      if (absl::Status s = ApplyResize(serving, world_size, replaced_started); !s.ok()) return s;
     } else {
       // Computed off the lock (linear in M); meanwhile the epoch waits as Planning.
-      current = std::get<Serving>(phase_).view;
-      dealt = shard_;
-      progress = std::move(ranks_);
-      ranks_.assign(dealt.world_size, RankState());
-      Planning planning{current, absl::Now()};
-      planning.redealing = true;
-      phase_ = std::move(planning);
+      current = serving;
+      progress = deal_.TakeProgress();
+      Enter(StartPlanning(Purpose::kRedeal, Serving{current}));
     }
   }
   if (current.plan != nullptr) {
-    std::vector<RankDone> done;
-    done.reserve(progress.size());
-    for (const RankState& r : progress) done.push_back(RankDone{&r.reported, r.ended});
-    auto remaining =
-        std::make_shared<const Plan>(RemainingPlan(*current.plan, dealt, absl::MakeSpan(done)));
+    auto remaining = std::make_shared<const Plan>(progress.Remaining(*current.plan));
     absl::MutexLock lock(&mu_);
-    if (!IsPlanning()) {  // Only Close leaves this Planning.
-      if (const auto* closed = std::get_if<Closed>(&phase_)) return closed->reason;
-    }
+    if (!IsPlanning()) return Interrupted();  // Closed (or failed) meanwhile.
     EpochView view = current;
     view.plan = std::move(remaining);
-    phase_ = Serving{current};  // ApplyResize replaces it; if it fails, the deal stays as it was.
+    // ApplyResize replaces it; if it fails, the deal stays as it was.
+    Enter(Serving{current});
     if (absl::Status s = ApplyResize(std::move(view), world_size, replaced_started); !s.ok()) {
-      ranks_ = std::move(progress);
+      deal_.PutBack(std::move(progress));
       return s;
     }
   }
@@ -922,21 +717,13 @@ absl::StatusOr<v1::Job> Job::Resize(uint64_t epoch, uint32_t world_size) {
 }
 
 absl::Status Job::ApplyResize(EpochView view, uint32_t world_size, bool replaced_started) {
-  if (journal_ != nullptr) {
-    if (absl::Status s = journal_->LogResized(epoch_, world_size); !s.ok()) return s;
-  }
-  // The replaced deal's progress is cleared below; that the epoch had started is not.
-  if (replaced_started) replaced_deal_started_ = true;
-  const uint32_t from = shard_.world_size;
-  ++deal_;
-  shard_.world_size = world_size;
-  deal_length_ = view.plan->size();
-  phase_ = Serving{std::move(view)};
-  ranks_.assign(world_size, RankState());
-  ranks_ended_ = 0;
-  LOG(INFO) << "event=job_resized job=" << name_ << " epoch=" << epoch_ << " deal=" << deal_
-            << " from_world_size=" << from << " world_size=" << world_size
-            << " positions=" << deal_length_;
+  if (absl::Status s = history_->LogResized(epoch_, world_size); !s.ok()) return s;
+  const uint32_t from = deal_.world_size();
+  deal_.Redeal(world_size, view.plan->size(), replaced_started);
+  Enter(Serving{std::move(view)});
+  LOG(INFO) << "event=job_resized job=" << name_ << " epoch=" << epoch_
+            << " deal=" << deal_.number() << " from_world_size=" << from
+            << " world_size=" << world_size << " positions=" << deal_.length();
   return absl::OkStatus();
 }
 
@@ -948,12 +735,13 @@ v1::JobStatus Job::Status() const {
   for (uint64_t e : RewindableEpochs()) status.mutable_job()->add_rewindable_epochs(e);
   absl::MutexLock lock(&mu_);
   DescribeLocked(status.mutable_job());
-  for (uint32_t r = 0; r < ranks_.size(); ++r) {
+  const std::vector<CurrentDeal::RankState>& ranks = deal_.ranks();
+  for (uint32_t r = 0; r < ranks.size(); ++r) {
     v1::RankProgress* p = status.add_ranks();
     p->set_rank(r);
-    p->set_indices_streamed(ranks_[r].streamed);
-    p->set_losses_accepted(ranks_[r].accepted);
-    p->set_ended(ranks_[r].ended);
+    p->set_indices_streamed(ranks[r].streamed);
+    p->set_losses_accepted(ranks[r].accepted);
+    p->set_ended(ranks[r].ended);
   }
   v1::WeightStats* w = status.mutable_weights();
   w->set_min(weight_summary_.min);

@@ -1,21 +1,36 @@
-// Job: one training run's sampler state and its state machine over epochs.
+// Job: one training run's sampler state, a state machine over epochs made of named parts:
 //
-// Phases (one at a time, held in `phase_`; see Phase below):
+//   - its phase (job_phase.h: AwaitingUpload, Planning tagged by its purpose, Serving, Failed,
+//     Closed), changed only by Enter, which checks the move against the state diagram;
+//   - its current deal (current_deal.h): the ranks, their progress, the checks of a request
+//     against the deal and the duplicate detection of loss reports;
+//   - its epoch history (epoch_history.h): the epoch starts kept for a rewind and the record of
+//     every change, in memory or in a journal, called the same way either way;
+//   - its planner (epoch_planner.h), which computes each epoch off the lock; the job publishes it.
 //
-//   AwaitingUpload ──upload──> Planning(0) ──> Serving(e) ──every rank EndEpoch(e)──>
-//   Planning(e+1) ──> Serving(e+1) ...         any phase ──Close──> Closed
-//   Planning ──planning failed──> Failed       Serving(0), not started ──re-upload──> Planning(0)
-//   Planning(0) of an upload ──failed──> back to AwaitingUpload or the previous Serving(0)
+// Phases (job_phase.h has the rule, MayTransition):
+//
+//   AwaitingUpload ──upload──> Planning(upload) ──> Serving(0)
+//   Serving(e) ──every rank EndEpoch(e)──> Planning(next epoch) ──> Serving(e+1) ...
+//   Serving(e) or Failed ──Rewind(e')──> Planning(rewind) ──> Serving(e')
+//   Serving(e) ──Resize──> Serving(e), next deal (nothing done yet), or
+//              ──Resize──> Planning(re-deal) ──> Serving(e), next deal (what is left)
+//   Serving(0), not started ──re-upload──> Planning(upload) ──> Serving(0)
+//   Planning(upload, rewind, re-deal) ──failed──> back to the phase it came from (nothing
+//       changed: a failed rewind of a Failed job leaves it Failed with its first cause)
+//   Planning ──planning, a write or the device failed──> Failed
+//   Serving ──applying losses, or copying the weights for a snapshot, failed──> Failed
+//   any phase ──Close──> Closed (terminal)
+//   Restore: AwaitingUpload ──> Planning(recovery) ──> Serving(e), then the log is replayed.
 //
 // Jobs with a UNIFORM base plan epoch 0 at creation; STATIC / CLASS_BALANCED jobs wait for their
-// upload. The EpochPlanner (epoch_planner.h) computes each epoch off the lock; the Job publishes
-// it.
+// upload.
 //
 // Thread-safety: all public methods are safe to call concurrently. The mutex is never held while
 // a plan or weights are computed or while a client is streamed to: readers take a reference to
 // the immutable EpochView (plan + weights of the epoch) and release the lock.
 //
-// Lock order: Job::mu_, then JobJournal's lock (the Log* calls are made under mu_). The
+// Lock order: Job::mu_, then the EpochHistory's locks (the Log* calls are made under mu_). The
 // EpochPlanner's locks are never taken with mu_ held; its thread takes mu_ (in the `done`
 // callback) but never the planner's own lock, so EpochPlanner::Stop may join it under that lock.
 //
@@ -35,9 +50,10 @@
 //     to the host only for a snapshot or a kept epoch start. A failure of the backend while the
 //     job runs (a device error applying losses or copying state) fails the job with that error.
 //   - Every request is validated whole before anything changes.
+//   - Errors name the job: a message that does not already gets " (job '<name>')" (Named).
 //
-// Persistence (when the job has a JobJournal): every state change is logged under mu_ before it
-// is applied, so the log's order is the order of application; the journal owns the order of
+// Persistence (a journal-backed EpochHistory): every state change is recorded under mu_ before
+// it is applied, so the log's order is the order of application; the journal owns the order of
 // snapshots and logs around an epoch's publication (job_journal.h). Callers acknowledge a change
 // to a client only after Sync() (EndEpoch and uploads sync themselves). Restore (job_restore.cc)
 // rebuilds a job from its journal by replaying the log through the same methods.
@@ -45,7 +61,6 @@
 #define SAMPLERD_SERVER_JOB_H_
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -60,11 +75,13 @@
 #include "absl/time/time.h"
 #include "kernels/compute_backend.h"
 #include "proto/samplerd.pb.h"
+#include "server/current_deal.h"
+#include "server/epoch_history.h"
 #include "server/epoch_planner.h"
 #include "server/job_config.h"
+#include "server/job_phase.h"
 #include "server/loss_batch.h"
 #include "server/persistence/job_journal.h"
-#include "server/position_set.h"
 
 namespace samplerd {
 
@@ -168,10 +185,14 @@ class Job {
   // (and for the snapshot of an epoch just opened to be scheduled).
   // FAILED_PRECONDITION if the start of `epoch` is not kept (naming the oldest that is), if it
   // is after the current epoch, or if the job awaits its upload; the close reason if closed.
+  // A Failed job can be rewound (that is its way back); a rewind that fails before anything
+  // changed leaves the job as it was (a Failed job keeps its first failure's cause).
   // With a journal the rewind is durable when it returns; if writing it fails the job is
   // Failed (INTERNAL) and a restart finishes the rewind.
   absl::Status Rewind(uint64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
-  // The epochs whose start is kept, ascending.
+  // The epochs whose start is kept, ascending: the current one's included from the moment it
+  // is served (with a journal its snapshot is written in the background; a rewind to it waits
+  // for that write, and only if the write fails is the start no longer kept).
   std::vector<uint64_t> RewindableEpochs() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // One consistent view of the job (taken under one lock acquisition).
@@ -189,131 +210,98 @@ class Job {
   void Close(absl::Status reason) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  // ---- Phases. The job is in exactly one; `epoch_` is the epoch it is in.
-  // A STATIC / CLASS_BALANCED job before its first upload (epoch 0, no plan).
-  struct AwaitingUpload {};
-  // epoch_'s plan is being computed: after EndEpoch closed epoch_ - 1 (on the planner thread),
-  // or epoch 0's after an upload (on the uploader's thread). Nothing writes the loss statistics.
-  struct Planning {
-    // A re-upload: the phase to return to if planning fails (the previous plan stays).
-    std::optional<EpochView> previous_plan;
-    absl::Time since;
-    // A resize computing the next deal, not a plan (for messages).
-    bool redealing = false;
-  };
-  // epoch_'s plan is published: shards are served, losses applied, ranks end the epoch.
-  struct Serving {
-    EpochView view;
-  };
-  // Planning epoch_ failed (a server bug, a failed write or a device error), or the backend
-  // failed while serving it: calls fail with INTERNAL.
-  struct Failed {
-    absl::Status error;
-    const char* during = "planning";  // What failed, for messages: "<during> epoch <e> failed".
-  };
-  // Deleted (NOT_FOUND) or shutting down (UNAVAILABLE): calls fail with `reason`.
-  struct Closed {
-    absl::Status reason;
-  };
-  using Phase = std::variant<AwaitingUpload, Planning, Serving, Failed, Closed>;
-
-  // Per-epoch bookkeeping of one rank of the current deal, reset when an epoch is published or
-  // the epoch is dealt again.
-  struct RankState {
-    uint64_t streamed = 0;
-    uint64_t accepted = 0;
-    bool ended = false;
-    PositionSet reported;  // Shard positions whose loss was reported (and logged).
-    bool Started() const { return streamed > 0 || ended || reported.count() > 0; }
-  };
-
   Job(std::string name, JobConfig config, ComputeBackend* backend,
-      std::unique_ptr<JobJournal> journal);
+      std::unique_ptr<EpochHistory> history);
   // Makes the job's loss statistics with the backend (a loss policy only). Once, by Create and
   // Restore, before the job is used.
   absl::Status MakeLossStats() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // ---- The phase machine.
+
+  // The one way the phase changes: CHECKs that `next` may follow the current phase
+  // (MayTransition, the diagram above; a violation is a bug of this class).
+  void Enter(JobPhase next) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Back to the phase a failed Planning (upload, rewind, re-deal) came from; `error` fails the
+  // job instead if it came from nowhere. A no-op unless Planning (Close left it meanwhile).
+  void GoBack(const absl::Status& error) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool IsPlanning() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return std::holds_alternative<phase::Planning>(phase_);
+  }
+  // OK while the job is open; the reason it was closed otherwise (NOT_FOUND: deleted;
+  // UNAVAILABLE: shutting down).
+  absl::Status CloseReason() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Why a Planning this thread entered was left by another: the close reason, or the failure.
+  absl::Status Interrupted() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `s` with " (job '<name>')" appended: the one decoration of errors that do not name the job.
+  absl::Status Named(const absl::Status& s) const;
+  // "it has no plan yet: it waits for UploadWeights" (or UploadLabels).
+  std::string NoPlanYet() const;
 
   // The one check that `epoch` is the serving epoch, for ReportLosses, EndEpoch and AcquireShard
   // (each handles an older epoch, stale or a retry, first). OK when serving `epoch`; the close
   // reason when closed; INTERNAL when planning failed; FAILED_PRECONDITION naming the epoch, the
   // current one and the phase otherwise.
   absl::Status CheckEpochOpen(uint64_t epoch) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // After CheckEpochOpen: OK if `deal` is the current deal; FAILED_PRECONDITION naming both
-  // otherwise (a straggler of a group that was resized, or a deal not made yet).
-  absl::Status CheckDeal(uint64_t epoch, uint32_t deal) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The current deal's world size, the one check for StreamShard's world_size.
-  absl::Status CheckWorldSize(uint64_t epoch, uint32_t world_size) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Starts deal deal_ + 1 of the current epoch, serving `view` (the deal's plan) to `world_size`
-  // ranks; logged first: nothing changes if logging fails. `replaced_started`: a rank of the
-  // deal it replaces had started (Started() remembers it).
-  absl::Status ApplyResize(EpochView view, uint32_t world_size, bool replaced_started)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Why `epoch` is not served yet, for a DEADLINE_EXCEEDED: the upload, the planning, or the
   // ranks that have not ended the previous epoch.
   std::string WhyNotServing(uint64_t epoch) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether the plan of epoch 0 was used (a rank of any of its deals streamed, reported or ended
   // an epoch), so that an upload can no longer replace it.
-  bool Started() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool IsPlanning() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return std::holds_alternative<Planning>(phase_);
-  }
+  bool Started() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return epoch_ > 0 || deal_.Started(); }
+  // Starts the next deal of the current epoch, serving `view` (the deal's plan) to `world_size`
+  // ranks; recorded first: nothing changes if recording fails. `replaced_started`: a rank of the
+  // deal it replaces had started.
+  absl::Status ApplyResize(EpochView view, uint32_t world_size, bool replaced_started)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // ---- Epochs opening.
 
   // Installs validated base weights (empty: uniform) as the backend's, and plans epoch 0 (an
   // upload) on the caller's thread.
   absl::Status InstallBaseAndPlan(std::vector<float> base) ABSL_LOCKS_EXCLUDED(mu_);
   // Makes `planned` the serving epoch (and `new_base` the base, if set) if the job is still
-  // Planning it; returns false (nothing changed) if it was closed meanwhile. Keeps `kept` (the
-  // epoch's start, in memory) if set. With `snapshot_follows`, sets snapshot_unscheduled_ in the
-  // same step: the caller then schedules the epoch's snapshot and clears it. Then lets the
-  // planner compute the next plan ahead.
+  // Planning it; returns false (nothing changed) if it was closed or failed meanwhile. With
+  // `snapshot_follows`, sets snapshot_unscheduled_ in the same step: the caller then hands the
+  // opening to the history (AfterPublishing) and clears it. Then lets the planner compute the
+  // next plan ahead.
   bool Publish(const PlannedEpoch& planned, std::shared_ptr<const BackendWeights> new_base,
-               std::optional<JobJournal::EpochStart> kept = std::nullopt,
                bool snapshot_follows = false) ABSL_LOCKS_EXCLUDED(mu_);
-  // The start of the epoch being published (dealt to `world_size` ranks in its deal 0), for
-  // kept_ (the weights and loss statistics copied to the host); nullopt with a journal, without
-  // rewinds, or once the job is closed. Reads the loss statistics: only while Planning
-  // (LossesWhilePlanning). A backend error copying them.
-  absl::StatusOr<std::optional<JobJournal::EpochStart>> StartToKeep(
-      const PlannedEpoch& planned, const std::shared_ptr<const BackendWeights>& base,
-      uint32_t world_size) const ABSL_LOCKS_EXCLUDED(mu_);
-  // The kept start of `epoch`: from kept_, or the journal's snapshot. FAILED_PRECONDITION
-  // naming the kept epochs otherwise.
-  absl::StatusOr<JobJournal::EpochStart> FindStart(uint64_t epoch) const ABSL_LOCKS_EXCLUDED(mu_);
-  // The planner's `done` after EndEpoch closed `planned`'s predecessor: opens the epoch's log,
-  // publishes, then writes its snapshot (off the boundary's path). Runs on the planner thread.
+  // The planner's `done` after EndEpoch closed `planned`'s predecessor: the history's
+  // BeforePublishing, publishes, then its AfterPublishing (off the boundary's path). Runs on the
+  // planner thread.
   void FinishPlanningNext(absl::StatusOr<PlannedEpoch> planned) ABSL_LOCKS_EXCLUDED(mu_);
-  // The snapshot opening an epoch, for the journal (host copies of the weights: HostWeights).
-  JobJournal::EpochStart MakeEpochStart(uint64_t epoch, bool planned, uint32_t world_size,
-                                        std::shared_ptr<const std::vector<float>> base,
-                                        std::shared_ptr<const std::vector<float>> weights,
-                                        std::vector<SampleLossStats> loss_stats,
-                                        uint64_t samples_seen) const;
   // Replays a restored log (job_restore.cc).
-  absl::Status Replay(const JobJournal::Recovered& recovered) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Replay(JobJournal& journal, const JobJournal::Recovered& recovered)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Waits until the job is not planning; the planning error if it failed.
   absl::Status AwaitNotPlanning() ABSL_LOCKS_EXCLUDED(mu_);
 
-  // The loss statistics, for the recompute to read without mu_: only while the job is Planning,
-  // when no call writes them (ReportLosses needs Serving); a CHECK asserts the phase. Null
-  // without a loss policy; the close reason once the job is closed.
-  absl::StatusOr<const BackendLossStats*> LossesWhilePlanning() const ABSL_LOCKS_EXCLUDED(mu_);
+  // ---- Rewinds.
+
+  // The kept start of `epoch` (history_->Read). FAILED_PRECONDITION naming the kept epochs if
+  // it is not kept.
+  absl::StatusOr<JobJournal::EpochStart> FindStart(uint64_t epoch) const ABSL_LOCKS_EXCLUDED(mu_);
   // Backend weights made from a snapshot's or a kept start's host weights (null or empty:
   // uniform, null).
   absl::StatusOr<std::shared_ptr<const BackendWeights>> WeightsFromHost(
       const std::shared_ptr<const std::vector<float>>& host) const;
+
+  // The loss statistics, for the recompute and the history to read without mu_: only while the
+  // job is Planning, when no call writes them (ReportLosses needs Serving); a CHECK asserts the
+  // phase. Null without a loss policy; the close reason once the job is closed.
+  absl::StatusOr<const BackendLossStats*> LossesWhilePlanning() const ABSL_LOCKS_EXCLUDED(mu_);
   void DescribeLocked(v1::Job* job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string name_;
   const JobConfig config_;
   ComputeBackend* const backend_;
-  // Null for a job kept in memory only.
-  const std::unique_ptr<JobJournal> journal_;
+  // In memory or journal-backed; thread-safe on its own.
+  const std::unique_ptr<EpochHistory> history_;
   // Thread-safe on its own; never called with mu_ held (its `done` callbacks take mu_).
   EpochPlanner planner_;
 
   mutable absl::Mutex mu_;
-  Phase phase_ ABSL_GUARDED_BY(mu_);
+  JobPhase phase_ ABSL_GUARDED_BY(mu_);  // Changed by Enter only.
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   // Base weights (mean 1) for STATIC / CLASS_BALANCED, the backend's; null for UNIFORM.
   // Replaced only before the job starts, or by a rewind.
@@ -322,33 +310,16 @@ class Job {
   // Made once (MakeLossStats) before the job is used. Written under mu_ while Serving; read off
   // the lock while Planning (LossesWhilePlanning).
   std::unique_ptr<BackendLossStats> losses_ ABSL_GUARDED_BY(mu_);
-  // The current deal of epoch_: its number, its ranks (world size: carried into the next epoch's
-  // deal 0), the number of plan positions it deals (M in deal 0) and each rank's progress.
-  uint32_t deal_ ABSL_GUARDED_BY(mu_) = 0;
-  ShardSpec shard_ ABSL_GUARDED_BY(mu_);
-  // The world size of epoch_'s deal 0 (the ranks it started with), which its snapshot and kept
-  // start record: a restart replays the epoch's resizes on top of it, a rewind deals it again.
-  // A re-upload of epoch 0's weights after a resize keeps it (set when deal 0 is published).
-  uint32_t start_world_size_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t deal_length_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<RankState> ranks_ ABSL_GUARDED_BY(mu_);
-  uint32_t ranks_ended_ ABSL_GUARDED_BY(mu_) = 0;
-  // A deal of epoch_ that a resize replaced had started (a rank streamed, reported or ended it),
-  // so the epoch has, though the current deal's ranks_ have not: an upload must not replace the
-  // plan those ranks were served (the losses applied and the records logged against it would
-  // stay). Cleared when an epoch is published.
-  bool replaced_deal_started_ ABSL_GUARDED_BY(mu_) = false;
+  // The current deal of epoch_ (its world size is carried into the next epoch's deal 0).
+  CurrentDeal deal_ ABSL_GUARDED_BY(mu_);
   WeightSummary weight_summary_ ABSL_GUARDED_BY(mu_);
   double last_recompute_ms_ ABSL_GUARDED_BY(mu_) = 0;
   double last_plan_ms_ ABSL_GUARDED_BY(mu_) = 0;
-  // The newest config_.rewind_epochs epoch starts, ascending: the same state a journal's
-  // snapshot holds (no journal only).
-  std::deque<JobJournal::EpochStart> kept_ ABSL_GUARDED_BY(mu_);
-  // The serving epoch was opened by an EndEpoch and its snapshot is not yet scheduled with the
-  // journal (FinishPlanningNext copies the weights to the host first, off the lock). A rewind
-  // waits until it is: the journal's rewind then drops or waits for that snapshot, which would
-  // otherwise be written while the rewind removes the files it reads and commits (or land after
-  // the rewind, as the newest snapshot of a history the rewind abandoned).
+  // The serving epoch was opened by an EndEpoch and not yet handed to the history after its
+  // publication (FinishPlanningNext copies the weights to the host first, off the lock). A
+  // rewind waits until it is: a journal's rewind then drops or waits for that snapshot, which
+  // would otherwise be written while the rewind removes the files it reads and commits (or land
+  // after the rewind, as the newest snapshot of a history the rewind abandoned).
   bool snapshot_unscheduled_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -1,5 +1,6 @@
 // A persisted job against the same job kept in memory: after any prefix of calls, a job restored
 // from its journal is in the same state and goes on to make the same plans.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -169,6 +170,21 @@ TEST_F(JobPersistenceTest, RestoredJobEqualsTheJobThatNeverStopped) {
   EXPECT_EQ(Observable(job), Observable(*reference));
   // Not trivially equal: the plans moved with the weights.
   EXPECT_GT(job.Status().weights().max(), job.Status().weights().min() * 2);
+}
+
+TEST_F(JobPersistenceTest, TheCurrentEpochIsRewindableAsSoonAsItIsServed) {
+  // Issue 24, defect 5: the snapshot opening an epoch is written in the background; the epoch is
+  // rewindable (listed, and RewindJob to it succeeds) from the moment it is served.
+  auto job = Create(/*persisted=*/true);
+  for (uint64_t e = 0; e < 3; ++e) {
+    FullEpoch(*job, e);
+    Shard(*job, e + 1, 0);  // Served.
+    const std::vector<uint64_t> kept = job->RewindableEpochs();
+    EXPECT_NE(std::find(kept.begin(), kept.end(), e + 1), kept.end()) << "epoch " << e + 1;
+  }
+  const absl::Status rewound = job->Rewind(3);
+  EXPECT_TRUE(rewound.ok()) << rewound;
+  EXPECT_EQ(job->CurrentEpoch(), 3u);
 }
 
 TEST_F(JobPersistenceTest, RestoresAtEveryEpochBoundaryAndMidEpoch) {

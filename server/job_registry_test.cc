@@ -6,11 +6,13 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <new>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
@@ -465,6 +467,59 @@ TEST_F(PersistentRegistryTest, ACorruptJobNextToLostAndFoundStillStopsRecovery) 
   EXPECT_THAT(std::string(s.message()), HasSubstr("job 'a'"));
   EXPECT_THAT(std::string(s.message()), HasSubstr("wal-0.log is missing"));
   EXPECT_TRUE(Names(*registry).empty());
+}
+
+// Issue 24, defect 4: management calls racing on one job with a data_dir serialise cleanly.
+// Each RewindJob, DeleteJob and CreateJob gets OK or a code that says what happened to the job
+// (NOT_FOUND: deleted; FAILED_PRECONDITION: its state does not allow it); never INTERNAL or
+// DATA_LOSS for a race the caller did not cause, and the files of a deleted job are all gone.
+TEST_F(PersistentRegistryTest, RewindDeleteAndCreateOfOneJobSerialiseCleanly) {
+  auto registry = Open();
+  ASSERT_TRUE(registry->Recover().ok());
+  constexpr int kThreads = 6;
+  const absl::Duration run_for = absl::Seconds(4);
+  absl::Mutex mu;
+  std::map<std::string, int> unexpected;  // "CODE: message" -> count.
+  int calls = 0;
+  std::vector<std::thread> threads;
+  const absl::Time end = absl::Now() + run_for;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      uint64_t step = static_cast<uint64_t>(t);
+      while (absl::Now() < end) {
+        absl::Status s;
+        switch (step++ % 3) {
+          case 0:
+            s = registry->Create("j", Spec(64), absl::Now() + absl::Seconds(10)).status();
+            break;
+          case 1:
+            if (auto job = registry->Get("j"); job.ok()) {
+              s = (*job)->Rewind(0);
+            } else {
+              s = job.status();
+            }
+            break;
+          default:
+            s = registry->Delete("j");
+            break;
+        }
+        const bool clean = s.ok() || absl::IsNotFound(s) || absl::IsFailedPrecondition(s) ||
+                           absl::IsAlreadyExists(s);
+        absl::MutexLock lock(&mu);
+        ++calls;
+        if (!clean) ++unexpected[s.ToString()];
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  std::string report;
+  for (const auto& [what, count] : unexpected) absl::StrAppend(&report, count, " x ", what, "\n");
+  EXPECT_TRUE(unexpected.empty()) << "of " << calls << " calls:\n" << report;
+  // Whatever the last call was, the directory holds exactly what the registry holds.
+  if (registry->Get("j").ok()) {
+    ASSERT_TRUE(registry->Delete("j").ok());
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/jobs/j"));
 }
 
 }  // namespace

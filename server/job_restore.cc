@@ -28,8 +28,13 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Restore(std::string name, JobConfig co
   if (!header.planned() && (header.epoch() != 0 || !recovered.records.empty())) {
     return bad("is not planned but has a log");
   }
+  // The journal becomes the job's history; its recovery (opening the snapshot's epoch, the
+  // replay) is driven from here.
+  JobJournal& journal = *recovered.journal;
+  std::unique_ptr<EpochHistory> history =
+      MakeJournalHistory(name, config, std::move(recovered.journal));
   std::unique_ptr<Job> job(
-      new Job(std::move(name), std::move(config), backend, std::move(recovered.journal)));
+      new Job(std::move(name), std::move(config), backend, std::move(history)));
   // The snapshot's vectors become the backend's objects. A snapshot's weights were valid when it
   // was written: refused now, they are damaged.
   auto to_backend =
@@ -59,9 +64,13 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Restore(std::string name, JobConfig co
     // The snapshot's epoch, published below (the upload or the EndEpoch that opened it is done).
     job->epoch_ = header.epoch();
     // Deal 0 of the epoch, to the ranks it started with (older snapshots: the spec's).
-    if (header.world_size() != 0) job->shard_.world_size = header.world_size();
-    job->start_world_size_ = job->shard_.world_size;
-    if (header.planned()) job->phase_ = Planning{std::nullopt, absl::Now()};
+    job->deal_.DealAgain(header.world_size());
+    if (header.planned()) {
+      phase::Planning recovery;
+      recovery.purpose = phase::Planning::Purpose::kRecovery;
+      recovery.since = absl::Now();
+      job->Enter(std::move(recovery));
+    }
   }
   if (header.planned()) {
     absl::StatusOr<std::shared_ptr<const BackendWeights>> weights =
@@ -71,26 +80,26 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Restore(std::string name, JobConfig co
                      : absl::StatusOr<PlannedEpoch>(weights.status());
     absl::Status s = planned.status();
     // The snapshot exists already: only the epoch's log is opened.
-    if (s.ok()) s = job->journal_->OpenEpoch(header.epoch());
+    if (s.ok()) s = journal.OpenEpoch(header.epoch());
     if (s.ok()) job->Publish(*planned, base);
-    if (s.ok()) s = job->Replay(recovered);
+    if (s.ok()) s = job->Replay(journal, recovered);
     if (!s.ok()) {
       job->Close(s);
       return s;
     }
   }
-  job->journal_->EndReplay();
+  journal.EndReplay();
   return job;
 }
 
-absl::Status Job::Replay(const JobJournal::Recovered& recovered) {
+absl::Status Job::Replay(JobJournal& journal, const JobJournal::Recovered& recovered) {
   v1::LossReportSummary summary;
   JobJournal::ReplayHandlers handlers;
   handlers.before_record = [this](uint64_t epoch) -> absl::Status {
     // A record of the next epoch follows the EndEpoch that closed this one: wait for its plan.
     if (absl::Status s = AwaitNotPlanning(); !s.ok()) return s;
     absl::MutexLock lock(&mu_);
-    if (epoch != epoch_ || !std::holds_alternative<Serving>(phase_)) {
+    if (epoch != epoch_ || !std::holds_alternative<phase::Serving>(phase_)) {
       return absl::DataLossError(
           absl::StrCat("it is of epoch ", epoch, " but the job is at epoch ", epoch_));
     }
@@ -108,7 +117,7 @@ absl::Status Job::Replay(const JobJournal::Recovered& recovered) {
   handlers.resized = [this](uint64_t epoch, uint32_t world_size) {
     return Resize(epoch, world_size).status();
   };
-  if (absl::Status s = journal_->Replay(recovered.records, handlers); !s.ok()) return s;
+  if (absl::Status s = journal.Replay(recovered.records, handlers); !s.ok()) return s;
   return AwaitNotPlanning();
 }
 

@@ -318,6 +318,36 @@ TEST_F(JobTest, ABackendFailureApplyingLossesFailsTheJob) {
   EXPECT_TRUE(probed.calls().empty());
 }
 
+TEST_F(JobTest, ARewindOfAFailedJobThatCannotGoOnKeepsTheFirstFailure) {
+  // Issue 26: rewinding a Failed job to a start that is not kept must leave the job Failed with
+  // the cause of its failure, not with the rewind's error.
+  ProbedBackend probed(backend_.get());
+  v1::JobSpec spec;
+  spec.set_num_samples(100);
+  spec.set_world_size(1);
+  spec.set_seed(5);
+  spec.mutable_policy()->set_loss(v1::LOSS);
+  JobLimits limits;
+  limits.rewind_epochs = 0;  // No start is kept: every rewind's target is not found.
+  auto config = MakeJobConfig(spec, limits);
+  ASSERT_TRUE(config.ok()) << config.status();
+  auto job = Job::Create("j", *config, &probed);
+  ASSERT_TRUE(job.ok()) << job.status();
+  const std::vector<uint64_t> shard = Shard(**job, 0, 0);
+  probed.fail = true;
+  v1::LossReportSummary s;
+  ASSERT_EQ((*job)->ReportLosses(BatchAt(0, 0, 0, shard, {0}, One).view(), &s).code(),
+            absl::StatusCode::kInternal);
+  probed.fail = false;
+  const absl::Status rewind = (*job)->Rewind(0);
+  EXPECT_EQ(rewind.code(), absl::StatusCode::kFailedPrecondition) << rewind;
+  EXPECT_THAT(std::string(rewind.message()), HasSubstr("keeps no epoch start"));
+  const absl::Status later = (*job)->EndEpoch(0, 0, 0).status();
+  EXPECT_EQ(later.code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(std::string(later.message()),
+              HasSubstr("applying the losses of epoch 0 failed: INTERNAL: cudaErrorLaunchFailure"));
+}
+
 TEST_F(JobTest, ARetryIsRecognisedByItsPositionsWhateverItsSeq) {
   // Issue 11, defect 1: a restarted reporter numbers its batches from 0 again. Its new positions
   // are applied; positions the previous process reported are duplicates, whatever the seq.

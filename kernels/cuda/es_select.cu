@@ -2,7 +2,7 @@
 // bits with the keys recomputed in every pass (no key array: a key is a Philox block, a Log2 and
 // a division of its own index and weight).
 //
-// Passes over the n samples (N = 1e9, M = N/10 on an H100, from GPU.md's floor: reading 4 bytes
+// Passes over the n samples (N = 1e9, M = N/10 on an H100, from the floor in docs/CONTRIBUTING.md's GPU section: reading 4 bytes
 // per sample is ~1.3 ms; a pass here is bound by the key's arithmetic, ~2-3 ms):
 //   1. keys -> a histogram of their top 16 bits ("digits"; bit 63 is 0, so 2^15 bins) in shared
 //      memory, added into a global histogram;

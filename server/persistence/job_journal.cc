@@ -77,6 +77,22 @@ absl::StatusOr<DirFiles> ListDir(const std::string& dir, bool remove_temporary =
   return files;
 }
 
+// A logged loss batch as the LossBatchView the job applied (views into `losses`): the one
+// decoding, for the replay and for the snapshots derived from the logs.
+LossBatchView LossesView(const state::Losses& losses) {
+  LossBatchView view;
+  view.epoch = losses.epoch();
+  view.rank = losses.rank();
+  view.seq = losses.seq();
+  view.deal = losses.deal();
+  view.indices = absl::MakeConstSpan(losses.indices().data(), losses.indices_size());
+  view.losses = absl::MakeConstSpan(losses.losses().data(), losses.losses_size());
+  view.positions = absl::MakeConstSpan(losses.positions().data(), losses.positions_size());
+  view.consecutive = losses.has_first_position();
+  view.first_position = losses.first_position();
+  return view;
+}
+
 }  // namespace
 
 std::string JobJournal::SnapshotPath(uint64_t epoch) const {
@@ -206,6 +222,14 @@ void JobJournal::ScheduleEpochSnapshot(EpochStart start) {
   if (snapshot_thread_.joinable()) snapshot_thread_.join();
   snapshot_running_ = true;
   snapshot_thread_ = std::thread([this] { WriteScheduledSnapshots(); });
+}
+
+void JobJournal::AwaitScheduledSnapshots() {
+  absl::MutexLock lock(&snapshot_mu_);
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(snapshot_mu_) {
+    return pending_snapshots_.empty() && !snapshot_running_;
+  };
+  snapshot_mu_.Await(absl::Condition(&idle));
 }
 
 void JobJournal::WriteScheduledSnapshots() {
@@ -504,7 +528,7 @@ absl::Status JobJournal::WriteEpochSnapshot(const EpochStart& start) {
           dir_, ": the snapshot of epoch ", start.epoch, " is written after its log is opened"));
     }
   }
-  if (!start.loss_stats_from_logs.has_value()) {
+  if (!start.loss_stats_from_logs) {
     if (absl::Status s = StageEpochStart(start); !s.ok()) return s;
     return CommitSnapshot(start.epoch);
   }
@@ -523,8 +547,9 @@ absl::Status JobJournal::DeriveLossStats(EpochStart* start) const {
     return absl::FailedPreconditionError(
         absl::StrCat(dir_, ": no snapshot before epoch ", start->epoch, " to derive it from"));
   }
-  const uint64_t n = start->loss_stats_from_logs->num_samples;
-  LossTable table(n, start->loss_stats_from_logs->ema_decay);
+  absl::StatusOr<std::unique_ptr<BackendLossStats>> stats = start->loss_stats_from_logs();
+  if (!stats.ok()) return stats.status();
+  BackendLossStats& table = **stats;
   {
     absl::StatusOr<Snapshot> previous = ReadSnapshot(SnapshotPath(*newest));
     if (!previous.ok()) return previous.status();
@@ -544,21 +569,22 @@ absl::Status JobJournal::DeriveLossStats(EpochStart* start) const {
         return absl::DataLossError(absl::StrCat(path, ": record ", i, " is malformed"));
       }
       if (!record.has_losses()) continue;
-      const state::Losses& losses = record.losses();
-      if (losses.indices_size() != losses.losses_size()) {
-        return absl::DataLossError(absl::StrCat(path, ": record ", i, " is malformed"));
-      }
-      for (int k = 0; k < losses.indices_size(); ++k) {
-        if (losses.indices(k) >= n) {
-          return absl::DataLossError(absl::StrCat(path, ": record ", i, " has index ",
-                                                  losses.indices(k), " >= num_samples"));
-        }
-        table.Apply(losses.indices(k), losses.losses(k), losses.epoch());
+      // The batch as the job applied it: one Apply in arrival order (a loss of an index that
+      // already has one in its epoch is a duplicate). Sizes and indices are checked by Apply.
+      const LossBatchView batch = LossesView(record.losses());
+      if (absl::StatusOr<uint64_t> applied = table.Apply(batch.epoch, batch.indices, batch.losses);
+          !applied.ok()) {
+        return absl::DataLossError(
+            absl::StrCat(path, ": record ", i, " does not apply: ", applied.status().message()));
       }
     }
   }
   start->samples_seen = table.SamplesSeen();
-  if (start->samples_seen > 0) start->loss_stats = std::move(table).Release();
+  if (start->samples_seen > 0) {
+    absl::StatusOr<std::vector<SampleLossStats>> host = table.ToHost();
+    if (!host.ok()) return host.status();
+    start->loss_stats = *std::move(host);
+  }
   return absl::OkStatus();
 }
 
@@ -645,22 +671,9 @@ absl::Status JobJournal::Replay(const std::vector<state::WalRecord>& records,
     absl::Status s = handlers.before_record(epoch);
     if (s.ok()) {
       switch (r.kind_case()) {
-        case state::WalRecord::kLosses: {
-          LossBatchView view;
-          view.epoch = r.losses().epoch();
-          view.rank = r.losses().rank();
-          view.seq = r.losses().seq();
-          view.deal = r.losses().deal();
-          view.indices =
-              absl::MakeConstSpan(r.losses().indices().data(), r.losses().indices_size());
-          view.losses = absl::MakeConstSpan(r.losses().losses().data(), r.losses().losses_size());
-          view.positions =
-              absl::MakeConstSpan(r.losses().positions().data(), r.losses().positions_size());
-          view.consecutive = r.losses().has_first_position();
-          view.first_position = r.losses().first_position();
-          s = handlers.losses(view);
+        case state::WalRecord::kLosses:
+          s = handlers.losses(LossesView(r.losses()));
           break;
-        }
         case state::WalRecord::kRankEnded:
           s = handlers.rank_ended(r.rank_ended().epoch(), r.rank_ended().deal(),
                                   r.rank_ended().rank());

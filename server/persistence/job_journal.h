@@ -26,8 +26,8 @@
 // Durability: the Log* methods write to the page cache; a caller acknowledges a change to its
 // client only after Sync returned OK.
 //
-// The order of snapshot and log writes is this class's (STYLE 17). An epoch starts in one of two
-// ways:
+// The order of snapshot and log writes is this class's (docs/CONTRIBUTING.md 17). An epoch starts
+// in one of two ways:
 //   - opened by the EndEpoch that closed the previous one (that record is in the previous log):
 //     OpenEpoch(e) before e is published (the previous log is synced, wal-e opened), then
 //     WriteEpochSnapshot(start of e) after it is published, off the boundary's path. Until that
@@ -57,8 +57,8 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "kernels/compute_backend.h"
 #include "kernels/loss_stats.h"
-#include "kernels/loss_table.h"
 #include "server/loss_batch.h"
 #include "server/persistence/record_log.h"
 #include "server/persistence/snapshot.h"
@@ -84,13 +84,11 @@ class JobJournal {
     // The data-parallel world size the epoch starts with; 0: the spec's (older snapshots).
     uint32_t world_size = 0;
     // WriteEpochSnapshot only, instead of loss_stats and samples_seen (which it then fills):
-    // derive them from the previous snapshot and the logs of the epochs since, replaying their
-    // loss records into a LossTable with these parameters.
-    struct LossTableParams {
-      uint64_t num_samples = 0;
-      double ema_decay = 0;
-    };
-    std::optional<LossTableParams> loss_stats_from_logs;
+    // derive them from the previous snapshot and the logs of the epochs since. Makes the
+    // statistics (host memory, none seen) that the previous snapshot's are restored into and
+    // the logged loss batches are applied to, in order, by the job's own rule
+    // (BackendLossStats::Apply): the journal keeps no loss rule of its own.
+    std::function<absl::StatusOr<std::unique_ptr<BackendLossStats>>()> loss_stats_from_logs;
   };
 
   // Before epoch `epoch` is published, when an EndEpoch opened it (or when a recovered job
@@ -103,8 +101,8 @@ class JobJournal {
   // removes the files of earlier epochs (an epoch opened since does not stop it: its own
   // snapshot will supersede this one). With `loss_stats_from_logs`, the loss statistics are
   // those of the newest earlier snapshot with the loss records of its epoch's log and of every
-  // later closed epoch's log applied in order: the job's own table at the epoch's start, computed
-  // off the boundary's path (the job's table is written again as soon as the epoch is served).
+  // later closed epoch's log applied in order: the job's own statistics at the epoch's start,
+  // computed off the boundary's path (the job's are written again as soon as the epoch is served).
   // FAILED_PRECONDITION if that epoch's log is not the one open (a later epoch opened meanwhile:
   // its own snapshot will supersede this one).
   absl::Status WriteEpochSnapshot(const EpochStart& start) ABSL_LOCKS_EXCLUDED(mu_);
@@ -114,6 +112,8 @@ class JobJournal {
   // the newest supersedes). A failure is logged; recovery then starts from the older snapshot
   // and the logs, which are kept.
   void ScheduleEpochSnapshot(EpochStart start) ABSL_LOCKS_EXCLUDED(snapshot_mu_);
+  // Waits until every snapshot scheduled so far is written (or failed, or was dropped).
+  void AwaitScheduledSnapshots() ABSL_LOCKS_EXCLUDED(snapshot_mu_);
   // Before an epoch planned by a creation or an upload is published: writes its snapshot
   // durably, then (if planned) opens its log.
   absl::Status StartEpochDurably(const EpochStart& start) ABSL_LOCKS_EXCLUDED(mu_);

@@ -16,9 +16,6 @@
 namespace samplerd {
 namespace testutil {
 
-// Waits until the start of `epoch` is kept (a journal writes snapshots in the background, so a
-// persisted job keeps an epoch's start some time after the epoch opened). A start not kept
-// within 30 s is a test failure.
 // Everything a client can observe of `job` (its Status), but for timings and the epoch starts
 // kept: which are kept depends on when the snapshots were committed (AwaitKept waits for one).
 inline std::string Observable(const Job& job) {
@@ -29,6 +26,9 @@ inline std::string Observable(const Job& job) {
   return status.DebugString();
 }
 
+// Waits until the start of `epoch` is kept (listed by RewindableEpochs: from the moment the
+// epoch is served, also for a persisted job, whose snapshot is written in the background). A
+// start not kept within 30 s is a test failure.
 inline void AwaitKept(const Job& job, uint64_t epoch) {
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
   while (true) {
