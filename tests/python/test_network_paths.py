@@ -11,6 +11,9 @@ How long a rank stalled is printed (the figures that docs/OPERATIONS.md quotes);
 asserted are generous (30 s against the ~15 s that keepalive needs), and without keepalive the
 rank would wait for its 300 s stream deadline.
 
+The forgotten flow is also read through by the C++ client (tests/shard_reader_tool.cc, a
+ShardReader).
+
 Runs as root (CAP_NET_ADMIN); skipped, saying why, where network namespaces cannot be made.
 The last test needs no namespace: a shard stream's deadline names where it stopped too.
 """
@@ -194,6 +197,43 @@ def test_a_flow_the_load_balancer_forgot_is_redialled_at_its_position(tmp_path):
         # and is then reopened on the same connection.
         train_through(ranks, time.time(), "flows forgotten (keepalive 10 s + timeout 5 s)",
                       timeout=180)
+
+
+def shard_reader_tool() -> str:
+    """The C++ trainer's reading loop (tests/shard_reader_tool.cc: a ShardReader), built by
+    `bazel build //tests:shard_reader_tool` (tools/run_tests.sh's `bazel test //...` does)."""
+    path = os.environ.get("SHARD_READER_TOOL", str(ROOT / "bazel-bin" / "tests" /
+                                                   "shard_reader_tool"))
+    if not os.access(path, os.X_OK):
+        pytest.fail(f"{path} not found: run `bazel build //tests:shard_reader_tool` or set "
+                    "SHARD_READER_TOOL")
+    return path
+
+
+def test_the_cpp_reader_redials_a_forgotten_flow_at_its_position(tmp_path):
+    """The same forgotten flow under the C++ client (SamplerClient's keepalive): without it the
+    reopened stream waits on the dead connection until its 30 s deadline and the reader
+    fails."""
+    num_samples = 200_000
+    with Network(["a", "lb", "t"]) as net, Started() as started:
+        server = started.add(start_samplerd(net, "a"))
+        proxy, service, _ = start_service(net, started, tmp_path, server)
+        create_job(net, service, "c", num_samples=num_samples, world=1)
+        out = tmp_path / "indices.u64"
+        reader = started.add(subprocess.Popen(net.command("t", [
+            shard_reader_tool(), f"--address={service}", "--job=c", "--rank=0",
+            "--world_size=1", "--pace_us=20000", f"--out={out}"])))
+        deadline = time.monotonic() + 60
+        while not out.exists() or out.stat().st_size < 8 * 256 * 20:  # 20 batches read.
+            assert time.monotonic() < deadline and reader.poll() is None, "the reader stalled"
+            time.sleep(0.05)
+        proxy.send_signal(signal.SIGUSR1)
+        frozen = time.monotonic()
+        assert reader.wait(timeout=120) == 0
+        print(f"C++ reader, flows forgotten: the whole shard read {time.monotonic() - frozen:.1f}"
+              " s after the flows were lost")
+        read = np.fromfile(out, dtype=np.uint64)
+        np.testing.assert_array_equal(np.sort(read), np.arange(num_samples, dtype=np.uint64))
 
 
 def test_samplerd_losing_its_node_comes_back_on_another_and_the_trainers_ride_through(
