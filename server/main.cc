@@ -15,6 +15,7 @@
 #include "server/logging_setup.h"
 #include "server/server.h"
 #include "server/stream_budget.h"
+#include "server/transport_options.h"
 
 ABSL_FLAG(std::string, host, "127.0.0.1", "Address to listen on (0.0.0.0 for all interfaces).");
 ABSL_FLAG(int, port, 50051, "Port to listen on; 0 picks a free port (printed at startup).");
@@ -44,6 +45,29 @@ ABSL_FLAG(uint64_t, max_stream_buffer_bytes, samplerd::kDefaultMaxStreamBufferBy
           "Most bytes all open StreamShard calls together may buffer (about 16 bytes per index "
           "of a chunk, 24 with importance weights); a stream beyond it gets RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int, grace_period_ms, 10000, "On SIGTERM, time for in-flight calls to finish.");
+ABSL_FLAG(int, keepalive_time_ms,
+          absl::ToInt64Milliseconds(samplerd::TransportOptions().keepalive_time),
+          "The server pings a connection after this long without activity (docs/OPERATIONS.md, "
+          "\"Connections across real networks\").");
+ABSL_FLAG(int, keepalive_timeout_ms,
+          absl::ToInt64Milliseconds(samplerd::TransportOptions().keepalive_timeout),
+          "A connection whose ping is not acknowledged within this is closed (its calls end).");
+ABSL_FLAG(int, min_client_ping_interval_ms,
+          absl::ToInt64Milliseconds(samplerd::TransportOptions().min_client_ping_interval),
+          "Shortest interval between a client's keepalive pings accepted; more frequent pings "
+          "close the connection (GOAWAY too_many_pings). At most the clients' keepalive time "
+          "(10000).");
+ABSL_FLAG(int, max_connection_idle_ms,
+          absl::ToInt64Milliseconds(samplerd::TransportOptions().max_connection_idle),
+          "A connection with no call in flight for this long is closed (clients reconnect on "
+          "their next call); 0 keeps idle connections open.");
+ABSL_FLAG(int, handshake_timeout_ms,
+          absl::ToInt64Milliseconds(samplerd::TransportOptions().handshake_timeout),
+          "A connection that has not completed its TLS handshake and HTTP/2 settings within "
+          "this is closed.");
+ABSL_FLAG(bool, accept_compressed_requests, false,
+          "Decode gzip/deflate-compressed requests. Off: they are refused (UNIMPLEMENTED) before "
+          "being inflated; samplerd's clients never compress.");
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM file with the server's certificate chain (leaf first); with --tls_key, serves TLS.");
 ABSL_FLAG(std::string, tls_key, "", "PEM file with the private key of --tls_cert (unencrypted).");
@@ -110,6 +134,18 @@ int main(int argc, char** argv) {
   options.max_server_threads = absl::GetFlag(FLAGS_max_server_threads);
   options.max_stream_buffer_bytes = absl::GetFlag(FLAGS_max_stream_buffer_bytes);
   options.grace_period = absl::Milliseconds(absl::GetFlag(FLAGS_grace_period_ms));
+  options.transport.keepalive_time = absl::Milliseconds(absl::GetFlag(FLAGS_keepalive_time_ms));
+  options.transport.keepalive_timeout =
+      absl::Milliseconds(absl::GetFlag(FLAGS_keepalive_timeout_ms));
+  options.transport.min_client_ping_interval =
+      absl::Milliseconds(absl::GetFlag(FLAGS_min_client_ping_interval_ms));
+  options.transport.max_connection_idle =
+      absl::GetFlag(FLAGS_max_connection_idle_ms) == 0
+          ? absl::InfiniteDuration()
+          : absl::Milliseconds(absl::GetFlag(FLAGS_max_connection_idle_ms));
+  options.transport.handshake_timeout =
+      absl::Milliseconds(absl::GetFlag(FLAGS_handshake_timeout_ms));
+  options.transport.accept_compressed_requests = absl::GetFlag(FLAGS_accept_compressed_requests);
   options.plaintext = absl::GetFlag(FLAGS_plaintext);
   options.tls_cert = absl::GetFlag(FLAGS_tls_cert);
   options.tls_key = absl::GetFlag(FLAGS_tls_key);

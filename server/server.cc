@@ -116,6 +116,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const Options& options) {
         absl::StrCat("metrics_port = ", options.metrics_port,
                      ": must be -1 (no metrics), 0 (a free port) or 1..65535"));
   }
+  if (absl::Status s = ValidateTransportOptions(options.transport); !s.ok()) return s;
   absl::StatusOr<std::unique_ptr<ComputeBackend>> backend = MakeBackend(options);
   if (!backend.ok()) return backend.status();
 
@@ -163,6 +164,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const Options& options) {
   // No SO_REUSEPORT (gRPC's default on Linux): a second samplerd on the same port must fail to
   // start, not silently share the port and split the ranks between two servers' state.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  ApplyTransportOptions(options.transport, &builder);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   grpc::ResourceQuota quota("samplerd");

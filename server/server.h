@@ -21,6 +21,7 @@
 #include "server/metrics/registry.h"
 #include "server/sampler_service.h"
 #include "server/stream_budget.h"
+#include "server/transport_options.h"
 
 namespace samplerd {
 
@@ -72,6 +73,9 @@ struct Options {
   uint64_t max_stream_buffer_bytes = kDefaultMaxStreamBufferBytes;
   // On Shutdown, how long in-flight calls may take to finish before they are cancelled (>= 0).
   absl::Duration grace_period = absl::Seconds(10);
+  // Keepalive, the clients' pings accepted, idle connections, handshakes, compression
+  // (server/transport_options.h; validated by ValidateTransportOptions).
+  TransportOptions transport;
 
   // Transport security (server/auth/server_credentials.h, docs/SECURITY.md): TLS with the PEM
   // files tls_cert and tls_key, mutual TLS when tls_client_ca is set too, or `plaintext`, which

@@ -30,12 +30,53 @@ TEST(SamplerClientTest, ADeadServerIsUnavailableAfterBoundedRetries) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
 }
 
+TEST(SamplerClientTest, TheRetryBudgetBoundsTheRetriesAndTheErrorSaysSo) {
+  ClientOptions options;
+  options.timeout = absl::Milliseconds(300);
+  options.initial_backoff = absl::Milliseconds(20);
+  options.max_backoff = absl::Milliseconds(100);
+  options.retry_budget = absl::Milliseconds(700);               // And no max_retries: the default.
+  auto client = SamplerClient::Create("127.0.0.1:1", options);  // Nothing listens on port 1.
+  ASSERT_TRUE(client.ok());
+  const absl::Time start = absl::Now();
+  auto jobs = (*client)->ListJobs();
+  EXPECT_EQ(jobs.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(jobs.status().message()), HasSubstr("retry_budget = 700ms"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
 TEST(SamplerClientTest, BadOptionsAreRejected) {
   EXPECT_EQ(SamplerClient::Create("").status().code(), absl::StatusCode::kInvalidArgument);
   ClientOptions options;
   options.max_retries = -1;
   auto client = SamplerClient::Create("127.0.0.1:1", options);
   EXPECT_THAT(std::string(client.status().message()), HasSubstr("max_retries = -1"));
+  options = ClientOptions();
+  options.retry_budget = absl::Seconds(-1);
+  EXPECT_THAT(std::string(SamplerClient::Create("127.0.0.1:1", options).status().message()),
+              HasSubstr("retry_budget = -1s"));
+  options = ClientOptions();
+  options.keepalive_timeout = absl::ZeroDuration();
+  EXPECT_THAT(std::string(SamplerClient::Create("127.0.0.1:1", options).status().message()),
+              HasSubstr("keepalive_timeout = 0: must be > 0"));
+}
+
+TEST(SamplerClientTest, AStreamDeadlineNamesJobEpochRankAndPosition) {
+  auto server = Server::Create(testutil::LoopbackTestOptions());
+  ASSERT_TRUE(server.ok());
+  ClientOptions options;
+  options.timeout = absl::Seconds(1);
+  auto client = *SamplerClient::Create((*server)->address(), options);
+  v1::JobSpec spec;
+  spec.set_num_samples(1000);
+  spec.set_world_size(2);
+  ASSERT_TRUE(client->CreateJob("j", spec).ok());
+  ASSERT_TRUE(client->EndEpoch("j", 0, 0).ok());  // Rank 1 has not: epoch 1 is not planned.
+  absl::Status s = client->StreamShard("j", 1, 0, 2, 0, false,
+                                       [](const ShardSlice&) { return absl::OkStatus(); });
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("job \"j\" epoch 1 rank 0 of 2: shard stream failed at position 0: "));
 }
 
 TEST(SamplerClientTest, ACallbackErrorStopsTheStreamAndIsReturned) {

@@ -2,7 +2,7 @@
 // their shards while samplerd is SIGKILLed and restarted on the same port and --data_dir; one rank
 // also checkpoints its position, exits, and a new process resumes from the saved text. Every
 // shard must come out complete, in order and equal to SamplerClient::ReadShard's, and together
-// they must be the plan. The ranks retry for ~1.55 s (5 retries; the default rides ~59 s):
+// they must be the plan. The ranks retry for ~1.55 s (5 retries; the default retries for 300 s):
 // shorter than gRPC's 5 s backup poller, so that a client that did not drive its reconnection
 // while backing off sees the restarted server too late and fails here.
 #include <signal.h>

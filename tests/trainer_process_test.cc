@@ -1,6 +1,6 @@
 // The C++ trainer library in rank processes of their own against the real samplerd binary,
 // SIGKILLed and restarted on the same port and --data_dir, with the client's default options but
-// a retry budget of ~1.55 s (5 retries) instead of ~59 s: shorter than gRPC's 5 s backup poller,
+// a retry budget of ~1.55 s (5 retries) instead of 300 s: shorter than gRPC's 5 s backup poller,
 // so that a client that did not drive its reconnection while backing off fails here, and the
 // stays-down case fails fast:
 //   * LossReporter ranks (tests/loss_reporter_rank) report while samplerd is down: every loss
@@ -239,7 +239,7 @@ TEST_F(TrainerProcessTest, ASamplerdThatStaysDownFailsEveryRankNamingWhereItStop
   EXPECT_THAT(ranks[1]->output(), HasSubstr("(the first: epoch 0, positions [2000, "));
 }
 
-// With the client's default retries (~59 s), an EpochLoop rank rides through a samplerd that its
+// With the client's default retries (300 s), an EpochLoop rank rides through a samplerd that its
 // supervisor starts again 5 s after the crash (deploy/systemd: RestartSec=5s): its stream, its
 // losses and its EndEpoch wait for the restart. The earlier default (5 retries, ~1.55 s) gave
 // up first.

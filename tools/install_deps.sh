@@ -45,6 +45,9 @@ APT_PACKAGES=(
   shellcheck systemd util-linux
   # The metrics test scrapes a real samplerd with Debian's Prometheus server.
   prometheus
+  # The network tests (tests/python/test_network_paths.py) put samplerd and the ranks in
+  # network namespaces joined by veth links: iproute2's `ip`.
+  iproute2
 )
 ((server_only)) && APT_PACKAGES=("${SERVER_BUILD_PACKAGES[@]}")
 

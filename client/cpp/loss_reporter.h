@@ -9,7 +9,7 @@
 // Exactly once: every loss carries its identity (epoch, rank, shard position) on the wire
 // (LossBatch.first_position / positions in proto/samplerd.proto). A stream whose acknowledgement
 // is lost (the connection drops, the server restarts) is sent again whole by the SamplerClient's
-// retries (ClientOptions::max_retries, with backoff); the server counts the positions it had
+// retries (ClientOptions::retry_budget, with backoff); the server counts the positions it had
 // already applied as duplicates. The same holds across a trainer restart: a new LossReporter that
 // reports positions the dead process had reported gets duplicates, and the positions it never
 // sent are applied. Duplicates also count a sample that already has a loss in this epoch from

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -97,6 +98,17 @@ absl::Status CompleteOptions(ClientOptions* options) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_retries = ", options->max_retries, ": must be >= 0"));
   }
+  if (options->retry_budget < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "retry_budget = ", absl::FormatDuration(options->retry_budget), ": must be >= 0"));
+  }
+  for (const auto& [field, value] : {std::pair{"keepalive_time", options->keepalive_time},
+                                     std::pair{"keepalive_timeout", options->keepalive_timeout}}) {
+    if (value <= absl::ZeroDuration()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, " = ", absl::FormatDuration(value), ": must be > 0"));
+    }
+  }
   DefaultFromEnvironment(&options->root_certificates, "SAMPLERD_CA");
   DefaultFromEnvironment(&options->client_cert, "SAMPLERD_CLIENT_CERT");
   DefaultFromEnvironment(&options->client_key, "SAMPLERD_CLIENT_KEY");
@@ -108,6 +120,59 @@ absl::Status CompleteOptions(ClientOptions* options) {
     }
   }
   return absl::OkStatus();
+}
+
+// The retries of one call: a backoff doubling from initial_backoff to max_backoff, for at most
+// max_retries retries and as long as the next one starts within retry_budget of the first
+// failure. A shard stream restarts it whenever a chunk arrives.
+class RetrySchedule {
+ public:
+  explicit RetrySchedule(const ClientOptions& options) : options_(options) { Restart(); }
+
+  void Restart() {
+    retries_ = 0;
+    backoff_ = options_.initial_backoff;
+    first_failure_ = absl::InfiniteFuture();
+  }
+
+  // After a retryable failure: the backoff before the next attempt, or nullopt when the
+  // retries are spent.
+  std::optional<absl::Duration> Next() {
+    const absl::Time now = absl::Now();
+    if (first_failure_ == absl::InfiniteFuture()) first_failure_ = now;
+    if (retries_ >= options_.max_retries ||
+        now + backoff_ - first_failure_ > options_.retry_budget) {
+      return std::nullopt;
+    }
+    ++retries_;
+    const absl::Duration backoff = backoff_;
+    backoff_ = std::min(backoff_ * 2, options_.max_backoff);
+    return backoff;
+  }
+
+  // How the call retried, for its error message: "" if it did not.
+  std::string Summary() const {
+    if (retries_ == 0) return "";
+    return absl::StrCat(
+        " (gave up after ", retries_, retries_ == 1 ? " retry" : " retries", " in ",
+        absl::FormatDuration(absl::Trunc(absl::Now() - first_failure_, absl::Milliseconds(100))),
+        "; ClientOptions::retry_budget = ", absl::FormatDuration(options_.retry_budget), ")");
+  }
+
+ private:
+  const ClientOptions& options_;
+  int retries_ = 0;
+  absl::Duration backoff_;
+  absl::Time first_failure_;
+};
+
+// Whether a failed call may be sent again: UNAVAILABLE, or CANCELLED (this client cancels no
+// call itself but a shard stream through StreamCancellation, checked before: so it comes from
+// a server shutting down gracefully that had not finished the call when its drain ended).
+// Every call is as safe to send again as after UNAVAILABLE (a lost acknowledgement).
+bool Retryable(const grpc::Status& status) {
+  return status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+         status.error_code() == grpc::StatusCode::CANCELLED;
 }
 
 }  // namespace
@@ -134,6 +199,17 @@ absl::StatusOr<std::unique_ptr<SamplerClient>> SamplerClient::Create(const std::
   // initial_backoff, which once was the value here).
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, std::max(1000, ms(options.max_backoff)));
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, ms(options.max_backoff));
+  // Keepalive (ClientOptions::keepalive_time): pings also while no call is in flight and while
+  // a stream waits without data (gRPC's default stops after two pings without data), so that a
+  // flow lost without a reset is noticed and redialled within keepalive_time + timeout.
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, ms(options.keepalive_time));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, ms(options.keepalive_timeout));
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  // A name (a headless Kubernetes Service) is resolved again at most this often while the
+  // channel reconnects (default 30 s): a samplerd rescheduled on another node, with another
+  // address, is found at the next retry rather than up to 30 s later.
+  args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, ms(options.max_backoff));
   auto channel = grpc::CreateCustomChannel(address, *credentials, args);
   return std::unique_ptr<SamplerClient>(new SamplerClient(std::move(channel), options));
 }
@@ -157,19 +233,18 @@ void SamplerClient::PrepareContext(grpc::ClientContext* context) const {
 
 absl::Status SamplerClient::WithRetries(
     const std::function<grpc::Status(grpc::ClientContext*)>& call) {
-  absl::Duration backoff = options_.initial_backoff;
-  for (int attempt = 0;; ++attempt) {
+  RetrySchedule retries(options_);
+  for (;;) {
     grpc::ClientContext context;
     PrepareContext(&context);
     grpc::Status status = call(&context);
-    // CANCELLED too: this client never cancels these calls itself, so it comes from the server,
-    // one shutting down gracefully that had not finished the call when its drain ended. Every
-    // call is as safe to send again as after UNAVAILABLE (a lost acknowledgement).
-    const bool retryable = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-                           status.error_code() == grpc::StatusCode::CANCELLED;
-    if (!retryable || attempt >= options_.max_retries) return FromGrpcStatus(status);
-    BackOff(backoff, /*cancellation=*/nullptr);
-    backoff = std::min(backoff * 2, options_.max_backoff);
+    if (!Retryable(status)) return FromGrpcStatus(status);
+    std::optional<absl::Duration> backoff = retries.Next();
+    if (!backoff.has_value()) {
+      absl::Status error = FromGrpcStatus(status);
+      return absl::Status(error.code(), absl::StrCat(error.message(), retries.Summary()));
+    }
+    BackOff(*backoff, /*cancellation=*/nullptr);
   }
 }
 
@@ -341,9 +416,14 @@ absl::Status SamplerClient::StreamShard(
   StreamCancellation* const cancellation = stream_options.cancellation;
   const absl::Status cancelled = absl::CancelledError("the shard stream was cancelled");
   uint64_t next = stream_options.start_offset;  // First shard position not yet delivered.
-  absl::Duration backoff = options_.initial_backoff;
+  RetrySchedule retries(options_);
+  // The stream's error, naming the shard and where it stopped.
+  const auto failed = [&](absl::StatusCode code, absl::string_view message) {
+    return ShardStreamError(absl::Status(code, absl::StrCat(message, retries.Summary())), job,
+                            epoch, rank, world_size, next);
+  };
   std::vector<uint64_t> widened;  // indices32 widened to 64 bits for the callback.
-  for (int attempt = 0;; ++attempt) {
+  for (;;) {
     v1::StreamShardRequest request;
     request.set_job(job);
     request.set_epoch(epoch);
@@ -372,8 +452,8 @@ absl::Status SamplerClient::StreamShard(
       if (chunk.offset() != next) {
         context.TryCancel();
         reader->Finish();
-        return absl::InternalError(
-            absl::StrCat("shard chunk offset = ", chunk.offset(), ": expected ", next));
+        return failed(absl::StatusCode::kInternal,
+                      absl::StrCat("shard chunk offset = ", chunk.offset(), ": expected ", next));
       }
       ShardSlice slice;
       slice.offset = chunk.offset();
@@ -393,15 +473,18 @@ absl::Status SamplerClient::StreamShard(
       }
       next += slice.indices.size();
       finished = chunk.last();
+      retries.Restart();  // Progress: the retries count from here.
     }
     grpc::Status status = reader->Finish();
     if (status.ok() || finished) return absl::OkStatus();
     if (cancellation != nullptr && cancellation->cancelled()) return cancelled;
-    const bool retryable = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-                           status.error_code() == grpc::StatusCode::CANCELLED;
-    if (!retryable || attempt >= options_.max_retries) return FromGrpcStatus(status);
-    if (BackOff(backoff, cancellation)) return cancelled;
-    backoff = std::min(backoff * 2, options_.max_backoff);
+    std::optional<absl::Duration> backoff;
+    if (Retryable(status)) backoff = retries.Next();
+    if (!backoff.has_value()) {
+      const absl::Status error = FromGrpcStatus(status);
+      return failed(error.code(), error.message());
+    }
+    if (BackOff(*backoff, cancellation)) return cancelled;
   }
 }
 
@@ -439,6 +522,14 @@ absl::StatusOr<v1::LossReportSummary> SamplerClient::ReportLosses(
     return counted;
   }
   return summary;
+}
+
+absl::Status ShardStreamError(const absl::Status& error, absl::string_view job, uint64_t epoch,
+                              uint32_t rank, uint32_t world_size, uint64_t position) {
+  return absl::Status(
+      error.code(),
+      absl::StrCat("job \"", job, "\" epoch ", epoch, " rank ", rank, " of ", world_size,
+                   ": shard stream failed at position ", position, ": ", error.message()));
 }
 
 }  // namespace samplerd

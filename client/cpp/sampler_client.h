@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,16 +35,30 @@ namespace samplerd {
 struct ClientOptions {
   // Deadline of each unary call and of each attempt to stream a shard.
   absl::Duration timeout = absl::Seconds(30);
-  // Attempts after the first for UNAVAILABLE and CANCELLED (the client cancels no call itself
-  // but a shard stream through StreamCancellation: a server shutting down cancels the calls it
-  // had not finished), and for shards, broken streams. The default waits ~59 s in all (0.05 s
-  // doubling to 2 s, then 2 s each) before it gives up: long enough to ride through a samplerd
-  // restarted by its supervisor (deploy/systemd restarts it 5 s after a crash, Kubernetes after
-  // 10 s) and its recovery. A tool that should fail fast sets fewer.
-  int max_retries = 34;
+  // How long a call is retried (UNAVAILABLE, CANCELLED, a broken shard stream) before its error
+  // is returned: retries stop once the next backoff would end past retry_budget after the
+  // first failure (for a shard stream: after the last chunk received). The default, 5 min,
+  // covers a samplerd restarted by its supervisor (deploy/systemd: 5 s after a crash) or
+  // rescheduled on another node with its volume (a Kubernetes StatefulSet pod: detach and attach
+  // of the volume, image pull, recovery; docs/OPERATIONS.md "Losing samplerd's node"). A tool
+  // that should fail fast sets less, or sets max_retries.
+  absl::Duration retry_budget = absl::Milliseconds(v1::DEFAULT_RETRY_BUDGET_MS);
+  // Most retries after the first attempt, >= 0 (for a shard stream: in a row without a chunk
+  // received), within retry_budget. The default sets no limit but the budget. The client
+  // cancels no call itself but a shard stream through StreamCancellation, so a CANCELLED comes
+  // from a server shutting down (it cancels the calls it had not finished) and is retried.
+  int max_retries = std::numeric_limits<int>::max();
   // First backoff; doubles each retry, capped at max_backoff.
   absl::Duration initial_backoff = absl::Milliseconds(50);
   absl::Duration max_backoff = absl::Seconds(2);
+  // Keepalive: the client pings its connection every keepalive_time (also with no call in
+  // flight) and, when a ping is not acknowledged within keepalive_timeout, drops the connection
+  // -- a flow a NAT, load balancer or switch forgot without a reset -- so that its calls fail
+  // with UNAVAILABLE and are retried on a new connection, a shard stream at its position. The
+  // server accepts pings every --min_client_ping_interval_ms (5 s): keepalive_time must not be
+  // shorter, or the server closes the connection (GOAWAY too_many_pings). Both > 0.
+  absl::Duration keepalive_time = absl::Milliseconds(v1::CLIENT_KEEPALIVE_TIME_MS);
+  absl::Duration keepalive_timeout = absl::Milliseconds(v1::CLIENT_KEEPALIVE_TIMEOUT_MS);
   // Largest message accepted from the server.
   int max_receive_message_bytes = 64 << 20;
 
@@ -114,6 +129,12 @@ struct StreamShardOptions {
   uint32_t deal = 0;
 };
 
+// `error` with the shard stream it ended named: `job "j" epoch 3 rank 1 of 8: shard stream failed
+// at position P: <error's message>`, the same code. SamplerClient::StreamShard's errors have this
+// form; ShardReader gives its own ones the same.
+absl::Status ShardStreamError(const absl::Status& error, absl::string_view job, uint64_t epoch,
+                              uint32_t rank, uint32_t world_size, uint64_t position);
+
 class SamplerClient {
  public:
   // Connects (lazily) to `address` ("host:port"), with TLS or plaintext as `options` say.
@@ -150,8 +171,11 @@ class SamplerClient {
 
   // Streams rank `rank`'s shard of `epoch` from `start_offset`, calling `on_slice` for each chunk
   // in order. A stream that breaks (UNAVAILABLE, or the connection drops) is reopened at the next
-  // undelivered position, up to max_retries times; no index is delivered twice. Returns the first
-  // non-retryable error, or the callback's error (which stops the stream).
+  // undelivered position while retries last (retry_budget, max_retries, both counted from the
+  // last chunk received); no index is delivered twice. Returns the callback's error (which stops
+  // the stream) as it is, or the stream's error naming job, epoch, rank and world size, the
+  // position and how long it retried (`job "j" epoch 3 rank 1 of 8: shard stream failed at
+  // position P: ...`), whatever its code (a DEADLINE_EXCEEDED too).
   absl::Status StreamShard(const std::string& job, uint64_t epoch, uint32_t rank,
                            uint32_t world_size, uint64_t start_offset, bool with_is_weights,
                            const std::function<absl::Status(const ShardSlice&)>& on_slice);

@@ -112,18 +112,16 @@ class ShardReader::EpochStream {
         if (stop_) return;
         continue;
       }
+      // SamplerClient::StreamShard's errors name the shard and the position already.
       if (status.ok() && phase_ != Phase::kComplete) {
-        status = absl::InternalError(absl::StrCat("the stream ended at position ", next,
-                                                  " before the end of the shard (length ",
-                                                  shard_length_, ")"));
+        status = ShardStreamError(
+            absl::InternalError(absl::StrCat(
+                "the stream ended before the end of the shard (length ", shard_length_, ")")),
+            options_.job, epoch_, options_.rank, options_.world_size, next);
       }
       if (!status.ok()) {
         phase_ = Phase::kFailed;
-        error_ = absl::Status(
-            status.code(),
-            absl::StrCat("job \"", options_.job, "\" epoch ", epoch_, " rank ", options_.rank,
-                         " of ", options_.world_size, ": shard stream failed at position ", next,
-                         ": ", status.message()));
+        error_ = status;
       }
       return;
     }

@@ -9,7 +9,7 @@
 // outruns the server.
 //
 // Failures: a broken stream and a server restarted with --data_dir are ridden through by
-// SamplerClient's retries (ClientOptions::max_retries, backoff): the stream is reopened at the
+// SamplerClient's retries (ClientOptions::retry_budget, backoff): the stream is reopened at the
 // next position not yet queued, so no index is lost or repeated. When the retries run out the
 // error is kept and returned by the first Next that needs an index the queue does not have (the
 // indices queued before the failure are served first), naming job, epoch, rank and position.

@@ -103,7 +103,7 @@ absl::Status RunLoop(const std::shared_ptr<samplerd::SamplerClient>& client) {
 }
 
 absl::Status Main(const std::string& address) {
-  // A short retry budget (~0.35 s instead of the default ~59 s that rides through restarts):
+  // A short retry budget (~0.35 s instead of the default 300 s that rides through restarts):
   // this program fails at once when the server is not there.
   samplerd::ClientOptions options;
   options.max_retries = 3;

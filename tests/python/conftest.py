@@ -28,10 +28,11 @@ class SamplerdProcess:
 
     Plaintext on loopback unless `plaintext` is False (then ARGS choose TLS: test_security.py).
     `popen_kwargs` go to subprocess.Popen (e.g. env, preexec_fn to set resource limits).
+    `prefix` runs it under another command (`ip netns exec NS`: tests/python/netns.py).
     """
 
-    def __init__(self, *args, cwd=None, plaintext=True, **popen_kwargs):
-        self.proc = subprocess.Popen([samplerd_binary(), "--port=0", "--log_level=1",
+    def __init__(self, *args, cwd=None, plaintext=True, prefix=(), **popen_kwargs):
+        self.proc = subprocess.Popen([*prefix, samplerd_binary(), "--port=0", "--log_level=1",
                                       *(["--plaintext"] if plaintext else []), *args],
                                      stdout=subprocess.PIPE, text=True, cwd=cwd, **popen_kwargs)
         line = self.proc.stdout.readline()

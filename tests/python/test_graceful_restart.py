@@ -1,7 +1,7 @@
 """A planned restart of samplerd (SIGTERM: systemctl restart, a rolling update) under a torch
 trainer, on the same port and --data_dir, with a retry budget (7 retries, ~5.15 s) shorter than
 the grace period (10 s) but long enough for a restart on a loaded machine (~1.55 s, 5 retries, was
-not once in CI); the default rides ~59 s.
+not once in CI); the default retries for 300 s.
 
 The sampler holds its shard stream open while training consumes it (prefetch). A shutdown that
 let such a stream drain for the whole grace period (10 s) refused the trainer's loss reports

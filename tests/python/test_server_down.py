@@ -1,5 +1,5 @@
 """A torch trainer whose samplerd is killed and stays down, with the client's default options but
-a short retry budget (~1.55 s, where the default waits ~59 s for a restart): every call of the
+a short retry budget (~1.55 s, where the default waits 300 s for a restart): every call of the
 sampler fails within its retries (no hang, close included), and each error
 says where the trainer stopped -- the job, epoch, rank and shard position -- as the C++ trainer
 library's do, not only gRPC's "failed to connect to all addresses"."""

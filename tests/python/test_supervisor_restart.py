@@ -21,7 +21,7 @@ def test_a_default_client_rides_through_a_restart_five_seconds_after_a_crash(tmp
     supervisor = threading.Timer(
         RESTART_DELAY_S, lambda: restarted.append(SamplerdProcess(*args, f"--port={port}")))
     try:
-        with samplerd.Client(server.address) as c:  # The defaults: ~59 s of retries.
+        with samplerd.Client(server.address) as c:  # The defaults: 300 s of retries.
             c.create_job("s", num_samples=1000, world_size=1, seed=2, loss="loss")
             shard = c.read_shard("s", 0, 0, 1)
             c.report_losses("s", 0, 0, shard[:500], np.ones(500), np.arange(500))

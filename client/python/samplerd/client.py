@@ -180,20 +180,65 @@ def check_loss_batch(indices, losses, num_samples: Optional[int] = None):
     return idx.astype(np.int64, copy=False), los
 
 
+class _Retries:
+    """The retries of one call: a backoff doubling from initial_backoff to max_backoff, for at
+    most max_retries retries and as long as the next one starts within retry_budget of the first
+    failure. A shard stream restarts it whenever a chunk arrives."""
+
+    def __init__(self, client: "Client"):
+        self._client = client
+        self.restart()
+
+    def restart(self):
+        self.retries = 0
+        self._backoff = self._client.initial_backoff
+        self._first_failure = None
+
+    def next(self) -> Optional[float]:
+        """After a retryable failure: seconds to wait before the next attempt, or None when the
+        retries are spent."""
+        now = time.monotonic()
+        if self._first_failure is None:
+            self._first_failure = now
+        limit = self._client.max_retries
+        if (limit is not None and self.retries >= limit) or \
+                now + self._backoff - self._first_failure > self._client.retry_budget:
+            return None
+        self.retries += 1
+        backoff, self._backoff = self._backoff, min(self._backoff * 2, self._client.max_backoff)
+        return backoff
+
+    def summary(self) -> str:
+        """How the call retried, for its error message ("" if it did not)."""
+        if not self.retries:
+            return ""
+        return (f" (gave up after {self.retries} {'retry' if self.retries == 1 else 'retries'} "
+                f"in {time.monotonic() - self._first_failure:.1f} s; retry_budget = "
+                f"{self._client.retry_budget:g} s)")
+
+
 class Client:
     """Client of one samplerd server.
 
     Args:
         address: "host:port" of samplerd.
         timeout: deadline in seconds of each call; for stream_shard, of each wait for data.
-        max_retries: retries after the first attempt on UNAVAILABLE (and on CANCELLED the client
-            did not cause by close(): a server shutting down), with exponential backoff.
-            A refused connection fails at once, so a server that is down raises Unavailable
-            after the sum of the backoffs: ~59 s with the defaults (0.05 s doubling to 2 s, then
-            2 s each), long enough to ride through a samplerd restarted by its supervisor
-            (deploy/systemd restarts it 5 s after a crash, Kubernetes after 10 s) and its
-            recovery; a tool that should fail fast passes fewer. An unreachable host can take up
-            to `timeout` per attempt.
+        retry_budget: seconds a call is retried on UNAVAILABLE (and on CANCELLED the client did
+            not cause by close(): a server shutting down) with exponential backoff, counted
+            from its first failure (for stream_shard, from the last chunk received): a retry
+            that would start later is not made, and the error is raised. The default, 300 s
+            (samplerd_pb2.DEFAULT_RETRY_BUDGET_MS), covers a samplerd restarted by its
+            supervisor (deploy/systemd: 5 s after a crash) or rescheduled on another node with
+            its volume (a Kubernetes StatefulSet pod; docs/OPERATIONS.md "Losing samplerd's
+            node"). A tool that should fail fast passes less, or max_retries.
+        max_retries: most retries after the first attempt (for stream_shard, in a row without
+            a chunk received), within retry_budget; None: no limit but the budget.
+        keepalive_time, keepalive_timeout: seconds. The client pings its connection every
+            keepalive_time (also with no call in flight) and drops it when a ping is not
+            acknowledged within keepalive_timeout -- a flow a NAT, load balancer or switch
+            forgot without a reset -- so its calls fail with UNAVAILABLE and are retried on a
+            new connection (a shard stream at its position). The server accepts pings every
+            --min_client_ping_interval_ms (5 s): keepalive_time must not be shorter.
         initial_backoff: first backoff in seconds; doubles up to max_backoff.
         max_backoff: largest backoff in seconds.
         max_message_bytes: largest gRPC message either way (the server has its own limit).
@@ -208,23 +253,35 @@ class Client:
             settings is given, else plaintext. See docs/SECURITY.md.
 
     Raises:
-        InvalidArgument: a malformed address or a negative max_retries; a PEM file that cannot
-            be read, client_cert without client_key, a token with spaces.
+        InvalidArgument: a malformed address, a negative max_retries or retry_budget, a
+            keepalive time or timeout <= 0; a PEM file that cannot be read, client_cert without
+            client_key, a token with spaces.
 
     Use as a context manager to close the channel. Safe to share between threads; not
     picklable (create one per process).
     """
 
-    def __init__(self, address: str, *, timeout: float = 30.0, max_retries: int = 34,
-                 initial_backoff: float = 0.05, max_backoff: float = 2.0,
+    def __init__(self, address: str, *, timeout: float = 30.0,
+                 retry_budget: float = pb.DEFAULT_RETRY_BUDGET_MS / 1000,
+                 max_retries: Optional[int] = None, initial_backoff: float = 0.05,
+                 max_backoff: float = 2.0,
+                 keepalive_time: float = pb.CLIENT_KEEPALIVE_TIME_MS / 1000,
+                 keepalive_timeout: float = pb.CLIENT_KEEPALIVE_TIMEOUT_MS / 1000,
                  max_message_bytes: int = 64 << 20, root_certificates=None, client_cert=None,
                  client_key=None, token: Optional[str] = None, tls: Optional[bool] = None):
         if not address or ":" not in address:
             raise _bad(f"address = {address!r}: expected host:port")
-        if max_retries < 0:
+        if max_retries is not None and max_retries < 0:
             raise _bad(f"max_retries = {max_retries}: must be >= 0")
+        if retry_budget < 0:
+            raise _bad(f"retry_budget = {retry_budget}: must be >= 0")
+        for name, value in (("keepalive_time", keepalive_time),
+                            ("keepalive_timeout", keepalive_timeout)):
+            if not value > 0:
+                raise _bad(f"{name} = {value}: must be > 0")
         self.address = address
         self.timeout = timeout
+        self.retry_budget = retry_budget
         self.max_retries = max_retries
         self.initial_backoff = initial_backoff
         self.max_backoff = max_backoff
@@ -237,6 +294,21 @@ class Client:
             # a server restart finds a reconnected channel.
             ("grpc.initial_reconnect_backoff_ms", backoff_ms[0]),
             ("grpc.max_reconnect_backoff_ms", backoff_ms[1]),
+            # Also the timeout of one connection attempt (default 20 s): a dial into a partition
+            # or to a node that is gone would hold the reconnection that long after the path
+            # healed or the server came back elsewhere.
+            ("grpc.min_reconnect_backoff_ms", max(1000, backoff_ms[1])),
+            # Keepalive: pings also with no call in flight and while a stream waits without data
+            # (gRPC's default stops after two pings without data), so that a lost flow is
+            # noticed and redialled within keepalive_time + keepalive_timeout.
+            ("grpc.keepalive_time_ms", max(1, int(keepalive_time * 1000))),
+            ("grpc.keepalive_timeout_ms", max(1, int(keepalive_timeout * 1000))),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.max_pings_without_data", 0),
+            # A name (a headless Kubernetes Service) is resolved again at most this often while
+            # the channel reconnects (default 30 s): a samplerd rescheduled on another node,
+            # with another address, is found at the next retry rather than up to 30 s later.
+            ("grpc.dns_min_time_between_resolutions_ms", backoff_ms[1]),
         ], root_certificates=root_certificates, client_cert=client_cert, client_key=client_key,
             token=token, tls=tls)
         self._stub = pb_grpc.SamplerStub(self._channel)
@@ -277,20 +349,23 @@ class Client:
             self._last_watch = time.monotonic()
 
     def _call(self, method, request, timeout=None):
-        backoff = self.initial_backoff
-        for attempt in range(self.max_retries + 1):
+        retries = _Retries(self)
+        while True:
             try:
                 return method(request, timeout=timeout or self.timeout)
             except grpc.RpcError as e:
-                # CANCELLED too unless close() caused it: a server shutting down gracefully
-                # cancels the calls it had not finished when its drain ended. Every call is as
-                # safe to send again as after UNAVAILABLE (a lost acknowledgement).
-                retryable = e.code() == grpc.StatusCode.UNAVAILABLE or (
-                    e.code() == grpc.StatusCode.CANCELLED and not self._closed)
-                if not retryable or attempt == self.max_retries:
-                    raise errors.from_rpc_error(e) from None
+                backoff = retries.next() if self._retryable(e) else None
+                if backoff is None:
+                    error = errors.from_rpc_error(e)
+                    raise type(error)(error.message + retries.summary(), error.code) from None
             self._sleep_backoff(backoff)
-            backoff = min(backoff * 2, self.max_backoff)
+
+    def _retryable(self, error: grpc.RpcError) -> bool:
+        """UNAVAILABLE, or CANCELLED unless close() caused it: a server shutting down gracefully
+        cancels the calls it had not finished when its drain ended. Every call is as safe to
+        send again as after UNAVAILABLE (a lost acknowledgement)."""
+        return error.code() == grpc.StatusCode.UNAVAILABLE or (
+            error.code() == grpc.StatusCode.CANCELLED and not self._closed)
 
     # -- jobs -----------------------------------------------------------------------------------
 
@@ -562,9 +637,12 @@ class Client:
 
         The deadline bounds the wait for data, not how long the caller takes to consume the
         shard: a gRPC deadline covers a whole call, so when it passes after chunks arrived the
-        stream is reopened at the next undelivered position. A broken stream (UNAVAILABLE) is
-        reopened likewise, up to max_retries times in a row without progress. No index is
-        yielded twice and none is skipped.
+        stream is reopened at the next undelivered position. A broken stream (UNAVAILABLE, or a
+        connection whose keepalive ping went unanswered) is reopened likewise, on a new
+        connection, while retry_budget and max_retries last (counted from the last chunk). No
+        index is yielded twice and none is skipped. An error raised names job, epoch, rank and
+        the position ("job 'j' epoch 3 rank 1: shard stream failed at position P: ..."), whatever
+        its code, and how long the client retried.
 
         Raises:
             InvalidArgument: rank outside [0, world_size), start_offset beyond the shard.
@@ -578,8 +656,7 @@ class Client:
         if start_offset < 0:
             raise _bad(f"start_offset = {start_offset}: must be >= 0")
         next_pos = start_offset
-        backoff = self.initial_backoff
-        failures = 0  # Consecutive failed attempts without progress.
+        retries = _Retries(self)
         while True:
             request = pb.StreamShardRequest(job=job, epoch=epoch, rank=rank,
                                             world_size=world_size, start_offset=next_pos,
@@ -596,27 +673,23 @@ class Client:
                     isw = np.array(chunk.is_weights, dtype=np.float32) if with_is_weights else None
                     next_pos = chunk.offset + idx.size
                     progressed = True
+                    retries.restart()  # Progress: the retries count from here.
                     yield ShardChunk(chunk.offset, chunk.shard_length, idx, isw)
                     if chunk.last:
                         return
                 return
             except grpc.RpcError as e:
-                code = e.code()
-                if code == grpc.StatusCode.DEADLINE_EXCEEDED and progressed:
-                    failures = 0  # The caller held the stream past the deadline: reopen.
-                    backoff = self.initial_backoff
-                    continue
-                retryable = (code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
-                             and not self._closed)
-                if progressed:
-                    failures, backoff = 0, self.initial_backoff
-                if not retryable or failures >= self.max_retries:
-                    raise errors.from_rpc_error(e) from None
+                if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED and progressed:
+                    continue  # The caller held the stream past the deadline: reopen.
+                backoff = retries.next() if self._retryable(e) else None
+                if backoff is None:
+                    error = errors.from_rpc_error(e)
+                    raise type(error)(
+                        f"job '{job}' epoch {epoch} rank {rank}: shard stream failed at position "
+                        f"{next_pos}: {error.message}{retries.summary()}", error.code) from None
             finally:
                 stream.cancel()
-            failures += 1
             self._sleep_backoff(backoff)
-            backoff = min(backoff * 2, self.max_backoff)
 
     def read_shard(self, job: str, epoch: int, rank: int, world_size: int, **kwargs) -> np.ndarray:
         """Returns the whole shard (from start_offset) as one int64 array.

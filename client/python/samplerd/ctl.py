@@ -263,7 +263,7 @@ class Context:
     def client(self) -> Client:
         if self._client is None:
             # An operator's command answers within a second when samplerd is down, rather than
-            # wait out the ~59 s a trainer's client rides through restarts with.
+            # wait out the 300 s a trainer's client rides through restarts with.
             self._client = Client(self.args.target, timeout=self.args.timeout, max_retries=3,
                                   **connection_options(self.args))
         return self._client

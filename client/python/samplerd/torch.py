@@ -333,23 +333,17 @@ class DistributedWeightedSampler(Sampler):
             self.client.stream_shard(self.job, epoch, self.rank, self.world_size,
                                      start_offset=start, timeout=self.timeout, deal=deal))
         begun = False
-        position = start  # The next shard position to come from the stream.
+        # A stream's error names job, epoch, rank and position already (Client.stream_shard).
         try:
-            try:
-                for chunk in chunks:
-                    if not begun:
-                        # Begun only now that the stream delivered: a refused epoch (not open,
-                        # too far ahead) raises here once and leaves nothing to end or report for.
-                        self._serve_epoch(epoch, deal, served)
-                        begun = True
-                    served.extend(chunk.indices)
-                    position = chunk.offset + chunk.indices.size
-                    for index in chunk.indices.tolist():
-                        yield index
-            except errors.SamplerError as e:
-                raise _explained(
-                    e, f"{self._where(epoch)}: shard stream failed at position {position}") \
-                    from None
+            for chunk in chunks:
+                if not begun:
+                    # Begun only now that the stream delivered: a refused epoch (not open, too
+                    # far ahead) raises here once and leaves nothing to end or report for.
+                    self._serve_epoch(epoch, deal, served)
+                    begun = True
+                served.extend(chunk.indices)
+                for index in chunk.indices.tolist():
+                    yield index
         finally:
             chunks.close()  # A consumer that stops early releases the stream (and prefetcher) now.
         if not begun:  # An empty shard (or nothing left of it), streamed without error.

@@ -1,0 +1,184 @@
+"""What a connection may cost samplerd before it shows a token: the real binary, spoken to over
+raw HTTP/2 (http2_wire.py) where no gRPC library would send the request.
+
+- A 1 MB gzip request that inflates to 1 GiB, with no token: gRPC 1.51 inflated it whole before
+  checking its size (+1.1 GB resident, ~4 s of CPU per request). samplerd accepts no compressed
+  request (TransportOptions::accept_compressed_requests): it is refused before it is decoded.
+- Idle connections are closed: one that sent its preface and settings and then nothing, after
+  --max_connection_idle_ms; one that never finished its preface, after --handshake_timeout_ms.
+- The server's ping policy accepts the clients' keepalive pings (every 10 s by default): pings
+  every 5.5 s, with no call and no data, are not answered with GOAWAY "too_many_pings".
+"""
+
+import os
+import re
+import struct
+import time
+import zlib
+
+import grpc
+import pytest
+
+import samplerd
+from conftest import SamplerdProcess
+import http2_wire as h2
+
+TOKEN = "t0k3n-for-the-transport-tests"
+
+
+def gzip_bomb(size: int = 1 << 30, chunk: int = 1 << 20) -> bytes:
+    """A gzip member of `size` zero bytes, ~1 MB long: one compressed chunk repeated (each ends
+    with a full flush, so every later one compresses to the same bytes)."""
+    zero = bytes(chunk)
+    c = zlib.compressobj(9, zlib.DEFLATED, -15)
+    first = c.compress(zero) + c.flush(zlib.Z_FULL_FLUSH)
+    again = c.compress(zero) + c.flush(zlib.Z_FULL_FLUSH)
+    crc = 0
+    for _ in range(size // chunk):
+        crc = zlib.crc32(zero, crc)
+    return (b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff" + first + again * (size // chunk - 1)
+            + c.flush() + struct.pack("<II", crc, size & 0xFFFFFFFF))
+
+
+def usage(pid: int):
+    """(CPU seconds, peak resident bytes) of process `pid` so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    with open(f"/proc/{pid}/status") as f:
+        peak = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+    return cpu, peak
+
+
+def port_of(server: SamplerdProcess) -> int:
+    return int(server.address.rsplit(":", 1)[1])
+
+
+def grpc_status(connection: h2.Connection, stream: int):
+    """(grpc-status, grpc-message) from the stream's trailers, as literal HPACK fields (how
+    gRPC 1.51 sends a status it has not sent before on the connection)."""
+    block = b"".join(connection.headers.get(stream, []))
+    status = re.search(rb"grpc-status.([0-9]+)", block)
+    message = re.search(rb"grpc-message.(.*)", block, re.S)
+    return (int(status.group(1)) if status else None,
+            message.group(1).decode(errors="replace") if message else "")
+
+
+@pytest.fixture
+def tokens_file(tmp_path):
+    path = tmp_path / "tokens"
+    path.write_text(f"{TOKEN} admin\n")
+    path.chmod(0o600)
+    return path
+
+
+def test_a_gzip_bomb_without_a_token_is_refused_before_it_is_inflated(tokens_file):
+    body = h2.grpc_message(gzip_bomb(), compressed=True)
+    assert len(body) < 1_100_000
+    server = SamplerdProcess(f"--auth_tokens_file={tokens_file}", "--backend=cpu")
+    try:
+        cpu0, peak0 = usage(server.proc.pid)
+        connection = h2.Connection("127.0.0.1", port_of(server))
+        connection.send_preface()
+        connection.request(1, "/samplerd.v1.Sampler/CreateJob", body,
+                           [("grpc-encoding", "gzip")])
+        connection.await_end(1, timeout=60)
+        code, message = grpc_status(connection, 1)
+        connection.close()
+        cpu1, peak1 = usage(server.proc.pid)
+        print(f"gzip bomb (1 MB -> 1 GiB): status {code} {message!r}; samplerd CPU "
+              f"{cpu1 - cpu0:.2f} s, peak resident +{(peak1 - peak0) / 2**20:.1f} MiB")
+        assert code == grpc.StatusCode.UNIMPLEMENTED.value[0], message
+        assert "'gzip' is disabled" in message
+        # Inflated, it costs 1 GiB and seconds of CPU; refused, next to nothing.
+        assert peak1 - peak0 < 64 << 20
+        assert cpu1 - cpu0 < 1.0
+        # The server still serves (and a request with the token works).
+        with samplerd.Client(server.address, token=TOKEN, max_retries=0) as client:
+            assert client.list_jobs() == []
+    finally:
+        assert server.stop() == 0
+
+
+def test_compressed_requests_are_decoded_when_asked_for():
+    server = SamplerdProcess("--accept_compressed_requests", "--backend=cpu")
+    try:
+        with grpc.insecure_channel(server.address, compression=grpc.Compression.Gzip) as channel:
+            from samplerd._proto import samplerd_pb2 as pb
+            from samplerd._proto import samplerd_pb2_grpc as pb_grpc
+            jobs = pb_grpc.SamplerStub(channel).ListJobs(pb.ListJobsRequest(), timeout=20)
+            assert list(jobs.jobs) == []
+    finally:
+        assert server.stop() == 0
+
+
+def await_closed(connection: h2.Connection, timeout: float) -> float:
+    """Reads (and answers) frames until the server closes the connection; returns how long that
+    took. Fails the test after `timeout` seconds."""
+    start = time.monotonic()
+    connection.sock.settimeout(timeout)
+    while connection.read_frame() is not None:
+        assert time.monotonic() - start < timeout, "the connection is still open"
+    return time.monotonic() - start
+
+
+def test_a_connection_that_only_sent_its_preface_and_settings_is_closed_when_idle():
+    server = SamplerdProcess("--max_connection_idle_ms=1000", "--backend=cpu")
+    try:
+        connections = [h2.Connection("127.0.0.1", port_of(server)) for _ in range(5)]
+        for connection in connections:
+            connection.send_preface()
+        for connection in connections:
+            took = await_closed(connection, timeout=30)
+            assert connection.goaway is not None, "closed without GOAWAY"
+            print(f"idle connection closed after {took:.1f} s (limit 1 s)")
+    finally:
+        assert server.stop() == 0
+
+
+def test_a_connection_that_never_finishes_its_preface_is_closed_after_the_handshake_timeout():
+    server = SamplerdProcess("--handshake_timeout_ms=1000", "--backend=cpu")
+    try:
+        connection = h2.Connection("127.0.0.1", port_of(server))
+        connection.sock.sendall(h2.PREFACE[:10])  # Half the preface, then nothing.
+        # Read without answering (an answer would complete the preface wrongly).
+        start = time.monotonic()
+        connection.sock.settimeout(30)
+        while connection.sock.recv(65536):
+            assert time.monotonic() - start < 30, "the connection is still open"
+        took = time.monotonic() - start
+        assert took >= 0.5, f"closed after {took:.2f} s, before the handshake timeout"
+        print(f"half-open connection closed after {took:.1f} s (limit 1 s)")
+    finally:
+        assert server.stop() == 0
+
+
+def test_keepalive_pings_as_often_as_the_policy_allows_are_not_ping_abuse():
+    server = SamplerdProcess("--backend=cpu")
+    try:
+        connection = h2.Connection("127.0.0.1", port_of(server))
+        connection.send_preface()
+        # Every 5.5 s (the server accepts one per 5 s; clients ping every 10 s), no call, no
+        # data: gRPC's default policy (one per 5 minutes, two strikes) sent GOAWAY at the third.
+        for k in range(4):
+            if k:
+                time.sleep(5.5)
+            connection.sock.sendall(h2.frame(h2.PING, 0, 0, struct.pack(">Q", k)))
+            connection.sock.settimeout(10)
+            while True:
+                got = connection.read_frame()
+                assert got is not None, f"the server closed the connection at ping {k}"
+                if got[0] == h2.PING and got[1] & h2.ACK and got[3] == struct.pack(">Q", k):
+                    break
+            # A GOAWAY follows the acknowledgement: read on for a second.
+            connection.sock.settimeout(1)
+            try:
+                while connection.read_frame() is not None:
+                    pass
+            except TimeoutError:
+                pass
+            assert connection.goaway is None, f"GOAWAY {connection.goaway!r} at ping {k}"
+            assert not connection.closed, f"the server closed the connection at ping {k}"
+        connection.close()
+    finally:
+        assert server.stop() == 0
