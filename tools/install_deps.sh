@@ -81,4 +81,20 @@ if [[ -f "$ROOT/client/python/pyproject.toml" || -f "$ROOT/client/python/setup.p
 fi
 # Deploy checks: kubernetes-validate ships the Kubernetes JSON schemas (validates offline).
 "$ROOT/.venv/bin/python" -m pip install -q "kubernetes-validate==1.37.0"
+
+# The framework integrations (Lightning, Accelerate, Transformers, torchdata) are tested on the
+# current PyPI stack, in an environment of its own (Debian's torch 1.13 stays in .venv): every
+# package pinned in tools/frameworks-requirements.txt, installed without dependency resolution.
+# Reinstalled only when that file changed (its hash is kept in the environment). ~4.6 GB;
+# costs in docs/INTEGRATIONS.md.
+FW="$ROOT/.venv-frameworks"
+FW_REQS="$ROOT/tools/frameworks-requirements.txt"
+fw_hash="$(sha256sum "$FW_REQS" | cut -d' ' -f1)"
+if [[ "$(cat "$FW/.requirements-sha256" 2>/dev/null)" != "$fw_hash" ]]; then
+  echo "install_deps: installing the PyPI framework stack into .venv-frameworks (minutes)"
+  rm -rf "$FW"
+  /usr/bin/python3 -m venv "$FW"
+  "$FW/bin/python" -m pip install -q --no-deps -r "$FW_REQS"
+  echo "$fw_hash" > "$FW/.requirements-sha256"
+fi
 echo "install_deps: done"

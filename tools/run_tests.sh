@@ -32,7 +32,7 @@ if [[ -d tests/python ]]; then
   bazel build //server:samplerd 2>&1 | grep -Ev '^[0-9]+\.[0-9]+: src/main/tools/' | tail -3
   export SAMPLERD_BIN="$ROOT/bazel-bin/server/samplerd"
   py_log="$(mktemp)"
-  "$PY" -m pytest -q tests/python 2>&1 | tee "$py_log"
+  "$PY" -m pytest -q tests/python --ignore=tests/python/frameworks 2>&1 | tee "$py_log"
   py_rc=${PIPESTATUS[0]}
   line=$(grep -E '[0-9]+ (passed|failed)' "$py_log" | tail -1)
   py_pass=$(grep -Eo '[0-9]+ passed' <<<"$line" | awk '{print $1}')
@@ -43,6 +43,30 @@ if [[ -d tests/python ]]; then
   passed=$((passed + py_pass))
   failed=$((failed + py_fail))
   rm -f "$py_log"
+fi
+
+# --- Python, the framework integrations on the PyPI stack (.venv-frameworks) -------------------
+# Lightning, Accelerate, Transformers and torchdata with torch 2.x (tests/python/frameworks),
+# in the environment tools/install_deps.sh makes from tools/frameworks-requirements.txt.
+FW_PY="$ROOT/.venv-frameworks/bin/python"
+if [[ -d tests/python/frameworks ]]; then
+  if [[ ! -x "$FW_PY" ]]; then
+    echo "run_tests: $FW_PY missing: run tools/install_deps.sh" >&2
+    failed=$((failed + 1))
+  else
+    export SAMPLERD_BIN="$ROOT/bazel-bin/server/samplerd"
+    fw_log="$(mktemp)"
+    "$FW_PY" -m pytest -q -p no:cacheprovider tests/python/frameworks 2>&1 | tee "$fw_log"
+    fw_rc=${PIPESTATUS[0]}
+    line=$(grep -E '[0-9]+ (passed|failed)' "$fw_log" | tail -1)
+    fw_pass=$(grep -Eo '[0-9]+ passed' <<<"$line" | awk '{print $1}')
+    fw_fail=$(( $(grep -Eo '[0-9]+ failed' <<<"$line" | awk '{print $1}' || true) + 0 ))
+    fw_fail=$(( fw_fail + $(grep -Eo '[0-9]+ errors?' <<<"$line" | awk '{print $1}' || true) + 0 ))
+    if [[ $fw_rc -ne 0 && $fw_fail -eq 0 ]]; then fw_fail=1; fi
+    passed=$((passed + ${fw_pass:-0}))
+    failed=$((failed + fw_fail))
+    rm -f "$fw_log"
+  fi
 fi
 
 echo "tests: ${passed} passed, ${failed} failed"

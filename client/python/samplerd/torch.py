@@ -294,6 +294,12 @@ class DistributedWeightedSampler(DistributedSampler):
         self._check_open()
         return self._shard_length(self.epoch)
 
+    @property
+    def served_epoch(self) -> Optional[int]:
+        """The job epoch being served: the one report() takes losses of (None before the first
+        iteration, and once it ended)."""
+        return self._iter_epoch
+
     def _check_open(self):
         if self._closed:
             raise errors.FailedPrecondition(
@@ -512,9 +518,11 @@ class DistributedWeightedSampler(DistributedSampler):
         self._epoch_offset = None
         if resume is not None and resume[1] == self._shard_length(epoch) and \
                 self.end_epoch_on_exhaust:
-            # The saved epoch was consumed whole: end it (idempotent) and go on with the next.
+            # The saved epoch was consumed whole: end it (idempotent; unless it closed since)
+            # and go on with the next.
             try:
-                self.client.end_epoch(self.job, epoch, self.rank, deal=self._deal(epoch))
+                if self.client.get_job(self.job).current_epoch == epoch:
+                    self.client.end_epoch(self.job, epoch, self.rank, deal=self._deal(epoch))
             except errors.SamplerError as e:
                 raise _explained(e, f"{self._where(epoch)}: EndEpoch of a loaded state") \
                     from None
