@@ -48,6 +48,11 @@ from .positions import ServedPositions
 
 _DONE = object()
 
+# States restored by an integration before the sampler that resumes from them exists
+# (Lightning restores its callbacks before it builds the training loader): (job, rank) ->
+# state_dict, loaded by the next sampler of that job and rank when it is constructed.
+_pending_states = {}
+
 
 def _one_per_sample(field, values):
     """A (B,) array from (B,), (B, 1) or (1, B); other shapes are an error naming the field."""
@@ -249,6 +254,9 @@ class DistributedWeightedSampler(DistributedSampler):
         self._send_error = None
         self.last_summary = {"accepted": 0, "stale": 0, "duplicates": 0, "batches": 0}
         self._closed = False
+        pending = _pending_states.pop((job, rank), None)
+        if pending is not None:
+            self.load_state_dict(pending)
 
     def _join(self, elastic):
         """The job, once its current epoch is dealt to this sampler's world size: as it is, or
@@ -329,7 +337,10 @@ class DistributedWeightedSampler(DistributedSampler):
         epoch = int(epoch)
         if self.framework_epochs:
             if self._epoch_offset is None:
-                self._epoch_offset = self.epoch - epoch
+                # The epoch being served if an iteration began before the first set_epoch
+                # (Lightning creates its first iterator, which prefetches, before it).
+                base = self._iter_epoch if self._iter_epoch is not None else self.epoch
+                self._epoch_offset = base - epoch
             epoch += self._epoch_offset
             if epoch < 0:
                 raise errors.InvalidArgument(

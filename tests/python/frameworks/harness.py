@@ -6,11 +6,15 @@ JSON-lines file, fsynced before it reports the batch's losses: a SIGKILL right a
 lose a batch training consumed.
 """
 
+import contextlib
 import json
 import os
 import socket
 
+import pytest
 import torch
+
+from conftest import SamplerdProcess  # tests/python/conftest.py: the real samplerd binary
 
 N = 200          # Samples; 2 ranks: shards of 100.
 WORLD = 2
@@ -83,9 +87,16 @@ def assert_trained_exactly_the_shards(client, job, directory, epochs):
                 f"{len(shard)}; missing {sorted(set(shard) - set(seen[epoch]))[:10]}")
 
 
-def write_error(directory: str, rank: int, error: BaseException) -> None:
-    with open(os.path.join(directory, f"error-rank{rank}.txt"), "w") as f:
-        f.write(f"{type(error).__name__}: {error}")
+@contextlib.contextmanager
+def errors_recorded(directory: str, rank: int):
+    """Writes a samplerd error the rank raises to a file the test reads (then re-raises it)."""
+    import samplerd
+    try:
+        yield
+    except samplerd.SamplerError as error:
+        with open(os.path.join(directory, f"error-rank{rank}.txt"), "w") as f:
+            f.write(f"{type(error).__name__}: {error}")
+        raise
 
 
 def read_error(directory: str, rank: int):
@@ -102,3 +113,12 @@ def write_summary(directory: str, name: str, summary: dict) -> None:
 def read_summary(directory: str, name: str) -> dict:
     with open(os.path.join(directory, f"summary-{name}.json")) as f:
         return json.load(f)
+
+
+@pytest.fixture
+def rewindable():
+    """A samplerd that keeps the last 8 epoch starts, so that each epoch's shards can be read
+    back after the run (server_shards)."""
+    process = SamplerdProcess("--rewind_epochs=8")
+    yield process
+    assert process.stop() == 0

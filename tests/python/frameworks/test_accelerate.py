@@ -12,8 +12,8 @@ import torch.nn.functional as F  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 import harness  # noqa: E402
+from harness import rewindable  # noqa: E402,F401  (fixture)
 import samplerd  # noqa: E402
-from conftest import SamplerdProcess  # noqa: E402
 from ddp_group import run_group  # noqa: E402
 from samplerd.torch import DistributedWeightedSampler, IndexedDataset  # noqa: E402
 
@@ -31,7 +31,7 @@ def worker(rank, cfg):
     sampler = DistributedWeightedSampler(cfg["address"], JOB, framework_epochs=True)
     loader = DataLoader(IndexedDataset(TensorDataset(x, y)), sampler=sampler,
                         batch_size=harness.BATCH, num_workers=cfg["workers"])
-    try:
+    with harness.errors_recorded(cfg["dir"], rank):
         if cfg["helper"]:
             loader = prepare_data_loader(accelerator, loader)
             model, opt = accelerator.prepare(model, opt)
@@ -46,16 +46,6 @@ def worker(rank, cfg):
                 harness.record(cfg["dir"], rank, sampler.served_epoch, idx.tolist())
                 sampler.report(idx, loss.detach())
         sampler.close()
-    except samplerd.SamplerError as e:
-        harness.write_error(cfg["dir"], rank, e)
-        raise
-
-
-@pytest.fixture
-def rewindable():
-    process = SamplerdProcess("--rewind_epochs=8")
-    yield process
-    process.stop()
 
 
 def _run(server, tmp_path, **cfg):

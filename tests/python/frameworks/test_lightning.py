@@ -15,8 +15,8 @@ import torch.nn.functional as F  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 import harness  # noqa: E402
+from harness import rewindable  # noqa: E402,F401  (fixture)
 import samplerd  # noqa: E402
-from conftest import SamplerdProcess  # noqa: E402
 from ddp_group import run_group  # noqa: E402
 
 JOB = "light"
@@ -30,10 +30,15 @@ def worker(rank, cfg):
     from samplerd.torch import DistributedWeightedSampler, IndexedDataset
 
     class Module(L.LightningModule):
-        def __init__(self, sampler):
+        def __init__(self):
             super().__init__()
             self.net = torch.nn.Linear(4, 2)
-            self.sampler = sampler
+
+        def train_dataloader(self):  # Where Lightning users build it: the group exists here.
+            x, y = harness.make_data()
+            self.sampler = DistributedWeightedSampler(cfg["address"], JOB)
+            return DataLoader(IndexedDataset(TensorDataset(x, y)), sampler=self.sampler,
+                              batch_size=harness.BATCH, num_workers=cfg["workers"])
 
         def training_step(self, batch, _):
             idx, (x, y) = batch
@@ -45,28 +50,15 @@ def worker(rank, cfg):
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
-    x, y = harness.make_data()
-    sampler = DistributedWeightedSampler(cfg["address"], JOB, framework_epochs=True)
-    loader = DataLoader(IndexedDataset(TensorDataset(x, y)), sampler=sampler,
-                        batch_size=harness.BATCH, num_workers=cfg["workers"])
     trainer = L.Trainer(strategy="ddp", accelerator="cpu", devices=harness.WORLD,
                         max_epochs=cfg["max_epochs"], logger=False, enable_progress_bar=False,
                         enable_model_summary=False, default_root_dir=cfg["dir"],
-                        callbacks=[SamplerCheckpoint(sampler),
+                        callbacks=[SamplerCheckpoint(),
                                    ModelCheckpoint(dirpath=cfg["ckpt"], save_last=True)])
-    try:
-        trainer.fit(Module(sampler), loader, ckpt_path=cfg["resume"])
-        sampler.close()
-    except samplerd.SamplerError as e:
-        harness.write_error(cfg["dir"], rank, e)
-        raise
-
-
-@pytest.fixture
-def rewindable():
-    process = SamplerdProcess("--rewind_epochs=8")
-    yield process
-    process.stop()
+    module = Module()
+    with harness.errors_recorded(cfg["dir"], rank):
+        trainer.fit(module, ckpt_path=cfg["resume"])
+        module.sampler.close()
 
 
 def test_ddp_trains_every_rank_s_shard_and_resumes_from_its_checkpoint(rewindable, tmp_path):
@@ -80,12 +72,12 @@ def test_ddp_trains_every_rank_s_shard_and_resumes_from_its_checkpoint(rewindabl
         assert c.get_job(JOB).current_epoch == 2
         last = os.path.join(cfg["ckpt"], "last.ckpt")
         state = torch.load(last, weights_only=False)["callbacks"]
-        ranks = state[f"SamplerCheckpoint[job={JOB}]"]["ranks"]
+        ranks = state["SamplerCheckpoint"]["ranks"]
         assert [(s["rank"], s["epoch"], s["position"]) for s in ranks] == [(0, 1, 100),
                                                                            (1, 1, 100)]
         # A new Trainer (its epochs from the checkpoint's) trains one more epoch: the job's 2.
         codes = run_group(worker, harness.WORLD, dict(cfg, port=harness.free_port(),
-                                                      max_epochs=3, resume=last, workers=0),
+                                                      max_epochs=3, resume=last, workers=2),
                           timeout=300)
         assert codes == [0, 0], [harness.read_error(str(tmp_path), r) for r in range(2)]
         assert c.get_job(JOB).current_epoch == 3

@@ -114,13 +114,11 @@ def test_sigkill_and_resume_trains_each_shard_exactly(server, tmp_path, loader, 
             server_view = json.load(f)
         assert server_view["epoch"] == 0
         for rank in range(harness.WORLD):
-            ckpt = torch.load(os.path.join(str(tmp_path), f"ckpt-rank{rank}.pt"),
-                              weights_only=False)
-            assert ckpt["step"] == CKPT_EVERY  # Run 2's last checkpoint is a later one.
             before = [r for r in _records(str(tmp_path), 1, rank)]
             after = _records(str(tmp_path), 2, rank)
             # Run 2 continued right after run 1's checkpoint of step 3.
-            assert [r["step"] for r in after] == list(range(CKPT_EVERY + 1, SHARD // harness.BATCH + 1))
+            assert [r["step"] for r in after] == list(range(CKPT_EVERY + 1,
+                                                           SHARD // harness.BATCH + 1))
             kept = [i for r in before if r["step"] <= CKPT_EVERY for i in r["indices"]]
             again = [i for r in before if r["step"] > CKPT_EVERY for i in r["indices"]]
             shard = server_view["shards"][rank]

@@ -11,8 +11,8 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import harness  # noqa: E402
+from harness import rewindable  # noqa: E402,F401  (fixture)
 import samplerd  # noqa: E402
-from conftest import SamplerdProcess  # noqa: E402
 from ddp_group import run_group  # noqa: E402
 
 JOB = "hf"
@@ -50,7 +50,6 @@ def worker(rank, cfg):
     from samplerd.torch import DistributedWeightedSampler
     from samplerd.transformers import SamplerdTrainer, classification_loss
 
-    sampler = DistributedWeightedSampler(cfg["address"], JOB)
 
     def recorded_loss(outputs, inputs):  # The default, plus the record of what was trained.
         return classification_loss(outputs, inputs)
@@ -66,22 +65,15 @@ def worker(rank, cfg):
                              num_train_epochs=cfg["epochs"], use_cpu=True, ddp_backend="gloo",
                              report_to=[], save_strategy="epoch", logging_strategy="no",
                              disable_tqdm=True, seed=0, dataloader_num_workers=cfg["workers"])
+    # The arguments set up the process group (as the recipe in docs/INTEGRATIONS.md relies on).
+    assert args.world_size == harness.WORLD and torch.distributed.is_initialized()
+    sampler = DistributedWeightedSampler(cfg["address"], JOB)
     trainer = RecordingTrainer(model=Classifier(), args=args, train_dataset=Rows(),
                                sampler=sampler, per_sample_loss=recorded_loss)
-    try:
+    with harness.errors_recorded(cfg["dir"], rank):
         trainer.train(resume_from_checkpoint=cfg["resume"])
         sampler.close()
         harness.write_summary(cfg["dir"], f"run{cfg['run']}-rank{rank}", sampler.last_summary)
-    except samplerd.SamplerError as e:
-        harness.write_error(cfg["dir"], rank, e)
-        raise
-
-
-@pytest.fixture
-def rewindable():
-    process = SamplerdProcess("--rewind_epochs=8")
-    yield process
-    process.stop()
 
 
 def test_trainer_trains_every_rank_s_shard_reports_its_losses_and_resumes(rewindable, tmp_path):
