@@ -85,16 +85,20 @@ fi
 # The framework integrations (Lightning, Accelerate, Transformers, torchdata) are tested on the
 # current PyPI stack, in an environment of its own (Debian's torch 1.13 stays in .venv): every
 # package pinned in tools/frameworks-requirements.txt, installed without dependency resolution.
-# Reinstalled only when that file changed (its hash is kept in the environment). ~4.6 GB;
-# costs in docs/INTEGRATIONS.md.
-FW="$ROOT/.venv-frameworks"
+# ~4.6 GB and minutes to download (docs/INTEGRATIONS.md), so it is made once per machine and
+# pinned list, in $SAMPLERD_CACHE (default ~/.cache/samplerd) under the list's hash, and
+# .venv-frameworks links to it: checkouts and CI runs on one machine share it.
 FW_REQS="$ROOT/tools/frameworks-requirements.txt"
-fw_hash="$(sha256sum "$FW_REQS" | cut -d' ' -f1)"
-if [[ "$(cat "$FW/.requirements-sha256" 2>/dev/null)" != "$fw_hash" ]]; then
-  echo "install_deps: installing the PyPI framework stack into .venv-frameworks (minutes)"
-  rm -rf "$FW"
-  /usr/bin/python3 -m venv "$FW"
-  "$FW/bin/python" -m pip install -q --no-deps -r "$FW_REQS"
-  echo "$fw_hash" > "$FW/.requirements-sha256"
+fw_hash="$(sha256sum "$FW_REQS" | cut -c1-16)"
+fw_env="${SAMPLERD_CACHE:-$HOME/.cache/samplerd}/venv-frameworks-$fw_hash"
+if [[ ! -f "$fw_env/.complete" ]]; then
+  echo "install_deps: installing the PyPI framework stack into $fw_env (minutes)"
+  rm -rf "$fw_env"
+  mkdir -p "$(dirname "$fw_env")"
+  /usr/bin/python3 -m venv "$fw_env"
+  "$fw_env/bin/python" -m pip install -q --no-deps -r "$FW_REQS"
+  touch "$fw_env/.complete"
 fi
+[[ -L "$ROOT/.venv-frameworks" || ! -e "$ROOT/.venv-frameworks" ]] || rm -rf "$ROOT/.venv-frameworks"
+ln -sfn "$fw_env" "$ROOT/.venv-frameworks"
 echo "install_deps: done"

@@ -7,6 +7,7 @@ lose a batch training consumed.
 """
 
 import contextlib
+import faulthandler
 import json
 import os
 import socket
@@ -19,6 +20,7 @@ from conftest import SamplerdProcess  # tests/python/conftest.py: the real sampl
 N = 200          # Samples; 2 ranks: shards of 100.
 WORLD = 2
 BATCH = 10
+RUN_TIMEOUT = 600  # Seconds per group run: a guard against hangs on a loaded 2-core machine.
 
 
 def free_port() -> int:
@@ -28,7 +30,9 @@ def free_port() -> int:
 
 
 def rank_environment(rank: int, master_port: int) -> None:
-    """What torchrun sets: every framework reads its rank and group from it."""
+    """What torchrun sets: every framework reads its rank and group from it. A rank still
+    running after RUN_TIMEOUT - 60 s prints its threads' stacks (a hang shows where)."""
+    faulthandler.dump_traceback_later(RUN_TIMEOUT - 60, exit=False)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(master_port), RANK=str(rank),
                       LOCAL_RANK=str(rank), WORLD_SIZE=str(WORLD), LOCAL_WORLD_SIZE=str(WORLD),
                       GROUP_RANK="0", NODE_RANK="0")

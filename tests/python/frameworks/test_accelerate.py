@@ -51,7 +51,7 @@ def worker(rank, cfg):
 def _run(server, tmp_path, **cfg):
     tmp_path.mkdir(parents=True, exist_ok=True)
     cfg = dict(address=server.address, dir=str(tmp_path), port=harness.free_port(), **cfg)
-    return run_group(worker, harness.WORLD, cfg, timeout=240)
+    return run_group(worker, harness.WORLD, cfg, timeout=harness.RUN_TIMEOUT)
 
 
 def test_prepare_data_loader_trains_every_rank_s_whole_shard(rewindable, tmp_path):

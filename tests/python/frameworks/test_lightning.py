@@ -67,7 +67,7 @@ def test_ddp_trains_every_rank_s_shard_and_resumes_from_its_checkpoint(rewindabl
         c.create_job(JOB, num_samples=harness.N, world_size=harness.WORLD, loss="loss")
         codes = run_group(worker, harness.WORLD, dict(cfg, port=harness.free_port(),
                                                       max_epochs=2, resume=None, workers=2),
-                          timeout=300)
+                          timeout=harness.RUN_TIMEOUT)
         assert codes == [0, 0], [harness.read_error(str(tmp_path), r) for r in range(2)]
         assert c.get_job(JOB).current_epoch == 2
         last = os.path.join(cfg["ckpt"], "last.ckpt")
@@ -78,7 +78,7 @@ def test_ddp_trains_every_rank_s_shard_and_resumes_from_its_checkpoint(rewindabl
         # A new Trainer (its epochs from the checkpoint's) trains one more epoch: the job's 2.
         codes = run_group(worker, harness.WORLD, dict(cfg, port=harness.free_port(),
                                                       max_epochs=3, resume=last, workers=2),
-                          timeout=300)
+                          timeout=harness.RUN_TIMEOUT)
         assert codes == [0, 0], [harness.read_error(str(tmp_path), r) for r in range(2)]
         assert c.get_job(JOB).current_epoch == 3
         harness.assert_trained_exactly_the_shards(c, JOB, str(tmp_path), [0, 1, 2])

@@ -105,10 +105,10 @@ def test_sigkill_and_resume_trains_each_shard_exactly(server, tmp_path, loader, 
     with samplerd.Client(server.address) as c:
         c.create_job(JOB, num_samples=harness.N, world_size=harness.WORLD, loss="loss")
         codes = run_group(worker, harness.WORLD, dict(cfg, run=1, port=harness.free_port()),
-                          victim=VICTIM, timeout=240)
+                          victim=VICTIM, timeout=harness.RUN_TIMEOUT)
         assert codes[VICTIM] == -signal.SIGKILL, codes
         codes = run_group(worker, harness.WORLD, dict(cfg, run=2, port=harness.free_port()),
-                          timeout=240)
+                          timeout=harness.RUN_TIMEOUT)
         assert codes == [0, 0], codes
         with open(os.path.join(str(tmp_path), "server.json")) as f:
             server_view = json.load(f)

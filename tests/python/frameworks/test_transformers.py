@@ -51,9 +51,6 @@ def worker(rank, cfg):
     from samplerd.transformers import SamplerdTrainer, classification_loss
 
 
-    def recorded_loss(outputs, inputs):  # The default, plus the record of what was trained.
-        return classification_loss(outputs, inputs)
-
     class RecordingTrainer(SamplerdTrainer):
         def compute_loss(self, model, inputs, *args, **kwargs):
             if model.training:
@@ -69,7 +66,7 @@ def worker(rank, cfg):
     assert args.world_size == harness.WORLD and torch.distributed.is_initialized()
     sampler = DistributedWeightedSampler(cfg["address"], JOB)
     trainer = RecordingTrainer(model=Classifier(), args=args, train_dataset=Rows(),
-                               sampler=sampler, per_sample_loss=recorded_loss)
+                               sampler=sampler, per_sample_loss=classification_loss)
     with harness.errors_recorded(cfg["dir"], rank):
         trainer.train(resume_from_checkpoint=cfg["resume"])
         sampler.close()
@@ -80,13 +77,15 @@ def test_trainer_trains_every_rank_s_shard_reports_its_losses_and_resumes(rewind
     cfg = dict(address=rewindable.address, dir=str(tmp_path), out=str(tmp_path / "out"))
     with samplerd.Client(rewindable.address) as c:
         c.create_job(JOB, num_samples=harness.N, world_size=harness.WORLD, loss="loss")
-        codes = run_group(worker, harness.WORLD, dict(cfg, port=harness.free_port(), epochs=2,
-                                                      resume=None, workers=2, run=1), timeout=300)
+        codes = run_group(worker, harness.WORLD,
+                          dict(cfg, port=harness.free_port(), epochs=2, resume=None, workers=2,
+                               run=1), timeout=harness.RUN_TIMEOUT)
         assert codes == [0, 0], [harness.read_error(str(tmp_path), r) for r in range(2)]
         assert c.get_job(JOB).current_epoch == 2
         # A new Trainer resumed from the last checkpoint (end of epoch 2 of 3) trains epoch 2.
-        codes = run_group(worker, harness.WORLD, dict(cfg, port=harness.free_port(), epochs=3,
-                                                      resume=True, workers=0, run=2), timeout=300)
+        codes = run_group(worker, harness.WORLD,
+                          dict(cfg, port=harness.free_port(), epochs=3, resume=True, workers=0,
+                               run=2), timeout=harness.RUN_TIMEOUT)
         assert codes == [0, 0], [harness.read_error(str(tmp_path), r) for r in range(2)]
         assert c.get_job(JOB).current_epoch == 3
         for rank in range(harness.WORLD):  # One loss per trained position, none twice.
