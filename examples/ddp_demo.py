@@ -91,7 +91,12 @@ def main():
           f"{report['epochs'][-1]['balanced_accuracy']:.3f} vs DistributedSampler "
           f"{report['baseline_balanced_accuracy']:.3f} ({report['baseline_steps'][0]} steps)")
 
-    import matplotlib
+    try:  # Optional (Debian's python3-matplotlib; pip: samplerd[demo]): the text is the report.
+        import matplotlib
+    except ImportError:
+        print(f"plot: not drawn ({args.plot}): matplotlib is not installed "
+              "(apt install python3-matplotlib, or pip install 'samplerd[demo]')")
+        return
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     epochs = [e["epoch"] for e in report["epochs"]]

@@ -84,4 +84,24 @@ if [[ -f "$ROOT/client/python/pyproject.toml" || -f "$ROOT/client/python/setup.p
 fi
 # Deploy checks: kubernetes-validate ships the Kubernetes JSON schemas (validates offline).
 "$ROOT/.venv/bin/python" -m pip install -q "kubernetes-validate==1.37.0"
+
+# The framework integrations (Lightning, Accelerate, Transformers, torchdata) are tested on the
+# current PyPI stack, in an environment of its own (Debian's torch 1.13 stays in .venv): every
+# package pinned in tools/frameworks-requirements.txt, installed without dependency resolution.
+# ~4.6 GB and minutes to download (docs/INTEGRATIONS.md), so it is made once per machine and
+# pinned list, in $SAMPLERD_CACHE (default ~/.cache/samplerd) under the list's hash, and
+# .venv-frameworks links to it: checkouts and CI runs on one machine share it.
+FW_REQS="$ROOT/tools/frameworks-requirements.txt"
+fw_hash="$(sha256sum "$FW_REQS" | cut -c1-16)"
+fw_env="${SAMPLERD_CACHE:-$HOME/.cache/samplerd}/venv-frameworks-$fw_hash"
+if [[ ! -f "$fw_env/.complete" ]]; then
+  echo "install_deps: installing the PyPI framework stack into $fw_env (minutes)"
+  rm -rf "$fw_env"
+  mkdir -p "$(dirname "$fw_env")"
+  /usr/bin/python3 -m venv "$fw_env"
+  "$fw_env/bin/python" -m pip install -q --no-deps -r "$FW_REQS"
+  touch "$fw_env/.complete"
+fi
+[[ -L "$ROOT/.venv-frameworks" || ! -e "$ROOT/.venv-frameworks" ]] || rm -rf "$ROOT/.venv-frameworks"
+ln -sfn "$fw_env" "$ROOT/.venv-frameworks"
 echo "install_deps: done"

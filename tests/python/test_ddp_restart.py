@@ -12,8 +12,8 @@ re-training and re-reporting the steps after the checkpoint, whose losses the se
 has for the victim -- and train epoch 1.
 
 Consumed means reported: the sampler's resume position is the end of the leading run of shard
-positions whose loss was reported, and state_dict flushes, so a checkpoint's position is exactly
-what the rank had recorded when it was taken.
+positions whose loss was reported (the losses not yet acknowledged travel in the state), so a
+checkpoint's position is exactly what the rank had recorded when it was taken.
 """
 
 import json

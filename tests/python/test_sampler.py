@@ -28,7 +28,9 @@ def test_iterates_this_ranks_shard_and_ends_epochs_when_moving_on(client, server
 
 def test_report_checks_at_the_call_site(client, server):
     client.create_job("c", num_samples=10, world_size=1)
-    sampler = DistributedWeightedSampler(server.address, "c", rank=0, world_size=1)
+    # Reports two losses of ten: the re-shard guard (min_report_coverage) is not the point here.
+    sampler = DistributedWeightedSampler(server.address, "c", rank=0, world_size=1,
+                                         min_report_coverage=0)
     with pytest.raises(samplerd.FailedPrecondition, match="before the sampler was iterated"):
         sampler.report([1], [0.5])
     list(sampler)
@@ -96,7 +98,8 @@ def test_spawned_dataloader_workers_never_receive_the_sampler(client, server):
 def test_prefetch_off_and_a_failed_batch_surfaces_at_the_next_call(client, server):
     client.create_job("np", num_samples=20, world_size=1)
     sampler = DistributedWeightedSampler(server.address, "np", rank=0, world_size=1,
-                                         prefetch=False, report_batch_size=4)
+                                         prefetch=False, report_batch_size=4,
+                                         min_report_coverage=0)  # Reports 4 losses of 20.
     assert sorted(sampler) == list(range(20))
     client.delete_job("np")  # The server now refuses the reporter's batches.
     sampler.report(np.arange(4), np.ones(4))  # Queued and sent in the background.
@@ -140,7 +143,8 @@ def test_float_index_tensors_are_refused_naming_the_dtype(client, server):
     """float32 holds 16777217 as 16777216: a float index tensor is refused, not rounded."""
     n = 1 << 25
     client.create_job("fl", num_samples=n, world_size=1, samples_per_epoch=64)
-    sampler = DistributedWeightedSampler(server.address, "fl", rank=0, world_size=1)
+    sampler = DistributedWeightedSampler(server.address, "fl", rank=0, world_size=1,
+                                         min_report_coverage=0)  # Reports 1 loss of 64.
     served = list(sampler)
     # An odd index above 2^24, which float32 cannot hold (each of the 64 draws is one with
     # probability 1/4).

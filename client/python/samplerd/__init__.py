@@ -5,7 +5,9 @@
         client.create_job("train", num_samples=50_000, world_size=4,
                           samples_per_epoch=10_000, loss="loss")
 
-For PyTorch, see samplerd.torch (DistributedWeightedSampler, IndexedDataset).
+For PyTorch, see samplerd.torch (DistributedWeightedSampler, IndexedDataset); for Lightning,
+Accelerate, the Transformers Trainer and torchdata, samplerd.lightning, samplerd.accelerate,
+samplerd.transformers and samplerd.torchdata (docs/INTEGRATIONS.md; each is imported on its own).
 """
 
 from .client import Client, Policy, ShardChunk, check_loss_batch

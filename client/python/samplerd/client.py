@@ -8,6 +8,7 @@ client streams are checked against what was sent (DataLoss on a mismatch). The A
 """
 
 import dataclasses
+import re
 import time
 from typing import Iterator, List, NamedTuple, Optional, Sequence
 
@@ -271,6 +272,9 @@ class Client:
                  client_key=None, token: Optional[str] = None, tls: Optional[bool] = None):
         if not address or ":" not in address:
             raise _bad(f"address = {address!r}: expected host:port")
+        if re.match(r"(?i)(https?|grpcs?)://", address):
+            raise _bad(f"address = {address!r}: a gRPC target is host:port without a URL "
+                       "scheme; for TLS pass root_certificates= or tls=True (docs/SECURITY.md)")
         if max_retries is not None and max_retries < 0:
             raise _bad(f"max_retries = {max_retries}: must be >= 0")
         if retry_budget < 0:
@@ -348,7 +352,14 @@ class Client:
             ready.cancel()
             self._last_watch = time.monotonic()
 
+    def _check_open(self):
+        if self._closed:
+            raise errors.FailedPrecondition(
+                f"the samplerd.Client of {self.address} is closed (close() was called, or the "
+                "sampler owning it was closed); make a new one")
+
     def _call(self, method, request, timeout=None):
+        self._check_open()
         retries = _Retries(self)
         while True:
             try:
@@ -655,6 +666,7 @@ class Client:
             raise _bad(f"rank = {rank} is outside [0, world_size = {world_size})")
         if start_offset < 0:
             raise _bad(f"start_offset = {start_offset}: must be >= 0")
+        self._check_open()
         next_pos = start_offset
         retries = _Retries(self)
         while True:

@@ -28,6 +28,9 @@ class ServedPositions:
         self._indices = np.zeros(0, dtype=np.int64)
         self._reported = np.zeros(0, dtype=bool)
         self._cursor = 0            # First position (relative to start) without a loss.
+        # How many of the served positions (relative to start) the sampler has yielded: only
+        # those can have a loss (an index streamed but not yet yielded cannot have been trained).
+        self.yielded = 0
 
     def extend(self, indices: np.ndarray) -> None:
         """Records the next served indices (one chunk, in shard order)."""
@@ -44,13 +47,14 @@ class ServedPositions:
         """Shard positions for reported `indices` (int64, validated); marks them reported.
 
         Raises:
-            InvalidArgument: an index that was not served to this rank in this epoch, or whose
-                every served position already has a loss; nothing is marked then.
+            InvalidArgument: an index that was not yielded to this rank in this epoch, or whose
+                every yielded position already has a loss; nothing is marked then.
         """
         self._merge()
         n = indices.size
         lo = self._cursor
-        window = self._indices[lo:lo + n]
+        limit = self.yielded
+        window = self._indices[lo:min(lo + n, limit)]
         if window.size == n and np.array_equal(window, indices) and \
                 not self._reported[lo:lo + n].any():
             self._reported[lo:lo + n] = True  # The usual case: in consumption order.
@@ -58,7 +62,7 @@ class ServedPositions:
             return np.arange(self.start + lo, self.start + lo + n, dtype=np.int64)
         # Any order: among the positions without a loss, sorted by index (stable, so positions
         # ascend within one index), the k-th report of an index takes its k-th position.
-        free = lo + np.flatnonzero(~self._reported[lo:])
+        free = lo + np.flatnonzero(~self._reported[lo:limit])
         by_index = np.argsort(self._indices[free], kind="stable")
         sorted_idx = self._indices[free][by_index]
         order = np.argsort(indices, kind="stable")
@@ -70,9 +74,10 @@ class ServedPositions:
         if not ok.all():
             k = int(order[np.flatnonzero(~ok)[0]])
             raise errors.InvalidArgument(
-                f"indices[{k}] = {indices[k]} was not served to rank {rank} in epoch {epoch}, or "
-                "each position it was served at already has a loss: report the indices this "
-                "sampler yielded, one loss per yielded index")
+                f"indices[{k}] = {indices[k]} was not yielded to rank {rank} in epoch {epoch} "
+                f"(positions {self.start} to {self.start + limit - 1} were), or each position it "
+                "was yielded at already has a loss: report the indices this sampler yielded, one "
+                "loss per yielded index")
         positions = np.empty(n, dtype=np.int64)
         positions[order] = free[by_index[at]]
         self._reported[positions] = True
@@ -86,3 +91,12 @@ class ServedPositions:
     def consumed(self) -> int:
         """The shard position after the leading run of positions with a loss."""
         return self.start + self._cursor
+
+    def coverage(self):
+        """(positions with a loss, positions up to and including the last one with a loss),
+        both counted from `start`: how much of what training went through it reported."""
+        self._merge()
+        reported = np.flatnonzero(self._reported)
+        if reported.size == 0:
+            return 0, 0
+        return int(reported.size), int(reported[-1]) + 1

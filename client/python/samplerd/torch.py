@@ -38,7 +38,8 @@ from typing import Optional, Union
 import numpy as np
 import torch
 import torch.distributed as dist
-from torch.utils.data import Dataset, Sampler
+from torch.utils.data import Dataset
+from torch.utils.data.distributed import DistributedSampler
 
 from . import errors
 from ._proto import samplerd_pb2 as pb
@@ -46,6 +47,11 @@ from .client import Client, check_loss_batch, loss_batch_message
 from .positions import ServedPositions
 
 _DONE = object()
+
+# States restored by an integration before the sampler that resumes from them exists
+# (Lightning restores its callbacks before it builds the training loader): (job, rank) ->
+# state_dict, loaded by the next sampler of that job and rank when it is constructed.
+_pending_states = {}
 
 
 def _one_per_sample(field, values):
@@ -68,6 +74,53 @@ def _explained(error, what):
     return type(error)(f"{what}: {error.message}", error.code)
 
 
+class _ShardIterator:
+    """One iteration of a DistributedWeightedSampler: its shard of one epoch, index by index.
+
+    Stateful (state_dict / load_state_dict) as torchdata's StatefulDataLoader wants a sampler's
+    iterator: its state is the position yielded so far, taken without any RPC. The loader
+    snapshots it when it hands a batch to a worker and counts itself which of those batches
+    training consumed, so on resume the sampler must continue after what it had yielded at
+    the snapshot (the sampler's own state_dict, after the last reported loss, is for trainers
+    that checkpoint the sampler themselves). The stream starts at the first next(), so that
+    load_state_dict can still move the start.
+    """
+
+    def __init__(self, sampler):
+        self._sampler = sampler
+        self._gen = None
+        self.epoch = None       # Set when the stream starts.
+        self.position = None    # The next shard position to yield.
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._gen is None:
+            self._gen = self._sampler._iterate(self)
+        return next(self._gen)
+
+    def state_dict(self) -> dict:
+        """The sampler's state shape, with the position yielded up to. No RPC."""
+        if self.epoch is None:
+            return self._sampler._position_state(*self._sampler._next_start())
+        return self._sampler._position_state(self.epoch, self.position)
+
+    def load_state_dict(self, state: dict) -> None:
+        """Makes this iteration start where `state` says (DistributedWeightedSampler's
+        load_state_dict); only before its first next()."""
+        if self._gen is not None:
+            raise errors.FailedPrecondition(
+                "load_state_dict on a sampler iterator that has started; load the state "
+                "before iterating")
+        self._sampler.load_state_dict(state)
+
+    def close(self):
+        """Releases the stream now (a consumer that stops early)."""
+        if self._gen is not None:
+            self._gen.close()
+
+
 class IndexedDataset(Dataset):
     """Wraps a map-style dataset so that item i is (i, dataset[i]).
 
@@ -85,8 +138,12 @@ class IndexedDataset(Dataset):
         return index, self.dataset[index]
 
 
-class DistributedWeightedSampler(Sampler):
+class DistributedWeightedSampler(DistributedSampler):
     """This rank's shard of each epoch's global plan, streamed from samplerd.
+
+    A DistributedSampler by type (none of its code runs), so that the frameworks that shard a
+    loader's sampler unless it is one (Lightning's use_distributed_sampler) leave it alone:
+    the shard is already this rank's own. See docs/INTEGRATIONS.md.
 
     Args:
         client_or_address: a samplerd.Client or "host:port".
@@ -103,6 +160,20 @@ class DistributedWeightedSampler(Sampler):
         elastic: the group may have another size than the job's current epoch is dealt to (a
             restarted torchrun elastic group): rank 0 resizes the job to world_size
             (Client.resize_job), the other ranks wait (up to `timeout`) until it has.
+        framework_epochs: set_epoch(e) counts a framework's epochs (Lightning, Accelerate and
+            the Transformers Trainer count from 0 in each new run, or from their checkpoint's
+            epoch), not the job's: the first set_epoch after construction or load_state_dict
+            maps e to the epoch the next iteration would serve, and later calls keep that
+            offset. A new run on a resumed job then serves the job's next epochs.
+        min_report_coverage: the re-shard guard. When the rank moves on from an epoch in which
+            it reported losses, the positions with a loss must be at least this fraction of the
+            positions up to the last one with a loss; fewer means something between this
+            sampler and training dropped indices (a framework that sharded the loader again:
+            it trained 1/world of the shard) and raises FailedPrecondition naming the fix.
+            0 turns the guard off (a trainer that reports the losses of only some samples).
+
+    The sampler's iterator is itself Stateful (state_dict/load_state_dict: the position it has
+    yielded up to), which is what torchdata's StatefulDataLoader snapshots when it prefetches.
 
     Raises:
         InvalidArgument: rank outside the world. FailedPrecondition: world size differs from the
@@ -114,7 +185,8 @@ class DistributedWeightedSampler(Sampler):
                  rank: Optional[int] = None, world_size: Optional[int] = None, *,
                  prefetch: bool = True, report_batch_size: int = 8192, timeout: float = 300.0,
                  end_epoch: bool = True, client_options: Optional[dict] = None,
-                 elastic: bool = False):
+                 elastic: bool = False, framework_epochs: bool = False,
+                 min_report_coverage: float = 0.75):
         self._owns_client = not isinstance(client_or_address, Client)
         if client_options and not self._owns_client:
             raise errors.InvalidArgument("client_options: given with a Client; pass them to it")
@@ -128,12 +200,26 @@ class DistributedWeightedSampler(Sampler):
             world_size = dist.get_world_size() if world_size is None else world_size
         if not 0 <= rank < world_size:
             raise errors.InvalidArgument(f"rank = {rank} is outside [0, world_size = {world_size})")
+        if not 0.0 <= min_report_coverage <= 1.0:
+            raise errors.InvalidArgument(
+                f"min_report_coverage = {min_report_coverage}: must be in [0, 1]")
         if not 1 <= report_batch_size <= pb.MAX_LOSS_BATCH_PAIRS:
             raise errors.InvalidArgument(f"report_batch_size = {report_batch_size}: must be in "
                                          f"[1, {pb.MAX_LOSS_BATCH_PAIRS}]")
         self.job = job
         self.rank = rank
         self.world_size = world_size
+        # DistributedSampler's attributes, for the code that reads them of one (its __init__,
+        # which needs a dataset, does not run).
+        self.num_replicas = world_size
+        self.shuffle = True
+        self.drop_last = False
+        self.seed = 0
+        self.framework_epochs = framework_epochs
+        self.min_report_coverage = min_report_coverage
+        # framework_epochs: job epoch = framework epoch + _epoch_offset, fixed by the first
+        # set_epoch after construction or load_state_dict.
+        self._epoch_offset = None
         self.timeout = timeout
         described = self._join(elastic)
         self.num_samples = described.spec.num_samples
@@ -159,10 +245,18 @@ class DistributedWeightedSampler(Sampler):
         self._resume = None
         self._seq = 0
         self._pending_idx, self._pending_loss, self._pending_pos = [], [], []
+        # Loss batches handed to the reporter thread and not yet acknowledged, by seq: what
+        # state_dict carries so that a restarted trainer sends them again (no RPC in it).
+        self._unacked = {}
+        self._unacked_lock = threading.Lock()
         self._sender = None
         self._send_queue = None
         self._send_error = None
         self.last_summary = {"accepted": 0, "stale": 0, "duplicates": 0, "batches": 0}
+        self._closed = False
+        pending = _pending_states.pop((job, rank), None)
+        if pending is not None:
+            self.load_state_dict(pending)
 
     def _join(self, elastic):
         """The job, once its current epoch is dealt to this sampler's world size: as it is, or
@@ -205,7 +299,20 @@ class DistributedWeightedSampler(Sampler):
 
     def __len__(self):
         """The length of this rank's shard of the epoch the next iteration serves."""
+        self._check_open()
         return self._shard_length(self.epoch)
+
+    @property
+    def served_epoch(self) -> Optional[int]:
+        """The job epoch being served: the one report() takes losses of (None before the first
+        iteration, and once it ended)."""
+        return self._iter_epoch
+
+    def _check_open(self):
+        if self._closed:
+            raise errors.FailedPrecondition(
+                f"the DistributedWeightedSampler of job '{self.job}' rank {self.rank} is closed "
+                "(close() was called); make a new one")
 
     def __getstate__(self):
         # A DataLoader iterates its sampler in the main process and never sends it to workers
@@ -223,16 +330,37 @@ class DistributedWeightedSampler(Sampler):
         current epoch for the first), whether that one was consumed whole or stopped early
         (break, exception): to serve an epoch again, call set_epoch with it. An iteration whose
         stream failed before delivering anything served nothing: the next one retries its epoch.
+
+        With framework_epochs, `epoch` is the framework's count, mapped to the job's (see the
+        class doc).
         """
-        if self._iter_epoch is not None and self._iter_epoch != int(epoch):
+        epoch = int(epoch)
+        if self.framework_epochs:
+            if self._epoch_offset is None:
+                # The epoch being served if an iteration began before the first set_epoch
+                # (Lightning creates its first iterator, which prefetches, before it).
+                base = self._iter_epoch if self._iter_epoch is not None else self.epoch
+                self._epoch_offset = base - epoch
+            epoch += self._epoch_offset
+            if epoch < 0:
+                raise errors.InvalidArgument(
+                    f"set_epoch({epoch - self._epoch_offset}): before the framework epoch "
+                    f"{-self._epoch_offset} that job '{self.job}' epoch 0 was mapped to")
+        if self._iter_epoch is not None and self._iter_epoch != epoch:
             self.end_epoch()
-        self.epoch = int(epoch)
+        self.epoch = epoch
 
     def end_epoch(self) -> None:
-        """Flushes the iterated epoch's losses and ends it on the server (idempotent)."""
+        """Flushes the iterated epoch's losses and ends it on the server (idempotent).
+
+        Raises:
+            FailedPrecondition: the re-shard guard (min_report_coverage): the epoch is then
+                left without EndEpoch, so the job does not move on with a shard half trained.
+        """
         if self._iter_epoch is None:
             return
         self.flush()
+        self._check_coverage()
         if self.end_epoch_on_exhaust:
             try:
                 self.client.end_epoch(self.job, self._iter_epoch, self.rank, deal=self._iter_deal)
@@ -240,33 +368,106 @@ class DistributedWeightedSampler(Sampler):
                 raise _explained(e, f"{self._where(self._iter_epoch)}: EndEpoch") from None
         self._iter_epoch = None
 
+    def _check_coverage(self):
+        """The re-shard guard: raises (once) if training reported the losses of far fewer
+        positions than this sampler yielded before the last one reported."""
+        reported, span = self._served.coverage()
+        if reported == 0 or reported >= self.min_report_coverage * span:
+            return
+        epoch, start = self._iter_epoch, self._served.start
+        self._iter_epoch = None  # Raised once; the epoch is not ended.
+        raise errors.FailedPrecondition(
+            f"{self._where(epoch)}: losses were reported for {reported} of the {span} shard "
+            f"positions {start} to {start + span - 1} that this sampler yielded (fewer than "
+            f"min_report_coverage = {self.min_report_coverage}): something between the sampler "
+            f"and training dropped indices, most likely a framework that sharded the loader "
+            f"again although the sampler already gives each rank its own shard. Lightning: "
+            f"pass the sampler itself as the DataLoader's sampler (it is a DistributedSampler, "
+            f"left alone) or Trainer(use_distributed_sampler=False); Accelerate: "
+            f"samplerd.accelerate.prepare_data_loader(accelerator, loader) instead of "
+            f"accelerator.prepare(loader); Transformers: samplerd.transformers.SamplerdTrainer "
+            f"(docs/INTEGRATIONS.md). If reporting only some samples is intended, pass "
+            f"min_report_coverage=0")
+
     # -- checkpoints ----------------------------------------------------------------------------
 
     def state_dict(self) -> dict:
-        """Where this rank is: the epoch, and the shard position training has consumed up to.
+        """Where this rank is: the epoch, and the shard position training has consumed up to,
+        plus the losses reported and not yet acknowledged by the server. No RPC.
 
         In the shape torchdata's StatefulDataLoader expects of a sampler. Save it in the
         trainer's checkpoint, together with the model, after the step whose losses were last
         reported; a restarted trainer passes it to load_state_dict and continues exactly after
         the last index whose loss was reported -- not after the last one the DataLoader
-        prefetched, also with num_workers > 0. Flushes first: every loss reported before the
-        call is acknowledged by the server when it returns, so none is lost if the process dies
-        after the checkpoint; losses reported after it and re-reported by the restarted trainer
-        count once (the server knows them by shard position).
+        prefetched, also with num_workers > 0. The losses reported and not yet acknowledged
+        when it was taken travel in it (`unacknowledged`) and load_state_dict sends them again,
+        so none is lost if the process dies after the checkpoint; the server counts one it
+        already had as a duplicate (it knows them by shard position).
 
         Consumed means reported: a trainer that reports no losses resumes at the start of its
-        epoch.
+        epoch. Inside a StatefulDataLoader the state of the sampler's iterator (the position
+        yielded) takes precedence: the loader itself counts the batches training consumed.
         """
-        self.flush()
+        # A failed loss batch is not raised here (a StatefulDataLoader calls this per batch):
+        # it stays unacknowledged, travels in the state, and raises at the next report/flush.
         if self._iter_epoch is not None:
             epoch, position = self._iter_epoch, self._served.consumed()
         elif self._resume is not None:
             epoch, position = self._resume
         else:
             epoch, position = self.epoch, 0
-        return {"version": 2, "job": self.job, "rank": self.rank,
+        state = self._position_state(epoch, position)
+        unacked = self._unacknowledged()
+        if unacked is not None:
+            state["unacknowledged"] = unacked
+        return state
+
+    def _position_state(self, epoch, position):
+        return {"version": 3, "job": self.job, "rank": self.rank,
                 "world_size": self.world_size, "deal": self._deal(epoch), "epoch": int(epoch),
                 "position": int(position)}
+
+    def _unacknowledged(self):
+        """The iterated epoch's losses not yet acknowledged (queued or in flight), as lists."""
+        if self._iter_epoch is None:
+            return None
+        with self._unacked_lock:
+            parts = [(b[3], b[4], b[5]) for b in self._unacked.values()
+                     if b[0] == self._iter_epoch]
+        parts += list(zip(self._pending_idx, self._pending_loss, self._pending_pos))
+        if not parts:
+            return None
+        return {"epoch": int(self._iter_epoch), "deal": int(self._iter_deal),
+                "indices": np.concatenate([p[0] for p in parts]).tolist(),
+                "losses": np.concatenate([p[1] for p in parts]).tolist(),
+                "positions": np.concatenate([p[2] for p in parts]).tolist()}
+
+    def _resend(self, unacked):
+        """Sends the unacknowledged losses of a loaded state again (duplicates where they had
+        arrived before the process died)."""
+        try:
+            idx = np.asarray(unacked["indices"], dtype=np.int64)
+            los = np.asarray(unacked["losses"], dtype=np.float64)
+            pos = np.asarray(unacked["positions"], dtype=np.int64)
+            epoch, deal = int(unacked["epoch"]), int(unacked["deal"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise errors.InvalidArgument(f"state['unacknowledged']: malformed ({e})") from None
+        if not idx.size == los.size == pos.size:
+            raise errors.InvalidArgument(
+                f"state['unacknowledged']: {idx.size} indices, {los.size} losses, {pos.size} "
+                "positions")
+        if idx.size == 0:
+            return
+        idx, los = check_loss_batch(idx, los, self.num_samples)
+        step = self.report_batch_size
+        batches = [loss_batch_message(self.job, epoch, self.rank, 0, idx[lo:lo + step],
+                                      los[lo:lo + step], pos[lo:lo + step], deal)
+                   for lo in range(0, idx.size, step)]
+        try:
+            self.client.report_loss_batches(batches)
+        except errors.SamplerError as e:
+            raise _explained(e, f"{self._where(epoch)}: sending again the {idx.size} "
+                                "unacknowledged losses of a loaded state") from None
 
     def load_state_dict(self, state: dict) -> None:
         """Makes the next iteration continue where `state` (from state_dict) left off.
@@ -275,6 +476,10 @@ class DistributedWeightedSampler(Sampler):
         epoch) no longer names a position of this rank's shard: the epoch was dealt again
         without what had been done (losses reported), so the next iteration serves that epoch
         from the start of this rank's new shard.
+
+        A state at the end of its epoch's shard (every position consumed) makes the next
+        iteration serve the next epoch; the saved one is ended on the server first. The losses
+        a state carries as unacknowledged are sent again (the RPCs of this call).
 
         Raises:
             InvalidArgument: a state of another job, or of another rank of the same group, or
@@ -289,8 +494,9 @@ class DistributedWeightedSampler(Sampler):
         except (KeyError, TypeError) as e:
             raise errors.InvalidArgument(
                 f"state: not a DistributedWeightedSampler.state_dict() (missing {e})") from None
-        if version not in (1, 2):
-            raise errors.InvalidArgument(f"state['version'] = {version}; this client reads 1, 2")
+        if version not in (1, 2, 3):
+            raise errors.InvalidArgument(
+                f"state['version'] = {version}; this client reads 1, 2, 3")
         if job != self.job:
             raise errors.InvalidArgument(
                 f"state: saved by job '{job}'; this sampler is job '{self.job}'")
@@ -317,16 +523,44 @@ class DistributedWeightedSampler(Sampler):
             resume = (epoch, int(position))
         if self._iter_epoch is not None:
             self.end_epoch()
+        if state.get("unacknowledged"):
+            self._resend(state["unacknowledged"])
         self.epoch, self._resume = epoch, resume
+        self._epoch_offset = None
+        if resume is not None and resume[1] == self._shard_length(epoch) and \
+                self.end_epoch_on_exhaust:
+            # The saved epoch was consumed whole: end it (idempotent; unless it closed since)
+            # and go on with the next.
+            try:
+                if self.client.get_job(self.job).current_epoch == epoch:
+                    self.client.end_epoch(self.job, epoch, self.rank, deal=self._deal(epoch))
+            except errors.SamplerError as e:
+                raise _explained(e, f"{self._where(epoch)}: EndEpoch of a loaded state") \
+                    from None
+            self.epoch, self._resume = epoch + 1, None
 
     # -- iteration ------------------------------------------------------------------------------
 
     def __iter__(self):
+        """This rank's shard of the epoch set_epoch selected (or the next one), as a Stateful
+        iterator (see _ShardIterator)."""
+        self._check_open()
+        return _ShardIterator(self)
+
+    def _next_start(self):
+        """(epoch, shard position) the next iteration starts at."""
+        epoch = self.epoch
+        return epoch, (self._resume[1] if self._resume is not None and self._resume[0] == epoch
+                       else 0)
+
+    def _iterate(self, it):
+        """The generator behind _ShardIterator `it`, which it keeps told of the position."""
         epoch = self.epoch
         if self._iter_epoch is not None and self._iter_epoch != epoch:
             # Before streaming `epoch`: the server plans it once every rank ended the last one.
             self.end_epoch()
-        start = self._resume[1] if self._resume is not None and self._resume[0] == epoch else 0
+        start = self._next_start()[1]
+        it.epoch, it.position = epoch, start
         served = ServedPositions(start)
         deal = self._deal(epoch)
         chunks = self._prefetched(epoch, deal, start) if self.prefetch else (
@@ -343,6 +577,9 @@ class DistributedWeightedSampler(Sampler):
                     begun = True
                 served.extend(chunk.indices)
                 for index in chunk.indices.tolist():
+                    # Yielded (and reportable) from here on: before the consumer sees it.
+                    served.yielded += 1
+                    it.position += 1
                     yield index
         finally:
             chunks.close()  # A consumer that stops early releases the stream (and prefetcher) now.
@@ -397,6 +634,8 @@ class DistributedWeightedSampler(Sampler):
         self._iter_epoch = epoch
         self._iter_deal = deal
         self._served = served
+        with self._unacked_lock:  # A failed batch of an epoch left behind is not carried on.
+            self._unacked = {k: b for k, b in self._unacked.items() if b[0] == epoch}
         self._resume = None
         self.epoch = epoch + 1
         if self._sender is None:
@@ -416,6 +655,8 @@ class DistributedWeightedSampler(Sampler):
                 # Checked by report() already (check_loss_batch): sent as they are.
                 s = self.client.report_loss_batches(
                     [loss_batch_message(self.job, epoch, self.rank, seq, idx, los, pos, deal)])
+                with self._unacked_lock:
+                    del self._unacked[seq]
                 for k in self.last_summary:
                     self.last_summary[k] += getattr(s, k)
             except Exception as e:  # Surfaced at the next report() or flush().
@@ -476,9 +717,11 @@ class DistributedWeightedSampler(Sampler):
         # (<= MAX_LOSS_BATCH_PAIRS, the server's limit). seq only names a batch in errors.
         for lo in range(0, idx.size, self.report_batch_size):
             hi = lo + self.report_batch_size
-            self._send_queue.put(
-                (self._iter_epoch, self._iter_deal, self._seq, idx[lo:hi], los[lo:hi],
-                 pos[lo:hi]))
+            item = (self._iter_epoch, self._iter_deal, self._seq, idx[lo:hi], los[lo:hi],
+                    pos[lo:hi])
+            with self._unacked_lock:
+                self._unacked[self._seq] = item
+            self._send_queue.put(item)
             self._seq += 1
 
     def flush(self) -> None:
@@ -496,9 +739,12 @@ class DistributedWeightedSampler(Sampler):
             The error of a failed loss batch or of EndEpoch; the thread and the client are
             released either way.
         """
+        if self._closed:
+            return
         try:
             self.end_epoch()
         finally:
+            self._closed = True
             if self._send_queue is not None:
                 self._send_queue.put(None)
                 self._sender.join()
