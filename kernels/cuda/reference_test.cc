@@ -346,6 +346,48 @@ TEST(ReferenceTest, RecomputeEqualsTheCpuBackend) {
   }
 }
 
+// Loss within groups: reference::RecomputeWeights == the CPU backend, bit for bit, with class
+// balanced bases of skewed classes (some of equal count: one group), uploaded weights with zeros
+// (many groups), sizes around the chunk and past the CPU's per-thread split.
+TEST(ReferenceTest, RecomputeWithinGroupsEqualsTheCpuBackend) {
+  std::unique_ptr<ComputeBackend> cpu = NewCpuBackend(3);
+  uint64_t state = 11;
+  auto next = [&state] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<double>(state >> 11) / 9007199254740992.0;  // [0, 1)
+  };
+  const uint64_t sizes[] = {1, 7, 513, 4097, 65537, 140001};
+  const uint64_t closed_epoch = 3;
+  for (int round = 0; round < 24; ++round) {
+    const uint64_t n = sizes[round % 6];
+    WeightPolicyParams policy = testutil::RandomLossPolicy(3 * round, next);  // kLoss.
+    policy.base = BaseWeightKind::kClassBalanced;
+    policy.loss_within_groups = true;
+    std::vector<float> base(n);
+    if (round % 3 == 2) {
+      // Uploaded weights: up to 997 distinct values and some zeros (excluded samples).
+      for (uint64_t i = 0; i < n; ++i) {
+        base[i] = i % 17 == 5 ? 0.0f : static_cast<float>(1 + (i * 2654435761u) % 997) / 64;
+      }
+    } else {
+      std::vector<uint32_t> labels(n);
+      for (uint64_t i = 0; i < n; ++i) labels[i] = static_cast<uint32_t>((i * i + round) % 13);
+      ASSERT_TRUE(ClassBalancedWeights(labels, 0.0, absl::MakeSpan(base)).ok());
+    }
+    std::vector<SampleLossStats> stats = VariedStats(n, round, EpochMarker(closed_epoch));
+    if (round % 6 == 4) stats.assign(n, SampleLossStats{});  // Nothing seen yet.
+    const RecomputeParams params = DeviceRecomputeParams(policy, closed_epoch);
+    ASSERT_TRUE(params.within_groups);
+    const reference::Recomputed want =
+        reference::RecomputeWeights(params, n, base.data(), nullptr, stats.data());
+    ASSERT_EQ(want.weights.size(), n) << "round " << round << ": the check failed";
+    const std::vector<float> got = CpuRecompute(*cpu, policy, closed_epoch, base, {}, stats);
+    ASSERT_EQ(got.size(), n) << "round " << round;
+    ASSERT_EQ(std::memcmp(got.data(), want.weights.data(), n * sizeof(float)), 0)
+        << "round " << round << ", n " << n;
+  }
+}
+
 // The reference's check finds what the CPU backend rejects: the lowest bad index (whatever the
 // field), an all-zero base.
 TEST(ReferenceTest, RecomputeCheckFindsWhatTheCpuBackendRejects) {
