@@ -39,8 +39,6 @@ import json
 import os
 import platform
 import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -55,7 +53,10 @@ from torch.utils.data import (DataLoader, DistributedSampler, TensorDataset,
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, os.path.join(ROOT, "client", "python"))
+sys.path.insert(0, os.path.join(ROOT, "examples"))
 import samplerd  # noqa: E402
+from ddp_demo import start_samplerd  # noqa: E402
+from ddp_train import free_port  # noqa: E402
 from samplerd.torch import DistributedWeightedSampler, IndexedDataset  # noqa: E402
 
 ARMS = ("uniform", "wrs", "cb", "loss", "cb_loss", "cb_loss_groups", "cb_mult")
@@ -205,22 +206,6 @@ def worker(rank, world, cfg):
                 json.dump(results, f)
     finally:
         dist.destroy_process_group()
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_samplerd(binary):
-    proc = subprocess.Popen([binary, "--plaintext", "--port=0", "--log_level=1"],
-                            stdout=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
-    if not line.startswith("samplerd listening on "):
-        proc.kill()
-        sys.exit(f"samplerd did not start: {line!r}")
-    return proc, line.split()[-1]
 
 
 def run(binary, *, datasets=DATASETS, arms=ARMS, seeds=5, steps=500, eval_every=25,
