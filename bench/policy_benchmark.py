@@ -177,6 +177,10 @@ def train_arm(cfg, arm, dataset, seed, rank, world, data, address):
         epoch += 1
     if isinstance(sampler, DistributedWeightedSampler):
         sampler.close()
+        dist.barrier()  # Every rank is done with the job: delete it (the server caps the jobs).
+        if rank == 0:
+            with samplerd.Client(address) as c:
+                c.delete_job(job)
     return recalls(model.module, x_test, y_test, classes), reached
 
 
@@ -197,6 +201,9 @@ def worker(rank, world, cfg):
                     results.append({"dataset": dataset, "seed": seed, "arm": arm,
                                     "recalls": rec, "tail": data[4], "steps_to_target": reached,
                                     "seconds": time.time() - t0})
+                    if rank == 0 and cfg["partial"]:  # A line per run, kept if a later one fails.
+                        with open(cfg["partial"], "a") as f:
+                            f.write(json.dumps(results[-1]) + "\n")
                     if rank == 0 and cfg["verbose"]:
                         print(f"{dataset} seed {seed} {arm:<15} bal.acc {np.mean(rec):.3f} "
                               f"tail {np.mean([rec[c] for c in data[4]]):.3f} "
@@ -209,8 +216,9 @@ def worker(rank, world, cfg):
 
 
 def run(binary, *, datasets=DATASETS, arms=ARMS, seeds=5, steps=500, eval_every=25,
-        batch_size=8, lr=0.05, world=4, verbose=True):
-    """Runs the benchmark on a fresh samplerd; returns the per-run results (list of dicts)."""
+        batch_size=8, lr=0.05, world=4, verbose=True, partial=""):
+    """Runs the benchmark on a fresh samplerd; returns the per-run results (list of dicts).
+    partial: a file that gets each run's result as a JSON line as soon as it is known."""
     import torch.multiprocessing as mp
     proc, address = start_samplerd(binary)
     try:
@@ -218,7 +226,8 @@ def run(binary, *, datasets=DATASETS, arms=ARMS, seeds=5, steps=500, eval_every=
             cfg = {"address": address, "datasets": list(datasets), "arms": list(arms),
                    "seeds": seeds, "steps": steps, "eval_every": eval_every,
                    "batch_size": batch_size, "lr": lr, "verbose": verbose,
-                   "report": os.path.join(tmp, "results.json"), "master_port": free_port()}
+                   "report": os.path.join(tmp, "results.json"), "master_port": free_port(),
+                   "partial": partial}
             mp.start_processes(worker, args=(world, cfg), nprocs=world, join=True,
                                start_method="spawn")
             with open(cfg["report"]) as f:
@@ -292,7 +301,9 @@ def main():
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=500)
     parser.add_argument("--eval_every", type=int, default=25)
-    parser.add_argument("--json", default="", help="also write the per-run results here")
+    parser.add_argument("--json", default="",
+                        help="also write the per-run results here (a JSON line per run as it "
+                             "ends: FILE.partial)")
     parser.add_argument("--smoke", action="store_true",
                         help="1 seed, 20 steps, digits_lt only: checks that every arm runs")
     args = parser.parse_args()
@@ -303,7 +314,8 @@ def main():
         datasets, seeds, steps = ["digits_lt"], 1, 20
     t0 = time.time()
     results = run(args.samplerd, datasets=datasets, arms=args.arms.split(","), seeds=seeds,
-                  steps=steps, eval_every=args.eval_every)
+                  steps=steps, eval_every=args.eval_every,
+                  partial=args.json + ".partial" if args.json else "")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f)
