@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <random>
@@ -310,16 +311,20 @@ std::vector<float> CpuRecompute(ComputeBackend& cpu, const WeightPolicyParams& p
   return host.ok() ? **host : std::vector<float>();
 }
 
+// Doubles in [0, 1) from a 64-bit LCG seeded with `state`: the randomised rounds' parameters.
+std::function<double()> UnitStream(uint64_t state) {
+  return [state]() mutable {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<double>(state >> 11) / 9007199254740992.0;
+  };
+}
+
 // reference::RecomputeWeights (what the device is compared with) == the CPU backend, bit for
 // bit: both policies, random parameters, sizes around the chunk (4096) and the CPU's groups
 // (65536), with and without base and current weights, nothing seen, everything seen.
 TEST(ReferenceTest, RecomputeEqualsTheCpuBackend) {
   std::unique_ptr<ComputeBackend> cpu = NewCpuBackend(2);
-  uint64_t state = 5;
-  auto next = [&state] {
-    state = state * 6364136223846793005ull + 1442695040888963407ull;
-    return static_cast<double>(state >> 11) / 9007199254740992.0;  // [0, 1)
-  };
+  std::function<double()> next = UnitStream(5);
   const uint64_t sizes[] = {1, 2, 513, 4095, 4096, 4097, 65537, 140001};
   const uint64_t closed_epoch = 5;
   for (int round = 0; round < 48; ++round) {
@@ -351,11 +356,7 @@ TEST(ReferenceTest, RecomputeEqualsTheCpuBackend) {
 // (many groups), sizes around the chunk and past the CPU's per-thread split.
 TEST(ReferenceTest, RecomputeWithinGroupsEqualsTheCpuBackend) {
   std::unique_ptr<ComputeBackend> cpu = NewCpuBackend(3);
-  uint64_t state = 11;
-  auto next = [&state] {
-    state = state * 6364136223846793005ull + 1442695040888963407ull;
-    return static_cast<double>(state >> 11) / 9007199254740992.0;  // [0, 1)
-  };
+  std::function<double()> next = UnitStream(11);
   const uint64_t sizes[] = {1, 7, 513, 4097, 65537, 140001};
   const uint64_t closed_epoch = 3;
   for (int round = 0; round < 24; ++round) {
