@@ -18,7 +18,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+from torch.utils.data import (DataLoader, DistributedSampler, TensorDataset,
+                              WeightedRandomSampler)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "client",
                                 "python"))
@@ -67,6 +68,44 @@ def train_baseline(cfg, rank, world, x, y, x_test, y_test):
             opt.step()
             steps += 1
     return steps, balanced_accuracy(model.module, x_test, y_test)
+
+
+def train_alternative(cfg, rank, world, x, y, x_test, y_test, kind):
+    """What a user would pick instead of the loss policy, for the same optimizer steps as the
+    samplerd run: "wrs" (a per-rank WeightedRandomSampler, weights 1/count(class), ranks drawing
+    independently) or "cb" (samplerd CLASS_BALANCED alone, the samplerd run's M and epochs).
+    Returns the balanced accuracy."""
+    model = DDP(make_model(cfg["seed"]))
+    opt = torch.optim.SGD(model.parameters(), lr=cfg["lr"])
+    per_epoch = cfg["samples_per_epoch"] // world
+    if kind == "wrs":
+        weights = (1.0 / torch.bincount(y).double())[y]
+        sampler = WeightedRandomSampler(weights, num_samples=per_epoch, replacement=True,
+                                        generator=torch.Generator().manual_seed(cfg["seed"] + rank))
+        dataset = TensorDataset(x, y)
+    else:
+        job = cfg["job"] + "-cb"
+        if rank == 0:
+            with samplerd.Client(cfg["address"]) as c:
+                c.create_job(job, num_samples=N, world_size=world, seed=cfg["seed"],
+                             samples_per_epoch=cfg["samples_per_epoch"], base="class_balanced")
+                c.upload_labels(job, y.numpy())
+        dist.barrier()
+        sampler = DistributedWeightedSampler(cfg["address"], job)
+        dataset = IndexedDataset(TensorDataset(x, y))
+    loader = DataLoader(dataset, sampler=sampler, batch_size=cfg["batch_size"])
+    for epoch in range(cfg["epochs"]):
+        if kind == "cb":
+            sampler.set_epoch(epoch)
+        for batch in loader:
+            xb, yb = batch if kind == "wrs" else batch[1]
+            loss = F.cross_entropy(model(xb), yb)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    if kind == "cb":
+        sampler.close()
+    return balanced_accuracy(model.module, x_test, y_test)
 
 
 def drawn_class_weights(client, job, epoch, world, y):
@@ -173,13 +212,16 @@ def worker(rank, world, cfg):
         x_test, y_test = make_data(cfg["seed"] + 1, 2000, 2000)
         base_steps, base_ba = train_baseline(cfg, rank, world, x, y, x_test, y_test)
         steps, epochs, per_rank, final = train_samplerd(cfg, rank, world, x, y, x_test, y_test)
+        alternatives = {kind: train_alternative(cfg, rank, world, x, y, x_test, y_test, kind)
+                        for kind in cfg["alternatives"]}
         base_all = [None] * world
         dist.all_gather_object(base_all, base_steps)
         if rank == 0:
             with open(cfg["report"], "w") as f:
                 json.dump({"baseline_steps": base_all, "baseline_balanced_accuracy": base_ba,
                            "samplerd_steps": steps, "epochs": epochs, "ranks": per_rank,
-                           "final": final, "minority_ids": [MAJORITY, N]}, f)
+                           "final": final, "minority_ids": [MAJORITY, N],
+                           "alternatives": alternatives}, f)
     finally:
         dist.destroy_process_group()
 
@@ -191,15 +233,18 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run(address, report, *, world=4, job="ddp", epochs=20, seed=7, num_workers=2):
-    """Spawns `world` DDP processes and returns the JSON report of rank 0."""
+def run(address, report, *, world=4, job="ddp", epochs=20, seed=7, num_workers=2,
+        alternatives=()):
+    """Spawns `world` DDP processes and returns the JSON report of rank 0. `alternatives`:
+    also train these for the same steps ("wrs", "cb": train_alternative), reported as
+    report["alternatives"][kind] = balanced accuracy."""
     import torch.multiprocessing as mp
     per_rank_batch = 32
     samples_per_epoch = N // 10 // world * world
     cfg = {"address": address, "job": job, "seed": seed, "lr": 0.5,
            "batch_size": per_rank_batch, "epochs": epochs,
            "samples_per_epoch": samples_per_epoch, "num_workers": num_workers,
-           "report": report, "master_port": free_port()}
+           "report": report, "master_port": free_port(), "alternatives": list(alternatives)}
     # Same optimizer steps: the baseline runs full epochs of N / world samples per rank.
     steps = epochs * (-(-samples_per_epoch // world // per_rank_batch))
     per_epoch = -(-(-(-N // world)) // per_rank_batch)

@@ -53,7 +53,15 @@ absl::StatusOr<uint64_t> CheckRecomputeInputs(const WeightPolicyParams& policy,
     return absl::InvalidArgumentError(
         "stats: missing; a loss policy (policy.loss) needs the loss statistics");
   }
+  if (absl::Status s = CheckGroupBase(policy, base != nullptr); !s.ok()) return s;
   return n;
+}
+
+absl::Status CheckGroupBase(const WeightPolicyParams& policy, bool has_base) {
+  if (!policy.loss_within_groups || has_base) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      "base: missing; policy.loss_within_groups needs base weights (the groups are the samples "
+      "of equal base weight)");
 }
 
 absl::Status CheckApplyArguments(uint64_t num_samples, absl::Span<const uint64_t> indices,

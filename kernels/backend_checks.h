@@ -34,12 +34,17 @@ absl::Status CheckNewLossStats(uint64_t num_samples, double ema_decay);
 
 // RecomputeWeights' inputs (after the backend made sure they are its own): the policy
 // (ValidatePolicy), one size N for base, current and stats (the first given sets it; a
-// mismatch names both), and the statistics present with a loss policy. Returns N (0 when
+// mismatch names both), the statistics present with a loss policy, and base weights present
+// with loss_within_groups (CheckGroupBase). Returns N (0 when
 // nothing is given: uniform weights and no loss policy).
 absl::StatusOr<uint64_t> CheckRecomputeInputs(const WeightPolicyParams& policy,
                                               const BackendWeights* base,
                                               const BackendWeights* current,
                                               const BackendLossStats* stats);
+
+// policy.loss_within_groups needs base weights (the groups are the samples of equal base
+// weight): INVALID_ARGUMENT naming `base` when `has_base` is false.
+absl::Status CheckGroupBase(const WeightPolicyParams& policy, bool has_base);
 
 // BackendLossStats::Apply's arguments for statistics of N samples: as many losses as indices,
 // every index < N (the first that is not, named). The caller validated them; backends check

@@ -18,10 +18,12 @@
 #include "kernels/exact_sum.h"
 #include "kernels/internal/draw_table.h"
 #include "kernels/internal/es_select.h"
+#include "kernels/internal/group_factors.h"
 #include "kernels/internal/parallel.h"
 #include "kernels/internal/recompute_passes.h"
 #include "kernels/internal/shuffle.h"
 #include "kernels/internal/simd_level.h"
+#include "kernels/loss_groups.h"
 #include "kernels/loss_table.h"
 #include "kernels/philox.h"
 #include "kernels/plan_shard.h"
@@ -307,6 +309,7 @@ absl::Status CpuBackend::RecomputeSpans(const WeightPolicyParams& policy, uint64
                                         absl::Span<float> out) const {
   if (absl::Status s = ValidatePolicy(policy); !s.ok()) return s;
   if (absl::Status s = CheckRecomputeSizes(base, current, stats, out); !s.ok()) return s;
+  if (absl::Status s = CheckGroupBase(policy, !base.empty()); !s.ok()) return s;
   const uint64_t n = out.size();
   const internal::SimdLevel level = internal::BestSimdLevel();
   const internal::RecomputeArrays arrays{base.empty() ? nullptr : base.data(),
@@ -383,6 +386,22 @@ absl::Status CpuBackend::RecomputeSpans(const WeightPolicyParams& policy, uint64
           std::max(all.seen > 0 ? double{all.ema_max} : 0.0, all.unseen ? factors.prior : 0.0) +
           policy.epsilon;
       factors.log2_x_max = det::Log2(factors.x_max);
+      if (policy.loss_within_groups) {
+        // The factors normalised within each group of equal base weight (docs/SAMPLING.md, "Loss
+        // within groups"), parked in `out`; the raw weights are then LossRaw with mean_f = 1,
+        // and their mean is the base weights' (each group keeps its base share).
+        LossGroupTable groups;
+        if (!FindLossGroups(base.data(), n, kMaxLossGroups, &groups)) {
+          return TooManyLossGroups();
+        }
+        internal::GroupFactors(threads_, arrays, factors, groups, n);
+        rule.mean_f = 1.0;
+        NormaliseClampWrite(
+            arrays, rule,
+            weight_math::MeanOf(exact_sum::Total(base_sums.data(), base_sums.size()), n),
+            policy.clamp_lo, policy.clamp_hi, n);
+        return absl::OkStatus();
+      }
       // Pass 2: f is computed once and parked in `out` (validation is over, so writing is
       // allowed; out may alias `current`, which the loss policy does not read), with the exact
       // sums of f_i and, with base weights, of base_i f_i. A factor that underflows to 0 is

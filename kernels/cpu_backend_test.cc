@@ -19,6 +19,7 @@
 #include "kernels/testing/policy_cases.h"
 #include "kernels/testing/test_util.h"
 #include "kernels/testing/weight_cases.h"
+#include "kernels/weight_math.h"
 
 namespace samplerd {
 namespace {
@@ -1123,6 +1124,145 @@ TEST(StateTest, LossStatsRefuseBadInputAndChangeNothing) {
   s = backend->NewLossStats((uint64_t{1} << 40) + 1, 0.5).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(s.message()), HasSubstr("num_samples = 1099511627777: a loss policy"));
+}
+
+// ---- Loss within groups (docs/SAMPLING.md, "Loss within groups") -----------------------------
+
+WeightPolicyParams WithinGroupsPolicy() {
+  WeightPolicyParams p;
+  p.base = BaseWeightKind::kClassBalanced;
+  p.loss = LossWeightKind::kLoss;
+  p.loss_within_groups = true;
+  return p;
+}
+
+TEST(WithinGroupsTest, FactorIsNormalisedWithinEachGroupOfEqualBaseWeight) {
+  // Groups {0, 1, 2} (base 1) and {3, 4} (base 3); every sample seen. alpha 1, eps 0.5, mix 0,
+  // wide clamps. Group 1: x = 0.5, 1.5, 3.5, f = x / 3.5, f / mean_f = 3/11, 9/11, 21/11;
+  // group 2: x = 1, 2.5, f / mean_f = 4/7, 10/7. raw = base (f / mean_f): 9 in all, mean 9/5 =
+  // the base weights' mean, so w = raw / 1.8.
+  WeightPolicyParams p = WithinGroupsPolicy();
+  p.epsilon = 0.5;
+  p.clamp_lo = 0.01;
+  p.clamp_hi = 100;
+  const std::vector<float> base = {1, 1, 1, 3, 3};
+  const auto stats = Stats({0, 1, 3, 0.5f, 2}, {1, 1, 1, 1, 1}, {1, 1, 1, 1, 1});
+  std::vector<float> out(5);
+  ASSERT_TRUE(Recompute(*NewCpuBackend(2), p, 0, base, {}, stats, out).ok());
+  const double want[] = {3.0 / 11, 9.0 / 11, 21.0 / 11, 3 * 4.0 / 7, 3 * 10.0 / 7};
+  for (int i = 0; i < 5; ++i) EXPECT_NEAR(out[i], want[i] / 1.8, 1e-6) << i;
+  // Golden bits (the fixed-point group sums round 1/7 and 0.4: f / mean_f is not exactly 3/11).
+  const uint32_t golden[] = {0x3e1b26ca, 0x3ee8ba2e, 0x3f87c1f0, 0x3f73cf3d, 0x40186186};
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(weight_math::FloatBits(out[i]), golden[i])
+        << i << ": 0x" << std::hex << weight_math::FloatBits(out[i]);
+  }
+  EXPECT_NEAR((out[3] + out[4]) / 5, 2.0 / 3, 1e-6);  // Group 2's base share, 6 of 9.
+
+  // The global factor (the default) moves weight between the groups: f = x / 3.5 over all five,
+  // raw = base f / mean_f = (5, 15, 35, 30, 75) / 18, so group 2's share falls to 105/160.
+  p.loss_within_groups = false;
+  ASSERT_TRUE(Recompute(*NewCpuBackend(2), p, 0, base, {}, stats, out).ok());
+  EXPECT_NEAR((out[3] + out[4]) / 5, 105.0 / 160, 1e-6);
+}
+
+// The long tail: counts 100, 64, ..., 2, class-balanced base, the tail's losses low
+// (memorised), the head's spread. Within groups every class keeps its base share of the
+// weight; the global factor takes share from the tail.
+TEST(WithinGroupsTest, EachClassKeepsItsClassBalancedShare) {
+  const uint32_t counts[] = {100, 64, 41, 27, 17, 11, 7, 4, 3, 2};
+  std::vector<uint32_t> labels;
+  for (uint32_t c = 0; c < 10; ++c) labels.insert(labels.end(), counts[c], c);
+  const uint64_t n = labels.size();
+  std::vector<float> base(n);
+  ASSERT_TRUE(ClassBalancedWeights(labels, 0.0, absl::MakeSpan(base)).ok());
+  std::vector<SampleLossStats> stats(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    const float ema = labels[i] >= 7 ? 0.01f : 0.1f + static_cast<float>(i % 13) * 0.25f;
+    stats[i] = {ema, 3, 3};
+  }
+  WeightPolicyParams p = WithinGroupsPolicy();
+  p.clamp_lo = 1e-3;
+  p.clamp_hi = 1e3;
+  std::vector<float> within(n), global(n);
+  ASSERT_TRUE(Recompute(*NewCpuBackend(2), p, 3, base, {}, stats, within).ok());
+  p.loss_within_groups = false;
+  ASSERT_TRUE(Recompute(*NewCpuBackend(2), p, 3, base, {}, stats, global).ok());
+  auto share = [&](const std::vector<float>& w, uint32_t c) {
+    double in_class = 0, all = 0;
+    for (uint64_t i = 0; i < n; ++i) {
+      all += w[i];
+      if (labels[i] == c) in_class += w[i];
+    }
+    return in_class / all;
+  };
+  for (uint32_t c = 0; c < 10; ++c) {
+    EXPECT_NEAR(share(within, c), 0.1, 1e-6) << "class " << c;
+  }
+  for (uint32_t c = 7; c < 10; ++c) {
+    EXPECT_LT(share(global, c), 0.05) << "class " << c << ": the global factor's tail share";
+  }
+  // Within a head class the hard samples still gain: the largest EMA of class 0 gets the most.
+  const auto hardest = std::max_element(
+      stats.begin(), stats.begin() + 100,
+      [](const SampleLossStats& a, const SampleLossStats& b) { return a.ema_loss < b.ema_loss; });
+  EXPECT_EQ(*std::max_element(within.begin(), within.begin() + 100),
+            within[hardest - stats.begin()]);
+}
+
+TEST(WithinGroupsTest, GoldenHashIndependentOfThreads) {
+  const uint64_t n = 100003;
+  std::vector<uint32_t> labels(n);
+  for (uint64_t i = 0; i < n; ++i) labels[i] = static_cast<uint32_t>((i * i) % 37);
+  std::vector<float> base(n);
+  ASSERT_TRUE(ClassBalancedWeights(labels, 0.0, absl::MakeSpan(base)).ok());
+  WeightPolicyParams p = WithinGroupsPolicy();
+  p.alpha = 2;
+  p.mix = 0.2;
+  const std::vector<SampleLossStats> stats = VariedStats(n, 13);
+  for (int threads : {1, 2, 3}) {
+    std::vector<float> out(n);
+    ASSERT_TRUE(Recompute(*NewCpuBackend(threads), p, 5, base, {}, stats, out).ok());
+    EXPECT_EQ(Fnv1a(out), 0x3fde15a8e3772396ull)
+        << threads << " threads: 0x" << std::hex << Fnv1a(out);
+  }
+}
+
+TEST(WithinGroupsTest, BadInputsNameFieldAndValueAndChangeNothing) {
+  WeightPolicyParams p = WithinGroupsPolicy();
+  p.base = BaseWeightKind::kUniform;
+  absl::Status s = ValidatePolicy(p);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("policy.loss_within_groups = true needs"));
+  p = WithinGroupsPolicy();
+  p.loss = LossWeightKind::kMultiplicative;
+  EXPECT_EQ(ValidatePolicy(p).code(), absl::StatusCode::kInvalidArgument);
+
+  // No base weights given to the recompute: named, `out` unchanged.
+  const uint64_t n = 10;
+  const std::vector<SampleLossStats> stats = VariedStats(n, 3);
+  std::vector<float> out(n, 7.0f);
+  s = Recompute(*NewCpuBackend(2), WithinGroupsPolicy(), 1, {}, {}, stats, out);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("base: missing; policy.loss_within_groups"));
+  EXPECT_EQ(out, std::vector<float>(n, 7.0f));
+
+  // More than kMaxLossGroups distinct base weights: refused at the upload (CheckLossGroups)
+  // and, should such weights reach it, by the recompute.
+  const uint64_t many = kMaxLossGroups + 1;
+  std::vector<float> distinct(many);
+  for (uint64_t i = 0; i < many; ++i) distinct[i] = 1.0f + static_cast<float>(i) / 65536.0f;
+  s = CheckLossGroups(WithinGroupsPolicy(), distinct);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("base: more than 65536 distinct weights"));
+  EXPECT_TRUE(
+      CheckLossGroups(WithinGroupsPolicy(), absl::MakeConstSpan(distinct).first(many - 1)).ok());
+  EXPECT_TRUE(CheckLossGroups(WeightPolicyParams{}, distinct).ok());
+  std::vector<float> big_out(many, 7.0f);
+  s = Recompute(*NewCpuBackend(2), WithinGroupsPolicy(), 1, distinct, {}, VariedStats(many, 4),
+                big_out);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(big_out, std::vector<float>(many, 7.0f));
 }
 
 }  // namespace

@@ -145,6 +145,66 @@ SAMPLERD_WEIGHT_MATH_HD float LossFactor(bool seen, float ema, const LossFactorR
                                               : det::Exp2(LossExponent(det::Log2(x), rule)));
 }
 
+// ---- Loss within groups (docs/SAMPLING.md, "Loss within groups") ------------------------------
+
+// The group key of a base weight: its bits, -0 as +0 (SummaryBits' rule, below).
+SAMPLERD_WEIGHT_MATH_HD uint32_t GroupKey(float base) {
+  const uint32_t b = FloatBits(base);
+  return b == 0x80000000u ? 0u : b;
+}
+
+// The group of a key: its position in keys[0, count), sorted ascending and holding it (binary
+// search; the key is always there).
+SAMPLERD_WEIGHT_MATH_HD uint32_t GroupOf(const uint32_t* keys, uint32_t count, uint32_t key) {
+  uint32_t lo = 0, hi = count;  // keys[lo] <= key < keys[hi].
+  while (hi - lo > 1) {
+    const uint32_t mid = lo + (hi - lo) / 2;
+    if (keys[mid] <= key) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+// The factor rule of one group: LOSS's rule with the group's largest x (`x_max`, > 0) as x_max.
+SAMPLERD_WEIGHT_MATH_HD LossFactorRule GroupFactorRule(const LossFactorRule& global, double x_max) {
+  LossFactorRule rule = global;
+  rule.x_max = x_max;
+  rule.log2_x_max = det::Log2(x_max);
+  return rule;
+}
+
+// A group's factor sum is a fixed-point integer sum, so that a GPU adds it with integer atomics
+// in any order: q_i = floor(f_i 2^40) (f_i in [0, 1], exact in double), added as two integers
+// (q_i mod 2^24 and floor(q_i / 2^24)) that cannot overflow 64 bits for N <= 2^40.
+constexpr int kGroupFactorBits = 40, kGroupFactorLowBits = 24;
+SAMPLERD_WEIGHT_MATH_HD uint64_t GroupFactorUnits(float f) {
+  return static_cast<uint64_t>(static_cast<double>(f) * 0x1p40);
+}
+SAMPLERD_WEIGHT_MATH_HD uint64_t GroupFactorLow(uint64_t units) {
+  return units & ((uint64_t{1} << kGroupFactorLowBits) - 1);
+}
+SAMPLERD_WEIGHT_MATH_HD uint64_t GroupFactorHigh(uint64_t units) {
+  return units >> kGroupFactorLowBits;
+}
+
+// A group's mean factor from the two integer sums and its sample count n_g: (high 2^-16 + low
+// 2^-40) / n_g, in double in that order. >= 1 / n_g: the group's largest x has f = 1.
+SAMPLERD_WEIGHT_MATH_HD double GroupFactorMean(uint64_t high_sum, uint64_t low_sum,
+                                               uint64_t count) {
+  const double sum =
+      static_cast<double>(high_sum) * 0x1p-16 + static_cast<double>(low_sum) * 0x1p-40;
+  return sum / static_cast<double>(count);
+}
+
+// The normalised factor that replaces f_i: float(f_i / mean_g). The raw weight is then LossRaw
+// with mean_f = 1.
+SAMPLERD_WEIGHT_MATH_HD float GroupNormalisedFactor(float f, double group_mean) {
+  return static_cast<float>(static_cast<double>(f) / group_mean);
+}
+
 // ---- Raw weights, clamp, result ---------------------------------------------------------------
 
 // The loss policy's raw weight: base_i ((1 - mix) f_i / mean_f + mix), with one_minus_mix =

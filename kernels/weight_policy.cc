@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "kernels/det_math.h"
 #include "kernels/exact_sum.h"
+#include "kernels/loss_groups.h"
 #include "kernels/weight_math.h"
 
 namespace samplerd {
@@ -43,6 +44,12 @@ absl::Status ValidatePolicy(const WeightPolicyParams& p) {
   if (p.prior_loss.has_value() && !(std::isfinite(*p.prior_loss) && *p.prior_loss >= 0)) {
     return absl::InvalidArgumentError(
         absl::StrCat("policy.prior_loss = ", *p.prior_loss, ": must be finite and >= 0"));
+  }
+  if (p.loss_within_groups &&
+      (p.loss != LossWeightKind::kLoss || p.base == BaseWeightKind::kUniform)) {
+    return absl::InvalidArgumentError(
+        "policy.loss_within_groups = true needs loss = LOSS and base = STATIC or CLASS_BALANCED "
+        "(the groups are the samples of equal base weight)");
   }
   return absl::OkStatus();
 }
@@ -198,6 +205,23 @@ WeightSummary SummarizeWeights(absl::Span<const float> weights) {
         weights.data() + b, std::min<uint64_t>(exact_sum::kChunk, weights.size() - b)));
   }
   return CombineWeightChunks(chunks, weights.size());
+}
+
+absl::Status TooManyLossGroups() {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "base: more than ", kMaxLossGroups,
+      " distinct weights; policy.loss_within_groups supports at most ", kMaxLossGroups,
+      " groups (the samples of equal base weight): upload fewer distinct weights or classes, or "
+      "unset policy.loss_within_groups"));
+}
+
+absl::Status CheckLossGroups(const WeightPolicyParams& policy, absl::Span<const float> base) {
+  if (!policy.loss_within_groups) return absl::OkStatus();
+  LossGroupTable groups;
+  if (!FindLossGroups(base.data(), base.size(), kMaxLossGroups, &groups)) {
+    return TooManyLossGroups();
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace samplerd

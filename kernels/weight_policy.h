@@ -34,10 +34,16 @@ struct WeightPolicyParams {
   double clamp_hi = 10.0;            // [1, 1e6].
   std::optional<double> prior_loss;  // >= 0; unset: mean EMA of the seen samples.
   double eta = 1.0;                  // (0, 100].
+  // kLoss with a kStatic or kClassBalanced base: the loss factor is normalised within each group
+  // of samples of equal base weight (docs/SAMPLING.md, "Loss within groups").
+  bool loss_within_groups = false;
 };
 
+// The most groups (distinct base weights) that loss_within_groups supports.
+inline constexpr uint64_t kMaxLossGroups = 65536;
+
 // INVALID_ARGUMENT naming the first parameter out of range, e.g. "policy.alpha = -1 is outside
-// [0, 8]".
+// [0, 8]", or loss_within_groups without loss kLoss and a kStatic or kClassBalanced base.
 absl::Status ValidatePolicy(const WeightPolicyParams& policy);
 
 // Base weights from class labels: 1/count(label), or (1-beta)/(1-beta^count) when beta > 0.
@@ -83,6 +89,15 @@ struct WeightSummary {
   uint64_t zero_count = 0;
 };
 WeightSummary SummarizeWeights(absl::Span<const float> weights);
+
+// With policy.loss_within_groups: INVALID_ARGUMENT if the base weights have more than
+// kMaxLossGroups distinct values (naming the count), checked when they are uploaded so that a job
+// never fails at an epoch boundary for it. OK for any other policy.
+absl::Status CheckLossGroups(const WeightPolicyParams& policy, absl::Span<const float> base);
+
+// The error of base weights with more than kMaxLossGroups distinct values under
+// loss_within_groups: "base: more than 65536 distinct weights; policy.loss_within_groups ...".
+absl::Status TooManyLossGroups();
 
 // SummarizeWeights in parts, for a backend that summarises the chunks of exact_sum::kChunk
 // weights in parallel: SummarizeWeightChunk of each chunk (weights [c kChunk, min(N, (c + 1)

@@ -242,6 +242,7 @@ absl::Status Job::UploadWeights(std::vector<float> weights) {
   }
   // Validated and normalised to mean 1 (importance weights are then 1 / w).
   if (absl::Status s = NormaliseWeights(absl::MakeSpan(weights)); !s.ok()) return s;
+  if (absl::Status s = CheckLossGroups(config_.policy, weights); !s.ok()) return s;
   return InstallBaseAndPlan(std::move(weights));
 }
 
@@ -258,6 +259,7 @@ absl::Status Job::UploadLabels(const std::vector<uint32_t>& labels) {
       !s.ok()) {
     return s;
   }
+  if (absl::Status s = CheckLossGroups(config_.policy, base); !s.ok()) return s;
   return InstallBaseAndPlan(std::move(base));
 }
 

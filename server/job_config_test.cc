@@ -69,6 +69,17 @@ TEST(JobConfigTest, RejectsBadSpecsNamingFieldAndValue) {
        "spec.policy.mix = 2"},
       {[](v1::JobSpec* s) { s->mutable_policy()->set_prior_loss(-1); },
        absl::StatusCode::kInvalidArgument, "policy.prior_loss = -1"},
+      {[](v1::JobSpec* s) {  // A uniform base: no groups.
+         s->mutable_policy()->set_loss(v1::LOSS);
+         s->mutable_policy()->set_loss_within_groups(true);
+       },
+       absl::StatusCode::kInvalidArgument, "spec.policy.loss_within_groups = true needs"},
+      {[](v1::JobSpec* s) {
+         s->mutable_policy()->set_base(v1::CLASS_BALANCED);
+         s->mutable_policy()->set_loss(v1::MULTIPLICATIVE);
+         s->mutable_policy()->set_loss_within_groups(true);
+       },
+       absl::StatusCode::kInvalidArgument, "spec.policy.loss_within_groups = true needs"},
   };
   JobLimits limits;
   limits.max_samples_per_job = 500;

@@ -504,6 +504,27 @@ TEST_F(JobTest, StreamingProgressAndTheCloseReason) {
   EXPECT_EQ(job->RecordStreamed(0, 0, 1, 30).code(), absl::StatusCode::kNotFound);
 }
 
+// loss_within_groups supports up to kMaxLossGroups distinct base weights: more is refused at
+// the upload (naming the limit), before anything is installed, so that no epoch boundary fails.
+TEST_F(JobTest, TooManyLossGroupsAreRefusedAtTheUpload) {
+  const uint64_t n = kMaxLossGroups + 1;
+  v1::JobSpec spec;
+  spec.set_num_samples(n);
+  spec.set_world_size(1);
+  spec.mutable_policy()->set_base(v1::STATIC);
+  spec.mutable_policy()->set_loss(v1::LOSS);
+  spec.mutable_policy()->set_loss_within_groups(true);
+  auto job = *Job::Create("g", *MakeJobConfig(spec, JobLimits()), backend_.get());
+  std::vector<float> weights(n);
+  for (uint64_t i = 0; i < n; ++i) weights[i] = 1.0f + static_cast<float>(i) / 65536.0f;
+  const absl::Status s = job->UploadWeights(weights);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("more than 65536 distinct weights"));
+  EXPECT_FALSE(job->Describe().plan_ready());
+  weights.back() = 1.0f;  // 65536 groups: accepted.
+  EXPECT_TRUE(job->UploadWeights(weights).ok());
+}
+
 TEST_F(JobTest, StaticWeightsArriveBeforeTheFirstLossOnly) {
   v1::JobSpec spec;
   spec.set_num_samples(4);

@@ -25,6 +25,7 @@
 #include "kernels/cuda/device_weights.h"
 #include "kernels/cuda/gpu_presence.h"
 #include "kernels/cuda/recompute_params.h"
+#include "kernels/loss_groups.h"
 #include "kernels/plan_shard.h"
 
 namespace samplerd {
@@ -179,10 +180,23 @@ absl::StatusOr<std::shared_ptr<const BackendWeights>> CudaBackend::RecomputeWeig
   const cudaStream_t stream = (*lane)->stream();
   DeviceBuffer out;
   SAMPLERD_RETURN_IF_ERROR(out.Allocate(n * sizeof(float), stream, "the recomputed weights"));
+  gpu::RecomputeParams params = gpu::DeviceRecomputeParams(policy, closed_epoch);
+  LossGroupTable groups;
+  if (params.within_groups) {
+    // The groups' table is made on the host, from a copy of the base weights (the keys are
+    // few: at most kMaxLossGroups).
+    absl::StatusOr<std::shared_ptr<const std::vector<float>>> host_base = (*base)->ToHost();
+    if (!host_base.ok()) return host_base.status();
+    if (!FindLossGroups((*host_base)->data(), n, kMaxLossGroups, &groups)) {
+      return TooManyLossGroups();
+    }
+    params.group_keys = groups.keys.data();
+    params.group_counts = groups.counts.data();
+    params.num_groups = groups.size();
+  }
   gpu::RecomputeCheck check;
   SAMPLERD_RETURN_IF_CUDA_ERROR(
-      gpu::RecomputeWeights(gpu::DeviceRecomputeParams(policy, closed_epoch), n,
-                            *base ? (*base)->device_data() : nullptr,
+      gpu::RecomputeWeights(params, n, *base ? (*base)->device_data() : nullptr,
                             *current ? (*current)->device_data() : nullptr, stats->device_stats(),
                             out.as<float>(), &check, stream),
       "RecomputeWeights");

@@ -21,6 +21,13 @@
 // ~24.4 B. The multiplicative policy (it needs the markers): 1. validation and the raw weights'
 // sum; 2. the clamped sum; 3. the result.
 //
+// Loss within groups (RecomputeParams::within_groups) replaces pass 2 by three element-wise
+// passes over the groups' table (K keys, uploaded from the host): the groups' largest x (an
+// atomicMax on its bits), f_i with each group's rule into `out` and the groups' fixed-point sums
+// (integer atomicAdds: the order does not matter), then the normalised factors; the clamp and
+// the result follow with mean_f = 1 and the base weights' mean (weight_math.h, "Loss within
+// groups"). It needs K (4 + 4 * 8 + 40) bytes more.
+//
 // Device memory of RecomputeWeights besides its arguments: 32 B per chunk (1/128 B per sample:
 // up to two series per pass) and a few hundred bytes of scalars. The loss factors f_i are parked
 // in `out`, as on the CPU.
@@ -28,6 +35,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "kernels/cuda/cuda_util.cuh"
 #include "kernels/cuda/device_weights.h"
@@ -489,6 +497,101 @@ cudaError_t ClampAndWrite(RecomputeInputs in, DeviceChunkSum* chunk_sums, Device
   return cudaSuccess;
 }
 
+// ---- Loss within groups ----------------------------------------------------------------------
+
+// The group of sample i (weight_math::GroupOf of its base weight's key).
+__device__ __forceinline__ uint32_t GroupAt(const RecomputeInputs& in, const uint32_t* keys,
+                                            uint32_t count, uint64_t i) {
+  return weight_math::GroupOf(keys, count, weight_math::GroupKey(__ldg(in.base + i)));
+}
+
+// The largest x_i of each group, as the bits of a positive double (they order like the values).
+__global__ void __launch_bounds__(kBlock)
+    GroupMaxKernel(RecomputeInputs in, const uint32_t* keys, uint32_t count, ull* x_max_bits) {
+  for (uint64_t i = GlobalThread(); i < in.n; i += GridStride()) {
+    const double x = weight_math::LossX(Bit(in.stats.seen, i), __ldg(in.stats.ema + i), in.factors);
+    atomicMax(x_max_bits + GroupAt(in, keys, count, i), static_cast<ull>(det::Bits(x)));
+  }
+}
+
+// f_i with its group's rule into out[i]; the groups' fixed-point sums of f_i.
+__global__ void __launch_bounds__(kBlock)
+    GroupFactorKernel(RecomputeInputs in, const uint32_t* keys, uint32_t count,
+                      const weight_math::LossFactorRule* rules, ull* low, ull* high) {
+  for (uint64_t i = GlobalThread(); i < in.n; i += GridStride()) {
+    const uint32_t g = GroupAt(in, keys, count, i);
+    const float f =
+        weight_math::LossFactor(Bit(in.stats.seen, i), __ldg(in.stats.ema + i), rules[g]);
+    in.out[i] = f;
+    const uint64_t units = weight_math::GroupFactorUnits(f);
+    atomicAdd(low + g, static_cast<ull>(weight_math::GroupFactorLow(units)));
+    atomicAdd(high + g, static_cast<ull>(weight_math::GroupFactorHigh(units)));
+  }
+}
+
+// out[i] = f_i / mean_g as a float.
+__global__ void __launch_bounds__(kBlock)
+    GroupNormaliseKernel(RecomputeInputs in, const uint32_t* keys, uint32_t count,
+                         const double* means) {
+  for (uint64_t i = GlobalThread(); i < in.n; i += GridStride()) {
+    in.out[i] = weight_math::GroupNormalisedFactor(in.out[i], means[GroupAt(in, keys, count, i)]);
+  }
+}
+
+// Copies `count` values of T from the device to `host` once the stream got there.
+template <typename T>
+cudaError_t ReadBack(const T* device, uint32_t count, std::vector<T>* host, cudaStream_t stream) {
+  host->resize(count);
+  SAMPLERD_CUDA_TRY(
+      cudaMemcpyAsync(host->data(), device, count * sizeof(T), cudaMemcpyDeviceToHost, stream));
+  return cudaStreamSynchronize(stream);
+}
+
+// Pass 2 of the loss policy within groups (in.factors set): the normalised factors into `out`.
+cudaError_t GroupFactorPasses(const RecomputeParams& params, const RecomputeInputs& in,
+                              cudaStream_t stream) {
+  const uint32_t k = params.num_groups;
+  AsyncBuffer keys_buffer, sums_buffer, rules_buffer, means_buffer;
+  SAMPLERD_CUDA_TRY(keys_buffer.Allocate(k * sizeof(uint32_t), stream));
+  SAMPLERD_CUDA_TRY(sums_buffer.Allocate(3 * k * sizeof(ull), stream));
+  SAMPLERD_CUDA_TRY(rules_buffer.Allocate(k * sizeof(weight_math::LossFactorRule), stream));
+  SAMPLERD_CUDA_TRY(means_buffer.Allocate(k * sizeof(double), stream));
+  uint32_t* keys = keys_buffer.as<uint32_t>();
+  ull* x_max_bits = sums_buffer.as<ull>();
+  ull* low = x_max_bits + k;
+  ull* high = low + k;
+  SAMPLERD_CUDA_TRY(cudaMemcpyAsync(keys, params.group_keys, k * sizeof(uint32_t),
+                                    cudaMemcpyHostToDevice, stream));
+  SAMPLERD_CUDA_TRY(cudaMemsetAsync(x_max_bits, 0, 3 * k * sizeof(ull), stream));
+  GroupMaxKernel<<<GridFor(in.n, kBlock), kBlock, 0, stream>>>(in, keys, k, x_max_bits);
+  SAMPLERD_CUDA_TRY_LAUNCH();
+  std::vector<ull> host_max;
+  SAMPLERD_CUDA_TRY(ReadBack(x_max_bits, k, &host_max, stream));
+  std::vector<weight_math::LossFactorRule> rules(k);
+  for (uint32_t g = 0; g < k; ++g) {
+    rules[g] = weight_math::GroupFactorRule(in.factors, det::FromBits(host_max[g]));
+  }
+  SAMPLERD_CUDA_TRY(cudaMemcpyAsync(rules_buffer.as<void>(), rules.data(),
+                                    k * sizeof(weight_math::LossFactorRule), cudaMemcpyHostToDevice,
+                                    stream));
+  GroupFactorKernel<<<GridFor(in.n, kBlock), kBlock, 0, stream>>>(
+      in, keys, k, rules_buffer.as<weight_math::LossFactorRule>(), low, high);
+  SAMPLERD_CUDA_TRY_LAUNCH();
+  std::vector<ull> host_sums;
+  SAMPLERD_CUDA_TRY(ReadBack(low, 2 * k, &host_sums, stream));
+  std::vector<double> means(k);
+  for (uint32_t g = 0; g < k; ++g) {
+    means[g] = weight_math::GroupFactorMean(host_sums[k + g], host_sums[g], params.group_counts[g]);
+  }
+  SAMPLERD_CUDA_TRY(cudaMemcpyAsync(means_buffer.as<void>(), means.data(), k * sizeof(double),
+                                    cudaMemcpyHostToDevice, stream));
+  GroupNormaliseKernel<<<GridFor(in.n, kBlock), kBlock, 0, stream>>>(in, keys, k,
+                                                                     means_buffer.as<double>());
+  SAMPLERD_CUDA_TRY_LAUNCH();
+  // The host vectors above are read by the copies: wait for them before they go.
+  return cudaStreamSynchronize(stream);
+}
+
 // The recompute after validation, by policy: passes 2.. of CpuBackend::RecomputeWeights.
 cudaError_t LossPasses(const RecomputeParams& params, const DeviceScalars& scan, RecomputeInputs in,
                        DeviceChunkSum* chunk_sums, DeviceScalars* scalars, cudaStream_t stream) {
@@ -496,6 +599,17 @@ cudaError_t LossPasses(const RecomputeParams& params, const DeviceScalars& scan,
       params.has_prior_loss, params.prior_loss, params.epsilon, params.alpha, scan.seen,
       TotalOf(scan.totals[kScanTotal]), weight_math::FloatFromBits(scan.ema_max_bits),
       scan.unseen != 0);
+  in.one_minus_mix = 1.0 - params.mix;
+  in.mix = params.mix;
+  if (params.within_groups) {
+    // The normalised factors in `out`; the raw weights' mean is the base weights' (each group
+    // keeps its base share); passes 3 and 4 as below.
+    SAMPLERD_CUDA_TRY(GroupFactorPasses(params, in, stream));
+    in.mean_f = 1.0;
+    in.clamp = weight_math::ClampRule{weight_math::MeanOf(TotalOf(scan.totals[kBaseTotal]), in.n),
+                                      params.clamp_lo, params.clamp_hi};
+    return ClampAndWrite<Kind::kLoss>(in, chunk_sums, scalars, stream);
+  }
   // Pass 2: f_i, parked in `out` (validation is over), the mean of f_i and, with base weights,
   // of base_i f_i.
   const bool with_base = in.base != nullptr;
@@ -504,8 +618,6 @@ cudaError_t LossPasses(const RecomputeParams& params, const DeviceScalars& scan,
                                    &scalars->totals[kFactorTotal]));
   DeviceScalars host;
   SAMPLERD_CUDA_TRY(ReadScalars(scalars, &host, stream));
-  in.one_minus_mix = 1.0 - params.mix;
-  in.mix = params.mix;
   in.mean_f = weight_math::MeanOf(TotalOf(host.totals[kFactorTotal]), in.n);
   // The raw weights' mean in closed form (no pass of its own).
   double mean_bf = in.mean_f, mean_b = 1.0;
@@ -594,7 +706,10 @@ cudaError_t RecomputeWeights(const RecomputeParams& params, uint64_t n, const fl
                              RecomputeCheck* check, cudaStream_t stream) {
   if (n == 0 || n > kMaxSamples || stats.ema == nullptr || stats.meta == nullptr ||
       stats.seen == nullptr || stats.defined == nullptr || out == nullptr || check == nullptr ||
-      (params.kind != Kind::kLoss && params.kind != Kind::kMultiplicative)) {
+      (params.kind != Kind::kLoss && params.kind != Kind::kMultiplicative) ||
+      (params.within_groups &&
+       (params.kind != Kind::kLoss || base == nullptr || params.num_groups == 0 ||
+        params.group_keys == nullptr || params.group_counts == nullptr))) {
     return cudaErrorInvalidValue;
   }
   const uint64_t weight_bytes = n * sizeof(float);

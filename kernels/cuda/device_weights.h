@@ -94,6 +94,13 @@ struct RecomputeParams {
   double eta = 1.0;  // kMultiplicative.
   double clamp_lo = 0.1, clamp_hi = 10.0;
   uint16_t marker = 0;  // EpochMarker(closed epoch): kMultiplicative's "seen in it".
+  // kLoss with loss_within_groups: the factor normalised within each group of equal base weight
+  // (base required). RecomputeWeights reads the groups' table (loss_groups.h, FindLossGroups of
+  // the base weights) from host memory: num_groups keys (ascending) and counts.
+  bool within_groups = false;
+  const uint32_t* group_keys = nullptr;
+  const uint64_t* group_counts = nullptr;
+  uint32_t num_groups = 0;
 };
 
 // What the first pass of RecomputeWeights found: the CPU backend's validation of its inputs.

@@ -33,6 +33,7 @@
 #include "kernels/cuda/device_weights.h"
 #include "kernels/cuda/gpu_presence.h"
 #include "kernels/cuda/reference.h"
+#include "kernels/loss_groups.h"
 #include "kernels/loss_stats.h"
 #include "kernels/testing/weight_cases.h"
 
@@ -518,6 +519,32 @@ void CheckRecomputes(uint64_t n, int rounds, uint64_t seed) {
   }
 }
 
+// Loss within groups (RecomputeParams::within_groups): class-balanced-like bases of 1 to 97
+// groups, some samples excluded (base 0), against the reference.
+void CheckRecomputesWithinGroups(uint64_t n, int rounds, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  for (int round = 0; round < rounds; ++round) {
+    RecomputeParams p = RandomParams(rng, 3 * round);  // kLoss.
+    p.within_groups = true;
+    const uint64_t classes = 1 + (round * 31) % 97;
+    std::vector<float> base(n);
+    for (uint64_t i = 0; i < n; ++i) {
+      const uint64_t c = (i * i + static_cast<uint64_t>(round)) % classes;
+      base[i] = i % 23 == 7 && n > 1 ? 0.0f : 1.0f / static_cast<float>(1 + c);
+    }
+    LossGroupTable groups;
+    FindLossGroups(base.data(), n, 65536, &groups);
+    p.group_keys = groups.keys.data();
+    p.group_counts = groups.counts.data();
+    p.num_groups = groups.size();
+    std::vector<SampleLossStats> stats = VariedStats(n, seed + round, p.marker);
+    if (round % 5 == 4) stats.assign(n, SampleLossStats{});
+    CheckRecompute("recompute within groups n=" + std::to_string(n) + " round=" +
+                       std::to_string(round) + " groups=" + std::to_string(groups.size()),
+                   p, base, {}, stats);
+  }
+}
+
 // Bad inputs: the device's check names the reference's sample (the lowest bad index, in any
 // field), an all-zero base or current is refused, and `out` stays untouched.
 void CheckRecomputeRefusals() {
@@ -647,11 +674,12 @@ void CheckApplyLossesAndImportance(uint64_t n) {
   ++passed;
 }
 
-// The recompute and the summary at n.
+// The recompute (global and within groups) and the summary at n; seeds seed and seed + 1.
 void CheckWeightsAt(uint64_t n, uint64_t seed) {
   // Big N: a few rounds (the reference runs on one core: ~1 s per 1e7 samples and pass).
   const int rounds = n <= 65537 ? (quick ? 6 : 24) : n <= 1000003 ? 12 : 2;
   CheckRecomputes(n, rounds, seed);
+  CheckRecomputesWithinGroups(n, rounds, seed + 1);
   for (const char* kind : {"random", "ties", "zeros", "extreme"}) {
     if (n >= 10000000 && std::string(kind) != "random") continue;
     CheckSummary(kind, n);
@@ -717,11 +745,14 @@ TEST_F(IdentityTest, EverySize) {
     const bool weights = std::count(weight_sizes.begin(), weight_sizes.end(), n) > 0;
     if (n < min_n) {  // Not run here; its seeds are still taken.
       if (plans) plan_seed += PlanKinds(n).size();
-      if (weights) ++weight_seed;
+      if (weights) weight_seed += 2;
       continue;
     }
     if (plans) CheckPlansAt(n, &plan_seed);
-    if (weights) CheckWeightsAt(n, weight_seed++);
+    if (weights) {
+      CheckWeightsAt(n, weight_seed);
+      weight_seed += 2;
+    }
     std::printf("n=%llu done: %d passed, %d failed\n", static_cast<unsigned long long>(n), passed,
                 failed);
     std::fflush(stdout);

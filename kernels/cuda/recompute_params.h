@@ -30,6 +30,7 @@ inline RecomputeParams DeviceRecomputeParams(const WeightPolicyParams& policy,
   p.clamp_lo = policy.clamp_lo;
   p.clamp_hi = policy.clamp_hi;
   p.marker = EpochMarker(closed_epoch);
+  p.within_groups = policy.loss_within_groups;  // The caller sets the groups' table.
   return p;
 }
 

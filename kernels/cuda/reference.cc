@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "kernels/exact_sum.h"
+#include "kernels/loss_groups.h"
 #include "kernels/weight_math.h"
 
 namespace samplerd {
@@ -166,17 +167,52 @@ Recomputed RecomputeWeights(const RecomputeParams& params, uint64_t n, const flo
       f[i] = wm::LossFactor(stats[i].count > 0, stats[i].ema_loss, rule);
     }
     mean_f = wm::MeanOf(ExactSum(n, [&](uint64_t i) { return static_cast<double>(f[i]); }), n);
-    raw = [&](uint64_t i) {
-      return wm::LossRaw(weight(base, i), f[i], 1.0 - params.mix, mean_f, params.mix);
-    };
-    excluded = [&](uint64_t i) { return base != nullptr && base[i] == 0; };
-    double mean_bf = mean_f, mean_b = 1.0;
-    if (base != nullptr) {
-      mean_bf =
-          wm::MeanOf(ExactSum(n, [&](uint64_t i) { return wm::BaseFactorTerm(base[i], f[i]); }), n);
-      mean_b = wm::MeanOf(ExactSum(n, [&](uint64_t i) { return static_cast<double>(base[i]); }), n);
+    if (params.within_groups) {
+      // Loss within groups: the factors again, with each group's own x_max, normalised by the
+      // group's fixed-point mean; then LossRaw with mean_f = 1 and the base weights' mean.
+      LossGroupTable groups;
+      FindLossGroups(base, n, ~uint64_t{0}, &groups);
+      auto group_of = [&](uint64_t i) {
+        return wm::GroupOf(groups.keys.data(), groups.size(), wm::GroupKey(base[i]));
+      };
+      std::vector<double> x_max(groups.size(), 0.0);
+      for (uint64_t i = 0; i < n; ++i) {
+        const double x = wm::LossX(stats[i].count > 0, stats[i].ema_loss, rule);
+        x_max[group_of(i)] = std::max(x_max[group_of(i)], x);
+      }
+      std::vector<uint64_t> low(groups.size(), 0), high(groups.size(), 0);
+      for (uint64_t i = 0; i < n; ++i) {
+        const uint32_t g = group_of(i);
+        f[i] = wm::LossFactor(stats[i].count > 0, stats[i].ema_loss,
+                              wm::GroupFactorRule(rule, x_max[g]));
+        low[g] += wm::GroupFactorLow(wm::GroupFactorUnits(f[i]));
+        high[g] += wm::GroupFactorHigh(wm::GroupFactorUnits(f[i]));
+      }
+      for (uint64_t i = 0; i < n; ++i) {
+        const uint32_t g = group_of(i);
+        f[i] =
+            wm::GroupNormalisedFactor(f[i], wm::GroupFactorMean(high[g], low[g], groups.counts[g]));
+      }
+      raw = [&](uint64_t i) {
+        return wm::LossRaw(base[i], f[i], 1.0 - params.mix, 1.0, params.mix);
+      };
+      excluded = [&](uint64_t i) { return base[i] == 0; };
+      raw_mean =
+          wm::MeanOf(ExactSum(n, [&](uint64_t i) { return static_cast<double>(base[i]); }), n);
+    } else {
+      raw = [&](uint64_t i) {
+        return wm::LossRaw(weight(base, i), f[i], 1.0 - params.mix, mean_f, params.mix);
+      };
+      excluded = [&](uint64_t i) { return base != nullptr && base[i] == 0; };
+      double mean_bf = mean_f, mean_b = 1.0;
+      if (base != nullptr) {
+        mean_bf = wm::MeanOf(
+            ExactSum(n, [&](uint64_t i) { return wm::BaseFactorTerm(base[i], f[i]); }), n);
+        mean_b =
+            wm::MeanOf(ExactSum(n, [&](uint64_t i) { return static_cast<double>(base[i]); }), n);
+      }
+      raw_mean = wm::LossRawMean(1.0 - params.mix, mean_f, params.mix, mean_bf, mean_b);
     }
-    raw_mean = wm::LossRawMean(1.0 - params.mix, mean_f, params.mix, mean_bf, mean_b);
   } else {
     raw = [&](uint64_t i) {
       return wm::MultiplicativeRaw(weight(current, i), stats[i].ema_loss,

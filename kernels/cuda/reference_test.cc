@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <random>
@@ -253,16 +254,20 @@ std::vector<float> CpuRecompute(ComputeBackend& cpu, const WeightPolicyParams& p
   return host.ok() ? **host : std::vector<float>();
 }
 
+// Doubles in [0, 1) from a 64-bit LCG seeded with `state`: the randomised rounds' parameters.
+std::function<double()> UnitStream(uint64_t state) {
+  return [state]() mutable {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<double>(state >> 11) / 9007199254740992.0;
+  };
+}
+
 // reference::RecomputeWeights (what the device is compared with) == the CPU backend, bit for
 // bit: both policies, random parameters, sizes around the chunk (4096) and the CPU's groups
 // (65536), with and without base and current weights, nothing seen, everything seen.
 TEST(ReferenceTest, RecomputeEqualsTheCpuBackend) {
   std::unique_ptr<ComputeBackend> cpu = NewCpuBackend(2);
-  uint64_t state = 5;
-  auto next = [&state] {
-    state = state * 6364136223846793005ull + 1442695040888963407ull;
-    return static_cast<double>(state >> 11) / 9007199254740992.0;  // [0, 1)
-  };
+  std::function<double()> next = UnitStream(5);
   const uint64_t sizes[] = {1, 2, 513, 4095, 4096, 4097, 65537, 140001};
   const uint64_t closed_epoch = 5;
   for (int round = 0; round < 48; ++round) {
@@ -283,6 +288,44 @@ TEST(ReferenceTest, RecomputeEqualsTheCpuBackend) {
                                     current.empty() ? nullptr : current.data(), stats.data());
     ASSERT_EQ(want.weights.size(), n) << "round " << round << ": the check failed";
     const std::vector<float> got = CpuRecompute(*cpu, policy, closed_epoch, base, current, stats);
+    ASSERT_EQ(got.size(), n) << "round " << round;
+    ASSERT_EQ(std::memcmp(got.data(), want.weights.data(), n * sizeof(float)), 0)
+        << "round " << round << ", n " << n;
+  }
+}
+
+// Loss within groups: reference::RecomputeWeights == the CPU backend, bit for bit, with class
+// balanced bases of skewed classes (some of equal count: one group), uploaded weights with zeros
+// (many groups), sizes around the chunk and past the CPU's per-thread split.
+TEST(ReferenceTest, RecomputeWithinGroupsEqualsTheCpuBackend) {
+  std::unique_ptr<ComputeBackend> cpu = NewCpuBackend(3);
+  std::function<double()> next = UnitStream(11);
+  const uint64_t sizes[] = {1, 7, 513, 4097, 65537, 140001};
+  const uint64_t closed_epoch = 3;
+  for (int round = 0; round < 24; ++round) {
+    const uint64_t n = sizes[round % 6];
+    WeightPolicyParams policy = testutil::RandomLossPolicy(3 * round, next);  // kLoss.
+    policy.base = BaseWeightKind::kClassBalanced;
+    policy.loss_within_groups = true;
+    std::vector<float> base(n);
+    if (round % 3 == 2) {
+      // Uploaded weights: up to 997 distinct values and some zeros (excluded samples).
+      for (uint64_t i = 0; i < n; ++i) {
+        base[i] = i % 17 == 5 ? 0.0f : static_cast<float>(1 + (i * 2654435761u) % 997) / 64;
+      }
+    } else {
+      std::vector<uint32_t> labels(n);
+      for (uint64_t i = 0; i < n; ++i) labels[i] = static_cast<uint32_t>((i * i + round) % 13);
+      ASSERT_TRUE(ClassBalancedWeights(labels, 0.0, absl::MakeSpan(base)).ok());
+    }
+    std::vector<SampleLossStats> stats = VariedStats(n, round, EpochMarker(closed_epoch));
+    if (round % 6 == 4) stats.assign(n, SampleLossStats{});  // Nothing seen yet.
+    const RecomputeParams params = DeviceRecomputeParams(policy, closed_epoch);
+    ASSERT_TRUE(params.within_groups);
+    const reference::Recomputed want =
+        reference::RecomputeWeights(params, n, base.data(), nullptr, stats.data());
+    ASSERT_EQ(want.weights.size(), n) << "round " << round << ": the check failed";
+    const std::vector<float> got = CpuRecompute(*cpu, policy, closed_epoch, base, {}, stats);
     ASSERT_EQ(got.size(), n) << "round " << round;
     ASSERT_EQ(std::memcmp(got.data(), want.weights.data(), n * sizeof(float)), 0)
         << "round " << round << ", n " << n;

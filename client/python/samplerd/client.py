@@ -24,8 +24,10 @@ _PARTITIONS = {"interleaved": pb.INTERLEAVED, "contiguous": pb.CONTIGUOUS}
 _UNEVEN = {"pad": pb.PAD, "drop_last": pb.DROP_LAST, "uneven": pb.UNEVEN}
 _BASES = {"uniform": pb.UNIFORM, "static": pb.STATIC, "class_balanced": pb.CLASS_BALANCED}
 _LOSSES = {"none": pb.NONE, "loss": pb.LOSS, "multiplicative": pb.MULTIPLICATIVE}
-_POLICY_PARAMS = ("class_balance_beta", "ema_decay", "alpha", "epsilon", "mix", "clamp_lo",
-                  "clamp_hi", "prior_loss", "eta")
+_POLICY_NUMBERS = ("class_balance_beta", "ema_decay", "alpha", "epsilon", "mix", "clamp_lo",
+                   "clamp_hi", "prior_loss", "eta")
+_POLICY_FLAGS = ("loss_within_groups",)
+_POLICY_PARAMS = _POLICY_NUMBERS + _POLICY_FLAGS
 
 
 class ShardChunk(NamedTuple):
@@ -49,6 +51,9 @@ class Policy:
         class_balance_beta: 0 for 1/count(label); in (0, 1) the effective-number form.
         ema_decay, alpha, epsilon, mix, clamp_lo, clamp_hi, prior_loss: the LOSS policy.
         eta: the MULTIPLICATIVE step size.
+        loss_within_groups: LOSS with a "static" or "class_balanced" base: normalise the loss
+            factor within each group of equal base weight (each class keeps its class-balanced
+            share; docs/SAMPLING.md, "Loss within groups").
     """
     base: str = "uniform"
     loss: str = "none"
@@ -61,11 +66,17 @@ class Policy:
     clamp_hi: float = 0.0
     prior_loss: Optional[float] = None
     eta: float = 0.0
+    loss_within_groups: bool = False
 
     def to_proto(self) -> pb.WeightPolicy:
         """The WeightPolicy message. Raises InvalidArgument for an unknown base or loss."""
         params = {}
-        for k in _POLICY_PARAMS:
+        for k in _POLICY_FLAGS:
+            value = getattr(self, k)
+            if not isinstance(value, (bool, np.bool_)):
+                raise _bad(f"policy.{k} = {value!r}: expected True or False")
+            params[k] = bool(value)
+        for k in _POLICY_NUMBERS:
             value = getattr(self, k)
             if value is None:
                 continue
@@ -410,7 +421,8 @@ class Client:
                 must say whether it resumes the job, rewinds it (rewind_job) or replaces it
                 (delete_job first).
             **policy_params: class_balance_beta, ema_decay, alpha, epsilon, mix, clamp_lo,
-                clamp_hi, prior_loss, eta (see Policy and the .proto for ranges and defaults).
+                clamp_hi, prior_loss, eta, loss_within_groups (see Policy and the .proto for
+                ranges and defaults).
         Returns:
             The job as stored (defaults filled in), in its current epoch.
         Raises:
