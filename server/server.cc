@@ -17,6 +17,7 @@
 #include "kernels/cpu_backend.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "server/auth/server_credentials.h"
+#include "server/auth/token_table.h"
 #include "server/job_memory.h"
 #include "server/log_fields.h"
 #include "server/metrics/process_metrics.h"
@@ -116,12 +117,33 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const Options& options) {
         absl::StrCat("metrics_port = ", options.metrics_port,
                      ": must be -1 (no metrics), 0 (a free port) or 1..65535"));
   }
+  if (options.metrics_port >= 0 && !IsLoopback(options.metrics_host) &&
+      options.metrics_token_file.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "metrics_host = \"", options.metrics_host,
+        "\" is not loopback and no metrics_token_file is set: the metrics name every job, so "
+        "anyone who can reach the port would read them; set --metrics_token_file (see "
+        "docs/OPERATIONS.md) or --metrics_host=127.0.0.1"));
+  }
   absl::StatusOr<std::unique_ptr<ComputeBackend>> backend = MakeBackend(options);
   if (!backend.ok()) return backend.status();
 
+  CertificateValidity certificate;
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = MakeServerCredentials(
-      {options.plaintext, options.tls_cert, options.tls_key, options.tls_client_ca});
+      {options.plaintext, options.tls_cert, options.tls_key, options.tls_client_ca}, &certificate);
   if (!credentials.ok()) return credentials.status();
+  metrics::HttpExporter::Authorize metrics_authorize;
+  if (!options.metrics_token_file.empty()) {
+    absl::StatusOr<TokenTable> token = TokenTable::LoadSingle(options.metrics_token_file);
+    if (!token.ok()) {
+      return absl::Status(token.status().code(),
+                          absl::StrCat("metrics_token_file: ", token.status().message()));
+    }
+    metrics_authorize = [table = std::make_shared<const TokenTable>(*std::move(token))](
+                            absl::string_view presented) {
+      return table->Find(presented) != nullptr;
+    };
+  }
   std::unique_ptr<Authorizer> authorizer;
   if (!options.auth_tokens_file.empty()) {
     absl::StatusOr<std::unique_ptr<Authorizer>> created =
@@ -137,12 +159,19 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const Options& options) {
   std::unique_ptr<Server> server(new Server(options, *std::move(backend), std::move(authorizer)));
   metrics::Process();  // Its families are exported from the start, at 0.
   server->AddStateGauges();
+  if (!options.plaintext) {
+    server->metrics_
+        ->AddGauge("samplerd_tls_certificate_expiry_timestamp_seconds",
+                   "When the server certificate (--tls_cert) expires, in Unix seconds.")
+        ->WithLabels({})
+        ->Set(static_cast<double>(absl::ToUnixSeconds(certificate.not_after)));
+  }
   // Metrics are served before recovery, which can take minutes for a large job: an operator
   // sees the process up (and its job count grow) meanwhile.
   if (options.metrics_port >= 0) {
     absl::StatusOr<std::unique_ptr<metrics::HttpExporter>> exporter = metrics::HttpExporter::Start(
-        options.metrics_host.empty() ? options.host : options.metrics_host, options.metrics_port,
-        {server->metrics_.get(), &metrics::Registry::Default()});
+        options.metrics_host, options.metrics_port,
+        {server->metrics_.get(), &metrics::Registry::Default()}, std::move(metrics_authorize));
     if (!exporter.ok()) return exporter.status();
     server->metrics_exporter_ = *std::move(exporter);
   }

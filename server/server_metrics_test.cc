@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "proto/samplerd.grpc.pb.h"
 #include "server/server.h"
+#include "server/testing/test_dir.h"
 #include "server/testing/test_server_options.h"
 
 namespace samplerd {
@@ -238,6 +239,35 @@ TEST(ServerMetricsOptionsTest, BadMetricsPortIsRefusedAndNoneMeansNoUrl) {
   auto server = Server::Create(options);
   ASSERT_TRUE(server.ok());
   EXPECT_EQ((*server)->metrics_url(), "");
+}
+
+// The metrics name every job: by default they listen on loopback whatever --host is, and
+// another address needs a token (docs/OPERATIONS.md).
+TEST(ServerMetricsOptionsTest, MetricsListenOnLoopbackUnlessATokenGuardsThem) {
+  testutil::TestDir dir;
+  Options options = testutil::LoopbackTestOptions();
+  options.host = "0.0.0.0";
+  options.metrics_port = 0;
+  {
+    auto server = Server::Create(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    EXPECT_THAT((*server)->metrics_url(), ::testing::StartsWith("http://127.0.0.1:"));
+  }
+  options.metrics_host = "0.0.0.0";
+  auto refused = Server::Create(options);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()),
+              AllOf(HasSubstr("metrics_host = \"0.0.0.0\" is not loopback"),
+                    HasSubstr("--metrics_token_file")));
+  options.metrics_token_file = dir.path() + "/absent";
+  refused = Server::Create(options);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("metrics_token_file: "));
+  options.metrics_token_file = dir.path() + "/metrics-token";
+  testutil::WriteBytes(options.metrics_token_file, "metrics-token-0123456789abcdef\n");
+  auto server = Server::Create(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_THAT((*server)->metrics_url(), ::testing::StartsWith("http://0.0.0.0:"));
 }
 
 }  // namespace

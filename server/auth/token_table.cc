@@ -33,6 +33,8 @@ std::string TokenProblem(absl::string_view token) {
   return "";
 }
 
+// The grant of a line: "admin" or "jobs=NAME[,NAME...]". The messages never quote the field:
+// when a line's columns are swapped ("jobs=train TOKEN") it is the token.
 absl::StatusOr<TokenGrant> ParseGrant(absl::string_view grant) {
   TokenGrant result;
   if (grant == "admin") {
@@ -41,15 +43,24 @@ absl::StatusOr<TokenGrant> ParseGrant(absl::string_view grant) {
   }
   if (!absl::StartsWith(grant, kJobsPrefix)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("grant \"", grant, "\": expected \"admin\" or \"jobs=NAME[,NAME...]\""));
+        "the grant (second field) is neither \"admin\" nor \"jobs=NAME[,NAME...]\" (not quoted "
+        "here: it may be a token)");
   }
+  int position = 0;
   for (absl::string_view job : absl::StrSplit(grant.substr(kJobsPrefix.size()), ',')) {
-    if (absl::Status s = ValidateJobName(std::string(job)); !s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("grant \"", grant, "\": ", s.message()));
+    ++position;
+    if (!ValidateJobName(std::string(job)).ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "job name ", position, " of the grant is not a job name (see CreateJob's `name`)"));
     }
     result.jobs.insert(std::string(job));
   }
   return result;
+}
+
+// Whether `field` reads as a grant: a line whose first field does has its columns swapped.
+bool LooksLikeGrant(absl::string_view field) {
+  return field == "admin" || absl::StartsWith(field, kJobsPrefix);
 }
 
 }  // namespace
@@ -77,6 +88,9 @@ absl::StatusOr<TokenTable> TokenTable::Parse(absl::string_view text, absl::strin
       return bad(absl::StrCat("expected \"TOKEN admin\" or \"TOKEN jobs=NAME[,NAME...]\", got ",
                               fields.size(), " fields"));
     }
+    if (LooksLikeGrant(fields[0])) {
+      return bad("the first field is a grant: a line is \"TOKEN GRANT\", token first");
+    }
     if (std::string problem = TokenProblem(fields[0]); !problem.empty()) return bad(problem);
     absl::StatusOr<TokenGrant> grant = ParseGrant(fields[1]);
     if (!grant.ok()) return bad(grant.status().message());
@@ -94,6 +108,21 @@ absl::StatusOr<TokenTable> TokenTable::Load(const std::string& path) {
   absl::StatusOr<std::string> text = ReadFile(path);
   if (!text.ok()) return text.status();
   return Parse(*text, path);
+}
+
+absl::StatusOr<TokenTable> TokenTable::LoadSingle(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  const absl::string_view token = absl::StripAsciiWhitespace(*text);
+  if (std::string problem = TokenProblem(token); !problem.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": must hold one token and nothing else: ", problem));
+  }
+  TokenTable table;
+  auto grant = std::make_shared<TokenGrant>();
+  grant->admin = true;
+  table.entries_.push_back(Entry{Sha256(token), std::move(grant)});
+  return table;
 }
 
 std::shared_ptr<const TokenGrant> TokenTable::Find(absl::string_view token) const {

@@ -111,6 +111,51 @@ def test_a_bad_tokens_file_is_a_startup_error_naming_its_line(tmp_path):
     assert rc != 0 and f'auth_tokens_file = "{tmp_path / "none"}"' in stderr
 
 
+def test_no_token_reaches_a_message_whatever_the_file_holds(tmp_path):
+    """Columns swapped, a token where the grant or a job name goes: the start-up error names the
+    line and quotes nothing of it."""
+    for line in (f"jobs=train-run-1 {TRAIN}", f"admin {TRAIN}", f"{ADMIN} {TRAIN}",
+                 f"{ADMIN} jobs=a,{TRAIN}/x"):
+        bad = write_tokens(tmp_path / "tokens", f"# ok\n{NEW} admin\n{line}\n")
+        rc, stderr = run_samplerd_expecting_failure(f"--auth_tokens_file={bad}")
+        assert rc != 0
+        assert f"{bad}: line 3: " in stderr, stderr
+        assert TRAIN not in stderr and ADMIN not in stderr and NEW not in stderr, stderr
+
+
+@pytest.mark.parametrize("mode", [0o620, 0o602, 0o666])
+def test_a_tokens_file_others_may_write_is_refused(tmp_path, mode):
+    writable = write_tokens(tmp_path / "tokens", f"{ADMIN} admin\n", mode=mode)
+    rc, stderr = run_samplerd_expecting_failure(f"--auth_tokens_file={writable}")
+    assert rc != 0
+    assert f'auth_tokens_file = "{writable}": writable by' in stderr, stderr
+    assert f"(mode {mode:04o})" in stderr and "chmod go-w" in stderr
+
+
+@pytest.mark.parametrize("cert, problem, dates", [
+    ("expired_server", "expired", "not_before=2020-01-01T00:00:00Z not_after=2020-02-01T00:00:00Z"),
+    ("future_server", "not_yet_valid",
+     "not_before=2099-01-01T00:00:00Z not_after=2099-12-31T00:00:00Z"),
+])
+def test_a_server_certificate_out_of_its_dates_is_warned_about_and_its_expiry_exported(
+        certs, cert, problem, dates):
+    import urllib.request
+    with tempfile.TemporaryFile("w+") as err:
+        server = start(*tls_args(certs, server=cert), "--metrics_port=0", stderr=err)
+        try:
+            url = server.proc.stdout.readline().split("samplerd metrics on ")[1].strip()
+            with urllib.request.urlopen(url, timeout=10) as response:
+                metrics = response.read().decode()
+        finally:
+            assert server.stop() == 0
+        err.seek(0)
+        log = err.read()
+    assert f"event=tls_certificate_not_valid tls_cert={certs / (cert + '.pem')} " \
+           f"problem={problem} {dates}" in log, log
+    expiry = 1580515200 if problem == "expired" else 4102358400  # not_after, Unix seconds.
+    assert f"samplerd_tls_certificate_expiry_timestamp_seconds {expiry}\n" in metrics, metrics
+
+
 def test_a_world_readable_tokens_file_is_warned_about(tmp_path):
     readable = write_tokens(tmp_path / "tokens", f"{ADMIN} admin\n", mode=0o644)
     with tempfile.TemporaryFile("w+") as err:
@@ -326,8 +371,9 @@ def test_sighup_reloads_the_tokens_and_a_bad_file_keeps_them(certs, tokens, tmp_
             write_tokens(tokens, f"{NEW} admin\n")  # ADMIN revoked, NEW added.
             reload_until(NEW, grpc.StatusCode.OK)
             assert code_of(ADMIN) == grpc.StatusCode.UNAUTHENTICATED
-            # A bad file: logged with its line, and the tokens in use stay.
-            write_tokens(tokens, f"{ADMIN} admin\n{NEW} superuser\n")
+            # A bad file: logged with its line, and the tokens in use stay. Its columns are
+            # swapped: the token is where the grant goes, and is not quoted.
+            write_tokens(tokens, f"{ADMIN} admin\njobs=train {NEW}\n")
             server.proc.send_signal(signal.SIGHUP)
             deadline = time.monotonic() + 10
             while "event=reload_tokens result=kept_tokens_in_use" not in (err.seek(0) or
@@ -337,7 +383,8 @@ def test_sighup_reloads_the_tokens_and_a_bad_file_keeps_them(certs, tokens, tmp_
             err.seek(0)
             log = err.read()
             # The message is a logfmt value: its quotes are escaped.
-            assert 'line 2: grant \\"superuser\\"' in log and NEW not in log
+            assert "line 2: the first field is a grant" in log, log
+            assert NEW not in log and ADMIN not in log
             assert code_of(NEW) == grpc.StatusCode.OK
             assert code_of(ADMIN) == grpc.StatusCode.UNAUTHENTICATED
         finally:
