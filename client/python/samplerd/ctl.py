@@ -80,8 +80,11 @@ EXIT_CODES = {
     EXIT_NOT_FOUND: "no such job",
     EXIT_CONFLICT: "the job's state forbids it (another spec under that name, epoch not open, "
                    "wrong policy for the upload)",
-    EXIT_UNAVAILABLE: "cannot reach the server (after the client's retries)",
-    EXIT_DENIED: "refused: no or bad token or certificate, or not allowed",
+    EXIT_UNAVAILABLE: "cannot reach the server (after the client's retries), or the TLS "
+                      "handshake failed (server certificate not trusted, client certificate "
+                      "missing or refused: gRPC reports these as UNAVAILABLE; the message says "
+                      "which)",
+    EXIT_DENIED: "the server refused the call: no or bad bearer token, or not allowed",
     EXIT_NOT_SERVING: "health: the server answered, but not SERVING for every service",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C), except status --watch",
 }
