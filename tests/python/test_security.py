@@ -338,6 +338,24 @@ def test_a_job_token_runs_its_job_and_a_loss_stream_cannot_switch_to_another(cer
         assert admin.status("train").ranks[0].losses_accepted == 11  # The first batch counted.
 
 
+def test_the_docs_name_every_rpc_and_both_refusal_codes():
+    """docs/SECURITY.md's access table has a row for every RPC of the .proto (the admin-only
+    ones in theirs), and the .proto's error list has the two codes token checks answer."""
+    rows = {}
+    for line in (ROOT / "docs" / "SECURITY.md").read_text().splitlines():
+        if line.startswith("| `") and "|" in line[1:]:
+            calls, rule = line[1:].split("|", 1)
+            for call in calls.replace("`", "").split(","):
+                rows[call.strip()] = rule
+    for method in SERVICE.methods:
+        assert method.name in rows, f"docs/SECURITY.md's access table lacks {method.name}"
+        assert ("admin" in rows[method.name]) == (method.name in ADMIN_ONLY), method.name
+    proto = (ROOT / "proto" / "samplerd.proto").read_text()
+    errors = proto[proto.index("// Errors (google.rpc code"):]
+    for code in ("UNAUTHENTICATED", "PERMISSION_DENIED"):
+        assert f"//   {code} " in errors, code
+
+
 def test_health_checks_need_no_token(token_server):
     _, channel = token_server
     check = channel.unary_unary("/grpc.health.v1.Health/Check",
