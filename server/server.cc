@@ -18,6 +18,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "server/auth/server_credentials.h"
 #include "server/auth/token_table.h"
+#include "server/call_audit.h"
 #include "server/job_memory.h"
 #include "server/log_fields.h"
 #include "server/metrics/process_metrics.h"
@@ -186,6 +187,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const Options& options) {
   interceptors.push_back(std::make_unique<metrics::RpcMetricsInterceptorFactory>(
       server->metrics_.get(), std::set<std::string>{SamplerServiceName(), "grpc.health.v1.Health",
                                                     "grpc.reflection.v1alpha.ServerReflection"}));
+  // Refused calls and management calls, with the peer and the job (docs/OPERATIONS.md).
+  interceptors.push_back(std::make_unique<CallAuditInterceptorFactory>());
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   builder.AddListeningPort(JoinHostPort(options.host, options.port), *credentials, &server->port_);
   builder.RegisterService(server->service_.get());

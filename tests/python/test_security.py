@@ -427,6 +427,27 @@ def test_the_torch_sampler_passes_client_options_through(certs, token_server):
                                                  client_options={"token": TRAIN})
 
 
+def test_refused_calls_are_logged_with_peer_client_certificate_and_job(certs, tokens):
+    """docs/OPERATIONS.md: event=call_refused names the method, code, peer address, the client
+    certificate's identity and the job; never the token."""
+    with tempfile.TemporaryFile("w+") as err:
+        server = start(*tls_args(certs, client_ca="ca"), f"--auth_tokens_file={tokens}",
+                       "--log_level=0", stderr=err)
+        try:
+            with client_for(server, certs, client="client", token=TRAIN) as c:
+                with pytest.raises(samplerd.PermissionDenied):
+                    c.get_job("secret")
+        finally:
+            assert server.stop() == 0
+        err.seek(0)
+        log = err.read()
+    lines = [line for line in log.splitlines() if "event=call_refused" in line]
+    assert len(lines) == 1, log
+    assert "method=/samplerd.v1.Sampler/GetJob code=PERMISSION_DENIED peer=ipv" in lines[0]
+    assert 'client="samplerd test client" job=secret' in lines[0], lines[0]
+    assert TRAIN not in log
+
+
 def test_samplerctl_speaks_mutual_tls_and_sends_tokens(certs, tokens):
     """samplerctl's --ca/--cert/--key/--token (and their environment variables) reach the
     server: a job token creates its job, the admin-only list needs the admin token."""
