@@ -118,8 +118,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const Options& options) {
         absl::StrCat("metrics_port = ", options.metrics_port,
                      ": must be -1 (no metrics), 0 (a free port) or 1..65535"));
   }
-  if (options.metrics_port >= 0 && !IsLoopback(options.metrics_host) &&
-      options.metrics_token_file.empty()) {
+  // (An empty metrics_host is HttpExporter::Start's error.)
+  if (options.metrics_port >= 0 && !options.metrics_host.empty() &&
+      !IsLoopback(options.metrics_host) && options.metrics_token_file.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "metrics_host = \"", options.metrics_host,
         "\" is not loopback and no metrics_token_file is set: the metrics name every job, so "
