@@ -404,7 +404,7 @@ def _cmd_backup(ctx, args):
     try:
         summary = backup.backup_data_dir(args.data_dir, args.destination)
     except backup.BackupError as e:
-        raise InputError(args.data_dir, str(e)) from None
+        raise InputError(e.path, e.reason) from None
     frozen = (f"samplerd (pid {summary.server_pid}) paused {summary.frozen_ms:.0f} ms"
               if summary.server_pid is not None else "no samplerd was running")
     ctx.emit({"destination": args.destination, **dataclasses.asdict(summary)},
