@@ -1,6 +1,7 @@
 #include "server/call_audit.h"
 
 #include <algorithm>
+#include <limits>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -58,20 +59,25 @@ std::string CallAuditInterceptorFactory::StringField(const grpc::ByteBuffer& raw
   grpc::ProtoBufferReader reader(&copy);
   if (!reader.status().ok()) return "";
   google::protobuf::io::CodedInputStream input(&reader);
+  // Every occurrence is read and the last one kept: protobuf's parser, and so the handler and
+  // the authorizer, take the last occurrence of a singular field.
+  std::string value;
   for (uint32_t tag; (tag = input.ReadTag()) != 0;) {
     if (WireFormatLite::GetTagFieldNumber(tag) == field_number &&
         WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
       uint32_t length = 0;
-      std::string value;
-      if (!input.ReadVarint32(&length) ||
-          !input.ReadString(&value, std::min<uint32_t>(length, kMaxJobBytes))) {
+      if (!input.ReadVarint32(&length)) return "";
+      const uint32_t kept = std::min<uint32_t>(length, kMaxJobBytes);
+      if (length - kept > static_cast<uint32_t>(std::numeric_limits<int>::max()) ||
+          !input.ReadString(&value, static_cast<int>(kept)) ||
+          !input.Skip(static_cast<int>(length - kept))) {
         return "";
       }
-      return value;
+      continue;
     }
     if (!WireFormatLite::SkipField(&input, tag)) return "";
   }
-  return "";
+  return input.ConsumedEntireMessage() ? value : "";
 }
 
 class CallAuditInterceptorFactory::Interceptor final : public grpc::experimental::Interceptor {

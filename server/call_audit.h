@@ -10,7 +10,8 @@
 // `peer` is gRPC's peer address ("ipv4:10.0.0.7:51234"); `client` the identity of the client's
 // TLS certificate under mutual TLS (its subject alternative names or common name), else "-".
 // `job` is the job the request names, read from the call's first message (the request's
-// `job` or `name` field, the field the authorizer checks), or "-" when the call was refused
+// `job` or `name` field, the field the authorizer checks, its last occurrence as protobuf's
+// parser takes it), or "-" when the call was refused
 // before a message arrived (a client stream refused for its token). Messages are the status
 // messages the client got: they never contain a token (server/auth/authorizer.h).
 //
@@ -39,8 +40,9 @@ class CallAuditInterceptorFactory final
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override;
 
-  // The string field `field_number` of the serialized message `raw` (the first occurrence; at
-  // most 256 bytes of it), or "" if it has none or does not parse that far.
+  // The string field `field_number` of the serialized message `raw` (its last occurrence, the
+  // one protobuf's parser keeps; at most 256 bytes of it), or "" if it has none or does not
+  // parse.
   static std::string StringField(const grpc::ByteBuffer& raw, int field_number);
 
  private:

@@ -187,5 +187,28 @@ TEST(CallAuditStringFieldTest, FindsTheFieldWhereverItIsAndNothingInGarbage) {
   EXPECT_EQ(CallAuditInterceptorFactory::StringField(grpc::ByteBuffer(), 1), "");
 }
 
+// Protobuf's parser keeps the last occurrence of a singular field, and so does the server: the
+// log must name that one, or a request naming a decoy first and its real job last (a long one,
+// to be cut, or a short one) would be logged under the decoy.
+TEST(CallAuditStringFieldTest, TakesTheLastOccurrenceAsTheServersParserDoes) {
+  for (const std::string& decoy : {std::string("decoy"), std::string(300, 'd')}) {
+    v1::DeleteJobRequest first, last;
+    first.set_name(decoy);
+    last.set_name("victim");
+    grpc::Slice slice(first.SerializeAsString() + last.SerializeAsString());
+    v1::DeleteJobRequest parsed;
+    ASSERT_TRUE(parsed.ParseFromString(first.SerializeAsString() + last.SerializeAsString()));
+    ASSERT_EQ(parsed.name(), "victim");
+    EXPECT_EQ(CallAuditInterceptorFactory::StringField(grpc::ByteBuffer(&slice, 1), 1), "victim")
+        << decoy.size();
+  }
+  // A long value is cut at 256 bytes.
+  v1::DeleteJobRequest long_name;
+  long_name.set_name(std::string(300, 'x'));
+  grpc::Slice slice(long_name.SerializeAsString());
+  EXPECT_EQ(CallAuditInterceptorFactory::StringField(grpc::ByteBuffer(&slice, 1), 1),
+            std::string(256, 'x'));
+}
+
 }  // namespace
 }  // namespace samplerd
