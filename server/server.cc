@@ -1,5 +1,8 @@
 #include "server/server.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <algorithm>
 #include <functional>
 #include <set>
@@ -7,7 +10,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
@@ -34,9 +36,18 @@ std::string JoinHostPort(const std::string& host, int port) {
   return bare_ipv6 ? absl::StrCat("[", host, "]:", port) : absl::StrCat(host, ":", port);
 }
 
-// Whether `host` only listens on this machine (where plaintext tokens stay on the machine).
+// Whether `host` only listens on this machine (where plaintext tokens stay on the machine):
+// "localhost", or an address literal of 127.0.0.0/8 or ::1. A name is not looked at (one that
+// merely starts with "127." may resolve anywhere).
 bool IsLoopback(const std::string& host) {
-  return host == "localhost" || host == "::1" || host == "[::1]" || absl::StartsWith(host, "127.");
+  if (host == "localhost") return true;
+  in_addr v4;
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  const std::string bare = host.size() > 2 && host.front() == '[' && host.back() == ']'
+                               ? host.substr(1, host.size() - 2)
+                               : host;
+  in6_addr v6;
+  return inet_pton(AF_INET6, bare.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
 }
 
 // The full name of the Sampler service ("samplerd.v1.Sampler"), from the .proto.

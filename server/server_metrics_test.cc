@@ -253,6 +253,15 @@ TEST(ServerMetricsOptionsTest, MetricsListenOnLoopbackUnlessATokenGuardsThem) {
     ASSERT_TRUE(server.ok()) << server.status();
     EXPECT_THAT((*server)->metrics_url(), ::testing::StartsWith("http://127.0.0.1:"));
   }
+  // Only a loopback address (or localhost) goes without a token; a name merely starting like
+  // one may resolve anywhere.
+  for (const char* host : {"0.0.0.0", "127.attacker.example", "127.0.0.1.example", "10.1.2.3"}) {
+    options.metrics_host = host;
+    auto refused = Server::Create(options);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << host;
+    EXPECT_THAT(std::string(refused.status().message()),
+                HasSubstr(absl::StrCat("metrics_host = \"", host, "\" is not loopback")));
+  }
   options.metrics_host = "0.0.0.0";
   auto refused = Server::Create(options);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
