@@ -205,3 +205,17 @@ def test_every_shell_script_is_shellcheck_clean():
     assert SBATCH in scripts and ROOT / "tools" / "run_tests.sh" in scripts
     result = subprocess.run(["shellcheck", *map(str, scripts)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_failure_to_make_the_run_certificate_is_said_not_silent(slurm, tmp_path):
+    """openssl failing (missing, a bad configuration) stops the script with its message; no
+    trainer starts."""
+    run, out, _ = slurm
+    broken = tmp_path / "bin" / "openssl"
+    broken.write_text("#!/bin/sh\necho 'openssl: cannot load provider (stand-in)' >&2\nexit 1\n")
+    broken.chmod(stat.S_IRWXU)
+    result = run()
+    assert result.returncode != 0
+    assert "openssl" in result.stderr and "cannot load provider (stand-in)" in result.stderr, (
+        result.stderr)
+    assert not list(out.iterdir())
