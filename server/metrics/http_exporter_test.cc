@@ -174,7 +174,7 @@ TEST(HttpExporterTest, TenSlowClientsDoNotBlindTheEndpoint) {
   int answered = 0;
   constexpr int kScrapes = 11;
   for (int i = 0; i < kScrapes; ++i) {
-    Response r = Fetch(port, "GET", "/metrics", "", /*timeout_ms=*/2000);
+    Response r = Fetch(port, "GET", "/metrics", "", /*timeout_ms=*/4000);
     if (r.status == 200 && r.body.find("test_up 1") != std::string::npos) ++answered;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
