@@ -147,6 +147,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const Options& options) {
   if (!credentials.ok()) return credentials.status();
   metrics::HttpExporter::Authorize metrics_authorize;
   if (!options.metrics_token_file.empty()) {
+    if (absl::Status s = CheckTokenFileMode("metrics_token_file", options.metrics_token_file);
+        !s.ok()) {
+      return s;
+    }
     absl::StatusOr<TokenTable> token = TokenTable::LoadSingle(options.metrics_token_file);
     if (!token.ok()) {
       return absl::Status(token.status().code(),

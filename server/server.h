@@ -92,7 +92,8 @@ struct Options {
   int metrics_port = -1;
   std::string metrics_host = "127.0.0.1";
   // File holding the one bearer token that /metrics then requires (Prometheus sends it with
-  // `authorization: {credentials_file: ...}`); empty: none required. Read once, at start.
+  // `authorization: {credentials_file: ...}`); empty: none required. Read once, at start;
+  // refused like the tokens file if its group or every user may write it (CheckTokenFileMode).
   std::string metrics_token_file;
 };
 

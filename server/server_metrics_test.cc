@@ -1,6 +1,7 @@
 // A real Server with its metrics endpoint on a free port, driven over real gRPC; the metrics are
 // read over real HTTP (CivetWeb's client), as Prometheus reads them.
 #include <civetweb.h>
+#include <sys/stat.h>
 
 #include <map>
 #include <string>
@@ -274,6 +275,15 @@ TEST(ServerMetricsOptionsTest, MetricsListenOnLoopbackUnlessATokenGuardsThem) {
   EXPECT_THAT(std::string(refused.status().message()), HasSubstr("metrics_token_file: "));
   options.metrics_token_file = dir.path() + "/metrics-token";
   testutil::WriteBytes(options.metrics_token_file, "metrics-token-0123456789abcdef\n");
+  // As the tokens file: one that others may write is refused (they could put in their own).
+  ASSERT_EQ(::chmod(options.metrics_token_file.c_str(), 0666), 0);
+  refused = Server::Create(options);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(std::string(refused.status().message()),
+              AllOf(HasSubstr(absl::StrCat("metrics_token_file = \"", options.metrics_token_file,
+                                           "\": writable by every user (mode 0666)")),
+                    HasSubstr("chmod go-w")));
+  ASSERT_EQ(::chmod(options.metrics_token_file.c_str(), 0600), 0);
   auto server = Server::Create(options);
   ASSERT_TRUE(server.ok()) << server.status();
   EXPECT_THAT((*server)->metrics_url(), ::testing::StartsWith("http://0.0.0.0:"));

@@ -1,7 +1,5 @@
 #include "server/auth/authorizer.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <utility>
 #include <vector>
@@ -9,7 +7,6 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "glog/logging.h"
 
@@ -29,26 +26,11 @@ std::string GrantedJobs(const TokenGrant& grant) {
   return absl::StrJoin(jobs, ", ");
 }
 
-// The tokens file, named as its flag, with the loader's error (which names the path and line).
-// A file that its group or every user may write is refused, as ssh refuses a writable
-// authorized_keys: whoever may write it may grant themselves admin at the next SIGHUP.
+// The tokens file, named as its flag, with the loader's error (which names the path and line);
+// CheckTokenFileMode's rule first: whoever may write the file may grant themselves admin at the
+// next SIGHUP.
 absl::StatusOr<std::shared_ptr<const TokenTable>> LoadTable(const std::string& path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) == 0) {
-    const std::string mode = absl::StrFormat("%04o", st.st_mode & 07777);
-    if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
-      return absl::PermissionDeniedError(
-          absl::StrCat("auth_tokens_file = \"", path, "\": writable by ",
-                       (st.st_mode & S_IWOTH) != 0 ? "every user" : "its group", " (mode ", mode,
-                       "): whoever may write it may grant themselves admin; chmod go-w it"));
-    }
-    if ((st.st_mode & S_IROTH) != 0) {
-      // A warning, not an error: Kubernetes mounts Secrets 0644 unless told otherwise, and
-      // there the container's only user is samplerd's.
-      LOG(WARNING) << "auth_tokens_file = \"" << path << "\" is readable by every user of this "
-                   << "machine (mode " << mode << "): chmod o-r it";
-    }
-  }
+  if (absl::Status s = CheckTokenFileMode("auth_tokens_file", path); !s.ok()) return s;
   absl::StatusOr<TokenTable> table = TokenTable::Load(path);
   if (!table.ok()) {
     return absl::Status(table.status().code(), absl::StrCat("auth_tokens_file = \"", path,

@@ -1,12 +1,16 @@
 #include "server/auth/token_table.h"
 
+#include <sys/stat.h>
+
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "glog/logging.h"
 #include "openssl/crypto.h"
 #include "openssl/sha.h"
 #include "server/job_config.h"
@@ -64,6 +68,23 @@ bool LooksLikeGrant(absl::string_view field) {
 }
 
 }  // namespace
+
+absl::Status CheckTokenFileMode(absl::string_view flag, const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return absl::OkStatus();
+  const std::string mode = absl::StrFormat("%04o", st.st_mode & 07777);
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(flag, " = \"", path, "\": writable by ",
+                     (st.st_mode & S_IWOTH) != 0 ? "every user" : "its group", " (mode ", mode,
+                     "): whoever may write it may put in a token of their own; chmod go-w it"));
+  }
+  if ((st.st_mode & S_IROTH) != 0) {
+    LOG(WARNING) << flag << " = \"" << path << "\" is readable by every user of this machine (mode "
+                 << mode << "): chmod o-r it";
+  }
+  return absl::OkStatus();
+}
 
 TokenTable::Digest TokenTable::Sha256(absl::string_view data) {
   Digest digest;

@@ -41,6 +41,14 @@ struct TokenGrant {
   absl::flat_hash_set<std::string> jobs;
 };
 
+// The file-mode rule of every file holding tokens (--auth_tokens_file, --metrics_token_file):
+// one that its group or every user may write is refused, PERMISSION_DENIED naming `flag`, the
+// path and the mode (as ssh refuses a writable authorized_keys: whoever may write it may put in
+// a token of their own); one every user may read is accepted with a WARNING (Kubernetes mounts
+// Secrets 0644 unless told otherwise, and there the container's only user is samplerd's). OK
+// when the file cannot be examined: its loader then names that error.
+absl::Status CheckTokenFileMode(absl::string_view flag, const std::string& path);
+
 class TokenTable {
  public:
   // Parses the text of a tokens file. INVALID_ARGUMENT naming `source` (the file's path, for
