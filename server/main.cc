@@ -85,8 +85,13 @@ ABSL_FLAG(int, log_level, 0, "Minimum log level to stderr: 0 INFO, 1 WARNING, 2 
 ABSL_FLAG(int, metrics_port, -1,
           "Port of the Prometheus metrics endpoint (http://HOST:PORT/metrics, see "
           "docs/OPERATIONS.md): -1 none, 0 a free port (printed at startup).");
-ABSL_FLAG(std::string, metrics_host, "",
-          "Address the metrics endpoint listens on; empty: the same as --host.");
+ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
+          "Address the metrics endpoint listens on. The metrics name every job: an address "
+          "other than loopback needs --metrics_token_file.");
+ABSL_FLAG(std::string, metrics_token_file, "",
+          "File holding the bearer token that /metrics then requires (Prometheus: "
+          "authorization.credentials_file); required with a --metrics_host other than "
+          "loopback. Keep it chmod 600.");
 
 // glog's --v, as an Abseil flag (see server/logging_setup.h for why it is declared here).
 ABSL_FLAG(int, v, 0,
@@ -153,6 +158,7 @@ int main(int argc, char** argv) {
   options.auth_tokens_file = absl::GetFlag(FLAGS_auth_tokens_file);
   options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   options.metrics_host = absl::GetFlag(FLAGS_metrics_host);
+  options.metrics_token_file = absl::GetFlag(FLAGS_metrics_token_file);
 
   auto server = samplerd::Server::Create(options);
   if (!server.ok()) {

@@ -1,5 +1,8 @@
 #include "server/server.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <algorithm>
 #include <functional>
 #include <set>
@@ -7,7 +10,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
@@ -17,6 +19,8 @@
 #include "kernels/cpu_backend.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "server/auth/server_credentials.h"
+#include "server/auth/token_table.h"
+#include "server/call_audit.h"
 #include "server/job_memory.h"
 #include "server/log_fields.h"
 #include "server/metrics/process_metrics.h"
@@ -32,9 +36,18 @@ std::string JoinHostPort(const std::string& host, int port) {
   return bare_ipv6 ? absl::StrCat("[", host, "]:", port) : absl::StrCat(host, ":", port);
 }
 
-// Whether `host` only listens on this machine (where plaintext tokens stay on the machine).
+// Whether `host` only listens on this machine (where plaintext tokens stay on the machine):
+// "localhost", or an address literal of 127.0.0.0/8 or ::1. A name is not looked at (one that
+// merely starts with "127." may resolve anywhere).
 bool IsLoopback(const std::string& host) {
-  return host == "localhost" || host == "::1" || host == "[::1]" || absl::StartsWith(host, "127.");
+  if (host == "localhost") return true;
+  in_addr v4;
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  const std::string bare = host.size() > 2 && host.front() == '[' && host.back() == ']'
+                               ? host.substr(1, host.size() - 2)
+                               : host;
+  in6_addr v6;
+  return inet_pton(AF_INET6, bare.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
 }
 
 // The full name of the Sampler service ("samplerd.v1.Sampler"), from the .proto.
@@ -117,12 +130,38 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const Options& options) {
                      ": must be -1 (no metrics), 0 (a free port) or 1..65535"));
   }
   if (absl::Status s = ValidateTransportOptions(options.transport); !s.ok()) return s;
+  // (An empty metrics_host is HttpExporter::Start's error.)
+  if (options.metrics_port >= 0 && !options.metrics_host.empty() &&
+      !IsLoopback(options.metrics_host) && options.metrics_token_file.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "metrics_host = \"", options.metrics_host,
+        "\" is not loopback and no metrics_token_file is set: the metrics name every job, so "
+        "anyone who can reach the port would read them; set --metrics_token_file (see "
+        "docs/OPERATIONS.md) or --metrics_host=127.0.0.1"));
+  }
   absl::StatusOr<std::unique_ptr<ComputeBackend>> backend = MakeBackend(options);
   if (!backend.ok()) return backend.status();
 
+  CertificateValidity certificate;
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = MakeServerCredentials(
-      {options.plaintext, options.tls_cert, options.tls_key, options.tls_client_ca});
+      {options.plaintext, options.tls_cert, options.tls_key, options.tls_client_ca}, &certificate);
   if (!credentials.ok()) return credentials.status();
+  metrics::HttpExporter::Authorize metrics_authorize;
+  if (!options.metrics_token_file.empty()) {
+    if (absl::Status s = CheckTokenFileMode("metrics_token_file", options.metrics_token_file);
+        !s.ok()) {
+      return s;
+    }
+    absl::StatusOr<TokenTable> token = TokenTable::LoadSingle(options.metrics_token_file);
+    if (!token.ok()) {
+      return absl::Status(token.status().code(),
+                          absl::StrCat("metrics_token_file: ", token.status().message()));
+    }
+    metrics_authorize = [table = std::make_shared<const TokenTable>(*std::move(token))](
+                            absl::string_view presented) {
+      return table->Find(presented) != nullptr;
+    };
+  }
   std::unique_ptr<Authorizer> authorizer;
   if (!options.auth_tokens_file.empty()) {
     absl::StatusOr<std::unique_ptr<Authorizer>> created =
@@ -138,12 +177,19 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const Options& options) {
   std::unique_ptr<Server> server(new Server(options, *std::move(backend), std::move(authorizer)));
   metrics::Process();  // Its families are exported from the start, at 0.
   server->AddStateGauges();
+  if (!options.plaintext) {
+    server->metrics_
+        ->AddGauge("samplerd_tls_certificate_expiry_timestamp_seconds",
+                   "When the server certificate (--tls_cert) expires, in Unix seconds.")
+        ->WithLabels({})
+        ->Set(static_cast<double>(absl::ToUnixSeconds(certificate.not_after)));
+  }
   // Metrics are served before recovery, which can take minutes for a large job: an operator
   // sees the process up (and its job count grow) meanwhile.
   if (options.metrics_port >= 0) {
     absl::StatusOr<std::unique_ptr<metrics::HttpExporter>> exporter = metrics::HttpExporter::Start(
-        options.metrics_host.empty() ? options.host : options.metrics_host, options.metrics_port,
-        {server->metrics_.get(), &metrics::Registry::Default()});
+        options.metrics_host, options.metrics_port,
+        {server->metrics_.get(), &metrics::Registry::Default()}, std::move(metrics_authorize));
     if (!exporter.ok()) return exporter.status();
     server->metrics_exporter_ = *std::move(exporter);
   }
@@ -158,6 +204,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const Options& options) {
   interceptors.push_back(std::make_unique<metrics::RpcMetricsInterceptorFactory>(
       server->metrics_.get(), std::set<std::string>{SamplerServiceName(), "grpc.health.v1.Health",
                                                     "grpc.reflection.v1alpha.ServerReflection"}));
+  // Refused calls and management calls, with the peer and the job (docs/OPERATIONS.md).
+  interceptors.push_back(std::make_unique<CallAuditInterceptorFactory>());
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   builder.AddListeningPort(JoinHostPort(options.host, options.port), *credentials, &server->port_);
   builder.RegisterService(server->service_.get());

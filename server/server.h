@@ -90,9 +90,15 @@ struct Options {
   std::string auth_tokens_file;
   // Prometheus metrics over HTTP at http://metrics_host:metrics_port/metrics
   // (docs/OPERATIONS.md): -1 serves none, 0 picks a free port (read it back with
-  // Server::metrics_url()), else 1..65535. An empty metrics_host means `host`.
+  // Server::metrics_url()), else 1..65535. The metrics name every job (as ListJobs, which needs
+  // an admin token), so they listen on loopback unless metrics_host says otherwise, and a
+  // metrics_host that is not loopback needs metrics_token_file (Create fails naming both).
   int metrics_port = -1;
-  std::string metrics_host;
+  std::string metrics_host = "127.0.0.1";
+  // File holding the one bearer token that /metrics then requires (Prometheus sends it with
+  // `authorization: {credentials_file: ...}`); empty: none required. Read once, at start;
+  // refused like the tokens file if its group or every user may write it (CheckTokenFileMode).
+  std::string metrics_token_file;
 };
 
 class Server {

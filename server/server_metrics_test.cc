@@ -1,6 +1,7 @@
 // A real Server with its metrics endpoint on a free port, driven over real gRPC; the metrics are
 // read over real HTTP (CivetWeb's client), as Prometheus reads them.
 #include <civetweb.h>
+#include <sys/stat.h>
 
 #include <map>
 #include <string>
@@ -15,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "proto/samplerd.grpc.pb.h"
 #include "server/server.h"
+#include "server/testing/test_dir.h"
 #include "server/testing/test_server_options.h"
 
 namespace samplerd {
@@ -238,6 +240,53 @@ TEST(ServerMetricsOptionsTest, BadMetricsPortIsRefusedAndNoneMeansNoUrl) {
   auto server = Server::Create(options);
   ASSERT_TRUE(server.ok());
   EXPECT_EQ((*server)->metrics_url(), "");
+}
+
+// The metrics name every job: by default they listen on loopback whatever --host is, and
+// another address needs a token (docs/OPERATIONS.md).
+TEST(ServerMetricsOptionsTest, MetricsListenOnLoopbackUnlessATokenGuardsThem) {
+  testutil::TestDir dir;
+  Options options = testutil::LoopbackTestOptions();
+  options.host = "0.0.0.0";
+  options.metrics_port = 0;
+  {
+    auto server = Server::Create(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    EXPECT_THAT((*server)->metrics_url(), ::testing::StartsWith("http://127.0.0.1:"));
+  }
+  // Only a loopback address (or localhost) goes without a token; a name merely starting like
+  // one may resolve anywhere.
+  for (const char* host : {"0.0.0.0", "127.attacker.example", "127.0.0.1.example", "10.1.2.3"}) {
+    options.metrics_host = host;
+    auto refused = Server::Create(options);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << host;
+    EXPECT_THAT(std::string(refused.status().message()),
+                HasSubstr(absl::StrCat("metrics_host = \"", host, "\" is not loopback")));
+  }
+  options.metrics_host = "0.0.0.0";
+  auto refused = Server::Create(options);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()),
+              AllOf(HasSubstr("metrics_host = \"0.0.0.0\" is not loopback"),
+                    HasSubstr("--metrics_token_file")));
+  options.metrics_token_file = dir.path() + "/absent";
+  refused = Server::Create(options);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("metrics_token_file: "));
+  options.metrics_token_file = dir.path() + "/metrics-token";
+  testutil::WriteBytes(options.metrics_token_file, "metrics-token-0123456789abcdef\n");
+  // As the tokens file: one that others may write is refused (they could put in their own).
+  ASSERT_EQ(::chmod(options.metrics_token_file.c_str(), 0666), 0);
+  refused = Server::Create(options);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(std::string(refused.status().message()),
+              AllOf(HasSubstr(absl::StrCat("metrics_token_file = \"", options.metrics_token_file,
+                                           "\": writable by every user (mode 0666)")),
+                    HasSubstr("chmod go-w")));
+  ASSERT_EQ(::chmod(options.metrics_token_file.c_str(), 0600), 0);
+  auto server = Server::Create(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_THAT((*server)->metrics_url(), ::testing::StartsWith("http://0.0.0.0:"));
 }
 
 }  // namespace

@@ -9,6 +9,8 @@
 #   other_ca      a second CA that nobody trusts
 #   other_server  a server certificate from `other_ca` (same names as `server`)
 #   other_client  a client certificate from `other_ca`
+#   expired_server  a server certificate from `ca` valid 2020-01-01 to 2020-02-01 only
+#   future_server   a server certificate from `ca` valid from 2099-01-01 only
 # EC P-256 keys: quick to make (the whole set takes well under a second).
 set -euo pipefail
 out="${1:?usage: make_test_certs.sh OUT_DIR}"
@@ -32,6 +34,20 @@ leaf() {  # leaf NAME ISSUER CN EXTENSIONS
   rm -f "$1.csr" "$1.ext"
 }
 
+dated() {  # dated NAME ISSUER CN EXTENSIONS NOT_BEFORE NOT_AFTER (YYYYMMDDHHMMSSZ)
+  # `openssl ca` is the tool of OpenSSL 3.0 that sets both dates; it wants a small database.
+  local db
+  db="$(mktemp -d)"
+  touch "$db/index"
+  printf '[ca]\ndefault_ca=d\n[d]\ndatabase=%s/index\nnew_certs_dir=%s\nrand_serial=yes\ndefault_md=sha256\npolicy=p\n[p]\ncommonName=supplied\n[x]\n%s\n' \
+    "$db" "$db" "$4" >"$db/ca.cnf"
+  openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=$3" \
+    -keyout "$1.key" -out "$db/csr" 2>/dev/null
+  openssl ca -batch -config "$db/ca.cnf" -extensions x -cert "$2.pem" -keyfile "$2.key" \
+    -in "$db/csr" -out "$1.pem" -startdate "$5" -enddate "$6" -notext 2>/dev/null
+  rm -rf "$db"
+}
+
 server_ext=$'subjectAltName=DNS:localhost,IP:127.0.0.1,IP:::1\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE'
 client_ext=$'extendedKeyUsage=clientAuth\nbasicConstraints=CA:FALSE'
 
@@ -41,4 +57,6 @@ leaf server ca localhost "$server_ext"
 leaf client ca "samplerd test client" "$client_ext"
 leaf other_server other_ca localhost "$server_ext"
 leaf other_client other_ca "untrusted test client" "$client_ext"
+dated expired_server ca localhost "$server_ext" 20200101000000Z 20200201000000Z
+dated future_server ca localhost "$server_ext" 20990101000000Z 20991231000000Z
 chmod 600 ./*.key

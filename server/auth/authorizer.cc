@@ -1,7 +1,5 @@
 #include "server/auth/authorizer.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <utility>
 #include <vector>
@@ -28,8 +26,11 @@ std::string GrantedJobs(const TokenGrant& grant) {
   return absl::StrJoin(jobs, ", ");
 }
 
-// The tokens file, named as its flag, with the loader's error (which names the path and line).
+// The tokens file, named as its flag, with the loader's error (which names the path and line);
+// CheckTokenFileMode's rule first: whoever may write the file may grant themselves admin at the
+// next SIGHUP.
 absl::StatusOr<std::shared_ptr<const TokenTable>> LoadTable(const std::string& path) {
+  if (absl::Status s = CheckTokenFileMode("auth_tokens_file", path); !s.ok()) return s;
   absl::StatusOr<TokenTable> table = TokenTable::Load(path);
   if (!table.ok()) {
     return absl::Status(table.status().code(), absl::StrCat("auth_tokens_file = \"", path,
@@ -39,14 +40,6 @@ absl::StatusOr<std::shared_ptr<const TokenTable>> LoadTable(const std::string& p
     // No call would pass: surely not what was meant (to stop all calls, stop the server).
     return absl::InvalidArgumentError(
         absl::StrCat("auth_tokens_file = \"", path, "\": holds no token"));
-  }
-  struct stat st;
-  if (::stat(path.c_str(), &st) == 0 && (st.st_mode & S_IROTH) != 0) {
-    // A warning, not an error: Kubernetes mounts Secrets 0644 unless told otherwise, and there
-    // the container's only user is samplerd's.
-    LOG(WARNING) << "auth_tokens_file = \"" << path << "\" is readable by every user of this "
-                 << "machine (mode 0" << std::oct << (st.st_mode & 0777) << std::dec
-                 << "): chmod o-r it";
   }
   return std::make_shared<const TokenTable>(*std::move(table));
 }

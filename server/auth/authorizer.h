@@ -75,7 +75,8 @@ class MethodAccess {
 class Authorizer {
  public:
   // Loads the tokens file at `path` (see TokenTable for the format). An error names the flag
-  // (auth_tokens_file), the path and the bad line. Logs a warning if every user may read it.
+  // (auth_tokens_file), the path and the bad line; PERMISSION_DENIED if its group or every
+  // user may write it. Logs a warning if every user may read it.
   static absl::StatusOr<std::unique_ptr<Authorizer>> Create(const std::string& path);
 
   // Re-reads the file. On an error the table in use stays as it was (and the error, naming the

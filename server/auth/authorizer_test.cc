@@ -1,5 +1,7 @@
 #include "server/auth/authorizer.h"
 
+#include <sys/stat.h>
+
 #include <map>
 #include <string>
 
@@ -138,6 +140,26 @@ TEST_F(AuthorizerTest, ReloadAddsAndRevokesTokensAndABadFileKeepsTheTableInUse) 
   EXPECT_THAT(std::string(authorizer_->Reload().message()), HasSubstr("holds no token"));
   EXPECT_TRUE(With(kEval).ok());
   EXPECT_EQ(authorizer_->size(), 2u);
+}
+
+// As ssh refuses a writable authorized_keys: whoever may write the file may grant themselves
+// admin. At start and on reload (where the table in use stays).
+TEST_F(AuthorizerTest, AFileOthersMayWriteIsRefused) {
+  for (const auto& [mode, who] : {std::pair<mode_t, std::string>{0620, "its group (mode 0620)"},
+                                  {0602, "every user (mode 0602)"},
+                                  {0666, "every user (mode 0666)"}}) {
+    ASSERT_EQ(::chmod(path_.c_str(), mode), 0);
+    auto created = Authorizer::Create(path_);
+    EXPECT_EQ(created.status().code(), absl::StatusCode::kPermissionDenied) << who;
+    EXPECT_THAT(
+        std::string(created.status().message()),
+        AllOf(HasSubstr(absl::StrCat("auth_tokens_file = \"", path_, "\": writable by ", who)),
+              HasSubstr("chmod go-w")));
+    EXPECT_EQ(authorizer_->Reload().code(), absl::StatusCode::kPermissionDenied) << who;
+    EXPECT_TRUE(With(kTrain).ok());
+  }
+  ASSERT_EQ(::chmod(path_.c_str(), 0640), 0);
+  EXPECT_TRUE(Authorizer::Create(path_).ok());
 }
 
 TEST(AuthorizerCreateTest, ABadFileIsAnErrorNamingTheFlagThePathAndTheLine) {

@@ -1,14 +1,18 @@
 #include "server/auth/server_credentials.h"
 
+#include <ctime>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "glog/logging.h"
 #include "grpcpp/security/server_credentials.h"
 #include "openssl/bio.h"
 #include "openssl/err.h"
 #include "openssl/evp.h"
 #include "openssl/pem.h"
 #include "openssl/x509.h"
+#include "server/log_fields.h"
 #include "server/persistence/file_util.h"
 
 namespace samplerd {
@@ -58,10 +62,36 @@ absl::StatusOr<UniqueX509> FirstCertificate(absl::string_view flag, const std::s
   return cert;
 }
 
+absl::Time ToTime(const ASN1_TIME* asn1) {
+  std::tm tm = {};
+  if (ASN1_TIME_to_tm(asn1, &tm) != 1) return absl::InfinitePast();
+  return absl::FromTimeT(timegm(&tm));
+}
+
+CertificateValidity ValidityOf(const X509& cert) {
+  return {ToTime(X509_get0_notBefore(&cert)), ToTime(X509_get0_notAfter(&cert))};
+}
+
+// Warns when `validity` does not include now: clients will refuse the handshake.
+void WarnUnlessValidNow(const std::string& path, const CertificateValidity& validity) {
+  const absl::Time now = absl::Now();
+  if (now >= validity.not_before && now <= validity.not_after) return;
+  auto date = [](absl::Time t) {
+    return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", t, absl::UTCTimeZone());
+  };
+  LOG(WARNING) << "event=tls_certificate_not_valid tls_cert=" << LogValue(path)
+               << " problem=" << (now > validity.not_after ? "expired" : "not_yet_valid")
+               << " not_before=" << date(validity.not_before)
+               << " not_after=" << date(validity.not_after) << " now=" << date(now) << " effect="
+               << LogValue(
+                      "clients that check dates refuse the handshake; renew "
+                      "the certificate and restart");
+}
+
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
-    const TransportSecurity& security) {
+    const TransportSecurity& security, CertificateValidity* leaf_validity) {
   const bool any_tls =
       !security.tls_cert.empty() || !security.tls_key.empty() || !security.tls_client_ca.empty();
   if (security.plaintext) {
@@ -103,6 +133,10 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     return Bad("tls_key", security.tls_key,
                absl::StrCat("is not the private key of tls_cert = \"", security.tls_cert, "\""));
   }
+
+  const CertificateValidity validity = ValidityOf(**leaf);
+  WarnUnlessValidNow(security.tls_cert, validity);
+  if (leaf_validity != nullptr) *leaf_validity = validity;
 
   grpc::SslServerCredentialsOptions options(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
   options.pem_key_cert_pairs.push_back({*std::move(key_pem), *std::move(cert_pem)});

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "grpcpp/security/server_credentials.h"
 
 namespace samplerd {
@@ -29,12 +30,22 @@ struct TransportSecurity {
   std::string tls_client_ca;
 };
 
+// When a certificate may be used (X.509 notBefore and notAfter).
+struct CertificateValidity {
+  absl::Time not_before;
+  absl::Time not_after;
+};
+
 // Credentials for grpc::ServerBuilder::AddListeningPort. INVALID_ARGUMENT, naming the flags,
 // when neither TLS (tls_cert and tls_key) nor plaintext is chosen, when both are, or when one
 // of tls_cert/tls_key comes without the other; INVALID_ARGUMENT naming the flag and the path
 // for a file that cannot be read or does not hold what it should (see the file comment).
+// A server certificate (tls_cert's leaf) that has expired or is not valid yet is no error (the
+// clients decide; a restart with a renewed file fixes it) but logs a WARNING
+// `event=tls_certificate_not_valid` naming the file and both dates. With TLS, `leaf_validity`
+// (if not null) receives the leaf's dates, for the expiry metric.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
-    const TransportSecurity& security);
+    const TransportSecurity& security, CertificateValidity* leaf_validity = nullptr);
 
 }  // namespace samplerd
 

@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/testing/test_certs.h"
@@ -35,6 +37,24 @@ TEST_F(ServerCredentialsTest, TlsMutualTlsAndPlaintextWhenAskedFor) {
   EXPECT_TRUE(MakeServerCredentials({false, Cert("server"), Key("server"), ""}).ok());
   EXPECT_TRUE(MakeServerCredentials({false, Cert("server"), Key("server"), Cert("ca")}).ok());
   EXPECT_TRUE(MakeServerCredentials({true, "", "", ""}).ok());
+}
+
+// Dates out of range are a warning, not an error (the clients decide); the dates are returned
+// for the expiry metric. The certificates are made by openssl with those dates.
+TEST_F(ServerCredentialsTest, ReturnsTheLeafCertificatesDatesEvenWhenOutOfRange) {
+  CertificateValidity validity;
+  ASSERT_TRUE(
+      MakeServerCredentials({false, Cert("expired_server"), Key("expired_server"), ""}, &validity)
+          .ok());
+  EXPECT_EQ(validity.not_before, absl::FromCivil(absl::CivilDay(2020, 1, 1), absl::UTCTimeZone()));
+  EXPECT_EQ(validity.not_after, absl::FromCivil(absl::CivilDay(2020, 2, 1), absl::UTCTimeZone()));
+  ASSERT_TRUE(
+      MakeServerCredentials({false, Cert("future_server"), Key("future_server"), ""}, &validity)
+          .ok());
+  EXPECT_EQ(validity.not_before, absl::FromCivil(absl::CivilDay(2099, 1, 1), absl::UTCTimeZone()));
+  ASSERT_TRUE(MakeServerCredentials({false, Cert("server"), Key("server"), ""}, &validity).ok());
+  EXPECT_LT(validity.not_before, absl::Now());
+  EXPECT_GT(validity.not_after, absl::Now());
 }
 
 TEST_F(ServerCredentialsTest, NeitherOrBothModesAreRefusedNamingTheFlags) {

@@ -1,12 +1,16 @@
 #include "server/auth/token_table.h"
 
+#include <sys/stat.h>
+
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "glog/logging.h"
 #include "openssl/crypto.h"
 #include "openssl/sha.h"
 #include "server/job_config.h"
@@ -33,6 +37,8 @@ std::string TokenProblem(absl::string_view token) {
   return "";
 }
 
+// The grant of a line: "admin" or "jobs=NAME[,NAME...]". The messages never quote the field:
+// when a line's columns are swapped ("jobs=train TOKEN") it is the token.
 absl::StatusOr<TokenGrant> ParseGrant(absl::string_view grant) {
   TokenGrant result;
   if (grant == "admin") {
@@ -41,18 +47,44 @@ absl::StatusOr<TokenGrant> ParseGrant(absl::string_view grant) {
   }
   if (!absl::StartsWith(grant, kJobsPrefix)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("grant \"", grant, "\": expected \"admin\" or \"jobs=NAME[,NAME...]\""));
+        "the grant (second field) is neither \"admin\" nor \"jobs=NAME[,NAME...]\" (not quoted "
+        "here: it may be a token)");
   }
+  int position = 0;
   for (absl::string_view job : absl::StrSplit(grant.substr(kJobsPrefix.size()), ',')) {
-    if (absl::Status s = ValidateJobName(std::string(job)); !s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("grant \"", grant, "\": ", s.message()));
+    ++position;
+    if (!ValidateJobName(std::string(job)).ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "job name ", position, " of the grant is not a job name (see CreateJob's `name`)"));
     }
     result.jobs.insert(std::string(job));
   }
   return result;
 }
 
+// Whether `field` reads as a grant: a line whose first field does has its columns swapped.
+bool LooksLikeGrant(absl::string_view field) {
+  return field == "admin" || absl::StartsWith(field, kJobsPrefix);
+}
+
 }  // namespace
+
+absl::Status CheckTokenFileMode(absl::string_view flag, const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return absl::OkStatus();
+  const std::string mode = absl::StrFormat("%04o", st.st_mode & 07777);
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(flag, " = \"", path, "\": writable by ",
+                     (st.st_mode & S_IWOTH) != 0 ? "every user" : "its group", " (mode ", mode,
+                     "): whoever may write it may put in a token of their own; chmod go-w it"));
+  }
+  if ((st.st_mode & S_IROTH) != 0) {
+    LOG(WARNING) << flag << " = \"" << path << "\" is readable by every user of this machine (mode "
+                 << mode << "): chmod o-r it";
+  }
+  return absl::OkStatus();
+}
 
 TokenTable::Digest TokenTable::Sha256(absl::string_view data) {
   Digest digest;
@@ -77,6 +109,9 @@ absl::StatusOr<TokenTable> TokenTable::Parse(absl::string_view text, absl::strin
       return bad(absl::StrCat("expected \"TOKEN admin\" or \"TOKEN jobs=NAME[,NAME...]\", got ",
                               fields.size(), " fields"));
     }
+    if (LooksLikeGrant(fields[0])) {
+      return bad("the first field is a grant: a line is \"TOKEN GRANT\", token first");
+    }
     if (std::string problem = TokenProblem(fields[0]); !problem.empty()) return bad(problem);
     absl::StatusOr<TokenGrant> grant = ParseGrant(fields[1]);
     if (!grant.ok()) return bad(grant.status().message());
@@ -94,6 +129,21 @@ absl::StatusOr<TokenTable> TokenTable::Load(const std::string& path) {
   absl::StatusOr<std::string> text = ReadFile(path);
   if (!text.ok()) return text.status();
   return Parse(*text, path);
+}
+
+absl::StatusOr<TokenTable> TokenTable::LoadSingle(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  const absl::string_view token = absl::StripAsciiWhitespace(*text);
+  if (std::string problem = TokenProblem(token); !problem.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": must hold one token and nothing else: ", problem));
+  }
+  TokenTable table;
+  auto grant = std::make_shared<TokenGrant>();
+  grant->admin = true;
+  table.entries_.push_back(Entry{Sha256(token), std::move(grant)});
+  return table;
 }
 
 std::shared_ptr<const TokenGrant> TokenTable::Find(absl::string_view token) const {

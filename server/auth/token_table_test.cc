@@ -41,7 +41,10 @@ TEST(TokenTableTest, FindsOnlyTheWholeToken) {
   EXPECT_NE(table->Find(token), nullptr);
 }
 
-TEST(TokenTableTest, BadLinesAreNamedByNumberWithoutTheToken) {
+// No field of a bad line is quoted: with the columns swapped, or a token pasted where a grant
+// or a job name goes, the field is a token (docs/SECURITY.md: no message contains a token).
+TEST(TokenTableTest, BadLinesAreNamedByNumberQuotingNoField) {
+  constexpr char kOther[] = "other-token-0123456789abcdef";
   struct Case {
     std::string line;
     std::string want;
@@ -49,10 +52,12 @@ TEST(TokenTableTest, BadLinesAreNamedByNumberWithoutTheToken) {
   const Case cases[] = {
       {absl::StrCat(kTrain), "got 1 fields"},
       {absl::StrCat(kTrain, " admin extra"), "got 3 fields"},
-      {absl::StrCat(kTrain, " root"), "grant \"root\": expected \"admin\" or \"jobs=NAME"},
-      {absl::StrCat(kTrain, " jobs="), "grant \"jobs=\": name = \"\": must be 1 to 128"},
-      {absl::StrCat(kTrain, " jobs=a,,b"), "name = \"\""},
-      {absl::StrCat(kTrain, " jobs=a/b"), "name = \"a/b\": only [A-Za-z0-9._-]"},
+      {absl::StrCat(kTrain, " ", kOther), "the grant (second field) is neither \"admin\" nor"},
+      {absl::StrCat("jobs=train-run-1 ", kOther), "the first field is a grant: a line is"},
+      {absl::StrCat("admin ", kOther), "the first field is a grant"},
+      {absl::StrCat(kTrain, " jobs="), "job name 1 of the grant is not a job name"},
+      {absl::StrCat(kTrain, " jobs=a,,b"), "job name 2 of the grant"},
+      {absl::StrCat(kTrain, " jobs=a,", kOther, "/x"), "job name 2 of the grant"},
       {"short-token admin", "the token has 11 characters; it must have 16 to 4096"},
       {absl::StrCat(kTrain, "\x01 admin"), "printable ASCII"},
   };
@@ -64,6 +69,8 @@ TEST(TokenTableTest, BadLinesAreNamedByNumberWithoutTheToken) {
     EXPECT_THAT(message, HasSubstr("/etc/samplerd/tokens: line 3: ")) << c.line;
     EXPECT_THAT(message, HasSubstr(c.want)) << c.line;
     EXPECT_THAT(message, Not(HasSubstr(kTrain))) << c.line;
+    EXPECT_THAT(message, Not(HasSubstr(kOther))) << c.line;
+    EXPECT_THAT(message, Not(HasSubstr("other-token"))) << c.line;
     EXPECT_THAT(message, Not(HasSubstr("short-token"))) << c.line;
   }
 }
@@ -85,6 +92,24 @@ TEST(TokenTableTest, LoadNamesAMissingFile) {
   auto loaded = TokenTable::Load(dir.path() + "/tokens");
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_NE(loaded->Find(kAdmin), nullptr);
+}
+
+TEST(TokenTableTest, LoadSingleReadsOneTokenAndNamesABadFileWithoutQuotingIt) {
+  testutil::TestDir dir;
+  const std::string path = dir.path() + "/metrics-token";
+  testutil::WriteBytes(path, absl::StrCat("  ", kTrain, "\n"));
+  auto table = TokenTable::LoadSingle(path);
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_NE(table->Find(kTrain), nullptr);
+  EXPECT_EQ(table->Find(kAdmin), nullptr);
+  testutil::WriteBytes(path, absl::StrCat(kTrain, " admin\n"));
+  auto two_fields = TokenTable::LoadSingle(path);
+  EXPECT_EQ(two_fields.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(
+      std::string(two_fields.status().message()),
+      AllOf(HasSubstr(path + ": must hold one token and nothing else"), Not(HasSubstr(kTrain))));
+  EXPECT_EQ(TokenTable::LoadSingle(dir.path() + "/absent").status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 #include <mutex>
 #include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 
@@ -25,13 +27,39 @@ int LogCivetWebMessage(const mg_connection*, const char* message) {
   return 1;  // Handled: CivetWeb prints nothing itself.
 }
 
+// The token of an `Authorization: Bearer <token>` header (RFC 6750: the scheme is
+// case-insensitive), or "" without one.
+absl::string_view BearerToken(const char* header) {
+  constexpr absl::string_view kScheme = "bearer ";
+  const absl::string_view value = header == nullptr ? "" : header;
+  if (!absl::StartsWithIgnoreCase(value, kScheme)) return "";
+  return absl::StripAsciiWhitespace(value.substr(kScheme.size()));
+}
+
+// 401 with the scheme to use (the token presented, if any, is not repeated).
+void SendUnauthorized(mg_connection* connection) {
+  constexpr absl::string_view kBody =
+      "401 Unauthorized: /metrics needs \"Authorization: Bearer <token>\" with the token of "
+      "samplerd's --metrics_token_file (Prometheus: authorization.credentials_file)\n";
+  mg_printf(connection,
+            "HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Bearer realm=\"samplerd metrics\"\r\n"
+            "Content-Type: text/plain; charset=utf-8\r\nContent-Length: %zu\r\n"
+            "Connection: close\r\n\r\n",
+            kBody.size());
+  mg_write(connection, kBody.data(), kBody.size());
+}
+
 }  // namespace
 
-HttpExporter::HttpExporter(std::string host, std::vector<const Registry*> registries)
-    : host_(std::move(host)), registries_(std::move(registries)) {}
+HttpExporter::HttpExporter(std::string host, std::vector<const Registry*> registries,
+                           Authorize authorize)
+    : host_(std::move(host)),
+      registries_(std::move(registries)),
+      authorize_(std::move(authorize)) {}
 
 absl::StatusOr<std::unique_ptr<HttpExporter>> HttpExporter::Start(
-    const std::string& host, int port, std::vector<const Registry*> registries) {
+    const std::string& host, int port, std::vector<const Registry*> registries,
+    Authorize authorize) {
   if (port < 0 || port > 65535) {
     return absl::InvalidArgumentError(
         absl::StrCat("metrics_port = ", port, ": must be 0..65535 (or -1: no metrics)"));
@@ -48,13 +76,17 @@ absl::StatusOr<std::unique_ptr<HttpExporter>> HttpExporter::Start(
   static std::once_flag library_initialized;
   std::call_once(library_initialized, [] { mg_init_library(0); });
 
-  std::unique_ptr<HttpExporter> exporter(new HttpExporter(host, std::move(registries)));
+  std::unique_ptr<HttpExporter> exporter(
+      new HttpExporter(host, std::move(registries), std::move(authorize)));
   const std::string address = JoinHostPort(host, port);
-  // Two workers: one scrape at a time is the normal load; a second keeps a stuck client from
-  // blocking Prometheus. Connections are closed after each request (no keep-alive threads).
+  // One scrape at a time is the normal load; the other workers are for clients that are slow
+  // (or hostile) to send their request: CivetWeb's request_timeout_ms bounds the whole wait
+  // for the headers. Connections are closed after each request (no keep-alive threads).
+  const std::string threads = absl::StrCat(kWorkerThreads);
+  const std::string timeout_ms = absl::StrCat(absl::ToInt64Milliseconds(kRequestTimeout));
   const char* options[] = {
-      "listening_ports", address.c_str(),     "num_threads", "2",    "request_timeout_ms",
-      "10000",           "enable_keep_alive", "no",          nullptr};
+      "listening_ports",  address.c_str(),     "num_threads", threads.c_str(), "request_timeout_ms",
+      timeout_ms.c_str(), "enable_keep_alive", "no",          nullptr};
   mg_callbacks callbacks;
   std::memset(&callbacks, 0, sizeof(callbacks));
   callbacks.log_message = &LogCivetWebMessage;
@@ -95,6 +127,13 @@ std::string HttpExporter::url() const {
 int HttpExporter::HandleMetrics(mg_connection* connection, void* data) {
   const auto* exporter = static_cast<const HttpExporter*>(data);
   const mg_request_info* request = mg_get_request_info(connection);
+  if (exporter->authorize_ != nullptr) {
+    const absl::string_view token = BearerToken(mg_get_header(connection, "Authorization"));
+    if (token.empty() || !exporter->authorize_(token)) {
+      SendUnauthorized(connection);
+      return 401;
+    }
+  }
   const bool head = std::strcmp(request->request_method, "HEAD") == 0;
   if (!head && std::strcmp(request->request_method, "GET") != 0) {
     mg_send_http_error(connection, 405, "%s is not allowed on /metrics; use GET\n",

@@ -1,9 +1,16 @@
 // The exporter over real HTTP on a free port, fetched with CivetWeb's client.
 #include "server/metrics/http_exporter.h"
 
+#include <arpa/inet.h>
 #include <civetweb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -20,8 +27,10 @@ struct Response {
   std::string body;
 };
 
-// One HTTP request to 127.0.0.1:port; status 0 if the connection failed.
-Response Fetch(int port, const std::string& method, const std::string& path) {
+// One HTTP request to 127.0.0.1:port; status 0 if the connection failed or no response came
+// within `timeout_ms`.
+Response Fetch(int port, const std::string& method, const std::string& path,
+               const std::string& extra_headers = "", int timeout_ms = 10000) {
   char error[256] = "";
   mg_connection* connection =
       mg_connect_client("127.0.0.1", port, /*use_ssl=*/0, error, sizeof(error));
@@ -30,9 +39,9 @@ Response Fetch(int port, const std::string& method, const std::string& path) {
     ADD_FAILURE() << "connect: " << error;
     return response;
   }
-  mg_printf(connection, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
-            method.c_str(), path.c_str());
-  if (mg_get_response(connection, error, sizeof(error), /*timeout_ms=*/10000) < 0) {
+  mg_printf(connection, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n%s\r\n",
+            method.c_str(), path.c_str(), extra_headers.c_str());
+  if (mg_get_response(connection, error, sizeof(error), timeout_ms) < 0) {
     ADD_FAILURE() << "response: " << error;
   } else {
     const mg_response_info* info = mg_get_response_info(connection);
@@ -99,6 +108,79 @@ TEST(HttpExporterTest, BadAddressesAreRefusedNamingTheFlag) {
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(second.status().message()),
               HasSubstr("127.0.0.1:" + std::to_string((*first)->port())));
+}
+
+TEST(HttpExporterTest, WithAnAuthorizeFunctionOnlyAcceptedBearerTokensGetTheMetrics) {
+  Registry registry;
+  registry.AddGauge("test_secret", "S.")->WithLabels({})->Set(1);
+  auto exporter = HttpExporter::Start("127.0.0.1", 0, {&registry},
+                                      [](absl::string_view token) { return token == "right"; });
+  ASSERT_TRUE(exporter.ok()) << exporter.status();
+  const int port = (*exporter)->port();
+  for (const char* headers : {"", "Authorization: Bearer wrong\r\n",
+                              "Authorization: Basic right\r\n", "Authorization: Bearer \r\n"}) {
+    Response r = Fetch(port, "GET", "/metrics", headers);
+    EXPECT_EQ(r.status, 401) << headers;
+    EXPECT_THAT(r.body, ::testing::Not(HasSubstr("test_secret"))) << headers;
+    EXPECT_THAT(r.body, HasSubstr("--metrics_token_file")) << headers;
+  }
+  EXPECT_THAT(Fetch(port, "GET", "/metrics", "Authorization: bearer right\r\n").body,
+              HasSubstr("test_secret 1\n"));
+}
+
+// A socket to 127.0.0.1:port that has sent the start of a request, or -1.
+int OpenSlowRequest(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+    if (fd >= 0) ::close(fd);
+    return -1;
+  }
+  constexpr char kStart[] = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ";
+  (void)!::send(fd, kStart, sizeof(kStart) - 1, MSG_NOSIGNAL);
+  return fd;
+}
+
+// Ten clients trickle their headers, a byte every 50 ms, reconnecting when dropped (as an
+// attacker would); a scrape still gets its answer at once, every time.
+TEST(HttpExporterTest, TenSlowClientsDoNotBlindTheEndpoint) {
+  Registry registry;
+  registry.AddGauge("test_up", "U.")->WithLabels({})->Set(1);
+  auto exporter = HttpExporter::Start("127.0.0.1", 0, {&registry});
+  ASSERT_TRUE(exporter.ok()) << exporter.status();
+  const int port = (*exporter)->port();
+  constexpr int kSlowClients = 10;
+  std::atomic<bool> stop{false};
+  std::thread trickler([&] {
+    std::vector<int> sockets(kSlowClients, -1);
+    while (!stop.load()) {
+      for (int& fd : sockets) {
+        if (fd < 0) fd = OpenSlowRequest(port);
+        if (fd >= 0 && ::send(fd, "x", 1, MSG_NOSIGNAL) != 1) {
+          ::close(fd);
+          fd = -1;
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    for (int fd : sockets) {
+      if (fd >= 0) ::close(fd);
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // All ten hold a connection.
+  int answered = 0;
+  constexpr int kScrapes = 11;
+  for (int i = 0; i < kScrapes; ++i) {
+    Response r = Fetch(port, "GET", "/metrics", "", /*timeout_ms=*/4000);
+    if (r.status == 200 && r.body.find("test_up 1") != std::string::npos) ++answered;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  stop = true;
+  trickler.join();
+  EXPECT_EQ(answered, kScrapes);
 }
 
 TEST(HttpExporterTest, StopsServingWhenDestroyed) {

@@ -24,6 +24,11 @@ absl::StatusOr<std::string> ReadFile(const std::string& path);
 // fsyncs a directory, so that a rename or a new file in it is durable.
 absl::Status SyncDirectory(const std::string& dir);
 
+// Ends the error of a file of another format version (snapshot or log): what the operator does.
+inline constexpr absl::string_view kOtherFormatVersionAdvice =
+    " (written by another samplerd release: run that release until the job ends, or move the "
+    "job's directory away; docs/PERSISTENCE.md, Upgrade and rollback)";
+
 }  // namespace samplerd
 
 #endif  // SAMPLERD_SERVER_PERSISTENCE_FILE_UTIL_H_

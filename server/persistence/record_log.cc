@@ -86,9 +86,9 @@ absl::StatusOr<RecordLogHead> DecodeHead(absl::string_view file, uint64_t file_s
     if (Crc(block.substr(0, crc_at)) != Load32(&block[crc_at])) continue;
     const uint32_t version = Load32(&block[8]);
     if (version != kRecordLogFormatVersion) {
-      return absl::FailedPreconditionError(absl::StrCat(path, ": log format version ", version,
-                                                        "; this samplerd reads version ",
-                                                        kRecordLogFormatVersion));
+      return absl::FailedPreconditionError(
+          absl::StrCat(path, ": log format version ", version, "; this samplerd reads version ",
+                       kRecordLogFormatVersion, kOtherFormatVersionAdvice));
     }
     const uint64_t sequence = Load64(&block[16 + header_length]);
     if (found && sequence <= head.sequence) continue;

@@ -182,9 +182,9 @@ absl::StatusOr<Snapshot> ReadSnapshot(const std::string& path) {
   if (h.format_version() != kSnapshotFormatVersion) {
     // Damage and a file from another version look alike here: the checksum tells them apart.
     if (!WholeFileChecksumMatches(fd.get(), file_size)) return corrupt("checksum mismatch");
-    return absl::FailedPreconditionError(
-        absl::StrCat(path, ": snapshot format_version = ", h.format_version(),
-                     "; this samplerd reads version ", kSnapshotFormatVersion));
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, ": snapshot format_version = ", h.format_version(), "; this samplerd reads version ",
+        kSnapshotFormatVersion, kOtherFormatVersionAdvice));
   }
   // Check the sizes against the file before allocating anything they ask for.
   const unsigned __int128 expected = static_cast<unsigned __int128>(kMagic.size()) + 4 +

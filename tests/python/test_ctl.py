@@ -336,6 +336,32 @@ def test_status_watch_follows_a_job_until_ctrl_c_or_deletion(server, client):
                 proc.wait()
 
 
+def test_out_of_range_integers_are_bad_input_not_a_traceback(server, client):
+    """A value beyond the proto field's width (world_size is uint32, epoch uint64) is exit 2
+    naming the field and value, not protobuf's ValueError traceback (exit 1)."""
+    client.create_job("wide", num_samples=8, world_size=1)
+    for args, field in ((("resize", "wide", 0, 2**33), "world_size = 8589934592"),
+                        (("resize", "wide", 2**64, 1), f"epoch = {2**64}"),
+                        (("rewind", "wide", 2**64), f"epoch = {2**64}"),
+                        (("resize", "wide", 0, -1), None)):  # argparse takes -1 for an option.
+        result = run_ctl(server.address, *args)
+        assert result.returncode == ctl.EXIT_BAD_INPUT, (args, result.stderr)
+        assert "Traceback" not in result.stderr, result.stderr
+        if field:
+            assert result.stderr.startswith(f"samplerctl: INVALID_ARGUMENT: {field}: must be "
+                                            "an integer from 0 to"), result.stderr
+    assert client.get_job("wide").spec.world_size == 1  # Nothing changed.
+
+
+def test_the_help_says_which_exit_code_tls_failures_give():
+    """A refused TLS handshake reaches the client as UNAVAILABLE (test_security.py checks exit
+    5 with a real one): the help must say so, and keep 6 for the server's refusals."""
+    help_text = run_ctl(None, "--help").stdout
+    assert "5  cannot reach the server" in help_text and "TLS handshake failed" in help_text
+    assert "6  the server refused the call" in help_text
+    assert "certificate" not in ctl.EXIT_CODES[ctl.EXIT_DENIED]
+
+
 def test_samplerctl_entry_point_is_installed(tmp_path):
     """pip installs a `samplerctl` script (pyproject's [project.scripts]) that runs the CLI."""
     source = tmp_path / "src"

@@ -24,6 +24,9 @@ MANIFESTS = sorted(K8S.glob("*.yaml"))
 # 1.29: the oldest release with native sidecars (initContainer restartPolicy) on by default;
 # 1.33: where they are GA. Both ship with the pinned kubernetes-validate.
 KUBERNETES_VERSIONS = ("1.29.0", "1.33.0")
+# The central form claims Kubernetes >= 1.25 (deploy/README.md): 1.25 is the oldest release the
+# pinned kubernetes-validate has schemas of.
+CENTRAL_FORM_OLDEST = "1.25.0"
 VALIDATE = pathlib.Path(sys.executable).parent / "kubernetes-validate"
 HEALTH_SERVICE = "samplerd.v1.Sampler"
 
@@ -40,6 +43,12 @@ def test_every_manifest_is_schema_valid_in_strict_mode(version):
     assert len(MANIFESTS) >= 2
     result = validate(MANIFESTS, version)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_central_form_is_schema_valid_for_the_oldest_release_it_claims():
+    result = validate([K8S / "samplerd.yaml"], CENTRAL_FORM_OLDEST)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"Kubernetes >= {CENTRAL_FORM_OLDEST[:-2]}" in (ROOT / "deploy" / "README.md").read_text()
 
 
 def test_strict_validation_rejects_a_misspelt_field(tmp_path):
@@ -134,6 +143,23 @@ def problems(objects):
                     found.append(f"{cname}: securityContext {field} is not {want}")
             if "fsGroup" not in pod.get("securityContext", {}):
                 found.append(f"{name}: no fsGroup: the volume is not writable by samplerd's uid")
+            metrics_host = flag(args, "metrics_host") or "127.0.0.1"
+            if flag(args, "metrics_port") and not metrics_host.startswith("127."):
+                # The metrics name every job (docs/OPERATIONS.md): samplerd refuses to start.
+                token = flag(args, "metrics_token_file")
+                mounted = token and any(
+                    token.startswith(m["mountPath"] + "/") and "secret" in volumes.get(
+                        m["name"], {}) for m in container.get("volumeMounts", []))
+                if not mounted:
+                    found.append(f"{cname}: metrics on {metrics_host} without a "
+                                 "--metrics_token_file from a mounted Secret")
+                metrics_port = int(flag(args, "metrics_port"))
+                for policy in (o for o in objects if o["kind"] == "NetworkPolicy"):
+                    for rule in policy["spec"].get("ingress", []):
+                        if "from" not in rule and any(p.get("port") == metrics_port
+                                                      for p in rule.get("ports", [])):
+                            found.append(f"NetworkPolicy {policy['metadata']['name']}: metrics "
+                                         f"port {metrics_port} open to every pod")
             if "limits" not in container.get("resources", {}):
                 found.append(f"{cname}: no resource limits")
             if kind == "Job" and (container not in inits
@@ -180,6 +206,14 @@ def edited(path, old, new):
     ("samplerd.yaml", "fsGroup: 65534", "supplementalGroups: [65534]", "no fsGroup"),
     ("samplerd.yaml", "readOnlyRootFilesystem: true", "readOnlyRootFilesystem: false",
      "readOnlyRootFilesystem is not True"),
+    ("samplerd.yaml", "- --metrics_token_file=/etc/samplerd/metrics/token", None,
+     "metrics on 0.0.0.0 without a --metrics_token_file"),
+    ("samplerd.yaml", "secret: {secretName: samplerd-metrics-token, defaultMode: 0400}",
+     "emptyDir: {}", "without a --metrics_token_file from a mounted Secret"),
+    ("samplerd.yaml",
+     "- from: [{namespaceSelector: {}, podSelector: {matchLabels: {app.kubernetes.io/name: "
+     "prometheus}}}]", "- ports: [{port: 9090, protocol: TCP}]",
+     "metrics port 9090 open to every pod"),
     ("samplerd.yaml", "selector: {app.kubernetes.io/name: samplerd}",
      "selector: {app: samplerd}", "matches no pod template"),
     ("trainer-sidecar.yaml", "persistentVolumeClaim: {claimName: train-run-1-samplerd-state}",

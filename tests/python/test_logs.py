@@ -74,6 +74,12 @@ def test_job_and_epoch_events_errors_and_shutdown():
                   code="RESOURCE_EXHAUSTED")
     assert len(errors) == 1, text
     assert "max jobs reached: 1 (--max_jobs)" in errors[0]["message"]
+    # One audit line per management call, whatever its outcome, with who made it.
+    audit = [(e["method"].rsplit("/", 1)[1], e["job"], e["code"]) for e in events
+             if e["event"] == "audit"]
+    assert audit == [("CreateJob", "logged", "OK"), ("CreateJob", "second", "RESOURCE_EXHAUSTED"),
+                     ("DeleteJob", "logged", "OK")], text
+    assert all(e["peer"].startswith("ipv4:127.0.0.1:") for e in find(events, "audit")), text
     # Shutdown, in order.
     names = [e["event"] for e in events]
     assert names.index("signal") < names.index("shutdown_started") < names.index("shutdown_done")

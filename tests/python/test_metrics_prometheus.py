@@ -52,7 +52,7 @@ def exported_names(text: str):
 class Prometheus:
     """Debian's prometheus, scraping `target` (host:port) every second, on a free port."""
 
-    def __init__(self, target: str, workdir: pathlib.Path):
+    def __init__(self, target: str, workdir: pathlib.Path, credentials_file=None):
         binary = shutil.which("prometheus")
         if binary is None:
             pytest.skip("the prometheus binary is missing (tools/install_deps.sh installs the "
@@ -64,7 +64,9 @@ class Prometheus:
             "  scrape_timeout: 1s\n"
             "scrape_configs:\n"
             "  - job_name: samplerd\n"
-            "    static_configs:\n"
+            + (f"    authorization: {{credentials_file: '{credentials_file}'}}\n"
+               if credentials_file else "")
+            + "    static_configs:\n"
             f"      - targets: ['{target}']\n")
         self.url = f"http://127.0.0.1:{free_port()}"
         self.log = open(workdir / "prometheus.log", "w+")
@@ -188,6 +190,45 @@ def test_prometheus_scrapes_the_job_series_with_their_values():
             prometheus.stop()
         assert server.stop() == 0
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def test_metrics_beyond_loopback_need_the_token_prometheus_sends(tmp_path):
+    """docs/OPERATIONS.md's model: the metrics name every job, so a --metrics_host other than
+    loopback needs --metrics_token_file; the real Prometheus scrapes with the same file
+    (authorization.credentials_file), a request without it gets 401 and no job name."""
+    import urllib.error
+    import samplerd
+    from conftest import run_samplerd_expecting_failure
+    rc, stderr = run_samplerd_expecting_failure("--metrics_port=0", "--metrics_host=0.0.0.0")
+    assert rc != 0 and 'metrics_host = "0.0.0.0" is not loopback' in stderr, stderr
+    token_file = tmp_path / "metrics-token"
+    token_file.write_text("metrics-0123456789abcdef0123456789\n")
+    token_file.chmod(0o600)
+    server = SamplerdProcess("--metrics_port=0", "--metrics_host=0.0.0.0",
+                             f"--metrics_token_file={token_file}")
+    prometheus = None
+    try:
+        url = metrics_url(server)
+        port = urllib.parse.urlparse(url).port
+        assert url == f"http://0.0.0.0:{port}/metrics"
+        with samplerd.Client(server.address, timeout=20) as client:
+            client.create_job("secret-run", num_samples=8, world_size=1)
+        for headers in ({}, {"Authorization": "Bearer wrong-0123456789abcdef"}):
+            with pytest.raises(urllib.error.HTTPError) as e:
+                urllib.request.urlopen(urllib.request.Request(
+                    f"http://127.0.0.1:{port}/metrics", headers=headers), timeout=5)
+            assert e.value.code == 401
+            assert "secret-run" not in e.value.read().decode()
+        prometheus = Prometheus(f"127.0.0.1:{port}", tmp_path, credentials_file=token_file)
+        deadline = time.monotonic() + 20
+        while not prometheus.query('samplerd_job_epoch{job_name="secret-run"}'):
+            assert time.monotonic() < deadline, "Prometheus got no job series with the token"
+            time.sleep(0.5)
+        assert list(prometheus.query('up{job="samplerd"}').values()) == [1]
+    finally:
+        if prometheus is not None:
+            prometheus.stop()
+        assert server.stop() == 0
 
 
 def test_dashboard_uses_only_exported_series():

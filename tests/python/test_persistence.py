@@ -255,6 +255,30 @@ def test_uploaded_static_weights_survive_a_restart_before_the_first_epoch_ended(
         wait_plan_ready(a, job, epoch + 1)
 
 
+def test_a_data_dir_of_the_previous_format_is_refused_naming_the_file_and_what_to_do(tmp_path):
+    """tests/python/data/data_dir_log_format_2 was written by the release before log format 3
+    (its README says how). docs/PERSISTENCE.md's rule: a server reads only its own format
+    versions; another is refused at start, the files left as they are."""
+    import hashlib
+    import shutil
+    from conftest import ROOT
+    data_dir = tmp_path / "state"
+    shutil.copytree(ROOT / "tests" / "python" / "data" / "data_dir_log_format_2", data_dir,
+                    ignore=shutil.ignore_patterns("README.md"))
+    job = data_dir / "jobs" / "run-v2"
+
+    def digests():
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in job.iterdir()}
+    before = digests()
+    rc, stderr = run_samplerd_expecting_failure(f"--data_dir={data_dir}")
+    assert rc == 1
+    assert (f"FAILED_PRECONDITION: recovering job 'run-v2' from {job}: {job}/wal-1.log: log "
+            "format version 2; this samplerd reads version 3 (written by another samplerd "
+            "release: run that release until the job ends, or move the job's directory away; "
+            "docs/PERSISTENCE.md, Upgrade and rollback)") in stderr, stderr
+    assert digests() == before  # Nothing rewritten.
+
+
 def test_deleted_job_stays_deleted_after_restart(cluster, tmp_path):
     a_proc, a = cluster(f"--data_dir={tmp_path}")
     for name in ("keep", "gone"):

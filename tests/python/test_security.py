@@ -111,6 +111,51 @@ def test_a_bad_tokens_file_is_a_startup_error_naming_its_line(tmp_path):
     assert rc != 0 and f'auth_tokens_file = "{tmp_path / "none"}"' in stderr
 
 
+def test_no_token_reaches_a_message_whatever_the_file_holds(tmp_path):
+    """Columns swapped, a token where the grant or a job name goes: the start-up error names the
+    line and quotes nothing of it."""
+    for line in (f"jobs=train-run-1 {TRAIN}", f"admin {TRAIN}", f"{ADMIN} {TRAIN}",
+                 f"{ADMIN} jobs=a,{TRAIN}/x"):
+        bad = write_tokens(tmp_path / "tokens", f"# ok\n{NEW} admin\n{line}\n")
+        rc, stderr = run_samplerd_expecting_failure(f"--auth_tokens_file={bad}")
+        assert rc != 0
+        assert f"{bad}: line 3: " in stderr, stderr
+        assert TRAIN not in stderr and ADMIN not in stderr and NEW not in stderr, stderr
+
+
+@pytest.mark.parametrize("mode", [0o620, 0o602, 0o666])
+def test_a_tokens_file_others_may_write_is_refused(tmp_path, mode):
+    writable = write_tokens(tmp_path / "tokens", f"{ADMIN} admin\n", mode=mode)
+    rc, stderr = run_samplerd_expecting_failure(f"--auth_tokens_file={writable}")
+    assert rc != 0
+    assert f'auth_tokens_file = "{writable}": writable by' in stderr, stderr
+    assert f"(mode {mode:04o})" in stderr and "chmod go-w" in stderr
+
+
+@pytest.mark.parametrize("cert, problem, dates", [
+    ("expired_server", "expired", "not_before=2020-01-01T00:00:00Z not_after=2020-02-01T00:00:00Z"),
+    ("future_server", "not_yet_valid",
+     "not_before=2099-01-01T00:00:00Z not_after=2099-12-31T00:00:00Z"),
+])
+def test_a_server_certificate_out_of_its_dates_is_warned_about_and_its_expiry_exported(
+        certs, cert, problem, dates):
+    import urllib.request
+    with tempfile.TemporaryFile("w+") as err:
+        server = start(*tls_args(certs, server=cert), "--metrics_port=0", stderr=err)
+        try:
+            url = server.proc.stdout.readline().split("samplerd metrics on ")[1].strip()
+            with urllib.request.urlopen(url, timeout=10) as response:
+                metrics = response.read().decode()
+        finally:
+            assert server.stop() == 0
+        err.seek(0)
+        log = err.read()
+    assert f"event=tls_certificate_not_valid tls_cert={certs / (cert + '.pem')} " \
+           f"problem={problem} {dates}" in log, log
+    expiry = 1580515200 if problem == "expired" else 4102358400  # not_after, Unix seconds.
+    assert f"samplerd_tls_certificate_expiry_timestamp_seconds {expiry}\n" in metrics, metrics
+
+
 def test_a_world_readable_tokens_file_is_warned_about(tmp_path):
     readable = write_tokens(tmp_path / "tokens", f"{ADMIN} admin\n", mode=0o644)
     with tempfile.TemporaryFile("w+") as err:
@@ -293,6 +338,24 @@ def test_a_job_token_runs_its_job_and_a_loss_stream_cannot_switch_to_another(cer
         assert admin.status("train").ranks[0].losses_accepted == 11  # The first batch counted.
 
 
+def test_the_docs_name_every_rpc_and_both_refusal_codes():
+    """docs/SECURITY.md's access table has a row for every RPC of the .proto (the admin-only
+    ones in theirs), and the .proto's error list has the two codes token checks answer."""
+    rows = {}
+    for line in (ROOT / "docs" / "SECURITY.md").read_text().splitlines():
+        if line.startswith("| `") and "|" in line[1:]:
+            calls, rule = line[1:].split("|", 1)
+            for call in calls.replace("`", "").split(","):
+                rows[call.strip()] = rule
+    for method in SERVICE.methods:
+        assert method.name in rows, f"docs/SECURITY.md's access table lacks {method.name}"
+        assert ("admin" in rows[method.name]) == (method.name in ADMIN_ONLY), method.name
+    proto = (ROOT / "proto" / "samplerd.proto").read_text()
+    errors = proto[proto.index("// Errors (google.rpc code"):]
+    for code in ("UNAUTHENTICATED", "PERMISSION_DENIED"):
+        assert f"//   {code} " in errors, code
+
+
 def test_health_checks_need_no_token(token_server):
     _, channel = token_server
     check = channel.unary_unary("/grpc.health.v1.Health/Check",
@@ -326,8 +389,9 @@ def test_sighup_reloads_the_tokens_and_a_bad_file_keeps_them(certs, tokens, tmp_
             write_tokens(tokens, f"{NEW} admin\n")  # ADMIN revoked, NEW added.
             reload_until(NEW, grpc.StatusCode.OK)
             assert code_of(ADMIN) == grpc.StatusCode.UNAUTHENTICATED
-            # A bad file: logged with its line, and the tokens in use stay.
-            write_tokens(tokens, f"{ADMIN} admin\n{NEW} superuser\n")
+            # A bad file: logged with its line, and the tokens in use stay. Its columns are
+            # swapped: the token is where the grant goes, and is not quoted.
+            write_tokens(tokens, f"{ADMIN} admin\njobs=train {NEW}\n")
             server.proc.send_signal(signal.SIGHUP)
             deadline = time.monotonic() + 10
             while "event=reload_tokens result=kept_tokens_in_use" not in (err.seek(0) or
@@ -337,7 +401,8 @@ def test_sighup_reloads_the_tokens_and_a_bad_file_keeps_them(certs, tokens, tmp_
             err.seek(0)
             log = err.read()
             # The message is a logfmt value: its quotes are escaped.
-            assert 'line 2: grant \\"superuser\\"' in log and NEW not in log
+            assert "line 2: the first field is a grant" in log, log
+            assert NEW not in log and ADMIN not in log
             assert code_of(NEW) == grpc.StatusCode.OK
             assert code_of(ADMIN) == grpc.StatusCode.UNAUTHENTICATED
         finally:
@@ -360,6 +425,27 @@ def test_the_torch_sampler_passes_client_options_through(certs, token_server):
             pytest.raises(samplerd.InvalidArgument, match="client_options: given with a Client"):
         torch_sampler.DistributedWeightedSampler(c, "train", rank=0, world_size=1,
                                                  client_options={"token": TRAIN})
+
+
+def test_refused_calls_are_logged_with_peer_client_certificate_and_job(certs, tokens):
+    """docs/OPERATIONS.md: event=call_refused names the method, code, peer address, the client
+    certificate's identity and the job; never the token."""
+    with tempfile.TemporaryFile("w+") as err:
+        server = start(*tls_args(certs, client_ca="ca"), f"--auth_tokens_file={tokens}",
+                       "--log_level=0", stderr=err)
+        try:
+            with client_for(server, certs, client="client", token=TRAIN) as c:
+                with pytest.raises(samplerd.PermissionDenied):
+                    c.get_job("secret")
+        finally:
+            assert server.stop() == 0
+        err.seek(0)
+        log = err.read()
+    lines = [line for line in log.splitlines() if "event=call_refused" in line]
+    assert len(lines) == 1, log
+    assert "method=/samplerd.v1.Sampler/GetJob code=PERMISSION_DENIED peer=ipv" in lines[0]
+    assert 'client="samplerd test client" job=secret' in lines[0], lines[0]
+    assert TRAIN not in log
 
 
 def test_samplerctl_speaks_mutual_tls_and_sends_tokens(certs, tokens):

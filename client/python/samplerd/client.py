@@ -14,6 +14,7 @@ from typing import Iterator, List, NamedTuple, Optional, Sequence
 
 import grpc
 import numpy as np
+from google.protobuf.descriptor import FieldDescriptor
 
 from . import _security, errors
 from ._proto import samplerd_pb2 as pb
@@ -100,6 +101,22 @@ def _choice(field, value, table):
 
 def _bad(message):
     return errors.InvalidArgument(message)
+
+
+def _unsigned_fields(message_type, **values):
+    """`values` (field name -> value) checked against the unsigned integer fields of
+    `message_type` that they fill: integers from 0 to the field's largest value (from the
+    .proto: uint32 or uint64), else InvalidArgument naming the field and the value. Returns them
+    as ints. (protobuf itself raises ValueError or TypeError for a value out of range.)"""
+    largest = {FieldDescriptor.TYPE_UINT32: 2**32 - 1, FieldDescriptor.TYPE_UINT64: 2**64 - 1}
+    checked = {}
+    for field, value in values.items():
+        top = largest[message_type.DESCRIPTOR.fields_by_name[field].type]
+        if (isinstance(value, bool) or not isinstance(value, (int, np.integer))
+                or not 0 <= value <= top):
+            raise _bad(f"{field} = {value!r}: must be an integer from 0 to {top}")
+        checked[field] = int(value)
+    return checked
 
 
 def _check_count(what, acknowledged, sent):
@@ -449,13 +466,10 @@ class Client:
                 raise _bad(f"policy = {policy!r}: expected a samplerd.Policy or a dict")
         else:
             policy = Policy(base=base or "uniform", loss=loss or "none", **policy_params)
-        for field, value in (("num_samples", num_samples), ("world_size", world_size),
-                             ("seed", seed), ("samples_per_epoch", samples_per_epoch)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-                raise _bad(f"{field} = {value!r}: must be an integer >= 0")
         spec = pb.JobSpec(
-            num_samples=int(num_samples), world_size=int(world_size), seed=int(seed),
-            samples_per_epoch=int(samples_per_epoch), replacement=bool(replacement),
+            **_unsigned_fields(pb.JobSpec, num_samples=num_samples, world_size=world_size,
+                               seed=seed, samples_per_epoch=samples_per_epoch),
+            replacement=bool(replacement),
             order=_choice("order", order, _ORDERS),
             partition=_choice("partition", partition, _PARTITIONS),
             uneven=_choice("uneven", uneven, _UNEVEN),
@@ -473,9 +487,8 @@ class Client:
                 kept), or `epoch` is after the current one.
             NotFound, Unavailable.
         """
-        if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)) or epoch < 0:
-            raise _bad(f"epoch = {epoch!r}: must be an integer >= 0")
-        return self._call(self._stub.RewindJob, pb.RewindJobRequest(name=name, epoch=int(epoch)))
+        return self._call(self._stub.RewindJob, pb.RewindJobRequest(
+            name=name, **_unsigned_fields(pb.RewindJobRequest, epoch=epoch)))
 
     def resize_job(self, name: str, epoch: int, world_size: int) -> pb.Job:
         """Tells the server the data-parallel group now has `world_size` ranks (torch elastic
@@ -493,11 +506,9 @@ class Client:
             FailedPrecondition: `epoch` is not the current epoch; the job awaits its upload.
             NotFound, Unavailable.
         """
-        for field, value in (("epoch", epoch), ("world_size", world_size)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-                raise _bad(f"{field} = {value!r}: must be an integer >= 0")
         return self._call(self._stub.ResizeJob, pb.ResizeJobRequest(
-            name=name, epoch=int(epoch), world_size=int(world_size)))
+            name=name, **_unsigned_fields(pb.ResizeJobRequest, epoch=epoch,
+                                          world_size=world_size)))
 
     def create_job_from_spec(self, name: str, spec: pb.JobSpec, *, resume: bool = False) -> pb.Job:
         """Creates a job from a JobSpec message as it is (samplerctl's spec files); the server

@@ -7,6 +7,7 @@
     samplerctl upload-weights JOB weights.npy
     samplerctl upload-labels JOB labels.npy
     samplerctl health
+    samplerctl backup DATA_DIR DEST      (on the server's machine: a live, consistent copy)
 
 Every command goes through samplerd.Client (its deadlines, retries and argument checks); this
 module only reads local input, formats output and maps errors to exit codes a script can rely
@@ -33,7 +34,7 @@ import numpy as np
 import yaml
 from google.protobuf import json_format
 
-from . import errors
+from . import backup, errors
 from .client import Client
 from ._proto import samplerd_pb2 as pb
 
@@ -80,8 +81,11 @@ EXIT_CODES = {
     EXIT_NOT_FOUND: "no such job",
     EXIT_CONFLICT: "the job's state forbids it (another spec under that name, epoch not open, "
                    "wrong policy for the upload)",
-    EXIT_UNAVAILABLE: "cannot reach the server (after the client's retries)",
-    EXIT_DENIED: "refused: no or bad token or certificate, or not allowed",
+    EXIT_UNAVAILABLE: "cannot reach the server (after the client's retries), or the TLS "
+                      "handshake failed (server certificate not trusted, client certificate "
+                      "missing or refused: gRPC reports these as UNAVAILABLE; the message says "
+                      "which)",
+    EXIT_DENIED: "the server refused the call: no or bad bearer token, or not allowed",
     EXIT_NOT_SERVING: "health: the server answered, but not SERVING for every service",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C), except status --watch",
 }
@@ -391,6 +395,25 @@ def _cmd_resize(ctx, args):
     return EXIT_OK
 
 
+def _args_backup(parser):
+    parser.add_argument("data_dir", metavar="DATA_DIR", help="the server's --data_dir")
+    parser.add_argument("destination", metavar="DEST", help="a new directory for the copy")
+
+
+def _cmd_backup(ctx, args):
+    try:
+        summary = backup.backup_data_dir(args.data_dir, args.destination)
+    except backup.BackupError as e:
+        raise InputError(e.path, e.reason) from None
+    frozen = (f"samplerd (pid {summary.server_pid}) paused {summary.frozen_ms:.0f} ms"
+              if summary.server_pid is not None else "no samplerd was running")
+    ctx.emit({"destination": args.destination, **dataclasses.asdict(summary)},
+             f"backed up {summary.jobs} job(s), {summary.files} files "
+             f"({summary.copied_bytes} bytes copied, {summary.linked_bytes} hard-linked) to "
+             f"{args.destination}; {frozen}")
+    return EXIT_OK
+
+
 def _args_upload(parser):
     _args_job(parser)
     parser.add_argument("file", metavar="FILE.npy", help="a 1-D array saved with numpy.save")
@@ -456,6 +479,9 @@ COMMANDS = (
             _args_upload, _cmd_upload_labels),
     Command("health", f"exit 0 only if grpc.health.v1 answers SERVING for the server and "
                       f"{HEALTH_SERVICES[1]}", _args_none, _cmd_health),
+    Command("backup", "copy a running server's --data_dir consistently (run on its machine, "
+                      "as its user; the server pauses while the logs are copied; restore: "
+                      "docs/PERSISTENCE.md)", _args_backup, _cmd_backup),
 )
 
 
