@@ -207,7 +207,8 @@ Server::Server(const Options& options, std::unique_ptr<ComputeBackend> backend,
       metrics_(std::make_unique<metrics::Registry>()),
       service_(std::make_unique<SamplerService>(
           registry_.get(), backend_.get(), options.max_message_bytes,
-          options.max_stream_buffer_bytes, authorizer_.get(), metrics_.get())) {}
+          options.max_stream_buffer_bytes, authorizer_.get(), metrics_.get(),
+          options.max_server_threads)) {}
 
 Server::~Server() { Shutdown(); }
 

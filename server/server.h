@@ -62,8 +62,8 @@ struct Options {
   uint64_t max_memory_bytes = 0;
   // Largest gRPC message in either direction, >= 4096 bytes. Shard chunks are cut to fit it.
   int max_message_bytes = 64 << 20;
-  // Most concurrent synchronous calls, >= 16 (each open rank stream holds one thread; the
-  // default leaves room for hundreds of ranks plus their loss reports).
+  // Most threads that run calls' blocking work (planning, disk syncs), >= 16. Calls waiting
+  // for a plan or for their client hold none (SamplerService): thousands of ranks need no more.
   int max_server_threads = 1024;
   // Most bytes all open StreamShard calls together may hold for their chunks, >= 1. A call
   // holds about 16 bytes per index of its chunk (24 with importance weights, 8 more per index

@@ -1,0 +1,67 @@
+// WorkPool: the threads that run SamplerService's blocking work (planning an upload, a rewind or
+// a resize, creating or deleting a job, and the disk syncs of EndEpoch and ReportLosses).
+//
+// gRPC's callback API runs a call's reactions on a few threads of its own that must not block,
+// and a call that waits (a StreamShard waiting for its epoch's plan, a loss stream between two
+// batches) holds no thread at all. What does block runs here: at most `max_threads` threads,
+// started as work arrives and kept; work beyond them waits in a FIFO queue (memory, not a
+// thread). None of that work waits for a plan or for a client, so the queue always drains: an
+// EndEpoch is never starved by waiting ranks.
+//
+// Thread-safe.
+#ifndef SAMPLERD_SERVER_WORK_POOL_H_
+#define SAMPLERD_SERVER_WORK_POOL_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace samplerd {
+
+class WorkPool {
+ public:
+  // `max_threads` >= 1.
+  explicit WorkPool(int max_threads);
+  // Runs the work still queued, then joins the threads.
+  ~WorkPool();
+
+  WorkPool(const WorkPool&) = delete;
+  WorkPool& operator=(const WorkPool&) = delete;
+
+  // Runs `work` on a pool thread, in FIFO order of scheduling.
+  void Schedule(std::function<void()> work) ABSL_LOCKS_EXCLUDED(mu_);
+
+  struct Load {
+    int64_t threads = 0;                                  // Started (they are kept).
+    int64_t busy = 0;                                     // Running work now.
+    int64_t queued = 0;                                   // Waiting for a thread.
+    absl::Duration oldest_queued = absl::ZeroDuration();  // How long the first in line waited.
+  };
+  Load load() const ABSL_LOCKS_EXCLUDED(mu_);
+  int max_threads() const { return max_threads_; }
+
+ private:
+  struct Queued {
+    std::function<void()> work;
+    absl::Time since;
+  };
+  void Run() ABSL_LOCKS_EXCLUDED(mu_);
+
+  const int max_threads_;
+  mutable absl::Mutex mu_;
+  std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
+  int64_t busy_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t idle_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace samplerd
+
+#endif  // SAMPLERD_SERVER_WORK_POOL_H_
