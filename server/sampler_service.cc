@@ -626,24 +626,17 @@ SamplerService::SamplerService(JobRegistry* registry, ComputeBackend* backend,
     access_[m].emplace(MethodAccess::Of(*service.method(m)));
   }
   if (metrics == nullptr) return;
-  auto per_method = [this](const std::array<std::atomic<int64_t>, kMethodCount>* counts) {
-    return [counts] {
-      std::vector<metrics::GaugeSample> samples;
-      for (int m = 0; m < kMethodCount; ++m) {
-        samples.push_back({{kMethodNames[m]}, static_cast<double>((*counts)[m].load())});
-      }
-      return samples;
-    };
-  };
-  metrics->AddGaugeCallback("samplerd_calls_active",
-                            "Calls of samplerd.v1.Sampler the server holds now, by method (from "
-                            "their arrival until their status is sent).",
-                            {"method"}, per_method(&active_));
   metrics->AddGaugeCallback(
       "samplerd_calls_waiting",
       "Of the calls held, those waiting without a thread: StreamShard for its epoch's plan, and "
       "any call queued for a handler thread; by method.",
-      {"method"}, per_method(&waiting_));
+      {"method"}, [this] {
+        std::vector<metrics::GaugeSample> samples;
+        for (int m = 0; m < kMethodCount; ++m) {
+          samples.push_back({{kMethodNames[m]}, static_cast<double>(waiting_[m].load())});
+        }
+        return samples;
+      });
   auto load = [this](double (*value)(const WorkPool::Load&)) {
     return [this, value] { return std::vector<metrics::GaugeSample>{{{}, value(pool_.load())}}; };
   };
@@ -670,14 +663,12 @@ SamplerService::SamplerService(JobRegistry* registry, ComputeBackend* backend,
 
 SamplerService::~SamplerService() = default;
 
-void SamplerService::BeginCall(Method method) {
-  ++active_[method];
+void SamplerService::BeginCall(Method) {
   absl::MutexLock lock(&calls_mu_);
   ++calls_in_flight_;
 }
 
-void SamplerService::EndCall(Method method) {
-  --active_[method];
+void SamplerService::EndCall(Method) {
   absl::MutexLock lock(&calls_mu_);
   --calls_in_flight_;
 }

@@ -79,9 +79,10 @@ class SamplerService final : public SamplerCallbackServiceBase {
   // `max_stream_buffer_bytes` bounds the chunk bytes all open StreamShard calls hold together
   // (see StreamBudget and StreamShardImpl). `authorizer`, if not null, must outlive the service:
   // every call then needs a bearer token that grants it (server/auth/authorizer.h), checked
-  // before anything else happens; null: no token checks. The per-job counters (ServiceMetrics)
-  // and the per-method call gauges go to `metrics` (which must outlive the service); with
-  // nullptr they are kept but not exported. `max_handler_threads` (>= 1) bounds the WorkPool.
+  // before anything else happens; null: no token checks. The per-job counters (ServiceMetrics),
+  // the waiting calls per method and the WorkPool's load go to `metrics` (which must outlive the
+  // service); with nullptr they are kept but not exported. `max_handler_threads` (>= 1) bounds the
+  // WorkPool.
   SamplerService(JobRegistry* registry, ComputeBackend* backend, int max_message_bytes = 64 << 20,
                  uint64_t max_stream_buffer_bytes = kDefaultMaxStreamBufferBytes,
                  const Authorizer* authorizer = nullptr, metrics::Registry* metrics = nullptr,
@@ -189,9 +190,9 @@ class SamplerService final : public SamplerCallbackServiceBase {
     kGetJobStatus,
     kMethodCount
   };
-  // Calls of `method` held now, and of those, how many wait without a thread (StreamShard for
-  // its epoch's plan) or for a WorkPool thread.
-  int64_t CallsActive(Method method) const { return active_[method].load(); }
+  // Calls of `method` waiting now without a thread: StreamShard for its epoch's plan, and any
+  // call whose work is queued for a WorkPool thread. (The calls held, waiting or not, are
+  // samplerd_rpcs_in_flight, counted by the metrics interceptor.)
   int64_t CallsWaiting(Method method) const { return waiting_[method].load(); }
 
  private:
@@ -245,7 +246,6 @@ class SamplerService final : public SamplerCallbackServiceBase {
   ServiceMetrics metrics_;
   // Who may call each method (the .proto's rule, authorizer.h).
   std::array<std::optional<MethodAccess>, kMethodCount> access_;
-  std::array<std::atomic<int64_t>, kMethodCount> active_{};
   std::array<std::atomic<int64_t>, kMethodCount> waiting_{};
   mutable absl::Mutex calls_mu_;
   int64_t calls_in_flight_ ABSL_GUARDED_BY(calls_mu_) = 0;

@@ -20,6 +20,7 @@
 #include "server/metrics/http_exporter.h"
 #include "server/metrics/registry.h"
 #include "server/sampler_service.h"
+#include "server/saturation_monitor.h"
 #include "server/stream_budget.h"
 
 namespace samplerd {
@@ -136,6 +137,8 @@ class Server {
   std::unique_ptr<metrics::Registry> metrics_;
   std::unique_ptr<SamplerService> service_;
   std::unique_ptr<grpc::Server> server_;
+  // Health NOT_SERVING while saturated; stopped first by Shutdown (which then owns the status).
+  std::unique_ptr<SaturationMonitor> saturation_;
   int port_ = 0;
   // Held for the whole of Shutdown(); taken by no call handler.
   absl::Mutex shutdown_mu_;

@@ -7,13 +7,21 @@
 
 namespace samplerd {
 
-WorkPool::WorkPool(int max_threads) : max_threads_(max_threads) { CHECK_GE(max_threads, 1); }
+WorkPool::WorkPool(int max_threads) : max_threads_(max_threads) {
+  CHECK_GE(max_threads, 1);
+  monitor_ = std::thread([this] { Monitor(); });
+}
 
 WorkPool::~WorkPool() {
-  std::vector<std::thread> threads;
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
+  }
+  monitor_.join();
+  // No thread is started once stopping_ is set: threads_ no longer changes.
+  std::vector<std::thread> threads;
+  {
+    absl::MutexLock lock(&mu_);
     threads.swap(threads_);
   }
   for (std::thread& t : threads) t.join();
@@ -22,10 +30,33 @@ WorkPool::~WorkPool() {
 void WorkPool::Schedule(std::function<void()> work) {
   absl::MutexLock lock(&mu_);
   queue_.push_back({std::move(work), absl::Now()});
-  // A thread is started only when none is idle to take the work.
-  if (idle_ < static_cast<int64_t>(queue_.size()) &&
-      threads_.size() < static_cast<size_t>(max_threads_)) {
-    threads_.emplace_back([this] { Run(); });
+  MaybeGrow();
+}
+
+void WorkPool::MaybeGrow() {
+  if (stopping_ || idle_ >= static_cast<int64_t>(queue_.size()) ||
+      threads_.size() >= static_cast<size_t>(max_threads_)) {
+    return;
+  }
+  if (threads_.size() >= static_cast<size_t>(kBurstThreads) &&
+      absl::Now() - queue_.front().since < kGrowAfter) {
+    return;
+  }
+  threads_.emplace_back([this] { Run(); });
+}
+
+void WorkPool::Monitor() {
+  absl::MutexLock lock(&mu_);
+  auto stuck = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stopping_ || (!queue_.empty() && idle_ == 0);
+  };
+  auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
+  while (true) {
+    mu_.Await(absl::Condition(&stuck));
+    if (stopping_) return;
+    // Work waits and no thread is idle: look again once it may have waited kGrowAfter.
+    if (mu_.AwaitWithTimeout(absl::Condition(&stopping), kGrowAfter)) return;
+    if (!queue_.empty()) MaybeGrow();
   }
 }
 

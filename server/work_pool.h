@@ -3,10 +3,15 @@
 //
 // gRPC's callback API runs a call's reactions on a few threads of its own that must not block,
 // and a call that waits (a StreamShard waiting for its epoch's plan, a loss stream between two
-// batches) holds no thread at all. What does block runs here: at most `max_threads` threads,
-// started as work arrives and kept; work beyond them waits in a FIFO queue (memory, not a
-// thread). None of that work waits for a plan or for a client, so the queue always drains: an
-// EndEpoch is never starved by waiting ranks.
+// batches) holds no thread at all. What does block runs here, on at most `max_threads` threads;
+// work beyond them waits in a FIFO queue (memory, not a thread). None of that work waits for a
+// plan or for a client, so the queue always drains: an EndEpoch is never starved by waiting
+// ranks.
+//
+// Threads are started as work arrives and kept: freely up to kBurstThreads, beyond that only
+// once the first work in line has waited kGrowAfter (the threads are blocked, e.g. in fsync, not
+// merely busy), so that a burst of short work (thousands of ranks' first chunks at a boundary)
+// does not start a thread per item. A monitor thread notices work stuck behind blocked threads.
 //
 // Thread-safe.
 #ifndef SAMPLERD_SERVER_WORK_POOL_H_
@@ -26,6 +31,10 @@ namespace samplerd {
 
 class WorkPool {
  public:
+  // Threads started without waiting, and how long work waits before another one is started.
+  static constexpr int kBurstThreads = 8;
+  static constexpr absl::Duration kGrowAfter = absl::Milliseconds(50);
+
   // `max_threads` >= 1.
   explicit WorkPool(int max_threads);
   // Runs the work still queued, then joins the threads.
@@ -52,6 +61,9 @@ class WorkPool {
     absl::Time since;
   };
   void Run() ABSL_LOCKS_EXCLUDED(mu_);
+  // Starts a thread if work waits for one and the growth rule allows it.
+  void MaybeGrow() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Monitor() ABSL_LOCKS_EXCLUDED(mu_);
 
   const int max_threads_;
   mutable absl::Mutex mu_;
@@ -60,6 +72,7 @@ class WorkPool {
   int64_t idle_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
+  std::thread monitor_;
 };
 
 }  // namespace samplerd

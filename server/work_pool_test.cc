@@ -28,6 +28,33 @@ TEST(WorkPoolTest, WorkBeyondTheThreadsWaitsInLineAndRuns) {
   EXPECT_EQ(done.load(), 12);
 }
 
+TEST(WorkPoolTest, ABurstOfShortWorkStartsFewThreads) {
+  WorkPool pool(1024);
+  std::atomic<int> done{0};
+  absl::Notification all;
+  for (int i = 0; i < 10000; ++i) {
+    pool.Schedule([&] {
+      if (++done == 10000) all.Notify();
+    });
+  }
+  all.WaitForNotification();
+  // Threads beyond the burst start only for work that waited kGrowAfter; short work rarely does
+  // (a loaded machine may still let a few start).
+  EXPECT_LT(pool.load().threads, 1024);
+}
+
+TEST(WorkPoolTest, WorkBehindBlockedThreadsGetsAThread) {
+  WorkPool pool(WorkPool::kBurstThreads + 1);
+  absl::Notification release, ran;
+  for (int i = 0; i < WorkPool::kBurstThreads; ++i) {
+    pool.Schedule([&] { release.WaitForNotification(); });
+  }
+  pool.Schedule([&] { ran.Notify(); });  // Every thread is blocked: the monitor starts one more.
+  EXPECT_TRUE(ran.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_EQ(pool.load().threads, WorkPool::kBurstThreads + 1);
+  release.Notify();
+}
+
 TEST(WorkPoolTest, ThreadsStartOnlyAsWorkArrives) {
   WorkPool pool(64);
   EXPECT_EQ(pool.load().threads, 0);
