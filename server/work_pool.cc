@@ -30,18 +30,15 @@ WorkPool::~WorkPool() {
 void WorkPool::Schedule(std::function<void()> work) {
   absl::MutexLock lock(&mu_);
   queue_.push_back({std::move(work), absl::Now()});
-  MaybeGrow();
+  MaybeGrow(/*stalled=*/false);
 }
 
-void WorkPool::MaybeGrow() {
+void WorkPool::MaybeGrow(bool stalled) {
   if (stopping_ || idle_ >= static_cast<int64_t>(queue_.size()) ||
       threads_.size() >= static_cast<size_t>(max_threads_)) {
     return;
   }
-  if (threads_.size() >= static_cast<size_t>(kBurstThreads) &&
-      absl::Now() - queue_.front().since < kGrowAfter) {
-    return;
-  }
+  if (threads_.size() >= static_cast<size_t>(kBurstThreads) && !stalled) return;
   threads_.emplace_back([this] { Run(); });
 }
 
@@ -54,9 +51,10 @@ void WorkPool::Monitor() {
   while (true) {
     mu_.Await(absl::Condition(&stuck));
     if (stopping_) return;
-    // Work waits and no thread is idle: look again once it may have waited kGrowAfter.
+    // Work waits and no thread is idle: another thread only if none finishes meanwhile.
+    const int64_t finished = finished_;
     if (mu_.AwaitWithTimeout(absl::Condition(&stopping), kGrowAfter)) return;
-    if (!queue_.empty()) MaybeGrow();
+    if (!queue_.empty()) MaybeGrow(finished_ == finished);
   }
 }
 
@@ -87,6 +85,7 @@ void WorkPool::Run() {
     work = nullptr;  // Whatever it owns goes before the lock is taken again.
     mu_.Lock();
     --busy_;
+    ++finished_;
   }
 }
 

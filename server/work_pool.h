@@ -8,10 +8,11 @@
 // plan or for a client, so the queue always drains: an EndEpoch is never starved by waiting
 // ranks.
 //
-// Threads are started as work arrives and kept: freely up to kBurstThreads, beyond that only
-// once the first work in line has waited kGrowAfter (the threads are blocked, e.g. in fsync, not
-// merely busy), so that a burst of short work (thousands of ranks' first chunks at a boundary)
-// does not start a thread per item. A monitor thread notices work stuck behind blocked threads.
+// Threads are started as work arrives and kept: freely up to kBurstThreads; beyond that, one
+// more each kGrowAfter during which work waited and none finished (the threads are blocked,
+// e.g. in fsync, not merely busy), so that a burst of short work (thousands of ranks' first
+// chunks at an epoch boundary, on a machine with few cores) does not start a thread per item. A
+// monitor thread watches for such stalls.
 //
 // Thread-safe.
 #ifndef SAMPLERD_SERVER_WORK_POOL_H_
@@ -61,8 +62,9 @@ class WorkPool {
     absl::Time since;
   };
   void Run() ABSL_LOCKS_EXCLUDED(mu_);
-  // Starts a thread if work waits for one and the growth rule allows it.
-  void MaybeGrow() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Starts a thread if work waits for one and none is idle: below kBurstThreads, or
+  // (`stalled`) when no work finished for kGrowAfter.
+  void MaybeGrow(bool stalled) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Monitor() ABSL_LOCKS_EXCLUDED(mu_);
 
   const int max_threads_;
@@ -70,6 +72,7 @@ class WorkPool {
   std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
   int64_t busy_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t idle_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t finished_ ABSL_GUARDED_BY(mu_) = 0;  // Work run to its end, ever.
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
   std::thread monitor_;
