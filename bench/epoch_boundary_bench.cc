@@ -27,7 +27,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,6 +42,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/samplerd.grpc.pb.h"
+#include "server/metrics/process_metrics.h"
 #include "tests/samplerd_process.h"
 
 ABSL_FLAG(std::string, samplerd, "bazel-bin/server/samplerd", "the samplerd binary");
@@ -55,20 +55,6 @@ ABSL_FLAG(std::string, server_flags, "", "extra samplerd flags, comma-separated"
 
 namespace samplerd {
 namespace {
-
-// The server's /proc/<pid>/status field `name` ("VmRSS" in kB, "Threads").
-int64_t ProcStatus(pid_t pid, const std::string& name) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(name + ":", 0) != 0) continue;
-    std::vector<std::string> parts =
-        absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipWhitespace());
-    int64_t value = 0;
-    if (parts.size() >= 2 && absl::SimpleAtoi(parts[1], &value)) return value;
-  }
-  return -1;
-}
 
 // GET `url` ("http://127.0.0.1:PORT/metrics") over a plain socket; empty on failure.
 std::string HttpGet(const std::string& url) {
@@ -226,7 +212,7 @@ void RunWorld(uint32_t world) {
   const std::string metrics_url(metrics_view);
   const pid_t pid = server.pid();
   absl::SleepFor(absl::Milliseconds(300));
-  const int64_t rss_idle = ProcStatus(pid, "VmRSS");
+  const int64_t rss_idle = metrics::ReadProcessResources(pid).resident_bytes / 1024;
 
   const std::string job = absl::StrCat("w", world);
   {
@@ -242,7 +228,7 @@ void RunWorld(uint32_t world) {
     if (!s.ok()) Die(absl::StrCat("CreateJob: ", s.error_message()));
   }
   absl::SleepFor(absl::Milliseconds(300));
-  const int64_t rss_job = ProcStatus(pid, "VmRSS");
+  const int64_t rss_job = metrics::ReadProcessResources(pid).resident_bytes / 1024;
   const int connections =
       static_cast<int>(std::min<uint32_t>(world, absl::GetFlag(FLAGS_max_connections)));
   std::vector<std::shared_ptr<grpc::Channel>> channels;
@@ -262,7 +248,7 @@ void RunWorld(uint32_t world) {
     }
   }
   absl::SleepFor(absl::Milliseconds(300));
-  const int64_t rss_connected = ProcStatus(pid, "VmRSS");
+  const int64_t rss_connected = metrics::ReadProcessResources(pid).resident_bytes / 1024;
 
   std::atomic<int64_t> first_seen{0}, done{0};
   std::vector<std::unique_ptr<ShardRead>> reads;
@@ -282,8 +268,8 @@ void RunWorld(uint32_t world) {
     absl::SleepFor(absl::Milliseconds(100));
   }
   absl::SleepFor(absl::Milliseconds(300));
-  const int64_t rss_waiting = ProcStatus(pid, "VmRSS");
-  const int64_t threads_waiting = ProcStatus(pid, "Threads");
+  const int64_t rss_waiting = metrics::ReadProcessResources(pid).resident_bytes / 1024;
+  const int64_t threads_waiting = metrics::ReadProcessResources(pid).threads;
 
   std::vector<uint32_t> first_ranks;
   for (uint32_t r = 0; r + 1 < world; ++r) first_ranks.push_back(r);

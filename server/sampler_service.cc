@@ -469,7 +469,6 @@ class SamplerService::ShardStreamReactor final : public grpc::ServerWriteReactor
 
   void OnDone() override {
     if (writing_) service_->ShardStreamDone(context_);
-    chunks_.reset();  // Its stream budget goes back now.
     SamplerService* const service = service_;
     std::shared_ptr<ShardStreamReactor> last = std::move(self_);
     last.reset();  // `this` may be gone from here on.
@@ -584,6 +583,9 @@ class SamplerService::ShardStreamReactor final : public grpc::ServerWriteReactor
   void FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (finished_) return;
     finished_ = true;
+    // The stream budget goes back before the client learns the stream ended. (Only the thread
+    // that owns chunks_ now, or a call that never had one, ends the call.)
+    chunks_.reset();
     Finish(status);
   }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
 namespace samplerd {
@@ -20,9 +21,12 @@ T* Only(Family<T>* family) {
   return family->WithLabels({}).get();
 }
 
-// A field of /proc/self/status ("VmRSS", in kB; "Threads"); -1 if absent.
-int64_t StatusField(const std::string& name) {
-  std::ifstream in("/proc/self/status");
+// /proc/self or /proc/<pid>.
+std::string ProcDir(int pid) { return pid == 0 ? "/proc/self" : absl::StrCat("/proc/", pid); }
+
+// A field of the process's status ("VmRSS", in kB; "Threads"); -1 if absent.
+int64_t StatusField(int pid, const std::string& name) {
+  std::ifstream in(ProcDir(pid) + "/status");
   std::string line;
   while (std::getline(in, line)) {
     if (line.rfind(name + ":", 0) != 0) continue;
@@ -34,15 +38,15 @@ int64_t StatusField(const std::string& name) {
   return -1;
 }
 
-int64_t OpenFds() {
-  DIR* dir = opendir("/proc/self/fd");
+int64_t OpenFds(int pid) {
+  DIR* dir = opendir((ProcDir(pid) + "/fd").c_str());
   if (dir == nullptr) return -1;
   int64_t count = 0;
   while (const dirent* entry = readdir(dir)) {
     if (entry->d_name[0] != '.') ++count;
   }
   closedir(dir);
-  return count - 1;  // The directory's own descriptor.
+  return pid == 0 ? count - 1 : count;  // Ours counts the directory's own descriptor.
 }
 
 void AddResourceGauge(Registry& r, const char* name, const char* help,
@@ -54,13 +58,15 @@ void AddResourceGauge(Registry& r, const char* name, const char* help,
 
 }  // namespace
 
-ProcessResources ReadProcessResources() {
+ProcessResources ReadProcessResources(int pid) {
   ProcessResources resources;
-  if (const int64_t kib = StatusField("VmRSS"); kib >= 0) resources.resident_bytes = kib * 1024;
-  resources.threads = StatusField("Threads");
-  resources.open_fds = OpenFds();
+  if (const int64_t kib = StatusField(pid, "VmRSS"); kib >= 0) {
+    resources.resident_bytes = kib * 1024;
+  }
+  resources.threads = StatusField(pid, "Threads");
+  resources.open_fds = OpenFds(pid);
   rlimit limit{};
-  if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
+  if (pid == 0 && getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
     resources.max_fds = static_cast<int64_t>(limit.rlim_cur);
   }
   return resources;

@@ -30,7 +30,8 @@ struct ProcessMetrics {
 
 const ProcessMetrics& Process();
 
-// The process's resources now, from /proc/self and getrlimit (Linux); -1 where unreadable.
+// A process's resources now, from /proc (Linux); -1 where unreadable. `pid` 0: this process
+// (and max_fds from getrlimit); another process's max_fds is -1.
 // Process() exports them as gauges:
 //   samplerd_process_resident_memory_bytes, samplerd_process_threads, samplerd_process_open_fds,
 //   samplerd_process_max_fds.
@@ -40,7 +41,7 @@ struct ProcessResources {
   int64_t open_fds = -1;
   int64_t max_fds = -1;  // RLIMIT_NOFILE's soft limit.
 };
-ProcessResources ReadProcessResources();
+ProcessResources ReadProcessResources(int pid = 0);
 
 }  // namespace metrics
 }  // namespace samplerd
