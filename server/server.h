@@ -65,7 +65,7 @@ struct Options {
   int max_message_bytes = 64 << 20;
   // Most threads that run calls' blocking work (planning, disk syncs), >= 16. Calls waiting
   // for a plan or for their client hold none (SamplerService): thousands of ranks need no more.
-  int max_server_threads = 1024;
+  int max_server_threads = kDefaultMaxHandlerThreads;
   // Most bytes all open StreamShard calls together may hold for their chunks, >= 1. A call
   // holds about 16 bytes per index of its chunk (24 with importance weights, 8 more per index
   // with N > 2^32): ~1 MiB at the default chunk size, ~16-32 MiB at the largest. A call whose
