@@ -392,17 +392,18 @@ void Job::FinishPlanningNext(absl::StatusOr<PlannedEpoch> planned) {
 
 // ---- Shards -------------------------------------------------------------------------------------
 
+bool Job::Settled(uint64_t epoch) const {
+  return std::holds_alternative<Closed>(phase_) || std::holds_alternative<Failed>(phase_) ||
+         epoch < epoch_ || epoch > epoch_ + 1 ||
+         (epoch == epoch_ && std::holds_alternative<Serving>(phase_));
+}
+
 absl::StatusOr<ShardLease> Job::AcquireShard(uint64_t epoch, uint32_t deal, uint32_t rank,
                                              uint32_t world_size, absl::Time deadline,
                                              const std::function<bool()>& cancelled) {
   if (absl::Status s = CheckRank(ShardSpec{world_size}, rank); !s.ok()) return Named(s);
   absl::MutexLock lock(&mu_);
-  // Settled: the epoch is served, or can no longer be (closed, failed, not the current or next).
-  auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return std::holds_alternative<Closed>(phase_) || std::holds_alternative<Failed>(phase_) ||
-           epoch < epoch_ || epoch > epoch_ + 1 ||
-           (epoch == epoch_ && std::holds_alternative<Serving>(phase_));
-  };
+  auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return Settled(epoch); };
   // Wait for the epoch's plan: the current one while planned, or the next one. In slices, so
   // that a caller that went away is noticed.
   const absl::Condition ready(&settled);

@@ -78,6 +78,7 @@
 #include "server/current_deal.h"
 #include "server/epoch_history.h"
 #include "server/epoch_planner.h"
+#include "server/epoch_waiters.h"
 #include "server/job_config.h"
 #include "server/job_phase.h"
 #include "server/loss_batch.h"
@@ -149,6 +150,23 @@ class Job {
                                           uint32_t world_size, absl::Time deadline,
                                           const std::function<bool()>& cancelled = {})
       ABSL_LOCKS_EXCLUDED(mu_);
+
+  // AcquireShard's wait without a thread: runs `ready` once, without the job's lock, when
+  // AcquireShard(epoch, ...) would no longer wait for the epoch (it is served, or can no longer
+  // be: closed, failed, passed or too far ahead) or `deadline` has passed; the caller then calls
+  // AcquireShard, which returns at once (but if the state moved on meanwhile, e.g. a rewind
+  // withdrew the plan, it would wait again: call it with a deadline of now and wait again on
+  // DEADLINE_EXCEEDED before `deadline`). `ready` runs on the caller's thread when the epoch is
+  // settled already (then the result is 0), else on the job's watcher thread (the result is an
+  // id for CancelWait); it must not block, nor drop the last reference to the job
+  // (EpochWaiters::Add). Waiters cost memory only: one watcher thread per job serves them all.
+  uint64_t OnEpochSettled(uint64_t epoch, absl::Time deadline, std::function<void()> ready)
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    return waiters_.Add(epoch, deadline, std::move(ready));
+  }
+  // Withdraws a waiter of OnEpochSettled (a caller that went away). True if `ready` will not
+  // run; false if it has run or is running (or `id` is 0).
+  bool CancelWait(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_) { return waiters_.Cancel(id); }
 
   // Records that `rank` of `deal` has been sent shard positions up to `position` in `epoch` (the
   // highest position counts; ignored once the deal was replaced). Returns the reason the job
@@ -254,6 +272,10 @@ class Job {
   absl::Status ApplyResize(EpochView view, uint32_t world_size, bool replaced_started)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // AcquireShard need not wait for `epoch`: served, or never to be (closed, failed, passed, or
+  // more than one epoch ahead).
+  bool Settled(uint64_t epoch) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   // ---- Epochs opening.
 
   // Installs validated base weights (empty: uniform) as the backend's, and plans epoch 0 (an
@@ -321,6 +343,10 @@ class Job {
   // would otherwise be written while the rewind removes the files it reads and commits (or land
   // after the rewind, as the newest snapshot of a history the rewind abandoned).
   bool snapshot_unscheduled_ ABSL_GUARDED_BY(mu_) = false;
+  // The OnEpochSettled waiters, woken by any change made under mu_ (declared after it: stopped
+  // before it goes).
+  EpochWaiters waiters_{
+      &mu_, [this](uint64_t epoch) ABSL_NO_THREAD_SAFETY_ANALYSIS { return Settled(epoch); }};
 };
 
 }  // namespace samplerd

@@ -40,7 +40,9 @@ ABSL_FLAG(uint64_t, max_memory_bytes, 0,
           "gets RESOURCE_EXHAUSTED (see proto/samplerd.proto JobSpec). 0 = 80% of the memory of "
           "this machine or container (cgroup limit).");
 ABSL_FLAG(int, max_message_bytes, 64 << 20, "Largest gRPC message, both directions.");
-ABSL_FLAG(int, max_server_threads, 1024, "Most concurrent calls (each rank stream holds one).");
+ABSL_FLAG(int, max_server_threads, samplerd::kDefaultMaxHandlerThreads,
+          "Most threads running calls' blocking work (planning, disk syncs); a call waiting for "
+          "a plan or for its client holds none.");
 ABSL_FLAG(uint64_t, max_stream_buffer_bytes, samplerd::kDefaultMaxStreamBufferBytes,
           "Most bytes all open StreamShard calls together may buffer (about 16 bytes per index "
           "of a chunk, 24 with importance weights); a stream beyond it gets RESOURCE_EXHAUSTED.");

@@ -73,12 +73,10 @@ absl::Status ParseRequest(const grpc::ByteBuffer& raw, google::protobuf::Message
       absl::StrCat("the request could not be parsed as ", message->GetTypeName(), ": ", why));
 }
 
-bool RequestStreamReader::Next(google::protobuf::Message* message) {
-  if (!status_.ok() || !reader_->Read(&raw_)) return false;
+bool RequestStreamParser::Parse(const grpc::ByteBuffer& raw, google::protobuf::Message* message) {
+  if (!status_.ok()) return false;
   std::string why;
-  const bool parsed = Parse(raw_, message, &why);
-  raw_.Clear();
-  if (!parsed) {
+  if (!samplerd::Parse(raw, message, &why)) {
     status_ = absl::InvalidArgumentError(absl::StrCat("message ", parsed_ + 1,
                                                       " of the stream could not be parsed as ",
                                                       message->GetTypeName(), ": ", why));
@@ -86,6 +84,13 @@ bool RequestStreamReader::Next(google::protobuf::Message* message) {
   }
   ++parsed_;
   return true;
+}
+
+bool RequestStreamReader::Next(google::protobuf::Message* message) {
+  if (!parser_.status().ok() || !reader_->Read(&raw_)) return false;
+  const bool parsed = parser_.Parse(raw_, message);
+  raw_.Clear();
+  return parsed;
 }
 
 }  // namespace samplerd

@@ -28,6 +28,27 @@ namespace samplerd {
 // whose client sent none) is INVALID_ARGUMENT too.
 absl::Status ParseRequest(const grpc::ByteBuffer& raw, google::protobuf::Message* message);
 
+// Parses the messages of a client stream as they arrive (pushed by a callback reactor, or pulled
+// by RequestStreamReader); an unparseable message ends the stream with an error that names its
+// position ("message 2 of the stream could not be parsed as samplerd.v1.LossBatch: ..."),
+// positions counting from 1.
+class RequestStreamParser {
+ public:
+  // The stream's next message, parsed into `message`: true. False if it does not parse (then
+  // status() says which), and on every call after that.
+  bool Parse(const grpc::ByteBuffer& raw, google::protobuf::Message* message);
+
+  // OK while every message parsed; INVALID_ARGUMENT once one did not.
+  const absl::Status& status() const { return status_; }
+
+  // Messages parsed so far.
+  int64_t parsed() const { return parsed_; }
+
+ private:
+  absl::Status status_;
+  int64_t parsed_ = 0;
+};
+
 // Reads the messages of a client stream one by one, parsing each; an unparseable message ends
 // the stream with an error that names its position ("message 2 of the stream could not be
 // parsed as samplerd.v1.LossBatch: ..."), positions counting from 1.
@@ -46,16 +67,15 @@ class RequestStreamReader {
   bool Next(google::protobuf::Message* message);
 
   // OK at the end of the stream and while reading; INVALID_ARGUMENT once a message did not parse.
-  const absl::Status& status() const { return status_; }
+  const absl::Status& status() const { return parser_.status(); }
 
   // Messages read and parsed so far.
-  int64_t parsed() const { return parsed_; }
+  int64_t parsed() const { return parser_.parsed(); }
 
  private:
   grpc::ServerReaderInterface<grpc::ByteBuffer>* const reader_;
   grpc::ByteBuffer raw_;  // Reused across messages.
-  absl::Status status_;
-  int64_t parsed_ = 0;
+  RequestStreamParser parser_;
 };
 
 }  // namespace samplerd

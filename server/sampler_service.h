@@ -1,81 +1,135 @@
 // SamplerService: the gRPC adapter of samplerd.v1.Sampler (see proto/samplerd.proto for every
 // RPC's contract). It parses each request, checks its shape, looks the job up in the JobRegistry,
-// calls the core and converts the status. Its state: the count of calls in its handlers, which
-// Server::Shutdown waits on, and the budget of the bytes that open StreamShard calls buffer.
+// calls the core and converts the status. Its state: the calls it holds (counted per method;
+// Server::Shutdown waits for them), the budget of the bytes that open StreamShard calls buffer,
+// and the WorkPool that runs the calls' blocking work.
 //
-// Requests arrive as raw bytes: the service registers the ten methods of samplerd.v1.Sampler
-// itself (names and kinds checked against the .proto's descriptor at construction) with
-// grpc::ByteBuffer requests, and parses them with server/raw_request.h, so that a request that
-// does not parse is INVALID_ARGUMENT with a message (see raw_request.h for what gRPC's generated
-// handlers do instead). Responses are the generated messages.
+// All twelve methods of samplerd.v1.Sampler are served with gRPC's callback API, through the
+// generated service's raw methods (v1::Sampler::WithRawCallbackMethod_*): requests arrive as
+// grpc::ByteBuffer and are parsed with server/raw_request.h, so that a request that does not
+// parse is INVALID_ARGUMENT with a message (see raw_request.h for what gRPC's generated handlers
+// do instead); responses are the generated messages, serialized here.
 //
-// Thread-safe: gRPC runs the handlers concurrently, and CallsInFlight / AwaitNoCalls /
+// Threads. No call holds a thread while it waits: a StreamShard waiting for its epoch's plan is
+// a callback registered with the job (Job::OnEpochSettled), a client stream between two messages
+// and a shard stream waiting for its reader's flow control are pending reads and writes. So the
+// ranks waiting at an epoch boundary cost memory, not threads, and the EndEpoch calls that open
+// the next epoch always run (a thread per waiting call ran out at ~1,000 ranks: issue 22). Work
+// that blocks (planning an upload, a rewind or a resize, creating and deleting jobs, a loss batch
+// applied, the disk syncs of EndEpoch and ReportLosses, extracting a shard's chunk) runs on the
+// WorkPool (at most `max_handler_threads`); the cheap reads (GetJob, ListJobs, GetJobStatus) run
+// on gRPC's callback thread.
+//
+// Thread-safe: gRPC runs the reactions concurrently, and CallsInFlight / AwaitNoCalls /
 // EndShardStreams may be called from any thread.
 //
-// Streaming handlers are split into *Impl methods taking the grpc::Server{Reader,Writer}Interface
-// so that tests can drive them without a network.
+// The network-free cores of the streaming methods (*Impl, taking grpc::Server{Reader,Writer}
+// Interface) run a call on the caller's thread, so that tests can drive them with fakes; the
+// callback reactors share their steps (one home per rule).
 #ifndef SAMPLERD_SERVER_SAMPLER_SERVICE_H_
 #define SAMPLERD_SERVER_SAMPLER_SERVICE_H_
 
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <set>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
-#include "grpcpp/impl/service_type.h"
 #include "grpcpp/support/byte_buffer.h"
+#include "grpcpp/support/server_callback.h"
 #include "grpcpp/support/sync_stream.h"
 #include "kernels/compute_backend.h"
+#include "proto/samplerd.grpc.pb.h"
 #include "proto/samplerd.pb.h"
 #include "server/auth/authorizer.h"
 #include "server/job_registry.h"
 #include "server/metrics/registry.h"
 #include "server/service_metrics.h"
 #include "server/stream_budget.h"
+#include "server/work_pool.h"
 
 namespace samplerd {
 
-class SamplerService final : public grpc::Service {
+// The generated service with every method raw and served by callbacks.
+using SamplerCallbackServiceBase = v1::Sampler::WithRawCallbackMethod_CreateJob<
+    v1::Sampler::WithRawCallbackMethod_GetJob<v1::Sampler::WithRawCallbackMethod_ListJobs<
+        v1::Sampler::WithRawCallbackMethod_DeleteJob<v1::Sampler::WithRawCallbackMethod_RewindJob<
+            v1::Sampler::WithRawCallbackMethod_ResizeJob<
+                v1::Sampler::WithRawCallbackMethod_UploadWeights<
+                    v1::Sampler::WithRawCallbackMethod_UploadLabels<
+                        v1::Sampler::WithRawCallbackMethod_StreamShard<
+                            v1::Sampler::WithRawCallbackMethod_ReportLosses<
+                                v1::Sampler::WithRawCallbackMethod_EndEpoch<
+                                    v1::Sampler::WithRawCallbackMethod_GetJobStatus<
+                                        v1::Sampler::Service>>>>>>>>>>>>;
+
+// Default of --max_server_threads / Options::max_server_threads: the WorkPool's threads.
+inline constexpr int kDefaultMaxHandlerThreads = 1024;
+
+class SamplerService final : public SamplerCallbackServiceBase {
  public:
   // `registry` and `backend` must outlive the service. `max_message_bytes` is the server's send
   // limit: shard chunks are made small enough to fit it whatever max_chunk_size asks for.
   // `max_stream_buffer_bytes` bounds the chunk bytes all open StreamShard calls hold together
   // (see StreamBudget and StreamShardImpl). `authorizer`, if not null, must outlive the service:
   // every call then needs a bearer token that grants it (server/auth/authorizer.h), checked
-  // before anything else happens; null: no token checks. The per-job counters (ServiceMetrics)
-  // go to `metrics` (which must outlive the service); with nullptr they are kept but not
-  // exported.
+  // before anything else happens; null: no token checks. The per-job counters (ServiceMetrics),
+  // the waiting calls per method and the WorkPool's load go to `metrics` (which must outlive the
+  // service); with nullptr they are kept but not exported. `max_handler_threads` (>= 1) bounds the
+  // WorkPool.
   SamplerService(JobRegistry* registry, ComputeBackend* backend, int max_message_bytes = 64 << 20,
                  uint64_t max_stream_buffer_bytes = kDefaultMaxStreamBufferBytes,
-                 const Authorizer* authorizer = nullptr, metrics::Registry* metrics = nullptr);
+                 const Authorizer* authorizer = nullptr, metrics::Registry* metrics = nullptr,
+                 int max_handler_threads = kDefaultMaxHandlerThreads);
+  ~SamplerService() override;
 
-  // The unary RPCs, given their parsed request.
-  grpc::Status CreateJob(grpc::ServerContext* context, const v1::CreateJobRequest& request,
-                         v1::Job* response);
-  grpc::Status GetJob(grpc::ServerContext* context, const v1::GetJobRequest& request,
-                      v1::Job* response);
-  grpc::Status ListJobs(grpc::ServerContext* context, const v1::ListJobsRequest& request,
-                        v1::ListJobsResponse* response);
-  grpc::Status DeleteJob(grpc::ServerContext* context, const v1::DeleteJobRequest& request,
-                         v1::DeleteJobResponse* response);
-  grpc::Status RewindJob(grpc::ServerContext* context, const v1::RewindJobRequest& request,
-                         v1::Job* response);
-  grpc::Status ResizeJob(grpc::ServerContext* context, const v1::ResizeJobRequest& request,
-                         v1::Job* response);
-  grpc::Status EndEpoch(grpc::ServerContext* context, const v1::EndEpochRequest& request,
-                        v1::EndEpochResponse* response);
-  grpc::Status GetJobStatus(grpc::ServerContext* context, const v1::GetJobStatusRequest& request,
-                            v1::JobStatus* response);
+  // ---- The methods as gRPC calls them (see the class comment).
+  grpc::ServerUnaryReactor* CreateJob(grpc::CallbackServerContext* context,
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* context,
+                                   const grpc::ByteBuffer* request,
+                                   grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* context,
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* DeleteJob(grpc::CallbackServerContext* context,
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* RewindJob(grpc::CallbackServerContext* context,
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ResizeJob(grpc::CallbackServerContext* context,
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
+  grpc::ServerReadReactor<grpc::ByteBuffer>* UploadWeights(grpc::CallbackServerContext* context,
+                                                           grpc::ByteBuffer* response) override;
+  grpc::ServerReadReactor<grpc::ByteBuffer>* UploadLabels(grpc::CallbackServerContext* context,
+                                                          grpc::ByteBuffer* response) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* StreamShard(grpc::CallbackServerContext* context,
+                                                          const grpc::ByteBuffer* request) override;
+  grpc::ServerReadReactor<grpc::ByteBuffer>* ReportLosses(grpc::CallbackServerContext* context,
+                                                          grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* EndEpoch(grpc::CallbackServerContext* context,
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* GetJobStatus(grpc::CallbackServerContext* context,
+                                         const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) override;
 
-  // Network-free cores of the streaming handlers. Client streams read raw messages and parse
-  // them one by one: a message that does not parse ends the call with INVALID_ARGUMENT naming
-  // its position (uploads apply nothing; ReportLosses keeps the batches before it, made
-  // durable first). ReportLossesImpl counts the batches it processed in response->batches().
-  // Each message's job must be one `caller` may use (PERMISSION_DENIED otherwise, with the same
-  // effect as a message that does not parse); the default is a server without tokens.
+  // ---- Network-free cores of the streaming methods, run on the caller's thread. Client
+  // streams read raw messages and parse them one by one: a message that does not parse ends
+  // the call with INVALID_ARGUMENT naming its position (uploads apply nothing; ReportLosses
+  // keeps the batches before it, made durable first). ReportLossesImpl counts the batches it
+  // processed in response->batches(). Each message's job must be one `caller` may use
+  // (PERMISSION_DENIED otherwise, with the same effect as a message that does not parse); the
+  // default is a server without tokens.
   grpc::Status UploadWeightsImpl(grpc::ServerReaderInterface<grpc::ByteBuffer>* reader,
                                  v1::UploadSummary* response,
                                  const Caller& caller = Caller::Unrestricted());
@@ -85,13 +139,13 @@ class SamplerService final : public grpc::Service {
   grpc::Status ReportLossesImpl(grpc::ServerReaderInterface<grpc::ByteBuffer>* reader,
                                 v1::LossReportSummary* response,
                                 const Caller& caller = Caller::Unrestricted());
-  // `deadline` bounds waiting for a plan; `cancelled` is polled while waiting and between
-  // chunks; `writing` (may be null) is called once the shard is acquired, before the first
-  // chunk is written (the gRPC handler then lets EndShardStreams cancel the call: a stream
-  // still waiting ends with the shutdown's UNAVAILABLE instead). A stream whose job is deleted
-  // ends with NOT_FOUND at the next chunk. Before it
-  // writes, a call reserves the bytes of its largest chunk from the stream budget (ChunkBytes)
-  // until it ends; RESOURCE_EXHAUSTED if they do not fit.
+  // `deadline` bounds waiting for a plan (blocking here: the gRPC method waits without a
+  // thread); `cancelled` is polled while waiting and between chunks; `writing` (may be null) is
+  // called once the shard is acquired, before the first chunk is written (the gRPC method then
+  // lets EndShardStreams cancel the call: a stream still waiting ends with the shutdown's
+  // UNAVAILABLE instead). A stream whose job is deleted ends with NOT_FOUND at the next chunk.
+  // Before it writes, a call reserves the bytes of its largest chunk from the stream budget
+  // (ChunkBytes) until it ends; RESOURCE_EXHAUSTED if they do not fit.
   grpc::Status StreamShardImpl(const v1::StreamShardRequest& request, absl::Time deadline,
                                const std::function<bool()>& cancelled,
                                grpc::ServerWriterInterface<v1::ShardChunk>* writer,
@@ -102,11 +156,11 @@ class SamplerService final : public grpc::Service {
   // until the reader takes it.
   static uint64_t ChunkBytes(uint64_t indices, bool wide_indices, bool with_is_weights);
 
-  // Calls running in this service's handlers now.
+  // Calls this service holds now (from their arrival until their status is sent).
   int64_t CallsInFlight() const ABSL_LOCKS_EXCLUDED(calls_mu_);
-  // Waits until no call runs in the handlers or `deadline` passes; true if none runs. Used by a
-  // graceful shutdown: gRPC's own Shutdown(deadline) also waits for idle client connections to
-  // close, so it would always take the whole grace period while trainers stay connected.
+  // Waits until no call is held or `deadline` passes; true if none is. Used by a graceful
+  // shutdown: gRPC's own Shutdown(deadline) also waits for idle client connections to close, so
+  // it would always take the whole grace period while trainers stay connected.
   bool AwaitNoCalls(absl::Time deadline) const ABSL_LOCKS_EXCLUDED(calls_mu_);
   // Cancels every StreamShard call writing its shard now, and each one that starts writing
   // later, at once (a graceful shutdown; the calls still waiting for a plan are woken with
@@ -117,48 +171,72 @@ class SamplerService final : public grpc::Service {
   void EndShardStreams() ABSL_LOCKS_EXCLUDED(calls_mu_);
   // Bytes reserved by open StreamShard calls now.
   uint64_t StreamBufferBytesInUse() const { return stream_budget_.in_use(); }
+  // The WorkPool's threads and queue now.
+  WorkPool::Load HandlerLoad() const { return pool_.load(); }
+
+  // The methods of samplerd.v1.Sampler, in the .proto's order (index = method index).
+  enum Method : int {
+    kCreateJob,
+    kGetJob,
+    kListJobs,
+    kDeleteJob,
+    kRewindJob,
+    kResizeJob,
+    kUploadWeights,
+    kUploadLabels,
+    kStreamShard,
+    kReportLosses,
+    kEndEpoch,
+    kGetJobStatus,
+    kMethodCount
+  };
+  // Calls of `method` waiting now without a thread: StreamShard for its epoch's plan, and any
+  // call whose work is queued for a WorkPool thread. (The calls held, waiting or not, are
+  // samplerd_rpcs_in_flight, counted by the metrics interceptor.)
+  int64_t CallsWaiting(Method method) const { return waiting_[method].load(); }
 
  private:
-  // Counts a handler invocation for its lifetime.
-  class CallScope {
-   public:
-    explicit CallScope(SamplerService* service);
-    ~CallScope();
+  template <typename Stream>
+  class ClientStreamReactor;
+  class ShardStreamReactor;
 
-   private:
-    SamplerService* const service_;
-  };
+  // A call held by the service (counted from its arrival until its status is sent).
+  void BeginCall(Method method) ABSL_LOCKS_EXCLUDED(calls_mu_);
+  void EndCall(Method method) ABSL_LOCKS_EXCLUDED(calls_mu_);
+  // Runs `work` on the WorkPool, counting `method`'s call as waiting while it is queued.
+  void Schedule(Method method, std::function<void()> work);
 
-  // A StreamShard call's context, registered from Writing() until the handler returns, for
-  // EndShardStreams to cancel. Not thread-safe: the handler's thread uses it.
-  class ShardStreamScope {
-   public:
-    ShardStreamScope(SamplerService* service, grpc::ServerContext* context)
-        : service_(service), context_(context) {}
-    ~ShardStreamScope();
-    // The call writes its shard from now on (cancelled at once if EndShardStreams ran).
-    void Writing();
-
-   private:
-    SamplerService* const service_;
-    grpc::ServerContext* const context_;
-    bool registered_ = false;
-  };
-
-  // Register one method of samplerd.v1.Sampler (`path`, e.g. "/samplerd.v1.Sampler/GetJob",
-  // a string literal: gRPC keeps the pointer) with a raw request.
+  // Serves a unary method: the request parsed and checked (token, access) on gRPC's thread, then
+  // `handler` run there (`blocking` false) or on the WorkPool.
   template <typename Request, typename Response>
-  void AddUnary(const char* path,
-                grpc::Status (SamplerService::*handler)(grpc::ServerContext*, const Request&,
-                                                        Response*));
-  template <typename Response>
-  void AddClientStream(const char* path, grpc::Status (SamplerService::*impl)(
-                                             grpc::ServerReaderInterface<grpc::ByteBuffer>*,
-                                             Response*, const Caller&));
+  grpc::ServerUnaryReactor* Unary(
+      Method method, grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw,
+      grpc::ByteBuffer* raw_response, bool blocking,
+      grpc::Status (SamplerService::*handler)(absl::Time deadline, const Request&, Response*));
+
+  // The unary methods, given their parsed request and the call's deadline.
+  grpc::Status DoCreateJob(absl::Time deadline, const v1::CreateJobRequest& request,
+                           v1::Job* response);
+  grpc::Status DoGetJob(absl::Time, const v1::GetJobRequest& request, v1::Job* response);
+  grpc::Status DoListJobs(absl::Time, const v1::ListJobsRequest& request,
+                          v1::ListJobsResponse* response);
+  grpc::Status DoDeleteJob(absl::Time, const v1::DeleteJobRequest& request,
+                           v1::DeleteJobResponse* response);
+  grpc::Status DoRewindJob(absl::Time, const v1::RewindJobRequest& request, v1::Job* response);
+  grpc::Status DoResizeJob(absl::Time, const v1::ResizeJobRequest& request, v1::Job* response);
+  grpc::Status DoEndEpoch(absl::Time, const v1::EndEpochRequest& request,
+                          v1::EndEpochResponse* response);
+  grpc::Status DoGetJobStatus(absl::Time, const v1::GetJobStatusRequest& request,
+                              v1::JobStatus* response);
 
   // Who the call is from: UNAUTHENTICATED without a valid bearer token when the server has
   // tokens; an unrestricted Caller when it has none.
-  absl::StatusOr<Caller> CallerOf(const grpc::ServerContext& context) const;
+  absl::StatusOr<Caller> CallerOf(const grpc::ServerContextBase& context) const;
+
+  // EndShardStreams' registry of the shard streams writing now.
+  // Registers `context` (cancelled at once if EndShardStreams ran).
+  void ShardStreamWriting(grpc::ServerContextBase* context) ABSL_LOCKS_EXCLUDED(calls_mu_);
+  void ShardStreamDone(grpc::ServerContextBase* context) ABSL_LOCKS_EXCLUDED(calls_mu_);
 
   JobRegistry* const registry_;
   ComputeBackend* const backend_;
@@ -166,12 +244,17 @@ class SamplerService final : public grpc::Service {
   const Authorizer* const authorizer_;  // Null: no token checks.
   StreamBudget stream_budget_;
   ServiceMetrics metrics_;
+  // Who may call each method (the .proto's rule, authorizer.h).
+  std::array<std::optional<MethodAccess>, kMethodCount> access_;
+  std::array<std::atomic<int64_t>, kMethodCount> waiting_{};
   mutable absl::Mutex calls_mu_;
   int64_t calls_in_flight_ ABSL_GUARDED_BY(calls_mu_) = 0;
   // The contexts of the StreamShard calls writing their shards (live while registered).
-  std::set<grpc::ServerContext*> shard_streams_ ABSL_GUARDED_BY(calls_mu_);
+  std::set<grpc::ServerContextBase*> shard_streams_ ABSL_GUARDED_BY(calls_mu_);
   // Set by EndShardStreams: a StreamShard call that starts later is cancelled at once.
   bool shard_streams_ended_ ABSL_GUARDED_BY(calls_mu_) = false;
+  // Last: destroyed first, so that the work it still runs finds the rest of the service.
+  WorkPool pool_;
 };
 
 }  // namespace samplerd

@@ -228,6 +228,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const Options& options) {
   // The default health service knows "" only; probes that name the service (Kubernetes'
   // grpc probe with `service:`, grpc_health_probe -service) must get an answer too.
   server->server_->GetHealthCheckService()->SetServingStatus(SamplerServiceName(), true);
+  server->saturation_ = std::make_unique<SaturationMonitor>(
+      [service = server->service_.get()] { return service->HandlerLoad(); },
+      options.max_server_threads,
+      [health = server->server_->GetHealthCheckService()](bool serving) {
+        health->SetServingStatus(serving);
+      },
+      server->metrics_.get(), SaturationMonitor::Limits{});
   LOG(INFO) << "event=serving address=" << LogValue(server->address()) << " transport="
             << (options.plaintext               ? "plaintext"
                 : options.tls_client_ca.empty() ? "tls"
@@ -255,9 +262,10 @@ Server::Server(const Options& options, std::unique_ptr<ComputeBackend> backend,
               options.max_memory_bytes != 0 ? options.max_memory_bytes : DefaultMaxMemoryBytes()},
           backend_.get(), options.data_dir)),
       metrics_(std::make_unique<metrics::Registry>()),
-      service_(std::make_unique<SamplerService>(
-          registry_.get(), backend_.get(), options.max_message_bytes,
-          options.max_stream_buffer_bytes, authorizer_.get(), metrics_.get())) {}
+      service_(std::make_unique<SamplerService>(registry_.get(), backend_.get(),
+                                                options.max_message_bytes,
+                                                options.max_stream_buffer_bytes, authorizer_.get(),
+                                                metrics_.get(), options.max_server_threads)) {}
 
 Server::~Server() { Shutdown(); }
 
@@ -341,6 +349,7 @@ void Server::Shutdown() {
   absl::MutexLock lock(&shutdown_mu_);
   if (shut_down_ || server_ == nullptr) return;
   shut_down_ = true;
+  saturation_.reset();  // The health status is the shutdown's from here on.
   const absl::Time start = absl::Now();
   const absl::Time deadline = start + options_.grace_period;
   LOG(INFO) << "event=shutdown_started grace_period_ms="

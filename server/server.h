@@ -20,6 +20,7 @@
 #include "server/metrics/http_exporter.h"
 #include "server/metrics/registry.h"
 #include "server/sampler_service.h"
+#include "server/saturation_monitor.h"
 #include "server/stream_budget.h"
 #include "server/transport_options.h"
 
@@ -63,9 +64,9 @@ struct Options {
   uint64_t max_memory_bytes = 0;
   // Largest gRPC message in either direction, >= 4096 bytes. Shard chunks are cut to fit it.
   int max_message_bytes = 64 << 20;
-  // Most concurrent synchronous calls, >= 16 (each open rank stream holds one thread; the
-  // default leaves room for hundreds of ranks plus their loss reports).
-  int max_server_threads = 1024;
+  // Most threads that run calls' blocking work (planning, disk syncs), >= 16. Calls waiting
+  // for a plan or for their client hold none (SamplerService): thousands of ranks need no more.
+  int max_server_threads = kDefaultMaxHandlerThreads;
   // Most bytes all open StreamShard calls together may hold for their chunks, >= 1. A call
   // holds about 16 bytes per index of its chunk (24 with importance weights, 8 more per index
   // with N > 2^32): ~1 MiB at the default chunk size, ~16-32 MiB at the largest. A call whose
@@ -146,6 +147,8 @@ class Server {
   std::unique_ptr<metrics::Registry> metrics_;
   std::unique_ptr<SamplerService> service_;
   std::unique_ptr<grpc::Server> server_;
+  // Health NOT_SERVING while saturated; stopped first by Shutdown (which then owns the status).
+  std::unique_ptr<SaturationMonitor> saturation_;
   int port_ = 0;
   // Held for the whole of Shutdown(); taken by no call handler.
   absl::Mutex shutdown_mu_;

@@ -3,10 +3,10 @@
 //
 // Each StreamShard call holds one chunk at a time, but it holds it for as long as its reader
 // takes to accept it: a reader that stalls keeps the chunk (up to ~24 MB at max_chunk_size =
-// 2^20) alive, and only --max_server_threads limited how many such calls one client could open.
-// A call reserves its chunk's bytes before it streams and releases them when it ends; a
-// reservation that does not fit fails at once (RESOURCE_EXHAUSTED), it never waits, so a call
-// never holds a thread waiting for memory that stalled calls hold.
+// 2^20) alive, and nothing else limits how many such calls clients open (a call waiting on its
+// reader holds no thread: sampler_service.h). A call reserves its chunk's bytes before it
+// streams and releases them when it ends; a reservation that does not fit fails at once
+// (RESOURCE_EXHAUSTED), it never waits for memory that stalled calls hold.
 //
 // Thread-safe.
 #ifndef SAMPLERD_SERVER_STREAM_BUDGET_H_

@@ -61,6 +61,16 @@ class SamplerdProcess {
   SamplerdProcess& operator=(const SamplerdProcess&) = delete;
 
   const std::string& address() const { return address_; }
+  pid_t pid() const { return pid_; }
+  // The next line the server printed after its listening line (e.g. "samplerd metrics on URL"
+  // with --metrics_port), without its newline; empty at the end of its output.
+  std::string NextLine() {
+    char line[256];
+    if (stdout_ == nullptr || std::fgets(line, sizeof line, stdout_) == nullptr) return "";
+    std::string text(line);
+    while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+    return text;
+  }
   int port() const {
     int port = 0;
     const size_t colon = address_.rfind(':');

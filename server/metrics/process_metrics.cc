@@ -1,5 +1,16 @@
 #include "server/metrics/process_metrics.h"
 
+#include <dirent.h>
+#include <sys/resource.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
 namespace samplerd {
 namespace metrics {
 namespace {
@@ -10,7 +21,56 @@ T* Only(Family<T>* family) {
   return family->WithLabels({}).get();
 }
 
+// /proc/self or /proc/<pid>.
+std::string ProcDir(int pid) { return pid == 0 ? "/proc/self" : absl::StrCat("/proc/", pid); }
+
+// A field of the process's status ("VmRSS", in kB; "Threads"); -1 if absent.
+int64_t StatusField(int pid, const std::string& name) {
+  std::ifstream in(ProcDir(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(name + ":", 0) != 0) continue;
+    std::vector<std::string> parts =
+        absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipWhitespace());
+    int64_t value = 0;
+    if (parts.size() >= 2 && absl::SimpleAtoi(parts[1], &value)) return value;
+  }
+  return -1;
+}
+
+int64_t OpenFds(int pid) {
+  DIR* dir = opendir((ProcDir(pid) + "/fd").c_str());
+  if (dir == nullptr) return -1;
+  int64_t count = 0;
+  while (const dirent* entry = readdir(dir)) {
+    if (entry->d_name[0] != '.') ++count;
+  }
+  closedir(dir);
+  return pid == 0 ? count - 1 : count;  // Ours counts the directory's own descriptor.
+}
+
+void AddResourceGauge(Registry& r, const char* name, const char* help,
+                      int64_t ProcessResources::*field) {
+  r.AddGaugeCallback(name, help, {}, [field] {
+    return std::vector<GaugeSample>{{{}, static_cast<double>(ReadProcessResources().*field)}};
+  });
+}
+
 }  // namespace
+
+ProcessResources ReadProcessResources(int pid) {
+  ProcessResources resources;
+  if (const int64_t kib = StatusField(pid, "VmRSS"); kib >= 0) {
+    resources.resident_bytes = kib * 1024;
+  }
+  resources.threads = StatusField(pid, "Threads");
+  resources.open_fds = OpenFds(pid);
+  rlimit limit{};
+  if (pid == 0 && getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
+    resources.max_fds = static_cast<int64_t>(limit.rlim_cur);
+  }
+  return resources;
+}
 
 const ProcessMetrics& Process() {
   static const ProcessMetrics* const metrics = [] {
@@ -35,6 +95,16 @@ const ProcessMetrics& Process() {
         "One fdatasync of a write-ahead log (a ReportLosses or EndEpoch waits for it), in "
         "seconds.",
         {}));
+    AddResourceGauge(r, "samplerd_process_resident_memory_bytes",
+                     "Resident memory of samplerd, in bytes.", &ProcessResources::resident_bytes);
+    AddResourceGauge(r, "samplerd_process_threads", "Threads of samplerd.",
+                     &ProcessResources::threads);
+    AddResourceGauge(r, "samplerd_process_open_fds",
+                     "Open file descriptors of samplerd (each client connection holds one).",
+                     &ProcessResources::open_fds);
+    AddResourceGauge(r, "samplerd_process_max_fds",
+                     "Most file descriptors samplerd may open (RLIMIT_NOFILE).",
+                     &ProcessResources::max_fds);
     return m;
   }();
   return *metrics;

@@ -7,6 +7,8 @@
 #ifndef SAMPLERD_SERVER_METRICS_PROCESS_METRICS_H_
 #define SAMPLERD_SERVER_METRICS_PROCESS_METRICS_H_
 
+#include <cstdint>
+
 #include "server/metrics/registry.h"
 
 namespace samplerd {
@@ -27,6 +29,19 @@ struct ProcessMetrics {
 };
 
 const ProcessMetrics& Process();
+
+// A process's resources now, from /proc (Linux); -1 where unreadable. `pid` 0: this process
+// (and max_fds from getrlimit); another process's max_fds is -1.
+// Process() exports them as gauges:
+//   samplerd_process_resident_memory_bytes, samplerd_process_threads, samplerd_process_open_fds,
+//   samplerd_process_max_fds.
+struct ProcessResources {
+  int64_t resident_bytes = -1;
+  int64_t threads = -1;
+  int64_t open_fds = -1;
+  int64_t max_fds = -1;  // RLIMIT_NOFILE's soft limit.
+};
+ProcessResources ReadProcessResources(int pid = 0);
 
 }  // namespace metrics
 }  // namespace samplerd
