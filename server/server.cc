@@ -215,10 +215,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const Options& options) {
   ApplyTransportOptions(options.transport, &builder);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
+  // Only the synchronous services (health, reflection) hold a thread per call, from this quota;
+  // samplerd.v1.Sampler is served with the callback API and runs its blocking work on its own
+  // bounded pool (SamplerService, WorkPool).
   grpc::ResourceQuota quota("samplerd");
   quota.SetMaxThreads(options.max_server_threads);
   builder.SetResourceQuota(quota);
-  // Enough polling threads for hundreds of concurrent streams (each sync call holds a thread).
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, 4);
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
