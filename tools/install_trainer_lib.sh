@@ -66,8 +66,12 @@ for t in "${trees[@]}"; do
     echo "install_trainer_lib: $dir/lib/lib$library.a missing after the build" >&2
     exit 1
   }
-  # -L: the headers in the tree are links into Bazel's outputs; install the files.
-  cp -RL --no-preserve=mode "$dir/include/samplerd" "$prefix/include/"
+  # The headers this build declares (HEADERS.txt), not whatever the tree's folder holds: Bazel
+  # leaves the headers of earlier builds there. -L: they are links into Bazel's outputs.
+  while IFS= read -r header; do
+    mkdir -p "$prefix/include/$(dirname "$header")"
+    cp -L --no-preserve=mode "$dir/include/$header" "$prefix/include/$header"
+  done <"$dir/HEADERS.txt"
   cp --no-preserve=mode "$dir/lib/lib$library.a" "$prefix/lib/"
   cp --no-preserve=mode "$dir/lib/pkgconfig/$pc.pc" "$prefix/lib/pkgconfig/"
   echo "install_trainer_lib: installed lib$library.a into $prefix" \
