@@ -92,3 +92,50 @@ def test_without_kept_starts_a_rewind_says_so(tmp_path):
                 c.rewind_job("none", -1)
     finally:
         assert server.stop() == 0
+
+
+def test_a_mid_epoch_state_saved_before_a_rewind_is_refused_naming_what_to_do():
+    """Issue 23 item 1: rewind to epoch 1, then load_state_dict of a state at (epoch 1,
+    position 120). The rewind discarded the losses before position 120; resuming there would
+    never report them again (samples_seen short, other weights). Refused; position 0 works."""
+    from samplerd.torch import DistributedWeightedSampler
+    server = SamplerdProcess("--rewind_epochs=3")
+    try:
+        c = samplerd.Client(server.address, timeout=30)
+        c.create_job("mid", num_samples=400, world_size=1, seed=3, loss="loss")
+        s = DistributedWeightedSampler(server.address, "mid", rank=0, world_size=1)
+        epoch0 = list(s)
+        s.report(epoch0, losses_for(epoch0, 0))
+        it = iter(s)  # Epoch 1 (ends epoch 0).
+        first = [next(it) for _ in range(120)]
+        s.report(first, losses_for(first, 1))
+        s.flush()
+        state = s.state_dict()
+        assert (state["epoch"], state["position"]) == (1, 120)
+        rest = list(it)
+        s.report(rest, losses_for(rest, 1))
+        s.end_epoch()
+        s.close()
+        assert c.get_job("mid").current_epoch == 2
+        await_kept(c, "mid", 1)
+        c.rewind_job("mid", 1)
+
+        s2 = DistributedWeightedSampler(server.address, "mid", rank=0, world_size=1)
+        with pytest.raises(samplerd.FailedPrecondition,
+                           match=r"job 'mid' epoch 1 rank 0 position 120: the server streamed "
+                                 r"this rank only 0 positions .*predates a rewind.*position 0"):
+            s2.load_state_dict(state)
+        # A future epoch's state past its start cannot follow a rewind to an earlier one either.
+        with pytest.raises(samplerd.FailedPrecondition, match=r"epoch 2 rank 0 position 5"):
+            s2.load_state_dict(dict(state, epoch=2, position=5))
+        assert c.status("mid").ranks[0].losses_accepted == 0  # Nothing changed.
+        s2.load_state_dict(dict(state, position=0))  # What the docs allow after a rewind.
+        again = list(s2)
+        s2.report(again, losses_for(again, 1))
+        s2.end_epoch()
+        assert again == first + rest  # The same plan, trained whole.
+        assert c.get_job("mid").current_epoch == 2
+        s2.close()
+        c.close()
+    finally:
+        assert server.stop() == 0

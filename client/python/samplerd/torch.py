@@ -469,6 +469,30 @@ class DistributedWeightedSampler(DistributedSampler):
             raise _explained(e, f"{self._where(epoch)}: sending again the {idx.size} "
                                 "unacknowledged losses of a loaded state") from None
 
+    def _check_not_rewound(self, epoch, deal, position):
+        """Refuses a state at `position` > 0 of `epoch` that the server's record of this rank
+        cannot hold: a state's position is at most what the server streamed to the rank in that
+        epoch and deal (it yielded only what it received), and a rewind -- or a later epoch that
+        was rewound away -- clears that record. Resuming such a state would skip the positions
+        before it, whose losses the rewind discarded."""
+        status = self.client.status(self.job)
+        current = status.job.current_epoch
+        if epoch < current:
+            return  # A closed epoch: refused when it is streamed (item of its own).
+        streamed = 0
+        if epoch == current and deal == status.job.deal and self.rank < len(status.ranks):
+            streamed = status.ranks[self.rank].indices_streamed
+        if position <= streamed:
+            return
+        raise errors.FailedPrecondition(
+            f"state: {self._where(epoch)} position {position}: the server streamed this rank "
+            f"only {streamed} positions of epoch {epoch} (deal {deal}; job at epoch {current}), "
+            f"so the state predates a rewind (RewindJob) of the job and the losses before "
+            f"position {position} are no longer counted. After a rewind, load a state saved at "
+            f"the start of the epoch (position 0), as RewindJob's docs require, or a state "
+            f"saved after the rewind; or start without load_state_dict to train epoch "
+            f"{current} from its start")
+
     def load_state_dict(self, state: dict) -> None:
         """Makes the next iteration continue where `state` (from state_dict) left off.
 
@@ -485,7 +509,9 @@ class DistributedWeightedSampler(DistributedSampler):
             InvalidArgument: a state of another job, or of another rank of the same group, or
                 not from state_dict.
             FailedPrecondition: a state of another group whose epoch is no longer the current
-                one (nothing of it can be dealt again).
+                one (nothing of it can be dealt again); a state past the start of its epoch
+                that predates a rewind of the job (the server no longer holds the losses
+                before its position).
         """
         try:
             version, job, rank = state["version"], state["job"], state["rank"]
@@ -519,7 +545,10 @@ class DistributedWeightedSampler(DistributedSampler):
             length = self._shard_length(epoch)
             if position > length:
                 raise errors.InvalidArgument(
-                    f"state['position'] = {position} is outside [0, shard length = {length}]")
+                    f"state['position'] = {position} is outside [0, shard length = {length}] "
+                    f"of {self._where(epoch)}")
+            if position > 0:
+                self._check_not_rewound(epoch, deal, int(position))
             resume = (epoch, int(position))
         if self._iter_epoch is not None:
             self.end_epoch()
