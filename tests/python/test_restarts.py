@@ -72,10 +72,12 @@ def test_a_loss_for_another_ranks_index_is_refused_naming_index_and_rank(client,
     assert client.report_losses("own", 0, 1, [one[1]], [1.0], [1]).accepted == 1
 
     # The sampler refuses it before sending: it knows what it yielded.
-    sampler = DistributedWeightedSampler(server.address, "own", rank=0, world_size=2)
+    # Reports one loss on purpose: the re-shard guard (min_report_coverage) is not tested here.
+    sampler = DistributedWeightedSampler(server.address, "own", rank=0, world_size=2,
+                                         min_report_coverage=0)
     list(sampler)
     with pytest.raises(samplerd.InvalidArgument,
-                       match=rf"indices\[1\] = {one[2]} was not served to rank 0 in epoch 0"):
+                       match=rf"indices\[1\] = {one[2]} was not yielded to rank 0 in epoch 0"):
         sampler.report(torch.tensor([zero[3], one[2]]), torch.tensor([1.0, 1.0]))
     sampler.report(torch.tensor([zero[3]]), torch.tensor([1.0]))  # Still usable, nothing queued.
     sampler.flush()
@@ -142,29 +144,49 @@ def test_state_dict_resumes_after_what_training_consumed_not_what_was_prefetched
     np.testing.assert_array_equal(consumed[:120] + resumed, shard)  # Nothing skipped or repeated.
     assert (second.last_summary["accepted"], second.last_summary["duplicates"]) == (350, 30)
     assert client.status("ck").ranks[1].losses_accepted == 500
-    assert second.state_dict() == dict(checkpoint, position=500)
+    # All acknowledged now: no `unacknowledged` (the checkpoint may have carried some).
+    expected = {k: v for k, v in checkpoint.items() if k != "unacknowledged"}
+    assert second.state_dict() == dict(expected, position=500)
     second.close()  # Ends epoch 0 for rank 1.
     assert client.status("ck").ranks[1].ended
 
 
 def test_load_state_dict_refuses_another_ranks_state(client, server):
+    """Every refusal names the job and the rank loading (issue 23 item 8); loading another
+    rank's state names the job and epoch it was saved in as well."""
     client.create_job("st", num_samples=100, world_size=2)
     a = DistributedWeightedSampler(server.address, "st", rank=0, world_size=2)
     b = DistributedWeightedSampler(server.address, "st", rank=1, world_size=2)
-    with pytest.raises(samplerd.InvalidArgument, match="saved by rank 0; this sampler is rank 1"):
+    with pytest.raises(samplerd.InvalidArgument,
+                       match=r"load_state_dict of job 'st' rank 1: the state was saved by rank 0 "
+                             r"\(job 'st' epoch 0\); each rank loads its own state"):
         b.load_state_dict(a.state_dict())
-    with pytest.raises(samplerd.InvalidArgument, match="saved by job 'other'"):
+    with pytest.raises(samplerd.InvalidArgument,
+                       match=r"job 'st' rank 0: the state was saved by job 'other' \(epoch 0"):
         a.load_state_dict(dict(a.state_dict(), job="other"))
-    with pytest.raises(samplerd.InvalidArgument, match=r"state\['position'\] = 51"):
+    with pytest.raises(samplerd.InvalidArgument,
+                       match=r"job 'st' rank 0: state\['position'\] = -1"):
+        a.load_state_dict(dict(a.state_dict(), position=-1))
+    with pytest.raises(samplerd.InvalidArgument,
+                       match=r"state\['position'\] = 51 .* of job 'st' epoch 0 rank 0"):
         a.load_state_dict(dict(a.state_dict(), position=51))
     # A state of a group of 4 in a later epoch: nothing of it can be dealt to this group.
     with pytest.raises(samplerd.FailedPrecondition,
-                       match=r"saved with world_size = 4 \(deal 0\) in epoch 3"):
+                       match=r"job 'st' rank 0: the state was saved with world_size = 4 "
+                             r"\(deal 0\) in epoch 3"):
         a.load_state_dict(dict(a.state_dict(), world_size=4, epoch=3))
-    with pytest.raises(samplerd.InvalidArgument, match="missing 'position'"):
+    with pytest.raises(samplerd.InvalidArgument,
+                       match="job 'st' rank 0: the state is not .*missing 'position'"):
         a.load_state_dict({"version": 1, "job": "st", "rank": 0, "world_size": 2, "epoch": 0})
+    with pytest.raises(samplerd.InvalidArgument, match=r"job 'st' rank 0: state\['version'\]"):
+        a.load_state_dict(dict(a.state_dict(), version=9))
+    with pytest.raises(samplerd.InvalidArgument,
+                       match=r"job 'st' rank 0: state\['unacknowledged'\]: 2 indices, 1 losses"):
+        a.load_state_dict(dict(a.state_dict(), unacknowledged=dict(
+            epoch=0, deal=0, indices=[1, 2], losses=[1.0], positions=[0, 1])))
     assert a.state_dict()["position"] == 0  # Unchanged by the refusals.
-    # Version 1 (no deal) is still read.
+    # Version 1 (no deal) is still read (position 7 of what the server streamed to rank 0).
+    client.read_shard("st", 0, 0, 2)
     a.load_state_dict({"version": 1, "job": "st", "rank": 0, "world_size": 2, "epoch": 0,
                        "position": 7})
     assert a.state_dict()["position"] == 7

@@ -451,11 +451,12 @@ class DistributedWeightedSampler(DistributedSampler):
             pos = np.asarray(unacked["positions"], dtype=np.int64)
             epoch, deal = int(unacked["epoch"]), int(unacked["deal"])
         except (KeyError, TypeError, ValueError) as e:
-            raise errors.InvalidArgument(f"state['unacknowledged']: malformed ({e})") from None
+            raise errors.InvalidArgument(
+                f"{self._loading()}: state['unacknowledged']: malformed ({e})") from None
         if not idx.size == los.size == pos.size:
             raise errors.InvalidArgument(
-                f"state['unacknowledged']: {idx.size} indices, {los.size} losses, {pos.size} "
-                "positions")
+                f"{self._loading()}: state['unacknowledged']: {idx.size} indices, "
+                f"{los.size} losses, {pos.size} positions")
         if idx.size == 0:
             return
         idx, los = check_loss_batch(idx, los, self.num_samples)
@@ -468,6 +469,10 @@ class DistributedWeightedSampler(DistributedSampler):
         except errors.SamplerError as e:
             raise _explained(e, f"{self._where(epoch)}: sending again the {idx.size} "
                                 "unacknowledged losses of a loaded state") from None
+
+    def _loading(self):
+        """Names this sampler in load_state_dict's refusals."""
+        return f"load_state_dict of job '{self.job}' rank {self.rank}"
 
     def _check_not_rewound(self, epoch, deal, position):
         """Refuses a state at `position` > 0 of `epoch` that the server's record of this rank
@@ -487,8 +492,8 @@ class DistributedWeightedSampler(DistributedSampler):
         raise errors.FailedPrecondition(
             f"state: {self._where(epoch)} position {position}: the server streamed this rank "
             f"only {streamed} positions of epoch {epoch} (deal {deal}; job at epoch {current}), "
-            f"so the state predates a rewind (RewindJob) of the job and the losses before "
-            f"position {position} are no longer counted. After a rewind, load a state saved at "
+            f"so the state predates a rewind (RewindJob) of the job (or the job was made "
+            f"again) and the losses before position {position} are no longer counted. After a rewind, load a state saved at "
             f"the start of the epoch (position 0), as RewindJob's docs require, or a state "
             f"saved after the rewind; or start without load_state_dict to train epoch "
             f"{current} from its start")
@@ -513,35 +518,40 @@ class DistributedWeightedSampler(DistributedSampler):
                 that predates a rewind of the job (the server no longer holds the losses
                 before its position).
         """
+        self._check_open()
         try:
             version, job, rank = state["version"], state["job"], state["rank"]
             world_size, epoch, position = state["world_size"], state["epoch"], state["position"]
             deal = state["deal"] if version == 2 else 0
         except (KeyError, TypeError) as e:
             raise errors.InvalidArgument(
-                f"state: not a DistributedWeightedSampler.state_dict() (missing {e})") from None
+                f"{self._loading()}: the state is not a DistributedWeightedSampler.state_dict() "
+                f"(missing {e})") from None
         if version not in (1, 2, 3):
             raise errors.InvalidArgument(
-                f"state['version'] = {version}; this client reads 1, 2, 3")
+                f"{self._loading()}: state['version'] = {version}; this client reads 1, 2, 3")
         if job != self.job:
             raise errors.InvalidArgument(
-                f"state: saved by job '{job}'; this sampler is job '{self.job}'")
+                f"{self._loading()}: the state was saved by job '{job}' (epoch {epoch}, rank "
+                f"{rank}); load this job's own checkpoint")
         if not (isinstance(position, numbers.Integral) and not isinstance(position, bool)
                 and position >= 0):
-            raise errors.InvalidArgument(f"state['position'] = {position}: must be an integer >= 0")
+            raise errors.InvalidArgument(
+                f"{self._loading()}: state['position'] = {position}: must be an integer >= 0")
         epoch = int(epoch)
         if world_size != self.world_size or deal != self._deal(epoch):
             current = self.client.get_job(self.job).current_epoch
             if epoch != current:
                 raise errors.FailedPrecondition(
-                    f"state: saved with world_size = {world_size} (deal {deal}) in epoch {epoch}; "
-                    f"this sampler's group has world_size = {self.world_size} and job "
-                    f"'{self.job}' is at epoch {current}")
+                    f"{self._loading()}: the state was saved with world_size = {world_size} "
+                    f"(deal {deal}) in epoch {epoch}; this sampler's group has world_size = "
+                    f"{self.world_size} and job '{self.job}' is at epoch {current}")
             resume = None  # The epoch was dealt again: the start of this rank's new shard.
         else:
             if rank != self.rank:
                 raise errors.InvalidArgument(
-                    f"state: saved by rank {rank}; this sampler is rank {self.rank}")
+                    f"{self._loading()}: the state was saved by rank {rank} (job '{job}' epoch "
+                    f"{epoch}); each rank loads its own state (e.g. ckpt-rank{self.rank}.pt)")
             length = self._shard_length(epoch)
             if position > length:
                 raise errors.InvalidArgument(
@@ -606,6 +616,8 @@ class DistributedWeightedSampler(DistributedSampler):
                     begun = True
                 served.extend(chunk.indices)
                 for index in chunk.indices.tolist():
+                    # An iterator kept past close() (prefetched chunks) yields nothing more.
+                    self._check_open()
                     # Yielded (and reportable) from here on: before the consumer sees it.
                     served.yielded += 1
                     it.position += 1
@@ -719,9 +731,11 @@ class DistributedWeightedSampler(DistributedSampler):
                 sampler did not yield in this epoch (or already has a loss for each time it was
                 yielded). Nothing of the call is queued then.
         """
+        self._check_open()
         self._raise_send_error()
         if self._iter_epoch is None:
-            raise errors.FailedPrecondition("report() before the sampler was iterated")
+            raise errors.FailedPrecondition(
+                f"job '{self.job}' rank {self.rank}: report() before the sampler was iterated")
         if isinstance(indices, torch.Tensor):
             indices = indices.detach().cpu().numpy()
         if isinstance(losses, torch.Tensor):
