@@ -474,29 +474,54 @@ class DistributedWeightedSampler(DistributedSampler):
         """Names this sampler in load_state_dict's refusals."""
         return f"load_state_dict of job '{self.job}' rank {self.rank}"
 
-    def _check_not_rewound(self, epoch, deal, position):
-        """Refuses a state at `position` > 0 of `epoch` that the server's record of this rank
-        cannot hold: a state's position is at most what the server streamed to the rank in that
-        epoch and deal (it yielded only what it received), and a rewind -- or a later epoch that
-        was rewound away -- clears that record. Resuming such a state would skip the positions
-        before it, whose losses the rewind discarded."""
+    def _check_resumable(self, epoch, deal, position, length):
+        """Refuses a state (of this rank, group and deal) that cannot be resumed where it says:
+
+        - its epoch closed since it was saved, before the end of its shard: the positions after
+          it can no longer be served (the process that died trained them and the epoch closed);
+        - a position past 0 that the server's record of this rank cannot hold: a state's
+          position is at most what the server streamed to the rank in that epoch and deal (it
+          yielded only what it received), and a rewind -- or a later epoch rewound away --
+          clears that record. Resuming it would skip the positions before it, whose losses the
+          rewind discarded.
+        """
         status = self.client.status(self.job)
         current = status.job.current_epoch
+        where = f"{self._loading()}: the state at epoch {epoch} position {position}"
         if epoch < current:
-            return  # A closed epoch: refused when it is streamed (item of its own).
+            if position >= length:
+                return  # Consumed whole: the next epoch follows (load_state_dict).
+            kept = list(status.job.rewindable_epochs)
+            rewind = (f"rewind the job to the start of epoch {epoch} "
+                      f"(Client.rewind_job('{self.job}', {epoch}), on one rank, before the "
+                      f"samplers; samplerctl rewind {self.job} {epoch}) and load every rank's "
+                      f"state with position 0 (the positions before {position} are trained "
+                      f"again, by a model that saw them)" if epoch in kept else
+                      f"a rewind to the start of epoch {epoch} is no longer possible (kept: "
+                      f"{', '.join(map(str, kept)) or 'none'}; --rewind_epochs)")
+            raise errors.FailedPrecondition(
+                f"{where}: epoch {epoch} has closed since (job '{self.job}' is at epoch "
+                f"{current}), so positions {position} to {length - 1} of its shard can no "
+                f"longer be served: they were trained, and their losses reported, after this "
+                f"checkpoint by the process that died. Either {rewind}; or continue with epoch "
+                f"{current}: keep the restored model and do not load this state (the sampler "
+                f"then serves the job's current epoch; the restored model never trains those "
+                f"positions)")
+        if position == 0:
+            return
         streamed = 0
         if epoch == current and deal == status.job.deal and self.rank < len(status.ranks):
             streamed = status.ranks[self.rank].indices_streamed
         if position <= streamed:
             return
         raise errors.FailedPrecondition(
-            f"state: {self._where(epoch)} position {position}: the server streamed this rank "
-            f"only {streamed} positions of epoch {epoch} (deal {deal}; job at epoch {current}), "
-            f"so the state predates a rewind (RewindJob) of the job (or the job was made "
-            f"again) and the losses before position {position} are no longer counted. After a rewind, load a state saved at "
-            f"the start of the epoch (position 0), as RewindJob's docs require, or a state "
-            f"saved after the rewind; or start without load_state_dict to train epoch "
-            f"{current} from its start")
+            f"{where}: the server streamed this rank only {streamed} positions of epoch "
+            f"{epoch} (deal {deal}; job '{self.job}' at epoch {current}), so the state "
+            f"predates a rewind (RewindJob) of the job (or the job was made again) and the "
+            f"losses before position {position} are no longer counted. After a rewind, load a "
+            f"state saved at the start of the epoch (position 0), as RewindJob's docs require, "
+            f"or a state saved after the rewind; or start without load_state_dict to train "
+            f"epoch {current} from its start")
 
     def load_state_dict(self, state: dict) -> None:
         """Makes the next iteration continue where `state` (from state_dict) left off.
@@ -516,7 +541,9 @@ class DistributedWeightedSampler(DistributedSampler):
             FailedPrecondition: a state of another group whose epoch is no longer the current
                 one (nothing of it can be dealt again); a state past the start of its epoch
                 that predates a rewind of the job (the server no longer holds the losses
-                before its position).
+                before its position); a state short of the end of an epoch that has closed
+                since (the message names the two ways on: a rewind to the epoch's start, or
+                the next epoch without this state).
         """
         self._check_open()
         try:
@@ -557,8 +584,7 @@ class DistributedWeightedSampler(DistributedSampler):
                 raise errors.InvalidArgument(
                     f"state['position'] = {position} is outside [0, shard length = {length}] "
                     f"of {self._where(epoch)}")
-            if position > 0:
-                self._check_not_rewound(epoch, deal, int(position))
+            self._check_resumable(epoch, deal, int(position), length)
             resume = (epoch, int(position))
         if self._iter_epoch is not None:
             self.end_epoch()
