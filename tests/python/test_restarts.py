@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import numpy as np
 import pytest
@@ -192,3 +193,50 @@ def test_load_state_dict_refuses_another_ranks_state(client, server):
     assert a.state_dict()["position"] == 7
     a.close()
     b.close()
+
+
+def test_a_restart_that_forgets_load_state_dict_is_told(client, server):
+    """Issue 23 item 3: a restarted rank that does not load its state trains again what the
+    dead process trained in this epoch; the losses count once (duplicates), and now a
+    RestartWarning and restart_summary say so. One that loads its state is not warned."""
+    client.create_job("fg", num_samples=100, world_size=2, loss="loss")
+    dead = DistributedWeightedSampler(server.address, "fg", rank=0, world_size=2)
+    it = iter(dead)
+    trained = [next(it) for _ in range(30)]
+    dead.report(trained, np.ones(30))
+    dead.flush()
+    state = dead.state_dict()  # The process dies here (no close: its epoch is not ended).
+    again = DistributedWeightedSampler(server.address, "fg", rank=0, world_size=2)
+    with pytest.warns(samplerd.RestartWarning,
+                      match=r"job 'fg' epoch 0 rank 0: the server already has 30 losses of this "
+                            r"rank .*loaded no state.*load_state_dict"):
+        first = next(iter(again))
+    assert first == trained[0]  # Position 0 again.
+    assert again.restart_summary["served_again"] == 30
+    loaded = DistributedWeightedSampler(server.address, "fg", rank=0, world_size=2)
+    loaded.load_state_dict(state)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", samplerd.RestartWarning)
+        next(iter(loaded))  # Resumes at position 30: no RestartWarning (an error here).
+    assert loaded.restart_summary["served_again"] == 0
+
+
+def test_close_in_a_finally_that_ends_an_epoch_early_is_told(client, server):
+    """Issue 23 item 2: a survivor whose group failed runs close() in its finally; that ends its
+    epoch, so its positions without a loss count as done and are never dealt again (also not
+    after an elastic restart). A RestartWarning and restart_summary now say how many."""
+    client.create_job("fin", num_samples=100, world_size=2, loss="loss")
+    sampler = DistributedWeightedSampler(server.address, "fin", rank=0, world_size=2)
+    with pytest.warns(samplerd.RestartWarning,
+                      match=r"job 'fin' epoch 0 rank 0: ending the epoch with 30 of the shard's "
+                            r"positions 0 to 49 without a loss reported: they count as done"):
+        with pytest.raises(RuntimeError, match="the group failed"):
+            try:
+                for step, index in enumerate(sampler):
+                    sampler.report([index], [1.0])
+                    if step == 19:
+                        raise RuntimeError("the group failed")
+            finally:
+                sampler.close()
+    assert sampler.restart_summary["ended_unreported"] == 30
+    assert client.status("fin").ranks[0].ended

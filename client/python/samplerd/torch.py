@@ -33,6 +33,7 @@ import numbers
 import queue
 import threading
 import time
+import warnings
 from typing import Optional, Union
 
 import numpy as np
@@ -253,6 +254,13 @@ class DistributedWeightedSampler(DistributedSampler):
         self._send_queue = None
         self._send_error = None
         self.last_summary = {"accepted": 0, "stale": 0, "duplicates": 0, "batches": 0}
+        # Positions of epochs this sampler ended without a loss reported (they count as done:
+        # not dealt again), and positions it served again that the server already had losses
+        # for when its first iteration began (a restart without load_state_dict). Each also
+        # raises a RestartWarning.
+        self.restart_summary = {"ended_unreported": 0, "served_again": 0}
+        self._iterated = False
+        self._loaded = False  # load_state_dict was called (a restart that loaded its state).
         self._closed = False
         pending = _pending_states.pop((job, rank), None)
         if pending is not None:
@@ -362,11 +370,31 @@ class DistributedWeightedSampler(DistributedSampler):
         self.flush()
         self._check_coverage()
         if self.end_epoch_on_exhaust:
+            self._warn_unreported()
             try:
                 self.client.end_epoch(self.job, self._iter_epoch, self.rank, deal=self._iter_deal)
             except errors.SamplerError as e:
                 raise _explained(e, f"{self._where(self._iter_epoch)}: EndEpoch") from None
         self._iter_epoch = None
+
+    def _warn_unreported(self):
+        """Makes visible an epoch ended with positions of the shard without a loss (when this
+        sampler reported any): they count as done and are not dealt again."""
+        reported, _ = self._served.coverage()
+        if reported == 0:
+            return  # A trainer that reports no losses: nothing to compare with.
+        length = self._shard_length(self._iter_epoch)
+        missing = length - self._served.start - reported
+        if missing <= 0:
+            return
+        self.restart_summary["ended_unreported"] += missing
+        warnings.warn(
+            f"{self._where(self._iter_epoch)}: ending the epoch with {missing} of the shard's "
+            f"positions {self._served.start} to {length - 1} without a loss reported: they "
+            f"count as done and are never dealt again, also after an elastic restart. If this "
+            f"rank stops because its group failed (close() in a finally), let the process "
+            f"exit without close() so the restarted group trains them",
+            errors.RestartWarning, stacklevel=3)
 
     def _check_coverage(self):
         """The re-shard guard: raises (once) if training reported the losses of far fewer
@@ -546,6 +574,7 @@ class DistributedWeightedSampler(DistributedSampler):
                 the next epoch without this state).
         """
         self._check_open()
+        self._loaded = True
         try:
             version, job, rank = state["version"], state["job"], state["rank"]
             world_size, epoch, position = state["world_size"], state["epoch"], state["position"]
@@ -625,6 +654,10 @@ class DistributedWeightedSampler(DistributedSampler):
             # Before streaming `epoch`: the server plans it once every rank ended the last one.
             self.end_epoch()
         start = self._next_start()[1]
+        if not self._iterated:
+            self._iterated = True
+            if not self._loaded:
+                self._warn_served_again(epoch)
         it.epoch, it.position = epoch, start
         served = ServedPositions(start)
         deal = self._deal(epoch)
@@ -652,6 +685,28 @@ class DistributedWeightedSampler(DistributedSampler):
             chunks.close()  # A consumer that stops early releases the stream (and prefetcher) now.
         if not begun:  # An empty shard (or nothing left of it), streamed without error.
             self._serve_epoch(epoch, deal, served)
+
+    def _warn_served_again(self, epoch):
+        """At the first iteration of a sampler that loaded no state: makes visible a restart
+        that forgot load_state_dict (the server already has losses of this rank in this epoch
+        and deal: those positions are trained again, their losses counted as duplicates). A
+        restart that loaded its state replays the positions after its checkpoint: documented,
+        not warned."""
+        status = self.client.status(self.job)
+        if status.job.current_epoch != epoch or status.job.deal != self._deal(epoch) or \
+                self.rank >= len(status.ranks):
+            return
+        progress = status.ranks[self.rank]
+        had = progress.losses_accepted
+        if progress.ended or had == 0:
+            return
+        self.restart_summary["served_again"] += had
+        warnings.warn(
+            f"{self._where(epoch)}: the server already has {had} losses of this rank in this "
+            f"epoch (a previous process's) and this sampler, which loaded no state, starts at "
+            f"position 0: the positions it trained are trained again (their losses count once, "
+            f"as duplicates). A restarted trainer calls load_state_dict with its checkpoint's "
+            f"state before iterating", errors.RestartWarning, stacklevel=4)
 
     def _prefetched(self, epoch, deal, start):
         q = queue.Queue(maxsize=4)  # Bounded: at most a few chunks ahead of training.
