@@ -240,3 +240,36 @@ def test_close_in_a_finally_that_ends_an_epoch_early_is_told(client, server):
                 sampler.close()
     assert sampler.restart_summary["ended_unreported"] == 30
     assert client.status("fin").ranks[0].ended
+
+
+@pytest.mark.parametrize("unacknowledged", [False, True], ids=["acked", "unacked"])
+def test_a_state_loaded_into_a_resized_group_says_what_is_not_replayed(client, server,
+                                                                       unacknowledged):
+    """Issue 23 item 5: after a resize, positions whose losses the old group reported after
+    its checkpoint count as done and are not dealt again (a same-size restart replays them).
+    The documented choice is now visible: a RestartWarning and restart_summary. A state that
+    carries losses of the replaced deal not yet acknowledged loads too (it raised: the server
+    refuses a replaced deal's losses)."""
+    client.create_job("rs", num_samples=100, world_size=2, loss="loss")
+    old = DistributedWeightedSampler(server.address, "rs", rank=0, world_size=2,
+                                     report_batch_size=100 if unacknowledged else 1)
+    it = iter(old)
+    trained = [next(it) for _ in range(30)]
+    old.report(trained[:20], np.ones(20))
+    if not unacknowledged:
+        old.flush()
+    state = old.state_dict()  # The checkpoint: position 20.
+    assert ("unacknowledged" in state) == unacknowledged
+    old.report(trained[20:], np.ones(10))  # Reported after it; then the group is lost.
+    old.flush()
+    new = DistributedWeightedSampler(server.address, "rs", rank=0, world_size=1, elastic=True)
+    with pytest.warns(samplerd.RestartWarning,
+                      match=r"job 'rs' rank 0: the state \(epoch 0, position 20\) was saved by a "
+                            r"group of 2 ranks .*not trained again by the restored model"):
+        new.load_state_dict(state)
+    assert new.restart_summary["redealt_states"] == 1
+    shard = list(new)
+    assert len(shard) == 70  # The 100 positions less the 30 reported.
+    assert not set(trained[20:]) & set(shard)  # Not replayed (documented).
+    new.report(shard, np.ones(len(shard)))
+    new.close()

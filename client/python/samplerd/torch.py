@@ -255,10 +255,11 @@ class DistributedWeightedSampler(DistributedSampler):
         self._send_error = None
         self.last_summary = {"accepted": 0, "stale": 0, "duplicates": 0, "batches": 0}
         # Positions of epochs this sampler ended without a loss reported (they count as done:
-        # not dealt again), and positions it served again that the server already had losses
-        # for when its first iteration began (a restart without load_state_dict). Each also
-        # raises a RestartWarning.
-        self.restart_summary = {"ended_unreported": 0, "served_again": 0}
+        # not dealt again); positions it served again that the server already had losses for
+        # when its first iteration began (a restart without load_state_dict); states of another
+        # group or deal loaded into an epoch dealt again (what was reported after their
+        # checkpoint is not replayed). Each also raises a RestartWarning.
+        self.restart_summary = {"ended_unreported": 0, "served_again": 0, "redealt_states": 0}
         self._iterated = False
         self._loaded = False  # load_state_dict was called (a restart that loaded its state).
         self._closed = False
@@ -603,6 +604,15 @@ class DistributedWeightedSampler(DistributedSampler):
                     f"(deal {deal}) in epoch {epoch}; this sampler's group has world_size = "
                     f"{self.world_size} and job '{self.job}' is at epoch {current}")
             resume = None  # The epoch was dealt again: the start of this rank's new shard.
+            self.restart_summary["redealt_states"] += 1
+            warnings.warn(
+                f"{self._loading()}: the state (epoch {epoch}, position {position}) was saved by "
+                f"a group of {world_size} ranks (deal {deal}); epoch {epoch} was dealt again to "
+                f"this group of {self.world_size} over the positions not done, so this rank "
+                f"starts its new shard. The positions whose losses the previous group reported "
+                f"after this checkpoint count as done and are not trained again by the restored "
+                f"model (a restart with the same size replays them)",
+                errors.RestartWarning, stacklevel=2)
         else:
             if rank != self.rank:
                 raise errors.InvalidArgument(
@@ -617,7 +627,10 @@ class DistributedWeightedSampler(DistributedSampler):
             resume = (epoch, int(position))
         if self._iter_epoch is not None:
             self.end_epoch()
-        if state.get("unacknowledged"):
+        # Into an epoch dealt again (resume None) the losses of the replaced deal cannot be
+        # sent (FAILED_PRECONDITION): those that arrived count, the positions of those that did
+        # not are not done and so are in the new deal, trained again.
+        if state.get("unacknowledged") and resume is not None:
             self._resend(state["unacknowledged"])
         self.epoch, self._resume = epoch, resume
         self._epoch_offset = None
