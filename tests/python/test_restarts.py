@@ -228,7 +228,7 @@ def test_close_in_a_finally_that_ends_an_epoch_early_is_told(client, server):
     client.create_job("fin", num_samples=100, world_size=2, loss="loss")
     sampler = DistributedWeightedSampler(server.address, "fin", rank=0, world_size=2)
     with pytest.warns(samplerd.RestartWarning,
-                      match=r"job 'fin' epoch 0 rank 0: ending the epoch with 30 of the shard's "
+                      match=r"job 'fin' epoch 0 rank 0: ended the epoch with 30 of the shard's "
                             r"positions 0 to 49 without a loss reported: they count as done"):
         with pytest.raises(RuntimeError, match="the group failed"):
             try:

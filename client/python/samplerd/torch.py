@@ -371,31 +371,36 @@ class DistributedWeightedSampler(DistributedSampler):
         self.flush()
         self._check_coverage()
         if self.end_epoch_on_exhaust:
-            self._warn_unreported()
+            unreported = self._unreported()
             try:
                 self.client.end_epoch(self.job, self._iter_epoch, self.rank, deal=self._iter_deal)
             except errors.SamplerError as e:
                 raise _explained(e, f"{self._where(self._iter_epoch)}: EndEpoch") from None
+            if unreported is not None:  # Said once the epoch was really ended.
+                self.restart_summary["ended_unreported"] += unreported[0]
+                warnings.warn(unreported[1], errors.RestartWarning, stacklevel=3)
         self._iter_epoch = None
 
-    def _warn_unreported(self):
-        """Makes visible an epoch ended with positions of the shard without a loss (when this
-        sampler reported any): they count as done and are not dealt again."""
+    def _unreported(self):
+        """(count, message) of the positions of the iterated shard without a loss, when this
+        sampler reported any (None otherwise, or if the shard length cannot be asked): ending
+        the epoch makes them count as done, never dealt again."""
         reported, _ = self._served.coverage()
         if reported == 0:
-            return  # A trainer that reports no losses: nothing to compare with.
-        length = self._shard_length(self._iter_epoch)
+            return None  # A trainer that reports no losses: nothing to compare with.
+        try:
+            length = self._shard_length(self._iter_epoch)
+        except errors.SamplerError:
+            return None  # EndEpoch will say what is wrong.
         missing = length - self._served.start - reported
         if missing <= 0:
-            return
-        self.restart_summary["ended_unreported"] += missing
-        warnings.warn(
-            f"{self._where(self._iter_epoch)}: ending the epoch with {missing} of the shard's "
+            return None
+        return missing, (
+            f"{self._where(self._iter_epoch)}: ended the epoch with {missing} of the shard's "
             f"positions {self._served.start} to {length - 1} without a loss reported: they "
             f"count as done and are never dealt again, also after an elastic restart. If this "
             f"rank stops because its group failed (close() in a finally), let the process "
-            f"exit without close() so the restarted group trains them",
-            errors.RestartWarning, stacklevel=3)
+            f"exit without close() so the restarted group trains them")
 
     def _check_coverage(self):
         """The re-shard guard: raises (once) if training reported the losses of far fewer
