@@ -187,6 +187,21 @@ TEST_F(JobTest, StatusShowsNoWeightsWhileTheEpochShownIsPlanned) {
   EXPECT_GT(ready.weights().effective_sample_size(), 0.0);
 }
 
+TEST_F(JobTest, AReportedPositionCountsAsStreamed) {
+  // A client checks a loaded state's position against indices_streamed (issue 23 item 1): a
+  // position with a loss was streamed, also if the server stopped between a stream's Write and
+  // its RecordStreamed.
+  auto job = MakeJob(100, 2, v1::LOSS);
+  const std::vector<uint64_t> zero = Shard(*job, 0, 0);
+  v1::LossReportSummary s;
+  ASSERT_TRUE(job->ReportLosses(BatchAt(0, 0, 0, zero, {3, 9}, One).view(), &s).ok());
+  EXPECT_EQ(job->Status().ranks(0).indices_streamed(), 10u);
+  EXPECT_TRUE(job->RecordStreamed(0, 0, 0, 20).ok());
+  ASSERT_TRUE(job->ReportLosses(BatchAt(0, 0, 0, zero, {4}, One).view(), &s).ok());
+  EXPECT_EQ(job->Status().ranks(0).indices_streamed(), 20u);  // Never lowered.
+  EXPECT_EQ(job->Status().ranks(1).indices_streamed(), 0u);
+}
+
 TEST_F(JobTest, WithoutALossPolicyNoPerSampleStatisticsAreKept) {
   // Losses are acknowledged (a generic training loop may report them) but not kept: positions
   // are deduplicated, indices are not.
