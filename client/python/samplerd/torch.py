@@ -580,7 +580,6 @@ class DistributedWeightedSampler(DistributedSampler):
                 the next epoch without this state).
         """
         self._check_open()
-        self._loaded = True
         try:
             version, job, rank = state["version"], state["job"], state["rank"]
             world_size, epoch, position = state["world_size"], state["epoch"], state["position"]
@@ -638,6 +637,7 @@ class DistributedWeightedSampler(DistributedSampler):
         if state.get("unacknowledged") and resume is not None:
             self._resend(state["unacknowledged"])
         self.epoch, self._resume = epoch, resume
+        self._loaded = True  # Loaded (a refused state leaves the sampler as it was).
         self._epoch_offset = None
         if resume is not None and resume[1] == self._shard_length(epoch) and \
                 self.end_epoch_on_exhaust:
