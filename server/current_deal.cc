@@ -160,6 +160,9 @@ CurrentDeal::NewLosses CurrentDeal::MarkReported(const LossBatchView& batch) {
   fresh.all_indices_ = batch.indices;
   fresh.all_losses_ = batch.losses;
   for (size_t k = 0; k < batch.indices.size(); ++k) {
+    // A position reported was streamed: the record holds it even if the server stopped between
+    // a stream's Write and its RecordStreamed (a client checks a loaded state against it).
+    rank.streamed = std::max(rank.streamed, batch.position(k) + 1);
     const bool inserted = rank.reported.Insert(batch.position(k), shard_length);
     if (!inserted && fresh.all_) {
       fresh.all_ = false;

@@ -30,7 +30,7 @@ class CurrentDeal {
  public:
   // Per-epoch progress of one rank of the deal.
   struct RankState {
-    uint64_t streamed = 0;  // Shard positions sent (the highest).
+    uint64_t streamed = 0;  // Shard positions sent (the highest; past every one reported).
     uint64_t accepted = 0;  // Losses accepted.
     bool ended = false;
     PositionSet reported;  // Shard positions whose loss was reported (and logged).
@@ -127,8 +127,9 @@ class CurrentDeal {
   // positions the rank has not reported before (0: a retry, nothing to apply). Errors are
   // undecorated but for the served-index one, which names the job.
   absl::StatusOr<size_t> CheckLosses(const LossBatchView& batch, const Plan& plan) const;
-  // After CheckLosses returned a positive count: marks the batch's positions reported and
-  // returns its new pairs, in arrival order (a position twice in the batch counts once).
+  // After CheckLosses returned a positive count: marks the batch's positions reported (and
+  // streamed: the rank's `streamed` is at least one past each) and returns its new pairs, in
+  // arrival order (a position twice in the batch counts once).
   NewLosses MarkReported(const LossBatchView& batch);
   void AddAccepted(uint32_t rank, uint64_t accepted) { ranks_[rank].accepted += accepted; }
 

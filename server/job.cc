@@ -746,12 +746,17 @@ v1::JobStatus Job::Status() const {
     p->set_losses_accepted(ranks[r].accepted);
     p->set_ended(ranks[r].ended);
   }
-  v1::WeightStats* w = status.mutable_weights();
-  w->set_min(weight_summary_.min);
-  w->set_max(weight_summary_.max);
-  w->set_mean(weight_summary_.mean);
-  w->set_effective_sample_size(weight_summary_.effective_sample_size);
-  w->set_zero_count(weight_summary_.zero_count);
+  // The summary is of the weights the published plan was drawn from: while the epoch shown is
+  // being planned (or awaits its upload, or the job failed) they are not that epoch's, so none
+  // is shown rather than the previous epoch's under the new epoch number.
+  if (status.job().plan_ready()) {
+    v1::WeightStats* w = status.mutable_weights();
+    w->set_min(weight_summary_.min);
+    w->set_max(weight_summary_.max);
+    w->set_mean(weight_summary_.mean);
+    w->set_effective_sample_size(weight_summary_.effective_sample_size);
+    w->set_zero_count(weight_summary_.zero_count);
+  }
   status.set_last_recompute_ms(last_recompute_ms_);
   status.set_last_plan_ms(last_plan_ms_);
   // While planning, the planner reads the table off the lock; the count is not written then.

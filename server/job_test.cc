@@ -158,6 +158,50 @@ TEST_F(JobTest, ADeadlineWhilePlanningSaysSo) {
   EXPECT_TRUE((*job)->AcquireShard(1, 0, 0, 1, Soon()).ok());
 }
 
+TEST_F(JobTest, StatusShowsNoWeightsWhileTheEpochShownIsPlanned) {
+  // Issue 23 item 8: right after the last EndEpoch the status said epoch 1 with epoch 0's
+  // weights until plan_ready.
+  GatedBackend gated(backend_.get());
+  v1::JobSpec spec;
+  spec.set_num_samples(100);
+  spec.set_world_size(1);
+  spec.set_samples_per_epoch(50);
+  spec.mutable_policy()->set_loss(v1::LOSS);
+  auto job = Job::Create("w", *MakeJobConfig(spec, JobLimits()), &gated);
+  ASSERT_TRUE(job.ok());
+  const v1::JobStatus before = (*job)->Status();
+  ASSERT_TRUE(before.job().plan_ready());
+  ASSERT_TRUE(before.has_weights());
+  gated.Hold();
+  ASSERT_TRUE((*job)->EndEpoch(0, 0, 0).ok());
+  gated.AwaitHeldCall();
+  const v1::JobStatus planning = (*job)->Status();
+  EXPECT_EQ(planning.job().current_epoch(), 1u);
+  EXPECT_FALSE(planning.job().plan_ready());
+  EXPECT_FALSE(planning.has_weights()) << planning.weights().DebugString();
+  gated.Release();
+  ASSERT_TRUE((*job)->AcquireShard(1, 0, 0, 1, Soon()).ok());
+  const v1::JobStatus ready = (*job)->Status();
+  EXPECT_TRUE(ready.job().plan_ready());
+  EXPECT_TRUE(ready.has_weights());
+  EXPECT_GT(ready.weights().effective_sample_size(), 0.0);
+}
+
+TEST_F(JobTest, AReportedPositionCountsAsStreamed) {
+  // A client checks a loaded state's position against indices_streamed (issue 23 item 1): a
+  // position with a loss was streamed, also if the server stopped between a stream's Write and
+  // its RecordStreamed.
+  auto job = MakeJob(100, 2, v1::LOSS);
+  const std::vector<uint64_t> zero = Shard(*job, 0, 0);
+  v1::LossReportSummary s;
+  ASSERT_TRUE(job->ReportLosses(BatchAt(0, 0, 0, zero, {3, 9}, One).view(), &s).ok());
+  EXPECT_EQ(job->Status().ranks(0).indices_streamed(), 10u);
+  EXPECT_TRUE(job->RecordStreamed(0, 0, 0, 20).ok());
+  ASSERT_TRUE(job->ReportLosses(BatchAt(0, 0, 0, zero, {4}, One).view(), &s).ok());
+  EXPECT_EQ(job->Status().ranks(0).indices_streamed(), 20u);  // Never lowered.
+  EXPECT_EQ(job->Status().ranks(1).indices_streamed(), 0u);
+}
+
 TEST_F(JobTest, WithoutALossPolicyNoPerSampleStatisticsAreKept) {
   // Losses are acknowledged (a generic training loop may report them) but not kept: positions
   // are deduplicated, indices are not.

@@ -163,8 +163,16 @@ TEST_F(SamplerServiceTest, FourRanksThreeEpochsWithTheLossPolicy) {
   EXPECT_GT(hard_share[1], 0.15);
   EXPECT_GT(hard_share[2], hard_share[1])
       << hard_share[0] << " " << hard_share[1] << " " << hard_share[2];
-  auto status = client_->GetJobStatus("j");
+  // Epoch 3's weights are shown once its plan is ready (while it is planned, none: not
+  // epoch 2's under its number).
+  absl::StatusOr<v1::JobStatus> status = client_->GetJobStatus("j");
+  for (int tries = 0; status.ok() && !status->job().plan_ready() && tries < 1000; ++tries) {
+    EXPECT_FALSE(status->has_weights());
+    absl::SleepFor(absl::Milliseconds(10));
+    status = client_->GetJobStatus("j");
+  }
   ASSERT_TRUE(status.ok());
+  ASSERT_TRUE(status->job().plan_ready());
   EXPECT_EQ(status->job().current_epoch(), 3u);
   EXPECT_GT(status->weights().max(), 3.0);
   EXPECT_LT(status->weights().effective_sample_size(), 0.9 * n);

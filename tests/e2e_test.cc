@@ -141,6 +141,8 @@ TEST(EndToEndTest, SixRanksThreeEpochsAgainstTheRealBinary) {
   // The weights moved toward the high-loss samples.
   EXPECT_NEAR(hard_share[0], 1.0 / 7, 0.02);
   EXPECT_GT(hard_share[2], hard_share[0] + 0.1);
+  // Epoch 3's weights are shown once its plan is ready: reading a shard of it waits for that.
+  ASSERT_TRUE(client->ReadShard("e2e", 3, 0, world).ok());
   auto status = client->GetJobStatus("e2e");
   ASSERT_TRUE(status.ok());
   EXPECT_EQ(status->job().current_epoch(), 3u);

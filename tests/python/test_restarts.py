@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import numpy as np
 import pytest
@@ -72,10 +73,12 @@ def test_a_loss_for_another_ranks_index_is_refused_naming_index_and_rank(client,
     assert client.report_losses("own", 0, 1, [one[1]], [1.0], [1]).accepted == 1
 
     # The sampler refuses it before sending: it knows what it yielded.
-    sampler = DistributedWeightedSampler(server.address, "own", rank=0, world_size=2)
+    # Reports one loss on purpose: the re-shard guard (min_report_coverage) is not tested here.
+    sampler = DistributedWeightedSampler(server.address, "own", rank=0, world_size=2,
+                                         min_report_coverage=0)
     list(sampler)
     with pytest.raises(samplerd.InvalidArgument,
-                       match=rf"indices\[1\] = {one[2]} was not served to rank 0 in epoch 0"):
+                       match=rf"indices\[1\] = {one[2]} was not yielded to rank 0 in epoch 0"):
         sampler.report(torch.tensor([zero[3], one[2]]), torch.tensor([1.0, 1.0]))
     sampler.report(torch.tensor([zero[3]]), torch.tensor([1.0]))  # Still usable, nothing queued.
     sampler.flush()
@@ -142,31 +145,131 @@ def test_state_dict_resumes_after_what_training_consumed_not_what_was_prefetched
     np.testing.assert_array_equal(consumed[:120] + resumed, shard)  # Nothing skipped or repeated.
     assert (second.last_summary["accepted"], second.last_summary["duplicates"]) == (350, 30)
     assert client.status("ck").ranks[1].losses_accepted == 500
-    assert second.state_dict() == dict(checkpoint, position=500)
+    # All acknowledged now: no `unacknowledged` (the checkpoint may have carried some).
+    expected = {k: v for k, v in checkpoint.items() if k != "unacknowledged"}
+    assert second.state_dict() == dict(expected, position=500)
     second.close()  # Ends epoch 0 for rank 1.
     assert client.status("ck").ranks[1].ended
 
 
 def test_load_state_dict_refuses_another_ranks_state(client, server):
+    """Every refusal names the job and the rank loading (issue 23 item 8); loading another
+    rank's state names the job and epoch it was saved in as well."""
     client.create_job("st", num_samples=100, world_size=2)
     a = DistributedWeightedSampler(server.address, "st", rank=0, world_size=2)
     b = DistributedWeightedSampler(server.address, "st", rank=1, world_size=2)
-    with pytest.raises(samplerd.InvalidArgument, match="saved by rank 0; this sampler is rank 1"):
+    with pytest.raises(samplerd.InvalidArgument,
+                       match=r"load_state_dict of job 'st' rank 1: the state was saved by rank 0 "
+                             r"\(job 'st' epoch 0\); each rank loads its own state"):
         b.load_state_dict(a.state_dict())
-    with pytest.raises(samplerd.InvalidArgument, match="saved by job 'other'"):
+    with pytest.raises(samplerd.InvalidArgument,
+                       match=r"job 'st' rank 0: the state was saved by job 'other' \(epoch 0"):
         a.load_state_dict(dict(a.state_dict(), job="other"))
-    with pytest.raises(samplerd.InvalidArgument, match=r"state\['position'\] = 51"):
+    with pytest.raises(samplerd.InvalidArgument,
+                       match=r"job 'st' rank 0: state\['position'\] = -1"):
+        a.load_state_dict(dict(a.state_dict(), position=-1))
+    with pytest.raises(samplerd.InvalidArgument,
+                       match=r"state\['position'\] = 51 .* of job 'st' epoch 0 rank 0"):
         a.load_state_dict(dict(a.state_dict(), position=51))
     # A state of a group of 4 in a later epoch: nothing of it can be dealt to this group.
     with pytest.raises(samplerd.FailedPrecondition,
-                       match=r"saved with world_size = 4 \(deal 0\) in epoch 3"):
+                       match=r"job 'st' rank 0: the state was saved with world_size = 4 "
+                             r"\(deal 0\) in epoch 3"):
         a.load_state_dict(dict(a.state_dict(), world_size=4, epoch=3))
-    with pytest.raises(samplerd.InvalidArgument, match="missing 'position'"):
+    with pytest.raises(samplerd.InvalidArgument,
+                       match="job 'st' rank 0: the state is not .*missing 'position'"):
         a.load_state_dict({"version": 1, "job": "st", "rank": 0, "world_size": 2, "epoch": 0})
+    with pytest.raises(samplerd.InvalidArgument, match=r"job 'st' rank 0: state\['version'\]"):
+        a.load_state_dict(dict(a.state_dict(), version=9))
+    with pytest.raises(samplerd.InvalidArgument,
+                       match=r"job 'st' rank 0: state\['unacknowledged'\]: 2 indices, 1 losses"):
+        a.load_state_dict(dict(a.state_dict(), unacknowledged=dict(
+            epoch=0, deal=0, indices=[1, 2], losses=[1.0], positions=[0, 1])))
     assert a.state_dict()["position"] == 0  # Unchanged by the refusals.
-    # Version 1 (no deal) is still read.
+    # Version 1 (no deal) is still read (position 7 of what the server streamed to rank 0).
+    client.read_shard("st", 0, 0, 2)
     a.load_state_dict({"version": 1, "job": "st", "rank": 0, "world_size": 2, "epoch": 0,
                        "position": 7})
     assert a.state_dict()["position"] == 7
     a.close()
     b.close()
+
+
+def test_a_restart_that_forgets_load_state_dict_is_told(client, server):
+    """Issue 23 item 3: a restarted rank that does not load its state trains again what the
+    dead process trained in this epoch; the losses count once (duplicates), and now a
+    RestartWarning and restart_summary say so. One that loads its state is not warned."""
+    client.create_job("fg", num_samples=100, world_size=2, loss="loss")
+    dead = DistributedWeightedSampler(server.address, "fg", rank=0, world_size=2)
+    it = iter(dead)
+    trained = [next(it) for _ in range(30)]
+    dead.report(trained, np.ones(30))
+    dead.flush()
+    state = dead.state_dict()  # The process dies here (no close: its epoch is not ended).
+    again = DistributedWeightedSampler(server.address, "fg", rank=0, world_size=2)
+    with pytest.warns(samplerd.RestartWarning,
+                      match=r"job 'fg' epoch 0 rank 0: the server already has 30 losses of this "
+                            r"rank .*loaded no state.*load_state_dict"):
+        first = next(iter(again))
+    assert first == trained[0]  # Position 0 again.
+    assert again.restart_summary["served_again"] == 30
+    loaded = DistributedWeightedSampler(server.address, "fg", rank=0, world_size=2)
+    loaded.load_state_dict(state)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", samplerd.RestartWarning)
+        next(iter(loaded))  # Resumes at position 30: no RestartWarning (an error here).
+    assert loaded.restart_summary["served_again"] == 0
+
+
+def test_close_in_a_finally_that_ends_an_epoch_early_is_told(client, server):
+    """Issue 23 item 2: a survivor whose group failed runs close() in its finally; that ends its
+    epoch, so its positions without a loss count as done and are never dealt again (also not
+    after an elastic restart). A RestartWarning and restart_summary now say how many."""
+    client.create_job("fin", num_samples=100, world_size=2, loss="loss")
+    sampler = DistributedWeightedSampler(server.address, "fin", rank=0, world_size=2)
+    with pytest.warns(samplerd.RestartWarning,
+                      match=r"job 'fin' epoch 0 rank 0: ended the epoch with 30 of the shard's "
+                            r"positions 0 to 49 without a loss reported: they count as done"):
+        with pytest.raises(RuntimeError, match="the group failed"):
+            try:
+                for step, index in enumerate(sampler):
+                    sampler.report([index], [1.0])
+                    if step == 19:
+                        raise RuntimeError("the group failed")
+            finally:
+                sampler.close()
+    assert sampler.restart_summary["ended_unreported"] == 30
+    assert client.status("fin").ranks[0].ended
+
+
+@pytest.mark.parametrize("unacknowledged", [False, True], ids=["acked", "unacked"])
+def test_a_state_loaded_into_a_resized_group_says_what_is_not_replayed(client, server,
+                                                                       unacknowledged):
+    """Issue 23 item 5: after a resize, positions whose losses the old group reported after
+    its checkpoint count as done and are not dealt again (a same-size restart replays them).
+    The documented choice is now visible: a RestartWarning and restart_summary. A state that
+    carries losses of the replaced deal not yet acknowledged loads too (it raised: the server
+    refuses a replaced deal's losses)."""
+    client.create_job("rs", num_samples=100, world_size=2, loss="loss")
+    old = DistributedWeightedSampler(server.address, "rs", rank=0, world_size=2,
+                                     report_batch_size=100 if unacknowledged else 1)
+    it = iter(old)
+    trained = [next(it) for _ in range(30)]
+    old.report(trained[:20], np.ones(20))
+    if not unacknowledged:
+        old.flush()
+    state = old.state_dict()  # The checkpoint: position 20.
+    assert ("unacknowledged" in state) == unacknowledged
+    old.report(trained[20:], np.ones(10))  # Reported after it; then the group is lost.
+    old.flush()
+    new = DistributedWeightedSampler(server.address, "rs", rank=0, world_size=1, elastic=True)
+    with pytest.warns(samplerd.RestartWarning,
+                      match=r"job 'rs' rank 0: the state \(epoch 0, position 20\) was saved by a "
+                            r"group of 2 ranks .*not trained again by the restored model"):
+        new.load_state_dict(state)
+    assert new.restart_summary["redealt_states"] == 1
+    shard = list(new)
+    assert len(shard) == 70  # The 100 positions less the 30 reported.
+    assert not set(trained[20:]) & set(shard)  # Not replayed (documented).
+    new.report(shard, np.ones(len(shard)))
+    new.close()

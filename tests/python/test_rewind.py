@@ -92,3 +92,95 @@ def test_without_kept_starts_a_rewind_says_so(tmp_path):
                 c.rewind_job("none", -1)
     finally:
         assert server.stop() == 0
+
+
+def test_a_mid_epoch_state_saved_before_a_rewind_is_refused_naming_what_to_do():
+    """Issue 23 item 1: rewind to epoch 1, then load_state_dict of a state at (epoch 1,
+    position 120). The rewind discarded the losses before position 120; resuming there would
+    never report them again (samples_seen short, other weights). Refused; position 0 works."""
+    from samplerd.torch import DistributedWeightedSampler
+    server = SamplerdProcess("--rewind_epochs=3")
+    try:
+        c = samplerd.Client(server.address, timeout=30)
+        c.create_job("mid", num_samples=400, world_size=1, seed=3, loss="loss")
+        s = DistributedWeightedSampler(server.address, "mid", rank=0, world_size=1)
+        epoch0 = list(s)
+        s.report(epoch0, losses_for(epoch0, 0))
+        it = iter(s)  # Epoch 1 (ends epoch 0).
+        first = [next(it) for _ in range(120)]
+        s.report(first, losses_for(first, 1))
+        s.flush()
+        state = s.state_dict()
+        assert (state["epoch"], state["position"]) == (1, 120)
+        rest = list(it)
+        s.report(rest, losses_for(rest, 1))
+        s.end_epoch()
+        s.close()
+        assert c.get_job("mid").current_epoch == 2
+        await_kept(c, "mid", 1)
+        c.rewind_job("mid", 1)
+
+        s2 = DistributedWeightedSampler(server.address, "mid", rank=0, world_size=1)
+        with pytest.raises(samplerd.FailedPrecondition,
+                           match=r"job 'mid' rank 0: the state at epoch 1 position 120: the server streamed "
+                                 r"this rank only 0 positions .*predates a rewind.*position 0"):
+            s2.load_state_dict(state)
+        # A future epoch's state past its start cannot follow a rewind to an earlier one either.
+        with pytest.raises(samplerd.FailedPrecondition, match=r"rank 0: the state at epoch 2 position 5"):
+            s2.load_state_dict(dict(state, epoch=2, position=5))
+        assert c.status("mid").ranks[0].losses_accepted == 0  # Nothing changed.
+        s2.load_state_dict(dict(state, position=0))  # What the docs allow after a rewind.
+        again = list(s2)
+        s2.report(again, losses_for(again, 1))
+        s2.end_epoch()
+        assert again == first + rest  # The same plan, trained whole.
+        assert c.get_job("mid").current_epoch == 2
+        s2.close()
+        c.close()
+    finally:
+        assert server.stop() == 0
+
+
+def test_a_checkpoint_in_an_epoch_closed_since_names_both_ways_on():
+    """Issue 23 item 6: checkpoint at position 80 of 100, the process trains 80-99, the epoch
+    closes, the process dies in the next epoch. Loading the checkpoint is refused at once (not
+    at the first batch) naming the rewind and the next epoch; both ways then work."""
+    from samplerd.torch import DistributedWeightedSampler
+    server = SamplerdProcess("--rewind_epochs=2")
+    try:
+        c = samplerd.Client(server.address, timeout=30)
+        c.create_job("cl", num_samples=200, world_size=1, samples_per_epoch=100, seed=5,
+                     loss="loss")
+        s = DistributedWeightedSampler(server.address, "cl", rank=0, world_size=1)
+        it = iter(s)
+        first = [next(it) for _ in range(80)]
+        s.report(first, losses_for(first, 0))
+        state = s.state_dict()
+        assert (state["epoch"], state["position"]) == (0, 80)
+        rest = list(it)
+        s.report(rest, losses_for(rest, 0))
+        died = iter(s)  # Epoch 1 (ends epoch 0); the process dies in it, no new checkpoint.
+        next(died)
+        s.flush()
+        assert c.get_job("cl").current_epoch == 1
+
+        again = DistributedWeightedSampler(server.address, "cl", rank=0, world_size=1)
+        with pytest.raises(samplerd.FailedPrecondition) as refused:
+            again.load_state_dict(state)
+        for part in ("job 'cl' rank 0: the state at epoch 0 position 80",
+                     "epoch 0 has closed since (job 'cl' is at epoch 1)",
+                     "positions 80 to 99", "Client.rewind_job('cl', 0)",
+                     "load every rank's state with position 0", "continue with epoch 1"):
+            assert part in refused.value.message, refused.value.message
+        # The next epoch: without the state the sampler serves epoch 1.
+        assert again.epoch == 1 and again.state_dict()["position"] == 0
+        again.close()
+        # Or the rewind: then the state at position 0 trains epoch 0 again, whole.
+        c.rewind_job("cl", 0)
+        rewound = DistributedWeightedSampler(server.address, "cl", rank=0, world_size=1)
+        rewound.load_state_dict(dict(state, position=0))
+        assert list(rewound) == first + rest
+        rewound.close()
+        c.close()  # `s` is the process that died: never closed.
+    finally:
+        assert server.stop() == 0

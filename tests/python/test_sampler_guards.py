@@ -139,14 +139,23 @@ def test_reporting_an_index_streamed_but_not_yet_yielded_raises(client, server):
 
 
 def test_a_closed_sampler_raises_the_clients_error(client, server):
+    """Every use after close() is the sampler's FailedPrecondition naming job and rank (never
+    gRPC's ValueError of a closed channel, nor indices from an iterator kept past close())."""
     client.create_job("cl", num_samples=N, world_size=1)
     sampler = _sampler(server, "cl")
+    it = iter(sampler)
+    taken = [next(it) for _ in range(5)]  # The rest of the shard is prefetched.
+    sampler.report(taken, np.ones(5))
+    state = sampler.state_dict()
     sampler.close()
     sampler.close()  # Idempotent.
-    for use in (len, list):
+    uses = {"len": lambda: len(sampler), "list": lambda: list(sampler),
+            "next": lambda: next(it), "report": lambda: sampler.report(taken, np.ones(5)),
+            "load_state_dict": lambda: sampler.load_state_dict(state)}
+    for name, use in uses.items():
         with pytest.raises(samplerd.FailedPrecondition,
                            match=r"DistributedWeightedSampler of job 'cl' rank 0 is closed"):
-            use(sampler)
+            use()
 
 
 def test_a_closed_client_raises_its_own_error_not_grpcs(server):

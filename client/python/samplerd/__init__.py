@@ -12,12 +12,12 @@ samplerd.transformers and samplerd.torchdata (docs/INTEGRATIONS.md; each is impo
 
 from .client import Client, Policy, ShardChunk, check_loss_batch
 from .errors import (AlreadyExists, DataLoss, DeadlineExceeded, FailedPrecondition,
-                     InvalidArgument, NotFound, PermissionDenied, ResourceExhausted, SamplerError,
-                     Unauthenticated, Unavailable)
+                     InvalidArgument, NotFound, PermissionDenied, ResourceExhausted,
+                     RestartWarning, SamplerError, Unauthenticated, Unavailable)
 
 __all__ = [
     "Client", "Policy", "ShardChunk", "check_loss_batch", "SamplerError", "InvalidArgument",
     "NotFound", "AlreadyExists", "FailedPrecondition", "ResourceExhausted", "DeadlineExceeded",
-    "Unavailable", "DataLoss", "Unauthenticated", "PermissionDenied",
+    "Unavailable", "DataLoss", "Unauthenticated", "PermissionDenied", "RestartWarning",
 ]
 __version__ = "0.1.0"

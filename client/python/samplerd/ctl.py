@@ -169,11 +169,14 @@ def _format_status(status: pb.JobStatus) -> str:
     w = status.weights
     n = status.job.spec.num_samples
     ended = sum(1 for r in status.ranks if r.ended)
-    lines = [
-        _format_job(status.job),
+    weights = (
         f"  weights min {w.min:g}  max {w.max:g}  mean {w.mean:g}  ESS "
         f"{w.effective_sample_size:.6g} ({100.0 * w.effective_sample_size / max(n, 1):.1f}% "
-        f"of N)  zeros {w.zero_count}",
+        f"of N)  zeros {w.zero_count}" if status.HasField("weights") else
+        f"  weights -  (epoch {status.job.current_epoch} has no plan yet)")
+    lines = [
+        _format_job(status.job),
+        weights,
         f"  losses  samples seen {status.samples_seen}  last recompute "
         f"{status.last_recompute_ms:.3g} ms  last plan {status.last_plan_ms:.3g} ms  "
         f"backend {status.backend or '-'}",

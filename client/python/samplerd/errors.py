@@ -105,3 +105,10 @@ def from_rpc_error(error: grpc.RpcError) -> SamplerError:
     code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
     details = error.details() if hasattr(error, "details") else str(error)
     return _BY_CODE.get(code, SamplerError)(details or code.name, code)
+
+
+class RestartWarning(UserWarning):
+    """A restart or shutdown path that changes what is trained without an error: positions
+    trained again (a restarted rank that did not load its state) or ended without a loss (an
+    epoch ended early, e.g. by close() on the way out of an exception). Turn it into an error
+    with warnings.simplefilter("error", samplerd.RestartWarning)."""

@@ -33,6 +33,7 @@ import numbers
 import queue
 import threading
 import time
+import warnings
 from typing import Optional, Union
 
 import numpy as np
@@ -253,6 +254,14 @@ class DistributedWeightedSampler(DistributedSampler):
         self._send_queue = None
         self._send_error = None
         self.last_summary = {"accepted": 0, "stale": 0, "duplicates": 0, "batches": 0}
+        # Positions of epochs this sampler ended without a loss reported (they count as done:
+        # not dealt again); positions it served again that the server already had losses for
+        # when its first iteration began (a restart without load_state_dict); states of another
+        # group or deal loaded into an epoch dealt again (what was reported after their
+        # checkpoint is not replayed). Each also raises a RestartWarning.
+        self.restart_summary = {"ended_unreported": 0, "served_again": 0, "redealt_states": 0}
+        self._iterated = False
+        self._loaded = False  # load_state_dict was called (a restart that loaded its state).
         self._closed = False
         pending = _pending_states.pop((job, rank), None)
         if pending is not None:
@@ -362,11 +371,36 @@ class DistributedWeightedSampler(DistributedSampler):
         self.flush()
         self._check_coverage()
         if self.end_epoch_on_exhaust:
+            unreported = self._unreported()
             try:
                 self.client.end_epoch(self.job, self._iter_epoch, self.rank, deal=self._iter_deal)
             except errors.SamplerError as e:
                 raise _explained(e, f"{self._where(self._iter_epoch)}: EndEpoch") from None
+            if unreported is not None:  # Said once the epoch was really ended.
+                self.restart_summary["ended_unreported"] += unreported[0]
+                warnings.warn(unreported[1], errors.RestartWarning, stacklevel=3)
         self._iter_epoch = None
+
+    def _unreported(self):
+        """(count, message) of the positions of the iterated shard without a loss, when this
+        sampler reported any (None otherwise, or if the shard length cannot be asked): ending
+        the epoch makes them count as done, never dealt again."""
+        reported, _ = self._served.coverage()
+        if reported == 0:
+            return None  # A trainer that reports no losses: nothing to compare with.
+        try:
+            length = self._shard_length(self._iter_epoch)
+        except errors.SamplerError:
+            return None  # EndEpoch will say what is wrong.
+        missing = length - self._served.start - reported
+        if missing <= 0:
+            return None
+        return missing, (
+            f"{self._where(self._iter_epoch)}: ended the epoch with {missing} of the shard's "
+            f"positions {self._served.start} to {length - 1} without a loss reported: they "
+            f"count as done and are never dealt again, also after an elastic restart. If this "
+            f"rank stops because its group failed (close() in a finally), let the process "
+            f"exit without close() so the restarted group trains them")
 
     def _check_coverage(self):
         """The re-shard guard: raises (once) if training reported the losses of far fewer
@@ -451,11 +485,12 @@ class DistributedWeightedSampler(DistributedSampler):
             pos = np.asarray(unacked["positions"], dtype=np.int64)
             epoch, deal = int(unacked["epoch"]), int(unacked["deal"])
         except (KeyError, TypeError, ValueError) as e:
-            raise errors.InvalidArgument(f"state['unacknowledged']: malformed ({e})") from None
+            raise errors.InvalidArgument(
+                f"{self._loading()}: state['unacknowledged']: malformed ({e})") from None
         if not idx.size == los.size == pos.size:
             raise errors.InvalidArgument(
-                f"state['unacknowledged']: {idx.size} indices, {los.size} losses, {pos.size} "
-                "positions")
+                f"{self._loading()}: state['unacknowledged']: {idx.size} indices, "
+                f"{los.size} losses, {pos.size} positions")
         if idx.size == 0:
             return
         idx, los = check_loss_batch(idx, los, self.num_samples)
@@ -468,6 +503,59 @@ class DistributedWeightedSampler(DistributedSampler):
         except errors.SamplerError as e:
             raise _explained(e, f"{self._where(epoch)}: sending again the {idx.size} "
                                 "unacknowledged losses of a loaded state") from None
+
+    def _loading(self):
+        """Names this sampler in load_state_dict's refusals."""
+        return f"load_state_dict of job '{self.job}' rank {self.rank}"
+
+    def _check_resumable(self, epoch, deal, position, length):
+        """Refuses a state (of this rank, group and deal) that cannot be resumed where it says:
+
+        - its epoch closed since it was saved, before the end of its shard: the positions after
+          it can no longer be served (the process that died trained them and the epoch closed);
+        - a position past 0 that the server's record of this rank cannot hold: a state's
+          position is at most what the server streamed to the rank in that epoch and deal (it
+          yielded only what it received), and a rewind -- or a later epoch rewound away --
+          clears that record. Resuming it would skip the positions before it, whose losses the
+          rewind discarded.
+        """
+        status = self.client.status(self.job)
+        current = status.job.current_epoch
+        where = f"{self._loading()}: the state at epoch {epoch} position {position}"
+        if epoch < current:
+            if position >= length:
+                return  # Consumed whole: the next epoch follows (load_state_dict).
+            kept = list(status.job.rewindable_epochs)
+            rewind = (f"rewind the job to the start of epoch {epoch} "
+                      f"(Client.rewind_job('{self.job}', {epoch}), on one rank, before the "
+                      f"samplers; samplerctl rewind {self.job} {epoch}) and load every rank's "
+                      f"state with position 0 (the positions before {position} are trained "
+                      f"again, by a model that saw them)" if epoch in kept else
+                      f"a rewind to the start of epoch {epoch} is no longer possible (kept: "
+                      f"{', '.join(map(str, kept)) or 'none'}; --rewind_epochs)")
+            raise errors.FailedPrecondition(
+                f"{where}: epoch {epoch} has closed since (job '{self.job}' is at epoch "
+                f"{current}), so positions {position} to {length - 1} of its shard can no "
+                f"longer be served: they were trained, and their losses reported, after this "
+                f"checkpoint by the process that died. Either {rewind}; or continue with epoch "
+                f"{current}: keep the restored model and do not load this state (the sampler "
+                f"then serves the job's current epoch; the restored model never trains those "
+                f"positions)")
+        if position == 0:
+            return
+        streamed = 0
+        if epoch == current and deal == status.job.deal and self.rank < len(status.ranks):
+            streamed = status.ranks[self.rank].indices_streamed
+        if position <= streamed:
+            return
+        raise errors.FailedPrecondition(
+            f"{where}: the server streamed this rank only {streamed} positions of epoch "
+            f"{epoch} (deal {deal}; job '{self.job}' at epoch {current}), so the state "
+            f"predates a rewind (RewindJob) of the job (or the job was made again) and the "
+            f"losses before position {position} are no longer counted. After a rewind, load a "
+            f"state saved at the start of the epoch (position 0), as RewindJob's docs require, "
+            f"or a state saved after the rewind; or start without load_state_dict to train "
+            f"epoch {current} from its start")
 
     def load_state_dict(self, state: dict) -> None:
         """Makes the next iteration continue where `state` (from state_dict) left off.
@@ -485,47 +573,71 @@ class DistributedWeightedSampler(DistributedSampler):
             InvalidArgument: a state of another job, or of another rank of the same group, or
                 not from state_dict.
             FailedPrecondition: a state of another group whose epoch is no longer the current
-                one (nothing of it can be dealt again).
+                one (nothing of it can be dealt again); a state past the start of its epoch
+                that predates a rewind of the job (the server no longer holds the losses
+                before its position); a state short of the end of an epoch that has closed
+                since (the message names the two ways on: a rewind to the epoch's start, or
+                the next epoch without this state).
         """
+        self._check_open()
         try:
             version, job, rank = state["version"], state["job"], state["rank"]
             world_size, epoch, position = state["world_size"], state["epoch"], state["position"]
             deal = state["deal"] if version == 2 else 0
         except (KeyError, TypeError) as e:
             raise errors.InvalidArgument(
-                f"state: not a DistributedWeightedSampler.state_dict() (missing {e})") from None
+                f"{self._loading()}: the state is not a DistributedWeightedSampler.state_dict() "
+                f"(missing {e})") from None
         if version not in (1, 2, 3):
             raise errors.InvalidArgument(
-                f"state['version'] = {version}; this client reads 1, 2, 3")
+                f"{self._loading()}: state['version'] = {version}; this client reads 1, 2, 3")
         if job != self.job:
             raise errors.InvalidArgument(
-                f"state: saved by job '{job}'; this sampler is job '{self.job}'")
+                f"{self._loading()}: the state was saved by job '{job}' (epoch {epoch}, rank "
+                f"{rank}); load this job's own checkpoint")
         if not (isinstance(position, numbers.Integral) and not isinstance(position, bool)
                 and position >= 0):
-            raise errors.InvalidArgument(f"state['position'] = {position}: must be an integer >= 0")
+            raise errors.InvalidArgument(
+                f"{self._loading()}: state['position'] = {position}: must be an integer >= 0")
         epoch = int(epoch)
         if world_size != self.world_size or deal != self._deal(epoch):
             current = self.client.get_job(self.job).current_epoch
             if epoch != current:
                 raise errors.FailedPrecondition(
-                    f"state: saved with world_size = {world_size} (deal {deal}) in epoch {epoch}; "
-                    f"this sampler's group has world_size = {self.world_size} and job "
-                    f"'{self.job}' is at epoch {current}")
+                    f"{self._loading()}: the state was saved with world_size = {world_size} "
+                    f"(deal {deal}) in epoch {epoch}; this sampler's group has world_size = "
+                    f"{self.world_size} and job '{self.job}' is at epoch {current}")
             resume = None  # The epoch was dealt again: the start of this rank's new shard.
+            self.restart_summary["redealt_states"] += 1
+            warnings.warn(
+                f"{self._loading()}: the state (epoch {epoch}, position {position}) was saved by "
+                f"a group of {world_size} ranks (deal {deal}); epoch {epoch} was dealt again to "
+                f"this group of {self.world_size} over the positions not done, so this rank "
+                f"starts its new shard. The positions whose losses the previous group reported "
+                f"after this checkpoint count as done and are not trained again by the restored "
+                f"model (a restart with the same size replays them)",
+                errors.RestartWarning, stacklevel=2)
         else:
             if rank != self.rank:
                 raise errors.InvalidArgument(
-                    f"state: saved by rank {rank}; this sampler is rank {self.rank}")
+                    f"{self._loading()}: the state was saved by rank {rank} (job '{job}' epoch "
+                    f"{epoch}); each rank loads its own state (e.g. ckpt-rank{self.rank}.pt)")
             length = self._shard_length(epoch)
             if position > length:
                 raise errors.InvalidArgument(
-                    f"state['position'] = {position} is outside [0, shard length = {length}]")
+                    f"state['position'] = {position} is outside [0, shard length = {length}] "
+                    f"of {self._where(epoch)}")
+            self._check_resumable(epoch, deal, int(position), length)
             resume = (epoch, int(position))
         if self._iter_epoch is not None:
             self.end_epoch()
-        if state.get("unacknowledged"):
+        # Into an epoch dealt again (resume None) the losses of the replaced deal cannot be
+        # sent (FAILED_PRECONDITION): those that arrived count, the positions of those that did
+        # not are not done and so are in the new deal, trained again.
+        if state.get("unacknowledged") and resume is not None:
             self._resend(state["unacknowledged"])
         self.epoch, self._resume = epoch, resume
+        self._loaded = True  # Loaded (a refused state leaves the sampler as it was).
         self._epoch_offset = None
         if resume is not None and resume[1] == self._shard_length(epoch) and \
                 self.end_epoch_on_exhaust:
@@ -560,6 +672,10 @@ class DistributedWeightedSampler(DistributedSampler):
             # Before streaming `epoch`: the server plans it once every rank ended the last one.
             self.end_epoch()
         start = self._next_start()[1]
+        if not self._iterated:
+            self._iterated = True
+            if not self._loaded:
+                self._warn_served_again(epoch)
         it.epoch, it.position = epoch, start
         served = ServedPositions(start)
         deal = self._deal(epoch)
@@ -577,6 +693,8 @@ class DistributedWeightedSampler(DistributedSampler):
                     begun = True
                 served.extend(chunk.indices)
                 for index in chunk.indices.tolist():
+                    # An iterator kept past close() (prefetched chunks) yields nothing more.
+                    self._check_open()
                     # Yielded (and reportable) from here on: before the consumer sees it.
                     served.yielded += 1
                     it.position += 1
@@ -585,6 +703,28 @@ class DistributedWeightedSampler(DistributedSampler):
             chunks.close()  # A consumer that stops early releases the stream (and prefetcher) now.
         if not begun:  # An empty shard (or nothing left of it), streamed without error.
             self._serve_epoch(epoch, deal, served)
+
+    def _warn_served_again(self, epoch):
+        """At the first iteration of a sampler that loaded no state: makes visible a restart
+        that forgot load_state_dict (the server already has losses of this rank in this epoch
+        and deal: those positions are trained again, their losses counted as duplicates). A
+        restart that loaded its state replays the positions after its checkpoint: documented,
+        not warned."""
+        status = self.client.status(self.job)
+        if status.job.current_epoch != epoch or status.job.deal != self._deal(epoch) or \
+                self.rank >= len(status.ranks):
+            return
+        progress = status.ranks[self.rank]
+        had = progress.losses_accepted
+        if progress.ended or had == 0:
+            return
+        self.restart_summary["served_again"] += had
+        warnings.warn(
+            f"{self._where(epoch)}: the server already has {had} losses of this rank in this "
+            f"epoch (a previous process's) and this sampler, which loaded no state, starts at "
+            f"position 0: the positions it trained are trained again (their losses count once, "
+            f"as duplicates). A restarted trainer calls load_state_dict with its checkpoint's "
+            f"state before iterating", errors.RestartWarning, stacklevel=4)
 
     def _prefetched(self, epoch, deal, start):
         q = queue.Queue(maxsize=4)  # Bounded: at most a few chunks ahead of training.
@@ -690,9 +830,11 @@ class DistributedWeightedSampler(DistributedSampler):
                 sampler did not yield in this epoch (or already has a loss for each time it was
                 yielded). Nothing of the call is queued then.
         """
+        self._check_open()
         self._raise_send_error()
         if self._iter_epoch is None:
-            raise errors.FailedPrecondition("report() before the sampler was iterated")
+            raise errors.FailedPrecondition(
+                f"job '{self.job}' rank {self.rank}: report() before the sampler was iterated")
         if isinstance(indices, torch.Tensor):
             indices = indices.detach().cpu().numpy()
         if isinstance(losses, torch.Tensor):
