@@ -31,6 +31,7 @@ losses of all ranks) are the same for everybody.
 
 import numbers
 import queue
+import sys
 import threading
 import time
 import warnings
@@ -73,6 +74,27 @@ def _explained(error, what):
     if not isinstance(error, errors.SamplerError):
         return error
     return type(error)(f"{what}: {error.message}", error.code)
+
+
+def _resharding_wrapper(frame, depth: int = 8) -> Optional[str]:
+    """Names the framework wrapper among the callers (`frame` and the `depth` frames above it)
+    that shards again what it iterates, or None: Accelerate's BatchSamplerShard with more than
+    one process (accelerator.prepare of a DataLoader wraps its batch sampler in one, which
+    iterates the torch BatchSampler that iterates this sampler). The re-shard guard
+    (min_report_coverage) sees the same thing only from the losses reported, at the end of an
+    epoch; this sees it before anything is served, also for a trainer that reports none."""
+    for _ in range(depth):
+        if frame is None:
+            return None
+        owner = frame.f_locals.get("self")
+        kind = type(owner)
+        if (kind.__name__ == "BatchSamplerShard" and kind.__module__.startswith("accelerate")
+                and getattr(owner, "num_processes", 1) > 1):
+            return (f"{kind.__module__}.{kind.__name__} (num_processes = "
+                    f"{owner.num_processes}, process_index = "
+                    f"{getattr(owner, 'process_index', '?')})")
+        frame = frame.f_back
+    return None
 
 
 class _ShardIterator:
@@ -655,8 +677,23 @@ class DistributedWeightedSampler(DistributedSampler):
 
     def __iter__(self):
         """This rank's shard of the epoch set_epoch selected (or the next one), as a Stateful
-        iterator (see _ShardIterator)."""
+        iterator (see _ShardIterator).
+
+        Raises:
+            FailedPrecondition: the caller is a framework wrapper that keeps only part of what
+                this sampler yields (Accelerate's BatchSamplerShard of accelerator.prepare):
+                refused before anything is served, whether or not the trainer reports losses.
+        """
         self._check_open()
+        wrapper = _resharding_wrapper(sys._getframe(1))
+        if wrapper is not None:
+            raise errors.FailedPrecondition(
+                f"job '{self.job}' rank {self.rank}: this sampler is iterated by {wrapper}, "
+                f"which keeps only every num_processes-th batch of what it yields, but the "
+                f"sampler already yields this rank's own shard: the rank would silently train "
+                f"part of it. Prepare the loader with "
+                f"samplerd.accelerate.prepare_data_loader(accelerator, loader) instead of "
+                f"accelerator.prepare(loader) (docs/INTEGRATIONS.md)")
         return _ShardIterator(self)
 
     def _next_start(self):

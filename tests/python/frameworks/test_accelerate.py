@@ -1,7 +1,7 @@
 """Accelerate, 2 ranks (gloo, CPU), against the real samplerd: samplerd.accelerate's
 prepare_data_loader trains every rank's whole shard; the obvious accelerator.prepare(loader)
-(which shards the rank's shard again) is stopped by the re-shard guard at the end of the first
-epoch, naming the fix; a new run on the resumed job trains the job's next epoch."""
+(which shards the rank's shard again) is refused at its first iteration, before anything is
+served, naming the fix; a new run on the resumed job trains the job's next epoch."""
 
 import pytest
 
@@ -44,7 +44,8 @@ def worker(rank, cfg):
                 opt.step()
                 opt.zero_grad()
                 harness.record(cfg["dir"], rank, sampler.served_epoch, idx.tolist())
-                sampler.report(idx, loss.detach())
+                if cfg.get("report", True):
+                    sampler.report(idx, loss.detach())
         sampler.close()
 
 
@@ -72,18 +73,24 @@ def test_a_new_run_on_the_resumed_job_trains_its_next_epoch(rewindable, tmp_path
         harness.assert_trained_exactly_the_shards(c, JOB, str(tmp_path), [1])
 
 
-def test_accelerator_prepare_of_the_loader_fails_loudly_after_the_first_epoch(server, tmp_path):
+@pytest.mark.parametrize("report", [True, False], ids=["reporting", "no-losses"])
+def test_accelerator_prepare_of_the_loader_fails_loudly_at_once(server, tmp_path, report):
+    """Accelerate's documented accelerator.prepare(loader): refused at the first iteration,
+    before anything is served or trained, also by a trainer that reports no loss (which the
+    re-shard guard at the end of an epoch cannot see: it trained half of every shard
+    silently)."""
     with samplerd.Client(server.address) as c:
         c.create_job(JOB, num_samples=harness.N, world_size=harness.WORLD)
-        codes = _run(server, tmp_path, helper=False, epochs=2, workers=0)
+        codes = _run(server, tmp_path, helper=False, epochs=2, workers=0, report=report)
         # The group is torn down at the first rank that failed: the other one failed as well,
         # or was still failing (None).
         assert 1 in codes and 0 not in codes, codes
         for rank in (r for r, code in enumerate(codes) if code == 1):
             error = harness.read_error(str(tmp_path), rank)
             assert error is not None and "FailedPrecondition" in error, error
-            assert f"epoch 0 rank {rank}: losses were reported for 50 of the" in error
+            assert f"job '{JOB}' rank {rank}: this sampler is iterated by " \
+                   "accelerate.data_loader.BatchSamplerShard (num_processes = 2" in error, error
             assert "samplerd.accelerate.prepare_data_loader(accelerator, loader)" in error
-            # Half the shard, silently, before this guard: the first epoch is all it trained.
-            assert len(harness.trained(str(tmp_path), rank)[0]) == 50
+            assert harness.trained(str(tmp_path), rank) == {}  # Nothing trained.
         assert c.get_job(JOB).current_epoch == 0  # The job did not move on.
+        assert all(r.indices_streamed == 0 for r in c.status(JOB).ranks)  # Nothing served.
