@@ -7,7 +7,9 @@
 // Prints one line per measurement, "RESULT <operation> <N> <M> <median ms> <items/s> <GB/s>
 // <fraction of the copy bandwidth>", where GB/s counts the bytes the operation cannot avoid
 // (weights read once where it reads them, the plan written once): the floor of docs/CONTRIBUTING.md (GPU code).
-// Flags: --sizes=10000000,100000000,1000000000  --reps=N (default 10; 5 at N >= 1e9).
+// Flags: --sizes=10000000,100000000,1000000000  --reps=N (default 10; 5 at N >= 1e9)
+//        --ops=recompute_loss,no_replacement_M=N  only these operations (and the copy, the anchor):
+//        what tools/gpu/check.sh profiles one at a time under ncu.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -97,6 +99,26 @@ double MedianMs(int reps, const std::function<void()>& fn) {
 }
 
 double copy_gbps = 0;
+std::vector<std::string> only_ops;  // --ops: empty for every operation.
+
+// The operations, by the names of their RESULT lines.
+constexpr const char* kOps[] = {"sequential",
+                                "no_replacement_M=N",
+                                "selection_only_M=N/10_weighted",
+                                "no_replacement_M=N/10_weighted",
+                                "replacement_M=N_uniform",
+                                "weight_scan",
+                                "replacement_M=N_weighted",
+                                "replacement_draws_only_M=N",
+                                "recompute_loss_base",
+                                "recompute_loss",
+                                "recompute_multiplicative",
+                                "weight_summary"};
+
+// Whether --ops asks for `op`.
+bool Want(const char* op) {
+  return only_ops.empty() || std::find(only_ops.begin(), only_ops.end(), op) != only_ops.end();
+}
 
 void Report(const char* op, uint64_t n, uint64_t m, double ms, double floor_bytes) {
   const double gbps = floor_bytes / (ms * 1e-3) / 1e9;
@@ -138,12 +160,18 @@ void RunWeights(uint64_t n, int reps, const float* w, float* out, cudaMemPool_t 
       std::exit(1);
     }
   };
-  Report("recompute_loss_base", n, n, MedianMs(reps, [&] { recompute(loss, w, nullptr); }),
-         16.0 * n);
-  Report("recompute_loss", n, n, MedianMs(reps, [&] { recompute(loss, nullptr, nullptr); }),
-         12.0 * n);
-  Report("recompute_multiplicative", n, n,
-         MedianMs(reps, [&] { recompute(multiplicative, nullptr, w); }), 16.0 * n);
+  if (Want("recompute_loss_base")) {
+    Report("recompute_loss_base", n, n, MedianMs(reps, [&] { recompute(loss, w, nullptr); }),
+           16.0 * n);
+  }
+  if (Want("recompute_loss")) {
+    Report("recompute_loss", n, n, MedianMs(reps, [&] { recompute(loss, nullptr, nullptr); }),
+           12.0 * n);
+  }
+  if (Want("recompute_multiplicative")) {
+    Report("recompute_multiplicative", n, n,
+           MedianMs(reps, [&] { recompute(multiplicative, nullptr, w); }), 16.0 * n);
+  }
   uint64_t high = 0;
   BENCH_CUDA(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
   std::printf(
@@ -151,8 +179,10 @@ void RunWeights(uint64_t n, int reps, const float* w, float* out, cudaMemPool_t 
       "current, stats (8.25 B/sample) and out (4 B/sample)\n",
       static_cast<unsigned long long>(n), high / 1e6, static_cast<double>(high) / n);
   WeightSummaryValues summary;
-  Report("weight_summary", n, n,
-         MedianMs(reps, [&] { BENCH_CUDA(SummarizeWeights(w, n, &summary, 0)); }), 4.0 * n);
+  if (Want("weight_summary")) {
+    Report("weight_summary", n, n,
+           MedianMs(reps, [&] { BENCH_CUDA(SummarizeWeights(w, n, &summary, 0)); }), 4.0 * n);
+  }
   BENCH_CUDA(cudaFree(stats_memory));
 }
 
@@ -185,52 +215,68 @@ void Run(uint64_t n, int reps) {
   copy_gbps = 2.0 * n * 4 / (copy_ms * 1e-3) / 1e9;
   Report("copy_d2d", n, n, copy_ms, 2.0 * n * 4);
 
-  Report("sequential", n, n,
-         MedianMs(reps, [&] { BENCH_CUDA(SequentialPlan<uint32_t>(n, plan, 0)); }), 4.0 * n);
-  Report("no_replacement_M=N", n, n,
-         MedianMs(reps, [&] { BENCH_CUDA(Shuffle<uint32_t>(7, ++epoch, n, nullptr, plan, 0)); }),
-         4.0 * n);
+  if (Want("sequential")) {
+    Report("sequential", n, n,
+           MedianMs(reps, [&] { BENCH_CUDA(SequentialPlan<uint32_t>(n, plan, 0)); }), 4.0 * n);
+  }
+  if (Want("no_replacement_M=N")) {
+    Report("no_replacement_M=N", n, n,
+           MedianMs(reps, [&] { BENCH_CUDA(Shuffle<uint32_t>(7, ++epoch, n, nullptr, plan, 0)); }),
+           4.0 * n);
+  }
   const uint64_t m = n / 10;
-  Report(
-      "selection_only_M=N/10_weighted", n, m,
-      MedianMs(reps,
-               [&] {
-                 BENCH_CUDA(SelectEfraimidisSpirakis<uint32_t>(7, ++epoch, n, m, w, selected, 0));
-               }),
-      4.0 * n + 4.0 * m);
-  Report(
-      "no_replacement_M=N/10_weighted", n, m,
-      MedianMs(reps,
-               [&] {
-                 BENCH_CUDA(SelectEfraimidisSpirakis<uint32_t>(7, ++epoch, n, m, w, selected, 0));
-                 BENCH_CUDA(Shuffle<uint32_t>(7, epoch, m, selected, plan, 0));
-               }),
-      4.0 * n + 4.0 * m);
-  Report("replacement_M=N_uniform", n, n,
-         MedianMs(reps, [&] { BENCH_CUDA(UniformDraws<uint32_t>(7, ++epoch, n, 0, n, plan, 0)); }),
-         4.0 * n);
+  if (Want("selection_only_M=N/10_weighted")) {
+    Report(
+        "selection_only_M=N/10_weighted", n, m,
+        MedianMs(reps,
+                 [&] {
+                   BENCH_CUDA(SelectEfraimidisSpirakis<uint32_t>(7, ++epoch, n, m, w, selected, 0));
+                 }),
+        4.0 * n + 4.0 * m);
+  }
+  if (Want("no_replacement_M=N/10_weighted")) {
+    Report(
+        "no_replacement_M=N/10_weighted", n, m,
+        MedianMs(reps,
+                 [&] {
+                   BENCH_CUDA(SelectEfraimidisSpirakis<uint32_t>(7, ++epoch, n, m, w, selected, 0));
+                   BENCH_CUDA(Shuffle<uint32_t>(7, epoch, m, selected, plan, 0));
+                 }),
+        4.0 * n + 4.0 * m);
+  }
+  if (Want("replacement_M=N_uniform")) {
+    Report("replacement_M=N_uniform", n, n,
+           MedianMs(reps, [&] { BENCH_CUDA(UniformDraws<uint32_t>(7, ++epoch, n, 0, n, plan, 0)); }),
+           4.0 * n);
+  }
   WeightScan* scan = nullptr;
   BENCH_CUDA(cudaMalloc(&scan, sizeof(WeightScan)));
   BENCH_CUDA(ScanWeights(w, n, scan, 0));
   WeightScan host_scan;
   BENCH_CUDA(cudaMemcpy(&host_scan, scan, sizeof host_scan, cudaMemcpyDeviceToHost));
-  Report("weight_scan", n, n, MedianMs(reps, [&] { BENCH_CUDA(ScanWeights(w, n, scan, 0)); }),
-         4.0 * n);
-  Report("replacement_M=N_weighted", n, n,
-         MedianMs(reps,
-                  [&] {
-                    DeviceDrawTable table;
-                    BENCH_CUDA(BuildDrawTable<uint32_t>(w, n, host_scan.max_bits, &table, 0));
-                    BENCH_CUDA(WeightedDraws<uint32_t>(table, 7, ++epoch, 0, n, plan, 0));
-                    BENCH_CUDA(FreeDrawTable(&table, 0));
-                  }),
-         8.0 * n);
+  if (Want("weight_scan")) {
+    Report("weight_scan", n, n, MedianMs(reps, [&] { BENCH_CUDA(ScanWeights(w, n, scan, 0)); }),
+           4.0 * n);
+  }
+  if (Want("replacement_M=N_weighted")) {
+    Report("replacement_M=N_weighted", n, n,
+           MedianMs(reps,
+                    [&] {
+                      DeviceDrawTable table;
+                      BENCH_CUDA(BuildDrawTable<uint32_t>(w, n, host_scan.max_bits, &table, 0));
+                      BENCH_CUDA(WeightedDraws<uint32_t>(table, 7, ++epoch, 0, n, plan, 0));
+                      BENCH_CUDA(FreeDrawTable(&table, 0));
+                    }),
+           8.0 * n);
+  }
   DeviceDrawTable table;
   BENCH_CUDA(BuildDrawTable<uint32_t>(w, n, host_scan.max_bits, &table, 0));
-  Report("replacement_draws_only_M=N", n, n,
-         MedianMs(reps,
-                  [&] { BENCH_CUDA(WeightedDraws<uint32_t>(table, 7, ++epoch, 0, n, plan, 0)); }),
-         4.0 * n);
+  if (Want("replacement_draws_only_M=N")) {
+    Report("replacement_draws_only_M=N", n, n,
+           MedianMs(reps,
+                    [&] { BENCH_CUDA(WeightedDraws<uint32_t>(table, 7, ++epoch, 0, n, plan, 0)); }),
+           4.0 * n);
+  }
   BENCH_CUDA(FreeDrawTable(&table, 0));
   BENCH_CUDA(cudaDeviceSynchronize());
 
@@ -265,6 +311,21 @@ int Main(int argc, char** argv) {
       }
     }
     if (std::strncmp(argv[i], "--reps=", 7) == 0) reps = std::atoi(argv[i] + 7);
+    if (std::strncmp(argv[i], "--ops=", 6) == 0) {
+      for (const char* p = argv[i] + 6; *p != '\0';) {
+        const char* end = std::strchr(p, ',');
+        only_ops.emplace_back(p, end != nullptr ? end - p : std::strlen(p));
+        p = end != nullptr ? end + 1 : p + std::strlen(p);
+      }
+    }
+  }
+  for (const std::string& op : only_ops) {
+    if (std::find(std::begin(kOps), std::end(kOps), op) == std::end(kOps)) {
+      std::fprintf(stderr, "gpu_benchmark: --ops: unknown operation \"%s\"; known:", op.c_str());
+      for (const char* known : kOps) std::fprintf(stderr, " %s", known);
+      std::fprintf(stderr, "\n");
+      return 2;
+    }
   }
   const GpuPresence presence = CheckGpu();
   if (!presence.usable()) {

@@ -15,7 +15,9 @@
 #      COMPARE_SIZES (every shard, importance weight and weight summary, bit for bit), then
 #      cuda_backend_test (CudaBackend == CpuBackend in process)                           ~70
 #   4  the N = 1e9 table: gpu_benchmark (three plan modes, three recomputes, the summary) and
-#      torch's anchors (bench/torch_anchors.py) at BENCH_SIZES, same GPU, same run        ~30
+#      torch's anchors (bench/torch_anchors.py) at BENCH_SIZES, same GPU, same run; then
+#      where the time goes: each operation of PROFILE_OPS under ncu at PROFILE_N, one line
+#      per kernel (tools/gpu/profile_table.py)                                    ~30 + ~100
 #   5  the epoch boundary through samplerd --backend=cuda at BOUNDARY_N                  ~25
 #   6  the trainer library's device tests (TESTS.txt), ReportFromDevice's host cost
 #      (loss_reporter_bench), the DDP trainer at world size 1 (examples/cpp/run_on_gpu.sh) ~120
@@ -39,7 +41,8 @@
 # --bundle=DIR    the bundle (default out/gpu_bundle, else out/gpu_bundle.tgz unpacked; env
 #                 SAMPLERD_BUNDLE)
 # Sizes (env): IDENTITY_SMALL_N (1000003), IDENTITY_LARGE_N (100000000), COMPARE_SIZES
-# (100000,1000000), BENCH_SIZES (10000000,100000000,1000000000), BOUNDARY_N (1000000000).
+# (100000,1000000), BENCH_SIZES (10000000,100000000,1000000000), BOUNDARY_N (1000000000),
+# PROFILE_OPS (gpu_benchmark's names, comma-separated), PROFILE_N (100000000).
 # CHECK_TESTONLY_STAGE_S=S: each stage only waits S seconds (the test of the budget logic).
 #
 # Without a GPU (and without --rehearse) every stage is SKIP with the reason, at once.
@@ -97,6 +100,11 @@ else
   BENCH_SIZES="${BENCH_SIZES:-10000000,100000000,1000000000}"
   BOUNDARY_N="${BOUNDARY_N:-1000000000}"
 fi
+# Step 4.3: the operations profiled under ncu (those that missed their target on the first run,
+# 2026-11-26), at PROFILE_N (1e8: a tenth of the table's N, kernels ~1/10 of the time; ncu
+# replays each launch).
+PROFILE_OPS="${PROFILE_OPS:-no_replacement_M=N,no_replacement_M=N/10_weighted,replacement_M=N_weighted,recompute_loss,recompute_loss_base}"
+PROFILE_N="${PROFILE_N:-100000000}"
 
 # ---- Where it runs ----------------------------------------------------------------------------
 gpu_missing() {  # Empty if a GPU is usable; else why not.
@@ -297,7 +305,7 @@ STAGE_NAMES=(""
   "GPU, identity at small N"
   "memcheck at small N"
   "cuda server == cpu server"
-  "the N = 1e9 table, torch in the same run"
+  "the N = 1e9 table, torch, ncu per kernel"
   "epoch boundary, cuda server"
   "trainer library, ReportFromDevice, DDP"
   "with what is left: racecheck, identity")
@@ -385,23 +393,71 @@ stage_3() {
 
 stage_4() {
   local args=()
-  if step 4.1 "gpu_benchmark N=$BENCH_SIZES" 150 "$LOGS/bench.log" \
+  if step 4.1 "gpu_benchmark" 150 "$LOGS/bench.log" \
       "$BUNDLE/bin/gpu_benchmark" --sizes="$BENCH_SIZES"; then
     if [[ -n "$NO_GPU" && $STEP_RC -eq 2 ]]; then
       row 4.1 "gpu_benchmark" SKIP "$STEP_S" "$(last_line "$LOGS/bench.log" 'no usable GPU')"
     else
-      row 4.1 "gpu_benchmark N=$BENCH_SIZES" "$(step_result)" "$STEP_S" \
-        "$(grep -c '^RESULT' "$LOGS/bench.log") results$(failure_tail "$LOGS/bench.log")"
+      row 4.1 "gpu_benchmark" "$(step_result)" "$STEP_S" \
+        "N=$BENCH_SIZES: $(grep -c '^RESULT' "$LOGS/bench.log") results$(failure_tail "$LOGS/bench.log")"
     fi
   fi
   [[ -n "$NO_GPU" ]] && args=(--device=cpu)
-  if step 4.2 "torch anchors N=$BENCH_SIZES${args[*]:+ (cpu)}" 150 "$LOGS/torch.log" \
+  if step 4.2 "torch anchors${args[*]:+ (cpu)}" 150 "$LOGS/torch.log" \
       "${HOST[@]}" PYTHONUNBUFFERED=1 "$PY" bench/torch_anchors.py --sizes="$BENCH_SIZES" "${args[@]}"; then
     local device
     device="$(first_line "$LOGS/torch.log" '^DEVICE')"
-    row 4.2 "torch anchors N=$BENCH_SIZES${args[*]:+ (cpu)}" "$(step_result)" "$STEP_S" \
-      "$(grep -c '^RESULT' "$LOGS/torch.log") results, $(grep -c '^SKIP' "$LOGS/torch.log") skipped${device:+; $device}$(failure_tail "$LOGS/torch.log")"
+    row 4.2 "torch anchors${args[*]:+ (cpu)}" "$(step_result)" "$STEP_S" \
+      "N=$BENCH_SIZES: $(grep -c '^RESULT' "$LOGS/torch.log") results, $(grep -c '^SKIP' "$LOGS/torch.log") skipped${device:+; $device}$(failure_tail "$LOGS/torch.log")"
   fi
+  profile_ops
+}
+
+# ncu (Nsight Compute): on the PATH, in CUDA's bin/, or where Nsight Compute installs itself.
+find_ncu() {
+  local c
+  for c in "$(command -v ncu)" /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu; do
+    [[ -n "$c" && -x "$c" ]] && { echo "$c"; return; }
+  done
+}
+
+# Step 4.3: where the time goes. Each operation of PROFILE_OPS alone (gpu_benchmark --ops, one
+# warm-up and one timed run) under ncu, one line per kernel (tools/gpu/profile_table.py): time,
+# share, DRAM bytes and rate, registers, occupancy, SM and memory throughput.
+profile_ops() {
+  local ncu op file k=0 files=() copy_gbps verdict
+  ncu="$(find_ncu)"
+  if [[ -z "$ncu" ]]; then
+    if [[ -n "$NO_GPU" ]]; then
+      row 4.3 "ncu per kernel" SKIP 0 "no GPU: $NO_GPU; ncu not found either"
+    else
+      row 4.3 "ncu per kernel" FAIL 0 "ncu not found (PATH, /usr/local/cuda/bin, /opt/nvidia/nsight-compute)"
+    fi
+    return
+  fi
+  IFS=',' read -r -a ops <<<"$PROFILE_OPS"
+  for op in "${ops[@]}"; do
+    k=$((k + 1))
+    file="$LOGS/ncu_${op//[^A-Za-z0-9._-]/_}.csv"
+    # ncu runs with the machine's libraries; gpu_benchmark needs none of the bundle's.
+    step "4.3.$k" "ncu $op" 90 "$LOGS/ncu_run_$k.log" \
+      "${HOST[@]}" "$ncu" --csv --page raw --print-units base --clock-control none \
+      --metrics "$("$PY" tools/gpu/profile_table.py --print_metrics)" --log-file "$file" \
+      "$BUNDLE/bin/gpu_benchmark" --sizes="$PROFILE_N" --reps=1 --ops="$op" || return
+    if [[ -n "$NO_GPU" && $STEP_RC -eq 2 ]]; then
+      row "4.3.$k" "ncu $op" SKIP "$STEP_S" "no GPU: $NO_GPU"
+      continue
+    fi
+    # The benchmark's own line says the operation ran (whatever exit status ncu passes on).
+    verdict="$(step_result)"
+    [[ $verdict == PASS ]] && ! grep -q '^RESULT' "$LOGS/ncu_run_$k.log" && verdict=FAIL
+    row "4.3.$k" "ncu $op" "$verdict" "$STEP_S" \
+      "N=$PROFILE_N: $(grep -c '^"[0-9]' "$file" 2>/dev/null) kernel launches; $(last_line "$LOGS/ncu_run_$k.log" '^RESULT|^==ERROR==|gpu_benchmark:')"
+    files+=("$file")
+  done
+  copy_gbps="$(awk -v n="$PROFILE_N" '$1 == "RESULT" && $2 == "copy_d2d" && $3 == n { print $7 }' "$LOGS/bench.log" 2>/dev/null | tail -1)"
+  ((${#files[@]})) && "${HOST[@]}" "$PY" tools/gpu/profile_table.py ${copy_gbps:+--copy_gbps="$copy_gbps"} \
+    "${files[@]}" >"$LOGS/profile.log" 2>&1
 }
 
 stage_5() {
@@ -541,6 +597,10 @@ done
     echo
     "${HOST[@]}" "$PY" tools/gpu/bench_table.py --bench="$LOGS/bench.log" --torch="$LOGS/torch.log" \
       --boundary="$LOGS/boundary.log" --device_cost="$LOGS/loss_reporter_bench.log" 2>&1
+  fi
+  if [[ -s "$LOGS/profile.log" ]]; then
+    echo
+    cat "$LOGS/profile.log"
   fi
   echo "exit status $STATUS (0: all passed, 1: a failure, 3: incomplete)"
 } | tee -a "$SUMMARY"
