@@ -6,22 +6,22 @@
 #
 #   bash tools/gpu/check.sh [--stages=1,3] [--budget=360] [--rehearse] [--bundle=DIR]
 #
-# Stages, in this order (estimated seconds on the H100 machine; README.md says how each estimate
-# was made; 1-6 come to ~305 s, so stage 7 gets ~55 s of the default budget):
+# Stages, in this order (seconds measured on the H200 machine, 2026-11-26; 1-6 came to ~160 s
+# with the ncu step, so stage 7 gets ~200 s of the default budget):
 #   1  the GPU and driver; identity_test (device == host reference) for N <= IDENTITY_SMALL_N:
-#      every weight pattern, both index widths, every shard layout                       ~15
-#   2  compute-sanitizer memcheck of identity_test --quick (N <= 5000)                   ~45
+#      every weight pattern, both index widths, every shard layout                       13
+#   2  compute-sanitizer memcheck of identity_test --quick (N <= 5000)                    3
 #   3  samplerd --backend=cuda against --backend=cpu through compare_backends at each N of
 #      COMPARE_SIZES (every shard, importance weight and weight summary, bit for bit), then
-#      cuda_backend_test (CudaBackend == CpuBackend in process)                           ~70
+#      cuda_backend_test (CudaBackend == CpuBackend in process)                            22
 #   4  the N = 1e9 table: gpu_benchmark (three plan modes, three recomputes, the summary) and
 #      torch's anchors (bench/torch_anchors.py) at BENCH_SIZES, same GPU, same run; then
 #      where the time goes: each operation of PROFILE_OPS under ncu at PROFILE_N, one line
-#      per kernel (tools/gpu/profile_table.py)                                    ~30 + ~100
-#   5  the epoch boundary through samplerd --backend=cuda at BOUNDARY_N                  ~25
+#      per kernel (tools/gpu/profile_table.py)                                       16 + 57
+#   5  the epoch boundary through samplerd --backend=cuda at BOUNDARY_N                   13
 #   6  the trainer library's device tests (TESTS.txt), ReportFromDevice's host cost
-#      (loss_reporter_bench), the DDP trainer at world size 1 (examples/cpp/run_on_gpu.sh) ~120
-#   7  with what time is left: racecheck of identity_test --quick (~60-120), then
+#      (loss_reporter_bench), the DDP trainer at world size 1 (examples/cpp/run_on_gpu.sh)   41-59
+#   7  with what time is left: racecheck of identity_test --quick --max_n=1000 (~135), then
 #      identity_test for IDENTITY_SMALL_N < N <= IDENTITY_LARGE_N (~300, the host references
 #      on one core; smallest N first, a cut run says how far it got)
 #
@@ -337,9 +337,10 @@ stage_1() {
   fi
 }
 
-# sanitizer ID TOOL: compute-sanitizer TOOL over identity_test --quick.
+# sanitizer ID TOOL [ARGS...]: compute-sanitizer TOOL over identity_test --quick ARGS.
 sanitizer() {
   local id="$1" tool="$2" log="$LOGS/$2.log" detail
+  shift 2
   if ! command -v compute-sanitizer >/dev/null; then
     if [[ -n "$NO_GPU" ]]; then
       row "$id" "$tool, identity --quick" SKIP 0 "no GPU: $NO_GPU; compute-sanitizer not found either"
@@ -349,7 +350,7 @@ sanitizer() {
     return
   fi
   step "$id" "$tool, identity --quick" 150 "$log" \
-    compute-sanitizer --tool "$tool" --error-exitcode 99 "$IDENTITY" --quick || return
+    compute-sanitizer --tool "$tool" --error-exitcode 99 "$IDENTITY" --quick "$@" || return
   # The test's own verdict (a skip on a machine with a GPU is a failure), then the sanitizer's.
   gtest_verdict "$log"
   detail="$(last_line "$log" 'ERROR SUMMARY'); $DETAIL"
@@ -516,7 +517,8 @@ stage_6() {
 }
 
 stage_7() {
-  sanitizer 7.1 racecheck
+  # N <= 1000: 135 s on the H200 (2026-11-26); all of --quick (N <= 5000) did not end in 150 s.
+  sanitizer 7.1 racecheck --max_n=1000
   local name="identity $IDENTITY_SMALL_N < N <= $IDENTITY_LARGE_N"
   # All that is left: a cut run is expected (CUT), and says how far it got.
   if step 7.2 "$name" "$BUDGET_S" "$LOGS/identity_large.log" "$IDENTITY" \

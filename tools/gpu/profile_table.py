@@ -7,7 +7,8 @@ tools/gpu/check.sh (step 4.3) runs, for each operation that misses its target,
 (gpu_benchmark runs the operation twice then: a warm-up and one timed run) and this script
 prints, per operation, each kernel's time per run of the operation, its share, the DRAM bytes it
 moved and at what rate, its registers and occupancy, and its SM and memory throughput as a
-percentage of the GPU's peak. The benchmark's own set-up kernels (Fill*) are left out.
+percentage of the GPU's peak. Kernels launched fewer times than the operation ran (the
+benchmark's set-up: Fill*, another operation's table) are left out.
 
     profile_table.py [--runs=2] [--copy_gbps=X] ncu_<op>.csv...
 
@@ -58,8 +59,8 @@ def short_name(name):
             cut = k
             break
     name = name[:cut]
-    name = re.sub(r"(\w+::|\(anonymous namespace\)::)+(?=\w)", "", name)
-    return name[:60]
+    name = re.sub(r"(\w+::|\(anonymous namespace\)::|<unnamed>::)+(?=\w)", "", name)
+    return name[:40]
 
 
 def read_rows(path):
@@ -86,20 +87,25 @@ def table(path, runs, copy_gbps):
     kernels = OrderedDict()
     for row in rows:
         name = short_name(row.get("Kernel Name", "?"))
-        if name.startswith("Fill"):
-            continue  # gpu_benchmark's set-up.
         k = kernels.setdefault(name, {"launches": 0, "ns": 0.0, "bytes": 0.0, "rows": []})
         k["launches"] += 1
         k["ns"] += number(row.get("gpu__time_duration.sum")) or 0.0
         k["bytes"] += (number(row.get("dram__bytes_read.sum")) or 0.0) + (
             number(row.get("dram__bytes_write.sum")) or 0.0)
         k["rows"].append(row)
+    # The benchmark's set-up (Fill*, the table of another operation...) runs once, not in every
+    # run of the operation: left out.
+    setup = [name for name, k in kernels.items() if k["launches"] < runs]
+    for name in setup:
+        del kernels[name]
     total_ns = sum(k["ns"] for k in kernels.values()) or 1.0
     out = [f"{op}: {total_ns / runs / 1e6:.3f} ms of kernels per run ({runs} runs profiled)"]
-    head = (f"  {'kernel':<44} {'calls':>5} {'ms':>8} {'share':>6} {'GB':>7} {'GB/s':>6}"
+    head = (f"  {'kernel':<40} {'calls':>5} {'ms':>8} {'share':>6} {'GB':>7} {'GB/s':>6}"
             + (f" {'copy%':>5}" if copy_gbps else "")
             + f" {'regs':>4} {'occ.th':>6} {'occ':>5} {'sm%':>5} {'mem%':>5}")
     out.append(head)
+    if setup:
+        out.append(f"  (set-up left out: {', '.join(setup)})")
     for name, k in sorted(kernels.items(), key=lambda item: -item[1]["ns"]):
         last = k["rows"][-1]
         gbps = k["bytes"] / k["ns"] if k["ns"] else 0.0  # bytes per ns = GB/s
@@ -109,7 +115,7 @@ def table(path, runs, copy_gbps):
             values = [v for v in values if v is not None]
             return sum(values) / len(values) if values else float("nan")
 
-        line = (f"  {name:<44} {k['launches'] // runs:>5} {k['ns'] / runs / 1e6:>8.3f}"
+        line = (f"  {name:<40} {k['launches'] // runs:>5} {k['ns'] / runs / 1e6:>8.3f}"
                 f" {100 * k['ns'] / total_ns:>5.1f}% {k['bytes'] / runs / 1e9:>7.2f} {gbps:>6.0f}")
         if copy_gbps:
             line += f" {100 * gbps / copy_gbps:>5.0f}"
