@@ -273,3 +273,31 @@ def test_a_state_loaded_into_a_resized_group_says_what_is_not_replayed(client, s
     assert not set(trained[20:]) & set(shard)  # Not replayed (documented).
     new.report(shard, np.ones(len(shard)))
     new.close()
+
+
+def test_a_state_saved_after_a_resize_resumes_at_its_position(client, server):
+    """A checkpoint taken by the resized group (its epoch's deal 1), loaded by the same group
+    after a crash, resumes at its position. The version-3 state's deal was read as 0, so the
+    sampler took it for a state of the replaced deal: the rank trained its shard again from
+    position 0 (found by test_random_restarts.py), under a RestartWarning that claimed the
+    epoch had been dealt again."""
+    client.create_job("rd", num_samples=100, world_size=2, loss="loss")
+    client.resize_job("rd", 0, 1)  # Epoch 0 dealt again (deal 1) to a group of one.
+    first = DistributedWeightedSampler(server.address, "rd", rank=0, world_size=1)
+    it = iter(first)
+    trained = [next(it) for _ in range(30)]
+    first.report(trained, np.ones(30))
+    first.flush()
+    state = first.state_dict()
+    assert (state["deal"], state["position"]) == (1, 30)
+    # The process dies; its restart loads the state.
+    again = DistributedWeightedSampler(server.address, "rd", rank=0, world_size=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", samplerd.RestartWarning)
+        again.load_state_dict(state)
+    rest = list(again)
+    assert len(rest) == 70 and not set(rest) & set(trained)
+    assert again.restart_summary["redealt_states"] == 0
+    again.report(rest, np.ones(70))
+    again.close()
+    first.close()

@@ -605,7 +605,7 @@ class DistributedWeightedSampler(DistributedSampler):
         try:
             version, job, rank = state["version"], state["job"], state["rank"]
             world_size, epoch, position = state["world_size"], state["epoch"], state["position"]
-            deal = state["deal"] if version == 2 else 0
+            deal = state["deal"] if version >= 2 else 0  # Versions 2 and 3 carry it.
         except (KeyError, TypeError) as e:
             raise errors.InvalidArgument(
                 f"{self._loading()}: the state is not a DistributedWeightedSampler.state_dict() "
