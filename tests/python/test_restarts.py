@@ -301,3 +301,28 @@ def test_a_state_saved_after_a_resize_resumes_at_its_position(client, server):
     again.report(rest, np.ones(70))
     again.close()
     first.close()
+
+
+def test_a_state_at_the_end_of_a_resized_epoch_resumes_after_the_epoch_closed(client, server):
+    """The README loop's boundary case in an epoch dealt again: a checkpoint at the end of the
+    rank's deal-1 shard, then the epoch closes and the process dies before its next checkpoint.
+    The restart continues with the next epoch; it was refused (FailedPrecondition: 'saved with
+    world_size = 1 (deal 1) in epoch 0 ... at epoch 1'), as if the state were of another group
+    (found by test_random_restarts.py with SAMPLERD_CHAOS_SEED=1)."""
+    client.create_job("re", num_samples=100, world_size=2, loss="loss")
+    client.resize_job("re", 0, 1)
+    first = DistributedWeightedSampler(server.address, "re", rank=0, world_size=1)
+    shard = list(first)
+    first.report(shard, np.ones(len(shard)))
+    first.flush()
+    state = first.state_dict()
+    assert (state["deal"], state["position"]) == (1, 100)
+    first.close()  # Ends epoch 0, the last rank: it closes.
+    assert client.get_job("re").current_epoch == 1
+    again = DistributedWeightedSampler(server.address, "re", rank=0, world_size=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", samplerd.RestartWarning)
+        again.load_state_dict(state)
+    assert again.epoch == 1
+    assert len(list(again)) == 100  # Epoch 1, dealt to the group of one.
+    again.close()

@@ -261,6 +261,7 @@ class DistributedWeightedSampler(DistributedSampler):
         # for, and the one end_epoch() ends. An epoch whose stream failed is never recorded.
         self._iter_epoch = None
         self._iter_deal = 0
+        self._iter_length = None  # Its shard's length (the stream's), None if not known.
         # The positions of _iter_epoch's shard handed out so far, and which have a loss.
         self._served = None
         # (epoch, shard position) from load_state_dict: where the next iteration of that epoch
@@ -479,9 +480,15 @@ class DistributedWeightedSampler(DistributedSampler):
         return state
 
     def _position_state(self, epoch, position):
-        return {"version": 3, "job": self.job, "rank": self.rank,
-                "world_size": self.world_size, "deal": self._deal(epoch), "epoch": int(epoch),
-                "position": int(position)}
+        state = {"version": 3, "job": self.job, "rank": self.rank,
+                 "world_size": self.world_size, "deal": self._deal(epoch), "epoch": int(epoch),
+                 "position": int(position)}
+        # The shard's length where it is known without an RPC: load_state_dict tells a state
+        # at the end of its shard from one short of it also once its epoch (maybe dealt again)
+        # has closed, when the server no longer says that shard's length.
+        if self._iter_epoch == epoch and self._iter_length is not None:
+            state["deal"], state["length"] = int(self._iter_deal), int(self._iter_length)
+        return state
 
     def _unacknowledged(self):
         """The iterated epoch's losses not yet acknowledged (queued or in flight), as lists."""
@@ -622,6 +629,22 @@ class DistributedWeightedSampler(DistributedSampler):
             raise errors.InvalidArgument(
                 f"{self._loading()}: state['position'] = {position}: must be an integer >= 0")
         epoch = int(epoch)
+        length = state.get("length")  # Version 3 states of this client carry it where known.
+        if length is not None and position == length and world_size == self.world_size and \
+                rank != self.rank:
+            raise errors.InvalidArgument(
+                f"{self._loading()}: the state was saved by rank {rank} (job '{job}' epoch "
+                f"{epoch}); each rank loads its own state (e.g. ckpt-rank{self.rank}.pt)")
+        if length is not None and position == length and \
+                epoch < self.client.get_job(self.job).current_epoch:
+            # Its shard consumed whole and its epoch closed since (whatever group or deal
+            # saved it): the next epoch follows, dealt to this group.
+            if self._iter_epoch is not None:
+                self.end_epoch()
+            self.epoch, self._resume = epoch + 1, None
+            self._loaded = True
+            self._epoch_offset = None
+            return
         if world_size != self.world_size or deal != self._deal(epoch):
             current = self.client.get_job(self.job).current_epoch
             if epoch != current:
@@ -726,7 +749,7 @@ class DistributedWeightedSampler(DistributedSampler):
                 if not begun:
                     # Begun only now that the stream delivered: a refused epoch (not open, too
                     # far ahead) raises here once and leaves nothing to end or report for.
-                    self._serve_epoch(epoch, deal, served)
+                    self._serve_epoch(epoch, deal, served, chunk.shard_length)
                     begun = True
                 served.extend(chunk.indices)
                 for index in chunk.indices.tolist():
@@ -739,7 +762,7 @@ class DistributedWeightedSampler(DistributedSampler):
         finally:
             chunks.close()  # A consumer that stops early releases the stream (and prefetcher) now.
         if not begun:  # An empty shard (or nothing left of it), streamed without error.
-            self._serve_epoch(epoch, deal, served)
+            self._serve_epoch(epoch, deal, served, None)
 
     def _warn_served_again(self, epoch):
         """At the first iteration of a sampler that loaded no state: makes visible a restart
@@ -803,13 +826,14 @@ class DistributedWeightedSampler(DistributedSampler):
 
     # -- losses ---------------------------------------------------------------------------------
 
-    def _serve_epoch(self, epoch, deal, served):
+    def _serve_epoch(self, epoch, deal, served, length):
         """Records `epoch` as served (its stream delivered): losses are reported for it (their
         positions from `served`), it is ended when the rank moves on, and the next iteration
         without set_epoch serves epoch + 1 (decided now, not when the iterator is closed: a
         DataLoader may drop its iterator after a break only at garbage collection)."""
         self._iter_epoch = epoch
         self._iter_deal = deal
+        self._iter_length = length
         self._served = served
         with self._unacked_lock:  # A failed batch of an epoch left behind is not carried on.
             self._unacked = {k: b for k, b in self._unacked.items() if b[0] == epoch}
