@@ -307,12 +307,14 @@ def test_every_repeat_is_explained_by_a_replay_or_a_padded_deal(chaos):
     trained, tails = trained_per_epoch(records), lost_tails(runs, records)
     # A deal made after a resize pads its shards to equal length: at most world - 1 samples of
     # the epoch's rest are dealt twice, once per resize landing in that epoch.
+    # A resize lands in the epoch the resized group starts in: the first one trained from
+    # that run on (the run itself may die before its first step).
     resizes = Counter()
     for k, run in enumerate(runs[1:], 2):
         if run["world"] != runs[k - 2]["world"]:
-            first = [r["epoch"] for r in records if r["run"] == k and r["kind"] == "train"]
-            if first:
-                resizes[min(first)] += run["world"] - 1
+            later = [r["epoch"] for r in records if r["run"] >= k and r["kind"] == "train"]
+            if later:
+                resizes[min(later)] += run["world"] - 1
     for epoch in range(EPOCHS):
         unexplained = 0
         for index, count in trained[epoch].items():
