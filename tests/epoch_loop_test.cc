@@ -1,14 +1,17 @@
 // EpochLoop against a real in-process samplerd over real gRPC (loopback, port 0): ranks in
 // threads run two epochs (every loss accepted once, shards complete and disjoint, epochs
 // closed), an elastic group reads the resized epoch in its deal, a step's error stops the loop
-// and a Resume from the checkpoint finishes the run, bad arguments are refused at the call, and
-// the device path (skipped without a GPU, after checking its refusal).
+// and a Resume from the checkpoint finishes the run, Resume's checks against the job's state (a
+// checkpoint at the end of a closed epoch goes on with the next epoch; one short of it, or one
+// that predates a rewind, is refused naming what to do), bad arguments are refused at the call,
+// and the device path (skipped without a GPU, after checking its refusal).
 #include "client/cpp/epoch_loop.h"
 
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -67,7 +70,9 @@ class EpochLoopTest : public ::testing::Test {
   static constexpr uint64_t kSamples = 6000;
 
   void SetUp() override {
-    auto server = Server::Create(testutil::LoopbackTestOptions());
+    Options options = testutil::LoopbackTestOptions();
+    options.rewind_epochs = 3;  // In memory: RewindJob to the last epoch starts.
+    auto server = Server::Create(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
     auto client = SamplerClient::Create(server_->address());
@@ -111,6 +116,25 @@ class EpochLoopTest : public ::testing::Test {
       for (uint64_t index : batch.indices) values.push_back(LossOf(index));
       return losses.Report(values);
     };
+  }
+
+  // A step that must not run (Resume refused before reading).
+  static absl::Status NoStep(const EpochBatch& batch, LossSink&) {
+    ADD_FAILURE() << "a step ran at epoch " << batch.epoch << " position " << batch.position;
+    return absl::OkStatus();
+  }
+
+  // `body(rank)` for ranks 0 .. world_size - 1, each in a thread of its own.
+  static void InThreads(uint32_t world_size, const std::function<void(uint32_t)>& body) {
+    std::vector<std::thread> ranks;
+    for (uint32_t r = 0; r < world_size; ++r) ranks.emplace_back(body, r);
+    for (std::thread& t : ranks) t.join();
+  }
+
+  v1::JobStatus StatusOf(const std::string& job) {
+    absl::StatusOr<v1::JobStatus> status = client_->GetJobStatus(job);
+    EXPECT_TRUE(status.ok()) << status.status();
+    return status.ok() ? *status : v1::JobStatus();
   }
 
   // Runs `world_size` ranks of `job` in threads for epochs 0 and 1. At each shard end, every
@@ -281,6 +305,195 @@ TEST_F(EpochLoopTest, StepErrorStopsTheLoopAndResumeFromTheCheckpointFinishes) {
   status = client_->GetJobStatus("one");
   ASSERT_TRUE(status.ok());
   EXPECT_EQ(status->job().current_epoch(), 2u);
+}
+
+// The trainers checkpoint in the ShardEnd hook of epoch 0 (position = shard length), every rank
+// ends the epoch, and the processes die before their next checkpoint. Restarted, each resumes
+// its position: nothing of epoch 0 is left, so the loops go on with epoch 1 from its start and
+// train it whole. (Before Resume checked positions, it opened epoch 0 again and the server said
+// FAILED_PRECONDITION "epoch = 0 of job 'boundary' is closed".)
+TEST_F(EpochLoopTest, EndOfShardCheckpointOfAClosedEpochResumesWithTheNextEpoch) {
+  constexpr uint32_t kWorld = 2;
+  constexpr uint64_t kShard = kSamples / kWorld;
+  CreateJob("boundary", kWorld);
+  std::vector<std::string> saved(kWorld);
+  InThreads(kWorld, [&](uint32_t r) {
+    std::unique_ptr<EpochLoop> loop = NewLoop("boundary", r, kWorld);
+    ASSERT_NE(loop, nullptr);
+    RankRecord record;
+    absl::Status s = loop->Run(0, 1, RecordingStep(record), [&](const ShardEnd&) -> absl::Status {
+      absl::StatusOr<ReaderPosition> checkpoint = loop->Checkpoint();
+      if (!checkpoint.ok()) return checkpoint.status();
+      saved[r] = checkpoint->Serialize();
+      return absl::OkStatus();
+    });
+    EXPECT_TRUE(s.ok()) << "rank " << r << ": " << s;
+  });
+  ASSERT_EQ(StatusOf("boundary").job().current_epoch(), 1u);  // Epoch 0 closed.
+
+  std::vector<ReaderPosition> positions;
+  for (uint32_t r = 0; r < kWorld; ++r) {
+    absl::StatusOr<ReaderPosition> position = ReaderPosition::Parse(saved[r]);
+    ASSERT_TRUE(position.ok()) << position.status();
+    EXPECT_EQ(position->epoch, 0u);
+    EXPECT_EQ(position->position, kShard);
+    EXPECT_EQ(position->shard_length, kShard) << saved[r];  // What tells the end of the shard.
+    positions.push_back(*position);
+  }
+  {
+    // The same position without its shard's length (as a version 2 writer saved it): whether it
+    // was at the end is unknown, so it is refused as one short of the end, and nothing changes.
+    ReaderPosition unknown = positions[0];
+    unknown.shard_length.reset();
+    std::unique_ptr<EpochLoop> loop = NewLoop("boundary", 0, kWorld);
+    ASSERT_NE(loop, nullptr);
+    absl::Status refused = loop->Resume(unknown, 2, NoStep);
+    EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+    EXPECT_THAT(refused.message(), HasSubstr("the shard's length is unknown"));
+    EXPECT_EQ(StatusOf("boundary").ranks(0).indices_streamed(), 0u);
+  }
+
+  // The restarted group.
+  std::vector<RankRecord> records(kWorld);
+  std::vector<std::string> next(kWorld);
+  InThreads(kWorld, [&](uint32_t r) {
+    std::unique_ptr<EpochLoop> loop = NewLoop("boundary", r, kWorld);
+    ASSERT_NE(loop, nullptr);
+    RankRecord& record = records[r];
+    record.result = loop->Resume(positions[r], 2, RecordingStep(record), [&](const ShardEnd& end) {
+      record.ends.push_back(end);
+      return absl::OkStatus();
+    });
+    absl::StatusOr<ReaderPosition> checkpoint = loop->Checkpoint();
+    if (checkpoint.ok()) next[r] = checkpoint->Serialize();
+  });
+  for (uint32_t r = 0; r < kWorld; ++r) {
+    const RankRecord& record = records[r];
+    ASSERT_TRUE(record.result.ok()) << "rank " << r << ": " << record.result;
+    ASSERT_EQ(record.ends.size(), 1u) << "rank " << r;  // Epoch 1 only: no hook for epoch 0.
+    EXPECT_EQ(record.ends[0].epoch, 1u);
+    EXPECT_EQ(record.ends[0].shard_length, kShard);
+    ASSERT_EQ(record.indices.size(), 2u);
+    EXPECT_TRUE(record.indices[0].empty());
+    EXPECT_EQ(record.indices[1].size(), kShard);
+    EXPECT_EQ(record.ends[0].losses.accepted, kShard);
+    EXPECT_EQ(record.ends[0].losses.duplicates, 0u);
+    EXPECT_THAT(next[r], HasSubstr(" epoch=2 deal=0 "));
+    EXPECT_THAT(next[r], HasSubstr(" position=0"));
+  }
+  ExpectCompleteAndDisjoint(records, 1);
+  v1::JobStatus status = StatusOf("boundary");
+  EXPECT_EQ(status.job().current_epoch(), 2u);
+  EXPECT_EQ(status.samples_seen(), kSamples);
+}
+
+// A trainer checkpoints in the middle of epoch 0, trains the rest and ends the epoch, then dies.
+// Positions 2048 to the end of its shard can no longer be served: Resume refuses, naming job,
+// epoch, rank, position and the two ways on, and changes nothing. The first way (a rewind to the
+// epoch's start, then position 0) then trains epoch 0 whole.
+TEST_F(EpochLoopTest, MidEpochCheckpointOfAClosedEpochIsRefusedNamingTheWaysOn) {
+  CreateJob("closed", 1);
+  ReaderPosition saved;
+  {
+    std::unique_ptr<EpochLoop> loop = NewLoop("closed", 0, 1);
+    ASSERT_NE(loop, nullptr);
+    RankRecord record;
+    const EpochLoop::Step recording = RecordingStep(record);
+    absl::Status s = loop->Run(0, 1, [&](const EpochBatch& batch, LossSink& losses) {
+      if (batch.position == 2048) {  // A checkpoint at the start of the step.
+        absl::StatusOr<ReaderPosition> checkpoint = loop->Checkpoint();
+        if (!checkpoint.ok()) return checkpoint.status();
+        saved = *checkpoint;
+      }
+      return recording(batch, losses);
+    });
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  ASSERT_EQ(saved.position, 2048u);
+  ASSERT_EQ(StatusOf("closed").job().current_epoch(), 1u);
+
+  std::unique_ptr<EpochLoop> loop = NewLoop("closed", 0, 1);
+  ASSERT_NE(loop, nullptr);
+  absl::Status refused = loop->Resume(saved, 2, NoStep);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("job \"closed\" epoch 0 rank 0: cannot resume "
+                                           "position 2048: epoch 0 has closed since (job "
+                                           "\"closed\" is at epoch 1)"));
+  EXPECT_THAT(refused.message(), HasSubstr("positions 2048 to 5999 of its shard"));
+  EXPECT_THAT(refused.message(), HasSubstr("SamplerClient::RewindJob(\"closed\", 0)"));
+  EXPECT_THAT(refused.message(), HasSubstr("samplerctl rewind closed 0"));
+  EXPECT_THAT(refused.message(), HasSubstr("continue with epoch 1 without this position "
+                                           "(EpochLoop::Run(1, ...))"));
+  v1::JobStatus status = StatusOf("closed");
+  EXPECT_EQ(status.job().current_epoch(), 1u);
+  EXPECT_EQ(status.ranks(0).indices_streamed(), 0u);  // Nothing read.
+
+  // The first way on: rewind, then every rank from position 0 of epoch 0.
+  absl::StatusOr<v1::Job> rewound = client_->RewindJob("closed", 0);
+  ASSERT_TRUE(rewound.ok()) << rewound.status();
+  EXPECT_EQ(rewound->current_epoch(), 0u);
+  ReaderPosition start = saved;
+  start.position = 0;
+  RankRecord record;
+  absl::Status resumed = loop->Resume(start, 1, RecordingStep(record));
+  ASSERT_TRUE(resumed.ok()) << resumed;
+  ASSERT_EQ(record.indices.size(), 1u);
+  EXPECT_EQ(record.indices[0].size(), kSamples);
+  EXPECT_EQ(StatusOf("closed").job().current_epoch(), 1u);
+}
+
+// A trainer checkpoints in the middle of epoch 0 and dies; the job is rewound to the start of
+// epoch 0 (which clears the rank's record: the losses before the position are gone). Resuming
+// the mid-epoch position would skip them silently (it did, before Resume checked positions):
+// it is refused, naming what the server streamed and what to do; position 0 then resumes.
+TEST_F(EpochLoopTest, MidEpochPositionThatPredatesARewindIsRefused) {
+  CreateJob("rewound", 1);
+  ReaderPosition saved;
+  {
+    std::unique_ptr<EpochLoop> loop = NewLoop("rewound", 0, 1);
+    ASSERT_NE(loop, nullptr);
+    RankRecord record;
+    const EpochLoop::Step recording = RecordingStep(record);
+    absl::Status died = loop->Run(0, 1, [&](const EpochBatch& batch, LossSink& losses) {
+      if (batch.position == 1024) {
+        absl::StatusOr<ReaderPosition> checkpoint = loop->Checkpoint();
+        if (!checkpoint.ok()) return checkpoint.status();
+        saved = *checkpoint;
+        return absl::AbortedError("injected: the process dies");
+      }
+      return recording(batch, losses);
+    });
+    ASSERT_EQ(died.code(), absl::StatusCode::kAborted) << died;
+  }
+  ASSERT_EQ(saved.position, 1024u);
+  ASSERT_GE(StatusOf("rewound").ranks(0).indices_streamed(), 1024u);
+  absl::StatusOr<v1::Job> rewound = client_->RewindJob("rewound", 0);
+  ASSERT_TRUE(rewound.ok()) << rewound.status();
+
+  std::unique_ptr<EpochLoop> loop = NewLoop("rewound", 0, 1);
+  ASSERT_NE(loop, nullptr);
+  absl::Status refused = loop->Resume(saved, 1, NoStep);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("job \"rewound\" epoch 0 rank 0: cannot resume "
+                                           "position 1024 (deal 0): the server streamed this "
+                                           "rank only 0 positions of epoch 0"));
+  EXPECT_THAT(refused.message(), HasSubstr("predates a rewind of the job"));
+  EXPECT_THAT(refused.message(), HasSubstr("position 0"));
+  EXPECT_THAT(refused.message(), HasSubstr("EpochLoop::Run(0, ...)"));
+  v1::JobStatus status = StatusOf("rewound");
+  EXPECT_EQ(status.ranks(0).indices_streamed(), 0u);
+  EXPECT_EQ(status.ranks(0).losses_accepted(), 0u);
+
+  ReaderPosition start = saved;
+  start.position = 0;
+  RankRecord record;
+  absl::Status resumed = loop->Resume(start, 1, RecordingStep(record));
+  ASSERT_TRUE(resumed.ok()) << resumed;
+  ASSERT_EQ(record.indices.size(), 1u);
+  EXPECT_EQ(record.indices[0].size(), kSamples);
+  status = StatusOf("rewound");
+  EXPECT_EQ(status.job().current_epoch(), 1u);
+  EXPECT_EQ(status.samples_seen(), kSamples);
 }
 
 TEST_F(EpochLoopTest, ShardEndHookErrorStopsBeforeTheEpochEnds) {

@@ -4,6 +4,7 @@
 
 #include "absl/memory/memory.h"
 #include "absl/strings/str_cat.h"
+#include "client/cpp/resume_check.h"
 
 namespace samplerd {
 
@@ -91,22 +92,65 @@ EpochLoop::EpochLoop(std::shared_ptr<SamplerClient> client, EpochLoopOptions opt
 // Members go in reverse order: the reporter closes (flushing) before the reader stops.
 EpochLoop::~EpochLoop() = default;
 
+ReaderPosition EpochLoop::StartOf(uint64_t epoch) const {
+  const ShardReaderOptions& o = reader_->options();
+  ReaderPosition start;
+  start.job = o.job;
+  start.epoch = epoch;
+  start.deal = DealOf(epoch);
+  start.rank = o.rank;
+  start.world_size = o.world_size;
+  start.position = 0;
+  return start;
+}
+
 absl::Status EpochLoop::Run(uint64_t first_epoch, uint64_t epochs, const Step& step,
                             const ShardEndHook& on_shard_end) {
-  const ShardReaderOptions& o = reader_->options();
-  ReaderPosition from;
-  from.job = o.job;
-  from.epoch = first_epoch;
-  from.deal = DealOf(first_epoch);
-  from.rank = o.rank;
-  from.world_size = o.world_size;
-  from.position = 0;
-  return RunFrom(from, epochs, step, on_shard_end);
+  return RunFrom(StartOf(first_epoch), epochs, step, on_shard_end);
 }
 
 absl::Status EpochLoop::Resume(const ReaderPosition& from, uint64_t epochs, const Step& step,
                                const ShardEndHook& on_shard_end) {
-  return RunFrom(from, epochs, step, on_shard_end);
+  if (!step) return absl::InvalidArgumentError("step = null");
+  if (epochs == 0) return absl::OkStatus();
+  const ShardReaderOptions& o = reader_->options();
+  if (absl::Status s = from.CheckOwner(o.job, o.rank, o.world_size); !s.ok()) return s;
+  absl::StatusOr<ResumeAt> at = CheckResumable(from);
+  if (!at.ok()) return at.status();
+  if (*at == ResumeAt::kPosition) return RunFrom(from, epochs, step, on_shard_end);
+  // Nothing is left of from.epoch (it closed with this shard consumed): it counts as one of
+  // `epochs`, and the next one is read from its start.
+  checkpoint_ = StartOf(from.epoch + 1);
+  return RunFrom(*checkpoint_, epochs - 1, step, on_shard_end);
+}
+
+absl::StatusOr<ResumeAt> EpochLoop::CheckResumable(const ReaderPosition& from) const {
+  const ShardReaderOptions& o = reader_->options();
+  absl::StatusOr<v1::JobStatus> status = client_->GetJobStatus(o.job);
+  if (!status.ok()) return status.status();
+  ServerProgress server;
+  server.current_epoch = status->job().current_epoch();
+  server.current_deal = status->job().deal();
+  server.rewindable_epochs.assign(status->job().rewindable_epochs().begin(),
+                                  status->job().rewindable_epochs().end());
+  for (const v1::RankProgress& rank : status->ranks()) {
+    if (rank.rank() == o.rank) server.indices_streamed = rank.indices_streamed();
+  }
+  ReaderPosition checked = from;
+  // A position without its shard's length (a version 1 or 2 text): the server's, for an epoch it
+  // still answers about (the current one in the position's deal, or a later one).
+  if (!checked.shard_length.has_value() && from.position > 0 &&
+      (from.epoch > server.current_epoch ||
+       (from.epoch == server.current_epoch && from.deal == server.current_deal))) {
+    absl::StatusOr<v1::Job> described = client_->GetJob(o.job, o.rank, from.epoch);
+    if (described.ok() && described->has_shard_length()) {
+      checked.shard_length = described->shard_length();
+    } else if (!described.ok() && !absl::IsFailedPrecondition(described.status()) &&
+               !absl::IsInvalidArgument(described.status())) {
+      return described.status();  // Unknown otherwise (closed meanwhile, another world size).
+    }
+  }
+  return CheckResume(checked, server);
 }
 
 absl::Status EpochLoop::RunFrom(const ReaderPosition& from, uint64_t epochs, const Step& step,
@@ -116,11 +160,12 @@ absl::Status EpochLoop::RunFrom(const ReaderPosition& from, uint64_t epochs, con
   for (uint64_t i = 0; i < epochs; ++i) {
     // Checks that `start` is this reader's job, rank and world size, and opens the epoch.
     if (absl::Status s = reader_->Resume(start); !s.ok()) return s;
-    checkpoint_ = start;
+    // The reader's position: `start` with the shard's length, which the server said on opening.
+    absl::StatusOr<ReaderPosition> opened = reader_->position();
+    if (!opened.ok()) return opened.status();
+    checkpoint_ = *std::move(opened);
     if (absl::Status s = ReadShard(step, on_shard_end); !s.ok()) return s;
-    start.epoch += 1;
-    start.deal = DealOf(start.epoch);
-    start.position = 0;
+    start = StartOf(start.epoch + 1);
     checkpoint_ = start;
   }
   return absl::OkStatus();

@@ -20,12 +20,29 @@
 // a position saved by Checkpoint carries its own deal.
 //
 // Checkpoints: Checkpoint() flushes the losses reported so far and returns where the loop
-// stands: after the last batch whose step returned OK. A trainer saves it with its model at the
-// start of a step (before training on that step's batch, which is then read again after a
-// restart) or between runs, and a restarted trainer passes it to Resume. Losses of later batches
-// that were already reported are counted once by the server (LossReporter's exactly-once
-// contract).
+// stands: after the last batch whose step returned OK, with the shard's length once the epoch is
+// open. A trainer saves it with its model at the start of a step (before training on that step's
+// batch, which is then read again after a restart), in the ShardEnd hook, or between runs, and a
+// restarted trainer passes it to Resume. Losses of later batches that were already reported are
+// counted once by the server (LossReporter's exactly-once contract).
 //
+// Resume checks the position against the job's state first (client/cpp/resume_check.h, the
+// rule; the Python client's load_state_dict applies the same), so that a restart never goes
+// wrong silently:
+//   - a position at the end of its shard whose epoch has closed since (saved in the ShardEnd
+//     hook or after the last step, then the epoch ended, then the process died): the loop goes
+//     on with the next epoch from its start;
+//   - a position short of the end of an epoch that has closed since: FAILED_PRECONDITION naming
+//     job, epoch, rank, position and the two ways on (rewind the job to that epoch's start if
+//     kept -- SamplerClient::RewindJob, `samplerctl rewind JOB EPOCH` -- and resume every rank
+//     from position 0 of it; or Run the job's current epoch without this position);
+//   - a position past 0 that the server's record of the rank cannot hold (it predates a rewind
+//     of the job, or the job was made again): FAILED_PRECONDITION naming what the server
+//     streamed and what to do.
+// The restart loop that handles every case: parse the saved position; if there is none, Run
+// from the job's current epoch (GetJob); otherwise Resume(saved, total_epochs - saved.epoch),
+// and on FAILED_PRECONDITION take one of the ways its message names.
+
 // Errors (absl::Status, never exceptions): Create refuses bad arguments with INVALID_ARGUMENT
 // naming the field and its value, and an unknown job (NOT_FOUND) or a world size the job's
 // current epoch is not dealt to (FAILED_PRECONDITION). Run/Resume stop at the first error and
@@ -57,6 +74,7 @@
 #include "client/cpp/device_port.h"  // DeviceStream: cudaStream_t, without the CUDA headers.
 #include "client/cpp/loss_reporter.h"
 #include "client/cpp/reader_position.h"
+#include "client/cpp/resume_check.h"
 #include "client/cpp/sampler_client.h"
 #include "client/cpp/shard_reader.h"
 
@@ -160,15 +178,21 @@ class EpochLoop {
 
   // As Run, continuing from `from` (a Checkpoint of this job's rank, maybe of a previous
   // process): the rest of from.epoch's shard, then the epochs up to from.epoch + epochs - 1.
-  // INVALID_ARGUMENT or FAILED_PRECONDITION as ShardReader::Resume for a position of another
-  // job, rank or world size; epochs = 0 does nothing.
+  // Before reading, `from` is checked against the job's state (GetJobStatus; GetJob for the
+  // shard's length if `from` does not carry it): see Checkpoints above. A position at the end of
+  // a closed epoch's shard reads nothing of that epoch (no hook, no EndEpoch: it closed), which
+  // still counts as one of `epochs`. Errors: INVALID_ARGUMENT or FAILED_PRECONDITION
+  // (ReaderPosition::CheckOwner) for a position of another job, rank or world size, and
+  // CheckResume's refusals (FAILED_PRECONDITION, naming what to do), before anything is read;
+  // then Run's. epochs = 0 does nothing.
   absl::Status Resume(const ReaderPosition& from, uint64_t epochs, const Step& step,
                       const ShardEndHook& on_shard_end = nullptr);
 
   // Flushes the losses reported so far and returns where the loop stands: after the last batch
   // whose step returned OK (so a step that failed is read again by Resume), or the start of the
-  // next epoch once an epoch was ended. FAILED_PRECONDITION before the first Run; the reporter's
-  // error.
+  // next epoch once an epoch was ended; with ReaderPosition::shard_length once the epoch is open
+  // (in the ShardEnd hook: position = shard_length). FAILED_PRECONDITION before the first Run; the
+  // reporter's error.
   absl::StatusOr<ReaderPosition> Checkpoint();
 
  private:
@@ -176,6 +200,10 @@ class EpochLoop {
             std::unique_ptr<ShardReader> reader, std::unique_ptr<LossReporter> reporter,
             uint64_t dealt_epoch, uint32_t dealt_deal);
 
+  // Position 0 of `epoch` in the deal the loop reads it in.
+  ReaderPosition StartOf(uint64_t epoch) const;
+  // CheckResume of `from` with the server's facts.
+  absl::StatusOr<ResumeAt> CheckResumable(const ReaderPosition& from) const;
   // Reads `from.epoch` from `from.position` in deal `from.deal`, then the following epochs.
   absl::Status RunFrom(const ReaderPosition& from, uint64_t epochs, const Step& step,
                        const ShardEndHook& on_shard_end);

@@ -43,9 +43,29 @@ absl::Status TakeNumber(absl::flat_hash_map<absl::string_view, absl::string_view
 }  // namespace
 
 std::string ReaderPosition::Serialize() const {
-  return absl::StrCat(kHeader, " version=", kVersion, " job=", job, " epoch=", epoch,
-                      " deal=", deal, " rank=", rank, " world_size=", world_size,
-                      " position=", position);
+  std::string text =
+      absl::StrCat(kHeader, " version=", kVersion, " job=", job, " epoch=", epoch, " deal=", deal,
+                   " rank=", rank, " world_size=", world_size, " position=", position);
+  if (shard_length.has_value()) absl::StrAppend(&text, " shard_length=", *shard_length);
+  return text;
+}
+
+absl::Status ReaderPosition::CheckOwner(absl::string_view owner_job, uint32_t owner_rank,
+                                        uint32_t owner_world_size) const {
+  if (job != owner_job) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("position.job = \"", job, "\": this reader reads job \"", owner_job, "\""));
+  }
+  if (rank != owner_rank) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("position.rank = ", rank, ": this reader reads rank ", owner_rank));
+  }
+  if (world_size != owner_world_size) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("position.world_size = ", world_size, ": this reader's world size is ",
+                     owner_world_size, " (the shards of another world size are other positions)"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<ReaderPosition> ReaderPosition::Parse(absl::string_view text) {
@@ -68,7 +88,7 @@ absl::StatusOr<ReaderPosition> ReaderPosition::Parse(absl::string_view text) {
   // The version first: a newer writer's fields are only meaningful to a reader of its version.
   int version = 0;
   if (absl::Status s = TakeNumber(&fields, "version", &version); !s.ok()) return s;
-  if (version != 1 && version != kVersion) {
+  if (version < 1 || version > kVersion) {
     return Invalid("version", absl::StrCat(version),
                    absl::StrCat("this client reads 1 to ", kVersion));
   }
@@ -85,6 +105,11 @@ absl::StatusOr<ReaderPosition> ReaderPosition::Parse(absl::string_view text) {
   if (absl::Status s = TakeNumber(&fields, "rank", &p.rank); !s.ok()) return s;
   if (absl::Status s = TakeNumber(&fields, "world_size", &p.world_size); !s.ok()) return s;
   if (absl::Status s = TakeNumber(&fields, "position", &p.position); !s.ok()) return s;
+  if (version >= 3 && fields.contains("shard_length")) {  // Optional: where the writer knew it.
+    uint64_t length = 0;
+    if (absl::Status s = TakeNumber(&fields, "shard_length", &length); !s.ok()) return s;
+    p.shard_length = length;
+  }
   if (!fields.empty()) {
     return Invalid(fields.begin()->first, fields.begin()->second, "unknown field");
   }
@@ -92,6 +117,10 @@ absl::StatusOr<ReaderPosition> ReaderPosition::Parse(absl::string_view text) {
   if (p.rank >= p.world_size) {
     return Invalid("rank", absl::StrCat(p.rank),
                    absl::StrCat("must be < world_size = ", p.world_size));
+  }
+  if (p.shard_length.has_value() && p.position > *p.shard_length) {
+    return Invalid("position", absl::StrCat(p.position),
+                   absl::StrCat("past shard_length = ", *p.shard_length));
   }
   return p;
 }

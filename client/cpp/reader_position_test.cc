@@ -25,17 +25,53 @@ TEST(ReaderPositionTest, SerializeParseRoundTrips) {
   const ReaderPosition p = Example();
   const std::string text = p.Serialize();
   EXPECT_EQ(text,
-            "samplerd.ReaderPosition version=2 job=train-1.a_b epoch=7 deal=2 rank=3 "
+            "samplerd.ReaderPosition version=3 job=train-1.a_b epoch=7 deal=2 rank=3 "
             "world_size=4 position=1099511627781");
   absl::StatusOr<ReaderPosition> parsed = ReaderPosition::Parse(text);
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_EQ(*parsed, p);
+  EXPECT_FALSE(parsed->shard_length.has_value());
+}
+
+TEST(ReaderPositionTest, ShardLengthRoundTripsWhereKnown) {
+  ReaderPosition p = Example();
+  p.shard_length = p.position + 9;
+  const std::string text = p.Serialize();
+  EXPECT_EQ(text,
+            "samplerd.ReaderPosition version=3 job=train-1.a_b epoch=7 deal=2 rank=3 "
+            "world_size=4 position=1099511627781 shard_length=1099511627790");
+  absl::StatusOr<ReaderPosition> parsed = ReaderPosition::Parse(text);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(*parsed, p);
+  // At the end of its shard (a checkpoint in the ShardEnd hook), and an empty shard.
+  p.shard_length = p.position;
+  parsed = ReaderPosition::Parse(p.Serialize());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(*parsed, p);
+  p.position = 0;
+  p.shard_length = 0;
+  parsed = ReaderPosition::Parse(p.Serialize());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(*parsed, p);
+  // The length is part of the value.
+  ReaderPosition unknown = p;
+  unknown.shard_length.reset();
+  EXPECT_NE(unknown, p);
+}
+
+TEST(ReaderPositionTest, Version2HasNoShardLengthAndReadsAsUnknown) {
+  absl::StatusOr<ReaderPosition> parsed = ReaderPosition::Parse(
+      "samplerd.ReaderPosition version=2 job=train-1.a_b epoch=7 deal=2 rank=3 world_size=4 "
+      "position=1099511627781");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(*parsed, Example());
+  EXPECT_FALSE(parsed->shard_length.has_value());
 }
 
 TEST(ReaderPositionTest, FieldsMayComeInAnyOrder) {
   absl::StatusOr<ReaderPosition> parsed = ReaderPosition::Parse(
       "samplerd.ReaderPosition position=1099511627781 world_size=4 rank=3 epoch=7 "
-      "deal=2 job=train-1.a_b version=2");
+      "deal=2 job=train-1.a_b version=3");
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_EQ(*parsed, Example());
 }
@@ -60,8 +96,18 @@ TEST(ReaderPositionTest, MalformedTextNamesTheField) {
       {"", "header = \"\""},
       {"{\"version\": 1}", "not a ReaderPosition"},
       {"samplerd.ReaderPosition" + ok_tail, "version = \"\": missing"},
-      {"samplerd.ReaderPosition version=3" + ok_tail, "version = \"3\": this client reads 1 to 2"},
+      {"samplerd.ReaderPosition version=4" + ok_tail, "version = \"4\": this client reads 1 to 3"},
+      {"samplerd.ReaderPosition version=0" + ok_tail, "version = \"0\": this client reads 1 to 3"},
+      {"samplerd.ReaderPosition version=2 deal=0" + ok_tail + " shard_length=5",
+       "shard_length = \"5\": unknown field"},
+      {"samplerd.ReaderPosition version=3 deal=0" + ok_tail + " shard_length=4",
+       "position = \"5\": past shard_length = 4"},
+      {"samplerd.ReaderPosition version=3 deal=0" + ok_tail + " shard_length=-1",
+       "shard_length = \"-1\": not an unsigned decimal number"},
+      {"samplerd.ReaderPosition version=3 deal=0" + ok_tail + " shard_length=",
+       "shard_length = \"\": not an unsigned decimal number"},
       {"samplerd.ReaderPosition version=2" + ok_tail, "deal = \"\": missing"},
+      {"samplerd.ReaderPosition version=3" + ok_tail, "deal = \"\": missing"},
       {"samplerd.ReaderPosition version=1 epoch=1 rank=0 world_size=2 position=5",
        "job = \"\": missing"},
       {"samplerd.ReaderPosition version=1 job= epoch=1 rank=0 world_size=2 position=5",

@@ -287,6 +287,19 @@ absl::StatusOr<v1::Job> SamplerClient::GetJob(const std::string& name) {
   return job;
 }
 
+absl::StatusOr<v1::Job> SamplerClient::GetJob(const std::string& name, uint32_t rank,
+                                              std::optional<uint64_t> epoch) {
+  v1::GetJobRequest request;
+  request.set_name(name);
+  request.set_rank(rank);
+  if (epoch.has_value()) request.set_epoch(*epoch);
+  v1::Job job;
+  absl::Status s =
+      WithRetries([&](grpc::ClientContext* c) { return stub_->GetJob(c, request, &job); });
+  if (!s.ok()) return s;
+  return job;
+}
+
 absl::StatusOr<std::vector<v1::Job>> SamplerClient::ListJobs() {
   v1::ListJobsResponse response;
   absl::Status s = WithRetries(
@@ -312,6 +325,17 @@ absl::StatusOr<v1::Job> SamplerClient::ResizeJob(const std::string& name, uint64
   v1::Job job;
   absl::Status s =
       WithRetries([&](grpc::ClientContext* c) { return stub_->ResizeJob(c, request, &job); });
+  if (!s.ok()) return s;
+  return job;
+}
+
+absl::StatusOr<v1::Job> SamplerClient::RewindJob(const std::string& name, uint64_t epoch) {
+  v1::RewindJobRequest request;
+  request.set_name(name);
+  request.set_epoch(epoch);
+  v1::Job job;
+  absl::Status s =
+      WithRetries([&](grpc::ClientContext* c) { return stub_->RewindJob(c, request, &job); });
   if (!s.ok()) return s;
   return job;
 }

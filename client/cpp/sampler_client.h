@@ -18,6 +18,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -152,6 +153,11 @@ class SamplerClient {
 
   absl::StatusOr<v1::Job> CreateJob(const std::string& name, const v1::JobSpec& spec);
   absl::StatusOr<v1::Job> GetJob(const std::string& name);
+  // The job with the length of rank `rank`'s shard (v1::Job::shard_length) in the current epoch's
+  // deal, or in `epoch` if set (a later epoch: dealt whole to the current world size).
+  // FAILED_PRECONDITION for an epoch before the current one (the server no longer says it).
+  absl::StatusOr<v1::Job> GetJob(const std::string& name, uint32_t rank,
+                                 std::optional<uint64_t> epoch = std::nullopt);
   absl::StatusOr<std::vector<v1::Job>> ListJobs();
   absl::Status DeleteJob(const std::string& name);
   absl::StatusOr<v1::JobStatus> GetJobStatus(const std::string& name);
@@ -161,6 +167,10 @@ class SamplerClient {
   // The group now has `world_size` ranks (proto ResizeJob; called once by the group's first
   // rank for the job's current epoch). Returns the job with its new world_size and deal.
   absl::StatusOr<v1::Job> ResizeJob(const std::string& name, uint64_t epoch, uint32_t world_size);
+  // Puts the job back to the start of `epoch`, one of v1::Job::rewindable_epochs (proto
+  // RewindJob; samplerctl rewind): called once, by one rank, before the ranks resume from
+  // position 0 of that epoch. Returns the job as it is then.
+  absl::StatusOr<v1::Job> RewindJob(const std::string& name, uint64_t epoch);
 
   // Uploads N static weights (or labels) in chunks of `chunk_size`. DATA_LOSS if the server
   // acknowledges another count of values than was sent.

@@ -59,6 +59,11 @@ class ShardReader::EpochStream {
   uint64_t epoch() const { return epoch_; }
   uint32_t deal() const { return deal_; }
   uint64_t start() const { return start_; }
+  // The shard's length: known once the stream opened (every chunk carries it).
+  uint64_t shard_length() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return shard_length_;
+  }
 
   // Waits for the first chunk or a failure; the failure, if any.
   absl::Status AwaitOpened() ABSL_LOCKS_EXCLUDED(mu_) {
@@ -229,18 +234,9 @@ absl::Status ShardReader::StartEpoch(uint64_t epoch, uint64_t start_position, ui
 }
 
 absl::Status ShardReader::Resume(const ReaderPosition& position) {
-  if (position.job != options_.job) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "position.job = \"", position.job, "\": this reader reads job \"", options_.job, "\""));
-  }
-  if (position.rank != options_.rank) {
-    return absl::InvalidArgumentError(absl::StrCat("position.rank = ", position.rank,
-                                                   ": this reader reads rank ", options_.rank));
-  }
-  if (position.world_size != options_.world_size) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "position.world_size = ", position.world_size, ": this reader's world size is ",
-        options_.world_size, " (the shards of another world size are other positions)"));
+  if (absl::Status s = position.CheckOwner(options_.job, options_.rank, options_.world_size);
+      !s.ok()) {
+    return s;
   }
   return StartEpoch(position.epoch, position.position, position.deal);
 }
@@ -314,6 +310,7 @@ absl::StatusOr<ReaderPosition> ShardReader::position() const {
   p.rank = options_.rank;
   p.world_size = options_.world_size;
   p.position = stream_->start() + read_;
+  p.shard_length = stream_->shard_length();  // Opened: its first chunk said it.
   return p;
 }
 

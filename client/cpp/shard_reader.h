@@ -16,7 +16,9 @@
 // After an error, StartEpoch or Resume(position()) reopens the stream where Next stopped.
 //
 // Checkpoints: position() is exactly after the last index Next returned. A restarted trainer
-// passes the saved value (ReaderPosition, client/cpp/reader_position.h) to Resume.
+// passes the saved value (ReaderPosition, client/cpp/reader_position.h) to EpochLoop::Resume,
+// which checks it against the job's state first (client/cpp/resume_check.h), or to Resume here,
+// which opens exactly that position (see there).
 //
 // Thread safety: the public methods must not be called concurrently (one training thread per
 // reader, or external locking); the prefetch thread is internal. The SamplerClient may be shared
@@ -89,9 +91,18 @@ class ShardReader {
   absl::Status StartEpoch(uint64_t epoch, uint64_t start_position = 0, uint32_t deal = 0);
 
   // StartEpoch(position.epoch, position.position, position.deal) for a position saved by this
-  // job's rank:
-  // INVALID_ARGUMENT if its job or rank is not this reader's, FAILED_PRECONDITION if its world
-  // size is not (the shards are not the same ones).
+  // job's rank (ReaderPosition::CheckOwner): INVALID_ARGUMENT if its job or rank is not this
+  // reader's, FAILED_PRECONDITION if its world size is not (the shards are not the same ones).
+  // It opens exactly that position, as after a stream error (Resume(position())), and does not
+  // check it against the job's history: the server refuses an epoch closed since (the
+  // FAILED_PRECONDITION of StartEpoch), but a position that predates a rewind would resume
+  // silently. A restarted trainer resumes a checkpoint with EpochLoop::Resume, which applies
+  // CheckResume (client/cpp/resume_check.h) first; that check is the loop's, not the reader's,
+  // because what follows a position at the end of a closed epoch's shard -- the next epoch in
+  // the loop's deal, without the saved epoch's hook and EndEpoch -- is the loop's to do, and
+  // the reader reopens positions of the epoch it reads (after stream errors, and for every epoch
+  // the loop opens) where the check would cost an RPC and could only pass. A trainer on a bare
+  // ShardReader calls CheckResume itself with GetJobStatus's facts.
   absl::Status Resume(const ReaderPosition& position);
 
   // The next min(n, rest of the shard) indices, waiting for the prefetch thread if it has not
@@ -111,7 +122,8 @@ class ShardReader {
   absl::StatusOr<ShardBatch> NextToDevice(size_t n, int64_t* device_indices, DeviceStream stream);
 
   // Where reading stands: exactly after the last index Next returned (the start position right
-  // after StartEpoch). FAILED_PRECONDITION with no epoch open.
+  // after StartEpoch), with the shard's length (the server said it on opening).
+  // FAILED_PRECONDITION with no epoch open.
   absl::StatusOr<ReaderPosition> position() const;
 
   const ShardReaderOptions& options() const { return options_; }
