@@ -131,6 +131,40 @@ class EpochLoopTest : public ::testing::Test {
     for (std::thread& t : ranks) t.join();
   }
 
+  // A one-rank trainer of `job` (world size 1) that checkpoints at the start of the step at
+  // `position` of epoch 0 and then dies there (`die`) or trains the rest of the epoch and ends
+  // it. Returns the checkpoint.
+  ReaderPosition CheckpointInEpoch0(const std::string& job, uint64_t position, bool die) {
+    ReaderPosition saved;
+    std::unique_ptr<EpochLoop> loop = NewLoop(job, 0, 1);
+    if (loop == nullptr) return saved;
+    RankRecord record;
+    const EpochLoop::Step recording = RecordingStep(record);
+    absl::Status s = loop->Run(0, 1, [&](const EpochBatch& batch, LossSink& losses) {
+      if (batch.position == position) {
+        absl::StatusOr<ReaderPosition> checkpoint = loop->Checkpoint();
+        if (!checkpoint.ok()) return checkpoint.status();
+        saved = *checkpoint;
+        if (die) return absl::AbortedError("injected: the process dies");
+      }
+      return recording(batch, losses);
+    });
+    EXPECT_EQ(s.code(), die ? absl::StatusCode::kAborted : absl::StatusCode::kOk) << s;
+    EXPECT_EQ(saved.position, position);
+    return saved;
+  }
+
+  // `loop` resumes position 0 of `from`'s epoch and reads the whole shard of the one rank.
+  static void ExpectResumesTheEpochWhole(EpochLoop& loop, const ReaderPosition& from) {
+    ReaderPosition start = from;
+    start.position = 0;
+    RankRecord record;
+    absl::Status resumed = loop.Resume(start, 1, RecordingStep(record));
+    ASSERT_TRUE(resumed.ok()) << resumed;
+    ASSERT_EQ(record.indices.size(), from.epoch + 1);
+    EXPECT_EQ(record.indices[from.epoch].size(), kSamples);
+  }
+
   v1::JobStatus StatusOf(const std::string& job) {
     absl::StatusOr<v1::JobStatus> status = client_->GetJobStatus(job);
     EXPECT_TRUE(status.ok()) << status.status();
@@ -393,23 +427,7 @@ TEST_F(EpochLoopTest, EndOfShardCheckpointOfAClosedEpochResumesWithTheNextEpoch)
 // epoch's start, then position 0) then trains epoch 0 whole.
 TEST_F(EpochLoopTest, MidEpochCheckpointOfAClosedEpochIsRefusedNamingTheWaysOn) {
   CreateJob("closed", 1);
-  ReaderPosition saved;
-  {
-    std::unique_ptr<EpochLoop> loop = NewLoop("closed", 0, 1);
-    ASSERT_NE(loop, nullptr);
-    RankRecord record;
-    const EpochLoop::Step recording = RecordingStep(record);
-    absl::Status s = loop->Run(0, 1, [&](const EpochBatch& batch, LossSink& losses) {
-      if (batch.position == 2048) {  // A checkpoint at the start of the step.
-        absl::StatusOr<ReaderPosition> checkpoint = loop->Checkpoint();
-        if (!checkpoint.ok()) return checkpoint.status();
-        saved = *checkpoint;
-      }
-      return recording(batch, losses);
-    });
-    ASSERT_TRUE(s.ok()) << s;
-  }
-  ASSERT_EQ(saved.position, 2048u);
+  const ReaderPosition saved = CheckpointInEpoch0("closed", 2048, /*die=*/false);
   ASSERT_EQ(StatusOf("closed").job().current_epoch(), 1u);
 
   std::unique_ptr<EpochLoop> loop = NewLoop("closed", 0, 1);
@@ -432,13 +450,7 @@ TEST_F(EpochLoopTest, MidEpochCheckpointOfAClosedEpochIsRefusedNamingTheWaysOn) 
   absl::StatusOr<v1::Job> rewound = client_->RewindJob("closed", 0);
   ASSERT_TRUE(rewound.ok()) << rewound.status();
   EXPECT_EQ(rewound->current_epoch(), 0u);
-  ReaderPosition start = saved;
-  start.position = 0;
-  RankRecord record;
-  absl::Status resumed = loop->Resume(start, 1, RecordingStep(record));
-  ASSERT_TRUE(resumed.ok()) << resumed;
-  ASSERT_EQ(record.indices.size(), 1u);
-  EXPECT_EQ(record.indices[0].size(), kSamples);
+  ExpectResumesTheEpochWhole(*loop, saved);
   EXPECT_EQ(StatusOf("closed").job().current_epoch(), 1u);
 }
 
@@ -448,24 +460,7 @@ TEST_F(EpochLoopTest, MidEpochCheckpointOfAClosedEpochIsRefusedNamingTheWaysOn) 
 // it is refused, naming what the server streamed and what to do; position 0 then resumes.
 TEST_F(EpochLoopTest, MidEpochPositionThatPredatesARewindIsRefused) {
   CreateJob("rewound", 1);
-  ReaderPosition saved;
-  {
-    std::unique_ptr<EpochLoop> loop = NewLoop("rewound", 0, 1);
-    ASSERT_NE(loop, nullptr);
-    RankRecord record;
-    const EpochLoop::Step recording = RecordingStep(record);
-    absl::Status died = loop->Run(0, 1, [&](const EpochBatch& batch, LossSink& losses) {
-      if (batch.position == 1024) {
-        absl::StatusOr<ReaderPosition> checkpoint = loop->Checkpoint();
-        if (!checkpoint.ok()) return checkpoint.status();
-        saved = *checkpoint;
-        return absl::AbortedError("injected: the process dies");
-      }
-      return recording(batch, losses);
-    });
-    ASSERT_EQ(died.code(), absl::StatusCode::kAborted) << died;
-  }
-  ASSERT_EQ(saved.position, 1024u);
+  const ReaderPosition saved = CheckpointInEpoch0("rewound", 1024, /*die=*/true);
   ASSERT_GE(StatusOf("rewound").ranks(0).indices_streamed(), 1024u);
   absl::StatusOr<v1::Job> rewound = client_->RewindJob("rewound", 0);
   ASSERT_TRUE(rewound.ok()) << rewound.status();
@@ -484,13 +479,7 @@ TEST_F(EpochLoopTest, MidEpochPositionThatPredatesARewindIsRefused) {
   EXPECT_EQ(status.ranks(0).indices_streamed(), 0u);
   EXPECT_EQ(status.ranks(0).losses_accepted(), 0u);
 
-  ReaderPosition start = saved;
-  start.position = 0;
-  RankRecord record;
-  absl::Status resumed = loop->Resume(start, 1, RecordingStep(record));
-  ASSERT_TRUE(resumed.ok()) << resumed;
-  ASSERT_EQ(record.indices.size(), 1u);
-  EXPECT_EQ(record.indices[0].size(), kSamples);
+  ExpectResumesTheEpochWhole(*loop, saved);
   status = StatusOf("rewound");
   EXPECT_EQ(status.job().current_epoch(), 1u);
   EXPECT_EQ(status.samples_seen(), kSamples);

@@ -11,6 +11,17 @@
 //         return losses.Report(per_sample);
 //       });
 //
+// A trainer that can be restarted saves Checkpoint().Serialize() with its model (e.g. in the
+// ShardEnd hook, and every few steps) and, at start, resumes it if there is one:
+//
+//   absl::StatusOr<ReaderPosition> saved = ReaderPosition::Parse(text);  // From the checkpoint.
+//   absl::Status done =
+//       saved.ok() ? (*loop)->Resume(*saved, kEpochs - saved->epoch, step, on_shard_end)
+//                  : (*loop)->Run(current, kEpochs - current, step, on_shard_end);
+//
+// (`current`: GetJob's current_epoch; kEpochs counts the job's epochs.) A FAILED_PRECONDITION
+// from Resume names the ways on (see Checkpoints below).
+//
 // What the loop owns, so that a trainer cannot get the order wrong (the module that owns an
 // ordering enforces it, rather than leaving calls for every trainer to remember): the losses of
 // a shard are flushed (acknowledged, durable on the server) before the rank ends the epoch, and
@@ -39,10 +50,7 @@
 //   - a position past 0 that the server's record of the rank cannot hold (it predates a rewind
 //     of the job, or the job was made again): FAILED_PRECONDITION naming what the server
 //     streamed and what to do.
-// The restart loop that handles every case: parse the saved position; if there is none, Run
-// from the job's current epoch (GetJob); otherwise Resume(saved, total_epochs - saved.epoch),
-// and on FAILED_PRECONDITION take one of the ways its message names.
-
+//
 // Errors (absl::Status, never exceptions): Create refuses bad arguments with INVALID_ARGUMENT
 // naming the field and its value, and an unknown job (NOT_FOUND) or a world size the job's
 // current epoch is not dealt to (FAILED_PRECONDITION). Run/Resume stop at the first error and
