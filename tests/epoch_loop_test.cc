@@ -485,6 +485,33 @@ TEST_F(EpochLoopTest, MidEpochPositionThatPredatesARewindIsRefused) {
   EXPECT_EQ(status.samples_seen(), kSamples);
 }
 
+// A position without its shard's length (a version 2 text) in an epoch the server still
+// answers about: Resume asks GetJob for the rank's shard length, so a position past it is
+// refused as such (INVALID_ARGUMENT, before anything is read), and one within it resumes.
+TEST_F(EpochLoopTest, PositionWithoutShardLengthIsCheckedWithTheServersLength) {
+  CreateJob("v2", 1);
+  const ReaderPosition saved = CheckpointInEpoch0("v2", 1024, /*die=*/true);
+  absl::StatusOr<ReaderPosition> v2 = ReaderPosition::Parse(
+      "samplerd.ReaderPosition version=2 job=v2 epoch=0 deal=0 rank=0 world_size=1 position=7000");
+  ASSERT_TRUE(v2.ok()) << v2.status();
+  std::unique_ptr<EpochLoop> loop = NewLoop("v2", 0, 1);
+  ASSERT_NE(loop, nullptr);
+  absl::Status refused = loop->Resume(*v2, 1, NoStep);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("job \"v2\" epoch 0 rank 0: cannot resume position "
+                                           "7000: position is past the shard's length 6000"));
+
+  v2->position = saved.position;
+  RankRecord record;
+  record.indices.assign(1, std::vector<uint64_t>(saved.position));  // The first process's part.
+  absl::Status resumed = loop->Resume(*v2, 1, RecordingStep(record));
+  ASSERT_TRUE(resumed.ok()) << resumed;
+  EXPECT_EQ(record.indices[0].size(), kSamples);
+  v1::JobStatus status = StatusOf("v2");
+  EXPECT_EQ(status.job().current_epoch(), 1u);
+  EXPECT_EQ(status.samples_seen(), kSamples);
+}
+
 TEST_F(EpochLoopTest, ShardEndHookErrorStopsBeforeTheEpochEnds) {
   CreateJob("hook", 1);
   std::unique_ptr<EpochLoop> loop = NewLoop("hook", 0, 1);

@@ -244,6 +244,7 @@ TEST_F(ShardReaderTest, ASavedPositionContinuesExactlyAfterTheLastBatch) {
   EXPECT_THAT(checkpoint, HasSubstr("position=3885"));
   absl::StatusOr<ReaderPosition> saved = ReaderPosition::Parse(checkpoint);
   ASSERT_TRUE(saved.ok()) << saved.status();
+  EXPECT_EQ(saved->shard_length, shard->size());  // The reader knew it: the server said it.
   auto reader = MakeReader(client_, "j", 1, 2, 4096, 512);
   ASSERT_TRUE(reader->Resume(*saved).ok());
   EXPECT_EQ(*reader->position(), *saved);
