@@ -131,6 +131,7 @@ absl::StatusOr<ResumeAt> EpochLoop::CheckResumable(const ReaderPosition& from) c
   ServerProgress server;
   server.current_epoch = status->job().current_epoch();
   server.current_deal = status->job().deal();
+  server.plan_ready = status->job().plan_ready();
   server.rewindable_epochs.assign(status->job().rewindable_epochs().begin(),
                                   status->job().rewindable_epochs().end());
   for (const v1::RankProgress& rank : status->ranks()) {

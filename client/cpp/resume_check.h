@@ -22,8 +22,10 @@
 //   4. E = C and D != D' (the epoch was dealt again since): kRead; the server refuses the
 //      replaced deal itself (StreamShard: FAILED_PRECONDITION naming the current deal).
 //   5. P <= S, S the rank's indices_streamed in the current epoch and deal (0 for any other
-//      epoch): kRead. A position is at most what the server streamed to the rank (the reader
-//      handed out only what it received).
+//      epoch, and while the current epoch's plan is not ready: nothing of it was streamed yet,
+//      and the ranks GetJobStatus shows then are still those of the epoch before, or of the
+//      state a rewind in progress replaces): kRead. A position is at most what the server
+//      streamed to the rank (the reader handed out only what it received).
 //   6. Otherwise FAILED_PRECONDITION: the position predates a rewind of the job (RewindJob clears
 //      the rank's record; the losses before P are no longer counted) or the job was made again.
 //      The message names what to do: resume from a position saved at the epoch's start or after
@@ -48,8 +50,10 @@ struct ServerProgress {
   uint32_t current_deal = 0;
   // Epoch starts RewindJob can go back to (v1::Job::rewindable_epochs).
   std::vector<uint64_t> rewindable_epochs;
-  // The rank's v1::RankProgress::indices_streamed in the current epoch and deal (0 if the
-  // server has no record of the rank).
+  // v1::Job::plan_ready: the current epoch is served (its plan published).
+  bool plan_ready = true;
+  // The rank's v1::RankProgress::indices_streamed as GetJobStatus shows it (0 if the server has
+  // no record of the rank); only read with plan_ready (see rule 5).
   uint64_t indices_streamed = 0;
 };
 

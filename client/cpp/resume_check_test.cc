@@ -169,6 +169,17 @@ TEST(ResumeCheckTest, APositionPastWhatTheServerStreamedPredatesARewind) {
   EXPECT_THAT(Refusal(from, server), HasSubstr("streamed this rank only 299 positions"));
 }
 
+// Right after an epoch closes (or during a rewind) GetJobStatus shows the new epoch number
+// before its plan is ready, with the ranks' progress of what it replaces: not this epoch's.
+TEST(ResumeCheckTest, TheRanksProgressIsNotReadBeforeThePlanIsReady) {
+  ReaderPosition from = Saved();
+  ServerProgress server = Server();  // indices_streamed 400: a stale record.
+  server.plan_ready = false;
+  EXPECT_THAT(Refusal(from, server), HasSubstr("streamed this rank only 0 positions of epoch 2"));
+  from.position = 0;
+  ExpectResumesAt(from, server, ResumeAt::kPosition);
+}
+
 TEST(ResumeCheckTest, APositionPastTheStartOfALaterEpochIsRefused) {
   // Saved in epoch 3, then the job was rewound to epoch 2.
   ReaderPosition from = Saved();
