@@ -52,18 +52,23 @@ std::string ReaderPosition::Serialize() const {
 
 absl::Status ReaderPosition::CheckOwner(absl::string_view owner_job, uint32_t owner_rank,
                                         uint32_t owner_world_size) const {
+  // Named as the loading reader: job "j" rank R, and the position's epoch.
+  const std::string loading =
+      absl::StrCat("job \"", owner_job, "\" rank ", owner_rank, ": the position of epoch ", epoch);
   if (job != owner_job) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("position.job = \"", job, "\": this reader reads job \"", owner_job, "\""));
+    return absl::InvalidArgumentError(absl::StrCat(
+        loading, " has position.job = \"", job, "\" (rank ", rank, "): this reader reads job \"",
+        owner_job, "\"; resume this job's own position"));
   }
   if (rank != owner_rank) {
     return absl::InvalidArgumentError(
-        absl::StrCat("position.rank = ", rank, ": this reader reads rank ", owner_rank));
+        absl::StrCat(loading, " has position.rank = ", rank, ": this reader reads rank ",
+                     owner_rank, "; each rank resumes its own position (saved by that rank)"));
   }
   if (world_size != owner_world_size) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("position.world_size = ", world_size, ": this reader's world size is ",
-                     owner_world_size, " (the shards of another world size are other positions)"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        loading, " has position.world_size = ", world_size, ": this reader's world size is ",
+        owner_world_size, " (the shards of another world size are other positions)"));
   }
   return absl::OkStatus();
 }

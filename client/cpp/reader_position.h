@@ -53,9 +53,10 @@ struct ReaderPosition {
   // shard_length.
   static absl::StatusOr<ReaderPosition> Parse(absl::string_view text);
 
-  // OK if this position is one of (job, rank, world_size)'s: INVALID_ARGUMENT naming the field if
-  // its job or rank is another, FAILED_PRECONDITION if its world size is (the shards of another
-  // world size are other positions). ShardReader::Resume and EpochLoop::Resume check so first.
+  // OK if this position is one of (job, rank, world_size)'s: INVALID_ARGUMENT if its job or rank
+  // is another, FAILED_PRECONDITION if its world size is (the shards of another world size are
+  // other positions), each naming the loading job and rank, the position's epoch and the field.
+  // ShardReader::Resume and EpochLoop::Resume check so first.
   absl::Status CheckOwner(absl::string_view job, uint32_t rank, uint32_t world_size) const;
 
   friend bool operator==(const ReaderPosition& a, const ReaderPosition& b) {

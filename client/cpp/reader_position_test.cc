@@ -86,6 +86,28 @@ TEST(ReaderPositionTest, Version1HasNoDealAndReadsAsDeal0) {
   EXPECT_EQ(*parsed, expected);
 }
 
+// A position loaded by another job, rank or world size is refused naming the loading job and
+// rank, the position's epoch and the field.
+TEST(ReaderPositionTest, CheckOwnerNamesTheLoaderAndTheField) {
+  const ReaderPosition p = Example();  // Job "train-1.a_b", epoch 7, rank 3 of 4.
+  EXPECT_TRUE(p.CheckOwner("train-1.a_b", 3, 4).ok());
+  absl::Status s = p.CheckOwner("train-1.a_b", 1, 4);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("job \"train-1.a_b\" rank 1: the position of epoch 7 has position.rank = "
+                        "3: this reader reads rank 1"));
+  s = p.CheckOwner("other", 3, 4);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("job \"other\" rank 3: the position of epoch 7 has position.job = "
+                        "\"train-1.a_b\""));
+  s = p.CheckOwner("train-1.a_b", 3, 8);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("job \"train-1.a_b\" rank 3: the position of epoch 7 has "
+                        "position.world_size = 4: this reader's world size is 8"));
+}
+
 // Each malformed text is INVALID_ARGUMENT with a message naming the field (and value).
 TEST(ReaderPositionTest, MalformedTextNamesTheField) {
   const std::string ok_tail = " job=j epoch=1 rank=0 world_size=2 position=5";
