@@ -18,13 +18,13 @@
 //        can no longer be served. The message names the two ways on: rewind the job to E's start
 //        if kept (SamplerClient::RewindJob, `samplerctl rewind JOB E`) and resume every rank
 //        from position 0 of E; or continue with epoch C without this position (Run(C, ...)).
-//   3. P = 0: kRead (an epoch's start: nothing before it to lose).
-//   4. E = C and D != D' (the epoch was dealt again since): kRead; the server refuses the
+//   3. P = 0: kPosition (an epoch's start: nothing before it to lose).
+//   4. E = C and D != D' (the epoch was dealt again since): kPosition; the server refuses the
 //      replaced deal itself (StreamShard: FAILED_PRECONDITION naming the current deal).
 //   5. P <= S, S the rank's indices_streamed in the current epoch and deal (0 for any other
 //      epoch, and while the current epoch's plan is not ready: nothing of it was streamed yet,
 //      and the ranks GetJobStatus shows then are still those of the epoch before, or of the
-//      state a rewind in progress replaces): kRead. A position is at most what the server
+//      state a rewind in progress replaces): kPosition. A position is at most what the server
 //      streamed to the rank (the reader handed out only what it received).
 //   6. Otherwise FAILED_PRECONDITION: the position predates a rewind of the job (RewindJob clears
 //      the rank's record; the losses before P are no longer counted) or the job was made again.
