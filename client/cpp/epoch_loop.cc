@@ -4,6 +4,8 @@
 
 #include "absl/memory/memory.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "client/cpp/resume_check.h"
 
 namespace samplerd {
@@ -127,6 +129,14 @@ absl::Status EpochLoop::Resume(const ReaderPosition& from, uint64_t epochs, cons
 absl::StatusOr<ResumeAt> EpochLoop::CheckResumable(const ReaderPosition& from) const {
   const ShardReaderOptions& o = reader_->options();
   absl::StatusOr<v1::JobStatus> status = client_->GetJobStatus(o.job);
+  // The ranks' progress is the current epoch's only once its plan is ready (right after an
+  // epoch closed, a rewind or a server restart it is still the previous one's): wait for it, up
+  // to the client's timeout (CheckResume then counts nothing streamed).
+  const absl::Time deadline = absl::Now() + client_->options().timeout;
+  while (status.ok() && !status->job().plan_ready() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+    status = client_->GetJobStatus(o.job);
+  }
   if (!status.ok()) return status.status();
   ServerProgress server;
   server.current_epoch = status->job().current_epoch();

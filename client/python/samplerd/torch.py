@@ -549,6 +549,13 @@ class DistributedWeightedSampler(DistributedSampler):
           rewind discarded.
         """
         status = self.client.status(self.job)
+        # The ranks' progress is the current epoch's only once its plan is ready (right after
+        # an epoch closed, a rewind or a server restart it is still the previous one's): wait
+        # for it, up to the sampler's timeout (then nothing counts as streamed).
+        deadline = time.monotonic() + self.timeout
+        while not status.job.plan_ready and time.monotonic() < deadline:
+            time.sleep(0.02)
+            status = self.client.status(self.job)
         current = status.job.current_epoch
         where = f"{self._loading()}: the state at epoch {epoch} position {position}"
         if epoch < current:
@@ -573,7 +580,8 @@ class DistributedWeightedSampler(DistributedSampler):
         if position == 0:
             return
         streamed = 0
-        if epoch == current and deal == status.job.deal and self.rank < len(status.ranks):
+        if epoch == current and deal == status.job.deal and status.job.plan_ready and \
+                self.rank < len(status.ranks):
             streamed = status.ranks[self.rank].indices_streamed
         if position <= streamed:
             return
