@@ -274,6 +274,28 @@ TEST_F(MemoryAdmissionTest, TheBudgetIsSharedByLiveJobsAndFreedByDelete) {
   EXPECT_TRUE(registry.Create("c", spec).ok());
 }
 
+// Issue 22: the stream and request buffers are taken from --max_memory_bytes before any job.
+TEST_F(MemoryAdmissionTest, TheServingReserveIsTakenFromTheBudget) {
+  v1::JobSpec spec = Spec(1000);
+  spec.set_samples_per_epoch(1 << 20);
+  spec.set_replacement(true);
+  const uint64_t each = EstimateJobMemory(*MakeJobConfig(spec, JobLimits()), *backend_, false)
+                            .total();  // 8 MiB + 64.
+  JobRegistry::Limits limits{8, JobLimits()};
+  limits.max_memory_bytes = 2 * each;  // Two jobs, without the reserve.
+  limits.serving_reserve_bytes = each / 2;
+  JobRegistry registry(limits, backend_.get());
+  ASSERT_TRUE(registry.Create("a", spec).ok());
+  const absl::Status full = registry.Create("b", spec).status();
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted) << full;
+  EXPECT_THAT(std::string(full.message()),
+              HasSubstr("left of the jobs' budget, --max_memory_bytes = " +
+                        FormatBytes(2 * each) + " less the serving reserve of " +
+                        FormatBytes(each / 2)));
+  ASSERT_TRUE(registry.Delete("a").ok());
+  EXPECT_TRUE(registry.Create("b", spec).ok());
+}
+
 TEST_F(MemoryAdmissionTest, AnAllocationFailureFreesTheNameTheSlotAndTheDirectory) {
   FailingAllocationBackend failing(backend_.get());
   JobRegistry::Limits limits{3, JobLimits()};

@@ -14,7 +14,6 @@
 #include "server/log_fields.h"
 #include "server/logging_setup.h"
 #include "server/server.h"
-#include "server/stream_budget.h"
 #include "server/transport_options.h"
 
 ABSL_FLAG(std::string, host, "127.0.0.1", "Address to listen on (0.0.0.0 for all interfaces).");
@@ -36,16 +35,24 @@ ABSL_FLAG(int, rewind_epochs, -1,
           "to 12 bytes per sample, counted in the job's memory estimate, and a copy of the loss "
           "statistics at every epoch boundary).");
 ABSL_FLAG(uint64_t, max_memory_bytes, 0,
-          "Memory budget of all jobs together, in bytes; a CreateJob whose estimate does not fit "
-          "gets RESOURCE_EXHAUSTED (see proto/samplerd.proto JobSpec). 0 = 80% of the memory of "
-          "this machine or container (cgroup limit).");
+          "Memory budget of the server, in bytes: --max_stream_buffer_bytes and "
+          "--max_request_buffer_bytes are taken from it at start-up (the server refuses to start "
+          "if they leave nothing), and a CreateJob whose estimate does not fit in what the jobs "
+          "leave of the rest gets RESOURCE_EXHAUSTED (see proto/samplerd.proto JobSpec). 0 = 80% "
+          "of the memory of this machine or container (cgroup limit).");
 ABSL_FLAG(int, max_message_bytes, 64 << 20, "Largest gRPC message, both directions.");
 ABSL_FLAG(int, max_server_threads, samplerd::kDefaultMaxHandlerThreads,
           "Most threads running calls' blocking work (planning, disk syncs); a call waiting for "
           "a plan or for its client holds none.");
-ABSL_FLAG(uint64_t, max_stream_buffer_bytes, samplerd::kDefaultMaxStreamBufferBytes,
+ABSL_FLAG(uint64_t, max_stream_buffer_bytes, 0,
           "Most bytes all open StreamShard calls together may buffer (about 16 bytes per index "
-          "of a chunk, 24 with importance weights); a stream beyond it gets RESOURCE_EXHAUSTED.");
+          "of a chunk, 24 with importance weights); a stream beyond it gets RESOURCE_EXHAUSTED. "
+          "Taken from --max_memory_bytes. 0 = a quarter of --max_memory_bytes, at most 1 GiB.");
+ABSL_FLAG(uint64_t, max_request_buffer_bytes, 0,
+          "Most bytes gRPC may hold for requests being received and decoded (its resource "
+          "quota; a request is read whole before it is checked); beyond it gRPC closes idle "
+          "connections and resets streams (RESOURCE_EXHAUSTED). Taken from --max_memory_bytes. "
+          "0 = an eighth of --max_memory_bytes, at most 256 MiB.");
 ABSL_FLAG(int, grace_period_ms, 10000, "On SIGTERM, time for in-flight calls to finish.");
 ABSL_FLAG(int, keepalive_time_ms,
           absl::ToInt64Milliseconds(samplerd::TransportOptions().keepalive_time),
@@ -140,6 +147,7 @@ int main(int argc, char** argv) {
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.max_server_threads = absl::GetFlag(FLAGS_max_server_threads);
   options.max_stream_buffer_bytes = absl::GetFlag(FLAGS_max_stream_buffer_bytes);
+  options.max_request_buffer_bytes = absl::GetFlag(FLAGS_max_request_buffer_bytes);
   options.grace_period = absl::Milliseconds(absl::GetFlag(FLAGS_grace_period_ms));
   options.transport.keepalive_time = absl::Milliseconds(absl::GetFlag(FLAGS_keepalive_time_ms));
   options.transport.keepalive_timeout =
