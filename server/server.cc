@@ -19,6 +19,7 @@
 #include "kernels/cpu_backend.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "server/auth/server_credentials.h"
+#include "server/auth/token_metadata_processor.h"
 #include "server/auth/token_table.h"
 #include "server/call_audit.h"
 #include "server/job_memory.h"
@@ -174,6 +175,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const Options& options) {
     }
   }
 
+  if (authorizer != nullptr && !options.plaintext) {
+    // The token is checked from the headers, before the request is read (gRPC runs processors
+    // on TLS ports only; the handlers check it again, with the job).
+    (*credentials)
+        ->SetAuthMetadataProcessor(
+            std::make_shared<TokenMetadataProcessor>(authorizer.get(), SamplerServiceName()));
+  }
   std::unique_ptr<Server> server(
       new Server(options, *memory, *std::move(backend), std::move(authorizer)));
   metrics::Process();  // Its families are exported from the start, at 0.
