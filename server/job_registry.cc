@@ -54,7 +54,7 @@ uint64_t JobRegistry::JobsBudget() const {
 std::string JobRegistry::JobsBudgetText() const {
   return absl::StrCat("--max_memory_bytes = ", FormatBytes(limits_.max_memory_bytes),
                       " less the serving reserve of ", FormatBytes(limits_.serving_reserve_bytes),
-                      " (stream and request buffers)");
+                      " (stream and transport buffers)");
 }
 
 absl::Status JobRegistry::CheckMemory(const std::string& name,

@@ -35,7 +35,7 @@ class JobRegistry {
     // machine or container. The sum of the jobs' estimates (server/job_memory.h) may not exceed
     // it less `serving_reserve_bytes`.
     uint64_t max_memory_bytes = DefaultMaxMemoryBytes();
-    // What serving holds back from the jobs: the stream and request buffers
+    // What serving holds back from the jobs: the stream and transport buffers
     // (server/memory_budget.h). Less than max_memory_bytes.
     uint64_t serving_reserve_bytes = 0;
   };

@@ -274,7 +274,7 @@ TEST_F(MemoryAdmissionTest, TheBudgetIsSharedByLiveJobsAndFreedByDelete) {
   EXPECT_TRUE(registry.Create("c", spec).ok());
 }
 
-// Issue 22: the stream and request buffers are taken from --max_memory_bytes before any job.
+// Issue 22: the stream and transport buffers are taken from --max_memory_bytes before any job.
 TEST_F(MemoryAdmissionTest, TheServingReserveIsTakenFromTheBudget) {
   v1::JobSpec spec = Spec(1000);
   spec.set_samples_per_epoch(1 << 20);

@@ -137,8 +137,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const Options& options) {
         "anyone who can reach the port would read them; set --metrics_token_file (see "
         "docs/OPERATIONS.md) or --metrics_host=127.0.0.1"));
   }
-  absl::StatusOr<MemoryBudget> memory = MakeMemoryBudget(
-      options.max_memory_bytes, options.max_stream_buffer_bytes, options.max_request_buffer_bytes);
+  absl::StatusOr<MemoryBudget> memory =
+      MakeMemoryBudget(options.max_memory_bytes, options.max_stream_buffer_bytes,
+                       options.max_transport_buffer_bytes);
   if (!memory.ok()) return memory.status();
   absl::StatusOr<std::unique_ptr<ComputeBackend>> backend = MakeBackend(options);
   if (!backend.ok()) return backend.status();
@@ -230,7 +231,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const Options& options) {
   // decoded (server/memory_budget.h).
   grpc::ResourceQuota quota("samplerd");
   quota.SetMaxThreads(options.max_server_threads);
-  quota.Resize(server->memory_.request_buffers);
+  quota.Resize(server->memory_.transport_buffers);
   builder.SetResourceQuota(quota);
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, 4);
   server->server_ = builder.BuildAndStart();
@@ -257,7 +258,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const Options& options) {
             << " backend=" << server->backend_->name()
             << " memory_budget_bytes=" << server->memory_.total
             << " stream_buffer_bytes=" << server->memory_.stream_buffers
-            << " request_buffer_bytes=" << server->memory_.request_buffers
+            << " request_buffer_bytes=" << server->memory_.transport_buffers
             << " jobs_memory_bytes=" << server->memory_.jobs()
             << " metrics=" << LogValue(server->metrics_url()) << " version=" << kVersion;
   return server;
@@ -348,11 +349,11 @@ void Server::AddStateGauges() {
   metrics::Family<metrics::Gauge>* reserve = metrics_->AddGauge(
       "samplerd_memory_reserve_bytes",
       "Memory taken from --max_memory_bytes at start-up, by use: stream_buffers "
-      "(--max_stream_buffer_bytes), request_buffers (--max_request_buffer_bytes); the jobs are "
+      "(--max_stream_buffer_bytes), transport_buffers (--max_transport_buffer_bytes); the jobs are "
       "budgeted against the rest.",
       {"use"});
   reserve->WithLabels({"stream_buffers"})->Set(static_cast<double>(memory_.stream_buffers));
-  reserve->WithLabels({"request_buffers"})->Set(static_cast<double>(memory_.request_buffers));
+  reserve->WithLabels({"transport_buffers"})->Set(static_cast<double>(memory_.transport_buffers));
   const SamplerService* const service = service_.get();
   metrics_->AddGaugeCallback("samplerd_stream_buffer_bytes",
                              "Bytes reserved by open StreamShard calls now.", {}, [service] {

@@ -60,7 +60,7 @@ struct Options {
   // boundary.
   int rewind_epochs = -1;
   // Memory budget of the server, in bytes (server/memory_budget.h): the serving reserve
-  // (max_stream_buffer_bytes + max_request_buffer_bytes) is taken from it at start-up, and a
+  // (max_stream_buffer_bytes + max_transport_buffer_bytes) is taken from it at start-up, and a
   // CreateJob whose estimate (server/job_memory.h) does not fit in what the other jobs leave of
   // the rest gets RESOURCE_EXHAUSTED before anything is allocated. 0: 80% of the memory of this
   // machine or container (DefaultMaxMemoryBytes). Create fails with INVALID_ARGUMENT naming the
@@ -77,11 +77,11 @@ struct Options {
   // chunk does not fit beside the others' gets RESOURCE_EXHAUSTED. See StreamBudget. 0: a
   // quarter of max_memory_bytes, at most kDefaultMaxStreamBufferBytes (1 GiB).
   uint64_t max_stream_buffer_bytes = 0;
-  // Most bytes gRPC's transports may hold for requests being received and decoded (gRPC's
-  // resource quota: server/memory_budget.h); beyond it gRPC closes idle connections and resets
-  // streams (RESOURCE_EXHAUSTED). 0: an eighth of max_memory_bytes, at most
-  // kDefaultMaxRequestBufferBytes (256 MiB).
-  uint64_t max_request_buffer_bytes = 0;
+  // Most bytes gRPC's transports may hold: the connections' read buffers and the requests being
+  // received and decoded (gRPC's resource quota: server/memory_budget.h); beyond it gRPC closes
+  // idle connections and resets streams (RESOURCE_EXHAUSTED). 0: a quarter of
+  // max_memory_bytes, at most kDefaultMaxTransportBufferBytes (1 GiB).
+  uint64_t max_transport_buffer_bytes = 0;
   // On Shutdown, how long in-flight calls may take to finish before they are cancelled (>= 0).
   absl::Duration grace_period = absl::Seconds(10);
   // Keepalive, the clients' pings accepted, idle connections, handshakes, compression

@@ -64,8 +64,8 @@ TEST(ServerTest, BadOptionsNameTheOption) {
          o->max_stream_buffer_bytes = uint64_t{1} << 30;
        },
        absl::StatusCode::kInvalidArgument,
-       "--max_stream_buffer_bytes = 1073741824 bytes (1.0 GiB) plus --max_request_buffer_bytes = "
-       "134217728 bytes (128.0 MiB), leaves nothing of --max_memory_bytes = 1073741824 bytes"},
+       "--max_stream_buffer_bytes = 1073741824 bytes (1.0 GiB) plus --max_transport_buffer_bytes = "
+       "268435456 bytes (256.0 MiB), leaves nothing of --max_memory_bytes = 1073741824 bytes"},
       {[](Options* o) { o->planner_threads = -1; }, absl::StatusCode::kInvalidArgument,
        "planner_threads = -1"},
       {[](Options* o) { o->grace_period = absl::Seconds(-1); }, absl::StatusCode::kInvalidArgument,

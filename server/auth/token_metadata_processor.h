@@ -4,7 +4,7 @@
 // Why: gRPC 1.51 reads a request whole before the call reaches a handler, whatever
 // --max_message_bytes says, so a call without a valid token that the handler refuses
 // (SamplerService, server/auth/authorizer.h) has already cost the server its request: up to
-// what the peer announced, bounded only by --max_request_buffer_bytes (server/memory_budget.h).
+// what the peer announced, bounded only by --max_transport_buffer_bytes (server/memory_budget.h).
 // Refused here, the call ends UNAUTHENTICATED from its headers: the server never asks for its
 // message, so the peer can push no more than HTTP/2 flow control lets it before the stream is
 // reset (the stream's initial window, 64 KiB), and that is dropped as it arrives.

@@ -1,6 +1,6 @@
 """Memory through the real samplerd binary: admission by memory, and what a job does not need.
 
-Issue 22: the stream buffers and the request buffers are taken from --max_memory_bytes before
+Issue 22: the stream buffers and the transport buffers are taken from --max_memory_bytes before
 any job (server/memory_budget.h); a job used to be admitted whose estimate fitted the budget
 although the stream buffers, outside it, did not fit beside it.
 
@@ -139,11 +139,11 @@ def test_uniform_draws_with_replacement_need_no_per_sample_memory():
 MIB = 1 << 20
 
 
-def test_the_stream_and_request_buffers_are_taken_from_the_budget_before_any_job():
-    """--max_memory_bytes = 256 MiB, stream buffers 128 MiB, request buffers 32 MiB (the
-    default eighth): the jobs have 96 MiB. A 101.6 MiB job (two 50 MiB plans and a bit per
+def test_the_stream_and_transport_buffers_are_taken_from_the_budget_before_any_job():
+    """--max_memory_bytes = 256 MiB, stream buffers 128 MiB, transport buffers 64 MiB (the
+    default quarter): the jobs have 64 MiB. A 101.6 MiB job (two 50 MiB plans and a bit per
     position) fits the whole budget but not beside the buffers: it was admitted, and with full
-    stream buffers the server held 229.6 MiB of the 256 MiB for a job that had 96 MiB."""
+    stream buffers the server held 229.6 MiB of the 256 MiB for a job that had 64 MiB."""
     m = 100 * MIB // 8  # Two plans of 4-byte indices: 100 MiB.
     server = SamplerdProcess(f"--max_memory_bytes={256 * MIB}",
                              f"--max_stream_buffer_bytes={128 * MIB}", "--backend=cpu")
@@ -155,19 +155,19 @@ def test_the_stream_and_request_buffers_are_taken_from_the_budget_before_any_job
             assert f"spec.samples_per_epoch = {m}" in e.value.message
             assert f"left of the jobs' budget, --max_memory_bytes = {256 * MIB} bytes" \
                 in e.value.message
-            assert f"less the serving reserve of {160 * MIB} bytes" in e.value.message
+            assert f"less the serving reserve of {192 * MIB} bytes" in e.value.message
             assert c.list_jobs() == []
-            # What the jobs have is theirs: a 90 MiB job fits.
+            # What the jobs have is theirs: a 57 MiB job fits.
             c.create_job("fits", num_samples=1000, world_size=1,
-                         samples_per_epoch=90 * MIB // 8, replacement=True)
+                         samples_per_epoch=56 * MIB // 8, replacement=True)
     finally:
         assert server.stop() == 0
 
 
 @pytest.mark.parametrize("args, reserve", [
-    ([f"--max_stream_buffer_bytes={1 << 30}"], "plus --max_request_buffer_bytes = 134217728"),
-    ([f"--max_stream_buffer_bytes={512 * MIB}", f"--max_request_buffer_bytes={512 * MIB}"],
-     "plus --max_request_buffer_bytes = 536870912"),
+    ([f"--max_stream_buffer_bytes={1 << 30}"], "plus --max_transport_buffer_bytes = 268435456"),
+    ([f"--max_stream_buffer_bytes={512 * MIB}", f"--max_transport_buffer_bytes={512 * MIB}"],
+     "plus --max_transport_buffer_bytes = 536870912"),
 ])
 def test_a_serving_reserve_that_leaves_the_jobs_nothing_stops_the_server_at_start(args, reserve):
     rc, stderr = run_samplerd_expecting_failure(f"--max_memory_bytes={1 << 30}", *args,

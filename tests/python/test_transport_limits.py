@@ -12,7 +12,7 @@ raw HTTP/2 (http2_wire.py) where no gRPC library would send the request.
   handler sees it (whatever --max_message_bytes says), so the handlers' token check came after
   the server had held it (+61 MiB resident for 60 MiB). Over TLS the token is now checked from
   the headers (server/auth/token_metadata_processor.h) and the request is never read; over
-  plaintext, what such requests hold together is bounded by --max_request_buffer_bytes (gRPC's
+  plaintext, what such requests hold together is bounded by --max_transport_buffer_bytes (gRPC's
   resource quota, server/memory_budget.h).
 """
 
@@ -233,7 +233,7 @@ def test_over_tls_a_request_without_a_token_is_refused_from_its_headers_unread(
     The bound, 8 MiB: a refused stream can push at most its initial flow-control window
     (64 KiB) before the reset, 0.5 MiB for 8, beside 8 TLS connections (~100 KB each) and the
     allocator's slack (measured: +2.1 MiB). Read whole, as before, they held 8 x 61 MiB (or
-    what --max_request_buffer_bytes let them) and were not refused for their token."""
+    what --max_transport_buffer_bytes let them) and were not refused for their token."""
     server = SamplerdProcess(f"--auth_tokens_file={tokens_file}", "--backend=cpu",
                              f"--tls_cert={certs / 'server.pem'}",
                              f"--tls_key={certs / 'server.key'}", plaintext=False)
@@ -252,14 +252,14 @@ def test_over_tls_a_request_without_a_token_is_refused_from_its_headers_unread(
         assert server.stop() == 0
 
 
-def test_without_tls_requests_without_a_token_hold_at_most_the_request_buffers(tokens_file):
+def test_without_tls_requests_without_a_token_hold_at_most_the_transport_buffers(tokens_file):
     """Plaintext (no processor runs there): 8 requests of 60 MiB at once against
-    --max_request_buffer_bytes = 32 MiB. gRPC resets what does not fit (RST_STREAM
+    --max_transport_buffer_bytes = 32 MiB. gRPC resets what does not fit (RST_STREAM
     ENHANCE_YOUR_CALM) or closes the connection; the peak grows by the quota plus what is in
     flight while gRPC reclaims it (measured +40 to +60 MiB in 6 runs; bound: 3 x the quota).
     Before the quota: 8 x 61 MiB."""
     server = SamplerdProcess(f"--auth_tokens_file={tokens_file}", "--backend=cpu",
-                             f"--max_request_buffer_bytes={32 * MIB}")
+                             f"--max_transport_buffer_bytes={32 * MIB}")
     try:
         results, growth = unauthenticated_requests(server, 8)
         print(f"8 x 60 MiB without a token over plaintext: {results}; peak resident "
