@@ -176,3 +176,25 @@ def test_a_serving_reserve_that_leaves_the_jobs_nothing_stops_the_server_at_star
     assert "--max_stream_buffer_bytes = " in stderr, stderr
     assert reserve in stderr, stderr
     assert "leaves nothing of --max_memory_bytes = 1073741824 bytes" in stderr, stderr
+
+
+def test_the_defaults_of_a_2_gib_container_leave_the_jobs_0_8_gib():
+    """--max_memory_bytes as samplerd sizes itself under a 2 GiB cgroup limit (80%): it starts
+    with the default stream and transport buffers (a quarter each, 410 MiB), a 1 GiB job is
+    refused before anything is allocated, and a job serves its epochs."""
+    budget = (2 << 30) // 5 * 4
+    server = SamplerdProcess(f"--max_memory_bytes={budget}", "--backend=cpu")
+    try:
+        with samplerd.Client(server.address, timeout=20) as c:
+            with pytest.raises(samplerd.ResourceExhausted) as e:
+                c.create_job("gib", num_samples=1000, world_size=1,
+                             samples_per_epoch=(1 << 30) // 8, replacement=True)
+            assert f"less the serving reserve of {2 * (budget // 4)} bytes" in e.value.message
+            c.create_job("small", num_samples=100_000, world_size=2, loss="loss")
+            for epoch in range(2):
+                shards = [c.read_shard("small", epoch, rank, 2) for rank in range(2)]
+                assert sorted(i for s in shards for i in s) == list(range(100_000))
+                for rank in range(2):
+                    c.end_epoch("small", epoch, rank)
+    finally:
+        assert server.stop() == 0
