@@ -176,15 +176,23 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const Options& options) {
     }
   }
 
-  if (authorizer != nullptr && !options.plaintext) {
+  std::unique_ptr<Server> server(
+      new Server(options, *memory, *std::move(backend), std::move(authorizer)));
+  // Exported whatever the transport (0 without TLS or tokens), so that dashboards can show it.
+  std::shared_ptr<metrics::Counter> refused_at_headers =
+      server->metrics_
+          ->AddCounter("samplerd_rpcs_refused_at_headers_total",
+                       "Calls of samplerd.v1.Sampler refused UNAUTHENTICATED from their headers, "
+                       "before their request was read (TLS ports only); not in "
+                       "samplerd_rpcs_total.")
+          ->WithLabels({});
+  if (server->authorizer_ != nullptr && !options.plaintext) {
     // The token is checked from the headers, before the request is read (gRPC runs processors
     // on TLS ports only; the handlers check it again, with the job).
     (*credentials)
-        ->SetAuthMetadataProcessor(
-            std::make_shared<TokenMetadataProcessor>(authorizer.get(), SamplerServiceName()));
+        ->SetAuthMetadataProcessor(std::make_shared<TokenMetadataProcessor>(
+            server->authorizer_.get(), SamplerServiceName(), std::move(refused_at_headers)));
   }
-  std::unique_ptr<Server> server(
-      new Server(options, *memory, *std::move(backend), std::move(authorizer)));
   metrics::Process();  // Its families are exported from the start, at 0.
   server->AddStateGauges();
   if (!options.plaintext) {

@@ -10,8 +10,11 @@
 
 namespace samplerd {
 
-TokenMetadataProcessor::TokenMetadataProcessor(const Authorizer* authorizer, std::string service)
-    : authorizer_(authorizer), prefix_(absl::StrCat("/", service, "/")) {}
+TokenMetadataProcessor::TokenMetadataProcessor(const Authorizer* authorizer, std::string service,
+                                               std::shared_ptr<metrics::Counter> refused)
+    : authorizer_(authorizer),
+      prefix_(absl::StrCat("/", service, "/")),
+      refused_(std::move(refused)) {}
 
 grpc::Status TokenMetadataProcessor::Process(const InputMetadata& auth_metadata,
                                              grpc::AuthContext* context,
@@ -31,6 +34,7 @@ grpc::Status TokenMetadataProcessor::Process(const InputMetadata& auth_metadata,
       client = std::string(identity.data(), identity.size());
     }
   }
+  if (refused_ != nullptr) refused_->Increment();
   LOG(WARNING) << "event=call_refused stage=metadata method=" << LogValue(method)
                << " code=UNAUTHENTICATED client=" << LogValue(client)
                << " message=" << LogValue(caller.status().message());

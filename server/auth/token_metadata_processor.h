@@ -12,8 +12,8 @@
 // Only authentication is done here (is there one valid token?): which job a token may use is
 // in the request, which the handler checks as before. Calls of other services (health checking,
 // reflection) pass without a token, as in the handlers. A refused call reaches no interceptor:
-// it is logged here (WARNING event=call_refused stage=metadata, method, client, message; never
-// the token).
+// it is logged and counted here (WARNING event=call_refused stage=metadata, method, client,
+// message, never the token; samplerd_rpcs_refused_at_headers_total).
 //
 // gRPC runs processors on secure ports only: with --plaintext the handlers' check (after the
 // request is read) is the only one.
@@ -22,10 +22,12 @@
 #ifndef SAMPLERD_SERVER_AUTH_TOKEN_METADATA_PROCESSOR_H_
 #define SAMPLERD_SERVER_AUTH_TOKEN_METADATA_PROCESSOR_H_
 
+#include <memory>
 #include <string>
 
 #include "grpcpp/security/auth_metadata_processor.h"
 #include "server/auth/authorizer.h"
+#include "server/metrics/registry.h"
 
 namespace samplerd {
 
@@ -33,8 +35,9 @@ class TokenMetadataProcessor final : public grpc::AuthMetadataProcessor {
  public:
   // `authorizer` must outlive the processor (and so the gRPC server holding it); its reloads are
   // seen by the next call. `service` is the full name of the service whose calls need a token
-  // ("samplerd.v1.Sampler").
-  TokenMetadataProcessor(const Authorizer* authorizer, std::string service);
+  // ("samplerd.v1.Sampler"). `refused` (may be null) counts the calls refused.
+  TokenMetadataProcessor(const Authorizer* authorizer, std::string service,
+                         std::shared_ptr<metrics::Counter> refused = nullptr);
 
   bool IsBlocking() const override { return false; }
 
@@ -47,6 +50,7 @@ class TokenMetadataProcessor final : public grpc::AuthMetadataProcessor {
  private:
   const Authorizer* const authorizer_;
   const std::string prefix_;  // "/samplerd.v1.Sampler/".
+  const std::shared_ptr<metrics::Counter> refused_;
 };
 
 }  // namespace samplerd

@@ -26,7 +26,9 @@ class TokenMetadataProcessorTest : public ::testing::Test {
     auto authorizer = Authorizer::Create(path);
     ASSERT_TRUE(authorizer.ok()) << authorizer.status();
     authorizer_ = *std::move(authorizer);
-    processor_ = std::make_unique<TokenMetadataProcessor>(authorizer_.get(), "samplerd.v1.Sampler");
+    refused_ = metrics_.AddCounter("refused", "Refused.")->WithLabels({});
+    processor_ = std::make_unique<TokenMetadataProcessor>(authorizer_.get(), "samplerd.v1.Sampler",
+                                                          refused_);
   }
 
   // Process() of a call to `path` with `authorization` (none if empty).
@@ -38,6 +40,8 @@ class TokenMetadataProcessorTest : public ::testing::Test {
   }
 
   testutil::TestDir dir_;
+  metrics::Registry metrics_;
+  std::shared_ptr<metrics::Counter> refused_;
   std::unique_ptr<Authorizer> authorizer_;
   std::unique_ptr<TokenMetadataProcessor> processor_;
 };
@@ -51,12 +55,14 @@ TEST_F(TokenMetadataProcessorTest, ASamplerCallWithoutAValidTokenIsRefused) {
     EXPECT_THAT(s.error_message(), HasSubstr("--auth_tokens_file"));
     EXPECT_THAT(s.error_message(), Not(HasSubstr("not-a-token")));
   }
+  EXPECT_EQ(refused_->value(), 3);
 }
 
 TEST_F(TokenMetadataProcessorTest, AValidTokenPassesWhateverItsJobs) {
   // The job is the handler's check: a token for "train" passes here for any Sampler call.
   EXPECT_TRUE(Call("/samplerd.v1.Sampler/ListJobs", absl::StrCat("Bearer ", kTrain)).ok());
   EXPECT_TRUE(Call("/samplerd.v1.Sampler/StreamShard", absl::StrCat("Bearer ", kTrain)).ok());
+  EXPECT_EQ(refused_->value(), 0);
 }
 
 TEST_F(TokenMetadataProcessorTest, OtherServicesNeedNoToken) {
@@ -65,6 +71,7 @@ TEST_F(TokenMetadataProcessorTest, OtherServicesNeedNoToken) {
   // A look-alike service name is not the Sampler's.
   EXPECT_TRUE(Call("/samplerd.v1.SamplerX/CreateJob", "").ok());
   EXPECT_EQ(Call("/samplerd.v1.Sampler/", "").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(refused_->value(), 1);
 }
 
 }  // namespace

@@ -20,6 +20,7 @@ import os
 import re
 import struct
 import time
+import urllib.request
 import zlib
 
 import grpc
@@ -30,6 +31,7 @@ import threading
 import samplerd
 from conftest import SamplerdProcess
 import http2_wire as h2
+from test_metrics_prometheus import metrics_url
 from test_security import certs  # noqa: F401 (a fixture: TLS certificates made by openssl)
 
 TOKEN = "t0k3n-for-the-transport-tests"
@@ -236,7 +238,8 @@ def test_over_tls_a_request_without_a_token_is_refused_from_its_headers_unread(
     what --max_transport_buffer_bytes let them) and were not refused for their token."""
     server = SamplerdProcess(f"--auth_tokens_file={tokens_file}", "--backend=cpu",
                              f"--tls_cert={certs / 'server.pem'}",
-                             f"--tls_key={certs / 'server.key'}", plaintext=False)
+                             f"--tls_key={certs / 'server.key'}", "--metrics_port=0",
+                             plaintext=False)
     try:
         results, growth = unauthenticated_requests(server, 8, tls_ca=str(certs / "ca.pem"))
         print(f"8 x 60 MiB without a token over TLS: {results[0]}; peak resident "
@@ -245,6 +248,10 @@ def test_over_tls_a_request_without_a_token_is_refused_from_its_headers_unread(
             assert code == grpc.StatusCode.UNAUTHENTICATED.value[0], results
             assert "no bearer token" in message
         assert growth < 8 * MIB
+        # Counted, though no interceptor saw them.
+        with urllib.request.urlopen(metrics_url(server), timeout=10) as response:
+            metrics = response.read().decode()
+        assert "samplerd_rpcs_refused_at_headers_total 8" in metrics, metrics[-2000:]
         with samplerd.Client(server.address.replace("127.0.0.1", "localhost"), token=TOKEN,
                              root_certificates=certs / "ca.pem", max_retries=0) as client:
             assert client.list_jobs() == []
