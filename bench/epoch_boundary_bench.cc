@@ -324,6 +324,9 @@ void RunWorld(uint32_t world) {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  // The ranks' side runs on the server's cores: without Debian's Abseil deadlock detection, as
+  // samplerd and trainers run (client/cpp/loss_reporter.h).
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   // Room for the connections, here and in the server (which inherits the limit).
   rlimit limit{};
   getrlimit(RLIMIT_NOFILE, &limit);

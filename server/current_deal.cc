@@ -86,14 +86,18 @@ bool CurrentDeal::MarkEnded(uint32_t rank) {
 }
 
 std::string CurrentDeal::RanksNotEnded() const {
-  std::vector<uint32_t> waiting;
-  for (uint32_t r = 0; r < ranks_.size(); ++r) {
-    if (!ranks_[r].ended) waiting.push_back(r);
+  // Stops at the named ranks: a StreamShard that finds its epoch not settled yet builds this
+  // message (Job::AcquireShard) while holding the job's lock, once per waiting rank, so a scan
+  // of every rank made the ranks' arrival at a boundary O(world_size^2) (issue 22).
+  std::vector<uint32_t> named;
+  for (uint32_t r = 0; r < ranks_.size() && named.size() < kRanksNamed; ++r) {
+    if (!ranks_[r].ended) named.push_back(r);
   }
-  const size_t named = std::min(waiting.size(), kRanksNamed);
+  const size_t ended = std::min<size_t>(ranks_ended_, ranks_.size());
+  const size_t waiting = std::max(ranks_.size() - ended, named.size());
   return absl::StrCat(
-      "ranks ", absl::StrJoin(waiting.begin(), waiting.begin() + named, ", "),
-      waiting.size() > named ? absl::StrCat(" and ", waiting.size() - named, " more") : "",
+      "ranks ", absl::StrJoin(named, ", "),
+      waiting > named.size() ? absl::StrCat(" and ", waiting - named.size(), " more") : "",
       " of world_size ", shard_.world_size, " have not ended it (EndEpoch)");
 }
 

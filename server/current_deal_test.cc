@@ -104,6 +104,14 @@ TEST(CurrentDealTest, APositionReportedBeforeIsADuplicateWhateverBatchSendsIt) {
   EXPECT_TRUE(deal.AnyDone());
 }
 
+TEST(CurrentDealTest, RanksNotEndedNamesTheFirstSixteenAndCountsTheRest) {
+  CurrentDeal deal("j", Interleaved(20000), 20000);
+  for (uint32_t r = 0; r < 20000; r += 2) deal.MarkEnded(r);
+  EXPECT_EQ(deal.RanksNotEnded(),
+            "ranks 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31 and 9984 more of "
+            "world_size 20000 have not ended it (EndEpoch)");
+}
+
 TEST(CurrentDealTest, RanksEndingAndTheNextEpochsDeal) {
   CurrentDeal deal("j", Interleaved(3), 30);
   EXPECT_FALSE(deal.Started());
@@ -113,6 +121,7 @@ TEST(CurrentDealTest, RanksEndingAndTheNextEpochsDeal) {
   EXPECT_FALSE(deal.AllEnded());
   EXPECT_EQ(deal.RanksNotEnded(), "ranks 0, 2 of world_size 3 have not ended it (EndEpoch)");
   deal.MarkEnded(0);
+  EXPECT_EQ(deal.RanksNotEnded(), "ranks 2 of world_size 3 have not ended it (EndEpoch)");
   deal.MarkEnded(2);
   EXPECT_TRUE(deal.AllEnded());
   deal.DealNextEpoch(30);

@@ -45,9 +45,21 @@ std::string JobRegistry::JobDir(const std::string& name) const {
   return absl::StrCat(data_dir_, "/jobs/", name);
 }
 
+uint64_t JobRegistry::JobsBudget() const {
+  return limits_.max_memory_bytes > limits_.serving_reserve_bytes
+             ? limits_.max_memory_bytes - limits_.serving_reserve_bytes
+             : 0;
+}
+
+std::string JobRegistry::JobsBudgetText() const {
+  return absl::StrCat("--max_memory_bytes = ", FormatBytes(limits_.max_memory_bytes),
+                      " less the serving reserve of ", FormatBytes(limits_.serving_reserve_bytes),
+                      " (stream and transport buffers)");
+}
+
 absl::Status JobRegistry::CheckMemory(const std::string& name,
                                       const JobMemoryEstimate& memory) const {
-  const uint64_t budget = limits_.max_memory_bytes;
+  const uint64_t budget = JobsBudget();
   const uint64_t left = budget > reserved_total_ ? budget - reserved_total_ : 0;
   const uint64_t need = memory.total();
   if (need <= left) return absl::OkStatus();
@@ -55,7 +67,7 @@ absl::Status JobRegistry::CheckMemory(const std::string& name,
   return absl::ResourceExhaustedError(
       absl::StrCat(field, " = ", memory.driving_value, ": job '", name, "' needs an estimated ",
                    FormatBytes(need), " of memory (", memory.ToString(), "), more than the ",
-                   FormatBytes(left), " left of --max_memory_bytes = ", FormatBytes(budget), " (",
+                   FormatBytes(left), " left of the jobs' budget, ", JobsBudgetText(), " (",
                    reserved_.size(), " job(s) hold ", FormatBytes(reserved_total_), "); lower ",
                    field, ", delete a job or raise --max_memory_bytes"));
 }
@@ -162,10 +174,10 @@ absl::Status JobRegistry::Recover() {
     Reserve(name, EstimateJobMemory(job->config(), *backend_, !data_dir_.empty()).total());
     jobs_.emplace(name, std::move(job));
   }
-  if (reserved_total_ > limits_.max_memory_bytes) {
+  if (reserved_total_ > JobsBudget()) {
     LOG(WARNING) << "the " << jobs_.size() << " job(s) restored from " << data_dir_
                  << " need an estimated " << FormatBytes(reserved_total_)
-                 << ", more than --max_memory_bytes = " << FormatBytes(limits_.max_memory_bytes)
+                 << ", more than the jobs' budget, " << JobsBudgetText()
                  << "; no new job fits until some are deleted";
   }
   LOG(INFO) << "event=recovered data_dir=" << LogValue(data_dir_) << " jobs=" << jobs_.size()
@@ -257,9 +269,8 @@ absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Create(const std::string& name
     // refused): the partly built job was destroyed on the way here; its files go too.
     job = absl::ResourceExhaustedError(
         absl::StrCat("job '", name, "': out of memory while creating it (estimated ",
-                     FormatBytes(memory.total()),
-                     "; --max_memory_bytes = ", FormatBytes(limits_.max_memory_bytes),
-                     " may exceed what this machine has free); nothing was created"));
+                     FormatBytes(memory.total()), "; the jobs' budget, ", JobsBudgetText(),
+                     ", may exceed what this machine has free); nothing was created"));
     if (!data_dir_.empty()) {
       std::error_code ec;
       std::filesystem::remove_all(JobDir(name), ec);

@@ -31,9 +31,13 @@ class JobRegistry {
   struct Limits {
     size_t max_jobs = 64;
     JobLimits job;
-    // Memory budget of all jobs together: the sum of their estimates (server/job_memory.h) may
-    // not exceed it. Default: 80% of the memory of this machine or container.
+    // The server's memory budget (--max_memory_bytes); default: 80% of the memory of this
+    // machine or container. The sum of the jobs' estimates (server/job_memory.h) may not exceed
+    // it less `serving_reserve_bytes`.
     uint64_t max_memory_bytes = DefaultMaxMemoryBytes();
+    // What serving holds back from the jobs: the stream and transport buffers
+    // (server/memory_budget.h). Less than max_memory_bytes.
+    uint64_t serving_reserve_bytes = 0;
   };
 
   // `backend` must outlive the registry. With a `data_dir`, every job is persisted in
@@ -44,7 +48,7 @@ class JobRegistry {
   // Locks data_dir (FAILED_PRECONDITION if another samplerd holds it) and loads every job
   // persisted there (a no-op without a data_dir). On any error (a corrupt file, a spec beyond
   // this server's limits) nothing is loaded and the error names the job and file: the server
-  // must not start with part of its state. Restored jobs count against max_memory_bytes but are
+  // must not start with part of its state. Restored jobs count against the jobs' budget but are
   // never refused for it (a warning is logged when they exceed it). Call once, before any other
   // method.
   absl::Status Recover() ABSL_LOCKS_EXCLUDED(mu_);
@@ -52,16 +56,16 @@ class JobRegistry {
   // Creates a job, or returns the existing one if `spec` normalises to the same spec.
   // ALREADY_EXISTS for a different spec, INVALID_ARGUMENT for a bad name or spec, UNAVAILABLE
   // after CloseAll. RESOURCE_EXHAUSTED at max_jobs, when the job's memory estimate does not fit
-  // in what the live and pending jobs leave of max_memory_bytes (decided from the spec before
-  // anything is allocated; the message names the field that drives the estimate, the estimate
-  // and the budget), or when an allocation fails while the job is created anyway. On every
-  // error nothing is left behind: the name, the max_jobs slot, the memory and the job's
-  // directory are free again. The job is planned outside the registry lock;
-  // concurrent creates of one name (every rank creating the job at start-up) wait for the first
-  // and share its job: one plan is computed and one max_jobs slot is used. Such a wait ends at
-  // `deadline` with DEADLINE_EXCEEDED (the first call goes on).
-  // A job of this name and spec that is past epoch 0 is returned only with `resume` (a run
-  // continuing it); without, FAILED_PRECONDITION says to resume, rewind or delete it.
+  // in what the live and pending jobs leave of the jobs' budget, max_memory_bytes less the
+  // serving reserve (decided from the spec before anything is allocated; the message names the
+  // field that drives the estimate, the estimate, the budget and the reserve), or when an
+  // allocation fails while the job is created anyway. On every error nothing is left behind: the
+  // name, the max_jobs slot, the memory and the job's directory are free again. The job is planned
+  // outside the registry lock; concurrent creates of one name (every rank creating the job at
+  // start-up) wait for the first and share its job: one plan is computed and one max_jobs slot is
+  // used. Such a wait ends at `deadline` with DEADLINE_EXCEEDED (the first call goes on). A job of
+  // this name and spec that is past epoch 0 is returned only with `resume` (a run continuing it);
+  // without, FAILED_PRECONDITION says to resume, rewind or delete it.
   absl::StatusOr<std::shared_ptr<Job>> Create(const std::string& name, const v1::JobSpec& spec,
                                               absl::Time deadline = absl::InfiniteFuture(),
                                               bool resume = false) ABSL_LOCKS_EXCLUDED(mu_);
@@ -81,6 +85,10 @@ class JobRegistry {
 
  private:
   std::string JobDir(const std::string& name) const;
+  // The jobs' budget: max_memory_bytes less serving_reserve_bytes.
+  uint64_t JobsBudget() const;
+  // "--max_memory_bytes = B less the serving reserve R": the jobs' budget, for messages.
+  std::string JobsBudgetText() const;
   // RESOURCE_EXHAUSTED unless `memory` fits in what the reserved jobs leave of the budget.
   absl::Status CheckMemory(const std::string& name, const JobMemoryEstimate& memory) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

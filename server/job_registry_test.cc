@@ -221,6 +221,18 @@ class MemoryAdmissionTest : public JobRegistryTest {
     return names;
   }
 
+  // 2^20 draws with replacement from 1000 samples: two 4 MiB plans.
+  static v1::JobSpec EightMiBSpec() {
+    v1::JobSpec spec = Spec(1000);
+    spec.set_samples_per_epoch(1 << 20);
+    spec.set_replacement(true);
+    return spec;
+  }
+
+  uint64_t EstimateOf(const v1::JobSpec& spec) const {
+    return EstimateJobMemory(*MakeJobConfig(spec, JobLimits()), *backend_, false).total();
+  }
+
   testutil::TestDir test_dir_;
   const std::string dir_ = test_dir_.path();
 };
@@ -253,11 +265,8 @@ TEST_F(MemoryAdmissionTest, AJobOverTheBudgetIsRefusedBeforeAnythingIsAllocated)
 }
 
 TEST_F(MemoryAdmissionTest, TheBudgetIsSharedByLiveJobsAndFreedByDelete) {
-  v1::JobSpec spec = Spec(1000);
-  spec.set_samples_per_epoch(1 << 20);
-  spec.set_replacement(true);
-  const uint64_t each = EstimateJobMemory(*MakeJobConfig(spec, JobLimits()), *backend_, false)
-                            .total();  // 8 MiB + 64.
+  const v1::JobSpec spec = EightMiBSpec();
+  const uint64_t each = EstimateOf(spec);  // 8 MiB + 64.
   JobRegistry::Limits limits{8, JobLimits()};
   limits.max_memory_bytes = 2 * each + each / 2;
   JobRegistry registry(limits, backend_.get());
@@ -272,6 +281,24 @@ TEST_F(MemoryAdmissionTest, TheBudgetIsSharedByLiveJobsAndFreedByDelete) {
   EXPECT_TRUE(registry.Create("a", spec).ok());
   ASSERT_TRUE(registry.Delete("a").ok());
   EXPECT_TRUE(registry.Create("c", spec).ok());
+}
+
+// Issue 22: the stream and transport buffers are taken from --max_memory_bytes before any job.
+TEST_F(MemoryAdmissionTest, TheServingReserveIsTakenFromTheBudget) {
+  const v1::JobSpec spec = EightMiBSpec();
+  const uint64_t each = EstimateOf(spec);  // 8 MiB + 64.
+  JobRegistry::Limits limits{8, JobLimits()};
+  limits.max_memory_bytes = 2 * each;  // Two jobs, without the reserve.
+  limits.serving_reserve_bytes = each / 2;
+  JobRegistry registry(limits, backend_.get());
+  ASSERT_TRUE(registry.Create("a", spec).ok());
+  const absl::Status full = registry.Create("b", spec).status();
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted) << full;
+  EXPECT_THAT(std::string(full.message()),
+              HasSubstr("left of the jobs' budget, --max_memory_bytes = " + FormatBytes(2 * each) +
+                        " less the serving reserve of " + FormatBytes(each / 2)));
+  ASSERT_TRUE(registry.Delete("a").ok());
+  EXPECT_TRUE(registry.Create("b", spec).ok());
 }
 
 TEST_F(MemoryAdmissionTest, AnAllocationFailureFreesTheNameTheSlotAndTheDirectory) {

@@ -11,10 +11,10 @@
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "server/log_fields.h"
 #include "server/logging_setup.h"
 #include "server/server.h"
-#include "server/stream_budget.h"
 #include "server/transport_options.h"
 
 ABSL_FLAG(std::string, host, "127.0.0.1", "Address to listen on (0.0.0.0 for all interfaces).");
@@ -36,16 +36,25 @@ ABSL_FLAG(int, rewind_epochs, -1,
           "to 12 bytes per sample, counted in the job's memory estimate, and a copy of the loss "
           "statistics at every epoch boundary).");
 ABSL_FLAG(uint64_t, max_memory_bytes, 0,
-          "Memory budget of all jobs together, in bytes; a CreateJob whose estimate does not fit "
-          "gets RESOURCE_EXHAUSTED (see proto/samplerd.proto JobSpec). 0 = 80% of the memory of "
-          "this machine or container (cgroup limit).");
+          "Memory budget of the server, in bytes: --max_stream_buffer_bytes and "
+          "--max_transport_buffer_bytes are taken from it at start-up (the server refuses to start "
+          "if they leave nothing), and a CreateJob whose estimate does not fit in what the jobs "
+          "leave of the rest gets RESOURCE_EXHAUSTED (see proto/samplerd.proto JobSpec). 0 = 80% "
+          "of the memory of this machine or container (cgroup limit).");
 ABSL_FLAG(int, max_message_bytes, 64 << 20, "Largest gRPC message, both directions.");
 ABSL_FLAG(int, max_server_threads, samplerd::kDefaultMaxHandlerThreads,
           "Most threads running calls' blocking work (planning, disk syncs); a call waiting for "
           "a plan or for its client holds none.");
-ABSL_FLAG(uint64_t, max_stream_buffer_bytes, samplerd::kDefaultMaxStreamBufferBytes,
+ABSL_FLAG(uint64_t, max_stream_buffer_bytes, 0,
           "Most bytes all open StreamShard calls together may buffer (about 16 bytes per index "
-          "of a chunk, 24 with importance weights); a stream beyond it gets RESOURCE_EXHAUSTED.");
+          "of a chunk, 24 with importance weights); a stream beyond it gets RESOURCE_EXHAUSTED. "
+          "Taken from --max_memory_bytes. 0 = a quarter of --max_memory_bytes, at most 1 GiB.");
+ABSL_FLAG(uint64_t, max_transport_buffer_bytes, 0,
+          "Most bytes gRPC's transports may hold (its resource quota): the connections' read "
+          "buffers (~13 KB each) and the requests being received and decoded (a request is "
+          "read whole before it is checked); beyond it gRPC closes idle connections and resets "
+          "streams (RESOURCE_EXHAUSTED). Taken from --max_memory_bytes. 0 = a quarter of "
+          "--max_memory_bytes, at most 1 GiB.");
 ABSL_FLAG(int, grace_period_ms, 10000, "On SIGTERM, time for in-flight calls to finish.");
 ABSL_FLAG(int, keepalive_time_ms,
           absl::ToInt64Milliseconds(samplerd::TransportOptions().keepalive_time),
@@ -116,6 +125,12 @@ int main(int argc, char** argv) {
   usage.contains_help_flags = usage.contains_helpshort_flags;
   absl::SetFlagsUsageConfig(usage);
   absl::ParseCommandLine(argc, argv);
+  // Debian's Abseil is built with absl::Mutex deadlock detection on: every lock of every
+  // absl::Mutex (gRPC's included) goes through one process-wide spinlock and a graph of the
+  // mutexes held together, whose nodes grow with the calls alive. At an epoch boundary of 4,096
+  // ranks it took ~14% of samplerd's CPU and made the boundary super-linear in the ranks
+  // (bench/RESULTS.md, "Epoch boundary of many ranks"). The tests keep it on.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   samplerd::InitLogging(argv[0], absl::GetFlag(FLAGS_log_level), absl::GetFlag(FLAGS_v));
 
   // Block the signals in every thread; this thread takes them with sigwait.
@@ -140,6 +155,7 @@ int main(int argc, char** argv) {
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.max_server_threads = absl::GetFlag(FLAGS_max_server_threads);
   options.max_stream_buffer_bytes = absl::GetFlag(FLAGS_max_stream_buffer_bytes);
+  options.max_transport_buffer_bytes = absl::GetFlag(FLAGS_max_transport_buffer_bytes);
   options.grace_period = absl::Milliseconds(absl::GetFlag(FLAGS_grace_period_ms));
   options.transport.keepalive_time = absl::Milliseconds(absl::GetFlag(FLAGS_keepalive_time_ms));
   options.transport.keepalive_timeout =

@@ -19,6 +19,7 @@
 #include "kernels/cpu_backend.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "server/auth/server_credentials.h"
+#include "server/auth/token_metadata_processor.h"
 #include "server/auth/token_table.h"
 #include "server/call_audit.h"
 #include "server/job_memory.h"
@@ -113,9 +114,6 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const Options& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_server_threads = ", options.max_server_threads, ": must be >= 16"));
   }
-  if (options.max_stream_buffer_bytes == 0) {
-    return absl::InvalidArgumentError("max_stream_buffer_bytes = 0: must be >= 1");
-  }
   if (options.planner_threads < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("planner_threads = ", options.planner_threads, ": must be >= 0"));
@@ -139,6 +137,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const Options& options) {
         "anyone who can reach the port would read them; set --metrics_token_file (see "
         "docs/OPERATIONS.md) or --metrics_host=127.0.0.1"));
   }
+  absl::StatusOr<MemoryBudget> memory =
+      MakeMemoryBudget(options.max_memory_bytes, options.max_stream_buffer_bytes,
+                       options.max_transport_buffer_bytes);
+  if (!memory.ok()) return memory.status();
   absl::StatusOr<std::unique_ptr<ComputeBackend>> backend = MakeBackend(options);
   if (!backend.ok()) return backend.status();
 
@@ -174,7 +176,23 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const Options& options) {
     }
   }
 
-  std::unique_ptr<Server> server(new Server(options, *std::move(backend), std::move(authorizer)));
+  std::unique_ptr<Server> server(
+      new Server(options, *memory, *std::move(backend), std::move(authorizer)));
+  // Exported whatever the transport (0 without TLS or tokens), so that dashboards can show it.
+  std::shared_ptr<metrics::Counter> refused_at_headers =
+      server->metrics_
+          ->AddCounter("samplerd_rpcs_refused_at_headers_total",
+                       "Calls of samplerd.v1.Sampler refused UNAUTHENTICATED from their headers, "
+                       "before their request was read (TLS ports only); not in "
+                       "samplerd_rpcs_total.")
+          ->WithLabels({});
+  if (server->authorizer_ != nullptr && !options.plaintext) {
+    // The token is checked from the headers, before the request is read (gRPC runs processors
+    // on TLS ports only; the handlers check it again, with the job).
+    (*credentials)
+        ->SetAuthMetadataProcessor(std::make_shared<TokenMetadataProcessor>(
+            server->authorizer_.get(), SamplerServiceName(), std::move(refused_at_headers)));
+  }
   metrics::Process();  // Its families are exported from the start, at 0.
   server->AddStateGauges();
   if (!options.plaintext) {
@@ -217,9 +235,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const Options& options) {
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   // Only the synchronous services (health, reflection) hold a thread per call, from this quota;
   // samplerd.v1.Sampler is served with the callback API and runs its blocking work on its own
-  // bounded pool (SamplerService, WorkPool).
+  // bounded pool (SamplerService, WorkPool). Its memory bounds the requests being received and
+  // decoded (server/memory_budget.h).
   grpc::ResourceQuota quota("samplerd");
   quota.SetMaxThreads(options.max_server_threads);
+  quota.Resize(server->memory_.transport_buffers);
   builder.SetResourceQuota(quota);
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, 4);
   server->server_ = builder.BuildAndStart();
@@ -243,15 +263,19 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const Options& options) {
                                                 : "mutual_tls")
             << " bearer_tokens="
             << (server->authorizer_ != nullptr ? server->authorizer_->size() : 0)
-            << " backend=" << server->backend_->name() << " memory_budget_bytes="
-            << (options.max_memory_bytes != 0 ? options.max_memory_bytes : DefaultMaxMemoryBytes())
+            << " backend=" << server->backend_->name()
+            << " memory_budget_bytes=" << server->memory_.total
+            << " stream_buffer_bytes=" << server->memory_.stream_buffers
+            << " request_buffer_bytes=" << server->memory_.transport_buffers
+            << " jobs_memory_bytes=" << server->memory_.jobs()
             << " metrics=" << LogValue(server->metrics_url()) << " version=" << kVersion;
   return server;
 }
 
-Server::Server(const Options& options, std::unique_ptr<ComputeBackend> backend,
-               std::unique_ptr<Authorizer> authorizer)
+Server::Server(const Options& options, const MemoryBudget& memory,
+               std::unique_ptr<ComputeBackend> backend, std::unique_ptr<Authorizer> authorizer)
     : options_(options),
+      memory_(memory),
       backend_(std::move(backend)),
       authorizer_(std::move(authorizer)),
       registry_(std::make_unique<JobRegistry>(
@@ -261,13 +285,12 @@ Server::Server(const Options& options, std::unique_ptr<ComputeBackend> backend,
                         static_cast<uint32_t>(options.rewind_epochs >= 0 ? options.rewind_epochs
                                               : options.data_dir.empty() ? 0
                                                                          : kDefaultRewindEpochs)},
-              options.max_memory_bytes != 0 ? options.max_memory_bytes : DefaultMaxMemoryBytes()},
+              memory.total, memory.serving_reserve()},
           backend_.get(), options.data_dir)),
       metrics_(std::make_unique<metrics::Registry>()),
-      service_(std::make_unique<SamplerService>(registry_.get(), backend_.get(),
-                                                options.max_message_bytes,
-                                                options.max_stream_buffer_bytes, authorizer_.get(),
-                                                metrics_.get(), options.max_server_threads)) {}
+      service_(std::make_unique<SamplerService>(
+          registry_.get(), backend_.get(), options.max_message_bytes, memory.stream_buffers,
+          authorizer_.get(), metrics_.get(), options.max_server_threads)) {}
 
 Server::~Server() { Shutdown(); }
 
@@ -325,13 +348,20 @@ void Server::AddStateGauges() {
       per_job([backend, persisted](const Job& job, const v1::JobStatus&) {
         return static_cast<double>(EstimateJobMemory(job.config(), *backend, persisted).total());
       }));
-  const double budget = static_cast<double>(
-      options_.max_memory_bytes != 0 ? options_.max_memory_bytes : DefaultMaxMemoryBytes());
   metrics_
       ->AddGauge("samplerd_memory_budget_bytes",
-                 "Memory budget of all jobs together (--max_memory_bytes).")
+                 "The server's memory budget (--max_memory_bytes): the serving reserve, then "
+                 "the jobs.")
       ->WithLabels({})
-      ->Set(budget);
+      ->Set(static_cast<double>(memory_.total));
+  metrics::Family<metrics::Gauge>* reserve = metrics_->AddGauge(
+      "samplerd_memory_reserve_bytes",
+      "Memory taken from --max_memory_bytes at start-up, by use: stream_buffers "
+      "(--max_stream_buffer_bytes), transport_buffers (--max_transport_buffer_bytes); the jobs are "
+      "budgeted against the rest.",
+      {"use"});
+  reserve->WithLabels({"stream_buffers"})->Set(static_cast<double>(memory_.stream_buffers));
+  reserve->WithLabels({"transport_buffers"})->Set(static_cast<double>(memory_.transport_buffers));
   const SamplerService* const service = service_.get();
   metrics_->AddGaugeCallback("samplerd_stream_buffer_bytes",
                              "Bytes reserved by open StreamShard calls now.", {}, [service] {
@@ -342,7 +372,7 @@ void Server::AddStateGauges() {
       ->AddGauge("samplerd_stream_buffer_limit_bytes",
                  "Most bytes open StreamShard calls may reserve (--max_stream_buffer_bytes).")
       ->WithLabels({})
-      ->Set(static_cast<double>(options_.max_stream_buffer_bytes));
+      ->Set(static_cast<double>(memory_.stream_buffers));
 }
 
 void Server::Shutdown() {

@@ -17,6 +17,7 @@
 #include "kernels/compute_backend.h"
 #include "server/auth/authorizer.h"
 #include "server/job_registry.h"
+#include "server/memory_budget.h"
 #include "server/metrics/http_exporter.h"
 #include "server/metrics/registry.h"
 #include "server/sampler_service.h"
@@ -58,9 +59,12 @@ struct Options {
   // per start (counted in its memory estimate) and a copy of its loss statistics at every epoch
   // boundary.
   int rewind_epochs = -1;
-  // Memory budget of all jobs together, in bytes: a CreateJob whose estimate (server/job_memory.h)
-  // does not fit in what the other jobs leave gets RESOURCE_EXHAUSTED before anything is
-  // allocated. 0: 80% of the memory of this machine or container (DefaultMaxMemoryBytes).
+  // Memory budget of the server, in bytes (server/memory_budget.h): the serving reserve
+  // (max_stream_buffer_bytes + max_transport_buffer_bytes) is taken from it at start-up, and a
+  // CreateJob whose estimate (server/job_memory.h) does not fit in what the other jobs leave of
+  // the rest gets RESOURCE_EXHAUSTED before anything is allocated. 0: 80% of the memory of this
+  // machine or container (DefaultMaxMemoryBytes). Create fails with INVALID_ARGUMENT naming the
+  // three when the reserve leaves the jobs nothing.
   uint64_t max_memory_bytes = 0;
   // Largest gRPC message in either direction, >= 4096 bytes. Shard chunks are cut to fit it.
   int max_message_bytes = 64 << 20;
@@ -70,8 +74,14 @@ struct Options {
   // Most bytes all open StreamShard calls together may hold for their chunks, >= 1. A call
   // holds about 16 bytes per index of its chunk (24 with importance weights, 8 more per index
   // with N > 2^32): ~1 MiB at the default chunk size, ~16-32 MiB at the largest. A call whose
-  // chunk does not fit beside the others' gets RESOURCE_EXHAUSTED. See StreamBudget.
-  uint64_t max_stream_buffer_bytes = kDefaultMaxStreamBufferBytes;
+  // chunk does not fit beside the others' gets RESOURCE_EXHAUSTED. See StreamBudget. 0: a
+  // quarter of max_memory_bytes, at most kDefaultMaxStreamBufferBytes (1 GiB).
+  uint64_t max_stream_buffer_bytes = 0;
+  // Most bytes gRPC's transports may hold: the connections' read buffers and the requests being
+  // received and decoded (gRPC's resource quota: server/memory_budget.h); beyond it gRPC closes
+  // idle connections and resets streams (RESOURCE_EXHAUSTED). 0: a quarter of
+  // max_memory_bytes, at most kDefaultMaxTransportBufferBytes (1 GiB).
+  uint64_t max_transport_buffer_bytes = 0;
   // On Shutdown, how long in-flight calls may take to finish before they are cancelled (>= 0).
   absl::Duration grace_period = absl::Seconds(10);
   // Keepalive, the clients' pings accepted, idle connections, handshakes, compression
@@ -131,13 +141,14 @@ class Server {
   absl::Status ReloadAuthTokens();
 
  private:
-  Server(const Options& options, std::unique_ptr<ComputeBackend> backend,
-         std::unique_ptr<Authorizer> authorizer);
+  Server(const Options& options, const MemoryBudget& memory,
+         std::unique_ptr<ComputeBackend> backend, std::unique_ptr<Authorizer> authorizer);
   // Gauges read at scrape time: jobs, their epoch, ranks ended and memory, the stream buffer,
   // the memory budget, the build.
   void AddStateGauges();
 
   const Options options_;
+  const MemoryBudget memory_;  // From the options' three memory fields.
   std::unique_ptr<ComputeBackend> backend_;
   // Null without Options::auth_tokens_file. Before service_, which uses it.
   std::unique_ptr<Authorizer> authorizer_;

@@ -59,8 +59,13 @@ TEST(ServerTest, BadOptionsNameTheOption) {
        "max_message_bytes = 100"},
       {[](Options* o) { o->max_server_threads = 2; }, absl::StatusCode::kInvalidArgument,
        "max_server_threads = 2"},
-      {[](Options* o) { o->max_stream_buffer_bytes = 0; }, absl::StatusCode::kInvalidArgument,
-       "max_stream_buffer_bytes = 0"},
+      {[](Options* o) {
+         o->max_memory_bytes = uint64_t{1} << 30;
+         o->max_stream_buffer_bytes = uint64_t{1} << 30;
+       },
+       absl::StatusCode::kInvalidArgument,
+       "--max_stream_buffer_bytes = 1073741824 bytes (1.0 GiB) plus --max_transport_buffer_bytes = "
+       "268435456 bytes (256.0 MiB), leaves nothing of --max_memory_bytes = 1073741824 bytes"},
       {[](Options* o) { o->planner_threads = -1; }, absl::StatusCode::kInvalidArgument,
        "planner_threads = -1"},
       {[](Options* o) { o->grace_period = absl::Seconds(-1); }, absl::StatusCode::kInvalidArgument,

@@ -20,8 +20,9 @@
 
 namespace samplerd {
 
-// Default of --max_stream_buffer_bytes / Options::max_stream_buffer_bytes: 1 GiB, room for
-// about a thousand streams at the default chunk size (65536 indices, ~1 MiB each).
+// Largest default of --max_stream_buffer_bytes / Options::max_stream_buffer_bytes (a quarter of
+// --max_memory_bytes up to it: server/memory_budget.h): 1 GiB, room for about a thousand
+// streams at the default chunk size (65536 indices, ~1 MiB each).
 inline constexpr uint64_t kDefaultMaxStreamBufferBytes = uint64_t{1} << 30;
 
 class StreamBudget {

@@ -11,9 +11,12 @@
 //               `name` field and needs a token for that job (so CreateJob with a job token
 //               creates that job only: a trainer can create its own job, not others').
 //
-// Why checks in the handlers and not a grpc::AuthMetadataProcessor: the job a call needs is in
-// its request, which only the handler has parsed (client streams even name it per message), and
-// a processor is not run on plaintext ports (--plaintext with tokens stays usable on loopback).
+// Why checks in the handlers and not (only) a grpc::AuthMetadataProcessor: the job a call needs
+// is in its request, which only the handler has parsed (client streams even name it per
+// message), and a processor is not run on plaintext ports (--plaintext with tokens stays usable
+// on loopback). On TLS ports TokenMetadataProcessor (token_metadata_processor.h) authenticates
+// from the headers as well, so that a call without a valid token is refused before its request
+// is read.
 //
 // Health checking and reflection are other services: they need no token.
 //

@@ -1,4 +1,4 @@
-"""A minimal HTTP/2 client over a plain socket, for tests that must send what no gRPC client
+"""A minimal HTTP/2 client over a plain or TLS socket, for tests that must send what no gRPC client
 library sends: a connection that stops after the preface, or a request whose body is a
 hand-made gzip message (grpcio compresses only what it serialised itself).
 
@@ -8,6 +8,7 @@ honoured (the peer's WINDOW_UPDATEs are waited for), SETTINGS and PINGs are ackn
 """
 
 import socket
+import ssl
 import struct
 import time
 from typing import Dict, List, Optional, Tuple
@@ -43,10 +44,16 @@ def hpack_literals(headers: List[Tuple[str, str]]) -> bytes:
 
 
 class Connection:
-    """One HTTP/2 connection to host:port (plaintext, prior knowledge, as gRPC's h2c)."""
+    """One HTTP/2 connection to host:port: plaintext with prior knowledge (as gRPC's h2c), or
+    TLS with ALPN "h2" trusting the CA file `tls_ca` when given."""
 
-    def __init__(self, host: str, port: int, timeout: float = 30.0):
+    def __init__(self, host: str, port: int, timeout: float = 30.0,
+                 tls_ca: Optional[str] = None):
         self.sock = socket.create_connection((host, port), timeout=timeout)
+        if tls_ca is not None:
+            context = ssl.create_default_context(cafile=tls_ca)
+            context.set_alpn_protocols(["h2"])
+            self.sock = context.wrap_socket(self.sock, server_hostname=host)
         self._buffer = b""
         self.send_window = 65535              # The connection's, then each stream's below.
         self.stream_windows: Dict[int, int] = {}

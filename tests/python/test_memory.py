@@ -1,5 +1,9 @@
 """Memory through the real samplerd binary: admission by memory, and what a job does not need.
 
+Issue 22: the stream buffers and the transport buffers are taken from --max_memory_bytes before
+any job (server/memory_budget.h); a job used to be admitted whose estimate fitted the budget
+although the stream buffers, outside it, did not fit beside it.
+
 Issue 9, defect 1: a CreateJob that could not be allocated threw out of the server (UNKNOWN),
 leaking its name, a --max_jobs slot and an empty job directory. Defect 4: a UNIFORM job with
 replacement held 8 bytes per sample although uniform draws need no per-sample state.
@@ -11,7 +15,7 @@ import resource
 import pytest
 
 import samplerd
-from conftest import SamplerdProcess
+from conftest import SamplerdProcess, run_samplerd_expecting_failure
 
 # The issue's spec: one sample drawn 2^36 times per epoch (a 256 GiB plan, 520 GiB estimated).
 UNALLOCATABLE = dict(num_samples=1, world_size=1, samples_per_epoch=1 << 36, replacement=True)
@@ -128,5 +132,69 @@ def test_uniform_draws_with_replacement_need_no_per_sample_memory():
                 assert all(0 <= i < n for s in shards for i in s)
                 for rank in range(2):
                     c.end_epoch("u", epoch, rank)
+    finally:
+        assert server.stop() == 0
+
+
+MIB = 1 << 20
+
+
+def test_the_stream_and_transport_buffers_are_taken_from_the_budget_before_any_job():
+    """--max_memory_bytes = 256 MiB, stream buffers 128 MiB, transport buffers 64 MiB (the
+    default quarter): the jobs have 64 MiB. A 101.6 MiB job (two 50 MiB plans and a bit per
+    position) fits the whole budget but not beside the buffers: it was admitted, and with full
+    stream buffers the server held 229.6 MiB of the 256 MiB for a job that had 64 MiB."""
+    m = 100 * MIB // 8  # Two plans of 4-byte indices: 100 MiB.
+    server = SamplerdProcess(f"--max_memory_bytes={256 * MIB}",
+                             f"--max_stream_buffer_bytes={128 * MIB}", "--backend=cpu")
+    try:
+        with samplerd.Client(server.address, timeout=20) as c:
+            with pytest.raises(samplerd.ResourceExhausted) as e:
+                c.create_job("big", num_samples=1000, world_size=1, samples_per_epoch=m,
+                             replacement=True)
+            assert f"spec.samples_per_epoch = {m}" in e.value.message
+            assert f"left of the jobs' budget, --max_memory_bytes = {256 * MIB} bytes" \
+                in e.value.message
+            assert f"less the serving reserve of {192 * MIB} bytes" in e.value.message
+            assert c.list_jobs() == []
+            # What the jobs have is theirs: a 57 MiB job fits.
+            c.create_job("fits", num_samples=1000, world_size=1,
+                         samples_per_epoch=56 * MIB // 8, replacement=True)
+    finally:
+        assert server.stop() == 0
+
+
+@pytest.mark.parametrize("args, reserve", [
+    ([f"--max_stream_buffer_bytes={1 << 30}"], "plus --max_transport_buffer_bytes = 268435456"),
+    ([f"--max_stream_buffer_bytes={512 * MIB}", f"--max_transport_buffer_bytes={512 * MIB}"],
+     "plus --max_transport_buffer_bytes = 536870912"),
+])
+def test_a_serving_reserve_that_leaves_the_jobs_nothing_stops_the_server_at_start(args, reserve):
+    rc, stderr = run_samplerd_expecting_failure(f"--max_memory_bytes={1 << 30}", *args,
+                                                "--backend=cpu")
+    assert rc != 0
+    assert "--max_stream_buffer_bytes = " in stderr, stderr
+    assert reserve in stderr, stderr
+    assert "leaves nothing of --max_memory_bytes = 1073741824 bytes" in stderr, stderr
+
+
+def test_the_defaults_of_a_2_gib_container_leave_the_jobs_0_8_gib():
+    """--max_memory_bytes as samplerd sizes itself under a 2 GiB cgroup limit (80%): it starts
+    with the default stream and transport buffers (a quarter each, 410 MiB), a 1 GiB job is
+    refused before anything is allocated, and a job serves its epochs."""
+    budget = (2 << 30) // 5 * 4
+    server = SamplerdProcess(f"--max_memory_bytes={budget}", "--backend=cpu")
+    try:
+        with samplerd.Client(server.address, timeout=20) as c:
+            with pytest.raises(samplerd.ResourceExhausted) as e:
+                c.create_job("gib", num_samples=1000, world_size=1,
+                             samples_per_epoch=(1 << 30) // 8, replacement=True)
+            assert f"less the serving reserve of {2 * (budget // 4)} bytes" in e.value.message
+            c.create_job("small", num_samples=100_000, world_size=2, loss="loss")
+            for epoch in range(2):
+                shards = [c.read_shard("small", epoch, rank, 2) for rank in range(2)]
+                assert sorted(i for s in shards for i in s) == list(range(100_000))
+                for rank in range(2):
+                    c.end_epoch("small", epoch, rank)
     finally:
         assert server.stop() == 0

@@ -110,7 +110,8 @@ class Prometheus:
 
 def test_prometheus_scrapes_the_job_series_with_their_values():
     import samplerd
-    server = SamplerdProcess("--metrics_port=0")
+    # A 4 GiB budget: the stream and transport buffers take a quarter each (issue 22).
+    server = SamplerdProcess("--metrics_port=0", f"--max_memory_bytes={4 << 30}")
     workdir = pathlib.Path(tempfile.mkdtemp(prefix="samplerd-prometheus-"))
     prometheus = None
     try:
@@ -158,6 +159,9 @@ def test_prometheus_scrapes_the_job_series_with_their_values():
             'samplerd_rpc_duration_seconds_count{method="StreamShard"}': {
                 frozenset(sampler | {("method", "StreamShard")}): 4},
             "samplerd_jobs": {frozenset(): 1},
+            "samplerd_memory_budget_bytes": {frozenset(): 4 << 30},
+            "samplerd_memory_reserve_bytes": {frozenset({("use", "stream_buffers")}): 1 << 30,
+                                              frozenset({("use", "transport_buffers")}): 1 << 30},
             'samplerd_build_info{version="%s"}' % samplerd.__version__: None,  # Present.
             "sum(samplerd_epoch_plan_seconds_count) >= 3": None,
         }

@@ -8,20 +8,31 @@ raw HTTP/2 (http2_wire.py) where no gRPC library would send the request.
   --max_connection_idle_ms; one that never finished its preface, after --handshake_timeout_ms.
 - The server's ping policy accepts the clients' keepalive pings (every 10 s by default): pings
   every 5.5 s, with no call and no data, are not answered with GOAWAY "too_many_pings".
+- A large uncompressed request with no token: gRPC 1.51 reads a request whole before any
+  handler sees it (whatever --max_message_bytes says), so the handlers' token check came after
+  the server had held it (+61 MiB resident for 60 MiB). Over TLS the token is now checked from
+  the headers (server/auth/token_metadata_processor.h) and the request is never read; over
+  plaintext, what such requests hold together is bounded by --max_transport_buffer_bytes (gRPC's
+  resource quota, server/memory_budget.h).
 """
 
 import os
 import re
 import struct
 import time
+import urllib.request
 import zlib
 
 import grpc
 import pytest
 
+import threading
+
 import samplerd
 from conftest import SamplerdProcess
 import http2_wire as h2
+from test_metrics_prometheus import metrics_url
+from test_security import certs  # noqa: F401 (a fixture: TLS certificates made by openssl)
 
 TOKEN = "t0k3n-for-the-transport-tests"
 
@@ -180,5 +191,92 @@ def test_keepalive_pings_as_often_as_the_policy_allows_are_not_ping_abuse():
             assert connection.goaway is None, f"GOAWAY {connection.goaway!r} at ping {k}"
             assert not connection.closed, f"the server closed the connection at ping {k}"
         connection.close()
+    finally:
+        assert server.stop() == 0
+
+
+MIB = 1 << 20
+
+
+def unauthenticated_requests(server, count, tls_ca=None, size=60 * MIB):
+    """`count` connections at once, each sending a CreateJob of `size` bytes (a bytes field of
+    that length) without a token; returns each one's (grpc-status, grpc-message, RST_STREAM
+    code, whether the server closed the connection) and the server's peak resident growth in
+    bytes."""
+    body = h2.grpc_message(b"\x0a" + b"\xff\xff\xff\x1d" + bytes(size), compressed=False)
+    _, peak0 = usage(server.proc.pid)
+    results = []
+
+    def one():
+        connection = h2.Connection("localhost" if tls_ca else "127.0.0.1", port_of(server),
+                                   tls_ca=tls_ca)
+        try:
+            connection.send_preface()
+            connection.request(1, "/samplerd.v1.Sampler/CreateJob", body)
+            connection.await_end(1, timeout=60)
+            closed = connection.closed or connection.goaway is not None
+            results.append((*grpc_status(connection, 1), connection.rst.get(1), closed))
+        except OSError as e:  # The server closed the connection while it was being written.
+            results.append((None, repr(e), None, True))
+        finally:
+            connection.close()
+    threads = [threading.Thread(target=one) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    _, peak1 = usage(server.proc.pid)
+    return results, peak1 - peak0
+
+
+def test_over_tls_a_request_without_a_token_is_refused_from_its_headers_unread(
+        tokens_file, certs):  # noqa: F811
+    """8 requests of 60 MiB at once: each is refused UNAUTHENTICATED before its body is read.
+    The bound, 8 MiB: a refused stream can push at most its initial flow-control window
+    (64 KiB) before the reset, 0.5 MiB for 8, beside 8 TLS connections (~100 KB each) and the
+    allocator's slack (measured: +2.1 MiB). Read whole, as before, they held 8 x 61 MiB (or
+    what --max_transport_buffer_bytes let them) and were not refused for their token."""
+    server = SamplerdProcess(f"--auth_tokens_file={tokens_file}", "--backend=cpu",
+                             f"--tls_cert={certs / 'server.pem'}",
+                             f"--tls_key={certs / 'server.key'}", "--metrics_port=0",
+                             plaintext=False)
+    try:
+        results, growth = unauthenticated_requests(server, 8, tls_ca=str(certs / "ca.pem"))
+        print(f"8 x 60 MiB without a token over TLS: {results[0]}; peak resident "
+              f"+{growth / MIB:.1f} MiB")
+        for code, message, _, _ in results:
+            assert code == grpc.StatusCode.UNAUTHENTICATED.value[0], results
+            assert "no bearer token" in message
+        assert growth < 8 * MIB
+        # Counted, though no interceptor saw them.
+        with urllib.request.urlopen(metrics_url(server), timeout=10) as response:
+            metrics = response.read().decode()
+        assert "samplerd_rpcs_refused_at_headers_total 8" in metrics, metrics[-2000:]
+        with samplerd.Client(server.address.replace("127.0.0.1", "localhost"), token=TOKEN,
+                             root_certificates=certs / "ca.pem", max_retries=0) as client:
+            assert client.list_jobs() == []
+    finally:
+        assert server.stop() == 0
+
+
+def test_without_tls_requests_without_a_token_hold_at_most_the_transport_buffers(tokens_file):
+    """Plaintext (no processor runs there): 8 requests of 60 MiB at once against
+    --max_transport_buffer_bytes = 32 MiB. gRPC resets what does not fit (RST_STREAM
+    ENHANCE_YOUR_CALM) or closes the connection; the peak grows by the quota plus what is in
+    flight while gRPC reclaims it (measured +40 to +60 MiB in 6 runs; bound: 3 x the quota).
+    Before the quota: 8 x 61 MiB."""
+    server = SamplerdProcess(f"--auth_tokens_file={tokens_file}", "--backend=cpu",
+                             f"--max_transport_buffer_bytes={32 * MIB}")
+    try:
+        results, growth = unauthenticated_requests(server, 8)
+        print(f"8 x 60 MiB without a token over plaintext: {results}; peak resident "
+              f"+{growth / MIB:.1f} MiB")
+        assert len(results) == 8
+        for code, _, rst, closed in results:
+            assert code == grpc.StatusCode.UNAUTHENTICATED.value[0] or rst == 11 or closed, \
+                results
+        assert growth < 96 * MIB
+        with samplerd.Client(server.address, token=TOKEN, max_retries=0) as client:
+            assert client.list_jobs() == []
     finally:
         assert server.stop() == 0
