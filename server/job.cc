@@ -95,13 +95,13 @@ void Job::Close(absl::Status reason) {
 }
 
 absl::StatusOr<uint64_t> Job::ClaimRank(uint32_t rank, uint32_t world_size, bool peer,
-                                        RankClaims::Ended ended) {
+                                        RankClaims::Ended ended, uint64_t replaces) {
   if (absl::Status s = CheckRank(ShardSpec{world_size}, rank); !s.ok()) return Named(s);
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CloseReason(); !s.ok()) return s;
   if (absl::Status s = deal_.CheckWorldSize(epoch_, world_size); !s.ok()) return s;
   // Under mu_: a Close after this point ends the claim (RankClaims::Close) or refuses it.
-  return claims_.Claim(rank, peer, std::move(ended));
+  return claims_.Claim(rank, peer, std::move(ended), replaces);
 }
 
 absl::Status Job::Sync() { return history_->Sync(); }

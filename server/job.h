@@ -234,9 +234,11 @@ class Job {
   // INVALID_ARGUMENT for a rank outside the world; FAILED_PRECONDITION if `world_size` is not
   // the current deal's, or the rank is held by an incompatible live claimant; the close reason
   // once closed. `ended` runs (once, with the reason) if the job is closed while the claim is
-  // held; the caller releases it (claims().Release) when its call ends.
+  // held; the caller releases it (claims().Release) when its call ends. `replaces`: see
+  // RankClaims::Claim.
   absl::StatusOr<uint64_t> ClaimRank(uint32_t rank, uint32_t world_size, bool peer,
-                                     RankClaims::Ended ended) ABSL_LOCKS_EXCLUDED(mu_);
+                                     RankClaims::Ended ended, uint64_t replaces = 0)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Check and Release of the job's claims. Thread-safe on its own; never takes mu_.
   RankClaims& claims() { return claims_; }
 

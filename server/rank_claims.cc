@@ -36,10 +36,19 @@ std::string RankClaims::Describe(const Holders& holders) const {
   return s;
 }
 
-absl::StatusOr<uint64_t> RankClaims::Claim(uint32_t rank, bool peer, Ended ended) {
+absl::StatusOr<uint64_t> RankClaims::Claim(uint32_t rank, bool peer, Ended ended,
+                                           uint64_t replaces) {
+  Ended replaced;  // Destroyed after the lock is released.
   absl::MutexLock lock(&mu_);
   if (!closed_.ok()) return closed_;
   Holders& holders = held_[rank];
+  if (auto old = holders.by_incarnation.find(replaces);
+      replaces != 0 && old != holders.by_incarnation.end()) {
+    replaced = std::move(old->second.ended);
+    holders.by_incarnation.erase(old);
+    --open_;
+    last_ended_[rank] = LastEnded{replaces, now_()};
+  }
   if (!holders.by_incarnation.empty() && !(holders.peer && peer)) {
     const std::string what =
         holders.peer

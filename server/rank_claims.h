@@ -51,9 +51,13 @@ class RankClaims {
   RankClaims& operator=(const RankClaims&) = delete;
 
   // Claims `rank` (range-checked by the caller); returns the claim's incarnation. `ended` may
-  // be null. Errors: FAILED_PRECONDITION (held by an incompatible live claimant), the close
-  // reason once closed.
-  absl::StatusOr<uint64_t> Claim(uint32_t rank, bool peer, Ended ended) ABSL_LOCKS_EXCLUDED(mu_);
+  // be null. `replaces`: the caller's previous claim of the rank (0: none); if it still holds
+  // the rank it is released first (its `ended` is not run: its call ends on its own), so that a
+  // client whose connection broke silently can claim again before the server notices.
+  // Errors: FAILED_PRECONDITION (held by an incompatible live claimant), the close reason once
+  // closed.
+  absl::StatusOr<uint64_t> Claim(uint32_t rank, bool peer, Ended ended, uint64_t replaces = 0)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // The claim `incarnation` of `rank` ended (its call ended). A no-op if it is not held (ended
   // already, or closed).

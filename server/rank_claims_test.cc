@@ -66,6 +66,23 @@ TEST_F(RankClaimsTest, AReleasedRankIsClaimedAgainAtOnceWithANewIncarnation) {
   EXPECT_EQ(claims_.open(), 1);
 }
 
+TEST_F(RankClaimsTest, AClaimReplacingTheCallersOwnLiveClaimTakesItsPlace) {
+  // The client's connection broke silently: the server still counts its claim.
+  const uint64_t old = *claims_.Claim(1, false, nullptr);
+  absl::StatusOr<uint64_t> renewed = claims_.Claim(1, false, nullptr, old);
+  ASSERT_TRUE(renewed.ok()) << renewed.status();
+  EXPECT_EQ(claims_.open(), 1);
+  EXPECT_EQ(claims_.Check(1, old).code(), absl::StatusCode::kAborted);
+  EXPECT_TRUE(claims_.Check(1, *renewed).ok());
+  claims_.Release(1, old);  // The old call ends later: nothing changes.
+  EXPECT_TRUE(claims_.Check(1, *renewed).ok());
+  // Naming a number that holds nothing (or another rank's claim) replaces nothing.
+  const uint64_t other = *claims_.Claim(2, false, nullptr);
+  EXPECT_EQ(claims_.Claim(1, false, nullptr, other).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(claims_.Check(2, other).ok());
+}
+
 TEST_F(RankClaimsTest, AStaleIncarnationIsAbortedSayingWhenItsClaimEnded) {
   const uint64_t first = *claims_.Claim(1, false, nullptr);
   now_ += absl::Seconds(5);

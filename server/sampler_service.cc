@@ -236,6 +236,12 @@ absl::Status CheckStreamShardRequest(const v1::StreamShardRequest& request) {
   return absl::OkStatus();
 }
 
+// Whether the caller may read the shard: an observer always; a reader by its rank's claim.
+absl::Status CheckShardClaim(Job& job, const v1::StreamShardRequest& request) {
+  if (request.observe()) return absl::OkStatus();
+  return job.claims().Check(request.rank(), request.incarnation());
+}
+
 // The chunks of one StreamShard call, once its shard is acquired: at least one (an empty shard
 // still says `last`). Not thread-safe: one call's, used by one thread at a time.
 class ShardChunks {
@@ -494,7 +500,7 @@ class SamplerService::ShardStreamReactor final : public grpc::ServerWriteReactor
     absl::StatusOr<std::shared_ptr<Job>> job = service_->registry_->Get(request_.job());
     if (!job.ok()) return job.status();
     job_ = *std::move(job);
-    return job_->claims().Check(request_.rank(), request_.incarnation());
+    return CheckShardClaim(*job_, request_);
   }
 
   // On the WorkPool: the shard if its epoch is settled (then the first chunk), else a callback
@@ -669,7 +675,8 @@ class SamplerService::ClaimReactor final : public grpc::ServerWriteReactor<grpc:
     absl::MutexLock lock(&mu_);
     absl::StatusOr<uint64_t> incarnation = (*job)->ClaimRank(
         request.rank(), request.world_size(), request.peer(),
-        [reactor = self_](const absl::Status& reason) { reactor->End(ToGrpcStatus(reason)); });
+        [reactor = self_](const absl::Status& reason) { reactor->End(ToGrpcStatus(reason)); },
+        request.replaces());
     if (!incarnation.ok()) return incarnation.status();
     job_ = *std::move(job);
     rank_ = request.rank();
@@ -987,9 +994,7 @@ grpc::Status SamplerService::StreamShardImpl(const v1::StreamShardRequest& reque
   if (absl::Status s = CheckStreamShardRequest(request); !s.ok()) return ToGrpcStatus(s);
   absl::StatusOr<std::shared_ptr<Job>> job = registry_->Get(request.job());
   if (!job.ok()) return ToGrpcStatus(job.status());
-  if (absl::Status s = (*job)->claims().Check(request.rank(), request.incarnation()); !s.ok()) {
-    return ToGrpcStatus(s);
-  }
+  if (absl::Status s = CheckShardClaim(**job, request); !s.ok()) return ToGrpcStatus(s);
   absl::StatusOr<ShardLease> lease = (*job)->AcquireShard(
       request.epoch(), request.deal(), request.rank(), request.world_size(), deadline, cancelled);
   if (!lease.ok()) return ToGrpcStatus(lease.status());

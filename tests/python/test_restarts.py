@@ -60,7 +60,7 @@ def test_a_loss_for_another_ranks_index_is_refused_naming_index_and_rank(client,
     """Defect 4: rank 0 reporting rank 1's sample would take that sample's one loss of the epoch
     and turn rank 1's real loss into a duplicate."""
     client.create_job("own", num_samples=100, world_size=2, loss="loss")
-    zero, one = client.read_shard("own", 0, 0, 2), client.read_shard("own", 0, 1, 2)
+    zero, one = client.read_shard("own", 0, 0, 2, observe=True), client.read_shard("own", 0, 1, 2, observe=True)
     with pytest.raises(samplerd.InvalidArgument) as e:  # Positions listed one by one.
         client.report_losses("own", 0, 0, [zero[3], one[1]], [1.0, 1.0], [3, 1])
     assert f"indices[1] = {one[1]} was not served to rank 0 at positions[1] = 1" in \
@@ -120,7 +120,7 @@ def test_state_dict_resumes_after_what_training_consumed_not_what_was_prefetched
     after step k resumes at step k + 1 exactly, and the losses of the steps after it that the
     first process reported too count once."""
     client.create_job("ck", num_samples=1000, world_size=2, loss="loss")
-    shard = client.read_shard("ck", 0, 1, 2)
+    shard = client.read_shard("ck", 0, 1, 2, observe=True)
     first = DistributedWeightedSampler(server.address, "ck", rank=1, world_size=2)
     loader = DataLoader(_Indices(), sampler=first, batch_size=10, num_workers=2)
     consumed, checkpoint = [], None
@@ -187,7 +187,7 @@ def test_load_state_dict_refuses_another_ranks_state(client, server):
             epoch=0, deal=0, indices=[1, 2], losses=[1.0], positions=[0, 1])))
     assert a.state_dict()["position"] == 0  # Unchanged by the refusals.
     # Version 1 (no deal) is still read (position 7 of what the server streamed to rank 0).
-    client.read_shard("st", 0, 0, 2)
+    client.read_shard("st", 0, 0, 2, observe=True)
     a.load_state_dict({"version": 1, "job": "st", "rank": 0, "world_size": 2, "epoch": 0,
                        "position": 7})
     assert a.state_dict()["position"] == 7
