@@ -757,7 +757,7 @@ SamplerService::SamplerService(JobRegistry* registry, ComputeBackend* backend,
       "samplerd_rank_claims",
       "Rank claims held now (open ClaimRank calls: one per trainer process that claimed its "
       "rank, peers each), by job.",
-      {"job"}, [this] {
+      {"job_name"}, [this] {
         std::vector<metrics::GaugeSample> samples;
         for (const auto& job : registry_->List()) {
           samples.push_back({{job->name()}, static_cast<double>(job->claims().open())});

@@ -140,6 +140,9 @@ def test_prometheus_scrapes_the_job_series_with_their_values():
                 client.end_epoch("prom", 1, rank)
             with pytest.raises(samplerd.NotFound):
                 client.get_job("missing")
+        # A trainer process's claim of its rank, held while Prometheus scrapes.
+        holder = samplerd.Client(server.address)
+        holder.claim_rank("prom", 1, world)
 
         job = {("job_name", "prom")}
         sampler = {("service", "samplerd.v1.Sampler")}
@@ -147,6 +150,7 @@ def test_prometheus_scrapes_the_job_series_with_their_values():
             'samplerd_job_epoch{job_name="prom"}': {frozenset(job): 2},
             'samplerd_job_world_size{job_name="prom"}': {frozenset(job): world},
             'samplerd_indices_streamed_total{job_name="prom"}': {frozenset(job): streamed},
+            'samplerd_rank_claims{job_name="prom"}': {frozenset(job): 1},
             'samplerd_loss_pairs_total{job_name="prom"}': {
                 frozenset(job | {("outcome", "accepted")}): 20,
                 frozenset(job | {("outcome", "duplicate")}): 10,
@@ -185,6 +189,7 @@ def test_prometheus_scrapes_the_job_series_with_their_values():
         assert prometheus.query('up{job="samplerd"}') == {
             frozenset({("job", "samplerd"), ("instance", urllib.parse.urlparse(url).netloc),
                        ("__name__", "up")}): 1}
+        holder.close()
     finally:
         if prometheus is not None:
             prometheus.stop()

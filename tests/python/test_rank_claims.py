@@ -8,7 +8,9 @@ without an error. Real OS processes (tests/python/rank_claim_worker.py), a real 
 - tensor/pipeline peers declare it (shared_rank=True): both read the rank, its losses count
   once per position; a process without shared_rank is refused while the peers hold the rank;
 - a server SIGKILLed and restarted on its --data_dir mid-epoch: the sampler claims again and
-  continues, all its losses counted.
+  continues, all its losses counted;
+- a claim ends when its job is deleted (NOT_FOUND) and when the server shuts down gracefully
+  (UNAVAILABLE: the job's close ends it, the drain does not wait for it).
 """
 
 import json
@@ -16,7 +18,9 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
+import grpc
 import numpy as np
 
 import samplerd
@@ -159,3 +163,37 @@ def test_a_sampler_claims_again_after_a_server_restart_and_continues(tmp_path):
         server.kill()
         if restarted is not None:
             restarted.kill()
+
+
+def _ended(claim, within=20.0):
+    """The status code the claim's open call ended with (waits up to `within` seconds)."""
+    deadline = time.monotonic() + within
+    while not claim._call.done():
+        assert time.monotonic() < deadline, "the claim's call did not end"
+        time.sleep(0.05)
+    return claim._call.code(), claim._call.details()
+
+
+def test_a_claim_ends_when_its_job_is_deleted(client, server):
+    client.create_job("d", num_samples=10, world_size=1)
+    claim = client.claim_rank("d", 0, 1)
+    client.delete_job("d")
+    code, details = _ended(claim)
+    assert code == grpc.StatusCode.NOT_FOUND, details
+    assert "job 'd' was deleted" in details
+
+
+def test_a_graceful_shutdown_ends_the_claims_at_once(tmp_path):
+    server = SamplerdProcess(f"--data_dir={tmp_path}", "--grace_period_ms=60000")
+    try:
+        with samplerd.Client(server.address) as client:
+            client.create_job("g", num_samples=10, world_size=2)
+            claims = [client.claim_rank("g", rank, 2) for rank in range(2)]
+            server.proc.send_signal(signal.SIGTERM)
+            for claim in claims:
+                # Ended by the job's close, not cancelled when the grace period ran out.
+                code, details = _ended(claim, within=30)
+                assert code == grpc.StatusCode.UNAVAILABLE, details
+            assert server.proc.wait(timeout=30) == 0
+    finally:
+        server.kill()

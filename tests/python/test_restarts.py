@@ -14,6 +14,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import samplerd
+from conftest import process_dies
 from samplerd.torch import DistributedWeightedSampler
 
 CLIENT_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "client", "python")
@@ -134,6 +135,7 @@ def test_state_dict_resumes_after_what_training_consumed_not_what_was_prefetched
     first.flush()
     assert checkpoint["epoch"] == 0 and checkpoint["position"] == 120
     assert first.last_summary["accepted"] == 150
+    process_dies(first)
 
     second = DistributedWeightedSampler(server.address, "ck", rank=1, world_size=2)
     second.load_state_dict(checkpoint)
@@ -206,6 +208,7 @@ def test_a_restart_that_forgets_load_state_dict_is_told(client, server):
     dead.report(trained, np.ones(30))
     dead.flush()
     state = dead.state_dict()  # The process dies here (no close: its epoch is not ended).
+    process_dies(dead)
     again = DistributedWeightedSampler(server.address, "fg", rank=0, world_size=2)
     with pytest.warns(samplerd.RestartWarning,
                       match=r"job 'fg' epoch 0 rank 0: the server already has 30 losses of this "
@@ -213,6 +216,7 @@ def test_a_restart_that_forgets_load_state_dict_is_told(client, server):
         first = next(iter(again))
     assert first == trained[0]  # Position 0 again.
     assert again.restart_summary["served_again"] == 30
+    process_dies(again)
     loaded = DistributedWeightedSampler(server.address, "fg", rank=0, world_size=2)
     loaded.load_state_dict(state)
     with warnings.catch_warnings():
@@ -262,6 +266,7 @@ def test_a_state_loaded_into_a_resized_group_says_what_is_not_replayed(client, s
     assert ("unacknowledged" in state) == unacknowledged
     old.report(trained[20:], np.ones(10))  # Reported after it; then the group is lost.
     old.flush()
+    process_dies(old)
     new = DistributedWeightedSampler(server.address, "rs", rank=0, world_size=1, elastic=True)
     with pytest.warns(samplerd.RestartWarning,
                       match=r"job 'rs' rank 0: the state \(epoch 0, position 20\) was saved by a "

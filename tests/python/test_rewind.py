@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import samplerd
-from conftest import SamplerdProcess
+from conftest import SamplerdProcess, process_dies
 
 WORLD = 2
 SPEC = dict(num_samples=2000, world_size=WORLD, samples_per_epoch=1000, seed=7, loss="loss")
@@ -163,6 +163,7 @@ def test_a_checkpoint_in_an_epoch_closed_since_names_both_ways_on():
         next(died)
         s.flush()
         assert c.get_job("cl").current_epoch == 1
+        process_dies(s)
 
         again = DistributedWeightedSampler(server.address, "cl", rank=0, world_size=1)
         with pytest.raises(samplerd.FailedPrecondition) as refused:

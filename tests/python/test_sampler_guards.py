@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import samplerd
+from conftest import process_dies
 from samplerd.torch import DistributedWeightedSampler
 
 N = 40
@@ -22,13 +23,6 @@ N = 40
 
 def _sampler(server, job, **kw):
     return DistributedWeightedSampler(server.address, job, rank=0, world_size=1, **kw)
-
-
-def _process_dies(sampler):
-    """What a trainer process that dies leaves on the server: its connection closes, so its
-    rank's claim ends (a restarted sampler of the rank is accepted); nothing else is sent. The
-    sampler is not used again (a dead process cannot)."""
-    sampler._claim.release()
 
 
 def test_reporting_every_other_batch_is_refused_when_the_rank_moves_on(client, server):
@@ -71,7 +65,7 @@ def test_state_dict_takes_no_rpc_and_carries_the_unacknowledged_losses(client, s
     assert state["unacknowledged"]["positions"] == list(range(6))
     assert state["unacknowledged"]["indices"] == first[:6]
     # The process dies here (the queued losses never leave it); the restarted one loads.
-    _process_dies(sampler)
+    process_dies(sampler)
     restarted = _sampler(server, "s")
     restarted.load_state_dict(state)
     assert client.status("s").ranks[0].losses_accepted == 6  # Sent again by the load.
@@ -91,7 +85,7 @@ def test_the_iterator_state_is_the_position_yielded(client, server):
     assert it.state_dict()["position"] == 13  # No loss reported: the sampler's own says 0.
     assert sampler.state_dict()["position"] == 0
     state = it.state_dict()
-    _process_dies(sampler)
+    process_dies(sampler)
     other = _sampler(server, "it")
     it2 = iter(other)
     it2.load_state_dict(state)  # As StatefulDataLoader restores it.
@@ -106,7 +100,7 @@ def test_a_state_at_the_end_of_its_shard_resumes_with_the_next_epoch(client, ser
     sampler.report(shard, np.ones(N))
     state = sampler.state_dict()
     assert (state["epoch"], state["position"]) == (0, N)
-    _process_dies(sampler)
+    process_dies(sampler)
     restarted = _sampler(server, "end")
     restarted.load_state_dict(state)
     assert restarted.epoch == 1 and client.get_job("end").current_epoch == 1

@@ -850,8 +850,9 @@ class Client:
             try:
                 incarnation = self._stamp(request, claim)
             except errors.SamplerError as e:
-                raise type(e)(f"job '{job}' epoch {epoch} rank {rank}: claiming the rank before "
-                              f"streaming from position {next_pos}: {e.message}", e.code) from None
+                raise type(e)(f"job '{job}' epoch {epoch} rank {rank}: shard stream failed at "
+                              f"position {next_pos}: claiming the rank: {e.message}",
+                              e.code) from None
             stream = self._stub.StreamShard(request, timeout=timeout or self.timeout)
             progressed = False
             try:
