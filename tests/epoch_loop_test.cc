@@ -283,6 +283,80 @@ TEST_F(EpochLoopTest, StepErrorStopsTheLoopAndResumeFromTheCheckpointFinishes) {
   EXPECT_EQ(status->job().current_epoch(), 2u);
 }
 
+TEST_F(EpochLoopTest, ASecondLoopOfAClaimedRankIsRefusedWhileTheFirstLives) {
+  CreateJob("claimed", 2);
+  std::unique_ptr<EpochLoop> first = NewLoop("claimed", 1, 2);
+  ASSERT_NE(first, nullptr);
+  // A second trainer of rank 1 (a process started twice): refused before anything is streamed.
+  absl::StatusOr<std::unique_ptr<EpochLoop>> second = EpochLoop::Create(client_, "claimed", 1, 2);
+  ASSERT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition) << second.status();
+  EXPECT_THAT(second.status().message(),
+              HasSubstr("another live process holds rank 1 of job 'claimed' (incarnation "));
+  EXPECT_THAT(second.status().message(), HasSubstr("shared_rank=True"));
+  // A reader that does not claim cannot read the claimed rank either; an observer can.
+  ShardReaderOptions unclaimed;
+  unclaimed.job = "claimed";
+  unclaimed.rank = 1;
+  unclaimed.world_size = 2;
+  auto reader = ShardReader::Create(client_, unclaimed);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  absl::Status read = (*reader)->StartEpoch(0);
+  EXPECT_EQ(read.code(), absl::StatusCode::kFailedPrecondition) << read;
+  EXPECT_THAT(read.message(), HasSubstr("this request carries no incarnation"));
+  StreamShardOptions observe;
+  observe.observe = true;
+  uint64_t observed = 0;
+  EXPECT_TRUE(client_
+                  ->StreamShard("claimed", 0, 1, 2, observe,
+                                [&](const ShardSlice& slice) {
+                                  observed += slice.indices.size();
+                                  return absl::OkStatus();
+                                })
+                  .ok());
+  EXPECT_EQ(observed, kSamples / 2);
+  auto status = client_->GetJobStatus("claimed");
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->ranks(1).losses_accepted(), 0u);
+  // The first trainer goes: its successor is accepted.
+  first.reset();
+  std::unique_ptr<EpochLoop> successor = NewLoop("claimed", 1, 2);
+  EXPECT_NE(successor, nullptr);
+}
+
+TEST_F(EpochLoopTest, DeclaredPeersShareARankAndTheirLossesCountOnce) {
+  CreateJob("peers", 1);
+  EpochLoopOptions peer;
+  peer.peer = true;
+  std::vector<std::unique_ptr<EpochLoop>> loops;
+  for (int p = 0; p < 2; ++p) {
+    loops.push_back(NewLoop("peers", 0, 1, peer));
+    ASSERT_NE(loops.back(), nullptr);
+  }
+  absl::StatusOr<std::unique_ptr<EpochLoop>> lone = EpochLoop::Create(client_, "peers", 0, 1);
+  ASSERT_EQ(lone.status().code(), absl::StatusCode::kFailedPrecondition) << lone.status();
+  EXPECT_THAT(lone.status().message(), HasSubstr("2 peer claims held"));
+  // Both peers read the whole shard of epoch 0 and report every loss: each position counts once.
+  std::vector<RankRecord> records(2);
+  std::vector<ShardEnd> ends(2);
+  for (int p = 0; p < 2; ++p) {
+    // Both peers read epoch 0 before either ends it: the first one's end would close it.
+    ASSERT_TRUE(loops[p]
+                    ->Run(0, 1, RecordingStep(records[p]),
+                          [&, p](const ShardEnd& end) {
+                            ends[p] = end;
+                            return p == 0 ? absl::CancelledError("peer 0 stops before EndEpoch")
+                                          : absl::OkStatus();
+                          })
+                    .code() == (p == 0 ? absl::StatusCode::kCancelled : absl::StatusCode::kOk));
+  }
+  EXPECT_EQ(records[0].indices, records[1].indices);
+  EXPECT_EQ(ends[0].losses.accepted + ends[1].losses.accepted, kSamples);
+  EXPECT_EQ(ends[0].losses.duplicates + ends[1].losses.duplicates, kSamples);
+  auto status = client_->GetJobStatus("peers");
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->job().current_epoch(), 1u);
+}
+
 TEST_F(EpochLoopTest, ShardEndHookErrorStopsBeforeTheEpochEnds) {
   CreateJob("hook", 1);
   std::unique_ptr<EpochLoop> loop = NewLoop("hook", 0, 1);

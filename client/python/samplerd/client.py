@@ -248,6 +248,13 @@ class _Retries:
                 f"{self._client.retry_budget:g} s)")
 
 
+# The claims this process released, by (address, job, rank): a later claim of the same rank in
+# this process names it as replaced (ClaimRankRequest.replaces), so that it is accepted even if
+# the server has not yet processed the cancellation of the released call.
+_released_claims = {}
+_released_lock = threading.Lock()
+
+
 class RankClaim:
     """This process's claim of a data-parallel rank (proto ClaimRank), made by
     Client.claim_rank and held until release() (or the client's close).
@@ -268,8 +275,10 @@ class RankClaim:
         self._request = pb.ClaimRankRequest(job=job, rank=rank, world_size=world_size,
                                             peer=bool(peer))
         self._lock = threading.Lock()
+        self._key = (client.address, job, rank)
         self._call = None         # The open ClaimRank call; None: not held now.
-        self._incarnation = 0     # Of _call, or of the last claim held (`replaces`).
+        with _released_lock:      # Of _call, or of the last claim held (`replaces`).
+            self._incarnation = _released_claims.get(self._key, 0)
         self._released = False
 
     @property
@@ -317,6 +326,8 @@ class RankClaim:
             if self._call is not None:
                 self._call.cancel()
                 self._call = None
+                with _released_lock:
+                    _released_claims[self._key] = self._incarnation
 
     def _claim_locked(self):
         if self._call is not None:
