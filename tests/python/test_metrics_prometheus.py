@@ -142,7 +142,7 @@ def test_prometheus_scrapes_the_job_series_with_their_values():
                 client.get_job("missing")
         # A trainer process's claim of its rank, held while Prometheus scrapes.
         holder = samplerd.Client(server.address)
-        holder.claim_rank("prom", 1, world)
+        claim = holder.claim_rank("prom", 1, world)
 
         job = {("job_name", "prom")}
         sampler = {("service", "samplerd.v1.Sampler")}

@@ -840,7 +840,8 @@ class Client:
 
         Raises:
             InvalidArgument: rank outside [0, world_size), start_offset beyond the shard.
-            FailedPrecondition: world size or deal mismatch, epoch closed or not yet reachable.
+            FailedPrecondition: world size or deal mismatch, epoch closed or not yet reachable;
+                another live process holds the rank (without its claim, or claiming it).
             DeadlineExceeded: no data within `timeout` (e.g. the plan is not ready).
             NotFound, Unavailable.
             SamplerError: CANCELLED when the client is closed while streaming.
@@ -931,7 +932,8 @@ class Client:
                 floating-point indices, index out of range, a position outside the shard or an
                 index not served at its position (named, here or on the server); nothing of the
                 batch is applied.
-            FailedPrecondition: the epoch is not open yet; the deal was replaced by a resize.
+            FailedPrecondition: the epoch is not open yet; the deal was replaced by a resize;
+                another live process holds the rank (see stream_shard's `claim`).
             NotFound, Unavailable, DataLoss (see report_loss_batches).
         """
         idx, los = check_loss_batch(indices, losses, num_samples)
@@ -973,7 +975,8 @@ class Client:
             EndEpochResponse (ranks_ended, epoch_closed).
         Raises:
             InvalidArgument: rank >= world_size.
-            FailedPrecondition: `epoch` is not the current epoch; the deal was replaced.
+            FailedPrecondition: `epoch` is not the current epoch; the deal was replaced;
+                another live process holds the rank (see stream_shard's `claim`).
             NotFound, Unavailable.
         """
         return self._call(self._stub.EndEpoch,
