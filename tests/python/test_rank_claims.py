@@ -197,3 +197,47 @@ def test_a_graceful_shutdown_ends_the_claims_at_once(tmp_path):
             assert server.proc.wait(timeout=30) == 0
     finally:
         server.kill()
+
+
+def test_a_silently_lost_connection_claims_again_in_place_of_its_own_old_claim(server, tmp_path):
+    """The flow of a trainer's connection is lost without a reset (a NAT or load balancer forgot
+    it: tcp_proxy.py frozen). The client's keepalive drops the connection within ~15 s; the
+    server still counts the old claim (its own keepalive takes ~30 s). The sampler claims again
+    on a new connection naming its old incarnation as replaced, so it is not refused as a
+    second process, and continues; the old claim no longer holds the rank."""
+    backend = tmp_path / "backend"
+    backend.write_text(server.address)
+    proxy = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__),
+                                                           "tcp_proxy.py"),
+                              "--listen=127.0.0.1:0", f"--backend_file={backend}"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        line = proxy.stdout.readline()
+        assert line.startswith("proxy listening on "), line
+        via_proxy = line.split()[-1]
+        with samplerd.Client(server.address) as admin:
+            admin.create_job("lost", num_samples=200, world_size=1, seed=9, loss="loss")
+            sampler = DistributedWeightedSampler(via_proxy, "lost", rank=0, world_size=1,
+                                                 report_batch_size=10)
+            it = iter(sampler)
+            got = [next(it) for _ in range(50)]
+            sampler.report(got, np.ones(50))
+            sampler.flush()
+            old = sampler._claim.incarnation()
+            proxy.send_signal(signal.SIGUSR1)  # Every open flow frozen, new ones served.
+            got += [next(it) for _ in range(50)]
+            sampler.report(got[50:], np.ones(50))
+            sampler.flush()  # Sent again on a new connection once the keepalive dropped the old.
+            new = sampler._claim.incarnation()
+            assert new != old
+            assert sampler.last_summary["accepted"] == 100
+            assert admin.status("lost").ranks[0].losses_accepted == 100
+            try:
+                admin.claim_rank("lost", 0, 1)
+                raise AssertionError("a second claim of rank 0 was accepted")
+            except samplerd.FailedPrecondition as e:
+                assert f"(incarnation {new}," in e.message, e.message  # Only the new one holds.
+            sampler.close()
+    finally:
+        proxy.kill()
+        proxy.wait(timeout=30)
