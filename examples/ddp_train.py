@@ -114,7 +114,7 @@ def drawn_class_weights(client, job, epoch, world, y):
     already streamed leaves the server's progress counters as they are)."""
     idx, w = [], []
     for r in range(world):
-        for c in client.stream_shard(job, epoch, r, world, with_is_weights=True):
+        for c in client.stream_shard(job, epoch, r, world, with_is_weights=True, observe=True):
             idx.append(c.indices)
             w.append(1.0 / c.is_weights.astype(np.float64))
     idx, w = np.concatenate(idx), np.concatenate(w)
@@ -186,7 +186,7 @@ def train_samplerd(cfg, rank, world, x, y, x_test, y_test):
     final = {}
     if rank == 0:
         chunks = list(status_client.stream_shard(job, cfg["epochs"], 0, world,
-                                                 with_is_weights=True))
+                                                 with_is_weights=True, observe=True))
         idx = np.concatenate([c.indices for c in chunks])
         w = 1.0 / np.concatenate([c.is_weights for c in chunks])
         with torch.no_grad():

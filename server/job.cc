@@ -68,6 +68,8 @@ Job::Job(std::string name, JobConfig config, ComputeBackend* backend,
       backend_(backend),
       history_(std::move(history)),
       planner_(config_, backend_),
+      // From the clock: incarnations issued before a restart are not issued again after it.
+      claims_(name_, static_cast<uint64_t>(std::max<int64_t>(absl::ToUnixMicros(absl::Now()), 1))),
       deal_(name_, config_.shard, config_.plan.samples_per_epoch) {}
 
 absl::Status Job::MakeLossStats() {
@@ -85,10 +87,21 @@ Job::~Job() { Close(absl::NotFoundError(absl::StrCat("job '", name_, "' was dele
 void Job::Close(absl::Status reason) {
   {
     absl::MutexLock lock(&mu_);
-    if (CloseReason().ok()) Enter(Closed{std::move(reason)});
+    if (CloseReason().ok()) Enter(Closed{reason});
   }
+  claims_.Close(reason);
   // A planner task finishing now finds the job closed and publishes nothing.
   planner_.Stop();
+}
+
+absl::StatusOr<uint64_t> Job::ClaimRank(uint32_t rank, uint32_t world_size, bool peer,
+                                        RankClaims::Ended ended, uint64_t replaces) {
+  if (absl::Status s = CheckRank(ShardSpec{world_size}, rank); !s.ok()) return Named(s);
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = CloseReason(); !s.ok()) return s;
+  if (absl::Status s = deal_.CheckWorldSize(epoch_, world_size); !s.ok()) return s;
+  // Under mu_: a Close after this point ends the claim (RankClaims::Close) or refuses it.
+  return claims_.Claim(rank, peer, std::move(ended), replaces);
 }
 
 absl::Status Job::Sync() { return history_->Sync(); }

@@ -83,6 +83,7 @@
 #include "server/job_phase.h"
 #include "server/loss_batch.h"
 #include "server/persistence/job_journal.h"
+#include "server/rank_claims.h"
 
 namespace samplerd {
 
@@ -223,9 +224,23 @@ class Job {
   // Deletes the persisted state (after Close; the job was deleted). No-op without a journal.
   absl::Status RemovePersistedState();
 
-  // Wakes every waiter with `reason` (UNAVAILABLE for shutdown, NOT_FOUND for deletion) and
-  // refuses further calls; waits for a background plan to finish.
+  // Wakes every waiter with `reason` (UNAVAILABLE for shutdown, NOT_FOUND for deletion), ends
+  // every rank claim with it and refuses further calls; waits for a background plan to finish.
   void Close(absl::Status reason) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // ---- Rank claims (proto ClaimRank; the rule is rank_claims.h's; in memory only).
+
+  // Claims `rank` for a caller of a group of `world_size` ranks; returns the incarnation.
+  // INVALID_ARGUMENT for a rank outside the world; FAILED_PRECONDITION if `world_size` is not
+  // the current deal's, or the rank is held by an incompatible live claimant; the close reason
+  // once closed. `ended` runs (once, with the reason) if the job is closed while the claim is
+  // held; the caller releases it (claims().Release) when its call ends. `replaces`: see
+  // RankClaims::Claim.
+  absl::StatusOr<uint64_t> ClaimRank(uint32_t rank, uint32_t world_size, bool peer,
+                                     RankClaims::Ended ended, uint64_t replaces = 0)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Check and Release of the job's claims. Thread-safe on its own; never takes mu_.
+  RankClaims& claims() { return claims_; }
 
  private:
   Job(std::string name, JobConfig config, ComputeBackend* backend,
@@ -321,6 +336,8 @@ class Job {
   const std::unique_ptr<EpochHistory> history_;
   // Thread-safe on its own; never called with mu_ held (its `done` callbacks take mu_).
   EpochPlanner planner_;
+  // Thread-safe on its own; its lock is taken after mu_ (ClaimRank), never before it.
+  RankClaims claims_;
 
   mutable absl::Mutex mu_;
   JobPhase phase_ ABSL_GUARDED_BY(mu_);  // Changed by Enter only.

@@ -19,8 +19,9 @@ namespace {
 
 // The methods' names, in SamplerService::Method order (checked against the .proto).
 constexpr const char* kMethodNames[SamplerService::kMethodCount] = {
-    "CreateJob",     "GetJob",       "ListJobs",    "DeleteJob",    "RewindJob", "ResizeJob",
-    "UploadWeights", "UploadLabels", "StreamShard", "ReportLosses", "EndEpoch",  "GetJobStatus"};
+    "CreateJob", "GetJob",        "ListJobs",     "DeleteJob",   "RewindJob",
+    "ResizeJob", "UploadWeights", "UploadLabels", "StreamShard", "ReportLosses",
+    "EndEpoch",  "GetJobStatus",  "ClaimRank"};
 
 const google::protobuf::ServiceDescriptor& SamplerDescriptor() {
   const google::protobuf::ServiceDescriptor* service =
@@ -180,7 +181,9 @@ class LossStream {
     view.consecutive = batch_.has_first_position();
     view.first_position = batch_.first_position();
     const v1::LossReportSummary before = *response_;
-    if (absl::Status s = job_->ReportLosses(view, response_); !s.ok()) {
+    absl::Status s = job_->claims().Check(batch_.rank(), batch_.incarnation());
+    if (s.ok()) s = job_->ReportLosses(view, response_);
+    if (!s.ok()) {
       if (absl::Status synced = Sync(); !synced.ok()) return ToGrpcStatus(synced);
       return Failed(s);
     }
@@ -231,6 +234,12 @@ absl::Status CheckStreamShardRequest(const v1::StreamShardRequest& request) {
         absl::StrCat("max_chunk_size = ", request.max_chunk_size(), ": must be <= ", max_chunk));
   }
   return absl::OkStatus();
+}
+
+// Whether the caller may read the shard: an observer always; a reader by its rank's claim.
+absl::Status CheckShardClaim(Job& job, const v1::StreamShardRequest& request) {
+  if (request.observe()) return absl::OkStatus();
+  return job.claims().Check(request.rank(), request.incarnation());
 }
 
 // The chunks of one StreamShard call, once its shard is acquired: at least one (an empty shard
@@ -491,7 +500,7 @@ class SamplerService::ShardStreamReactor final : public grpc::ServerWriteReactor
     absl::StatusOr<std::shared_ptr<Job>> job = service_->registry_->Get(request_.job());
     if (!job.ok()) return job.status();
     job_ = *std::move(job);
-    return absl::OkStatus();
+    return CheckShardClaim(*job_, request_);
   }
 
   // On the WorkPool: the shard if its epoch is settled (then the first chunk), else a callback
@@ -607,6 +616,111 @@ class SamplerService::ShardStreamReactor final : public grpc::ServerWriteReactor
   std::shared_ptr<ShardStreamReactor> self_;  // Until OnDone.
 };
 
+// ---- ClaimRank's reactor. The claim is taken on gRPC's thread (it only takes locks), its one
+// RankClaim written, and then the call stays open with nothing pending: it costs this object,
+// no thread. It ends, releasing the claim, when gRPC cancels it (the client cancelled, its
+// connection closed or its keepalive failed: OnCancel), or when the job is closed (deleted:
+// NOT_FOUND; shutting down: UNAVAILABLE), through the callback RankClaims holds.
+//
+// Owned by itself (self_) until OnDone, and by that callback while the claim is held.
+class SamplerService::ClaimReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+ public:
+  static ClaimReactor* Start(SamplerService* service, grpc::CallbackServerContext* context,
+                             const grpc::ByteBuffer* raw) {
+    service->BeginCall(kClaimRank);
+    std::shared_ptr<ClaimReactor> reactor(new ClaimReactor(service));
+    reactor->self_ = reactor;
+    if (absl::Status s = reactor->Claim(*context, *raw); !s.ok()) reactor->End(ToGrpcStatus(s));
+    return reactor.get();
+  }
+
+  void OnWriteDone(bool ok) override {
+    // Written: hold the call open. Not written: the client went away already.
+    if (!ok) End(grpc::Status(grpc::StatusCode::CANCELLED, "the client went away"));
+  }
+
+  void OnCancel() override {
+    End(grpc::Status(grpc::StatusCode::CANCELLED, "the claim's call was cancelled"));
+  }
+
+  void OnDone() override {
+    Release();  // Whatever ended the call.
+    SamplerService* const service = service_;
+    std::shared_ptr<ClaimReactor> last = std::move(self_);
+    last.reset();  // `this` may be gone from here on.
+    service->EndCall(kClaimRank);
+  }
+
+ private:
+  explicit ClaimReactor(SamplerService* service) : service_(service) {}
+
+  // Parses and checks the request, claims the rank and writes the RankClaim.
+  absl::Status Claim(const grpc::CallbackServerContext& context, const grpc::ByteBuffer& raw) {
+    absl::StatusOr<Caller> caller = service_->CallerOf(context);
+    if (!caller.ok()) return caller.status();
+    v1::ClaimRankRequest request;
+    if (absl::Status s = ParseRequest(raw, &request); !s.ok()) return s;
+    if (absl::Status s = service_->access_[kClaimRank]->Check(*caller, request); !s.ok()) {
+      return s;
+    }
+    const uint32_t max_world = v1::MAX_WORLD_SIZE;
+    if (request.world_size() < 1 || request.world_size() > max_world) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("world_size = ", request.world_size(), ": must be in [1, ", max_world, "]"));
+    }
+    absl::StatusOr<std::shared_ptr<Job>> job = service_->registry_->Get(request.job());
+    if (!job.ok()) return job.status();
+    // Under mu_ until the RankClaim is written: a job closed meanwhile runs the callback, whose
+    // End then waits here, and finishes the call after the write was started.
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<uint64_t> incarnation = (*job)->ClaimRank(
+        request.rank(), request.world_size(), request.peer(),
+        [reactor = self_](const absl::Status& reason) { reactor->End(ToGrpcStatus(reason)); },
+        request.replaces());
+    if (!incarnation.ok()) return incarnation.status();
+    job_ = *std::move(job);
+    rank_ = request.rank();
+    incarnation_ = *incarnation;
+    v1::RankClaim claim;
+    claim.set_incarnation(*incarnation);
+    claim.set_rank(request.rank());
+    claim.set_peer(request.peer());
+    if (grpc::Status s = Serialize(claim, &wire_); !s.ok()) return FromGrpcStatus(s);
+    StartWrite(&wire_);
+    return absl::OkStatus();
+  }
+
+  void Release() ABSL_LOCKS_EXCLUDED(mu_) {
+    std::shared_ptr<Job> job;
+    uint32_t rank = 0;
+    uint64_t incarnation = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      job = std::move(job_);
+      rank = rank_;
+      incarnation = std::exchange(incarnation_, 0);
+    }
+    if (job != nullptr && incarnation != 0) job->claims().Release(rank, incarnation);
+  }
+
+  void End(const grpc::Status& status) ABSL_LOCKS_EXCLUDED(mu_) {
+    Release();  // At once: the rank is free before the client learns the call ended.
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+    finished_ = true;
+    Finish(status);
+  }
+
+  SamplerService* const service_;
+  grpc::ByteBuffer wire_;  // The RankClaim.
+  absl::Mutex mu_;
+  std::shared_ptr<Job> job_ ABSL_GUARDED_BY(mu_);
+  uint32_t rank_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t incarnation_ ABSL_GUARDED_BY(mu_) = 0;  // 0: no claim held.
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  std::shared_ptr<ClaimReactor> self_;  // Until OnDone.
+};
+
 // ---- The service.
 
 SamplerService::SamplerService(JobRegistry* registry, ComputeBackend* backend,
@@ -636,6 +750,17 @@ SamplerService::SamplerService(JobRegistry* registry, ComputeBackend* backend,
         std::vector<metrics::GaugeSample> samples;
         for (int m = 0; m < kMethodCount; ++m) {
           samples.push_back({{kMethodNames[m]}, static_cast<double>(waiting_[m].load())});
+        }
+        return samples;
+      });
+  metrics->AddGaugeCallback(
+      "samplerd_rank_claims",
+      "Rank claims held now (open ClaimRank calls: one per trainer process that claimed its "
+      "rank, peers each), by job.",
+      {"job_name"}, [this] {
+        std::vector<metrics::GaugeSample> samples;
+        for (const auto& job : registry_->List()) {
+          samples.push_back({{job->name()}, static_cast<double>(job->claims().open())});
         }
         return samples;
       });
@@ -829,6 +954,11 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* SamplerService::StreamShard(
   return ShardStreamReactor::Start(this, context, request);
 }
 
+grpc::ServerWriteReactor<grpc::ByteBuffer>* SamplerService::ClaimRank(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
+  return ClaimReactor::Start(this, context, request);
+}
+
 // ---- The network-free cores.
 
 grpc::Status SamplerService::UploadWeightsImpl(
@@ -864,6 +994,7 @@ grpc::Status SamplerService::StreamShardImpl(const v1::StreamShardRequest& reque
   if (absl::Status s = CheckStreamShardRequest(request); !s.ok()) return ToGrpcStatus(s);
   absl::StatusOr<std::shared_ptr<Job>> job = registry_->Get(request.job());
   if (!job.ok()) return ToGrpcStatus(job.status());
+  if (absl::Status s = CheckShardClaim(**job, request); !s.ok()) return ToGrpcStatus(s);
   absl::StatusOr<ShardLease> lease = (*job)->AcquireShard(
       request.epoch(), request.deal(), request.rank(), request.world_size(), deadline, cancelled);
   if (!lease.ok()) return ToGrpcStatus(lease.status());
@@ -953,6 +1084,9 @@ grpc::Status SamplerService::DoEndEpoch(absl::Time, const v1::EndEpochRequest& r
                                         v1::EndEpochResponse* response) {
   absl::StatusOr<std::shared_ptr<Job>> job = registry_->Get(request.job());
   if (!job.ok()) return ToGrpcStatus(job.status());
+  if (absl::Status s = (*job)->claims().Check(request.rank(), request.incarnation()); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
   absl::StatusOr<v1::EndEpochResponse> r =
       (*job)->EndEpoch(request.epoch(), request.deal(), request.rank());
   if (!r.ok()) return ToGrpcStatus(r.status());

@@ -4,7 +4,7 @@
 // Server::Shutdown waits for them), the budget of the bytes that open StreamShard calls buffer,
 // and the WorkPool that runs the calls' blocking work.
 //
-// All twelve methods of samplerd.v1.Sampler are served with gRPC's callback API, through the
+// All thirteen methods of samplerd.v1.Sampler are served with gRPC's callback API, through the
 // generated service's raw methods (v1::Sampler::WithRawCallbackMethod_*): requests arrive as
 // grpc::ByteBuffer and are parsed with server/raw_request.h, so that a request that does not
 // parse is INVALID_ARGUMENT with a message (see raw_request.h for what gRPC's generated handlers
@@ -14,7 +14,9 @@
 // a callback registered with the job (Job::OnEpochSettled), a client stream between two messages
 // and a shard stream waiting for its reader's flow control are pending reads and writes. So the
 // ranks waiting at an epoch boundary cost memory, not threads, and the EndEpoch calls that open
-// the next epoch always run (a thread per waiting call ran out at ~1,000 ranks: issue 22). Work
+// the next epoch always run (a thread per waiting call ran out at ~1,000 ranks: issue 22); an
+// open ClaimRank call (a rank's claim, held for a trainer's life) is a reactor with nothing
+// pending, ended by its cancellation or by the job's close (RankClaims::Close). Work
 // that blocks (planning an upload, a rewind or a resize, creating and deleting jobs, a loss batch
 // applied, the disk syncs of EndEpoch and ReportLosses, extracting a shard's chunk) runs on the
 // WorkPool (at most `max_handler_threads`); the cheap reads (GetJob, ListJobs, GetJobStatus) run
@@ -67,7 +69,8 @@ using SamplerCallbackServiceBase = v1::Sampler::WithRawCallbackMethod_CreateJob<
                             v1::Sampler::WithRawCallbackMethod_ReportLosses<
                                 v1::Sampler::WithRawCallbackMethod_EndEpoch<
                                     v1::Sampler::WithRawCallbackMethod_GetJobStatus<
-                                        v1::Sampler::Service>>>>>>>>>>>>;
+                                        v1::Sampler::WithRawCallbackMethod_ClaimRank<
+                                            v1::Sampler::Service>>>>>>>>>>>>>;
 
 // Default of --max_server_threads / Options::max_server_threads: the WorkPool's threads.
 inline constexpr int kDefaultMaxHandlerThreads = 1024;
@@ -122,6 +125,8 @@ class SamplerService final : public SamplerCallbackServiceBase {
   grpc::ServerUnaryReactor* GetJobStatus(grpc::CallbackServerContext* context,
                                          const grpc::ByteBuffer* request,
                                          grpc::ByteBuffer* response) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* ClaimRank(grpc::CallbackServerContext* context,
+                                                        const grpc::ByteBuffer* request) override;
 
   // ---- Network-free cores of the streaming methods, run on the caller's thread. Client
   // streams read raw messages and parse them one by one: a message that does not parse ends
@@ -188,6 +193,7 @@ class SamplerService final : public SamplerCallbackServiceBase {
     kReportLosses,
     kEndEpoch,
     kGetJobStatus,
+    kClaimRank,
     kMethodCount
   };
   // Calls of `method` waiting now without a thread: StreamShard for its epoch's plan, and any
@@ -199,6 +205,7 @@ class SamplerService final : public SamplerCallbackServiceBase {
   template <typename Stream>
   class ClientStreamReactor;
   class ShardStreamReactor;
+  class ClaimReactor;
 
   // A call held by the service (counted from its arrival until its status is sent).
   void BeginCall(Method method) ABSL_LOCKS_EXCLUDED(calls_mu_);

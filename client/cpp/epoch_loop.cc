@@ -59,7 +59,12 @@ absl::StatusOr<std::unique_ptr<EpochLoop>> EpochLoop::Create(std::shared_ptr<Sam
     return absl::InvalidArgumentError(
         "device_stream is set but device_indices = null: set both for device delivery");
   }
+  // First: a second live process of this rank stops here, before anything is streamed to it.
+  absl::StatusOr<std::unique_ptr<RankClaim>> claim =
+      RankClaim::Create(client, job, rank, world_size, options.peer);
+  if (!claim.ok()) return claim.status();
   ShardReaderOptions reader_options;
+  reader_options.claim = claim->get();
   reader_options.job = job;
   reader_options.rank = rank;
   reader_options.world_size = world_size;
@@ -73,25 +78,30 @@ absl::StatusOr<std::unique_ptr<EpochLoop>> EpochLoop::Create(std::shared_ptr<Sam
   // first rank breaking the contract (resize before the ranks create their loops).
   absl::StatusOr<v1::Job> described = client->GetJob(job);
   if (!described.ok()) return described.status();
+  LossReporterOptions reporter_options = options.reporter;
+  reporter_options.claim = claim->get();
   absl::StatusOr<std::unique_ptr<LossReporter>> reporter =
-      LossReporter::Create(client.get(), job, rank, world_size, options.reporter);
+      LossReporter::Create(client.get(), job, rank, world_size, reporter_options);
   if (!reporter.ok()) return reporter.status();
-  return absl::WrapUnique(new EpochLoop(std::move(client), std::move(options), *std::move(reader),
-                                        *std::move(reporter), described->current_epoch(),
-                                        described->deal()));
+  return absl::WrapUnique(new EpochLoop(std::move(client), std::move(options), *std::move(claim),
+                                        *std::move(reader), *std::move(reporter),
+                                        described->current_epoch(), described->deal()));
 }
 
 EpochLoop::EpochLoop(std::shared_ptr<SamplerClient> client, EpochLoopOptions options,
-                     std::unique_ptr<ShardReader> reader, std::unique_ptr<LossReporter> reporter,
-                     uint64_t dealt_epoch, uint32_t dealt_deal)
+                     std::unique_ptr<RankClaim> claim, std::unique_ptr<ShardReader> reader,
+                     std::unique_ptr<LossReporter> reporter, uint64_t dealt_epoch,
+                     uint32_t dealt_deal)
     : client_(std::move(client)),
       options_(std::move(options)),
+      claim_(std::move(claim)),
       reader_(std::move(reader)),
       reporter_(std::move(reporter)),
       dealt_epoch_(dealt_epoch),
       dealt_deal_(dealt_deal) {}
 
-// Members go in reverse order: the reporter closes (flushing) before the reader stops.
+// Members go in reverse order: the reporter closes (flushing) before the reader stops, and the
+// claim is released last.
 EpochLoop::~EpochLoop() = default;
 
 ReaderPosition EpochLoop::StartOf(uint64_t epoch) const {
@@ -223,7 +233,7 @@ absl::Status EpochLoop::ReadShard(const Step& step, const ShardEndHook& on_shard
   }
   const ShardReaderOptions& o = reader_->options();
   absl::StatusOr<v1::EndEpochResponse> ended =
-      client_->EndEpoch(o.job, end.epoch, o.rank, end.deal);
+      client_->EndEpoch(o.job, end.epoch, o.rank, end.deal, claim_.get());
   if (!ended.ok()) return Annotate(ended.status(), "EndEpoch");
   return absl::OkStatus();
 }

@@ -64,8 +64,16 @@
 // concurrently (Checkpoint may be called from inside the step, which runs on that thread). Each
 // rank has its own loop; loops of several ranks may share one SamplerClient.
 //
-// Ownership: the loop keeps `client` alive (shared) and owns its reader and reporter; the
-// destructor stops the reader and closes the reporter (flushing what was reported).
+// Rank claims: Create claims the rank on the server (RankClaim, client/cpp/rank_claim.h) and the
+// loop holds the claim until it is destroyed; its reader, reporter and EndEpoch calls carry it. A
+// second live process whose loop claims the same rank gets FAILED_PRECONDITION from Create,
+// naming the job, the rank and the holder, before anything is streamed to it; a process that
+// dies releases its claim with its connection, so its replacement is accepted at once.
+// Tensor/pipeline peers of one data-parallel rank set EpochLoopOptions::peer.
+//
+// Ownership: the loop keeps `client` alive (shared) and owns its claim, reader and reporter; the
+// destructor stops the reader, closes the reporter (flushing what was reported), then releases
+// the claim.
 #ifndef SAMPLERD_CLIENT_CPP_EPOCH_LOOP_H_
 #define SAMPLERD_CLIENT_CPP_EPOCH_LOOP_H_
 
@@ -81,6 +89,7 @@
 #include "absl/types/span.h"
 #include "client/cpp/device_port.h"  // DeviceStream: cudaStream_t, without the CUDA headers.
 #include "client/cpp/loss_reporter.h"
+#include "client/cpp/rank_claim.h"
 #include "client/cpp/reader_position.h"
 #include "client/cpp/resume_check.h"
 #include "client/cpp/sampler_client.h"
@@ -102,8 +111,12 @@ struct EpochLoopOptions {
   size_t queue_capacity = ShardReaderOptions().queue_capacity;
   uint32_t max_chunk_size = ShardReaderOptions().max_chunk_size;
   int device_staging_slots = ShardReaderOptions().device_staging_slots;
-  // The loss reporter's buffers and batching.
+  // The loss reporter's buffers and batching (its `claim` is the loop's own).
   LossReporterOptions reporter;
+  // This process is one of several tensor/pipeline/context-parallel peers of one data-parallel
+  // rank, which read the same shard: every peer sets it, and they hold the rank together (see
+  // "Rank claims" above).
+  bool peer = false;
 };
 
 // One batch handed to the step: `indices` are this rank's shard positions
@@ -165,9 +178,10 @@ class EpochLoop {
   // EndEpoch.
   using ShardEndHook = std::function<absl::Status(const ShardEnd& end)>;
 
-  // A loop for data-parallel rank `rank` of `world_size` on `job`. Contacts the server (GetJob,
-  // and LossReporter::Create). INVALID_ARGUMENT naming the field and its value: null client,
-  // batch_size 0 or above queue_capacity, a device_stream without device_indices (a null
+  // A loop for data-parallel rank `rank` of `world_size` on `job`. Contacts the server (claims
+  // the rank, GetJob, and LossReporter::Create): FAILED_PRECONDITION if another live process
+  // holds the rank (see "Rank claims" above). INVALID_ARGUMENT naming the field and its value: null
+  // client, batch_size 0 or above queue_capacity, a device_stream without device_indices (a null
   // device_stream with device_indices is the default stream), and what ShardReader::Create and
   // LossReporter::Create refuse (empty job, rank >= world_size, their options).
   static absl::StatusOr<std::unique_ptr<EpochLoop>> Create(std::shared_ptr<SamplerClient> client,
@@ -205,8 +219,8 @@ class EpochLoop {
 
  private:
   EpochLoop(std::shared_ptr<SamplerClient> client, EpochLoopOptions options,
-            std::unique_ptr<ShardReader> reader, std::unique_ptr<LossReporter> reporter,
-            uint64_t dealt_epoch, uint32_t dealt_deal);
+            std::unique_ptr<RankClaim> claim, std::unique_ptr<ShardReader> reader,
+            std::unique_ptr<LossReporter> reporter, uint64_t dealt_epoch, uint32_t dealt_deal);
 
   // Position 0 of `epoch` in the deal the loop reads it in.
   ReaderPosition StartOf(uint64_t epoch) const;
@@ -225,6 +239,8 @@ class EpochLoop {
 
   const std::shared_ptr<SamplerClient> client_;
   const EpochLoopOptions options_;
+  // Before the reader and the reporter, which use it: destroyed after them.
+  const std::unique_ptr<RankClaim> claim_;
   const std::unique_ptr<ShardReader> reader_;
   const std::unique_ptr<LossReporter> reporter_;
   // The reader's (job, rank, world_size) are the loop's: reader_->options().

@@ -286,7 +286,9 @@ class LossReporter::Impl {
       if (stream.empty()) continue;
       // Retried whole by the client on UNAVAILABLE: the positions make a resent batch count as
       // duplicates where its first send was applied.
-      absl::StatusOr<v1::LossReportSummary> summary = client_->ReportLosses(stream);
+      absl::StatusOr<v1::LossReportSummary> summary =
+          options_.claim != nullptr ? client_->ReportLosses(absl::MakeSpan(stream), options_.claim)
+                                    : client_->ReportLosses(stream);
       // Acknowledged batches keep their arrays for the next ones (Clear keeps the repeated
       // fields' capacity): in the steady state a Report neither allocates nor faults in fresh
       // pages, it copies. Whatever is freed is freed outside mu_, off the Reports' path.

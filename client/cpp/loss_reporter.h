@@ -90,6 +90,10 @@ struct LossReporterOptions {
   // filled with at most max_buffered_pairs pairs.
   size_t device_slots = 4;
   size_t device_slot_pairs = size_t{1} << 16;
+  // The rank's claim (client/cpp/rank_claim.h; must outlive the reporter), whose incarnation
+  // every batch carries; null: batches are refused (FAILED_PRECONDITION) while another process
+  // holds the rank. EpochLoop sets it.
+  ClaimSource* claim = nullptr;
 };
 
 // What the server's summaries said about the pairs sent so far (LossReportSummary).

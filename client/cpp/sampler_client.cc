@@ -233,12 +233,27 @@ void SamplerClient::PrepareContext(grpc::ClientContext* context) const {
 
 absl::Status SamplerClient::WithRetries(
     const std::function<grpc::Status(grpc::ClientContext*)>& call) {
-  RetrySchedule retries(options_);
-  for (;;) {
+  return Retry([&](uint64_t) {
     grpc::ClientContext context;
     PrepareContext(&context);
-    grpc::Status status = call(&context);
-    if (!Retryable(status)) return FromGrpcStatus(status);
+    return call(&context);
+  });
+}
+
+absl::Status SamplerClient::Retry(const std::function<grpc::Status(uint64_t incarnation)>& attempt,
+                                  ClaimSource* claim) {
+  RetrySchedule retries(options_);
+  for (;;) {
+    uint64_t incarnation = 0;
+    if (claim != nullptr) {
+      absl::StatusOr<uint64_t> claimed = claim->Incarnation();
+      if (!claimed.ok()) return claimed.status();
+      incarnation = *claimed;
+    }
+    grpc::Status status = attempt(incarnation);
+    const bool aborted = claim != nullptr && status.error_code() == grpc::StatusCode::ABORTED;
+    if (!Retryable(status) && !aborted) return FromGrpcStatus(status);
+    if (aborted) claim->Renew(incarnation);
     std::optional<absl::Duration> backoff = retries.Next();
     if (!backoff.has_value()) {
       absl::Status error = FromGrpcStatus(status);
@@ -351,15 +366,22 @@ absl::StatusOr<v1::JobStatus> SamplerClient::GetJobStatus(const std::string& nam
 }
 
 absl::StatusOr<v1::EndEpochResponse> SamplerClient::EndEpoch(const std::string& job, uint64_t epoch,
-                                                             uint32_t rank, uint32_t deal) {
+                                                             uint32_t rank, uint32_t deal,
+                                                             ClaimSource* claim) {
   v1::EndEpochRequest request;
   request.set_job(job);
   request.set_epoch(epoch);
   request.set_rank(rank);
   request.set_deal(deal);
   v1::EndEpochResponse response;
-  absl::Status s =
-      WithRetries([&](grpc::ClientContext* c) { return stub_->EndEpoch(c, request, &response); });
+  absl::Status s = Retry(
+      [&](uint64_t incarnation) {
+        request.set_incarnation(incarnation);
+        grpc::ClientContext context;
+        PrepareContext(&context);
+        return stub_->EndEpoch(&context, request, &response);
+      },
+      claim);
   if (!s.ok()) return s;
   return response;
 }
@@ -440,6 +462,7 @@ absl::Status SamplerClient::StreamShard(
   StreamCancellation* const cancellation = stream_options.cancellation;
   const absl::Status cancelled = absl::CancelledError("the shard stream was cancelled");
   uint64_t next = stream_options.start_offset;  // First shard position not yet delivered.
+  ClaimSource* const claim = stream_options.claim;
   RetrySchedule retries(options_);
   // The stream's error, naming the shard and where it stopped.
   const auto failed = [&](absl::StatusCode code, absl::string_view message) {
@@ -457,6 +480,15 @@ absl::Status SamplerClient::StreamShard(
     request.set_deal(stream_options.deal);
     request.set_with_is_weights(stream_options.with_is_weights);
     request.set_max_chunk_size(stream_options.max_chunk_size);
+    request.set_observe(stream_options.observe);
+    if (claim != nullptr) {
+      absl::StatusOr<uint64_t> incarnation = claim->Incarnation();
+      if (!incarnation.ok()) {
+        return failed(incarnation.status().code(),
+                      absl::StrCat("claiming the rank: ", incarnation.status().message()));
+      }
+      request.set_incarnation(*incarnation);
+    }
     grpc::ClientContext context;
     PrepareContext(&context);
     if (cancellation != nullptr && !cancellation->Attach(&context)) return cancelled;
@@ -503,7 +535,9 @@ absl::Status SamplerClient::StreamShard(
     if (status.ok() || finished) return absl::OkStatus();
     if (cancellation != nullptr && cancellation->cancelled()) return cancelled;
     std::optional<absl::Duration> backoff;
-    if (Retryable(status)) backoff = retries.Next();
+    const bool aborted = claim != nullptr && status.error_code() == grpc::StatusCode::ABORTED;
+    if (aborted) claim->Renew(request.incarnation());
+    if (Retryable(status) || aborted) backoff = retries.Next();
     if (!backoff.has_value()) {
       const absl::Status error = FromGrpcStatus(status);
       return failed(error.code(), error.message());
@@ -529,20 +563,44 @@ absl::StatusOr<std::vector<uint64_t>> SamplerClient::ReadShard(const std::string
 
 absl::StatusOr<v1::LossReportSummary> SamplerClient::ReportLosses(
     absl::Span<const v1::LossBatch> batches) {
+  return SendLosses(
+      batches.size(), [&](size_t k, uint64_t) -> const v1::LossBatch& { return batches[k]; },
+      nullptr);
+}
+
+absl::StatusOr<v1::LossReportSummary> SamplerClient::ReportLosses(absl::Span<v1::LossBatch> batches,
+                                                                  ClaimSource* claim) {
+  return SendLosses(
+      batches.size(),
+      [&](size_t k, uint64_t incarnation) -> const v1::LossBatch& {
+        batches[k].set_incarnation(incarnation);
+        return batches[k];
+      },
+      claim);
+}
+
+absl::StatusOr<v1::LossReportSummary> SamplerClient::SendLosses(
+    size_t count, const std::function<const v1::LossBatch&(size_t, uint64_t)>& batch,
+    ClaimSource* claim) {
   v1::LossReportSummary summary;
-  // Retrying the whole stream is safe: the server drops batches it already applied (by seq).
-  absl::Status s = WithRetries([&](grpc::ClientContext* c) {
-    summary.Clear();
-    std::unique_ptr<grpc::ClientWriter<v1::LossBatch>> writer = stub_->ReportLosses(c, &summary);
-    for (const v1::LossBatch& batch : batches) {
-      if (!writer->Write(batch)) break;
-    }
-    writer->WritesDone();
-    return writer->Finish();
-  });
+  // Retrying the whole stream is safe: the server counts positions it already applied as
+  // duplicates.
+  absl::Status s = Retry(
+      [&](uint64_t incarnation) {
+        summary.Clear();
+        grpc::ClientContext context;
+        PrepareContext(&context);
+        std::unique_ptr<grpc::ClientWriter<v1::LossBatch>> writer =
+            stub_->ReportLosses(&context, &summary);
+        for (size_t k = 0; k < count; ++k) {
+          if (!writer->Write(batch(k, incarnation))) break;
+        }
+        writer->WritesDone();
+        return writer->Finish();
+      },
+      claim);
   if (!s.ok()) return s;
-  if (absl::Status counted = CheckCount("loss batches", summary.batches(), batches.size());
-      !counted.ok()) {
+  if (absl::Status counted = CheckCount("loss batches", summary.batches(), count); !counted.ok()) {
     return counted;
   }
   return summary;

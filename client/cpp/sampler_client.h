@@ -115,6 +115,21 @@ class StreamCancellation {
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };
 
+// Where a rank's requests get their claim's incarnation (proto "Rank claims"): a RankClaim
+// (client/cpp/rank_claim.h). The calls that take one (StreamShard, ReportLosses, EndEpoch) put
+// Incarnation() in each attempt's request; an attempt the server answers ABORTED (a claim it no
+// longer holds: a server restart) calls Renew and is retried, within the client's retries.
+// Implementations are thread-safe.
+class ClaimSource {
+ public:
+  virtual ~ClaimSource() = default;
+  // The claim's incarnation, claiming the rank (again) if its call has ended; the refusal
+  // (FAILED_PRECONDITION: another live process holds the rank) otherwise.
+  virtual absl::StatusOr<uint64_t> Incarnation() = 0;
+  // The server no longer holds `stale`: the next Incarnation claims again.
+  virtual void Renew(uint64_t stale) = 0;
+};
+
 // How StreamShard streams, beyond (job, epoch, rank, world_size).
 struct StreamShardOptions {
   // Shard position to start from.
@@ -128,6 +143,12 @@ struct StreamShardOptions {
   StreamCancellation* cancellation = nullptr;
   // The epoch's deal (v1::Job::deal; 0 unless the group was resized in the epoch).
   uint32_t deal = 0;
+  // The rank's claim (must outlive the call), or null: then the stream is refused
+  // (FAILED_PRECONDITION) while another process holds the rank, unless `observe`.
+  ClaimSource* claim = nullptr;
+  // The shard is read to be looked at, not trained (StreamShardRequest.observe): allowed
+  // whoever holds the rank.
+  bool observe = false;
 };
 
 // `error` with the shard stream it ended named: `job "j" epoch 3 rank 1 of 8: shard stream failed
@@ -161,9 +182,11 @@ class SamplerClient {
   absl::StatusOr<std::vector<v1::Job>> ListJobs();
   absl::Status DeleteJob(const std::string& name);
   absl::StatusOr<v1::JobStatus> GetJobStatus(const std::string& name);
-  // `deal`: the epoch's deal the rank read (v1::Job::deal).
+  // `deal`: the epoch's deal the rank read (v1::Job::deal). `claim`: the rank's claim (see
+  // ClaimSource), or null.
   absl::StatusOr<v1::EndEpochResponse> EndEpoch(const std::string& job, uint64_t epoch,
-                                                uint32_t rank, uint32_t deal = 0);
+                                                uint32_t rank, uint32_t deal = 0,
+                                                ClaimSource* claim = nullptr);
   // The group now has `world_size` ranks (proto ResizeJob; called once by the group's first
   // rank for the job's current epoch). Returns the job with its new world_size and deal.
   absl::StatusOr<v1::Job> ResizeJob(const std::string& name, uint64_t epoch, uint32_t world_size);
@@ -201,6 +224,20 @@ class SamplerClient {
   // Sends `batches` on one ReportLosses stream. Batches must be valid LossBatch messages.
   // DATA_LOSS if the server's summary counts another number of batches than were sent.
   absl::StatusOr<v1::LossReportSummary> ReportLosses(absl::Span<const v1::LossBatch> batches);
+  // The same for batches of one rank whose claim is `claim` (not null): each attempt sets their
+  // incarnation.
+  absl::StatusOr<v1::LossReportSummary> ReportLosses(absl::Span<v1::LossBatch> batches,
+                                                     ClaimSource* claim);
+
+  // Runs `attempt` until it succeeds, fails with a code other than UNAVAILABLE or CANCELLED
+  // (or ABORTED, with a `claim`: Renew is called with the attempt's incarnation first), or the
+  // retries run out (ClientOptions), driving the channel's reconnection between attempts. The
+  // attempt gets the claim's incarnation (0 without a claim) and makes its own context
+  // (PrepareContext sets the deadline and the token). The error names how long it retried.
+  absl::Status Retry(const std::function<grpc::Status(uint64_t incarnation)>& attempt,
+                     ClaimSource* claim = nullptr);
+  // A call's deadline (ClientOptions::timeout from now) and bearer token.
+  void PrepareContext(grpc::ClientContext* context) const;
 
   // The generated stub, for calls this class does not wrap. Its calls carry no bearer token:
   // add ClientOptions::token's "authorization" metadata to their contexts yourself.
@@ -210,10 +247,12 @@ class SamplerClient {
  private:
   SamplerClient(std::shared_ptr<grpc::Channel> channel, ClientOptions options);
 
-  // Runs `call` (one attempt, given a fresh context) until it succeeds, fails with a code other
-  // than UNAVAILABLE or CANCELLED, or retries run out.
+  // One ReportLosses stream of `count` batches, batch(k, incarnation) the k-th (retried whole).
+  absl::StatusOr<v1::LossReportSummary> SendLosses(
+      size_t count, const std::function<const v1::LossBatch&(size_t, uint64_t)>& batch,
+      ClaimSource* claim);
+  // Retry with a fresh prepared context per attempt.
   absl::Status WithRetries(const std::function<grpc::Status(grpc::ClientContext*)>& call);
-  void PrepareContext(grpc::ClientContext* context) const;
   // Waits `backoff` before a retry, driving the channel's reconnection meanwhile; true if
   // `cancellation` (may be null) was cancelled meanwhile. A synchronous client's connection
   // attempts progress only while one of its threads polls gRPC: sleeping instead left a server

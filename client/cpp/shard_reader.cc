@@ -107,6 +107,7 @@ class ShardReader::EpochStream {
       stream_options.max_chunk_size = chunk_size_;
       stream_options.cancellation = &cancellation_;
       stream_options.deal = deal_;
+      stream_options.claim = options_.claim;
       absl::Status status = client_->StreamShard(
           options_.job, epoch_, options_.rank, options_.world_size, stream_options,
           [&](const ShardSlice& slice) { return Queue(slice, &next, &paused); });

@@ -54,6 +54,10 @@ struct ShardReaderOptions {
   uint32_t max_chunk_size = 0;
   // Pinned staging buffers of NextToDevice (device_port::Uploader), >= 1.
   int device_staging_slots = 3;
+  // The rank's claim (client/cpp/rank_claim.h; must outlive the reader), whose incarnation the
+  // streams carry; null: the streams are refused (FAILED_PRECONDITION) while another process
+  // holds the rank. EpochLoop sets it.
+  ClaimSource* claim = nullptr;
 };
 
 // What Next returns: `indices` are the shard positions [position, position + indices.size()) of

@@ -49,6 +49,7 @@
 #include "absl/time/time.h"
 #include "client/cpp/cuda_support.h"
 #include "client/cpp/loss_reporter.h"
+#include "client/cpp/rank_claim.h"
 #include "client/cpp/sampler_client.h"
 #include "client/cpp/shard_reader.h"
 #include "examples/cpp/balanced_accuracy.h"
@@ -389,15 +390,22 @@ class Trainer {
                    "cudaMemcpyAsync(initial parameters)"));
     RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(bad_index_.get(), 0, sizeof(int), stream),
                                "cudaMemsetAsync(bad index flag)"));
+    // The rank's claim, held for the run by the reader, the reporter and EndEpoch (declared
+    // first: released after them). A second live process of this rank is refused here.
+    ASSIGN_OR_RETURN(claim,
+                     samplerd::RankClaim::Create(client_, run.job, ranks.rank, ranks.world_size));
     samplerd::ShardReaderOptions reader_options;
     reader_options.job = run.job;
     reader_options.rank = ranks.rank;
     reader_options.world_size = ranks.world_size;
+    reader_options.claim = claim.get();
     ASSIGN_OR_RETURN(reader, samplerd::ShardReader::Create(client_, reader_options));
     std::unique_ptr<samplerd::LossReporter> reporter;
     if (run.report != ReportMode::kNever) {
-      ASSIGN_OR_RETURN(
-          r, samplerd::LossReporter::Create(client_.get(), run.job, ranks.rank, ranks.world_size));
+      samplerd::LossReporterOptions reporter_options;
+      reporter_options.claim = claim.get();
+      ASSIGN_OR_RETURN(r, samplerd::LossReporter::Create(client_.get(), run.job, ranks.rank,
+                                                         ranks.world_size, reporter_options));
       reporter = std::move(r);
     }
 
@@ -465,7 +473,7 @@ class Trainer {
       }
       if (reporter != nullptr) RETURN_IF_ERROR(reporter->Flush());
       if (absl::StatusOr<v1::EndEpochResponse> ended =
-              client_->EndEpoch(run.job, epoch, ranks.rank);
+              client_->EndEpoch(run.job, epoch, ranks.rank, /*deal=*/0, claim.get());
           !ended.ok()) {
         return ended.status();
       }

@@ -56,6 +56,14 @@ class SamplerdProcess:
         return self.proc.wait(timeout=30)
 
 
+def process_dies(sampler):
+    """What a trainer process that dies leaves on the server, for a test that plays a restart
+    within one process: its connection closes, so its rank's claim ends and a new sampler of
+    the rank is accepted; nothing else is sent (no EndEpoch, no losses still queued). The sampler
+    must not be used again (a dead process cannot)."""
+    sampler._claim.release()
+
+
 def run_samplerd_expecting_failure(*args, timeout=30, plaintext=True):
     """Runs samplerd --port=0 [--plaintext] ARGS, which must refuse to start; returns (exit
     code, stderr).

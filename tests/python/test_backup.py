@@ -58,13 +58,13 @@ def test_a_live_backup_restores_into_a_new_server_with_the_same_plans(tmp_path):
                               loss="loss", seed=11)
             client.create_job("busy", num_samples=100_000, world_size=1, loss="loss")
             # "train": epoch 0 whole, epoch 1 half reported when the backup is taken.
-            shard0 = client.read_shard("train", 0, 0, 1)
+            shard0 = client.read_shard("train", 0, 0, 1, observe=True)
             report(client, "train", 0, shard0, range(10))
             client.end_epoch("train", 0, 0)
-            shard1 = client.read_shard("train", 1, 0, 1)
+            shard1 = client.read_shard("train", 1, 0, 1, observe=True)
             report(client, "train", 1, shard1, range(5))
 
-            busy = client.read_shard("busy", 0, 0, 1)
+            busy = client.read_shard("busy", 0, 0, 1, observe=True)
             sent, acknowledged, stop = [], [], threading.Event()
 
             def loader():
@@ -92,7 +92,7 @@ def test_a_live_backup_restores_into_a_new_server_with_the_same_plans(tmp_path):
             # The live server goes on: the rest of epoch 1, then epoch 2's plan.
             report(client, "train", 1, shard1, range(5, 10))
             client.end_epoch("train", 1, 0)
-            live_plan2 = client.read_shard("train", 2, 0, 1)
+            live_plan2 = client.read_shard("train", 2, 0, 1, observe=True)
             assert client.status("busy").ranks[0].losses_accepted >= BATCH * len(acknowledged)
 
         restored = SamplerdProcess(f"--data_dir={copy}")
@@ -100,10 +100,10 @@ def test_a_live_backup_restores_into_a_new_server_with_the_same_plans(tmp_path):
             job = client.get_job("train")
             assert job.current_epoch == 1
             assert client.status("train").ranks[0].losses_accepted == 5 * BATCH  # Of epoch 1.
-            np.testing.assert_array_equal(client.read_shard("train", 1, 0, 1), shard1)
+            np.testing.assert_array_equal(client.read_shard("train", 1, 0, 1, observe=True), shard1)
             report(client, "train", 1, shard1, range(5, 10))
             client.end_epoch("train", 1, 0)
-            np.testing.assert_array_equal(client.read_shard("train", 2, 0, 1), live_plan2)
+            np.testing.assert_array_equal(client.read_shard("train", 2, 0, 1, observe=True), live_plan2)
             busy_accepted = client.status("busy").ranks[0].losses_accepted
             assert BATCH * before <= busy_accepted <= BATCH * after, (before, busy_accepted,
                                                                       after)
@@ -158,7 +158,7 @@ def live_server(tmp_path):
     try:
         with samplerd.Client(live.address, timeout=20) as client:
             client.create_job("train", num_samples=400, world_size=1, loss="loss", seed=11)
-            report(client, "train", 0, client.read_shard("train", 0, 0, 1), range(3))
+            report(client, "train", 0, client.read_shard("train", 0, 0, 1, observe=True), range(3))
         yield live, data_dir
     finally:
         if live.proc.poll() is None:

@@ -303,7 +303,7 @@ def test_status_watch_follows_a_job_until_ctrl_c_or_deletion(server, client):
         reader, human_reader = Reader(watch), Reader(human)
         reader.until(lambda line: json.loads(line)["job"]["current_epoch"] == "0")
         # Rank 0 streams and reports epoch 0: the watch shows its progress before the epoch ends.
-        shard = client.read_shard("w", 0, 0, 2)
+        shard = client.read_shard("w", 0, 0, 2, observe=True)
         client.report_losses("w", 0, 0, shard, shard % 7 + 0.5, np.arange(shard.size))
         progress = reader.until(lambda line: json.loads(line)["ranks"][0]["losses_accepted"]
                                 == str(shard.size))
@@ -399,7 +399,7 @@ def test_create_again_resume_and_rewind(tmp_path):
             for epoch in (0, 1):
                 for rank in (0, 1):
                     c.end_epoch("train", epoch, rank)
-                c.read_shard("train", epoch + 1, 0, 2)  # Waits for the next epoch's plan.
+                c.read_shard("train", epoch + 1, 0, 2, observe=True)  # Waits for the next epoch's plan.
         again = run_ctl(target, "create", "train", "--spec", spec)
         assert again.returncode == 4, again.stderr
         assert "at epoch 2: resume it" in again.stderr and "rewind it" in again.stderr

@@ -147,7 +147,7 @@ def between_epochs(server):
         client.create_job("reference", world_size=4, **spec)
         reference = []
         for epoch in range(len(GROUPS)):
-            shards = [client.read_shard("reference", epoch, r, 4) for r in range(4)]
+            shards = [client.read_shard("reference", epoch, r, 4, observe=True) for r in range(4)]
             reference.append(interleaved_plan([s.tolist() for s in shards]))
             for r, shard in enumerate(shards):
                 client.report_losses("reference", epoch, r, shard,

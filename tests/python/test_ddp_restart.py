@@ -127,7 +127,7 @@ def worker(rank, cfg):
             status = status_client.status(JOB)
             _write_json({"current_epoch": status.job.current_epoch,
                          "accepted": [r.losses_accepted for r in status.ranks],
-                         "shards": [status_client.read_shard(JOB, epoch, r, WORLD).tolist()
+                         "shards": [status_client.read_shard(JOB, epoch, r, WORLD, observe=True).tolist()
                                     for r in range(WORLD)]},
                         os.path.join(out, f"status-run{cfg['run']}-epoch{epoch}.json"))
         dist.barrier()
@@ -179,12 +179,12 @@ def run(tmp_path_factory):
             between = client.status(JOB)
             # Epoch 0 is still open (no rank ended it); read after the status, which counts
             # what the ranks were streamed.
-            shards0 = [client.read_shard(JOB, 0, r, WORLD).tolist() for r in range(WORLD)]
+            shards0 = [client.read_shard(JOB, 0, r, WORLD, observe=True).tolist() for r in range(WORLD)]
             codes2 = launch({**cfg, "run": 2, "resume": True,
                              "master_port": ddp_train.free_port()})
             after = client.status(JOB)
             # Epoch 2 is served once epoch 1 closed (its plan may still be being computed).
-            shards2 = [client.read_shard(JOB, 2, r, WORLD, timeout=30).tolist()
+            shards2 = [client.read_shard(JOB, 2, r, WORLD, timeout=30, observe=True).tolist()
                        for r in range(WORLD)] if after.job.current_epoch == 2 else None
         yield {
             "dir": directory, "codes1": codes1, "codes2": codes2, "shards0": shards0,

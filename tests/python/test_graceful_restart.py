@@ -37,7 +37,7 @@ def test_a_torch_trainer_rides_through_a_graceful_restart(tmp_path):
         with samplerd.Client(server.address) as admin:
             # 2M indices: far more than the sampler prefetches, so its stream stays open.
             admin.create_job("g", num_samples=2_000_000, world_size=1, seed=4, loss="loss")
-            expected = admin.read_shard("g", 0, 0, 1)
+            expected = admin.read_shard("g", 0, 0, 1, observe=True)
         sampler = DistributedWeightedSampler(server.address, "g", rank=0, world_size=1,
                                              client_options={"max_retries": 7})
         consumed, batch = [], []
@@ -84,7 +84,7 @@ class _CancelledAfterTheServer(grpc.RpcError):
 def test_a_call_the_server_cancelled_is_sent_again_and_counted_once(server):
     with samplerd.Client(server.address) as client:
         client.create_job("c", num_samples=1000, world_size=1, loss="loss")
-        shard = client.read_shard("c", 0, 0, 1)
+        shard = client.read_shard("c", 0, 0, 1, observe=True)
         real = client._stub.ReportLosses
         calls = []
 

@@ -53,10 +53,10 @@ def test_job_and_epoch_events_errors_and_shutdown():
         client.create_job("logged", num_samples=32, world_size=1, loss="loss")
         with pytest.raises(samplerd.ResourceExhausted):
             client.create_job("second", num_samples=32, world_size=1)  # --max_jobs=1
-        shard = client.read_shard("logged", 0, 0, 1)
+        shard = client.read_shard("logged", 0, 0, 1, observe=True)
         client.report_losses("logged", 0, 0, shard[:4], [1.0] * 4, [0, 1, 2, 3], seq=1)
         client.end_epoch("logged", 0, 0)
-        client.read_shard("logged", 1, 0, 1)  # Waits for epoch 1.
+        client.read_shard("logged", 1, 0, 1, observe=True)  # Waits for epoch 1.
         client.delete_job("logged")
 
     events, text = run_and_log(["--max_jobs=1"], drive)
@@ -98,7 +98,7 @@ def test_recovery_and_snapshots_are_logged():
         def drive(client):
             client.create_job("kept", num_samples=16, world_size=1)
             client.end_epoch("kept", 0, 0)
-            client.read_shard("kept", 1, 0, 1)  # Epoch 1 published; its snapshot follows.
+            client.read_shard("kept", 1, 0, 1, observe=True)  # Epoch 1 published; its snapshot follows.
         events, text = run_and_log([f"--data_dir={data_dir}"], drive)
         assert find(events, "recovered", jobs=0, records=0), text
         # The snapshot opening epoch 1 is written off the epoch boundary's path, by shutdown.

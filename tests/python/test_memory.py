@@ -127,7 +127,7 @@ def test_uniform_draws_with_replacement_need_no_per_sample_memory():
             c.create_job("u", num_samples=n, world_size=2, samples_per_epoch=1000,
                          replacement=True)
             for epoch in range(2):
-                shards = [c.read_shard("u", epoch, rank, 2) for rank in range(2)]
+                shards = [c.read_shard("u", epoch, rank, 2, observe=True) for rank in range(2)]
                 assert [len(s) for s in shards] == [500, 500]
                 assert all(0 <= i < n for s in shards for i in s)
                 for rank in range(2):

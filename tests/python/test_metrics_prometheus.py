@@ -121,7 +121,7 @@ def test_prometheus_scrapes_the_job_series_with_their_values():
         n, world = 64, 2
         with samplerd.Client(server.address, timeout=20) as client:
             client.create_job("prom", num_samples=n, world_size=world, loss="loss")
-            shards = [client.read_shard("prom", 0, rank, world) for rank in range(world)]
+            shards = [client.read_shard("prom", 0, rank, world, observe=True) for rank in range(world)]
             streamed = sum(len(shard) for shard in shards)
             for rank, shard in enumerate(shards):
                 s = client.report_losses("prom", 0, rank, shard[:10], [0.5] * 10, range(10),
@@ -133,7 +133,7 @@ def test_prometheus_scrapes_the_job_series_with_their_values():
             for rank in range(world):
                 client.end_epoch("prom", 0, rank)
             for rank in range(world):
-                streamed += len(client.read_shard("prom", 1, rank, world))
+                streamed += len(client.read_shard("prom", 1, rank, world, observe=True))
             # A late batch of epoch 0: stale.
             assert client.report_losses("prom", 0, 1, [1, 2, 3], [1.0] * 3, [0, 1, 2],
                                         seq=2).stale == 3
@@ -141,6 +141,9 @@ def test_prometheus_scrapes_the_job_series_with_their_values():
                 client.end_epoch("prom", 1, rank)
             with pytest.raises(samplerd.NotFound):
                 client.get_job("missing")
+        # A trainer process's claim of its rank, held while Prometheus scrapes.
+        holder = samplerd.Client(server.address)
+        claim = holder.claim_rank("prom", 1, world)
 
         job = {("job_name", "prom")}
         sampler = {("service", "samplerd.v1.Sampler")}
@@ -148,6 +151,7 @@ def test_prometheus_scrapes_the_job_series_with_their_values():
             'samplerd_job_epoch{job_name="prom"}': {frozenset(job): 2},
             'samplerd_job_world_size{job_name="prom"}': {frozenset(job): world},
             'samplerd_indices_streamed_total{job_name="prom"}': {frozenset(job): streamed},
+            'samplerd_rank_claims{job_name="prom"}': {frozenset(job): 1},
             'samplerd_loss_pairs_total{job_name="prom"}': {
                 frozenset(job | {("outcome", "accepted")}): 20,
                 frozenset(job | {("outcome", "duplicate")}): 10,
@@ -189,6 +193,7 @@ def test_prometheus_scrapes_the_job_series_with_their_values():
         assert prometheus.query('up{job="samplerd"}') == {
             frozenset({("job", "samplerd"), ("instance", urllib.parse.urlparse(url).netloc),
                        ("__name__", "up")}): 1}
+        holder.close()
     finally:
         if prometheus is not None:
             prometheus.stop()
@@ -243,7 +248,7 @@ def test_dashboard_uses_only_exported_series():
         # Labelled families appear with their first series: use every kind of call once.
         with samplerd.Client(server.address, timeout=20) as client:
             client.create_job("d", num_samples=8, world_size=1, loss="loss")
-            shard = client.read_shard("d", 0, 0, 1)
+            shard = client.read_shard("d", 0, 0, 1, observe=True)
             client.report_losses("d", 0, 0, shard[:2], [1.0, 2.0], [0, 1], seq=1)
             client.end_epoch("d", 0, 0)
         text = http_get(url)

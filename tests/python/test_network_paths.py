@@ -279,9 +279,9 @@ def test_a_stream_deadline_names_job_epoch_rank_and_position(server):
     """DEADLINE_EXCEEDED said only "Deadline Exceeded": not which job, epoch, rank, position."""
     with samplerd.Client(server.address, timeout=20) as client:
         client.create_job("d", num_samples=1000, world_size=2)
-        client.read_shard("d", 0, 0, 2)
+        client.read_shard("d", 0, 0, 2, observe=True)
         client.end_epoch("d", 0, 0)  # Rank 1 has not: epoch 1 is not planned.
         with pytest.raises(samplerd.DeadlineExceeded) as waited:
-            client.read_shard("d", 1, 0, 2, timeout=1)
+            client.read_shard("d", 1, 0, 2, timeout=1, observe=True)
         assert "job 'd' epoch 1 rank 0: shard stream failed at position 0: Deadline Exceeded" \
             in str(waited.value)

@@ -128,18 +128,18 @@ def test_acknowledged_state_survives_sigkill_and_training_continues_identically(
     assert (job_dir / "snapshot-0.bin").is_file(), sorted(tmp_path.rglob("*"))
 
     # Epoch 0: both ranks read, report everything, end.
-    shards0 = [a.read_shard(job, 0, r, R) for r in range(R)]
+    shards0 = [a.read_shard(job, 0, r, R, observe=True) for r in range(R)]
     for r in range(R):
-        np.testing.assert_array_equal(shards0[r], b.read_shard(job, 0, r, R))
+        np.testing.assert_array_equal(shards0[r], b.read_shard(job, 0, r, R, observe=True))
         assert len(shards0[r]) == 200
         for c in (a, b):
             assert [s.accepted for s in report(c, job, 0, r, shards0[r], range(4))] == [50] * 4
             c.end_epoch(job, 0, r)
     # Epoch 1: rank 0 reports everything and ends; rank 1 reports half its shard.
     wait_plan_ready(a, job, 1)
-    shards1 = [a.read_shard(job, 1, r, R) for r in range(R)]
+    shards1 = [a.read_shard(job, 1, r, R, observe=True) for r in range(R)]
     for r in range(R):
-        np.testing.assert_array_equal(shards1[r], b.read_shard(job, 1, r, R))
+        np.testing.assert_array_equal(shards1[r], b.read_shard(job, 1, r, R, observe=True))
     for c in (a, b):
         assert [s.accepted for s in report(c, job, 1, 0, shards1[0], range(4))] == [50] * 4
         assert not c.end_epoch(job, 1, 0).epoch_closed
@@ -157,7 +157,7 @@ def test_acknowledged_state_survives_sigkill_and_training_continues_identically(
     assert (j.current_epoch, j.plan_ready) == (1, True)
     assert progress(a, job) == same_progress(before)
     for r in range(R):  # The current epoch's shards are the ones handed out before the crash.
-        np.testing.assert_array_equal(a.read_shard(job, 1, r, R), shards1[r])
+        np.testing.assert_array_equal(a.read_shard(job, 1, r, R, observe=True), shards1[r])
     # A resent, already acknowledged batch is a duplicate (the applied seqs were restored).
     for c in (a, b):
         again = report(c, job, 1, 1, shards1[1], [1])[0]
@@ -170,8 +170,8 @@ def test_acknowledged_state_survives_sigkill_and_training_continues_identically(
         assert c.end_epoch(job, 1, 1).epoch_closed
     wait_plan_ready(a, job, 2)
     for r in range(R):
-        shard2 = a.read_shard(job, 2, r, R)
-        np.testing.assert_array_equal(shard2, b.read_shard(job, 2, r, R))
+        shard2 = a.read_shard(job, 2, r, R, observe=True)
+        np.testing.assert_array_equal(shard2, b.read_shard(job, 2, r, R, observe=True))
         assert not np.array_equal(shard2, shards1[r])  # The comparison is not trivially true.
     assert progress(a, job) == same_progress(progress(b, job))
 
@@ -190,13 +190,13 @@ def test_a_client_rides_through_a_samplerd_crash_and_restart(cluster, tmp_path):
     port = proc.address.rsplit(":", 1)[1]
     _, ref = cluster()
     ref.create_job(job, **spec)
-    expected = ref.read_shard(job, 0, 0, 1)
+    expected = ref.read_shard(job, 0, 0, 1, observe=True)
     restarted = []
     with samplerd.Client(proc.address, timeout=10, max_retries=40, initial_backoff=0.05,
                          max_backoff=0.25) as c:
         c.create_job(job, **spec)
         got, seq = [], 0
-        for chunk in c.stream_shard(job, 0, 0, 1, chunk_size=20_000):
+        for chunk in c.stream_shard(job, 0, 0, 1, chunk_size=20_000, observe=True):
             got.extend(chunk.indices.tolist())
             positions = chunk.offset + np.arange(len(chunk.indices))
             summary = c.report_losses(job, 0, 0, chunk.indices, losses_for(chunk.indices, 0),
@@ -216,14 +216,14 @@ def test_a_client_rides_through_a_samplerd_crash_and_restart(cluster, tmp_path):
         assert status.ranks[0].indices_streamed == len(expected)
         assert c.end_epoch(job, 0, 0).epoch_closed
         wait_plan_ready(c, job, 1)
-        after = c.read_shard(job, 1, 0, 1)
+        after = c.read_shard(job, 1, 0, 1, observe=True)
     for seq, start in enumerate(range(0, len(expected), 1 << 20)):
         part = expected[start:start + (1 << 20)]
         ref.report_losses(job, 0, 0, part, losses_for(part, 0),
                           np.arange(start, start + len(part)), seq=seq)
     assert ref.end_epoch(job, 0, 0).epoch_closed
     wait_plan_ready(ref, job, 1)
-    np.testing.assert_array_equal(after, ref.read_shard(job, 1, 0, 1))
+    np.testing.assert_array_equal(after, ref.read_shard(job, 1, 0, 1, observe=True))
 
 
 def test_uploaded_static_weights_survive_a_restart_before_the_first_epoch_ended(cluster,
@@ -246,8 +246,8 @@ def test_uploaded_static_weights_survive_a_restart_before_the_first_epoch_ended(
     assert a.status(job).weights.zero_count == 100
     for epoch in (0, 1):
         for r in range(R):
-            shard = a.read_shard(job, epoch, r, R, timeout=5)
-            np.testing.assert_array_equal(shard, b.read_shard(job, epoch, r, R))
+            shard = a.read_shard(job, epoch, r, R, timeout=5, observe=True)
+            np.testing.assert_array_equal(shard, b.read_shard(job, epoch, r, R, observe=True))
             assert len(shard) == 100 and not np.any(shard % 5 == 0)
         for c in (a, b):
             for r in range(R):
@@ -283,7 +283,7 @@ def test_deleted_job_stays_deleted_after_restart(cluster, tmp_path):
     a_proc, a = cluster(f"--data_dir={tmp_path}")
     for name in ("keep", "gone"):
         a.create_job(name, num_samples=100, world_size=1, loss="loss")
-        report(a, name, 0, 0, a.read_shard(name, 0, 0, 1), [0])
+        report(a, name, 0, 0, a.read_shard(name, 0, 0, 1, observe=True), [0])
     assert (tmp_path / "jobs" / "gone").is_dir()
     a.delete_job("gone")
     assert not (tmp_path / "jobs" / "gone").exists()
@@ -299,14 +299,14 @@ def test_deleted_job_stays_deleted_after_restart(cluster, tmp_path):
     # The name is free again, for a fresh job with nothing of the old one.
     a.create_job("gone", num_samples=100, world_size=1, loss="loss")
     assert a.status("gone").ranks[0].losses_accepted == 0
-    again = report(a, "gone", 0, 0, a.read_shard("gone", 0, 0, 1), [0])[0]
+    again = report(a, "gone", 0, 0, a.read_shard("gone", 0, 0, 1, observe=True), [0])[0]
     assert (again.accepted, again.duplicates) == (BATCH, 0)
 
 
 def test_without_data_dir_nothing_is_written_or_restored(cluster, tmp_path):
     a_proc, a = cluster(cwd=tmp_path)
     a.create_job("mem", num_samples=100, world_size=1, loss="loss")
-    report(a, "mem", 0, 0, a.read_shard("mem", 0, 0, 1), [0])
+    report(a, "mem", 0, 0, a.read_shard("mem", 0, 0, 1, observe=True), [0])
     assert a_proc.kill() == -9
     assert list(tmp_path.iterdir()) == []
     _, a = cluster(cwd=tmp_path)
@@ -320,7 +320,7 @@ def _job_in_epoch_1(cluster, data_dir, job="j"):
     its snapshot holds weights and loss statistics); returns (process, client)."""
     proc, c = cluster(f"--data_dir={data_dir}")
     c.create_job(job, num_samples=1000, world_size=1, samples_per_epoch=400, loss="loss")
-    shard = c.read_shard(job, 0, 0, 1)
+    shard = c.read_shard(job, 0, 0, 1, observe=True)
     report(c, job, 0, 0, shard, range(8))
     assert c.end_epoch(job, 0, 0).epoch_closed
     wait_plan_ready(c, job, 1)
@@ -353,7 +353,7 @@ def test_corrupt_snapshot_refuses_to_start(cluster, tmp_path):
 def test_corrupt_wal_record_in_the_middle_refuses_to_start(cluster, tmp_path):
     proc, c = cluster(f"--data_dir={tmp_path}")
     c.create_job("j", num_samples=1000, world_size=1, loss="loss")
-    indices = c.read_shard("j", 0, 0, 1)  # One chunk: one stream-progress record.
+    indices = c.read_shard("j", 0, 0, 1, observe=True)  # One chunk: one stream-progress record.
     report(c, "j", 0, 0, indices, range(6))
     assert proc.kill() == -9
     wal = tmp_path / "jobs" / "j" / "wal-0.log"
@@ -376,10 +376,10 @@ def test_torn_wal_tail_is_not_an_error(cluster, tmp_path):
     job = "j"
     proc, c = cluster(f"--data_dir={tmp_path}")
     c.create_job(job, num_samples=1000, world_size=1, samples_per_epoch=400, loss="loss")
-    report(c, job, 0, 0, c.read_shard(job, 0, 0, 1), range(2))
+    report(c, job, 0, 0, c.read_shard(job, 0, 0, 1, observe=True), range(2))
     assert c.end_epoch(job, 0, 0).epoch_closed
     wait_plan_ready(c, job, 1)
-    indices = c.read_shard(job, 1, 0, 1)  # One chunk: the log's first record, then 4 batches.
+    indices = c.read_shard(job, 1, 0, 1, observe=True)  # One chunk: the log's first record, then 4 batches.
     report(c, job, 1, 0, indices, range(4))
     assert proc.kill() == -9
 
@@ -423,7 +423,7 @@ def _two_rank_job_with_acknowledged_epoch_1(cluster, data_dir, job="j"):
         assert time.monotonic() < deadline, sorted(job_dir.iterdir())
         time.sleep(0.02)
     # One chunk read: the log holds its progress record, the loss batch and the EndEpoch.
-    assert report(c, job, 1, 0, c.read_shard(job, 1, 0, 2), [0])[0].accepted == BATCH
+    assert report(c, job, 1, 0, c.read_shard(job, 1, 0, 2, observe=True), [0])[0].accepted == BATCH
     assert not c.end_epoch(job, 1, 0).epoch_closed
     acknowledged = progress(c, job)
     assert acknowledged["ranks"][0][1:] == (BATCH, True), acknowledged
@@ -467,7 +467,7 @@ def test_wal_cut_inside_an_acknowledged_record_refuses_to_start(cluster, tmp_pat
 def test_stray_entries_in_the_jobs_directory_do_not_stop_the_start(cluster, tmp_path):
     proc, c = cluster(f"--data_dir={tmp_path}")
     c.create_job("j", num_samples=1000, world_size=1, loss="loss")
-    report(c, "j", 0, 0, c.read_shard("j", 0, 0, 1), range(2))
+    report(c, "j", 0, 0, c.read_shard("j", 0, 0, 1, observe=True), range(2))
     assert proc.kill() == -9
     jobs = tmp_path / "jobs"
     (jobs / "lost+found").mkdir()  # Every fresh ext4 volume has one.

@@ -19,7 +19,7 @@ def class_shares(client, within_groups):
                       base="class_balanced", loss="loss", loss_within_groups=within_groups,
                       clamp_lo=0.01, clamp_hi=1000.0)
     client.upload_labels(job, LABELS)
-    drawn = client.read_shard(job, 0, 0, 1)
+    drawn = client.read_shard(job, 0, 0, 1, observe=True)
     # The tail (classes 7-9) memorised: low losses; the head's losses spread.
     losses = np.where(LABELS[drawn] >= 7, 0.01, 0.1 + (drawn % 13) * 0.25)
     for start in range(0, M, 8192):
@@ -28,7 +28,7 @@ def class_shares(client, within_groups):
                              np.arange(start, end), seq=start)
     assert client.end_epoch(job, 0, 0).epoch_closed
     indices, weights = [], []
-    for chunk in client.stream_shard(job, 1, 0, 1, with_is_weights=True):
+    for chunk in client.stream_shard(job, 1, 0, 1, with_is_weights=True, observe=True):
         indices.append(chunk.indices)
         weights.append(1.0 / chunk.is_weights.astype(np.float64))  # Weights of mean 1.
     w = np.zeros(N)

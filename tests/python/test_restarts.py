@@ -14,6 +14,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import samplerd
+from conftest import process_dies
 from samplerd.torch import DistributedWeightedSampler
 
 CLIENT_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "client", "python")
@@ -60,7 +61,7 @@ def test_a_loss_for_another_ranks_index_is_refused_naming_index_and_rank(client,
     """Defect 4: rank 0 reporting rank 1's sample would take that sample's one loss of the epoch
     and turn rank 1's real loss into a duplicate."""
     client.create_job("own", num_samples=100, world_size=2, loss="loss")
-    zero, one = client.read_shard("own", 0, 0, 2), client.read_shard("own", 0, 1, 2)
+    zero, one = client.read_shard("own", 0, 0, 2, observe=True), client.read_shard("own", 0, 1, 2, observe=True)
     with pytest.raises(samplerd.InvalidArgument) as e:  # Positions listed one by one.
         client.report_losses("own", 0, 0, [zero[3], one[1]], [1.0, 1.0], [3, 1])
     assert f"indices[1] = {one[1]} was not served to rank 0 at positions[1] = 1" in \
@@ -120,7 +121,7 @@ def test_state_dict_resumes_after_what_training_consumed_not_what_was_prefetched
     after step k resumes at step k + 1 exactly, and the losses of the steps after it that the
     first process reported too count once."""
     client.create_job("ck", num_samples=1000, world_size=2, loss="loss")
-    shard = client.read_shard("ck", 0, 1, 2)
+    shard = client.read_shard("ck", 0, 1, 2, observe=True)
     first = DistributedWeightedSampler(server.address, "ck", rank=1, world_size=2)
     loader = DataLoader(_Indices(), sampler=first, batch_size=10, num_workers=2)
     consumed, checkpoint = [], None
@@ -134,6 +135,7 @@ def test_state_dict_resumes_after_what_training_consumed_not_what_was_prefetched
     first.flush()
     assert checkpoint["epoch"] == 0 and checkpoint["position"] == 120
     assert first.last_summary["accepted"] == 150
+    process_dies(first)
 
     second = DistributedWeightedSampler(server.address, "ck", rank=1, world_size=2)
     second.load_state_dict(checkpoint)
@@ -187,7 +189,7 @@ def test_load_state_dict_refuses_another_ranks_state(client, server):
             epoch=0, deal=0, indices=[1, 2], losses=[1.0], positions=[0, 1])))
     assert a.state_dict()["position"] == 0  # Unchanged by the refusals.
     # Version 1 (no deal) is still read (position 7 of what the server streamed to rank 0).
-    client.read_shard("st", 0, 0, 2)
+    client.read_shard("st", 0, 0, 2, observe=True)
     a.load_state_dict({"version": 1, "job": "st", "rank": 0, "world_size": 2, "epoch": 0,
                        "position": 7})
     assert a.state_dict()["position"] == 7
@@ -206,6 +208,7 @@ def test_a_restart_that_forgets_load_state_dict_is_told(client, server):
     dead.report(trained, np.ones(30))
     dead.flush()
     state = dead.state_dict()  # The process dies here (no close: its epoch is not ended).
+    process_dies(dead)
     again = DistributedWeightedSampler(server.address, "fg", rank=0, world_size=2)
     with pytest.warns(samplerd.RestartWarning,
                       match=r"job 'fg' epoch 0 rank 0: the server already has 30 losses of this "
@@ -213,6 +216,7 @@ def test_a_restart_that_forgets_load_state_dict_is_told(client, server):
         first = next(iter(again))
     assert first == trained[0]  # Position 0 again.
     assert again.restart_summary["served_again"] == 30
+    process_dies(again)
     loaded = DistributedWeightedSampler(server.address, "fg", rank=0, world_size=2)
     loaded.load_state_dict(state)
     with warnings.catch_warnings():
@@ -262,6 +266,7 @@ def test_a_state_loaded_into_a_resized_group_says_what_is_not_replayed(client, s
     assert ("unacknowledged" in state) == unacknowledged
     old.report(trained[20:], np.ones(10))  # Reported after it; then the group is lost.
     old.flush()
+    process_dies(old)
     new = DistributedWeightedSampler(server.address, "rs", rank=0, world_size=1, elastic=True)
     with pytest.warns(samplerd.RestartWarning,
                       match=r"job 'rs' rank 0: the state \(epoch 0, position 20\) was saved by a "

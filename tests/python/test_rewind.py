@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import samplerd
-from conftest import SamplerdProcess
+from conftest import SamplerdProcess, process_dies
 
 WORLD = 2
 SPEC = dict(num_samples=2000, world_size=WORLD, samples_per_epoch=1000, seed=7, loss="loss")
@@ -20,7 +20,7 @@ def losses_for(indices, epoch):
 def run_epoch(c, job, epoch):
     """Every rank reads its shard, reports a loss for each position and ends the epoch; returns
     the shards. Waits for the epoch's plan."""
-    shards = [c.read_shard(job, epoch, r, WORLD, timeout=30) for r in range(WORLD)]
+    shards = [c.read_shard(job, epoch, r, WORLD, timeout=30, observe=True) for r in range(WORLD)]
     for r, shard in enumerate(shards):
         c.report_losses(job, epoch, r, shard, losses_for(shard, epoch), np.arange(len(shard)))
         c.end_epoch(job, epoch, r)
@@ -43,7 +43,7 @@ def test_epochs_after_a_rewind_equal_the_first_run_bit_for_bit(tmp_path, persist
         c = samplerd.Client(server.address, timeout=30)
         c.create_job("rw", **SPEC)
         first = [run_epoch(c, "rw", e) for e in range(4)]
-        first.append([c.read_shard("rw", 4, r, WORLD, timeout=30) for r in range(WORLD)])
+        first.append([c.read_shard("rw", 4, r, WORLD, timeout=30, observe=True) for r in range(WORLD)])
         for e in (2, 3, 4):
             await_kept(c, "rw", e)
         assert list(c.get_job("rw").rewindable_epochs) == [2, 3, 4]
@@ -71,7 +71,7 @@ def test_epochs_after_a_rewind_equal_the_first_run_bit_for_bit(tmp_path, persist
             for r in range(WORLD):
                 np.testing.assert_array_equal(shards[r], first[e][r], err_msg=f"epoch {e}")
         for r in range(WORLD):  # Epoch 4 is planned from the same weights again.
-            np.testing.assert_array_equal(c.read_shard("rw", 4, r, WORLD, timeout=30),
+            np.testing.assert_array_equal(c.read_shard("rw", 4, r, WORLD, timeout=30, observe=True),
                                           first[4][r])
         c.close()
     finally:
@@ -163,6 +163,7 @@ def test_a_checkpoint_in_an_epoch_closed_since_names_both_ways_on():
         next(died)
         s.flush()
         assert c.get_job("cl").current_epoch == 1
+        process_dies(s)
 
         again = DistributedWeightedSampler(server.address, "cl", rank=0, world_size=1)
         with pytest.raises(samplerd.FailedPrecondition) as refused:

@@ -16,7 +16,7 @@ def test_iterates_this_ranks_shard_and_ends_epochs_when_moving_on(client, server
                                          report_batch_size=16)
     assert len(sampler) == 50
     got = list(sampler)
-    np.testing.assert_array_equal(got, client.read_shard("s", 0, 1, 2))
+    np.testing.assert_array_equal(got, client.read_shard("s", 0, 1, 2, observe=True))
     sampler.report(torch.tensor(got[:20]), torch.full((20,), 0.5))
     sampler.flush()
     assert client.status("s").ranks[1].losses_accepted == 20
@@ -91,7 +91,7 @@ def test_spawned_dataloader_workers_never_receive_the_sampler(client, server):
     loader = DataLoader(IndexedDataset(TensorDataset(torch.arange(n))), sampler=sampler,
                         batch_size=4, num_workers=2, multiprocessing_context="spawn")
     seen = [i for idx, (x,) in loader for i in idx.tolist()]
-    np.testing.assert_array_equal(seen, client.read_shard("sp", 0, 0, 2))
+    np.testing.assert_array_equal(seen, client.read_shard("sp", 0, 0, 2, observe=True))
     sampler.close()
 
 
@@ -122,7 +122,7 @@ def test_a_consumer_that_stops_early_releases_the_stream(client, server, prefetc
                                          prefetch=prefetch)
     it = iter(sampler)
     first = next(it)
-    assert first == client.read_shard("early", 0, 0, 1)[0]
+    assert first == client.read_shard("early", 0, 0, 1, observe=True)[0]
     if prefetch:  # Let the prefetcher fill its queue and block on the marker.
         time.sleep(0.5)
     it.close()
@@ -178,7 +178,7 @@ def test_a_failed_iteration_leaves_the_sampler_usable(client, server, prefetch):
         sampler.report([1], [0.5])  # Nothing was begun, so no epoch to report losses for.
     sampler.set_epoch(0)
     got = list(sampler)
-    np.testing.assert_array_equal(got, client.read_shard("fail", 0, 0, 1))
+    np.testing.assert_array_equal(got, client.read_shard("fail", 0, 0, 1, observe=True))
     sampler.report(got[:4], [1.0] * 4)
     sampler.close()  # Flushes and ends epoch 0, not 5.
     assert client.status("fail").job.current_epoch == 1
@@ -195,7 +195,7 @@ def test_a_failed_iteration_after_a_served_epoch_ends_only_the_served_one(client
     with pytest.raises(samplerd.SamplerError, match="7"):
         list(sampler)
     sampler.set_epoch(1)
-    np.testing.assert_array_equal(list(sampler), client.read_shard("fail2", 1, 0, 1))
+    np.testing.assert_array_equal(list(sampler), client.read_shard("fail2", 1, 0, 1, observe=True))
     sampler.close()
     assert client.status("fail2").job.current_epoch == 2
 
@@ -205,13 +205,13 @@ def test_without_set_epoch_each_iteration_serves_the_next_epoch(client, server):
     without set_epoch serves the next epoch and ends the previous one on the server."""
     client.create_job("next", num_samples=30, world_size=1)
     sampler = DistributedWeightedSampler(server.address, "next", rank=0, world_size=1)
-    np.testing.assert_array_equal(list(sampler), client.read_shard("next", 0, 0, 1))
-    np.testing.assert_array_equal(list(sampler), client.read_shard("next", 1, 0, 1))
+    np.testing.assert_array_equal(list(sampler), client.read_shard("next", 0, 0, 1, observe=True))
+    np.testing.assert_array_equal(list(sampler), client.read_shard("next", 1, 0, 1, observe=True))
     assert client.status("next").job.current_epoch == 1  # Epoch 1 not ended yet.
     for _ in sampler:  # Epoch 2, stopped early.
         break
     assert client.status("next").job.current_epoch == 2
-    np.testing.assert_array_equal(list(sampler), client.read_shard("next", 3, 0, 1))
+    np.testing.assert_array_equal(list(sampler), client.read_shard("next", 3, 0, 1, observe=True))
     assert client.status("next").job.current_epoch == 3
     sampler.set_epoch(3)  # An epoch is served again only when asked for.
     it = iter(sampler)
@@ -220,7 +220,7 @@ def test_without_set_epoch_each_iteration_serves_the_next_epoch(client, server):
     sampler.set_epoch(3)
     again = list(sampler)
     assert again[0] == first
-    np.testing.assert_array_equal(again, client.read_shard("next", 3, 0, 1))
+    np.testing.assert_array_equal(again, client.read_shard("next", 3, 0, 1, observe=True))
     sampler.close()
     assert client.status("next").job.current_epoch == 4
 
@@ -237,7 +237,7 @@ def test_a_dataloader_loop_without_set_epoch_advances_after_a_break(client, serv
             seen.extend(idx.tolist())
             if epoch == 0 and step == 1:
                 break  # A shortened epoch.
-        expected = client.read_shard("dlb", epoch, 0, 1)
+        expected = client.read_shard("dlb", epoch, 0, 1, observe=True)
         np.testing.assert_array_equal(seen, expected[:8] if epoch == 0 else expected)
     sampler.close()
     assert client.status("dlb").job.current_epoch == 3

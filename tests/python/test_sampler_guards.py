@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import samplerd
+from conftest import process_dies
 from samplerd.torch import DistributedWeightedSampler
 
 N = 40
@@ -64,15 +65,15 @@ def test_state_dict_takes_no_rpc_and_carries_the_unacknowledged_losses(client, s
     assert state["unacknowledged"]["positions"] == list(range(6))
     assert state["unacknowledged"]["indices"] == first[:6]
     # The process dies here (the queued losses never leave it); the restarted one loads.
+    process_dies(sampler)
     restarted = _sampler(server, "s")
     restarted.load_state_dict(state)
     assert client.status("s").ranks[0].losses_accepted == 6  # Sent again by the load.
     rest = list(restarted)
-    assert first[:6] + rest == client.read_shard("s", 0, 0, 1).tolist()
+    assert first[:6] + rest == client.read_shard("s", 0, 0, 1, observe=True).tolist()
     restarted.report(rest, np.ones(len(rest)))
     restarted.close()
     assert client.get_job("s").current_epoch == 1
-    sampler.close()  # Its stale queue: epoch 0 is closed, the losses are stale, not an error.
 
 
 def test_the_iterator_state_is_the_position_yielded(client, server):
@@ -83,12 +84,13 @@ def test_the_iterator_state_is_the_position_yielded(client, server):
     yielded = [next(it) for _ in range(13)]
     assert it.state_dict()["position"] == 13  # No loss reported: the sampler's own says 0.
     assert sampler.state_dict()["position"] == 0
+    state = it.state_dict()
+    process_dies(sampler)
     other = _sampler(server, "it")
     it2 = iter(other)
-    it2.load_state_dict(it.state_dict())  # As StatefulDataLoader restores it.
-    assert yielded + list(it2) == client.read_shard("it", 0, 0, 1).tolist()
-    for s in (sampler, other):
-        s.close()
+    it2.load_state_dict(state)  # As StatefulDataLoader restores it.
+    assert yielded + list(it2) == client.read_shard("it", 0, 0, 1, observe=True).tolist()
+    other.close()
 
 
 def test_a_state_at_the_end_of_its_shard_resumes_with_the_next_epoch(client, server):
@@ -98,6 +100,7 @@ def test_a_state_at_the_end_of_its_shard_resumes_with_the_next_epoch(client, ser
     sampler.report(shard, np.ones(N))
     state = sampler.state_dict()
     assert (state["epoch"], state["position"]) == (0, N)
+    process_dies(sampler)
     restarted = _sampler(server, "end")
     restarted.load_state_dict(state)
     assert restarted.epoch == 1 and client.get_job("end").current_epoch == 1
@@ -129,7 +132,7 @@ def test_reporting_an_index_streamed_but_not_yet_yielded_raises(client, server):
     sampler = _sampler(server, "y", min_report_coverage=0)
     it = iter(sampler)
     first = next(it)  # The whole shard is streamed (one chunk); one index is yielded.
-    shard = client.read_shard("y", 0, 0, 1).tolist()
+    shard = client.read_shard("y", 0, 0, 1, observe=True).tolist()
     with pytest.raises(samplerd.InvalidArgument,
                        match=rf"indices\[0\] = {shard[1]} was not yielded to rank 0 in epoch 0 "
                              r"\(positions 0 to 0 were\)"):
@@ -164,7 +167,7 @@ def test_a_closed_client_raises_its_own_error_not_grpcs(server):
     with pytest.raises(samplerd.FailedPrecondition, match=r"samplerd.Client of .* is closed"):
         c.get_job("any")
     with pytest.raises(samplerd.FailedPrecondition, match=r"is closed"):
-        c.read_shard("any", 0, 0, 1)
+        c.read_shard("any", 0, 0, 1, observe=True)
 
 
 @pytest.mark.parametrize("address", ["http://127.0.0.1:50051", "https://samplerd:443",

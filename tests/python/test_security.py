@@ -309,11 +309,11 @@ def test_a_job_token_runs_its_job_and_a_loss_stream_cannot_switch_to_another(cer
             client_for(server, certs, token=ADMIN) as admin:
         admin.create_job("secret", num_samples=100, world_size=1)
         trainer.create_job("train", num_samples=100, world_size=1, loss="loss")
-        shard = trainer.read_shard("train", 0, 0, 1)
+        shard = trainer.read_shard("train", 0, 0, 1, observe=True)
         assert trainer.report_losses("train", 0, 0, shard[:10], [1.0] * 10,
                                      np.arange(10)).accepted == 10
         with pytest.raises(samplerd.PermissionDenied, match='job = "secret"'):
-            trainer.read_shard("secret", 0, 0, 1)
+            trainer.read_shard("secret", 0, 0, 1, observe=True)
         with pytest.raises(samplerd.PermissionDenied, match="DeleteJob needs an admin token"):
             trainer.delete_job("train")
         assert [j.name for j in admin.list_jobs()] == ["secret", "train"]

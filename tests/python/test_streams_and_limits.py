@@ -24,7 +24,7 @@ def _batch(seq, shard, position):
 
 def test_an_unparseable_message_fails_the_loss_stream_at_its_position(client, server):
     client.create_job("j", num_samples=100, world_size=1, loss="loss")
-    shard = client.read_shard("j", 0, 0, 1)
+    shard = client.read_shard("j", 0, 0, 1, observe=True)
     with grpc.insecure_channel(server.address) as channel:
         report = channel.stream_unary("/samplerd.v1.Sampler/ReportLosses")  # Raw bytes.
         with pytest.raises(grpc.RpcError) as info:
@@ -85,7 +85,7 @@ def test_a_summary_that_counts_less_than_was_sent_is_data_loss(undercounting_add
 
 def test_a_real_server_counts_every_batch_including_retries(client):
     client.create_job("j", num_samples=10, world_size=1)
-    shard = client.read_shard("j", 0, 0, 1)
+    shard = client.read_shard("j", 0, 0, 1, observe=True)
     batches = [_batch(k % 2, shard, k % 2) for k in range(4)]
     summary = client.report_loss_batches(batches)
     assert (summary.batches, summary.accepted, summary.duplicates) == (4, 2, 2)
@@ -96,7 +96,7 @@ def test_a_real_server_counts_every_batch_including_retries(client):
 def test_the_server_tells_each_rank_its_shard_length(client, server, uneven, lengths):
     client.create_job("s", num_samples=10, world_size=3, uneven=uneven)
     assert [client.get_job("s", rank=r).shard_length for r in range(3)] == lengths
-    assert [len(client.read_shard("s", 0, r, 3)) for r in range(3)] == lengths
+    assert [len(client.read_shard("s", 0, r, 3, observe=True)) for r in range(3)] == lengths
     assert not client.get_job("s").HasField("shard_length")  # Only when asked for a rank.
     with pytest.raises(samplerd.InvalidArgument, match=r"rank = 3 is outside \[0, world_size = 3\)"):
         client.get_job("s", rank=3)
@@ -119,7 +119,7 @@ def test_limits_come_from_the_proto(client, server):
                                    report_batch_size=n)
     # The server's chunk limit is the same constant.
     with pytest.raises(samplerd.InvalidArgument, match=f"max_chunk_size = {n}"):
-        client.read_shard("m", 0, 0, 1, chunk_size=n)
+        client.read_shard("m", 0, 0, 1, chunk_size=n, observe=True)
 
 
 def test_the_stream_buffer_budget_is_resource_exhausted_naming_the_flag():
@@ -129,7 +129,7 @@ def test_the_stream_buffer_budget_is_resource_exhausted_naming_the_flag():
         with samplerd.Client(server.address, timeout=10) as c:
             c.create_job("big", num_samples=1 << 21, world_size=1)
             with pytest.raises(samplerd.ResourceExhausted, match="--max_stream_buffer_bytes"):
-                c.read_shard("big", 0, 0, 1, chunk_size=1 << 20)
-            assert len(c.read_shard("big", 0, 0, 1)) == 1 << 21  # Default chunks fit.
+                c.read_shard("big", 0, 0, 1, chunk_size=1 << 20, observe=True)
+            assert len(c.read_shard("big", 0, 0, 1, observe=True)) == 1 << 21  # Default chunks fit.
     finally:
         assert server.stop() == 0

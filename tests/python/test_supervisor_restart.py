@@ -23,7 +23,7 @@ def test_a_default_client_rides_through_a_restart_five_seconds_after_a_crash(tmp
     try:
         with samplerd.Client(server.address) as c:  # The defaults: 300 s of retries.
             c.create_job("s", num_samples=1000, world_size=1, seed=2, loss="loss")
-            shard = c.read_shard("s", 0, 0, 1)
+            shard = c.read_shard("s", 0, 0, 1, observe=True)
             c.report_losses("s", 0, 0, shard[:500], np.ones(500), np.arange(500))
             server.kill()
             supervisor.start()

@@ -129,7 +129,7 @@ def test_waiting_readers_that_time_out_or_go_away_leave_nothing_behind():
             # The job goes on: the boundary opens epoch 1 for the ranks that ask now.
             for rank in range(4):
                 client.end_epoch("w", 0, rank)
-            assert sorted(np.concatenate([client.read_shard("w", 1, r, 4)
+            assert sorted(np.concatenate([client.read_shard("w", 1, r, 4, observe=True)
                                           for r in range(4)])) == list(range(40))
     finally:
         assert server.stop() == 0

@@ -10,13 +10,14 @@ Accelerate, the Transformers Trainer and torchdata, samplerd.lightning, samplerd
 samplerd.transformers and samplerd.torchdata (docs/INTEGRATIONS.md; each is imported on its own).
 """
 
-from .client import Client, Policy, ShardChunk, check_loss_batch
-from .errors import (AlreadyExists, DataLoss, DeadlineExceeded, FailedPrecondition,
+from .client import Client, Policy, RankClaim, ShardChunk, check_loss_batch
+from .errors import (Aborted, AlreadyExists, DataLoss, DeadlineExceeded, FailedPrecondition,
                      InvalidArgument, NotFound, PermissionDenied, ResourceExhausted,
                      RestartWarning, SamplerError, Unauthenticated, Unavailable)
 
 __all__ = [
-    "Client", "Policy", "ShardChunk", "check_loss_batch", "SamplerError", "InvalidArgument",
+    "Client", "Policy", "RankClaim", "ShardChunk", "check_loss_batch", "SamplerError",
+    "InvalidArgument", "Aborted",
     "NotFound", "AlreadyExists", "FailedPrecondition", "ResourceExhausted", "DeadlineExceeded",
     "Unavailable", "DataLoss", "Unauthenticated", "PermissionDenied", "RestartWarning",
 ]

@@ -9,6 +9,7 @@ client streams are checked against what was sent (DataLoss on a mismatch). The A
 
 import dataclasses
 import re
+import threading
 import time
 from typing import Iterator, List, NamedTuple, Optional, Sequence
 
@@ -127,14 +128,15 @@ def _check_count(what, acknowledged, sent):
 
 
 def loss_batch_message(job: str, epoch: int, rank: int, seq: int, indices: np.ndarray,
-                       losses: np.ndarray, positions: np.ndarray, deal: int = 0) -> pb.LossBatch:
+                       losses: np.ndarray, positions: np.ndarray, deal: int = 0,
+                       incarnation: int = 0) -> pb.LossBatch:
     """The LossBatch message of a batch already validated by check_loss_batch (not re-checked).
 
     Consecutive positions (the usual case: losses reported in the order the shard was consumed)
     are sent as first_position alone, 8 bytes per pair fewer on the wire and in the server's log.
     """
     message = pb.LossBatch(job=job, epoch=epoch, rank=rank, seq=seq, indices=indices.tolist(),
-                           losses=losses.tolist(), deal=deal)
+                           losses=losses.tolist(), deal=deal, incarnation=incarnation)
     if positions.size and np.array_equal(positions, positions[0] + np.arange(positions.size)):
         message.first_position = int(positions[0])
     else:
@@ -244,6 +246,115 @@ class _Retries:
         return (f" (gave up after {self.retries} {'retry' if self.retries == 1 else 'retries'} "
                 f"in {time.monotonic() - self._first_failure:.1f} s; retry_budget = "
                 f"{self._client.retry_budget:g} s)")
+
+
+# The claims this process released, by (address, job, rank): a later claim of the same rank in
+# this process names it as replaced (ClaimRankRequest.replaces), so that it is accepted even if
+# the server has not yet processed the cancellation of the released call.
+_released_claims = {}
+_released_lock = threading.Lock()
+
+
+class RankClaim:
+    """This process's claim of a data-parallel rank (proto ClaimRank), made by
+    Client.claim_rank and held until release() (or the client's close).
+
+    The claim lives as long as its ClaimRank call: one gRPC call held open, no thread. The
+    server refuses a second live process that claims the same rank (FailedPrecondition naming
+    the holder), unless every claimant is a declared peer (tensor/pipeline/context-parallel
+    peers of one data-parallel rank). The rank's calls carry incarnation() (pass the claim as
+    `claim=` to stream_shard, report_losses, report_loss_batches and end_epoch): when the call
+    broke (a server restart, a lost connection) incarnation() claims the rank again, and a call
+    the server answers ABORTED (a claim it no longer holds) claims again and is retried.
+
+    Thread-safe.
+    """
+
+    def __init__(self, client: "Client", job: str, rank: int, world_size: int, peer: bool):
+        self._client = client
+        self._request = pb.ClaimRankRequest(job=job, rank=rank, world_size=world_size,
+                                            peer=bool(peer))
+        self._lock = threading.Lock()
+        self._key = (client.address, job, rank)
+        self._call = None         # The open ClaimRank call; None: not held now.
+        with _released_lock:      # Of _call, or of the last claim held (`replaces`).
+            self._incarnation = _released_claims.get(self._key, 0)
+        self._released = False
+
+    @property
+    def job(self) -> str:
+        return self._request.job
+
+    @property
+    def rank(self) -> int:
+        return self._request.rank
+
+    @property
+    def peer(self) -> bool:
+        return self._request.peer
+
+    def incarnation(self) -> int:
+        """The claim's incarnation, claiming the rank (again) if its call is not open.
+
+        Raises:
+            FailedPrecondition: another live process holds the rank (the message names the
+                job, the rank, the holder's incarnation and how long it has held it); the
+                world size is not the job's; the claim was released.
+            InvalidArgument, NotFound, Unavailable (after the client's retries).
+        """
+        with self._lock:
+            if self._released:
+                raise errors.FailedPrecondition(
+                    f"the claim of rank {self.rank} of job '{self.job}' was released "
+                    "(its sampler or client was closed)")
+            if self._call is None or self._call.done():
+                self._claim_locked()
+            return self._incarnation
+
+    def renew(self, stale: int) -> None:
+        """The server no longer holds incarnation `stale` (it answered ABORTED): the next
+        incarnation() claims again."""
+        with self._lock:
+            if self._incarnation == stale and self._call is not None:
+                self._call.cancel()
+                self._call = None
+
+    def release(self) -> None:
+        """Ends the claim (cancels its call): the rank is free at once. Idempotent."""
+        with self._lock:
+            self._released = True
+            if self._call is not None:
+                self._call.cancel()
+                self._call = None
+                with _released_lock:
+                    _released_claims[self._key] = self._incarnation
+
+    def _claim_locked(self):
+        if self._call is not None:
+            self._call.cancel()
+            self._call = None
+        # The previous claim, which the server may not have seen end yet (a lost connection).
+        self._request.replaces = self._incarnation
+        retries = _Retries(self._client)
+        while True:
+            self._client._check_open()
+            # No deadline: the call is held for the process's life.
+            call = self._client._stub.ClaimRank(self._request)
+            try:
+                claim = next(call)
+            except grpc.RpcError as e:
+                call.cancel()
+                backoff = retries.next() if self._client._retryable(e) else None
+                if backoff is None:
+                    error = errors.from_rpc_error(e)
+                    raise type(error)(error.message + retries.summary(), error.code) from None
+            except StopIteration:
+                raise errors.DataLoss(f"ClaimRank of rank {self.rank} of job '{self.job}' "
+                                      "ended without its RankClaim") from None
+            else:
+                self._call, self._incarnation = call, claim.incarnation
+                return
+            self._client._sleep_backoff(backoff)
 
 
 class Client:
@@ -386,25 +497,67 @@ class Client:
                 f"the samplerd.Client of {self.address} is closed (close() was called, or the "
                 "sampler owning it was closed); make a new one")
 
-    def _call(self, method, request, timeout=None):
+    def _call(self, method, request, timeout=None, claim: Optional[RankClaim] = None):
+        """Calls method(request, timeout=...) with retries. With a `claim`, each attempt
+        carries its incarnation (`request`: a message with an `incarnation` field, or a list of
+        them), and an attempt answered ABORTED (a claim the server no longer holds) claims
+        again and is retried."""
         self._check_open()
         retries = _Retries(self)
         while True:
+            incarnation = self._stamp(request, claim)
             try:
                 return method(request, timeout=timeout or self.timeout)
             except grpc.RpcError as e:
-                backoff = retries.next() if self._retryable(e) else None
+                backoff = retries.next() if self._retryable(e, claim) else None
                 if backoff is None:
                     error = errors.from_rpc_error(e)
                     raise type(error)(error.message + retries.summary(), error.code) from None
+                if e.code() == grpc.StatusCode.ABORTED:
+                    claim.renew(incarnation)
             self._sleep_backoff(backoff)
 
-    def _retryable(self, error: grpc.RpcError) -> bool:
+    @staticmethod
+    def _stamp(request, claim: Optional[RankClaim]) -> int:
+        """Puts the claim's incarnation (claiming again if needed) into `request` (a message
+        or a list of messages); returns it (0 without a claim)."""
+        if claim is None:
+            return 0
+        incarnation = claim.incarnation()
+        for message in request if isinstance(request, list) else [request]:
+            message.incarnation = incarnation
+        return incarnation
+
+    def claim_rank(self, job: str, rank: int, world_size: int, *,
+                   peer: bool = False) -> RankClaim:
+        """Claims data-parallel rank `rank` of `job` for this process (proto ClaimRank) and
+        returns the claim, held until its release() or this client's close().
+
+        Args:
+            job, rank, world_size: which rank (world_size must equal the job's current one).
+            peer: this process is one of several tensor/pipeline/context-parallel peers of one
+                data-parallel rank, which read the same shard: every peer claims with
+                peer=True and they hold the rank together.
+        Raises:
+            FailedPrecondition: another live process holds the rank (a peer if peer is False,
+                a non-peer otherwise): the message names the job, the rank, the holder's
+                incarnation and how long it has held it; world size mismatch.
+            InvalidArgument: rank outside [0, world_size). NotFound, Unavailable.
+        """
+        if not 0 <= rank < world_size:
+            raise _bad(f"rank = {rank} is outside [0, world_size = {world_size})")
+        claim = RankClaim(self, job, rank, world_size, peer)
+        claim.incarnation()
+        return claim
+
+    def _retryable(self, error: grpc.RpcError, claim: Optional[RankClaim] = None) -> bool:
         """UNAVAILABLE, or CANCELLED unless close() caused it: a server shutting down gracefully
         cancels the calls it had not finished when its drain ended. Every call is as safe to
-        send again as after UNAVAILABLE (a lost acknowledgement)."""
+        send again as after UNAVAILABLE (a lost acknowledgement). With a claim, ABORTED too
+        (the claim ended: the retry claims again)."""
         return error.code() == grpc.StatusCode.UNAVAILABLE or (
-            error.code() == grpc.StatusCode.CANCELLED and not self._closed)
+            error.code() == grpc.StatusCode.CANCELLED and not self._closed) or (
+            claim is not None and error.code() == grpc.StatusCode.ABORTED)
 
     # -- jobs -----------------------------------------------------------------------------------
 
@@ -653,7 +806,8 @@ class Client:
 
     def stream_shard(self, job: str, epoch: int, rank: int, world_size: int, *,
                      start_offset: int = 0, with_is_weights: bool = False,
-                     chunk_size: int = 0, timeout: Optional[float] = None, deal: int = 0
+                     chunk_size: int = 0, timeout: Optional[float] = None, deal: int = 0,
+                     claim: Optional[RankClaim] = None, observe: bool = False
                      ) -> Iterator[ShardChunk]:
         """Yields rank `rank`'s shard of `epoch` chunk by chunk, from `start_offset`.
 
@@ -665,6 +819,12 @@ class Client:
             chunk_size: indices per chunk; 0 for the server's default.
             timeout: seconds to wait for the next chunk (default: the client's timeout). The
                 first chunk may wait for the epoch's plan (other ranks still finishing).
+            claim: this process's claim of the rank (claim_rank), whose incarnation the
+                stream carries; None: the stream is refused (FailedPrecondition) while another
+                process holds the rank.
+            observe: the shard is read to be looked at, not trained (a tool, a test, an
+                evaluation that compares shards): allowed whoever holds the rank, no claim
+                needed. An observer reports no losses for it.
 
         Returns:
             An iterator of ShardChunk (int64 indices, optional float32 importance weights).
@@ -680,7 +840,8 @@ class Client:
 
         Raises:
             InvalidArgument: rank outside [0, world_size), start_offset beyond the shard.
-            FailedPrecondition: world size or deal mismatch, epoch closed or not yet reachable.
+            FailedPrecondition: world size or deal mismatch, epoch closed or not yet reachable;
+                another live process holds the rank (without its claim, or claiming it).
             DeadlineExceeded: no data within `timeout` (e.g. the plan is not ready).
             NotFound, Unavailable.
             SamplerError: CANCELLED when the client is closed while streaming.
@@ -696,7 +857,14 @@ class Client:
             request = pb.StreamShardRequest(job=job, epoch=epoch, rank=rank,
                                             world_size=world_size, start_offset=next_pos,
                                             with_is_weights=with_is_weights,
-                                            max_chunk_size=chunk_size, deal=deal)
+                                            max_chunk_size=chunk_size, deal=deal,
+                                            observe=bool(observe))
+            try:
+                incarnation = self._stamp(request, claim)
+            except errors.SamplerError as e:
+                raise type(e)(f"job '{job}' epoch {epoch} rank {rank}: shard stream failed at "
+                              f"position {next_pos}: claiming the rank: {e.message}",
+                              e.code) from None
             stream = self._stub.StreamShard(request, timeout=timeout or self.timeout)
             progressed = False
             try:
@@ -716,12 +884,14 @@ class Client:
             except grpc.RpcError as e:
                 if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED and progressed:
                     continue  # The caller held the stream past the deadline: reopen.
-                backoff = retries.next() if self._retryable(e) else None
+                backoff = retries.next() if self._retryable(e, claim) else None
                 if backoff is None:
                     error = errors.from_rpc_error(e)
                     raise type(error)(
                         f"job '{job}' epoch {epoch} rank {rank}: shard stream failed at position "
                         f"{next_pos}: {error.message}{retries.summary()}", error.code) from None
+                if e.code() == grpc.StatusCode.ABORTED:
+                    claim.renew(incarnation)
             finally:
                 stream.cancel()
             self._sleep_backoff(backoff)
@@ -729,7 +899,8 @@ class Client:
     def read_shard(self, job: str, epoch: int, rank: int, world_size: int, **kwargs) -> np.ndarray:
         """Returns the whole shard (from start_offset) as one int64 array.
 
-        Takes the keyword arguments and raises the errors of stream_shard.
+        Takes the keyword arguments and raises the errors of stream_shard (observe=True to
+        look at a shard that a trainer holds).
         """
         parts = [c.indices for c in self.stream_shard(job, epoch, rank, world_size, **kwargs)]
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
@@ -738,7 +909,7 @@ class Client:
 
     def report_losses(self, job: str, epoch: int, rank: int, indices, losses, positions, *,
                       seq: int = 0, num_samples: Optional[int] = None,
-                      deal: int = 0) -> pb.LossReportSummary:
+                      deal: int = 0, claim: Optional[RankClaim] = None) -> pb.LossReportSummary:
         """Reports one batch of per-sample losses keyed by the true dataset index.
 
         Args:
@@ -753,6 +924,7 @@ class Client:
             seq: a number naming the batch in the server's errors.
             num_samples: if given, indices are range-checked here as well as on the server.
             deal: the epoch's deal the positions are in (stream_shard's).
+            claim: this process's claim of the rank (see stream_shard).
         Returns:
             The LossReportSummary (accepted, stale, duplicates, stale_epochs, batches).
         Raises:
@@ -760,19 +932,22 @@ class Client:
                 floating-point indices, index out of range, a position outside the shard or an
                 index not served at its position (named, here or on the server); nothing of the
                 batch is applied.
-            FailedPrecondition: the epoch is not open yet; the deal was replaced by a resize.
+            FailedPrecondition: the epoch is not open yet; the deal was replaced by a resize;
+                another live process holds the rank (see stream_shard's `claim`).
             NotFound, Unavailable, DataLoss (see report_loss_batches).
         """
         idx, los = check_loss_batch(indices, losses, num_samples)
         pos = check_positions(positions, idx.size)
         return self.report_loss_batches(
-            [loss_batch_message(job, epoch, rank, seq, idx, los, pos, deal)])
+            [loss_batch_message(job, epoch, rank, seq, idx, los, pos, deal)], claim=claim)
 
-    def report_loss_batches(self, batches: Sequence[pb.LossBatch]) -> pb.LossReportSummary:
+    def report_loss_batches(self, batches: Sequence[pb.LossBatch], *,
+                            claim: Optional[RankClaim] = None) -> pb.LossReportSummary:
         """Sends prepared LossBatch messages on one stream, unchecked (the fast path).
 
         Retried whole on UNAVAILABLE: the server counts the positions it already applied, by
-        (epoch, rank, position), as duplicates.
+        (epoch, rank, position), as duplicates. With a `claim` (of the batches' rank) every
+        batch carries its incarnation.
 
         Returns:
             The LossReportSummary of all batches.
@@ -783,11 +958,13 @@ class Client:
         """
         batches = list(batches)
         summary = self._call(
-            lambda _, timeout: self._stub.ReportLosses(iter(batches), timeout=timeout), None)
+            lambda _, timeout: self._stub.ReportLosses(iter(batches), timeout=timeout), batches,
+            claim=claim)
         _check_count("loss batches", summary.batches, len(batches))
         return summary
 
-    def end_epoch(self, job: str, epoch: int, rank: int, deal: int = 0) -> pb.EndEpochResponse:
+    def end_epoch(self, job: str, epoch: int, rank: int, deal: int = 0, *,
+                  claim: Optional[RankClaim] = None) -> pb.EndEpochResponse:
         """Marks data-parallel rank `rank` of `deal` done with `epoch` (idempotent per epoch,
         deal and rank).
 
@@ -798,8 +975,10 @@ class Client:
             EndEpochResponse (ranks_ended, epoch_closed).
         Raises:
             InvalidArgument: rank >= world_size.
-            FailedPrecondition: `epoch` is not the current epoch; the deal was replaced.
+            FailedPrecondition: `epoch` is not the current epoch; the deal was replaced;
+                another live process holds the rank (see stream_shard's `claim`).
             NotFound, Unavailable.
         """
         return self._call(self._stub.EndEpoch,
-                          pb.EndEpochRequest(job=job, epoch=epoch, rank=rank, deal=deal))
+                          pb.EndEpochRequest(job=job, epoch=epoch, rank=rank, deal=deal),
+                          claim=claim)

@@ -47,6 +47,14 @@ class FailedPrecondition(SamplerError):
     default_code = grpc.StatusCode.FAILED_PRECONDITION
 
 
+class Aborted(SamplerError):
+    """The request's rank claim (incarnation) no longer holds its rank: its ClaimRank call
+    ended (a broken connection, a server restart). The clients claim again and retry on their
+    own (samplerd.Client with a RankClaim); raised only if that is impossible."""
+
+    default_code = grpc.StatusCode.ABORTED
+
+
 class ResourceExhausted(SamplerError):
     """A server limit (max jobs, max samples, message size)."""
 
@@ -91,6 +99,7 @@ _BY_CODE = {
     grpc.StatusCode.NOT_FOUND: NotFound,
     grpc.StatusCode.ALREADY_EXISTS: AlreadyExists,
     grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
+    grpc.StatusCode.ABORTED: Aborted,
     grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhausted,
     grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceeded,
     grpc.StatusCode.UNAVAILABLE: Unavailable,

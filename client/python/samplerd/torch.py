@@ -45,7 +45,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 from . import errors
 from ._proto import samplerd_pb2 as pb
-from .client import Client, check_loss_batch, loss_batch_message
+from .client import Client, RankClaim, check_loss_batch, loss_batch_message
 from .positions import ServedPositions
 
 _DONE = object()
@@ -194,6 +194,20 @@ class DistributedWeightedSampler(DistributedSampler):
             sampler and training dropped indices (a framework that sharded the loader again:
             it trained 1/world of the shard) and raises FailedPrecondition naming the fix.
             0 turns the guard off (a trainer that reports the losses of only some samples).
+        shared_rank: this process is one of several tensor/pipeline/context-parallel peers of
+            one data-parallel rank (Megatron-style model parallelism), which read the same
+            shard: every peer passes shared_rank=True and they hold the rank together (their
+            losses count once per position). Without it the sampler claims its rank for
+            itself: see "Rank claims" below.
+
+    Rank claims: before it streams or reports anything (its first iteration, or a
+    load_state_dict that sends losses or ends an epoch) the sampler claims its rank on the
+    server (Client.claim_rank) and holds the claim until close() -- one gRPC call held open, no
+    thread; a process that dies releases it at once (its connection closes). A second live
+    process that claims the same rank (a trainer started twice with the same RANK) gets
+    FailedPrecondition at its first iteration, naming the job, the rank and the holder, before
+    anything is streamed to it. If the claim's call breaks (a server restart, a lost
+    connection) the sampler claims again on its own.
 
     The sampler's iterator is itself Stateful (state_dict/load_state_dict: the position it has
     yielded up to), which is what torchdata's StatefulDataLoader snapshots when it prefetches.
@@ -209,7 +223,7 @@ class DistributedWeightedSampler(DistributedSampler):
                  prefetch: bool = True, report_batch_size: int = 8192, timeout: float = 300.0,
                  end_epoch: bool = True, client_options: Optional[dict] = None,
                  elastic: bool = False, framework_epochs: bool = False,
-                 min_report_coverage: float = 0.75):
+                 min_report_coverage: float = 0.75, shared_rank: bool = False):
         self._owns_client = not isinstance(client_or_address, Client)
         if client_options and not self._owns_client:
             raise errors.InvalidArgument("client_options: given with a Client; pass them to it")
@@ -240,11 +254,14 @@ class DistributedWeightedSampler(DistributedSampler):
         self.seed = 0
         self.framework_epochs = framework_epochs
         self.min_report_coverage = min_report_coverage
+        self.shared_rank = bool(shared_rank)
         # framework_epochs: job epoch = framework epoch + _epoch_offset, fixed by the first
         # set_epoch after construction or load_state_dict.
         self._epoch_offset = None
         self.timeout = timeout
         described = self._join(elastic)
+        # Claimed at the first call that needs the rank (RankClaim.incarnation), held until close.
+        self._claim = RankClaim(self.client, job, rank, world_size, self.shared_rank)
         self.num_samples = described.spec.num_samples
         # The current epoch's deal when this sampler started (the group's): later epochs are
         # dealt from deal 0.
@@ -396,7 +413,8 @@ class DistributedWeightedSampler(DistributedSampler):
         if self.end_epoch_on_exhaust:
             unreported = self._unreported()
             try:
-                self.client.end_epoch(self.job, self._iter_epoch, self.rank, deal=self._iter_deal)
+                self.client.end_epoch(self.job, self._iter_epoch, self.rank,
+                                      deal=self._iter_deal, claim=self._claim)
             except errors.SamplerError as e:
                 raise _explained(e, f"{self._where(self._iter_epoch)}: EndEpoch") from None
             if unreported is not None:  # Said once the epoch was really ended.
@@ -528,7 +546,7 @@ class DistributedWeightedSampler(DistributedSampler):
                                       los[lo:lo + step], pos[lo:lo + step], deal)
                    for lo in range(0, idx.size, step)]
         try:
-            self.client.report_loss_batches(batches)
+            self.client.report_loss_batches(batches, claim=self._claim)
         except errors.SamplerError as e:
             raise _explained(e, f"{self._where(epoch)}: sending again the {idx.size} "
                                 "unacknowledged losses of a loaded state") from None
@@ -698,7 +716,8 @@ class DistributedWeightedSampler(DistributedSampler):
             # and go on with the next.
             try:
                 if self.client.get_job(self.job).current_epoch == epoch:
-                    self.client.end_epoch(self.job, epoch, self.rank, deal=self._deal(epoch))
+                    self.client.end_epoch(self.job, epoch, self.rank, deal=self._deal(epoch),
+                                          claim=self._claim)
             except errors.SamplerError as e:
                 raise _explained(e, f"{self._where(epoch)}: EndEpoch of a loaded state") \
                     from None
@@ -749,7 +768,8 @@ class DistributedWeightedSampler(DistributedSampler):
         deal = self._deal(epoch)
         chunks = self._prefetched(epoch, deal, start) if self.prefetch else (
             self.client.stream_shard(self.job, epoch, self.rank, self.world_size,
-                                     start_offset=start, timeout=self.timeout, deal=deal))
+                                     start_offset=start, timeout=self.timeout, deal=deal,
+                                     claim=self._claim))
         begun = False
         # A stream's error names job, epoch, rank and position already (Client.stream_shard).
         try:
@@ -812,7 +832,8 @@ class DistributedWeightedSampler(DistributedSampler):
             try:
                 for chunk in self.client.stream_shard(self.job, epoch, self.rank,
                                                       self.world_size, start_offset=start,
-                                                      timeout=self.timeout, deal=deal):
+                                                      timeout=self.timeout, deal=deal,
+                                                      claim=self._claim):
                     if not put(chunk):
                         return
                 put(_DONE)
@@ -863,7 +884,8 @@ class DistributedWeightedSampler(DistributedSampler):
             try:
                 # Checked by report() already (check_loss_batch): sent as they are.
                 s = self.client.report_loss_batches(
-                    [loss_batch_message(self.job, epoch, self.rank, seq, idx, los, pos, deal)])
+                    [loss_batch_message(self.job, epoch, self.rank, seq, idx, los, pos, deal)],
+                    claim=self._claim)
                 with self._unacked_lock:
                     del self._unacked[seq]
                 for k in self.last_summary:
@@ -944,7 +966,8 @@ class DistributedWeightedSampler(DistributedSampler):
         self._raise_send_error()
 
     def close(self) -> None:
-        """Ends the iterated epoch, stops the reporter thread and closes an owned client.
+        """Ends the iterated epoch, stops the reporter thread, releases the rank's claim and
+        closes an owned client.
 
         Raises:
             The error of a failed loss batch or of EndEpoch; the thread and the client are
@@ -960,5 +983,6 @@ class DistributedWeightedSampler(DistributedSampler):
                 self._send_queue.put(None)
                 self._sender.join()
                 self._send_queue = self._sender = None
+            self._claim.release()
             if self._owns_client:
                 self.client.close()

@@ -74,7 +74,7 @@ def server_shards(client, job, epochs) -> dict:
     for epoch in sorted(epochs, reverse=True):
         if client.get_job(job).current_epoch != epoch:
             client.rewind_job(job, epoch)
-        out[epoch] = [client.read_shard(job, epoch, r, WORLD).tolist() for r in range(WORLD)]
+        out[epoch] = [client.read_shard(job, epoch, r, WORLD, observe=True).tolist() for r in range(WORLD)]
     return out
 
 

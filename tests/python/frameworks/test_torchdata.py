@@ -86,7 +86,7 @@ def worker(rank, cfg):
             with open(os.path.join(cfg["dir"], "server.json"), "w") as f:
                 json.dump({"accepted": [r.losses_accepted for r in status.ranks],
                            "epoch": status.job.current_epoch,
-                           "shards": [c.read_shard(JOB, 0, r, harness.WORLD).tolist()
+                           "shards": [c.read_shard(JOB, 0, r, harness.WORLD, observe=True).tolist()
                                       for r in range(harness.WORLD)]}, f)
     dist.barrier()
     sampler.close()

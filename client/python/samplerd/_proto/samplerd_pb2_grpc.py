@@ -74,6 +74,11 @@ class SamplerStub(object):
                 request_serializer=samplerd__pb2.GetJobStatusRequest.SerializeToString,
                 response_deserializer=samplerd__pb2.JobStatus.FromString,
                 )
+        self.ClaimRank = channel.unary_stream(
+                '/samplerd.v1.Sampler/ClaimRank',
+                request_serializer=samplerd__pb2.ClaimRankRequest.SerializeToString,
+                response_deserializer=samplerd__pb2.RankClaim.FromString,
+                )
 
 
 class SamplerServicer(object):
@@ -194,15 +199,16 @@ class SamplerServicer(object):
         """Streams rank `rank`'s shard of epoch `epoch`, starting at position `start_offset` of the
         shard (resume after a broken stream: pass the number of indices already received). If the
         epoch is still being planned the call waits, bounded by its deadline. Several readers may
-        stream the same data-parallel rank at once (tensor/pipeline-parallel peers) and receive
-        identical chunks. Respects flow control: the server never buffers a whole shard, only one
+        stream the same data-parallel rank at once (tensor/pipeline-parallel peers, which claim the
+        rank together: ClaimRankRequest.peer) and receive identical chunks. Respects flow control: the server never buffers a whole shard, only one
         chunk per call, and all open calls together at most --max_stream_buffer_bytes (a call whose
         chunk does not fit in what is left ends at once with RESOURCE_EXHAUSTED: retry later, or ask
         for a smaller max_chunk_size).
         Errors: INVALID_ARGUMENT (rank >= world_size, start_offset > shard length),
         FAILED_PRECONDITION (world_size or deal differs from the epoch's current deal, epoch
-        already closed or more than one ahead), RESOURCE_EXHAUSTED (stream buffer budget),
-        DEADLINE_EXCEEDED, NOT_FOUND.
+        already closed or more than one ahead, the rank is claimed by another process and the
+        request carries no incarnation), ABORTED (the request's incarnation no longer holds the
+        rank: claim again), RESOURCE_EXHAUSTED (stream buffer budget), DEADLINE_EXCEEDED, NOT_FOUND.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -228,7 +234,8 @@ class SamplerServicer(object):
         Errors: INVALID_ARGUMENT (index >= N, NaN/inf/negative loss, length mismatch, empty batch,
         rank >= world_size, position >= shard length, an index not at its position of the rank's
         shard, unparseable message), FAILED_PRECONDITION (epoch not yet open; a deal replaced by a
-        resize), NOT_FOUND.
+        resize; the rank is claimed by another process and the batch carries no incarnation),
+        ABORTED (the batch's incarnation no longer holds the rank: claim again), NOT_FOUND.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -238,7 +245,8 @@ class SamplerServicer(object):
         """Marks that data-parallel rank `rank` finished epoch `epoch`. When every rank of the epoch's
         current deal has ended the epoch, the weights are recomputed and epoch+1 is planned in the
         background. Idempotent per (epoch, deal, rank). Errors: INVALID_ARGUMENT,
-        FAILED_PRECONDITION (epoch not current, a deal replaced by a resize), NOT_FOUND.
+        FAILED_PRECONDITION (epoch not current, a deal replaced by a resize, the rank claimed by
+        another process and no incarnation), ABORTED (a stale incarnation), NOT_FOUND.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -246,6 +254,28 @@ class SamplerServicer(object):
 
     def GetJobStatus(self, request, context):
         """Progress and weight statistics of a job. Errors: NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ClaimRank(self, request, context):
+        """Claims data-parallel rank `rank` of job `job` for the caller's life (see "Rank claims"
+        above). The server answers at once with one RankClaim (the claim's incarnation) and then
+        keeps the call open, sending nothing more: the claim lasts exactly as long as the call. It
+        ends when the client cancels the call (closes its sampler), when its process dies (the
+        kernel closes its connection), when its connection is lost silently (the keepalive ends it
+        within CLIENT_KEEPALIVE_TIME_MS + CLIENT_KEEPALIVE_TIMEOUT_MS on the client's side and the
+        server's own keepalive on the server's), when the job is deleted (NOT_FOUND) or when the
+        server shuts down (UNAVAILABLE: claim again on the restarted server). Claims are kept in
+        memory only: after a server restart none exists and every client claims again.
+        A rank is held either by one claimant (peer = false) or by any number of peers (peer =
+        true: tensor-, pipeline- or context-parallel peers of one data-parallel rank, which read
+        the same shard); a claim that does not fit the rank's live holders is refused.
+        Errors: INVALID_ARGUMENT (world_size outside [1, MAX_WORLD_SIZE], rank >= world_size),
+        FAILED_PRECONDITION (another live process holds the rank: the message names the job, the
+        rank, the holder's incarnation, how long it has held it, and what to do; world_size differs
+        from the current epoch's deal), NOT_FOUND, UNAVAILABLE (shutting down).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -313,6 +343,11 @@ def add_SamplerServicer_to_server(servicer, server):
                     servicer.GetJobStatus,
                     request_deserializer=samplerd__pb2.GetJobStatusRequest.FromString,
                     response_serializer=samplerd__pb2.JobStatus.SerializeToString,
+            ),
+            'ClaimRank': grpc.unary_stream_rpc_method_handler(
+                    servicer.ClaimRank,
+                    request_deserializer=samplerd__pb2.ClaimRankRequest.FromString,
+                    response_serializer=samplerd__pb2.RankClaim.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -525,5 +560,22 @@ class Sampler(object):
         return grpc.experimental.unary_unary(request, target, '/samplerd.v1.Sampler/GetJobStatus',
             samplerd__pb2.GetJobStatusRequest.SerializeToString,
             samplerd__pb2.JobStatus.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ClaimRank(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(request, target, '/samplerd.v1.Sampler/ClaimRank',
+            samplerd__pb2.ClaimRankRequest.SerializeToString,
+            samplerd__pb2.RankClaim.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
