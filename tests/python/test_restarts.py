@@ -295,7 +295,7 @@ def test_a_state_saved_after_a_resize_resumes_at_its_position(client, server):
     first.flush()
     state = first.state_dict()
     assert (state["deal"], state["position"]) == (1, 30)
-    # The process dies; its restart loads the state.
+    process_dies(first)  # Its restart loads the state.
     again = DistributedWeightedSampler(server.address, "rd", rank=0, world_size=1)
     with warnings.catch_warnings():
         warnings.simplefilter("error", samplerd.RestartWarning)
@@ -305,7 +305,6 @@ def test_a_state_saved_after_a_resize_resumes_at_its_position(client, server):
     assert again.restart_summary["redealt_states"] == 0
     again.report(rest, np.ones(70))
     again.close()
-    first.close()
 
 
 def test_a_state_at_the_end_of_a_resized_epoch_resumes_after_the_epoch_closed(client, server):
