@@ -109,6 +109,41 @@ def test_prefetch_off_and_a_failed_batch_surfaces_at_the_next_call(client, serve
         sampler.close()  # EndEpoch of a deleted job.
 
 
+def _prefetchers_left(before, wait=5.0):
+    """The prefetch threads started since `before` (a set of threads) still running after up
+    to `wait` seconds."""
+    import threading
+    import time
+    deadline = time.monotonic() + wait
+    while True:
+        left = [t for t in threading.enumerate()
+                if t.name.startswith("samplerd-prefetch") and t not in before]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
+
+
+def test_close_stops_the_prefetcher_of_an_iterator_left_open(client, server):
+    """A consumer that breaks out of its loop and closes the sampler: the iterator it dropped
+    (or, here, still holds) is never closed, being collected only later if at all; close()
+    stops its stream and prefetch thread at once. Before, the thread stayed blocked on its full
+    queue (and its stream open on the server) until the iterator was collected."""
+    import threading
+    import time
+    client.create_job("left", num_samples=300_000, world_size=1)
+    before = set(threading.enumerate())
+    sampler = DistributedWeightedSampler(server.address, "left", rank=0, world_size=1,
+                                         min_report_coverage=0)
+    it = iter(sampler)
+    for _ in range(10):
+        next(it)
+    time.sleep(0.5)  # The prefetcher fills its queue and blocks on the end-of-shard marker.
+    assert _prefetchers_left(before, wait=0)
+    sampler.close()
+    assert not _prefetchers_left(before)
+    del it
+
+
 @pytest.mark.parametrize("prefetch", [True, False])
 def test_a_consumer_that_stops_early_releases_the_stream(client, server, prefetch):
     """Stopping after one index (break, exception, a discarded iterator) must not leave the
@@ -118,6 +153,7 @@ def test_a_consumer_that_stops_early_releases_the_stream(client, server, prefetc
     import threading
     import time
     client.create_job("early", num_samples=300_000, world_size=1)
+    before = set(threading.enumerate())  # Not this test's (another test's sampler, dropped).
     sampler = DistributedWeightedSampler(server.address, "early", rank=0, world_size=1,
                                          prefetch=prefetch)
     it = iter(sampler)
@@ -126,11 +162,7 @@ def test_a_consumer_that_stops_early_releases_the_stream(client, server, prefetc
     if prefetch:  # Let the prefetcher fill its queue and block on the marker.
         time.sleep(0.5)
     it.close()
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and any(
-            t.name == "samplerd-prefetch-0" for t in threading.enumerate()):
-        time.sleep(0.05)
-    assert not [t.name for t in threading.enumerate() if t.name == "samplerd-prefetch-0"]
+    assert not _prefetchers_left(before)
     # The same epoch can be iterated again from the start, whole (set_epoch: without it the
     # next iteration would serve the next epoch).
     sampler.set_epoch(0)

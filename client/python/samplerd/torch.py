@@ -279,6 +279,9 @@ class DistributedWeightedSampler(DistributedSampler):
         self._iter_epoch = None
         self._iter_deal = 0
         self._iter_length = None  # Its shard's length (the stream's), None if not known.
+        # The shard stream of the last iteration while it is open (closed by close() and by the
+        # next iteration, also when its consumer dropped it without closing it).
+        self._open_stream = None
         # The positions of _iter_epoch's shard handed out so far, and which have a loss.
         self._served = None
         # (epoch, shard position) from load_state_dict: where the next iteration of that epoch
@@ -766,10 +769,14 @@ class DistributedWeightedSampler(DistributedSampler):
         it.epoch, it.position = epoch, start
         served = ServedPositions(start)
         deal = self._deal(epoch)
+        # An earlier iteration left open (a consumer that broke out of its loop: its iterator is
+        # only collected later, being in a cycle with its generator) stops streaming now.
+        self._release_stream()
         chunks = self._prefetched(epoch, deal, start) if self.prefetch else (
             self.client.stream_shard(self.job, epoch, self.rank, self.world_size,
                                      start_offset=start, timeout=self.timeout, deal=deal,
                                      claim=self._claim))
+        self._open_stream = chunks
         begun = False
         # A stream's error names job, epoch, rank and position already (Client.stream_shard).
         try:
@@ -789,8 +796,16 @@ class DistributedWeightedSampler(DistributedSampler):
                     yield index
         finally:
             chunks.close()  # A consumer that stops early releases the stream (and prefetcher) now.
+            if self._open_stream is chunks:
+                self._open_stream = None
         if not begun:  # An empty shard (or nothing left of it), streamed without error.
             self._serve_epoch(epoch, deal, served, None)
+
+    def _release_stream(self):
+        """Closes the shard stream (and its prefetch thread) of an iteration not finished."""
+        if self._open_stream is not None:
+            stream, self._open_stream = self._open_stream, None
+            stream.close()
 
     def _warn_served_again(self, epoch):
         """At the first iteration of a sampler that loaded no state: makes visible a restart
@@ -975,6 +990,7 @@ class DistributedWeightedSampler(DistributedSampler):
         """
         if self._closed:
             return
+        self._release_stream()
         try:
             self.end_epoch()
         finally:
