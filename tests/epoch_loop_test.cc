@@ -28,6 +28,7 @@
 #include "gtest/gtest.h"
 #include "server/server.h"
 #include "server/testing/test_server_options.h"
+#include "tests/loop_server_test_base.h"
 
 namespace samplerd {
 namespace {
@@ -67,40 +68,12 @@ struct RankRecord {
   std::vector<ShardEnd> ends;
 };
 
-class EpochLoopTest : public ::testing::Test {
+class EpochLoopTest : public LoopServerTest {
  protected:
-  static constexpr uint64_t kSamples = 6000;
-
-  void SetUp() override {
+  Options ServerOptions() const override {
     Options options = testutil::LoopbackTestOptions();
     options.rewind_epochs = 3;  // In memory: RewindJob to the last epoch starts.
-    auto server = Server::Create(options);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = *std::move(server);
-    auto client = SamplerClient::Create(server_->address());
-    ASSERT_TRUE(client.ok()) << client.status();
-    client_ = *std::move(client);
-  }
-
-  void TearDown() override {
-    if (server_) server_->Shutdown();
-  }
-
-  void CreateJob(const std::string& name, uint32_t world_size) {
-    v1::JobSpec spec;
-    spec.set_num_samples(kSamples);
-    spec.set_world_size(world_size);
-    spec.set_seed(11);
-    spec.mutable_policy()->set_loss(v1::LOSS);
-    auto job = client_->CreateJob(name, spec);
-    ASSERT_TRUE(job.ok()) << job.status();
-  }
-
-  std::unique_ptr<EpochLoop> NewLoop(const std::string& job, uint32_t rank, uint32_t world_size,
-                                     EpochLoopOptions options = {}) {
-    auto loop = EpochLoop::Create(client_, job, rank, world_size, options);
-    EXPECT_TRUE(loop.ok()) << loop.status();
-    return loop.ok() ? *std::move(loop) : nullptr;
+    return options;
   }
 
   // A step that records the batch, checks that it follows the previous one, and reports
@@ -240,9 +213,6 @@ class EpochLoopTest : public ::testing::Test {
     ASSERT_EQ(all.size(), kSamples) << "epoch " << epoch;
     for (uint64_t i = 0; i < kSamples; ++i) ASSERT_EQ(all[i], i) << "epoch " << epoch;
   }
-
-  std::unique_ptr<Server> server_;
-  std::shared_ptr<SamplerClient> client_;
 };
 
 TEST_F(EpochLoopTest, RanksInThreadsRunTwoEpochsReportingEveryLossOnce) {

@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "server/server.h"
 #include "server/testing/test_server_options.h"
+#include "tests/loop_server_test_base.h"
 
 namespace samplerd {
 namespace {
@@ -31,40 +32,8 @@ struct RankRecord {
   std::vector<std::vector<uint64_t>> indices;
 };
 
-class RankClaimTest : public ::testing::Test {
+class RankClaimTest : public LoopServerTest {
  protected:
-  static constexpr uint64_t kSamples = 6000;
-
-  void SetUp() override {
-    auto server = Server::Create(testutil::LoopbackTestOptions());
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = *std::move(server);
-    auto client = SamplerClient::Create(server_->address());
-    ASSERT_TRUE(client.ok()) << client.status();
-    client_ = *std::move(client);
-  }
-
-  void TearDown() override {
-    if (server_) server_->Shutdown();
-  }
-
-  void CreateJob(const std::string& name, uint32_t world_size) {
-    v1::JobSpec spec;
-    spec.set_num_samples(kSamples);
-    spec.set_world_size(world_size);
-    spec.set_seed(11);
-    spec.mutable_policy()->set_loss(v1::LOSS);
-    auto job = client_->CreateJob(name, spec);
-    ASSERT_TRUE(job.ok()) << job.status();
-  }
-
-  std::unique_ptr<EpochLoop> NewLoop(const std::string& job, uint32_t rank, uint32_t world_size,
-                                     EpochLoopOptions options = {}) {
-    auto loop = EpochLoop::Create(client_, job, rank, world_size, options);
-    EXPECT_TRUE(loop.ok()) << loop.status();
-    return loop.ok() ? *std::move(loop) : nullptr;
-  }
-
   // A step that records the batch and reports a loss of 1 for each index.
   static EpochLoop::Step RecordingStep(RankRecord& record) {
     return [&record](const EpochBatch& batch, LossSink& losses) -> absl::Status {
@@ -74,9 +43,6 @@ class RankClaimTest : public ::testing::Test {
       return losses.Report(std::vector<float>(batch.indices.size(), 1.0f));
     };
   }
-
-  std::unique_ptr<Server> server_;
-  std::shared_ptr<SamplerClient> client_;
 };
 
 TEST_F(RankClaimTest, ASecondLoopOfAClaimedRankIsRefusedWhileTheFirstLives) {
