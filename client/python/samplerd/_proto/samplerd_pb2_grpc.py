@@ -200,10 +200,10 @@ class SamplerServicer(object):
         shard (resume after a broken stream: pass the number of indices already received). If the
         epoch is still being planned the call waits, bounded by its deadline. Several readers may
         stream the same data-parallel rank at once (tensor/pipeline-parallel peers, which claim the
-        rank together: ClaimRankRequest.peer) and receive identical chunks. Respects flow control: the server never buffers a whole shard, only one
-        chunk per call, and all open calls together at most --max_stream_buffer_bytes (a call whose
-        chunk does not fit in what is left ends at once with RESOURCE_EXHAUSTED: retry later, or ask
-        for a smaller max_chunk_size).
+        rank together: ClaimRankRequest.peer) and receive identical chunks. Respects flow control:
+        the server never buffers a whole shard, only one chunk per call, and all open calls
+        together at most --max_stream_buffer_bytes (a call whose chunk does not fit in what is left
+        ends at once with RESOURCE_EXHAUSTED: retry later, or ask for a smaller max_chunk_size).
         Errors: INVALID_ARGUMENT (rank >= world_size, start_offset > shard length),
         FAILED_PRECONDITION (world_size or deal differs from the epoch's current deal, epoch
         already closed or more than one ahead, the rank is claimed by another process and the
