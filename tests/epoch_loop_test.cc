@@ -332,6 +332,47 @@ TEST_F(EpochLoopTest, StepErrorStopsTheLoopAndResumeFromTheCheckpointFinishes) {
 // its position: nothing of epoch 0 is left, so the loops go on with epoch 1 from its start and
 // train it whole. (Before Resume checked positions, it opened epoch 0 again and the server said
 // FAILED_PRECONDITION "epoch = 0 of job 'boundary' is closed".)
+TEST_F(EpochLoopTest, EndOfShardCheckpointOfAnotherGroupSizeResumesWithTheNextEpoch) {
+  // An elastic restart right after an epoch boundary: 2 ranks checkpoint at the end of epoch 0's
+  // shards, the epoch closes, the group comes back with 1 rank. Its loop resumes rank 0's
+  // position and trains epoch 1, dealt to it whole; a mid-epoch position of the old group stays
+  // refused (it names no position of the new shards). Before, both were refused by CheckOwner
+  // (the world size).
+  constexpr uint32_t kWorld = 2;
+  CreateJob("elastic", kWorld);
+  std::vector<ReaderPosition> saved(kWorld);
+  InThreads(kWorld, [&](uint32_t r) {
+    std::unique_ptr<EpochLoop> loop = NewLoop("elastic", r, kWorld);
+    ASSERT_NE(loop, nullptr);
+    RankRecord record;
+    absl::Status s = loop->Run(0, 1, RecordingStep(record), [&](const ShardEnd&) -> absl::Status {
+      absl::StatusOr<ReaderPosition> checkpoint = loop->Checkpoint();
+      if (!checkpoint.ok()) return checkpoint.status();
+      saved[r] = *checkpoint;
+      return absl::OkStatus();
+    });
+    EXPECT_TRUE(s.ok()) << "rank " << r << ": " << s;
+  });
+  ASSERT_EQ(ServedStatusOf("elastic").job().current_epoch(), 1u);
+  absl::StatusOr<v1::Job> resized = client_->ResizeJob("elastic", 1, 1);
+  ASSERT_TRUE(resized.ok()) << resized.status();
+
+  std::unique_ptr<EpochLoop> loop = NewLoop("elastic", 0, 1);
+  ASSERT_NE(loop, nullptr);
+  ReaderPosition short_of_end = saved[0];
+  short_of_end.position = 100;
+  absl::Status refused = loop->Resume(short_of_end, 1, NoStep);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("world_size"));
+
+  RankRecord record;
+  absl::Status resumed = loop->Resume(saved[0], 2, RecordingStep(record));
+  ASSERT_TRUE(resumed.ok()) << resumed;
+  ASSERT_EQ(record.indices.size(), 2u);
+  EXPECT_TRUE(record.indices[0].empty());
+  EXPECT_EQ(record.indices[1].size(), kSamples);  // Epoch 1, the whole plan to one rank.
+}
+
 TEST_F(EpochLoopTest, EndOfShardCheckpointOfAClosedEpochResumesWithTheNextEpoch) {
   constexpr uint32_t kWorld = 2;
   constexpr uint64_t kShard = kSamples / kWorld;

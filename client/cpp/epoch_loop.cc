@@ -126,8 +126,14 @@ absl::Status EpochLoop::Resume(const ReaderPosition& from, uint64_t epochs, cons
   if (!step) return absl::InvalidArgumentError("step = null");
   if (epochs == 0) return absl::OkStatus();
   const ShardReaderOptions& o = reader_->options();
-  if (absl::Status s = from.CheckOwner(o.job, o.rank, o.world_size); !s.ok()) return s;
+  const absl::Status owner = from.CheckOwner(o.job, o.rank, o.world_size);
+  // A position of this job saved by a group of another size names no position of this group's
+  // shards -- unless it is the end of a shard whose epoch has closed since: nothing of it is
+  // left, and the next epoch is dealt to this group (as the Python client's load_state_dict).
+  const bool other_group = from.job == o.job && from.world_size != o.world_size;
+  if (!owner.ok() && !other_group) return owner;
   absl::StatusOr<ResumeAt> at = CheckResumable(from);
+  if (!owner.ok() && !(at.ok() && *at == ResumeAt::kNextEpoch)) return owner;
   if (!at.ok()) return at.status();
   if (*at == ResumeAt::kPosition) return RunFrom(from, epochs, step, on_shard_end);
   // Nothing is left of from.epoch (it closed with this shard consumed): it counts as one of

@@ -203,8 +203,10 @@ class EpochLoop {
   // Before reading, `from` is checked against the job's state (GetJobStatus; GetJob for the
   // shard's length if `from` does not carry it): see Checkpoints above. A position at the end of
   // a closed epoch's shard reads nothing of that epoch (no hook, no EndEpoch: it closed), which
-  // still counts as one of `epochs`. Errors: INVALID_ARGUMENT or FAILED_PRECONDITION
-  // (ReaderPosition::CheckOwner) for a position of another job, rank or world size, and
+  // still counts as one of `epochs`; such a position may also be one of a group of another size
+  // (an elastic restart right after an epoch boundary: the next epoch is dealt to this group).
+  // Errors: INVALID_ARGUMENT or FAILED_PRECONDITION (ReaderPosition::CheckOwner) for a position
+  // of another job, rank or world size (but for the case above), and
   // CheckResume's refusals (FAILED_PRECONDITION, naming what to do), before anything is read;
   // then Run's. epochs = 0 does nothing.
   absl::Status Resume(const ReaderPosition& from, uint64_t epochs, const Step& step,

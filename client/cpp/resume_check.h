@@ -32,7 +32,9 @@
 //      the rewind, or run epoch C from its start.
 //
 // Every refusal names job, epoch, rank and position (and deal where it decides). Which rank,
-// job and world size the position belongs to is ReaderPosition::CheckOwner's (checked first).
+// job and world size the position belongs to is ReaderPosition::CheckOwner's (checked first;
+// EpochLoop::Resume lets a position of another world size through only when this rule says
+// kNextEpoch).
 #ifndef SAMPLERD_CLIENT_CPP_RESUME_CHECK_H_
 #define SAMPLERD_CLIENT_CPP_RESUME_CHECK_H_
 
