@@ -207,10 +207,16 @@ def reference(client):
         for r in range(3):
             client.end_epoch(REF, epoch, r)
         plans.append(sorted(int(i) for s in shards for i in s))
+    return plans, served_status(client, REF)
+
+
+def served_status(client, job):
+    """The job's status once the epoch it is at is planned (its weights are then the ones the
+    last epoch's losses made)."""
     deadline = time.monotonic() + 30
-    while not client.get_job(REF).plan_ready and time.monotonic() < deadline:
+    while not client.get_job(job).plan_ready and time.monotonic() < deadline:
         time.sleep(0.05)
-    return plans, client.status(REF)
+    return client.status(job)
 
 
 @pytest.fixture(scope="module")
@@ -240,10 +246,7 @@ def chaos(tmp_path_factory):
                 run["codes"] = run_group(worker, run["world"], cfg, victim, RUN_TIMEOUT)
             with samplerd.Client(server.address, timeout=20) as fresh:
                 plans, ref_status = reference(fresh)
-                deadline = time.monotonic() + 30
-                while not fresh.get_job(JOB).plan_ready and time.monotonic() < deadline:
-                    time.sleep(0.05)
-                status = fresh.status(JOB)
+                status = served_status(fresh, JOB)
     finally:
         stop.set()
         watcher.join(10)

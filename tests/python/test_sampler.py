@@ -145,6 +145,26 @@ def test_close_stops_the_prefetcher_of_an_iterator_left_open(client, server):
 
 
 @pytest.mark.parametrize("prefetch", [True, False])
+def test_an_iteration_superseded_by_a_newer_one_raises_instead_of_ending_short(
+        client, server, prefetch):
+    """A newer iteration stops the older one's stream (so that a dropped iterator does not hold
+    a thread and a stream): an older iterator consumed on past the chunk it had must say so,
+    never end as if its shard were done."""
+    client.create_job("twice", num_samples=300_000, world_size=1)
+    sampler = DistributedWeightedSampler(server.address, "twice", rank=0, world_size=1,
+                                         prefetch=prefetch, min_report_coverage=0)
+    old = iter(sampler)
+    next(old)
+    sampler.set_epoch(0)
+    new = iter(sampler)
+    assert next(new) is not None  # Streams from the start again; the old stream is closed.
+    with pytest.raises(samplerd.FailedPrecondition, match=r"a newer iteration of the sampler"):
+        for _ in old:
+            pass
+    sampler.close()
+
+
+@pytest.mark.parametrize("prefetch", [True, False])
 def test_a_consumer_that_stops_early_releases_the_stream(client, server, prefetch):
     """Stopping after one index (break, exception, a discarded iterator) must not leave the
     prefetch thread blocked on a full queue, and the epoch can be iterated again. 300 000

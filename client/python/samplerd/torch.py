@@ -554,6 +554,12 @@ class DistributedWeightedSampler(DistributedSampler):
             raise _explained(e, f"{self._where(epoch)}: sending again the {idx.size} "
                                 "unacknowledged losses of a loaded state") from None
 
+    def _other_ranks_state(self, job, epoch, rank):
+        """load_state_dict's refusal of another rank's state of the same group."""
+        return errors.InvalidArgument(
+            f"{self._loading()}: the state was saved by rank {rank} (job '{job}' epoch "
+            f"{epoch}); each rank loads its own state (e.g. ckpt-rank{self.rank}.pt)")
+
     def _loading(self):
         """Names this sampler in load_state_dict's refusals."""
         return f"load_state_dict of job '{self.job}' rank {self.rank}"
@@ -661,9 +667,7 @@ class DistributedWeightedSampler(DistributedSampler):
         length = state.get("length")  # Version 3 states of this client carry it where known.
         if length is not None and position == length and world_size == self.world_size and \
                 rank != self.rank:
-            raise errors.InvalidArgument(
-                f"{self._loading()}: the state was saved by rank {rank} (job '{job}' epoch "
-                f"{epoch}); each rank loads its own state (e.g. ckpt-rank{self.rank}.pt)")
+            raise self._other_ranks_state(job, epoch, rank)
         if length is not None and position == length and \
                 epoch < self.client.get_job(self.job).current_epoch:
             # Its shard consumed whole and its epoch closed since (whatever group or deal
@@ -693,9 +697,7 @@ class DistributedWeightedSampler(DistributedSampler):
                 errors.RestartWarning, stacklevel=2)
         else:
             if rank != self.rank:
-                raise errors.InvalidArgument(
-                    f"{self._loading()}: the state was saved by rank {rank} (job '{job}' epoch "
-                    f"{epoch}); each rank loads its own state (e.g. ckpt-rank{self.rank}.pt)")
+                raise self._other_ranks_state(job, epoch, rank)
             length = self._shard_length(epoch)
             if position > length:
                 raise errors.InvalidArgument(
@@ -794,6 +796,14 @@ class DistributedWeightedSampler(DistributedSampler):
                     served.yielded += 1
                     it.position += 1
                     yield index
+            if self._open_stream is not chunks:
+                # Released while this iterator was suspended (close(), or a newer iteration of
+                # the sampler): the rest of the shard was not served, so say so rather than end.
+                self._check_open()
+                raise errors.FailedPrecondition(
+                    f"{self._where(epoch)}: this iteration stopped at shard position "
+                    f"{it.position}: a newer iteration of the sampler started (one iteration at "
+                    f"a time; the newer one serves from where set_epoch / load_state_dict say)")
         finally:
             chunks.close()  # A consumer that stops early releases the stream (and prefetcher) now.
             if self._open_stream is chunks:
