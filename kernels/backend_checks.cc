@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/exact_sum.h"
+#include "kernels/loss_policies.h"
 
 namespace samplerd {
 
@@ -49,7 +50,7 @@ absl::StatusOr<uint64_t> CheckRecomputeInputs(const WeightPolicyParams& policy,
           absl::StrCat(in.field, ": ", in.size, " values, but ", first, " has ", n));
     }
   }
-  if (policy.loss != LossWeightKind::kNone && stats == nullptr) {
+  if (UsesLossStats(policy) && stats == nullptr) {
     return absl::InvalidArgumentError(
         "stats: missing; a loss policy (policy.loss) needs the loss statistics");
   }

@@ -24,6 +24,7 @@
 #include "kernels/internal/shuffle.h"
 #include "kernels/internal/simd_level.h"
 #include "kernels/loss_groups.h"
+#include "kernels/loss_policies.h"
 #include "kernels/loss_table.h"
 #include "kernels/philox.h"
 #include "kernels/plan_shard.h"
@@ -187,10 +188,18 @@ class CpuBackend final : public ComputeBackend {
   absl::Status ImportanceWeights(const BackendWeights& weights, absl::Span<const uint64_t> indices,
                                  absl::Span<float> out) override;
 
-  // RecomputeWeightsOnHost (cpu_backend.h) with this backend's threads.
+  // RecomputeWeightsOnHost (cpu_backend.h) with this backend's threads: checks the policy and
+  // the sizes (CheckRecomputeInputs' rules for spans), then RecomputeValidated.
   absl::Status RecomputeSpans(const WeightPolicyParams& policy, uint64_t closed_epoch,
                               absl::Span<const float> base, absl::Span<const float> current,
                               absl::Span<const SampleLossStats> stats, absl::Span<float> out) const;
+
+  // The passes, for a valid policy and inputs of one size N = out.size() >= 1 (base weights
+  // present with loss_within_groups); the values are checked by the first pass.
+  absl::Status RecomputeValidated(const WeightPolicyParams& policy, uint64_t closed_epoch,
+                                  absl::Span<const float> base, absl::Span<const float> current,
+                                  absl::Span<const SampleLossStats> stats,
+                                  absl::Span<float> out) const;
 
  private:
   // pass(begin, end, results) over the groups of chunks of [0, n) (recompute_passes.h), in
@@ -286,15 +295,18 @@ absl::StatusOr<std::shared_ptr<const BackendWeights>> CpuBackend::RecomputeWeigh
   absl::StatusOr<uint64_t> n = CheckRecomputeInputs(policy, base, current, stats);
   if (!n.ok()) return n.status();
   // No loss factor: W_{e+1} is the base weights, the same object (null for uniform).
-  if (policy.loss == LossWeightKind::kNone) {
+  if (!UsesLossStats(policy)) {
     if (base == nullptr) return nullptr;
     return std::shared_ptr<const BackendWeights>((*own_base)->shared_from_this());
   }
   auto out = std::make_shared<std::vector<float>>(*n);
   const absl::Span<const float> no_weights;
-  if (absl::Status s = RecomputeSpans(policy, closed_epoch, base ? (*own_base)->span() : no_weights,
-                                      current ? (*own_current)->span() : no_weights,
-                                      (*own_stats)->stats(), absl::MakeSpan(*out));
+  // CheckRecomputeInputs validated the policy and the sizes: the passes run without checking
+  // them again.
+  if (absl::Status s = RecomputeValidated(policy, closed_epoch,
+                                          base ? (*own_base)->span() : no_weights,
+                                          current ? (*own_current)->span() : no_weights,
+                                          (*own_stats)->stats(), absl::MakeSpan(*out));
       !s.ok()) {
     return s;
   }
@@ -310,6 +322,14 @@ absl::Status CpuBackend::RecomputeSpans(const WeightPolicyParams& policy, uint64
   if (absl::Status s = ValidatePolicy(policy); !s.ok()) return s;
   if (absl::Status s = CheckRecomputeSizes(base, current, stats, out); !s.ok()) return s;
   if (absl::Status s = CheckGroupBase(policy, !base.empty()); !s.ok()) return s;
+  return RecomputeValidated(policy, closed_epoch, base, current, stats, out);
+}
+
+absl::Status CpuBackend::RecomputeValidated(const WeightPolicyParams& policy,
+                                            uint64_t closed_epoch, absl::Span<const float> base,
+                                            absl::Span<const float> current,
+                                            absl::Span<const SampleLossStats> stats,
+                                            absl::Span<float> out) const {
   const uint64_t n = out.size();
   const internal::SimdLevel level = internal::BestSimdLevel();
   const internal::RecomputeArrays arrays{base.empty() ? nullptr : base.data(),

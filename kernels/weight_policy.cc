@@ -11,6 +11,7 @@
 #include "kernels/det_math.h"
 #include "kernels/exact_sum.h"
 #include "kernels/loss_groups.h"
+#include "kernels/loss_policies.h"
 #include "kernels/weight_math.h"
 
 namespace samplerd {
@@ -46,7 +47,7 @@ absl::Status ValidatePolicy(const WeightPolicyParams& p) {
         absl::StrCat("policy.prior_loss = ", *p.prior_loss, ": must be finite and >= 0"));
   }
   if (p.loss_within_groups &&
-      (p.loss != LossWeightKind::kLoss || p.base == BaseWeightKind::kUniform)) {
+      (!DescriptorOf(p.loss).allows_within_groups || p.base == BaseWeightKind::kUniform)) {
     return absl::InvalidArgumentError(
         "policy.loss_within_groups = true needs loss = LOSS and base = STATIC or CLASS_BALANCED "
         "(the groups are the samples of equal base weight)");

@@ -11,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "glog/logging.h"
 #include "kernels/cpu_backend.h"
+#include "kernels/loss_policies.h"
 
 namespace samplerd {
 namespace {
@@ -147,7 +148,7 @@ class JournalHistory final : public EpochHistory {
     }
     EpochStart start = MakeEpochStart(name_, config_, epoch, /*planned=*/true, opening.world_size,
                                       *std::move(base), *std::move(weights));
-    if (config_.policy.loss != LossWeightKind::kNone) {
+    if (UsesLossStats(config_.policy)) {
       // Derived on the host by the CPU backend's statistics: the rule every backend applies
       // (compute_backend.h, BackendLossStats::Apply), whichever backend the job runs on.
       start.loss_stats_from_logs = [n = config_.plan.num_samples,

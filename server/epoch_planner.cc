@@ -8,6 +8,7 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "kernels/loss_policies.h"
 #include "server/metrics/process_metrics.h"
 
 namespace samplerd {
@@ -26,7 +27,7 @@ bool EpochPlanner::PlanIgnoresWeights(const JobConfig& config) {
   const PlanSpec& p = config.plan;
   return p.order == SampleOrder::kSequential || p.EveryIndexOnce() ||
          (config.policy.base == BaseWeightKind::kUniform &&
-          config.policy.loss == LossWeightKind::kNone);
+          !UsesLossStats(config.policy));
 }
 
 absl::StatusOr<PlannedEpoch> EpochPlanner::Plan(uint64_t epoch,
@@ -37,7 +38,7 @@ absl::StatusOr<PlannedEpoch> EpochPlanner::Plan(uint64_t epoch,
 absl::StatusOr<std::shared_ptr<const BackendWeights>> EpochPlanner::Recompute(
     uint64_t closed_epoch, const RecomputeInputs& inputs) const {
   // Without a loss factor the weights stay (W_e is the base weights, or uniform).
-  if (config_.policy.loss == LossWeightKind::kNone) return inputs.current;
+  if (!UsesLossStats(config_.policy)) return inputs.current;
   return backend_->RecomputeWeights(config_.policy, closed_epoch, inputs.base.get(),
                                     inputs.current.get(), inputs.losses);
 }

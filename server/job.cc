@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
+#include "kernels/loss_policies.h"
 
 namespace samplerd {
 
@@ -73,7 +74,7 @@ Job::Job(std::string name, JobConfig config, ComputeBackend* backend,
       deal_(name_, config_.shard, config_.plan.samples_per_epoch) {}
 
 absl::Status Job::MakeLossStats() {
-  if (config_.policy.loss == LossWeightKind::kNone) return absl::OkStatus();
+  if (!UsesLossStats(config_.policy)) return absl::OkStatus();
   absl::StatusOr<std::unique_ptr<BackendLossStats>> made =
       backend_->NewLossStats(config_.plan.num_samples, config_.policy.ema_decay);
   if (!made.ok()) return made.status();

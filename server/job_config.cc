@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/loss_policies.h"
 
 namespace samplerd {
 namespace {
@@ -93,9 +94,11 @@ absl::StatusOr<JobConfig> MakeJobConfig(const v1::JobSpec& spec, const JobLimits
   w.base = base == v1::STATIC           ? BaseWeightKind::kStatic
            : base == v1::CLASS_BALANCED ? BaseWeightKind::kClassBalanced
                                         : BaseWeightKind::kUniform;
-  w.loss = loss == v1::LOSS             ? LossWeightKind::kLoss
-           : loss == v1::MULTIPLICATIVE ? LossWeightKind::kMultiplicative
-                                        : LossWeightKind::kNone;
+  // The policy's descriptor (kernels/loss_policies.h) names its proto value.
+  if (!LossKindNamed(v1::LossPolicy_Name(loss).c_str(), &w.loss)) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.policy.loss = ", v1::LossPolicy_Name(loss),
+                                                   " is not supported by this server"));
+  }
   w.class_balance_beta = p.class_balance_beta();
   w.ema_decay = OrDefault(p.ema_decay(), 0.9);
   w.alpha = OrDefault(p.alpha(), 1.0);

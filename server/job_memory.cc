@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "kernels/loss_policies.h"
 #include "server/position_set.h"
 
 namespace samplerd {
@@ -61,7 +62,7 @@ JobMemoryEstimate EstimateJobMemory(const JobConfig& config, const ComputeBacken
   const PlanSpec& plan = config.plan;
   const uint64_t n = plan.num_samples, m = plan.samples_per_epoch;
   const bool weighted_base = config.policy.base != BaseWeightKind::kUniform;
-  const bool loss_policy = config.policy.loss != LossWeightKind::kNone;
+  const bool loss_policy = UsesLossStats(config.policy);
   JobMemoryEstimate e;
   e.plans = MulSat(MulSat(2, m), Plan::Narrow(n) ? sizeof(uint32_t) : sizeof(uint64_t));
   const uint64_t weight_vectors = (weighted_base ? 2 : 0) + (loss_policy ? 2 : 0);
