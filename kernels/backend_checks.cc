@@ -29,7 +29,8 @@ absl::Status CheckNewLossStats(uint64_t num_samples, double ema_decay) {
 absl::StatusOr<uint64_t> CheckRecomputeInputs(const WeightPolicyParams& policy,
                                               const BackendWeights* base,
                                               const BackendWeights* current,
-                                              const BackendLossStats* stats) {
+                                              const BackendLossStats* stats,
+                                              absl::Span<const float> irreducible) {
   if (absl::Status s = ValidatePolicy(policy); !s.ok()) return s;
   const char* first = nullptr;
   uint64_t n = 0;
@@ -55,7 +56,22 @@ absl::StatusOr<uint64_t> CheckRecomputeInputs(const WeightPolicyParams& policy,
         "stats: missing; a loss policy (policy.loss) needs the loss statistics");
   }
   if (absl::Status s = CheckGroupBase(policy, base != nullptr); !s.ok()) return s;
+  if (absl::Status s = CheckIrreducible(policy, n, irreducible); !s.ok()) return s;
   return n;
+}
+
+absl::Status CheckIrreducible(const WeightPolicyParams& policy, uint64_t n,
+                              absl::Span<const float> irreducible) {
+  if (!UsesIrreducibleLosses(policy)) return absl::OkStatus();
+  if (irreducible.empty()) {
+    return absl::InvalidArgumentError(
+        "irreducible_losses: missing; policy.loss = REDUCIBLE_LOSS needs them");
+  }
+  if (irreducible.size() != n) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "irreducible_losses: ", irreducible.size(), " values for num_samples ", n));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CheckGroupBase(const WeightPolicyParams& policy, bool has_base) {

@@ -35,12 +35,18 @@ absl::Status CheckNewLossStats(uint64_t num_samples, double ema_decay);
 // RecomputeWeights' inputs (after the backend made sure they are its own): the policy
 // (ValidatePolicy), one size N for base, current and stats (the first given sets it; a
 // mismatch names both), the statistics present with a loss policy, and base weights present
-// with loss_within_groups (CheckGroupBase). Returns N (0 when
-// nothing is given: uniform weights and no loss policy).
+// with loss_within_groups (CheckGroupBase), and N irreducible losses with REDUCIBLE_LOSS
+// (CheckIrreducible). Returns N (0 when nothing is given: uniform weights and no loss policy).
 absl::StatusOr<uint64_t> CheckRecomputeInputs(const WeightPolicyParams& policy,
                                               const BackendWeights* base,
                                               const BackendWeights* current,
-                                              const BackendLossStats* stats);
+                                              const BackendLossStats* stats,
+                                              absl::Span<const float> irreducible);
+
+// REDUCIBLE_LOSS needs N irreducible losses: INVALID_ARGUMENT naming `irreducible_losses` when
+// there are none, or another number. OK for every other policy.
+absl::Status CheckIrreducible(const WeightPolicyParams& policy, uint64_t n,
+                              absl::Span<const float> irreducible);
 
 // policy.loss_within_groups needs base weights (the groups are the samples of equal base
 // weight): INVALID_ARGUMENT naming `base` when `has_base` is false.

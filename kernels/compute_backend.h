@@ -123,16 +123,27 @@ class ComputeBackend {
   //   base:    the base weights, or null for uniform.
   //   current: W_e, or null for uniform. Only the multiplicative policy reads it.
   //   stats:   the loss statistics (null only with LossWeightKind::kNone).
+  //   irreducible: REDUCIBLE_LOSS's N irreducible losses in host memory (finite, >= 0: checked
+  //            on upload, ValidateIrreducibleLosses); empty for the other policies (ignored).
   // The result is normalised to mean 1; with LossWeightKind::kNone it is `base` itself (null for
   // uniform): the same object, so a backend's weights class derives from
   // std::enable_shared_from_this (its weights are always made in a shared_ptr).
   // INVALID_ARGUMENT if base, current and stats do not have one size N (naming the first that
   // differs), for a missing `stats` with a loss policy, for objects of another backend (naming
   // the argument), for statistics that are not finite and >= 0 (naming the sample), or for an
-  // all-zero base or current (naming it).
+  // all-zero base or current (naming it), or REDUCIBLE_LOSS without N irreducible losses.
+  // UNIMPLEMENTED for a policy the backend does not compute (its message names the policy).
   virtual absl::StatusOr<std::shared_ptr<const BackendWeights>> RecomputeWeights(
       const WeightPolicyParams& policy, uint64_t closed_epoch, const BackendWeights* base,
-      const BackendWeights* current, const BackendLossStats* stats) = 0;
+      const BackendWeights* current, const BackendLossStats* stats,
+      absl::Span<const float> irreducible) = 0;
+  // The same without irreducible losses (every policy but REDUCIBLE_LOSS). A derived class
+  // brings it in with `using ComputeBackend::RecomputeWeights;`.
+  absl::StatusOr<std::shared_ptr<const BackendWeights>> RecomputeWeights(
+      const WeightPolicyParams& policy, uint64_t closed_epoch, const BackendWeights* base,
+      const BackendWeights* current, const BackendLossStats* stats) {
+    return RecomputeWeights(policy, closed_epoch, base, current, stats, {});
+  }
 
   // The plan of `epoch`: a pure function of (spec, epoch, weights); `weights` null for uniform.
   // Without replacement: Efraimidis-Spirakis selection of the M smallest keys (ties by index),

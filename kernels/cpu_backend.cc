@@ -173,9 +173,11 @@ class CpuBackend final : public ComputeBackend {
   absl::StatusOr<std::unique_ptr<BackendLossStats>> NewLossStats(uint64_t num_samples,
                                                                  double ema_decay) override;
 
+  using ComputeBackend::RecomputeWeights;
   absl::StatusOr<std::shared_ptr<const BackendWeights>> RecomputeWeights(
       const WeightPolicyParams& policy, uint64_t closed_epoch, const BackendWeights* base,
-      const BackendWeights* current, const BackendLossStats* stats) override;
+      const BackendWeights* current, const BackendLossStats* stats,
+      absl::Span<const float> irreducible) override;
 
   absl::StatusOr<Plan> PlanEpoch(const PlanSpec& spec, uint64_t epoch,
                                  const BackendWeights* weights) override;
@@ -192,14 +194,15 @@ class CpuBackend final : public ComputeBackend {
   // the sizes (CheckRecomputeInputs' rules for spans), then RecomputeValidated.
   absl::Status RecomputeSpans(const WeightPolicyParams& policy, uint64_t closed_epoch,
                               absl::Span<const float> base, absl::Span<const float> current,
-                              absl::Span<const SampleLossStats> stats, absl::Span<float> out) const;
+                              absl::Span<const SampleLossStats> stats, absl::Span<float> out,
+                              absl::Span<const float> irreducible) const;
 
   // The passes, for a valid policy and inputs of one size N = out.size() >= 1 (base weights
   // present with loss_within_groups); the values are checked by the first pass.
   absl::Status RecomputeValidated(const WeightPolicyParams& policy, uint64_t closed_epoch,
                                   absl::Span<const float> base, absl::Span<const float> current,
-                                  absl::Span<const SampleLossStats> stats,
-                                  absl::Span<float> out) const;
+                                  absl::Span<const SampleLossStats> stats, absl::Span<float> out,
+                                  absl::Span<const float> irreducible) const;
 
  private:
   // pass(begin, end, results) over the groups of chunks of [0, n) (recompute_passes.h), in
@@ -244,19 +247,63 @@ class CpuBackend final : public ComputeBackend {
   void NormaliseClampWrite(const internal::RecomputeArrays& arrays,
                            const internal::RawWeightRule& rule, double raw_mean, double lo,
                            double hi, uint64_t n) const {
-    const internal::SimdLevel level = internal::BestSimdLevel();
-    // mean == 0: every raw weight vanished (e.g. all loss factors underflowed against a sample
-    // that the base excludes); the samples that are not excluded are then equal.
     const internal::ClampRule clamp{raw_mean, lo, hi};
-    const double mean_clamped =
-        ExactSum(n,
-                 [&](uint64_t b, uint64_t e, exact_sum::ChunkSum* sums) {
-                   internal::SumClampedChunks(level, arrays, rule, clamp, b, e, sums);
-                 }) /
-        static_cast<double>(n);
+    const double mean_clamped = MeanClamped(arrays, rule, clamp, n);
+    const internal::SimdLevel level = internal::BestSimdLevel();
     ParallelForChunks(threads_, n, kGrain, [&](uint64_t, uint64_t b, uint64_t e) {
       internal::WriteWeightsRange(level, arrays, rule, clamp, mean_clamped, b, e);
     });
+  }
+
+  // The mean of the clamped weights c_i (the second normalisation's divisor). With a zero
+  // raw_mean (every raw weight vanished, e.g. all loss factors underflowed against a sample
+  // that the base excludes) the samples that are not excluded are equal.
+  double MeanClamped(const internal::RecomputeArrays& arrays, const internal::RawWeightRule& rule,
+                     const internal::ClampRule& clamp, uint64_t n) const {
+    const internal::SimdLevel level = internal::BestSimdLevel();
+    return weight_math::MeanOf(ExactSum(n,
+                                        [&](uint64_t b, uint64_t e, exact_sum::ChunkSum* sums) {
+                                          internal::SumClampedChunks(level, arrays, rule, clamp,
+                                                                     b, e, sums);
+                                        }),
+                               n);
+  }
+
+  // The loss-factor policies' last passes with the effective sample size floor
+  // (weight_math::EssFloorMix): rule.mix raised until the weights meet it, then
+  // NormaliseClampWrite. raw_mean_of(mix): the mean raw weight with that mix.
+  template <typename RawMeanOf>
+  void FloorClampWrite(const internal::RecomputeArrays& arrays, internal::RawWeightRule rule,
+                       const RawMeanOf& raw_mean_of, const WeightPolicyParams& policy,
+                       uint64_t n) const {
+    if (policy.min_effective_fraction > 0) {
+      const internal::SimdLevel level = internal::BestSimdLevel();
+      rule.mix = weight_math::EssFloorMix(rule.mix, [&](double mix) {
+        internal::RawWeightRule trial = rule;
+        trial.mix = mix;
+        const internal::ClampRule clamp{raw_mean_of(mix), policy.clamp_lo, policy.clamp_hi};
+        const double mean_clamped = MeanClamped(arrays, trial, clamp, n);
+        struct Sums {
+          exact_sum::ChunkSum s1, s2;
+        };
+        const std::vector<Sums> sums =
+            OverChunkGroups<Sums>(n, [&](uint64_t b, uint64_t e, Sums* out) {
+              exact_sum::ChunkSum s1[internal::kChunksPerGroup], s2[internal::kChunksPerGroup];
+              internal::SumFinalChunks(level, arrays, trial, clamp, mean_clamped, b, e, s1, s2);
+              for (uint64_t c = 0; b + c * internal::kSumChunk < e; ++c) out[c] = {s1[c], s2[c]};
+            });
+        std::vector<exact_sum::ChunkSum> s1(sums.size()), s2(sums.size());
+        for (size_t c = 0; c < sums.size(); ++c) {
+          s1[c] = sums[c].s1;
+          s2[c] = sums[c].s2;
+        }
+        return weight_math::MeetsEssFloor(exact_sum::Total(s1.data(), s1.size()),
+                                          exact_sum::Total(s2.data(), s2.size()),
+                                          policy.min_effective_fraction, n);
+      });
+    }
+    NormaliseClampWrite(arrays, rule, raw_mean_of(rule.mix), policy.clamp_lo, policy.clamp_hi,
+                        n);
   }
 
   // Sizes `indices` to M and writes the plan (validated inputs) into it: uint32_t when
@@ -285,14 +332,15 @@ absl::StatusOr<std::unique_ptr<BackendLossStats>> CpuBackend::NewLossStats(uint6
 
 absl::StatusOr<std::shared_ptr<const BackendWeights>> CpuBackend::RecomputeWeights(
     const WeightPolicyParams& policy, uint64_t closed_epoch, const BackendWeights* base,
-    const BackendWeights* current, const BackendLossStats* stats) {
+    const BackendWeights* current, const BackendLossStats* stats,
+    absl::Span<const float> irreducible) {
   absl::StatusOr<const CpuWeights*> own_base = Own<CpuWeights>(base, "base");
   if (!own_base.ok()) return own_base.status();
   absl::StatusOr<const CpuWeights*> own_current = Own<CpuWeights>(current, "current");
   if (!own_current.ok()) return own_current.status();
   absl::StatusOr<const CpuLossStats*> own_stats = Own<CpuLossStats>(stats, "stats");
   if (!own_stats.ok()) return own_stats.status();
-  absl::StatusOr<uint64_t> n = CheckRecomputeInputs(policy, base, current, stats);
+  absl::StatusOr<uint64_t> n = CheckRecomputeInputs(policy, base, current, stats, irreducible);
   if (!n.ok()) return n.status();
   // No loss factor: W_{e+1} is the base weights, the same object (null for uniform).
   if (!UsesLossStats(policy)) {
@@ -306,7 +354,8 @@ absl::StatusOr<std::shared_ptr<const BackendWeights>> CpuBackend::RecomputeWeigh
   if (absl::Status s = RecomputeValidated(policy, closed_epoch,
                                           base ? (*own_base)->span() : no_weights,
                                           current ? (*own_current)->span() : no_weights,
-                                          (*own_stats)->stats(), absl::MakeSpan(*out));
+                                          (*own_stats)->stats(), absl::MakeSpan(*out),
+                                          irreducible);
       !s.ok()) {
     return s;
   }
@@ -318,23 +367,30 @@ absl::Status CpuBackend::RecomputeSpans(const WeightPolicyParams& policy, uint64
                                         absl::Span<const float> base,
                                         absl::Span<const float> current,
                                         absl::Span<const SampleLossStats> stats,
-                                        absl::Span<float> out) const {
+                                        absl::Span<float> out,
+                                        absl::Span<const float> irreducible) const {
   if (absl::Status s = ValidatePolicy(policy); !s.ok()) return s;
   if (absl::Status s = CheckRecomputeSizes(base, current, stats, out); !s.ok()) return s;
   if (absl::Status s = CheckGroupBase(policy, !base.empty()); !s.ok()) return s;
-  return RecomputeValidated(policy, closed_epoch, base, current, stats, out);
+  if (absl::Status s = CheckIrreducible(policy, out.size(), irreducible); !s.ok()) return s;
+  if (UsesIrreducibleLosses(policy)) {
+    if (absl::Status s = ValidateIrreducibleLosses(irreducible, out.size()); !s.ok()) return s;
+  }
+  return RecomputeValidated(policy, closed_epoch, base, current, stats, out, irreducible);
 }
 
 absl::Status CpuBackend::RecomputeValidated(const WeightPolicyParams& policy,
                                             uint64_t closed_epoch, absl::Span<const float> base,
                                             absl::Span<const float> current,
                                             absl::Span<const SampleLossStats> stats,
-                                            absl::Span<float> out) const {
+                                            absl::Span<float> out,
+                                            absl::Span<const float> irreducible) const {
   const uint64_t n = out.size();
   const internal::SimdLevel level = internal::BestSimdLevel();
-  const internal::RecomputeArrays arrays{base.empty() ? nullptr : base.data(),
-                                         current.empty() ? nullptr : current.data(), stats.data(),
-                                         out.data()};
+  const internal::RecomputeArrays arrays{
+      base.empty() ? nullptr : base.data(), current.empty() ? nullptr : current.data(),
+      stats.data(), out.data(),
+      UsesIrreducibleLosses(policy) ? irreducible.data() : nullptr};
   internal::RawWeightRule rule;
   rule.kind = policy.loss;
   rule.mix = policy.mix;
@@ -387,7 +443,10 @@ absl::Status CpuBackend::RecomputeValidated(const WeightPolicyParams& policy,
       });
       return absl::OkStatus();
     }
-    case LossWeightKind::kLoss: {
+    case LossWeightKind::kLoss:
+    case LossWeightKind::kReducibleLoss: {
+      // The factors of the signal (weight_math::LossSignal: the EMA, or for REDUCIBLE_LOSS the
+      // EMA less the irreducible loss, clamped at 0); the scan summed and maximised it.
       // Prior loss of samples never seen: configured, or the mean EMA of the seen samples.
       internal::LossFactorParams factors;
       if (policy.prior_loss.has_value()) {
@@ -416,10 +475,10 @@ absl::Status CpuBackend::RecomputeValidated(const WeightPolicyParams& policy,
         }
         internal::GroupFactors(threads_, arrays, factors, groups, n);
         rule.mean_f = 1.0;
-        NormaliseClampWrite(
-            arrays, rule,
-            weight_math::MeanOf(exact_sum::Total(base_sums.data(), base_sums.size()), n),
-            policy.clamp_lo, policy.clamp_hi, n);
+        const double mean_b =
+            weight_math::MeanOf(exact_sum::Total(base_sums.data(), base_sums.size()), n);
+        FloorClampWrite(
+            arrays, rule, [mean_b](double) { return mean_b; }, policy, n);
         return absl::OkStatus();
       }
       // Pass 2: f is computed once and parked in `out` (validation is over, so writing is
@@ -445,10 +504,13 @@ absl::Status CpuBackend::RecomputeValidated(const WeightPolicyParams& policy,
             exact_sum::Total(base_factor_sums.data(), base_factor_sums.size()), n);
         mean_b = weight_math::MeanOf(exact_sum::Total(base_sums.data(), base_sums.size()), n);
       }
-      NormaliseClampWrite(
+      const double mean_f = rule.mean_f;
+      FloorClampWrite(
           arrays, rule,
-          weight_math::LossRawMean(1.0 - policy.mix, rule.mean_f, policy.mix, mean_bf, mean_b),
-          policy.clamp_lo, policy.clamp_hi, n);
+          [&](double mix) {
+            return weight_math::LossRawMean(1.0 - mix, mean_f, mix, mean_bf, mean_b);
+          },
+          policy, n);
       return absl::OkStatus();
     }
     case LossWeightKind::kMultiplicative:
@@ -575,9 +637,9 @@ absl::Status RecomputeWeightsOnHost(int num_threads, const WeightPolicyParams& p
                                     uint64_t closed_epoch, absl::Span<const float> base,
                                     absl::Span<const float> current,
                                     absl::Span<const SampleLossStats> stats,
-                                    absl::Span<float> out) {
+                                    absl::Span<float> out, absl::Span<const float> irreducible) {
   return CpuBackend(ThreadsOrHardware(num_threads))
-      .RecomputeSpans(policy, closed_epoch, base, current, stats, out);
+      .RecomputeSpans(policy, closed_epoch, base, current, stats, out, irreducible);
 }
 
 }  // namespace samplerd

@@ -28,6 +28,8 @@ std::unique_ptr<ComputeBackend> NewCpuBackend(int num_threads = 0);
 //   stats:   N loss statistics.
 //   out:     N entries, W_{e+1} (mean 1); may alias `current`. With LossWeightKind::kNone: the
 //            base weights (ones for uniform).
+//   irreducible: REDUCIBLE_LOSS's N irreducible losses (checked here: ValidateIrreducibleLosses);
+//            empty for the other policies.
 // Unlike weights made by a backend, base and current are not known to be valid here: their
 // values are checked too. INVALID_ARGUMENT, with `out` unchanged, for out.size() == 0, a base,
 // current or stats of another size than `out` ("base: 2 values for num_samples 3"), a weight
@@ -36,7 +38,8 @@ std::unique_ptr<ComputeBackend> NewCpuBackend(int num_threads = 0);
 absl::Status RecomputeWeightsOnHost(int num_threads, const WeightPolicyParams& policy,
                                     uint64_t closed_epoch, absl::Span<const float> base,
                                     absl::Span<const float> current,
-                                    absl::Span<const SampleLossStats> stats, absl::Span<float> out);
+                                    absl::Span<const SampleLossStats> stats, absl::Span<float> out,
+                                    absl::Span<const float> irreducible = {});
 
 }  // namespace samplerd
 

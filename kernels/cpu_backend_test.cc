@@ -354,6 +354,48 @@ TEST(WeightsTest, LossPolicyMovesWeightByItsFormula) {
   EXPECT_GT(out[1], out[0] / 2);
 }
 
+TEST(WeightsTest, ReducibleLossByHand) {
+  // 4 samples: EMAs 3, 1, 2.5 and one never seen; irreducible losses 1, 2, 0.5, 9. The
+  // reducible losses of the seen: max(3 - 1, 0) = 2, max(1 - 2, 0) = 0, max(2.5 - 0.5, 0) = 2;
+  // the unseen sample takes the configured prior 1 (its irreducible loss is not read). eps 0.5:
+  // x = 2.5, 0.5, 2.5, 1.5; alpha 1: f = x / 2.5 = 1, 0.2, 1, 0.6; mean_f = 0.7; mix 0, wide
+  // clamps: w = f / mean_f = 10/7, 2/7, 10/7, 6/7.
+  const std::vector<float> ema = {3, 1, 2.5f, 0};
+  const std::vector<uint32_t> count = {2, 1, 3, 0};
+  const std::vector<uint32_t> last = {1, 1, 1, 0};
+  const std::vector<float> irreducible = {1, 2, 0.5f, 9};
+  WeightPolicyParams p;
+  p.loss = LossWeightKind::kReducibleLoss;
+  p.epsilon = 0.5;
+  p.prior_loss = 1.0;
+  p.clamp_lo = 0.01;
+  p.clamp_hi = 100;
+  std::vector<float> out(4);
+  ASSERT_TRUE(RecomputeWeightsOnHost(2, p, 0, {}, {}, Stats(ema, count, last), absl::MakeSpan(out),
+                                     irreducible)
+                  .ok());
+  const double want[] = {10.0 / 7, 2.0 / 7, 10.0 / 7, 6.0 / 7};
+  for (int i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(out[i], want[i]) << i;
+
+  // Without a configured prior the unseen sample takes the mean reducible loss of the seen:
+  // (2 + 0 + 2) / 3 = 4/3, x = 11/6; f = 1, 0.2, 1, 11/15.
+  p.prior_loss.reset();
+  ASSERT_TRUE(RecomputeWeightsOnHost(2, p, 0, {}, {}, Stats(ema, count, last), absl::MakeSpan(out),
+                                     irreducible)
+                  .ok());
+  const double f[] = {1, 0.2, 1, 11.0 / 15};
+  const double mean_f = (f[0] + f[1] + f[2] + f[3]) / 4;
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(out[i], f[i] / mean_f, 1e-6) << i;
+
+  // REDUCIBLE_LOSS needs the N irreducible losses, finite and >= 0.
+  absl::Status s = RecomputeWeightsOnHost(2, p, 0, {}, {}, Stats(ema, count, last),
+                                          absl::MakeSpan(out), {});
+  EXPECT_EQ(s.message(), "irreducible_losses: missing; policy.loss = REDUCIBLE_LOSS needs them");
+  const std::vector<float> bad = {1, -1, 0, 0};
+  s = RecomputeWeightsOnHost(2, p, 0, {}, {}, Stats(ema, count, last), absl::MakeSpan(out), bad);
+  EXPECT_EQ(s.message(), "irreducible_losses[1] = -1: must be finite and >= 0");
+}
+
 TEST(WeightsTest, MultiplicativeOnlyTouchesSamplesSeenInTheEpoch) {
   auto backend = NewCpuBackend(2);
   const std::vector<float> ema = {1, 1, 0, 0};

@@ -35,13 +35,23 @@ struct LossPolicyDescriptor {
   bool allows_within_groups;
   // Per-sample bytes the policy holds besides the loss statistics and the weight vectors.
   uint64_t extra_bytes_per_sample;
+  // The weight is LOSS's loss factor of a per-sample signal (weight_math.h: LossFactor of
+  // LossSignal), with its mix, clamps and effective-sample-size floor.
+  bool loss_factor;
+  // The policy reads per-sample irreducible losses (UploadIrreducibleLosses): the job has no plan
+  // until they are uploaded.
+  bool irreducible_losses;
 };
 
 inline constexpr LossPolicyDescriptor kLossPolicies[] = {
     {LossWeightKind::kNone, "NONE", /*uses_loss_stats=*/false, /*reads_current=*/false,
-     /*allows_within_groups=*/false, /*extra_bytes_per_sample=*/0},
-    {LossWeightKind::kLoss, "LOSS", true, false, true, 0},
-    {LossWeightKind::kMultiplicative, "MULTIPLICATIVE", true, true, false, 0},
+     /*allows_within_groups=*/false, /*extra_bytes_per_sample=*/0, /*loss_factor=*/false,
+     /*irreducible_losses=*/false},
+    {LossWeightKind::kLoss, "LOSS", true, false, true, 0, true, false},
+    {LossWeightKind::kMultiplicative, "MULTIPLICATIVE", true, true, false, 0, false, false},
+    // The irreducible losses: one float per sample.
+    {LossWeightKind::kReducibleLoss, "REDUCIBLE_LOSS", true, false, true, sizeof(float), true,
+     true},
 };
 
 // The descriptor of `kind` (every LossWeightKind has one).
@@ -55,6 +65,11 @@ inline const LossPolicyDescriptor& DescriptorOf(LossWeightKind kind) {
 // Whether the policy keeps loss statistics (and so recomputes the weights at an epoch boundary).
 inline bool UsesLossStats(const WeightPolicyParams& policy) {
   return DescriptorOf(policy.loss).uses_loss_stats;
+}
+
+// Whether the policy reads per-sample irreducible losses.
+inline bool UsesIrreducibleLosses(const WeightPolicyParams& policy) {
+  return DescriptorOf(policy.loss).irreducible_losses;
 }
 
 // The kind whose proto_name is `name` (a LossPolicy enum value's name); false if none.

@@ -88,6 +88,25 @@ SAMPLERD_WEIGHT_MATH_HD bool SampleIsBad(const float* base, const float* current
   return SampleIsBad(base, current, EmaDefined(stats.count, stats.last_epoch), stats.ema_loss, i);
 }
 
+// ---- The loss signal: what the loss factor is a function of ------------------------------------
+
+// The policies with a loss factor (loss_policies.h: loss_factor) differ only in the per-sample
+// signal v_i that takes the EMA's place in the factor rule below (its prior, x_max and f_i):
+//   LOSS:            v_i = ema_i;
+//   REDUCIBLE_LOSS:  v_i = float(max(double(ema_i) - double(irr_i), 0)), irr_i the uploaded
+//                    irreducible loss (finite, >= 0). The difference is taken in double and
+//                    rounded once to float; the maximum is selected on the bits (a NaN EMA of an
+//                    unseen sample, never read, gives +0). v_i is +0 or a positive float.
+SAMPLERD_WEIGHT_MATH_HD float ReducibleLoss(float ema, float irreducible) {
+  const double d = static_cast<double>(ema) - static_cast<double>(irreducible);
+  return static_cast<float>(Select(d > 0, d, 0.0));
+}
+
+// v_i of sample i: `irreducible` null for LOSS, the N irreducible losses for REDUCIBLE_LOSS.
+SAMPLERD_WEIGHT_MATH_HD float LossSignal(float ema, const float* irreducible, uint64_t i) {
+  return irreducible == nullptr ? ema : ReducibleLoss(ema, irreducible[i]);
+}
+
 // ---- The loss policy's factors ----------------------------------------------------------------
 
 // What the factors need from the first pass (LossFactorRuleOf):
@@ -267,6 +286,35 @@ SAMPLERD_WEIGHT_MATH_HD double MeanOf(double exact_sum, uint64_t n) {
   return exact_sum / static_cast<double>(n);
 }
 
+// ---- The effective sample size floor (docs/SAMPLING.md, "Effective sample size floor") --------
+
+// Whether the floor is met: MeetsEssFloor (below, with the summary's sums).
+// The mix that the floor sets, from the configured `mix` and meets(m): whether the final weights
+// computed with mix m (every pass after the factors: raw mean, clamp, result) meet the floor.
+//   meets(mix):  mix (the floor is met, nothing changes);
+//   !meets(1):   1 (no mix meets it: the weights are the clamped base weights);
+//   otherwise a bisection of kEssFloorSteps steps on [lo, hi] = [mix, 1]: mid = lo + (hi - lo)
+//   * 0.5; hi = mid if meets(mid), else lo = mid; the result is hi (a mix that meets the floor,
+//   within 2^-20 of the smallest such mix when meets is monotone).
+// meets is called at most kEssFloorSteps + 2 times, in this order; the result depends on its
+// answers only, so backends that compute the same bits return the same mix.
+constexpr int kEssFloorSteps = 20;
+template <typename Meets>
+SAMPLERD_WEIGHT_MATH_HD double EssFloorMix(double mix, const Meets& meets) {
+  if (meets(mix)) return mix;
+  if (!meets(1.0)) return 1.0;
+  double lo = mix, hi = 1.0;
+  for (int step = 0; step < kEssFloorSteps; ++step) {
+    const double mid = lo + (hi - lo) * 0.5;
+    if (meets(mid)) {
+      hi = mid;
+    } else {
+      lo = mid;
+    }
+  }
+  return hi;
+}
+
 // ---- The summary of a weight vector -----------------------------------------------------------
 
 // What min and max compare: the bits of a valid weight (finite, >= 0) with -0 taken as +0, so
@@ -287,6 +335,12 @@ SAMPLERD_WEIGHT_MATH_HD double SquareTerm(float w) {
 // S1^2 / S2; 0 when S2 == 0 (no weight is positive).
 SAMPLERD_WEIGHT_MATH_HD double EffectiveSampleSize(double s1, double s2) {
   return s2 > 0 ? s1 * s1 / s2 : 0.0;
+}
+
+// The effective sample size floor: whether weights whose exact sums are S1 (of w_i) and S2 (of
+// double(w_i)^2) have Kish's S1^2 / S2 >= fraction * N, in double.
+SAMPLERD_WEIGHT_MATH_HD bool MeetsEssFloor(double s1, double s2, double fraction, uint64_t n) {
+  return EffectiveSampleSize(s1, s2) >= fraction * static_cast<double>(n);
 }
 
 }  // namespace weight_math

@@ -39,7 +39,8 @@ absl::Status ValidatePolicy(const WeightPolicyParams& p) {
        {CheckRange("alpha", p.alpha, 0, 8, false), CheckRange("epsilon", p.epsilon, 0, 1e6, true),
         CheckRange("mix", p.mix, 0, 1, false), CheckRange("clamp_lo", p.clamp_lo, 0, 1, true),
         CheckRange("clamp_hi", p.clamp_hi, 1, 1e6, false),
-        CheckRange("eta", p.eta, 0, 100, true)}) {
+        CheckRange("eta", p.eta, 0, 100, true),
+        CheckRange("min_effective_fraction", p.min_effective_fraction, 0, 1, false)}) {
     if (!s.ok()) return s;
   }
   if (p.prior_loss.has_value() && !(std::isfinite(*p.prior_loss) && *p.prior_loss >= 0)) {
@@ -49,8 +50,13 @@ absl::Status ValidatePolicy(const WeightPolicyParams& p) {
   if (p.loss_within_groups &&
       (!DescriptorOf(p.loss).allows_within_groups || p.base == BaseWeightKind::kUniform)) {
     return absl::InvalidArgumentError(
-        "policy.loss_within_groups = true needs loss = LOSS and base = STATIC or CLASS_BALANCED "
-        "(the groups are the samples of equal base weight)");
+        "policy.loss_within_groups = true needs loss = LOSS or REDUCIBLE_LOSS and base = STATIC "
+        "or CLASS_BALANCED (the groups are the samples of equal base weight)");
+  }
+  if (p.min_effective_fraction > 0 && !DescriptorOf(p.loss).loss_factor) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "policy.min_effective_fraction = ", p.min_effective_fraction,
+        " needs loss = LOSS or REDUCIBLE_LOSS (the floor raises their mix with uniform)"));
   }
   return absl::OkStatus();
 }
@@ -69,6 +75,20 @@ absl::Status ValidateWeights(absl::Span<const float> weights) {
   if (!any_positive) {
     return absl::InvalidArgumentError(
         absl::StrCat("weights: all ", weights.size(), " weights are 0; at least one must be > 0"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateIrreducibleLosses(absl::Span<const float> losses, uint64_t num_samples) {
+  if (losses.size() != num_samples) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "irreducible_losses: ", losses.size(), " values for num_samples ", num_samples));
+  }
+  for (size_t i = 0; i < losses.size(); ++i) {
+    if (weight_math::BadBits(weight_math::FloatBits(losses[i])) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("irreducible_losses[", i, "] = ", losses[i],
+                                                     ": must be finite and >= 0"));
+    }
   }
   return absl::OkStatus();
 }

@@ -18,7 +18,7 @@
 namespace samplerd {
 
 enum class BaseWeightKind { kUniform, kStatic, kClassBalanced };
-enum class LossWeightKind { kNone, kLoss, kMultiplicative };
+enum class LossWeightKind { kNone, kLoss, kMultiplicative, kReducibleLoss };
 
 // Parameters of a weight policy with every default already filled in (see the .proto for the
 // meaning of each; ValidatePolicy checks the ranges).
@@ -37,13 +37,18 @@ struct WeightPolicyParams {
   // kLoss with a kStatic or kClassBalanced base: the loss factor is normalised within each group
   // of samples of equal base weight (docs/SAMPLING.md, "Loss within groups").
   bool loss_within_groups = false;
+  // kLoss, kReducibleLoss: the floor on the effective sample size of W_{e+1}, as a fraction of
+  // N, [0, 1]; 0: off (docs/SAMPLING.md, "Effective sample size floor").
+  double min_effective_fraction = 0.0;
 };
 
 // The most groups (distinct base weights) that loss_within_groups supports.
 inline constexpr uint64_t kMaxLossGroups = 65536;
 
 // INVALID_ARGUMENT naming the first parameter out of range, e.g. "policy.alpha = -1 is outside
-// [0, 8]", or loss_within_groups without loss kLoss and a kStatic or kClassBalanced base.
+// [0, 8]", loss_within_groups without a loss that allows it (loss_policies.h: LOSS,
+// REDUCIBLE_LOSS) and a kStatic or kClassBalanced base, or min_effective_fraction > 0 with a
+// loss policy other than LOSS or REDUCIBLE_LOSS.
 absl::Status ValidatePolicy(const WeightPolicyParams& policy);
 
 // Base weights from class labels: 1/count(label), or (1-beta)/(1-beta^count) when beta > 0.
@@ -55,6 +60,12 @@ absl::Status ClassBalancedWeights(absl::Span<const uint32_t> labels, double beta
 // Validates uploaded static weights: finite, >= 0, not all zero. The message names the first bad
 // value with its index: "weights[17] = nan: weights must be finite and >= 0".
 absl::Status ValidateWeights(absl::Span<const float> weights);
+
+// Validates the irreducible losses of REDUCIBLE_LOSS (UploadIrreducibleLosses): exactly
+// num_samples values ("irreducible_losses: 3 values for num_samples 4"), each finite and >= 0
+// ("irreducible_losses[17] = nan: must be finite and >= 0"; -0 is a zero). All zero is allowed
+// (the policy is then LOSS).
+absl::Status ValidateIrreducibleLosses(absl::Span<const float> losses, uint64_t num_samples);
 
 // The largest supported ratio between the largest and the smallest positive static weight: 2^126.
 // Within it, every positive weight normalised to mean 1 is at least 2^-126 (the mean is at most

@@ -105,6 +105,25 @@ TEST(ValidateTest, PolicyRangesNameFieldAndValue) {
       {[](WeightPolicyParams* p) { p->eta = NAN; }, "policy.eta = nan"},
       {[](WeightPolicyParams* p) { p->class_balance_beta = 1; }, "policy.class_balance_beta = 1"},
       {[](WeightPolicyParams* p) { p->prior_loss = -2; }, "policy.prior_loss = -2"},
+      {[](WeightPolicyParams* p) { p->min_effective_fraction = 2; },
+       "policy.min_effective_fraction = 2 is outside [0, 1]"},
+      {[](WeightPolicyParams* p) { p->min_effective_fraction = -0.5; },
+       "policy.min_effective_fraction = -0.5 is outside [0, 1]"},
+      {[](WeightPolicyParams* p) { p->min_effective_fraction = NAN; },
+       "policy.min_effective_fraction = nan is outside [0, 1]"},
+      {[](WeightPolicyParams* p) {
+         p->loss = LossWeightKind::kMultiplicative;
+         p->min_effective_fraction = 0.5;
+       },
+       "policy.min_effective_fraction = 0.5 needs loss = LOSS or REDUCIBLE_LOSS"},
+      {[](WeightPolicyParams* p) { p->min_effective_fraction = 0.5; },  // loss kNone.
+       "policy.min_effective_fraction = 0.5 needs loss = LOSS or REDUCIBLE_LOSS"},
+      {[](WeightPolicyParams* p) {
+         p->loss = LossWeightKind::kMultiplicative;
+         p->base = BaseWeightKind::kStatic;
+         p->loss_within_groups = true;
+       },
+       "policy.loss_within_groups = true needs loss = LOSS or REDUCIBLE_LOSS"},
   };
   for (const Case& c : cases) {
     WeightPolicyParams p;
@@ -114,6 +133,40 @@ TEST(ValidateTest, PolicyRangesNameFieldAndValue) {
     EXPECT_THAT(std::string(s.message()), HasSubstr(c.want));
   }
   EXPECT_TRUE(ValidatePolicy(WeightPolicyParams()).ok());
+}
+
+TEST(ValidateTest, ReducibleLossTakesLossParametersAndTheFloor) {
+  WeightPolicyParams p;
+  p.loss = LossWeightKind::kReducibleLoss;
+  p.base = BaseWeightKind::kClassBalanced;
+  p.loss_within_groups = true;
+  p.min_effective_fraction = 1;
+  p.alpha = 2;
+  p.mix = 0.1;
+  EXPECT_TRUE(ValidatePolicy(p).ok());
+  p.loss = LossWeightKind::kLoss;
+  p.min_effective_fraction = 0.25;
+  EXPECT_TRUE(ValidatePolicy(p).ok());
+}
+
+TEST(ValidateTest, IrreducibleLossesNameTheBadValue) {
+  struct Case {
+    std::vector<float> losses;
+    std::string want;
+  } cases[] = {
+      {{0, 1, 2}, "irreducible_losses: 3 values for num_samples 4"},
+      {{0, 1, 2, 3, 4}, "irreducible_losses: 5 values for num_samples 4"},
+      {{0, 1, NAN, 3}, "irreducible_losses[2] = nan: must be finite and >= 0"},
+      {{0, -1, 2, 3}, "irreducible_losses[1] = -1: must be finite and >= 0"},
+      {{0, 1, 2, INFINITY}, "irreducible_losses[3] = inf: must be finite and >= 0"},
+  };
+  for (const Case& c : cases) {
+    absl::Status s = ValidateIrreducibleLosses(c.losses, 4);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.want;
+    EXPECT_EQ(s.message(), c.want);
+  }
+  // Zeros (of either sign) are irreducible losses: the policy is then LOSS.
+  EXPECT_TRUE(ValidateIrreducibleLosses(std::vector<float>{0, -0.0f, 0, 7}, 4).ok());
 }
 
 TEST(ClassBalancedTest, InverseCountAndEffectiveNumber) {

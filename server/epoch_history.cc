@@ -48,6 +48,7 @@ class InMemoryHistory final : public EpochHistory {
     if (!weights.ok()) return weights.status();
     EpochStart start = MakeEpochStart(name_, config_, opening.planned->epoch, /*planned=*/true,
                                       opening.world_size, *std::move(base), *std::move(weights));
+    start.irreducible = opening.irreducible;
     start.loss_stats = std::move(loss_stats);
     absl::MutexLock lock(&mu_);
     // A re-upload replaces epoch 0's start; after a rewind, the forgotten epochs are gone.
@@ -129,8 +130,10 @@ class JournalHistory final : public EpochHistory {
     // before the plan is published. Epoch 0's weights are its base.
     absl::StatusOr<std::shared_ptr<const std::vector<float>>> host = HostWeights(opening.base);
     if (!host.ok()) return host.status();
-    return journal_->StartEpochDurably(
-        MakeEpochStart(name_, config_, epoch, /*planned=*/true, opening.world_size, *host, *host));
+    EpochStart start =
+        MakeEpochStart(name_, config_, epoch, /*planned=*/true, opening.world_size, *host, *host);
+    start.irreducible = opening.irreducible;
+    return journal_->StartEpochDurably(start);
   }
 
   absl::Status AfterPublishing(const Opening& opening) override {
@@ -148,6 +151,7 @@ class JournalHistory final : public EpochHistory {
     }
     EpochStart start = MakeEpochStart(name_, config_, epoch, /*planned=*/true, opening.world_size,
                                       *std::move(base), *std::move(weights));
+    start.irreducible = opening.irreducible;
     if (UsesLossStats(config_.policy)) {
       // Derived on the host by the CPU backend's statistics: the rule every backend applies
       // (compute_backend.h, BackendLossStats::Apply), whichever backend the job runs on.

@@ -58,6 +58,9 @@ class EpochHistory {
     By by = By::kUpload;
     const PlannedEpoch* planned = nullptr;       // The epoch and its weights.
     std::shared_ptr<const BackendWeights> base;  // The job's base weights then (null: uniform).
+    // REDUCIBLE_LOSS: the job's irreducible losses (null for another policy), kept with the
+    // snapshots as the base weights are.
+    std::shared_ptr<const std::vector<float>> irreducible;
     uint32_t world_size = 0;                     // The ranks its deal 0 is dealt to.
     // The job's loss statistics (null without a loss policy), readable during BeforePublishing
     // only: the job is Planning, so nothing writes them.

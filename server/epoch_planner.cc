@@ -39,8 +39,10 @@ absl::StatusOr<std::shared_ptr<const BackendWeights>> EpochPlanner::Recompute(
     uint64_t closed_epoch, const RecomputeInputs& inputs) const {
   // Without a loss factor the weights stay (W_e is the base weights, or uniform).
   if (!UsesLossStats(config_.policy)) return inputs.current;
-  return backend_->RecomputeWeights(config_.policy, closed_epoch, inputs.base.get(),
-                                    inputs.current.get(), inputs.losses);
+  return backend_->RecomputeWeights(
+      config_.policy, closed_epoch, inputs.base.get(), inputs.current.get(), inputs.losses,
+      inputs.irreducible != nullptr ? absl::MakeConstSpan(*inputs.irreducible)
+                                    : absl::Span<const float>());
 }
 
 absl::StatusOr<PlannedEpoch> EpochPlanner::PlanWith(uint64_t epoch,

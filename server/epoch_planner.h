@@ -51,6 +51,8 @@ struct RecomputeInputs {
   std::shared_ptr<const BackendWeights> base;     // Null: uniform.
   std::shared_ptr<const BackendWeights> current;  // W_e; null: uniform.
   const BackendLossStats* losses = nullptr;       // Null without a loss policy.
+  // REDUCIBLE_LOSS: the irreducible losses (N); null for the other policies.
+  std::shared_ptr<const std::vector<float>> irreducible;
 };
 
 class EpochPlanner {

@@ -5,7 +5,10 @@
 #include "server/job.h"
 
 #include <algorithm>
+#include <optional>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
@@ -51,8 +54,11 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Create(std::string name, JobConfig con
       new Job(std::move(name), std::move(config), backend, std::move(history)));
   absl::Status s = job->MakeLossStats();
   if (s.ok()) {
-    s = job->config_.policy.base == BaseWeightKind::kUniform ? job->InstallBaseAndPlan({})
-                                                             : job->history_->AwaitUpload();
+    // A job plans at once unless it waits for an upload (base weights, irreducible losses).
+    s = job->config_.policy.base == BaseWeightKind::kUniform &&
+                !UsesIrreducibleLosses(job->config_.policy)
+            ? job->InstallBaseAndPlan({})
+            : job->history_->AwaitUpload();
   }
   if (!s.ok()) {
     job->Close(s);
@@ -142,9 +148,16 @@ absl::Status Job::Named(const absl::Status& s) const {
 }
 
 std::string Job::NoPlanYet() const {
-  return absl::StrCat(
-      "it has no plan yet: it waits for ",
-      config_.policy.base == BaseWeightKind::kStatic ? "UploadWeights" : "UploadLabels");
+  std::vector<std::string> missing;
+  if (config_.policy.base != BaseWeightKind::kUniform && base_ == nullptr &&
+      !pending_base_.has_value()) {
+    missing.push_back(config_.policy.base == BaseWeightKind::kStatic ? "UploadWeights"
+                                                                     : "UploadLabels");
+  }
+  if (UsesIrreducibleLosses(config_.policy) && irreducible_ == nullptr) {
+    missing.push_back("UploadIrreducibleLosses");
+  }
+  return absl::StrCat("it has no plan yet: it waits for ", absl::StrJoin(missing, " and "));
 }
 
 absl::Status Job::CheckEpochOpen(uint64_t epoch) const {
@@ -257,7 +270,7 @@ absl::Status Job::UploadWeights(std::vector<float> weights) {
   // Validated and normalised to mean 1 (importance weights are then 1 / w).
   if (absl::Status s = NormaliseWeights(absl::MakeSpan(weights)); !s.ok()) return s;
   if (absl::Status s = CheckLossGroups(config_.policy, weights); !s.ok()) return s;
-  return InstallBaseAndPlan(std::move(weights));
+  return BaseUploaded(std::move(weights));
 }
 
 absl::Status Job::UploadLabels(const std::vector<uint32_t>& labels) {
@@ -274,21 +287,77 @@ absl::Status Job::UploadLabels(const std::vector<uint32_t>& labels) {
     return s;
   }
   if (absl::Status s = CheckLossGroups(config_.policy, base); !s.ok()) return s;
+  return BaseUploaded(std::move(base));
+}
+
+absl::Status Job::BaseUploaded(std::vector<float> base) {
+  if (UsesIrreducibleLosses(config_.policy)) {
+    absl::MutexLock lock(&mu_);
+    if (irreducible_ == nullptr) {  // Then the job awaits its uploads: it has no plan.
+      if (absl::Status s = CheckUploadAllowed(); !s.ok()) return s;
+      pending_base_ = std::move(base);
+      return absl::OkStatus();
+    }
+  }
   return InstallBaseAndPlan(std::move(base));
+}
+
+absl::Status Job::UploadIrreducibleLosses(std::vector<float> losses) {
+  if (!UsesIrreducibleLosses(config_.policy)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job '", name_, "' has policy.loss = ",
+        v1::LossPolicy_Name(config_.normalized.policy().loss()),
+        "; UploadIrreducibleLosses needs REDUCIBLE_LOSS"));
+  }
+  if (absl::Status s = ValidateIrreducibleLosses(losses, config_.plan.num_samples); !s.ok()) {
+    return s;
+  }
+  auto uploaded = std::make_shared<const std::vector<float>>(std::move(losses));
+  std::shared_ptr<const std::vector<float>> previous;
+  std::optional<std::vector<float>> base;  // Set: plan epoch 0 with it.
+  {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = CheckUploadAllowed(); !s.ok()) return s;
+    if (config_.policy.base == BaseWeightKind::kUniform) {
+      base.emplace();
+    } else if (pending_base_.has_value()) {
+      base = *pending_base_;  // A copy: kept until the plan is published.
+    } else if (base_ != nullptr) {  // A re-upload: epoch 0 is planned again with its base.
+      absl::StatusOr<std::shared_ptr<const std::vector<float>>> host = base_->ToHost();
+      if (!host.ok()) return host.status();
+      base = **host;
+    }
+    previous = std::exchange(irreducible_, uploaded);
+  }
+  if (!base.has_value()) return absl::OkStatus();  // Waits for the base weights.
+  absl::Status s = InstallBaseAndPlan(*std::move(base));
+  absl::MutexLock lock(&mu_);
+  if (s.ok()) {
+    pending_base_.reset();
+  } else if (irreducible_ == uploaded) {
+    irreducible_ = std::move(previous);  // Nothing changes on error.
+  }
+  return s;
+}
+
+absl::Status Job::CheckUploadAllowed() const {
+  if (absl::Status s = CloseReason(); !s.ok()) return s;
+  const bool serving = std::holds_alternative<Serving>(phase_);
+  if (!(std::holds_alternative<AwaitingUpload>(phase_) || serving) || Started()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job '", name_, "' already started (epoch ", epoch_,
+        "); weights, labels and irreducible losses can only be uploaded before the first shard "
+        "position is streamed, loss reported or epoch ended"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Job::InstallBaseAndPlan(std::vector<float> base) {
   EpochHistory::Opening opening;
   {
     absl::MutexLock lock(&mu_);
-    if (absl::Status s = CloseReason(); !s.ok()) return s;
+    if (absl::Status s = CheckUploadAllowed(); !s.ok()) return s;
     const auto* serving = std::get_if<Serving>(&phase_);
-    if (!(std::holds_alternative<AwaitingUpload>(phase_) || serving != nullptr) || Started()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "job '", name_, "' already started (epoch ", epoch_,
-          "); weights and labels can only be uploaded before the first shard position is "
-          "streamed, loss reported or epoch ended"));
-    }
     // A re-upload withdraws the plan of epoch 0 until the new one is published: a loss or an
     // EndEpoch accepted against the old plan meanwhile would be wiped by the publication, or
     // would start planning epoch 1 concurrently with it. Planning also excludes a concurrent
@@ -300,6 +369,7 @@ absl::Status Job::InstallBaseAndPlan(std::vector<float> base) {
     // resizes made since, which a restart replays on top of the snapshot, and a rewind to epoch
     // 0 deals it to the ranks it started with.
     opening.world_size = deal_.start_world_size();
+    opening.irreducible = irreducible_;
   }
   // Creation with a UNIFORM base passes no weights: no base, uniform W_0. Uploaded weights
   // become the backend's (for the CPU the vector itself, no copy).
@@ -374,6 +444,7 @@ void Job::FinishPlanningNext(absl::StatusOr<PlannedEpoch> planned) {
     if (!losses.ok()) return;  // Closed or failed meanwhile: nothing is published.
     absl::MutexLock lock(&mu_);
     opening.base = base_;
+    opening.irreducible = irreducible_;
     opening.world_size = deal_.world_size();
     opening.planned = &*planned;
     opening.losses = *losses;
@@ -556,6 +627,7 @@ absl::StatusOr<v1::EndEpochResponse> Job::EndEpoch(uint64_t epoch, uint32_t deal
     response.set_epoch_closed(true);
     inputs.base = base_;
     inputs.current = std::get<Serving>(phase_).view.weights;
+    inputs.irreducible = irreducible_;
     epoch_ = epoch + 1;
     // The next epoch is dealt whole to the ranks that ended this one.
     deal_.DealNextEpoch(config_.plan.samples_per_epoch);

@@ -138,6 +138,14 @@ class Job {
   absl::Status UploadWeights(std::vector<float> weights) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status UploadLabels(const std::vector<uint32_t>& labels) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // The irreducible losses of REDUCIBLE_LOSS (N values, finite and >= 0: ValidateIrreducibleLosses
+  // names the first bad one). FAILED_PRECONDITION if the loss policy is another or the job
+  // already started; nothing changes on error. The plan of epoch 0 is computed before returning
+  // once the base weights are there too (UNIFORM: at once; STATIC / CLASS_BALANCED: base weights
+  // uploaded before wait for these, and these wait for them). A re-upload before the job
+  // started replaces them and plans epoch 0 again, as UploadWeights does.
+  absl::Status UploadIrreducibleLosses(std::vector<float> losses) ABSL_LOCKS_EXCLUDED(mu_);
+
   // The shard of (epoch, deal, rank) for a caller with `world_size`. Waits until `deadline` for
   // an epoch still being planned (the current one, or the next one while ranks finish the
   // current one). While waiting, `cancelled` (if set) is polled every 100 ms so that a caller
@@ -268,7 +276,7 @@ class Job {
   // `s` with " (job '<name>')" appended: the one decoration of errors that do not name the job.
   absl::Status Named(const absl::Status& s) const;
   // "it has no plan yet: it waits for UploadWeights" (or UploadLabels).
-  std::string NoPlanYet() const;
+  std::string NoPlanYet() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // The one check that `epoch` is the serving epoch, for ReportLosses, EndEpoch and AcquireShard
   // (each handles an older epoch, stale or a retry, first). OK when serving `epoch`; the close
@@ -293,6 +301,12 @@ class Job {
 
   // ---- Epochs opening.
 
+  // FAILED_PRECONDITION unless uploads are allowed: the job awaits its uploads or serves epoch 0
+  // and has not started (the message names the job and its epoch).
+  absl::Status CheckUploadAllowed() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Validated base weights (empty: uniform) uploaded: planned by InstallBaseAndPlan, or kept in
+  // pending_base_ while REDUCIBLE_LOSS's irreducible losses are missing.
+  absl::Status BaseUploaded(std::vector<float> base) ABSL_LOCKS_EXCLUDED(mu_);
   // Installs validated base weights (empty: uniform) as the backend's, and plans epoch 0 (an
   // upload) on the caller's thread.
   absl::Status InstallBaseAndPlan(std::vector<float> base) ABSL_LOCKS_EXCLUDED(mu_);
@@ -345,6 +359,12 @@ class Job {
   // Base weights (mean 1) for STATIC / CLASS_BALANCED, the backend's; null for UNIFORM.
   // Replaced only before the job starts, or by a rewind.
   std::shared_ptr<const BackendWeights> base_ ABSL_GUARDED_BY(mu_);
+  // REDUCIBLE_LOSS: the irreducible losses (N floats, host memory), null until uploaded.
+  // Replaced only before the job starts; the planner reads a shared copy (RecomputeInputs).
+  std::shared_ptr<const std::vector<float>> irreducible_ ABSL_GUARDED_BY(mu_);
+  // REDUCIBLE_LOSS with a STATIC or CLASS_BALANCED base: base weights uploaded before the
+  // irreducible losses (validated, normalised), planned once those arrive.
+  std::optional<std::vector<float>> pending_base_ ABSL_GUARDED_BY(mu_);
   // Per-sample loss statistics, the backend's; only with a loss policy (8 bytes per sample).
   // Made once (MakeLossStats) before the job is used. Written under mu_ while Serving; read off
   // the lock while Planning (LossesWhilePlanning).

@@ -109,6 +109,7 @@ absl::StatusOr<JobConfig> MakeJobConfig(const v1::JobSpec& spec, const JobLimits
   if (p.has_prior_loss()) w.prior_loss = p.prior_loss();
   w.eta = OrDefault(p.eta(), 1.0);
   w.loss_within_groups = p.loss_within_groups();
+  w.min_effective_fraction = p.min_effective_fraction();
   if (absl::Status s = ValidatePolicy(w); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("spec.", s.message()));
   }

@@ -80,6 +80,18 @@ TEST(JobConfigTest, RejectsBadSpecsNamingFieldAndValue) {
          s->mutable_policy()->set_loss_within_groups(true);
        },
        absl::StatusCode::kInvalidArgument, "spec.policy.loss_within_groups = true needs"},
+      {[](v1::JobSpec* s) {
+         s->mutable_policy()->set_loss(v1::LOSS);
+         s->mutable_policy()->set_min_effective_fraction(2);
+       },
+       absl::StatusCode::kInvalidArgument,
+       "spec.policy.min_effective_fraction = 2 is outside [0, 1]"},
+      {[](v1::JobSpec* s) {
+         s->mutable_policy()->set_loss(v1::MULTIPLICATIVE);
+         s->mutable_policy()->set_min_effective_fraction(0.5);
+       },
+       absl::StatusCode::kInvalidArgument,
+       "spec.policy.min_effective_fraction = 0.5 needs loss = LOSS or REDUCIBLE_LOSS"},
   };
   JobLimits limits;
   limits.max_samples_per_job = 500;
@@ -90,6 +102,23 @@ TEST(JobConfigTest, RejectsBadSpecsNamingFieldAndValue) {
     EXPECT_EQ(config.status().code(), c.code) << c.want;
     EXPECT_THAT(std::string(config.status().message()), HasSubstr(c.want));
   }
+}
+
+TEST(JobConfigTest, ReducibleLossMapsToItsKindWithTheFloor) {
+  v1::JobSpec spec = Minimal();
+  spec.mutable_policy()->set_loss(v1::REDUCIBLE_LOSS);
+  spec.mutable_policy()->set_base(v1::CLASS_BALANCED);
+  spec.mutable_policy()->set_loss_within_groups(true);
+  spec.mutable_policy()->set_min_effective_fraction(0.25);
+  JobLimits limits;
+  limits.max_samples_per_job = 500;
+  absl::StatusOr<JobConfig> config = MakeJobConfig(spec, limits);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->policy.loss, LossWeightKind::kReducibleLoss);
+  EXPECT_EQ(config->policy.min_effective_fraction, 0.25);
+  EXPECT_TRUE(config->policy.loss_within_groups);
+  EXPECT_EQ(config->normalized.policy().loss(), v1::REDUCIBLE_LOSS);
+  EXPECT_EQ(config->normalized.policy().min_effective_fraction(), 0.25);
 }
 
 TEST(JobConfigTest, RejectsAShuffleBeyondItsLimitAtCreation) {

@@ -67,6 +67,9 @@ JobMemoryEstimate EstimateJobMemory(const JobConfig& config, const ComputeBacken
   e.plans = MulSat(MulSat(2, m), Plan::Narrow(n) ? sizeof(uint32_t) : sizeof(uint64_t));
   const uint64_t weight_vectors = (weighted_base ? 2 : 0) + (loss_policy ? 2 : 0);
   e.weights = MulSat(MulSat(weight_vectors, n), sizeof(float));
+  // The policy's own per-sample inputs (REDUCIBLE_LOSS: the irreducible losses, 4 bytes).
+  e.weights = AddSat(e.weights,
+                     MulSat(n, DescriptorOf(config.policy.loss).extra_bytes_per_sample));
   e.loss_stats = loss_policy ? MulSat(MulSat(persisted ? 3 : 1, n), sizeof(SampleLossStats)) : 0;
   // Persisted: the closed epoch's log read back to derive the snapshot, twice its size (the file
   // and its records), about 22 bytes per reported pair; one pair per plan position.

@@ -79,6 +79,11 @@ TEST_F(JobMemoryTest, PerSampleStateOnlyWhereTheSpecNeedsIt) {
   EXPECT_EQ(loss.loss_stats, 8 * n);
   EXPECT_GE(loss.scratch, 2 * n);
   EXPECT_LT(loss.scratch, 2 * n + (uint64_t{64} << 20));
+  // REDUCIBLE_LOSS: LOSS's state and the irreducible losses, 4 bytes per sample.
+  const JobMemoryEstimate reducible = Estimate(Spec(n, 0, false, v1::UNIFORM, v1::REDUCIBLE_LOSS));
+  EXPECT_EQ(reducible.weights, 8 * n + 4 * n);
+  EXPECT_EQ(reducible.loss_stats, 8 * n);
+  EXPECT_EQ(reducible.total(), loss.total() + 4 * n);
   // Without replacement and M < N: the selection keys.
   EXPECT_GE(Estimate(Spec(n, n / 2, false)).scratch, 8 * n);
   // Beyond 2^32 samples an index takes 8 bytes.

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/loss_policies.h"
 #include "server/job.h"
 
 namespace samplerd {
@@ -24,6 +25,9 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Restore(std::string name, JobConfig co
   if (header.weights_count() != 0 && header.weights_count() != n) return bad("has wrong weights");
   if (header.loss_stats_count() != 0 && header.loss_stats_count() != n) {
     return bad("has wrong loss statistics");
+  }
+  if (header.irreducible_count() != 0 && header.irreducible_count() != n) {
+    return bad("has wrong irreducible losses");
   }
   if (!header.planned() && (header.epoch() != 0 || !recovered.records.empty())) {
     return bad("is not planned but has a log");
@@ -60,6 +64,15 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Restore(std::string name, JobConfig co
       if (absl::Status s = job->losses_->Restore(snapshot.loss_stats); !s.ok()) {
         return absl::IsInvalidArgument(s) ? bad(s.message()) : s;
       }
+    }
+    // REDUCIBLE_LOSS's irreducible losses, uploaded before the job started (a snapshot of an
+    // upload holds them, and every later one).
+    if (UsesIrreducibleLosses(job->config_.policy) && !snapshot.irreducible.empty()) {
+      if (absl::Status s = ValidateIrreducibleLosses(snapshot.irreducible, n); !s.ok()) {
+        return bad(s.message());
+      }
+      job->irreducible_ =
+          std::make_shared<const std::vector<float>>(std::move(snapshot.irreducible));
     }
     // The snapshot's epoch, published below (the upload or the EndEpoch that opened it is done).
     job->epoch_ = header.epoch();

@@ -255,12 +255,14 @@ class ProbedBackend final : public GatedBackend {
     if (!inner.ok()) return inner.status();
     return std::make_unique<Probed>(*std::move(inner), this);
   }
+  using GatedBackend::RecomputeWeights;
   absl::StatusOr<std::shared_ptr<const BackendWeights>> RecomputeWeights(
       const WeightPolicyParams& policy, uint64_t closed_epoch, const BackendWeights* base,
-      const BackendWeights* current, const BackendLossStats* stats) override {
+      const BackendWeights* current, const BackendLossStats* stats,
+      absl::Span<const float> irreducible) override {
     const auto* probed = dynamic_cast<const Probed*>(stats);
     return GatedBackend::RecomputeWeights(policy, closed_epoch, base, current,
-                                          probed != nullptr ? probed->inner() : stats);
+                                          probed != nullptr ? probed->inner() : stats, irreducible);
   }
 
   std::vector<Call> calls() const {
@@ -606,6 +608,61 @@ TEST_F(JobTest, StaticWeightsArriveBeforeTheFirstLossOnly) {
   EXPECT_THAT(std::string(after_stream.message()), ::testing::HasSubstr("already started"));
   ASSERT_TRUE(job->ReportLosses(BatchAt(0, 0, 0, Shard(*job, 0, 0), {0}, One).view(), &s).ok());
   EXPECT_EQ(job->UploadWeights({1, 1, 1, 1}).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(JobTest, ReducibleLossWaitsForItsIrreducibleLossesAndUsesThem) {
+  v1::JobSpec spec;
+  spec.set_num_samples(4);
+  spec.set_world_size(1);
+  spec.mutable_policy()->set_base(v1::STATIC);
+  spec.mutable_policy()->set_loss(v1::REDUCIBLE_LOSS);
+  spec.mutable_policy()->set_clamp_lo(1e-6);  // Wide clamps: the factors show.
+  spec.mutable_policy()->set_clamp_hi(1e6);
+  auto job = *Job::Create("r", *MakeJobConfig(spec, JobLimits()), backend_.get());
+  auto no_plan = [&] {
+    return job->AcquireShard(0, 0, 0, 1, absl::Now() + absl::Milliseconds(20)).status();
+  };
+  EXPECT_THAT(std::string(no_plan().message()),
+              HasSubstr("waits for UploadWeights and UploadIrreducibleLosses"));
+  // Bad values: named, nothing changes.
+  absl::Status s = job->UploadIrreducibleLosses({1, 2});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "irreducible_losses: 2 values for num_samples 4");
+  s = job->UploadIrreducibleLosses({0, NAN, 0, 0});
+  EXPECT_EQ(s.message(), "irreducible_losses[1] = nan: must be finite and >= 0");
+  EXPECT_THAT(std::string(no_plan().message()),
+              HasSubstr("waits for UploadWeights and UploadIrreducibleLosses"));
+  // The base alone does not plan: it waits for the irreducible losses.
+  ASSERT_TRUE(job->UploadWeights({1, 1, 1, 1}).ok());
+  EXPECT_FALSE(job->Describe().plan_ready());
+  EXPECT_THAT(std::string(no_plan().message()), HasSubstr("waits for UploadIrreducibleLosses"));
+  ASSERT_TRUE(job->UploadIrreducibleLosses({0, 0, 5, 5}).ok());
+  EXPECT_TRUE(job->Describe().plan_ready());
+  // Every sample's loss is 1: samples 0 and 1 keep a reducible loss of 1, samples 2 and 3 of 0
+  // (1 - 5 clamped): x = 1.001 and 0.001 (epsilon 1e-3), so the first two take ~1000x the weight.
+  v1::LossReportSummary summary;
+  ASSERT_TRUE(
+      job->ReportLosses(BatchAt(0, 0, 0, Shard(*job, 0, 0), {0, 1, 2, 3}, One).view(), &summary)
+          .ok());
+  ASSERT_TRUE(job->EndEpoch(0, 0, 0).ok());
+  auto next = job->AcquireShard(1, 0, 0, 1, Soon());
+  ASSERT_TRUE(next.ok()) << next.status();
+  const std::vector<float> w = testutil::HostWeights(next->view.weights.get(), 4);
+  EXPECT_EQ(w[0], w[1]);
+  EXPECT_EQ(w[2], w[3]);
+  EXPECT_NEAR(w[0] / w[2], 1.001 / 0.001, 1e-3 * 1001);
+  // Started: the irreducible losses are fixed now.
+  s = job->UploadIrreducibleLosses({0, 0, 0, 0});
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("already started"));
+}
+
+TEST_F(JobTest, IrreducibleLossesNeedTheReducibleLossPolicy) {
+  auto job = MakeJob(4, 1, v1::LOSS);
+  const absl::Status s = job->UploadIrreducibleLosses({0, 0, 0, 0});
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.message(),
+            "job 'j' has policy.loss = LOSS; UploadIrreducibleLosses needs REDUCIBLE_LOSS");
 }
 
 TEST_F(JobTest, AReuploadWithdrawsEpochZeroUntilItsNewPlanIsPublished) {

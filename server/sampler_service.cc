@@ -21,7 +21,7 @@ namespace {
 constexpr const char* kMethodNames[SamplerService::kMethodCount] = {
     "CreateJob", "GetJob",        "ListJobs",     "DeleteJob",   "RewindJob",
     "ResizeJob", "UploadWeights", "UploadLabels", "StreamShard", "ReportLosses",
-    "EndEpoch",  "GetJobStatus",  "ClaimRank"};
+    "EndEpoch",  "GetJobStatus",  "ClaimRank",    "UploadIrreducibleLosses"};
 
 const google::protobuf::ServiceDescriptor& SamplerDescriptor() {
   const google::protobuf::ServiceDescriptor* service =
@@ -56,7 +56,7 @@ class UploadStream {
  public:
   using Response = v1::UploadSummary;
   using ValuesOf = const google::protobuf::RepeatedField<T>& (*)(const Chunk&);
-  // Applies the values to the job (Job::UploadWeights or UploadLabels).
+  // Applies the values to the job (Job::UploadWeights, UploadLabels or UploadIrreducibleLosses).
   using Apply = absl::Status (*)(Job& job, std::vector<T> values);
 
   UploadStream(JobRegistry* registry, Caller caller, const char* field, ValuesOf values_of,
@@ -130,6 +130,7 @@ class UploadStream {
 
 using WeightsUpload = UploadStream<v1::UploadWeightsChunk, float>;
 using LabelsUpload = UploadStream<v1::UploadLabelsChunk, uint32_t>;
+using IrreducibleLossesUpload = UploadStream<v1::UploadIrreducibleLossesChunk, float>;
 
 WeightsUpload MakeWeightsUpload(JobRegistry* registry, Caller caller, v1::UploadSummary* response) {
   return WeightsUpload(
@@ -144,6 +145,17 @@ LabelsUpload MakeLabelsUpload(JobRegistry* registry, Caller caller, v1::UploadSu
       registry, std::move(caller), "labels",
       [](const v1::UploadLabelsChunk& c) -> const auto& { return c.labels(); },
       [](Job& job, std::vector<uint32_t> values) { return job.UploadLabels(values); }, response);
+}
+
+IrreducibleLossesUpload MakeIrreducibleLossesUpload(JobRegistry* registry, Caller caller,
+                                                    v1::UploadSummary* response) {
+  return IrreducibleLossesUpload(
+      registry, std::move(caller), "irreducible_losses",
+      [](const v1::UploadIrreducibleLossesChunk& c) -> const auto& { return c.losses(); },
+      [](Job& job, std::vector<float> values) {
+        return job.UploadIrreducibleLosses(std::move(values));
+      },
+      response);
 }
 
 // A ReportLosses call: each batch applied as it arrives. The summary acknowledges the batches:
@@ -937,6 +949,15 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* SamplerService::UploadLabels(
   return ClientStreamReactor<LabelsUpload>::Start(
       this, kUploadLabels, context, response, [this](Caller caller, v1::UploadSummary* summary) {
         return MakeLabelsUpload(registry_, std::move(caller), summary);
+      });
+}
+
+grpc::ServerReadReactor<grpc::ByteBuffer>* SamplerService::UploadIrreducibleLosses(
+    grpc::CallbackServerContext* context, grpc::ByteBuffer* response) {
+  return ClientStreamReactor<IrreducibleLossesUpload>::Start(
+      this, kUploadIrreducibleLosses, context, response,
+      [this](Caller caller, v1::UploadSummary* summary) {
+        return MakeIrreducibleLossesUpload(registry_, std::move(caller), summary);
       });
 }
 

@@ -70,7 +70,8 @@ using SamplerCallbackServiceBase = v1::Sampler::WithRawCallbackMethod_CreateJob<
                                 v1::Sampler::WithRawCallbackMethod_EndEpoch<
                                     v1::Sampler::WithRawCallbackMethod_GetJobStatus<
                                         v1::Sampler::WithRawCallbackMethod_ClaimRank<
-                                            v1::Sampler::Service>>>>>>>>>>>>>;
+                                            v1::Sampler::WithRawCallbackMethod_UploadIrreducibleLosses<
+                                                v1::Sampler::Service>>>>>>>>>>>>>>;
 
 // Default of --max_server_threads / Options::max_server_threads: the WorkPool's threads.
 inline constexpr int kDefaultMaxHandlerThreads = 1024;
@@ -115,6 +116,8 @@ class SamplerService final : public SamplerCallbackServiceBase {
                                                            grpc::ByteBuffer* response) override;
   grpc::ServerReadReactor<grpc::ByteBuffer>* UploadLabels(grpc::CallbackServerContext* context,
                                                           grpc::ByteBuffer* response) override;
+  grpc::ServerReadReactor<grpc::ByteBuffer>* UploadIrreducibleLosses(
+      grpc::CallbackServerContext* context, grpc::ByteBuffer* response) override;
   grpc::ServerWriteReactor<grpc::ByteBuffer>* StreamShard(grpc::CallbackServerContext* context,
                                                           const grpc::ByteBuffer* request) override;
   grpc::ServerReadReactor<grpc::ByteBuffer>* ReportLosses(grpc::CallbackServerContext* context,
@@ -194,6 +197,7 @@ class SamplerService final : public SamplerCallbackServiceBase {
     kEndEpoch,
     kGetJobStatus,
     kClaimRank,
+    kUploadIrreducibleLosses,
     kMethodCount
   };
   // Calls of `method` waiting now without a thread: StreamShard for its epoch's plan, and any

@@ -26,6 +26,7 @@
 #include "kernels/cuda/gpu_presence.h"
 #include "kernels/cuda/recompute_params.h"
 #include "kernels/loss_groups.h"
+#include "kernels/loss_policies.h"
 #include "kernels/plan_shard.h"
 
 namespace samplerd {
@@ -107,9 +108,11 @@ class CudaBackend final : public ComputeBackend {
       std::vector<float> weights) override;
   absl::StatusOr<std::unique_ptr<BackendLossStats>> NewLossStats(uint64_t num_samples,
                                                                  double ema_decay) override;
+  using ComputeBackend::RecomputeWeights;
   absl::StatusOr<std::shared_ptr<const BackendWeights>> RecomputeWeights(
       const WeightPolicyParams& policy, uint64_t closed_epoch, const BackendWeights* base,
-      const BackendWeights* current, const BackendLossStats* stats) override;
+      const BackendWeights* current, const BackendLossStats* stats,
+      absl::Span<const float> irreducible) override;
   absl::StatusOr<Plan> PlanEpoch(const PlanSpec& spec, uint64_t epoch,
                                  const BackendWeights* weights) override;
   uint64_t PlanScratchBytes(const PlanSpec& spec, bool weighted) const override;
@@ -151,7 +154,8 @@ absl::StatusOr<std::unique_ptr<BackendLossStats>> CudaBackend::NewLossStats(uint
 
 absl::StatusOr<std::shared_ptr<const BackendWeights>> CudaBackend::RecomputeWeights(
     const WeightPolicyParams& policy, uint64_t closed_epoch, const BackendWeights* base_handle,
-    const BackendWeights* current_handle, const BackendLossStats* stats_handle) {
+    const BackendWeights* current_handle, const BackendLossStats* stats_handle,
+    absl::Span<const float> irreducible) {
   absl::StatusOr<const CudaWeights*> base = OwnWeights(base_handle, "base");
   if (!base.ok()) return base.status();
   absl::StatusOr<const CudaWeights*> current = OwnWeights(current_handle, "current");
@@ -164,10 +168,19 @@ absl::StatusOr<std::shared_ptr<const BackendWeights>> CudaBackend::RecomputeWeig
     stats = *own;
   }
   absl::StatusOr<uint64_t> checked =
-      CheckRecomputeInputs(policy, base_handle, current_handle, stats_handle);
+      CheckRecomputeInputs(policy, base_handle, current_handle, stats_handle, irreducible);
   if (!checked.ok()) return checked.status();
   const uint64_t n = *checked;
-  if (policy.loss == LossWeightKind::kNone) {
+  // Not yet in the device kernels (the host reference, kernels/cuda/reference.cc, defines what
+  // they must compute): refused rather than computed differently from the CPU.
+  if (policy.loss == LossWeightKind::kReducibleLoss || policy.min_effective_fraction > 0) {
+    return absl::UnimplementedError(absl::StrCat(
+        policy.loss == LossWeightKind::kReducibleLoss
+            ? "policy.loss = REDUCIBLE_LOSS"
+            : absl::StrCat("policy.min_effective_fraction = ", policy.min_effective_fraction),
+        " is not implemented by the cuda backend yet; run the server with the cpu backend"));
+  }
+  if (!UsesLossStats(policy)) {
     if (*base == nullptr) return std::shared_ptr<const BackendWeights>();
     return std::shared_ptr<const BackendWeights>((*base)->shared_from_this());
   }

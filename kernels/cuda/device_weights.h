@@ -101,6 +101,13 @@ struct RecomputeParams {
   const uint32_t* group_keys = nullptr;
   const uint64_t* group_counts = nullptr;
   uint32_t num_groups = 0;
+  // kLoss for REDUCIBLE_LOSS: its N irreducible losses, the signal's (weight_math::LossSignal);
+  // nullptr for LOSS. The host reference reads them from host memory. (Not yet in the device
+  // kernels: CudaBackend refuses REDUCIBLE_LOSS.)
+  const float* irreducible = nullptr;
+  // kLoss: the effective sample size floor (weight_math::EssFloorMix), a fraction of N; 0: off.
+  // (Host reference only, as irreducible.)
+  double min_effective_fraction = 0.0;
 };
 
 // What the first pass of RecomputeWeights found: the CPU backend's validation of its inputs.

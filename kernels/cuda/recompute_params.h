@@ -15,7 +15,8 @@ namespace samplerd {
 namespace gpu {
 
 // `policy`'s loss kind and parameters, and the marker of `closed_epoch` (EpochMarker). For a
-// loss policy only (policy.loss != kNone).
+// loss policy only (UsesLossStats). REDUCIBLE_LOSS is kLoss with the irreducible losses, which
+// the caller sets (params.irreducible).
 inline RecomputeParams DeviceRecomputeParams(const WeightPolicyParams& policy,
                                              uint64_t closed_epoch) {
   RecomputeParams p;
@@ -31,6 +32,7 @@ inline RecomputeParams DeviceRecomputeParams(const WeightPolicyParams& policy,
   p.clamp_hi = policy.clamp_hi;
   p.marker = EpochMarker(closed_epoch);
   p.within_groups = policy.loss_within_groups;  // The caller sets the groups' table.
+  p.min_effective_fraction = policy.min_effective_fraction;
   return p;
 }
 

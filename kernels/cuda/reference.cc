@@ -144,28 +144,30 @@ Recomputed RecomputeWeights(const RecomputeParams& params, uint64_t n, const flo
   std::function<bool(uint64_t)> excluded;
   std::vector<float> f;
   double mean_f = 1, raw_mean = 0;
+  // The mix of the loss policies: the configured one, raised by the floor below.
+  double mix = params.mix;
+  std::function<double(double)> raw_mean_of;  // kLoss: the mean raw weight with a given mix.
   if (params.kind == Kind::kLoss) {
+    // The signal (the EMA; REDUCIBLE_LOSS: the EMA less the irreducible loss, clamped at 0).
+    auto signal = [&](uint64_t i) { return wm::LossSignal(stats[i].ema_loss, params.irreducible, i); };
     uint64_t seen = 0;
     double ema_max = 0;  // std::max keeps +0 against -0.
     bool unseen = false;
     for (uint64_t i = 0; i < n; ++i) {
       if (stats[i].count > 0) {
         ++seen;
-        ema_max = std::max(ema_max, static_cast<double>(stats[i].ema_loss));
+        ema_max = std::max(ema_max, static_cast<double>(signal(i)));
       } else {
         unseen = true;
       }
     }
-    const double ema_sum = ExactSum(n, [&](uint64_t i) {
-      return stats[i].count > 0 ? static_cast<double>(stats[i].ema_loss) : 0.0;
-    });
+    const double ema_sum = ExactSum(
+        n, [&](uint64_t i) { return stats[i].count > 0 ? static_cast<double>(signal(i)) : 0.0; });
     const wm::LossFactorRule rule =
         wm::LossFactorRuleOf(params.has_prior_loss, params.prior_loss, params.epsilon, params.alpha,
                              seen, ema_sum, static_cast<float>(ema_max), unseen);
     f.resize(n);
-    for (uint64_t i = 0; i < n; ++i) {
-      f[i] = wm::LossFactor(stats[i].count > 0, stats[i].ema_loss, rule);
-    }
+    for (uint64_t i = 0; i < n; ++i) f[i] = wm::LossFactor(stats[i].count > 0, signal(i), rule);
     mean_f = wm::MeanOf(ExactSum(n, [&](uint64_t i) { return static_cast<double>(f[i]); }), n);
     if (params.within_groups) {
       // Loss within groups: the factors again, with each group's own x_max, normalised by the
@@ -177,14 +179,13 @@ Recomputed RecomputeWeights(const RecomputeParams& params, uint64_t n, const flo
       };
       std::vector<double> x_max(groups.size(), 0.0);
       for (uint64_t i = 0; i < n; ++i) {
-        const double x = wm::LossX(stats[i].count > 0, stats[i].ema_loss, rule);
+        const double x = wm::LossX(stats[i].count > 0, signal(i), rule);
         x_max[group_of(i)] = std::max(x_max[group_of(i)], x);
       }
       std::vector<uint64_t> low(groups.size(), 0), high(groups.size(), 0);
       for (uint64_t i = 0; i < n; ++i) {
         const uint32_t g = group_of(i);
-        f[i] = wm::LossFactor(stats[i].count > 0, stats[i].ema_loss,
-                              wm::GroupFactorRule(rule, x_max[g]));
+        f[i] = wm::LossFactor(stats[i].count > 0, signal(i), wm::GroupFactorRule(rule, x_max[g]));
         low[g] += wm::GroupFactorLow(wm::GroupFactorUnits(f[i]));
         high[g] += wm::GroupFactorHigh(wm::GroupFactorUnits(f[i]));
       }
@@ -193,16 +194,13 @@ Recomputed RecomputeWeights(const RecomputeParams& params, uint64_t n, const flo
         f[i] =
             wm::GroupNormalisedFactor(f[i], wm::GroupFactorMean(high[g], low[g], groups.counts[g]));
       }
-      raw = [&](uint64_t i) {
-        return wm::LossRaw(base[i], f[i], 1.0 - params.mix, 1.0, params.mix);
-      };
+      raw = [&](uint64_t i) { return wm::LossRaw(base[i], f[i], 1.0 - mix, 1.0, mix); };
       excluded = [&](uint64_t i) { return base[i] == 0; };
-      raw_mean =
+      const double mean_b =
           wm::MeanOf(ExactSum(n, [&](uint64_t i) { return static_cast<double>(base[i]); }), n);
+      raw_mean_of = [mean_b](double) { return mean_b; };
     } else {
-      raw = [&](uint64_t i) {
-        return wm::LossRaw(weight(base, i), f[i], 1.0 - params.mix, mean_f, params.mix);
-      };
+      raw = [&](uint64_t i) { return wm::LossRaw(weight(base, i), f[i], 1.0 - mix, mean_f, mix); };
       excluded = [&](uint64_t i) { return base != nullptr && base[i] == 0; };
       double mean_bf = mean_f, mean_b = 1.0;
       if (base != nullptr) {
@@ -211,8 +209,24 @@ Recomputed RecomputeWeights(const RecomputeParams& params, uint64_t n, const flo
         mean_b =
             wm::MeanOf(ExactSum(n, [&](uint64_t i) { return static_cast<double>(base[i]); }), n);
       }
-      raw_mean = wm::LossRawMean(1.0 - params.mix, mean_f, params.mix, mean_bf, mean_b);
+      raw_mean_of = [=](double m) { return wm::LossRawMean(1.0 - m, mean_f, m, mean_bf, mean_b); };
     }
+    if (params.min_effective_fraction > 0) {
+      // The effective sample size floor: the weights with each trial mix, summed as the
+      // summary sums them.
+      mix = wm::EssFloorMix(mix, [&](double trial) {
+        mix = trial;  // raw() reads it.
+        const wm::ClampRule clamp{raw_mean_of(trial), params.clamp_lo, params.clamp_hi};
+        auto clamped = [&](uint64_t i) { return wm::Clamped(raw(i), excluded(i), clamp); };
+        const double mean_clamped = wm::MeanOf(ExactSum(n, clamped), n);
+        auto final_weight = [&](uint64_t i) { return wm::FinalWeight(clamped(i), mean_clamped); };
+        return wm::MeetsEssFloor(
+            ExactSum(n, [&](uint64_t i) { return static_cast<double>(final_weight(i)); }),
+            ExactSum(n, [&](uint64_t i) { return wm::SquareTerm(final_weight(i)); }),
+            params.min_effective_fraction, n);
+      });
+    }
+    raw_mean = raw_mean_of(mix);
   } else {
     raw = [&](uint64_t i) {
       return wm::MultiplicativeRaw(weight(current, i), stats[i].ema_loss,

@@ -19,6 +19,7 @@
 #include "kernels/cpu_backend.h"
 #include "kernels/cuda/device_weights.h"
 #include "kernels/cuda/recompute_params.h"
+#include "kernels/loss_groups.h"
 #include "kernels/loss_stats.h"
 #include "kernels/philox.h"
 #include "kernels/plan_math.h"
@@ -329,6 +330,131 @@ TEST(ReferenceTest, RecomputeWithinGroupsEqualsTheCpuBackend) {
     ASSERT_EQ(got.size(), n) << "round " << round;
     ASSERT_EQ(std::memcmp(got.data(), want.weights.data(), n * sizeof(float)), 0)
         << "round " << round << ", n " << n;
+  }
+}
+
+// Irreducible losses for n samples: zeros, values around the EMAs of VariedStats ([0.1, 4.1)),
+// above them (the reducible loss clamps at 0), tiny and huge ones.
+std::vector<float> IrreducibleLosses(uint64_t n, uint64_t seed) {
+  const std::vector<float> u = testutil::RandomWeights(n, seed, 0.0);  // [0.1, 4.1)
+  std::vector<float> out(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    switch (i % 7) {
+      case 0:
+        out[i] = 0.0f;
+        break;
+      case 1:
+        out[i] = 1e-30f * u[i];
+        break;
+      case 2:
+        out[i] = 1e30f * u[i];
+        break;
+      default:
+        out[i] = u[i];
+    }
+  }
+  return out;
+}
+
+// The CPU backend's recompute through RecomputeWeightsOnHost (which takes the irreducible
+// losses), or an empty vector if it failed.
+std::vector<float> HostRecompute(const WeightPolicyParams& policy, uint64_t closed_epoch,
+                                 const std::vector<float>& base,
+                                 const std::vector<SampleLossStats>& stats,
+                                 const std::vector<float>& irreducible, int threads) {
+  std::vector<float> out(stats.size());
+  const absl::Status s = RecomputeWeightsOnHost(threads, policy, closed_epoch, base, {}, stats,
+                                                absl::MakeSpan(out), irreducible);
+  EXPECT_TRUE(s.ok()) << s;
+  return s.ok() ? out : std::vector<float>();
+}
+
+// REDUCIBLE_LOSS: reference::RecomputeWeights == the CPU backend, bit for bit, with random
+// parameters, with and without base weights (class-balanced, uploaded with zeros), within
+// groups, with the effective sample size floor, nothing seen, sizes around the chunk and the
+// CPU's groups.
+TEST(ReferenceTest, ReducibleLossEqualsTheCpuBackend) {
+  std::function<double()> next = UnitStream(17);
+  const uint64_t sizes[] = {1, 2, 513, 4097, 65537, 140001};
+  const uint64_t closed_epoch = 5;
+  for (int round = 0; round < 36; ++round) {
+    const uint64_t n = sizes[round % 6];
+    WeightPolicyParams policy = testutil::RandomLossPolicy(3 * round, next);  // kLoss.
+    policy.loss = LossWeightKind::kReducibleLoss;
+    std::vector<float> base;
+    if (round % 3 == 1) {
+      std::vector<uint32_t> labels(n);
+      for (uint64_t i = 0; i < n; ++i) labels[i] = static_cast<uint32_t>((i * i + round) % 13);
+      base.resize(n);
+      ASSERT_TRUE(ClassBalancedWeights(labels, 0.0, absl::MakeSpan(base)).ok());
+      policy.base = BaseWeightKind::kClassBalanced;
+      policy.loss_within_groups = round % 2 == 0;
+    } else if (round % 3 == 2) {
+      base = PatternWeights("zeros", n, round);
+      policy.base = BaseWeightKind::kStatic;
+    }
+    if (round % 4 == 3) policy.min_effective_fraction = 0.2 + 0.8 * next();
+    std::vector<SampleLossStats> stats = VariedStats(n, round, EpochMarker(closed_epoch));
+    if (round % 9 == 4) stats.assign(n, SampleLossStats{});  // Nothing seen yet.
+    const std::vector<float> irreducible = IrreducibleLosses(n, 100 + round);
+    RecomputeParams params = DeviceRecomputeParams(policy, closed_epoch);
+    params.irreducible = irreducible.data();
+    LossGroupTable groups;
+    if (params.within_groups) {
+      ASSERT_TRUE(FindLossGroups(base.data(), n, kMaxLossGroups, &groups));
+      params.group_keys = groups.keys.data();
+      params.group_counts = groups.counts.data();
+      params.num_groups = groups.size();
+    }
+    const reference::Recomputed want = reference::RecomputeWeights(
+        params, n, base.empty() ? nullptr : base.data(), nullptr, stats.data());
+    ASSERT_EQ(want.weights.size(), n) << "round " << round << ": the check failed";
+    const std::vector<float> got =
+        HostRecompute(policy, closed_epoch, base, stats, irreducible, 1 + round % 3);
+    ASSERT_EQ(got.size(), n) << "round " << round;
+    ASSERT_EQ(std::memcmp(got.data(), want.weights.data(), n * sizeof(float)), 0)
+        << "round " << round << ", n " << n;
+  }
+}
+
+// The effective sample size floor: peaked LOSS weights (alpha 8) whose ESS is far below the
+// floor without it; with it the weights meet the floor, and the reference computes the same
+// bits (the same bisection on the same sums).
+TEST(ReferenceTest, EssFloorIsMetAndEqualsTheReference) {
+  const uint64_t n = 20001, closed_epoch = 2;
+  std::vector<SampleLossStats> stats(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    stats[i] = {static_cast<float>(1 + (i * 2654435761u) % 1000) / 100, 1, EpochMarker(2)};
+  }
+  for (LossWeightKind kind : {LossWeightKind::kLoss, LossWeightKind::kReducibleLoss}) {
+    WeightPolicyParams policy;
+    policy.loss = kind;
+    policy.alpha = 8;
+    policy.clamp_lo = 0.001;
+    policy.clamp_hi = 1000;
+    const std::vector<float> irreducible =
+        kind == LossWeightKind::kReducibleLoss ? std::vector<float>(n, 0.5f) : std::vector<float>();
+    const std::vector<float> without = HostRecompute(policy, closed_epoch, {}, stats, irreducible, 2);
+    ASSERT_EQ(without.size(), n);
+    const double ess_without = samplerd::SummarizeWeights(without).effective_sample_size;
+    for (double fraction : {0.3, 0.95, 1.0}) {
+      ASSERT_LT(ess_without, fraction * n) << "the floor would not be needed";
+      policy.min_effective_fraction = fraction;
+      const std::vector<float> got = HostRecompute(policy, closed_epoch, {}, stats, irreducible, 3);
+      ASSERT_EQ(got.size(), n);
+      const double ess = samplerd::SummarizeWeights(got).effective_sample_size;
+      EXPECT_GE(ess, fraction * n) << "fraction " << fraction;
+      // Close to the floor (the smallest mix that meets it, within the bisection's 2^-20),
+      // unless the floor is 1 (only mix = 1 meets it: all weights equal).
+      if (fraction < 1) EXPECT_LT(ess, (fraction + 0.01) * n) << "fraction " << fraction;
+      RecomputeParams params = DeviceRecomputeParams(policy, closed_epoch);
+      params.irreducible = irreducible.empty() ? nullptr : irreducible.data();
+      const reference::Recomputed want =
+          reference::RecomputeWeights(params, n, nullptr, nullptr, stats.data());
+      ASSERT_EQ(want.weights.size(), n);
+      EXPECT_EQ(std::memcmp(got.data(), want.weights.data(), n * sizeof(float)), 0)
+          << "fraction " << fraction;
+    }
   }
 }
 

@@ -11,7 +11,8 @@ namespace internal {
 namespace {
 
 double XOf(const RecomputeArrays& a, const weight_math::LossFactorRule& rule, uint64_t i) {
-  return weight_math::LossX(a.stats[i].count > 0, a.stats[i].ema_loss, rule);
+  return weight_math::LossX(a.stats[i].count > 0,
+                            weight_math::LossSignal(a.stats[i].ema_loss, a.irreducible, i), rule);
 }
 
 uint32_t GroupAt(const RecomputeArrays& a, const LossGroupTable& groups, uint64_t i) {
@@ -46,7 +47,9 @@ void GroupFactors(int threads, const RecomputeArrays& a, const weight_math::Loss
   ParallelForThreads(threads, n, [&](int t, uint64_t b, uint64_t e) {
     for (uint64_t i = b; i < e; ++i) {
       const uint32_t g = GroupAt(a, groups, i);
-      const float f = weight_math::LossFactor(a.stats[i].count > 0, a.stats[i].ema_loss, rules[g]);
+      const float f = weight_math::LossFactor(
+          a.stats[i].count > 0, weight_math::LossSignal(a.stats[i].ema_loss, a.irreducible, i),
+          rules[g]);
       a.out[i] = f;
       const uint64_t units = weight_math::GroupFactorUnits(f);
       part_low[t][g] += weight_math::GroupFactorLow(units);

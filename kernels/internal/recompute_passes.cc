@@ -54,12 +54,18 @@ bool BadAt(const RecomputeArrays& a, uint64_t i) {
   return weight_math::SampleIsBad(a.base, a.current, a.stats[i], i);
 }
 
+// The policies whose weight is a loss factor (loss_policies.h: loss_factor): one raw rule, their
+// factors differ in the signal only.
+constexpr bool FactorKind(LossWeightKind kind) {
+  return kind == LossWeightKind::kLoss || kind == LossWeightKind::kReducibleLoss;
+}
+
 // raw_i of RawWeightRule (weight_math.h). kWeights: whether the policy's weights (base for
 // kLoss, current for kMultiplicative) are given; 1 otherwise, and 1 * v is v.
 template <LossWeightKind kKind, bool kWeights>
 SAMPLERD_INLINE double RawAt(const RecomputeArrays& a, const RawWeightRule& rule,
                              double one_minus_mix, uint64_t i) {
-  if constexpr (kKind == LossWeightKind::kLoss) {
+  if constexpr (FactorKind(kKind)) {
     const double weight = kWeights ? double{a.base[i]} : 1.0;
     return weight_math::LossRaw(weight, a.out[i], one_minus_mix, rule.mean_f, rule.mix);
   } else {
@@ -73,7 +79,7 @@ SAMPLERD_INLINE double RawAt(const RecomputeArrays& a, const RawWeightRule& rule
 template <LossWeightKind kKind, bool kWeights>
 SAMPLERD_INLINE bool ExcludedAt(const RecomputeArrays& a, uint64_t i) {
   if constexpr (!kWeights) return false;
-  return (kKind == LossWeightKind::kLoss ? a.base[i] : a.current[i]) == 0;
+  return (FactorKind(kKind) ? a.base[i] : a.current[i]) == 0;
 }
 
 // c_i of ClampRule (weight_math::Clamped).
@@ -159,7 +165,7 @@ SAMPLERD_INLINE void SumChunks(uint64_t begin, uint64_t end, const BlockTerms& b
 // The series the scan sums: the EMAs (kLoss) or raw_i (kMultiplicative), and for kLoss with
 // base weights the base weights too.
 template <LossWeightKind kKind, bool kBase>
-constexpr int kScanSums = kKind == LossWeightKind::kLoss&& kBase ? 2 : 1;
+constexpr int kScanSums = FactorKind(kKind) && kBase ? 2 : 1;
 
 // Validates samples [first, first + count) into `scan` and writes the block's terms: terms[0]
 // (kLoss: the EMAs of the seen samples, +0 for the others; kMultiplicative: raw_i) and for kLoss
@@ -185,13 +191,18 @@ SAMPLERD_INLINE bool ScanBlock(const RecomputeArrays& a, const RawWeightRule& ru
       bad |= BadBits(b);
       current_positive |= PositiveBits(b);
     }
-    if constexpr (kKind == LossWeightKind::kLoss) {
+    if constexpr (FactorKind(kKind)) {
       const uint32_t seen_i = CountOf(word) != 0;
       seen += seen_i;
       unseen |= seen_i ^ 1;
-      // The largest EMA by its bits (non-negative floats order like their bits; -0 as +0).
-      max_bits = std::max(max_bits, ema_bits & -(seen_i & (ema_bits != 0x80000000u)));
-      terms[0][j] = Select(seen_i, FloatFromBits(ema_bits), 0.0);
+      // The signal (the EMA for kLoss), read only for a seen sample.
+      const uint32_t v_bits =
+          kKind == LossWeightKind::kReducibleLoss
+              ? FloatBits(weight_math::ReducibleLoss(FloatFromBits(ema_bits), a.irreducible[i]))
+              : ema_bits;
+      // The largest signal by its bits (non-negative floats order like their bits; -0 as +0).
+      max_bits = std::max(max_bits, v_bits & -(seen_i & (v_bits != 0x80000000u)));
+      terms[0][j] = Select(seen_i, FloatFromBits(v_bits), 0.0);
       if constexpr (kBase) terms[1][j] = a.base[i];
     } else if constexpr (kKind == LossWeightKind::kMultiplicative) {
       terms[0][j] = RawAt<kKind, kCurrent>(a, rule, 0.0, i);
@@ -240,7 +251,7 @@ SAMPLERD_INLINE void ScanTyped(const RecomputeArrays& a, const RawWeightRule& ru
   for (uint64_t chunk = 0; chunk < chunks; ++chunk) {
     ChunkScan& scan = chunk_scan[chunk];
     scan.ema_max = FloatFromBits(ema_max_bits[chunk]);
-    (kKind == LossWeightKind::kLoss ? scan.ema_sum : scan.raw_sum) = sums[0][chunk];
+    (FactorKind(kKind) ? scan.ema_sum : scan.raw_sum) = sums[0][chunk];
     if constexpr (kSums == 2) scan.base_sum = sums[1][chunk];
     scans[chunk] = scan;
   }
@@ -265,6 +276,8 @@ SAMPLERD_INLINE void ScanLoop(const RecomputeArrays& a, const RawWeightRule& rul
   switch (rule.kind) {
     case LossWeightKind::kLoss:
       return ScanWithBase<LossWeightKind::kLoss>(a, rule, begin, end, scans);
+    case LossWeightKind::kReducibleLoss:
+      return ScanWithBase<LossWeightKind::kReducibleLoss>(a, rule, begin, end, scans);
     case LossWeightKind::kMultiplicative:
       return ScanWithBase<LossWeightKind::kMultiplicative>(a, rule, begin, end, scans);
     case LossWeightKind::kNone:
@@ -279,9 +292,18 @@ SAMPLERD_INLINE void ScanLoop(const RecomputeArrays& a, const RawWeightRule& rul
 SAMPLERD_INLINE void LossFactorsBlock(SimdLevel level, const RecomputeArrays& a,
                                       const LossFactorParams& p, uint64_t first, uint64_t count,
                                       double* x) {
-  for (uint64_t j = 0; j < count; ++j) {
-    const uint64_t word = StatsWord(a.stats + first + j);
-    x[j] = weight_math::LossX(CountOf(word) != 0, FloatFromBits(EmaBits(word)), p);
+  if (a.irreducible == nullptr) {
+    for (uint64_t j = 0; j < count; ++j) {
+      const uint64_t word = StatsWord(a.stats + first + j);
+      x[j] = weight_math::LossX(CountOf(word) != 0, FloatFromBits(EmaBits(word)), p);
+    }
+  } else {  // REDUCIBLE_LOSS: the signal weight_math::LossSignal.
+    for (uint64_t j = 0; j < count; ++j) {
+      const uint64_t word = StatsWord(a.stats + first + j);
+      const float v =
+          weight_math::ReducibleLoss(FloatFromBits(EmaBits(word)), a.irreducible[first + j]);
+      x[j] = weight_math::LossX(CountOf(word) != 0, v, p);
+    }
   }
   // weight_math::LossFactor, with Log2 and Exp2 batched.
   if (p.alpha == 1.0) {
@@ -349,6 +371,30 @@ SAMPLERD_INLINE void SumClampedTyped(const RecomputeArrays& a, const RawWeightRu
 }
 
 template <LossWeightKind kKind, bool kWeights>
+SAMPLERD_INLINE void SumFinalTyped(const RecomputeArrays& a, const RawWeightRule& rule,
+                                   const ClampRule& clamp, double mean_clamped, uint64_t begin,
+                                   uint64_t end, exact_sum::ChunkSum* sums,
+                                   exact_sum::ChunkSum* square_sums) {
+  const double one_minus_mix = 1.0 - rule.mix;
+  exact_sum::ChunkSum* const series[2] = {sums, square_sums};
+  SumChunksOf<2>(
+      begin, end,
+      [&](uint64_t, uint64_t first, uint64_t count, double* const* terms)
+          __attribute__((always_inline))
+              ->uint64_t {
+                for (uint64_t j = 0; j < count; ++j) {
+                  const double c =
+                      ClampedAt<kKind, kWeights>(a, rule, one_minus_mix, clamp, first + j);
+                  const float w = weight_math::FinalWeight(c, mean_clamped);
+                  terms[0][j] = w;
+                  terms[1][j] = weight_math::SquareTerm(w);
+                }
+                return count;
+              },
+      series);
+}
+
+template <LossWeightKind kKind, bool kWeights>
 SAMPLERD_INLINE void WriteTyped(const RecomputeArrays& a, const RawWeightRule& rule,
                                 const ClampRule& clamp, double mean_clamped, uint64_t begin,
                                 uint64_t end) {
@@ -359,9 +405,10 @@ SAMPLERD_INLINE void WriteTyped(const RecomputeArrays& a, const RawWeightRule& r
   }
 }
 
-// Calls Typed<kind, weights given>(a, rule, ...) for the rule's kind (kLoss or kMultiplicative).
+// Calls Typed<kind, weights given>(a, rule, ...) for the rule's kind: kLoss's for the factor
+// kinds (one raw rule), else kMultiplicative's.
 #define SAMPLERD_BY_RULE(Typed, a, rule, ...)                                              \
-  ((rule).kind == LossWeightKind::kLoss                                                    \
+  ((rule).kind != LossWeightKind::kMultiplicative                                          \
        ? ((a).base != nullptr ? Typed<LossWeightKind::kLoss, true>(a, rule, __VA_ARGS__)   \
                               : Typed<LossWeightKind::kLoss, false>(a, rule, __VA_ARGS__)) \
        : ((a).current != nullptr                                                           \
@@ -372,6 +419,13 @@ SAMPLERD_INLINE void SumClampedLoop(const RecomputeArrays& a, const RawWeightRul
                                     const ClampRule& clamp, uint64_t begin, uint64_t end,
                                     exact_sum::ChunkSum* sums) {
   SAMPLERD_BY_RULE(SumClampedTyped, a, rule, clamp, begin, end, sums);
+}
+
+SAMPLERD_INLINE void SumFinalLoop(const RecomputeArrays& a, const RawWeightRule& rule,
+                                  const ClampRule& clamp, double mean_clamped, uint64_t begin,
+                                  uint64_t end, exact_sum::ChunkSum* sums,
+                                  exact_sum::ChunkSum* square_sums) {
+  SAMPLERD_BY_RULE(SumFinalTyped, a, rule, clamp, mean_clamped, begin, end, sums, square_sums);
 }
 
 SAMPLERD_INLINE void WriteWeightsLoop(const RecomputeArrays& a, const RawWeightRule& rule,
@@ -411,6 +465,11 @@ SAMPLERD_PER_LEVEL(SumClamped,
                    (const RecomputeArrays& a, const RawWeightRule& rule, const ClampRule& c,
                     uint64_t b, uint64_t e, exact_sum::ChunkSum* sums),
                    (a, rule, c, b, e, sums))
+SAMPLERD_PER_LEVEL(SumFinal,
+                   (const RecomputeArrays& a, const RawWeightRule& rule, const ClampRule& c,
+                    double mean_clamped, uint64_t b, uint64_t e, exact_sum::ChunkSum* sums,
+                    exact_sum::ChunkSum* square_sums),
+                   (a, rule, c, mean_clamped, b, e, sums, square_sums))
 SAMPLERD_PER_LEVEL(WriteWeights,
                    (const RecomputeArrays& a, const RawWeightRule& rule, const ClampRule& c,
                     double mean_clamped, uint64_t b, uint64_t e),
@@ -434,6 +493,13 @@ void SumClampedChunks(SimdLevel level, const RecomputeArrays& arrays, const RawW
                       const ClampRule& clamp, uint64_t begin, uint64_t end,
                       exact_sum::ChunkSum* sums) {
   SAMPLERD_CHOOSE_LEVEL(level, SumClamped, (arrays, rule, clamp, begin, end, sums));
+}
+
+void SumFinalChunks(SimdLevel level, const RecomputeArrays& arrays, const RawWeightRule& rule,
+                    const ClampRule& clamp, double mean_clamped, uint64_t begin, uint64_t end,
+                    exact_sum::ChunkSum* sums, exact_sum::ChunkSum* square_sums) {
+  SAMPLERD_CHOOSE_LEVEL(level, SumFinal,
+                        (arrays, rule, clamp, mean_clamped, begin, end, sums, square_sums));
 }
 
 void WriteWeightsRange(SimdLevel level, const RecomputeArrays& arrays, const RawWeightRule& rule,

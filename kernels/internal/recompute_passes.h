@@ -35,11 +35,15 @@ struct RecomputeArrays {
   const float* current = nullptr;  // N current weights W_e, or nullptr: all 1.
   const SampleLossStats* stats = nullptr;
   float* out = nullptr;
+  // REDUCIBLE_LOSS: the N irreducible losses (finite, >= 0), which make the loss signal
+  // (weight_math::LossSignal); nullptr for every other policy.
+  const float* irreducible = nullptr;
 };
 
 // How a sample's raw weight is formed, by policy (the terms of the first normalisation; the
 // arithmetic is weight_math.h's LossRaw and MultiplicativeRaw):
-//   kLoss:           raw_i = base_i ((1 - mix) f_i / mean_f + mix), f_i read from out[i]
+//   kLoss (and kReducibleLoss, whose factors differ only in their signal):
+//                    raw_i = base_i ((1 - mix) f_i / mean_f + mix), f_i read from out[i]
 //                    (LossFactorsChunks wrote it); excluded (weight exactly 0): base_i == 0.
 //                    Their mean is weight_math::LossRawMean, from the factor pass's sums.
 //   kMultiplicative: raw_i = current_i (1 + eta ema_i) if stats_i.last_epoch == marker (seen
@@ -61,9 +65,10 @@ struct ChunkScan {
   uint64_t first_bad = kNoSample;
   bool base_positive = false;     // Some base weight > 0 (false when base is nullptr).
   bool current_positive = false;  // Some current weight > 0 (false when current is nullptr).
-  // kLoss: the samples with count > 0 ("seen"): how many, the sum of their EMAs and the largest
-  // EMA (0 if none); whether any sample is unseen; with base weights, the sum of base_i (for
-  // weight_math::LossRawMean).
+  // kLoss, kReducibleLoss: the samples with count > 0 ("seen"): how many, the sum of their
+  // signals (weight_math::LossSignal: the EMA for kLoss) and the largest signal (0 if none);
+  // whether any sample is unseen; with base weights, the sum of base_i (for
+  // weight_math::LossRawMean). The fields keep the EMA's name.
   uint64_t seen = 0;
   exact_sum::ChunkSum ema_sum;  // Of the seen samples' EMAs.
   float ema_max = 0;
@@ -83,7 +88,8 @@ constexpr uint64_t kChunksPerGroup = 16;
 void ScanChunks(SimdLevel level, const RecomputeArrays& arrays, const RawWeightRule& rule,
                 uint64_t begin, uint64_t end, ChunkScan* scans);
 
-// The loss factors of the LOSS policy, weight_math::LossFactor (f_i = (x_i / x_max)^alpha),
+// The loss factors of the LOSS policy, weight_math::LossFactor (f_i = (x_i / x_max)^alpha) of
+// the signal weight_math::LossSignal (arrays.irreducible: REDUCIBLE_LOSS),
 // written to out[i] as floats; sums[c] = the exact sum of the floats (as doubles) of chunk c,
 // and, with base weights, base_factor_sums[c] = the exact sum of weight_math::BaseFactorTerm
 // (base_i f_i) of chunk c (base_factor_sums is not written without base weights).
@@ -101,6 +107,13 @@ using ClampRule = weight_math::ClampRule;
 void SumClampedChunks(SimdLevel level, const RecomputeArrays& arrays, const RawWeightRule& rule,
                       const ClampRule& clamp, uint64_t begin, uint64_t end,
                       exact_sum::ChunkSum* sums);
+
+// For the effective sample size floor: sums[c] and square_sums[c] = the exact sums over chunk c
+// of w_i = float(c_i / mean_clamped) (as doubles) and of weight_math::SquareTerm(w_i): the
+// S1 and S2 of the weights WriteWeightsRange would write. Writes nothing.
+void SumFinalChunks(SimdLevel level, const RecomputeArrays& arrays, const RawWeightRule& rule,
+                    const ClampRule& clamp, double mean_clamped, uint64_t begin, uint64_t end,
+                    exact_sum::ChunkSum* sums, exact_sum::ChunkSum* square_sums);
 
 // out[i] = float(c_i / mean_clamped) for i in [begin, end) (any range).
 void WriteWeightsRange(SimdLevel level, const RecomputeArrays& arrays, const RawWeightRule& rule,

@@ -269,8 +269,10 @@ void JobJournal::StopSnapshots(bool drop_pending) {
 absl::Status JobJournal::StageSnapshot(const state::SnapshotHeader& header,
                                        absl::Span<const float> base,
                                        absl::Span<const float> weights,
-                                       absl::Span<const SampleLossStats> loss_stats) {
-  return samplerd::StageSnapshot(SnapshotPath(header.epoch()), header, base, weights, loss_stats);
+                                       absl::Span<const SampleLossStats> loss_stats,
+                                       absl::Span<const float> irreducible) {
+  return samplerd::StageSnapshot(SnapshotPath(header.epoch()), header, base, weights, loss_stats,
+                                 irreducible);
 }
 
 absl::Status JobJournal::CommitSnapshot(uint64_t epoch) {
@@ -432,6 +434,10 @@ absl::StatusOr<JobJournal::EpochStart> JobJournal::ReadEpochStart(uint64_t epoch
   }
   start.weights = std::make_shared<const std::vector<float>>(std::move(snapshot->weights));
   start.loss_stats = std::move(snapshot->loss_stats);
+  if (!snapshot->irreducible.empty()) {
+    start.irreducible =
+        std::make_shared<const std::vector<float>>(std::move(snapshot->irreducible));
+  }
   start.samples_seen = h.samples_seen();
   start.world_size = h.world_size();
   return start;
@@ -511,7 +517,9 @@ absl::Status JobJournal::StageEpochStart(const EpochStart& start) {
   return StageSnapshot(
       header, has_base ? absl::MakeConstSpan(*start.base) : absl::Span<const float>(),
       start.weights != nullptr ? absl::MakeConstSpan(*start.weights) : absl::Span<const float>(),
-      start.loss_stats);
+      start.loss_stats,
+      start.irreducible != nullptr ? absl::MakeConstSpan(*start.irreducible)
+                                   : absl::Span<const float>());
 }
 
 absl::Status JobJournal::StartEpochDurably(const EpochStart& start) {

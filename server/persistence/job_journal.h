@@ -80,6 +80,8 @@ class JobJournal {
     std::shared_ptr<const std::vector<float>> base;     // Null or empty: none uploaded.
     std::shared_ptr<const std::vector<float>> weights;  // W_epoch; null or empty: uniform.
     std::vector<SampleLossStats> loss_stats;            // Empty: no loss ever applied.
+    // REDUCIBLE_LOSS: the irreducible losses (fixed once the job started); null or empty: none.
+    std::shared_ptr<const std::vector<float>> irreducible;
     uint64_t samples_seen = 0;
     // The data-parallel world size the epoch starts with; 0: the spec's (older snapshots).
     uint32_t world_size = 0;
@@ -183,7 +185,8 @@ class JobJournal {
   // exist: a committed snapshot always has its log. It does not make it the current log.
   absl::Status StageSnapshot(const state::SnapshotHeader& header, absl::Span<const float> base,
                              absl::Span<const float> weights,
-                             absl::Span<const SampleLossStats> loss_stats);
+                             absl::Span<const SampleLossStats> loss_stats,
+                             absl::Span<const float> irreducible = {});
   absl::Status CommitSnapshot(uint64_t epoch);
 
   // Appends one serialised state::WalRecord to the current epoch's log. FAILED_PRECONDITION

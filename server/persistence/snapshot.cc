@@ -93,11 +93,13 @@ bool WholeFileChecksumMatches(int fd, uint64_t file_size) {
 
 absl::Status StageSnapshot(const std::string& path, state::SnapshotHeader header,
                            absl::Span<const float> base, absl::Span<const float> weights,
-                           absl::Span<const SampleLossStats> loss_stats) {
+                           absl::Span<const SampleLossStats> loss_stats,
+                           absl::Span<const float> irreducible) {
   header.set_format_version(kSnapshotFormatVersion);
   header.set_base_count(base.size());
   header.set_weights_count(weights.size());
   header.set_loss_stats_count(loss_stats.size());
+  header.set_irreducible_count(irreducible.size());
   const absl::Time start = absl::Now();
   const std::string header_bytes = header.SerializeAsString();
   const uint32_t header_length = static_cast<uint32_t>(header_bytes.size());
@@ -116,6 +118,7 @@ absl::Status StageSnapshot(const std::string& path, state::SnapshotHeader header
   if (s.ok()) s = put(base.data(), base.size() * sizeof(float));
   if (s.ok()) s = put(weights.data(), weights.size() * sizeof(float));
   if (s.ok()) s = put(loss_stats.data(), loss_stats.size() * sizeof(SampleLossStats));
+  if (s.ok()) s = put(irreducible.data(), irreducible.size() * sizeof(float));
   const uint32_t checksum = crc.value();
   if (s.ok()) {
     s = WriteAll(fd.get(), absl::string_view(reinterpret_cast<const char*>(&checksum), 4), tmp);
@@ -145,8 +148,11 @@ absl::Status CommitSnapshot(const std::string& path) {
 
 absl::Status WriteSnapshot(const std::string& path, state::SnapshotHeader header,
                            absl::Span<const float> base, absl::Span<const float> weights,
-                           absl::Span<const SampleLossStats> loss_stats) {
-  if (absl::Status s = StageSnapshot(path, std::move(header), base, weights, loss_stats); !s.ok()) {
+                           absl::Span<const SampleLossStats> loss_stats,
+                           absl::Span<const float> irreducible) {
+  if (absl::Status s =
+          StageSnapshot(path, std::move(header), base, weights, loss_stats, irreducible);
+      !s.ok()) {
     return s;
   }
   return CommitSnapshot(path);
@@ -191,7 +197,8 @@ absl::StatusOr<Snapshot> ReadSnapshot(const std::string& path) {
                                      header_length +
                                      4 * static_cast<unsigned __int128>(h.base_count()) +
                                      4 * static_cast<unsigned __int128>(h.weights_count()) +
-                                     8 * static_cast<unsigned __int128>(h.loss_stats_count()) + 4;
+                                     8 * static_cast<unsigned __int128>(h.loss_stats_count()) +
+                                     4 * static_cast<unsigned __int128>(h.irreducible_count()) + 4;
   if (expected != file_size) {
     return corrupt(absl::StrCat(file_size, " bytes where the header describes ",
                                 static_cast<uint64_t>(expected)));
@@ -199,11 +206,13 @@ absl::StatusOr<Snapshot> ReadSnapshot(const std::string& path) {
   snapshot.base.resize(h.base_count());
   snapshot.weights.resize(h.weights_count());
   snapshot.loss_stats.resize(h.loss_stats_count());
+  snapshot.irreducible.resize(h.irreducible_count());
   absl::Status s = get(snapshot.base.data(), snapshot.base.size() * sizeof(float));
   if (s.ok()) s = get(snapshot.weights.data(), snapshot.weights.size() * sizeof(float));
   if (s.ok()) {
     s = get(snapshot.loss_stats.data(), snapshot.loss_stats.size() * sizeof(SampleLossStats));
   }
+  if (s.ok()) s = get(snapshot.irreducible.data(), snapshot.irreducible.size() * sizeof(float));
   if (!s.ok()) return s;
   const uint32_t computed = crc.value();
   uint32_t stored = 0;

@@ -73,11 +73,13 @@ class GatedBackend : public ComputeBackend {
                                                                  double ema_decay) override {
     return inner_->NewLossStats(num_samples, ema_decay);
   }
+  using ComputeBackend::RecomputeWeights;
   absl::StatusOr<std::shared_ptr<const BackendWeights>> RecomputeWeights(
       const WeightPolicyParams& policy, uint64_t closed_epoch, const BackendWeights* base,
-      const BackendWeights* current, const BackendLossStats* stats) override {
-    absl::StatusOr<std::shared_ptr<const BackendWeights>> made =
-        inner_->RecomputeWeights(policy, closed_epoch, Inner(base), Inner(current), stats);
+      const BackendWeights* current, const BackendLossStats* stats,
+      absl::Span<const float> irreducible) override {
+    absl::StatusOr<std::shared_ptr<const BackendWeights>> made = inner_->RecomputeWeights(
+        policy, closed_epoch, Inner(base), Inner(current), stats, irreducible);
     if (!made.ok() || *made == nullptr) return made;
     return std::make_shared<const GatedWeights>(*std::move(made), &to_host_);
   }

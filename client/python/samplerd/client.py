@@ -25,9 +25,10 @@ _ORDERS = {"weighted_random": pb.WEIGHTED_RANDOM, "sequential": pb.SEQUENTIAL}
 _PARTITIONS = {"interleaved": pb.INTERLEAVED, "contiguous": pb.CONTIGUOUS}
 _UNEVEN = {"pad": pb.PAD, "drop_last": pb.DROP_LAST, "uneven": pb.UNEVEN}
 _BASES = {"uniform": pb.UNIFORM, "static": pb.STATIC, "class_balanced": pb.CLASS_BALANCED}
-_LOSSES = {"none": pb.NONE, "loss": pb.LOSS, "multiplicative": pb.MULTIPLICATIVE}
+_LOSSES = {"none": pb.NONE, "loss": pb.LOSS, "multiplicative": pb.MULTIPLICATIVE,
+           "reducible_loss": pb.REDUCIBLE_LOSS}
 _POLICY_NUMBERS = ("class_balance_beta", "ema_decay", "alpha", "epsilon", "mix", "clamp_lo",
-                   "clamp_hi", "prior_loss", "eta")
+                   "clamp_hi", "prior_loss", "eta", "min_effective_fraction")
 _POLICY_FLAGS = ("loss_within_groups",)
 _POLICY_PARAMS = _POLICY_NUMBERS + _POLICY_FLAGS
 
@@ -49,10 +50,16 @@ class Policy:
 
     Attributes:
         base: "uniform", "static" (UploadWeights) or "class_balanced" (UploadLabels).
-        loss: "none", "loss" (EMA of the loss, to the power alpha) or "multiplicative".
+        loss: "none", "loss" (EMA of the loss, to the power alpha), "multiplicative", or
+            "reducible_loss" (EMA of the loss minus the uploaded irreducible loss, clamped at 0,
+            to the power alpha; upload_irreducible_losses).
         class_balance_beta: 0 for 1/count(label); in (0, 1) the effective-number form.
-        ema_decay, alpha, epsilon, mix, clamp_lo, clamp_hi, prior_loss: the LOSS policy.
+        ema_decay, alpha, epsilon, mix, clamp_lo, clamp_hi, prior_loss: the LOSS and
+            REDUCIBLE_LOSS policies.
         eta: the MULTIPLICATIVE step size.
+        min_effective_fraction: LOSS and REDUCIBLE_LOSS: a floor on the weights' effective
+            sample size, as a fraction of N in [0, 1] (0: off); below it the mix with uniform
+            is raised until the floor is met (docs/SAMPLING.md, "Effective sample size floor").
         loss_within_groups: LOSS with a "static" or "class_balanced" base: normalise the loss
             factor within each group of equal base weight (each class keeps its class-balanced
             share; docs/SAMPLING.md, "Loss within groups").
@@ -69,6 +76,7 @@ class Policy:
     prior_loss: Optional[float] = None
     eta: float = 0.0
     loss_within_groups: bool = False
+    min_effective_fraction: float = 0.0
 
     def to_proto(self) -> pb.WeightPolicy:
         """The WeightPolicy message. Raises InvalidArgument for an unknown base or loss."""
@@ -87,6 +95,21 @@ class Policy:
             params[k] = float(value)
         return pb.WeightPolicy(base=_choice("policy.base", self.base, _BASES),
                                loss=_choice("policy.loss", self.loss, _LOSSES), **params)
+
+
+def _finite_nonnegative_float32(field, values, must_be):
+    """`values` (list, numpy array or tensor) as a non-empty 1-D float32 array whose values are
+    finite (as float32) and >= 0; InvalidArgument naming the first bad one otherwise."""
+    if hasattr(values, "detach"):  # A torch tensor: its values, on the CPU.
+        values = values.detach().cpu().numpy()
+    v = np.asarray(values, dtype=np.float64)
+    if v.ndim != 1 or v.size == 0:
+        raise _bad(f"{field}: expected a non-empty 1-D array; got shape {v.shape}")
+    v32 = v.astype(np.float32)
+    bad = np.flatnonzero(~np.isfinite(v32) | (v32 < 0))
+    if bad.size:
+        raise _bad(f"{field}[{bad[0]}] = {v[bad[0]]}: {must_be} finite (as float32) and >= 0")
+    return v32
 
 
 def _choice(field, value, table):
@@ -585,7 +608,8 @@ class Client:
             uneven: "pad", "drop_last" or "uneven".
             policy: a Policy (or a dict of its fields).
             base: "uniform" (default), "static" or "class_balanced".
-            loss: "none" (default), "loss" or "multiplicative".
+            loss: "none" (default), "loss", "multiplicative" or "reducible_loss" (then
+                upload_irreducible_losses before the job has a plan).
             resume: continue a job of this name and spec that is past epoch 0 (a restarted
                 run). Without it such a job raises FailedPrecondition: a script run again
                 must say whether it resumes the job, rewinds it (rewind_job) or replaces it
@@ -752,14 +776,7 @@ class Client:
             FailedPrecondition: the policy is not static, or losses were already reported.
             NotFound, Unavailable.
         """
-        w = np.asarray(weights, dtype=np.float64)
-        if w.ndim != 1 or w.size == 0:
-            raise _bad(f"weights: expected a non-empty 1-D array; got shape {w.shape}")
-        w32 = w.astype(np.float32)
-        bad = np.flatnonzero(~np.isfinite(w32) | (w32 < 0))
-        if bad.size:
-            raise _bad(f"weights[{bad[0]}] = {w[bad[0]]}: weights must be finite (as float32) "
-                       "and >= 0")
+        w32 = _finite_nonnegative_float32("weights", weights, "weights must be")
         return self._upload(self._stub.UploadWeights, w32, chunk_size,
                             lambda lo, part: pb.UploadWeightsChunk(job=job, offset=lo,
                                                                    weights=part))
@@ -789,6 +806,30 @@ class Client:
         return self._upload(self._stub.UploadLabels, lab.astype(np.uint32), chunk_size,
                             lambda lo, part: pb.UploadLabelsChunk(job=job, offset=lo,
                                                                   labels=part))
+
+    def upload_irreducible_losses(self, job: str, losses, chunk_size: int = 1 << 18) -> int:
+        """Uploads the per-sample irreducible losses of a job whose loss policy is
+        "reducible_loss" (the loss of a small model trained on held-out data, evaluated once on
+        every training sample; docs/POLICIES.md shows how). Until they are uploaded the job has
+        no plan. Only allowed before the job started.
+
+        Args:
+            job: the job name.
+            losses: N values (list, numpy array or CPU tensor), finite and >= 0; sent as
+                float32.
+            chunk_size: values per message.
+        Returns:
+            The number of losses applied (N).
+        Raises:
+            InvalidArgument: wrong shape, a NaN/inf/negative loss (named here), a count other
+                than N (server).
+            FailedPrecondition: the loss policy is not reducible_loss, or the job started.
+            NotFound, Unavailable.
+        """
+        v32 = _finite_nonnegative_float32("irreducible_losses", losses, "must be")
+        return self._upload(self._stub.UploadIrreducibleLosses, v32, chunk_size,
+                            lambda lo, part: pb.UploadIrreducibleLossesChunk(job=job, offset=lo,
+                                                                            losses=part))
 
     def _upload(self, method, values, chunk_size, make_chunk):
         """Streams `values` as chunks of `chunk_size` built by make_chunk(offset, part)."""

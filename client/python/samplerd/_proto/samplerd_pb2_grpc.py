@@ -79,6 +79,11 @@ class SamplerStub(object):
                 request_serializer=samplerd__pb2.ClaimRankRequest.SerializeToString,
                 response_deserializer=samplerd__pb2.RankClaim.FromString,
                 )
+        self.UploadIrreducibleLosses = channel.stream_unary(
+                '/samplerd.v1.Sampler/UploadIrreducibleLosses',
+                request_serializer=samplerd__pb2.UploadIrreducibleLossesChunk.SerializeToString,
+                response_deserializer=samplerd__pb2.UploadSummary.FromString,
+                )
 
 
 class SamplerServicer(object):
@@ -281,6 +286,23 @@ class SamplerServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UploadIrreducibleLosses(self, request_iterator, context):
+        """Uploads the per-sample irreducible losses of a job whose loss policy is REDUCIBLE_LOSS (the
+        loss of a small model trained on held-out data, evaluated once on each training sample),
+        chunked as UploadWeights. Applied atomically when the stream ends; nothing changes on error.
+        Until they are uploaded the job has no plan (with a STATIC or CLASS_BALANCED base it also
+        waits for that upload; the plan of epoch 0 is made once both are there). Only allowed before
+        the job started; a re-upload before that replaces them. Kept with the job's snapshots (they
+        survive a restart with --data_dir).
+        Errors: INVALID_ARGUMENT (a NaN, infinite or negative loss -- the message names its index
+        and value --, a count other than N, wrong offsets, a chunk that does not parse: nothing is
+        applied), FAILED_PRECONDITION (the loss policy is not REDUCIBLE_LOSS, or the job already
+        started), NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SamplerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -348,6 +370,11 @@ def add_SamplerServicer_to_server(servicer, server):
                     servicer.ClaimRank,
                     request_deserializer=samplerd__pb2.ClaimRankRequest.FromString,
                     response_serializer=samplerd__pb2.RankClaim.SerializeToString,
+            ),
+            'UploadIrreducibleLosses': grpc.stream_unary_rpc_method_handler(
+                    servicer.UploadIrreducibleLosses,
+                    request_deserializer=samplerd__pb2.UploadIrreducibleLossesChunk.FromString,
+                    response_serializer=samplerd__pb2.UploadSummary.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -577,5 +604,22 @@ class Sampler(object):
         return grpc.experimental.unary_stream(request, target, '/samplerd.v1.Sampler/ClaimRank',
             samplerd__pb2.ClaimRankRequest.SerializeToString,
             samplerd__pb2.RankClaim.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def UploadIrreducibleLosses(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(request_iterator, target, '/samplerd.v1.Sampler/UploadIrreducibleLosses',
+            samplerd__pb2.UploadIrreducibleLossesChunk.SerializeToString,
+            samplerd__pb2.UploadSummary.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
