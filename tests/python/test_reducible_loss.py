@@ -108,12 +108,16 @@ def test_the_recompute_follows_the_reducible_loss_and_the_floor(client):
         ess = client.status(job).weights.effective_sample_size
         if floor == 0:
             assert len(first) == N
-            assert w[0] / w[1] == pytest.approx(1.01 / 0.01, rel=1e-4)
+            # The weights of the samples drawn in epoch 1 (the light ones are drawn rarely).
+            even, odd = w[0::2][w[0::2] > 0], w[1::2][w[1::2] > 0]
+            assert len(even) and len(odd)
+            assert np.ptp(even) == 0 and np.ptp(odd) == 0
+            assert even[0] / odd[0] == pytest.approx(1.01 / 0.01, rel=1e-4)
             assert ess < 0.55 * N
         else:
             assert ess >= floor * N
             assert ess < (floor + 0.01) * N  # The smallest mix that meets it.
-            assert w[0] > w[1]
+            assert w[0::2].max() > w[1::2].max()
 
 
 @pytest.fixture
