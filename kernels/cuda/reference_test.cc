@@ -417,6 +417,25 @@ TEST(ReferenceTest, ReducibleLossEqualsTheCpuBackend) {
   }
 }
 
+// Irreducible losses of 0 (either sign) make REDUCIBLE_LOSS the LOSS policy, bit for bit
+// (docs/SAMPLING.md): max(ema - 0, 0) is the EMA, -0 as +0.
+TEST(ReferenceTest, ZeroIrreducibleLossesAreTheLossPolicy) {
+  std::function<double()> next = UnitStream(23);
+  for (int round = 0; round < 6; ++round) {
+    const uint64_t n = round % 2 ? 4097 : 513;
+    WeightPolicyParams policy = testutil::RandomLossPolicy(3 * round, next);  // kLoss.
+    const std::vector<SampleLossStats> stats = VariedStats(n, round, EpochMarker(5));
+    const std::vector<float> loss = HostRecompute(policy, 5, {}, stats, {}, 2);
+    std::vector<float> zeros(n, 0.0f);
+    for (uint64_t i = 0; i < n; i += 3) zeros[i] = -0.0f;
+    policy.loss = LossWeightKind::kReducibleLoss;
+    const std::vector<float> reducible = HostRecompute(policy, 5, {}, stats, zeros, 2);
+    ASSERT_EQ(loss.size(), n);
+    ASSERT_EQ(reducible.size(), n);
+    EXPECT_EQ(std::memcmp(loss.data(), reducible.data(), n * sizeof(float)), 0) << round;
+  }
+}
+
 // The effective sample size floor: peaked LOSS weights (alpha 8) whose ESS is far below the
 // floor without it; with it the weights meet the floor, and the reference computes the same
 // bits (the same bisection on the same sums).
