@@ -27,6 +27,7 @@ trained on the holdout split and evaluated once on every training sample.
 """
 
 import inspect
+import warnings
 
 import numpy as np
 import torch
@@ -183,7 +184,11 @@ class SamplerSource:
 
     def close(self):
         if self.job is not None:
-            self.sampler.close()
+            with warnings.catch_warnings():
+                # A run ends after its step budget, mid-epoch by design: the positions left
+                # without a loss are what the RestartWarning is about.
+                warnings.simplefilter("ignore", samplerd.RestartWarning)
+                self.sampler.close()
             torch.distributed.barrier()  # Every rank is done: delete it (the server caps jobs).
             if self.rank == 0:
                 with samplerd.Client(self.address) as c:

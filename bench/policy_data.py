@@ -9,8 +9,8 @@ The seed picks the split and the noise; every arm of a seed sees the same Split.
                                     images per class (long-tailed: imbalance factor 50, counts
                                     100, 64, 41, 27, 17, 11, 7, 4, 3, 2), a holdout of 30% of
                                     those counts, 44 test images per class (440)
-  cancer_lt                         load_breast_cancer: 250 benign, 5 malignant (1:50), holdout
-                                    25 + 1, 80 test rows per class
+  cancer_lt                         load_breast_cancer: 250 benign, 5 malignant (1:50), a
+                                    holdout of 10% of those (25 + 1), 80 test rows per class
   fmnist, fmnist_lt, fmnist_noisy   Fashion-MNIST from Debian's dataset-fashion-mnist (60,000 +
                                     10,000 28x28 images, averaged to 14x14 so that an MLP trains
                                     on a shared 2-core machine): per class 5,000 training and
@@ -35,7 +35,9 @@ FMNIST_SETS = ("fmnist", "fmnist_lt", "fmnist_noisy")
 DATASETS = SKLEARN_SETS + FMNIST_SETS
 IMBALANCE = 50        # Head class count / tail class count of the `_lt` sets.
 NOISE = 0.2           # Share of wrong labels in the `_noisy` sets.
-HOLDOUT_SHARE = 0.3   # scikit-learn sets: holdout counts per class / training counts.
+# scikit-learn sets: holdout counts per class / training counts (breast cancer has 357 benign
+# rows: 80 test, 250 training, 25 holdout).
+HOLDOUT_SHARE = {"digits": 0.3, "cancer": 0.1}
 # Debian's dataset-fashion-mnist installs the four IDX files here (dpkg -L dataset-fashion-mnist).
 FMNIST_DIR = os.environ.get("SAMPLERD_FASHION_MNIST", "/usr/share/datasets/fashion-mnist")
 
@@ -147,7 +149,8 @@ def make_dataset(name, seed):
             y_pool = 1 - data.target
             classes, per_test = 2, 80
             train_counts = [250, 5]
-        hold_counts = [max(1, math.ceil(HOLDOUT_SHARE * n)) for n in train_counts]
+        share = HOLDOUT_SHARE[name.split("_")[0]]
+        hold_counts = [max(1, math.ceil(share * n)) for n in train_counts]
     train, hold, test = [], [], []
     for c in range(classes):
         if y_test is not None:  # A test set of its own: per_test of each class.
