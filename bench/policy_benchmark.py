@@ -19,6 +19,7 @@ dataset-fashion-mnist (60,000 + 10,000 images, no download).
     .venv/bin/python bench/policy_benchmark.py --quick --plot quick.png --json quick.json
     .venv/bin/python bench/policy_benchmark.py --full --plot fmnist.png --json fmnist.json
     .venv/bin/python bench/policy_benchmark.py --smoke     # seconds: every arm runs
+    .venv/bin/python bench/policy_benchmark.py --report fmnist.json --baseline cb  # tables again
 
 (--samplerd, or $SAMPLERD_BIN, names the binary: `bazel build //server:samplerd`.)
 """
@@ -202,7 +203,22 @@ def main():
     parser.add_argument("--plot", default="", help="write the curves here (PNG)")
     parser.add_argument("--baseline", default="uniform",
                         help="the arm the paired differences are taken from")
+    parser.add_argument("--report", default="",
+                        help="run nothing: print the tables (and --plot) of a --json file")
     args = parser.parse_args()
+    if args.report:
+        with open(args.report) as f:
+            stored = json.load(f)
+        arms = [a for a in ARMS + policy_arms.EXTRA_ARMS
+                if any(r["arm"] == a for r in stored["results"])]
+        table = policy_report.summarise(stored["results"], baselines=(args.baseline,))
+        if args.plot:
+            policy_report.plot(stored["results"], table, arms, args.plot)
+        print(f"{args.report}: {stored['config']}")
+        for arm, why in stored["skipped"].items():
+            print(f"skipped {arm}: {why}")
+        print(policy_report.markdown(table, arms, baseline=args.baseline))
+        return
     if not os.access(args.samplerd, os.X_OK):
         sys.exit(f"samplerd binary not found at {args.samplerd}: `bazel build //server:samplerd`")
     cfg = dict(PRESETS[args.preset])
