@@ -148,12 +148,15 @@ class SamplerSource:
         else:
             policy, replacement = SAMPLERD_ARMS[arm]
             self.job = job
+            # With replacement, M = the window (0: N, if the window is not smaller). Without,
+            # M = N would draw every sample once and ignore the weights: at most a tenth of N
+            # (RHO-LOSS's 10%).
+            m = ((cfg["window"] if cfg["window"] < n else 0) if replacement
+                 else max(world, min(cfg["window"], n // 10)))
             if rank == 0:
                 with samplerd.Client(address) as c:
                     c.create_job(job, num_samples=n, world_size=world, seed=seed,
-                                 replacement=replacement,
-                                 samples_per_epoch=cfg["window"] if cfg["window"] < n else 0,
-                                 **policy)
+                                 replacement=replacement, samples_per_epoch=m, **policy)
                     if policy.get("base") == "class_balanced":
                         c.upload_labels(job, data.y.numpy())
                     if policy.get("loss") == "reducible_loss":
