@@ -14,8 +14,8 @@ from conftest import samplerd_binary
 
 pytest.importorskip("sklearn", reason="python3-sklearn (tools/install_deps.sh) is not installed")
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
-import policy_arms  # noqa: E402
-import policy_benchmark  # noqa: E402
+import policy_benchmark  # noqa: E402  (first: it puts client/python on the path)
+import policy_arms  # noqa: E402,I100
 import policy_data  # noqa: E402
 import policy_report  # noqa: E402
 
