@@ -1,6 +1,6 @@
 // CheckResume on the test vectors that the Python client's tests run too
 // (client/testdata/resume_cases.json, read through protobuf's JSON parser into a Struct): the two
-// clients decide every case alike. Each case is one gtest case, named by the file.
+// clients decide every case alike. A failure names its case (SCOPED_TRACE of the case's name).
 #include "client/cpp/resume_check.h"
 
 #include <fstream>

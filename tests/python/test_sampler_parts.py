@@ -182,7 +182,8 @@ def test_the_restart_log_counts_what_it_warns():
         served.assign(np.arange(5), 0, 0)
         log.ended_unreported("W", served, 30, 1)  # Positions 10 to 29, 5 with a loss.
         log.ended_unreported("W", ServedPositions(0), 30, 1)  # None reported: nothing said.
-    assert log.summary == {"ended_unreported": 15, "served_again": 30, "redealt_states": 0}
+    assert log.summary == {"ended_unreported": 15, "served_again": 30, "redealt_states": 0,
+                           "redealt_unacknowledged": 0}
     assert [w.category for w in caught] == [samplerd.RestartWarning] * 2
     assert "W: the server already has 30 losses" in str(caught[0].message)
     assert "ended the epoch with 15 of the shard's positions 10 to 29" in str(caught[1].message)
@@ -213,3 +214,21 @@ def test_the_guards():
     assert isinstance(refusal, samplerd.FailedPrecondition)
     assert "losses were reported for 25 of the 97 shard positions 0 to 96" in refusal.message
     assert _guards.coverage_refusal("W", served, 0.2) is None
+
+
+def test_going_back_to_an_epoch_this_rank_ended_while_it_is_open_is_refused():
+    """ended_epoch_refusal (issue 33 part 5): only an open epoch (current, its plan ready, this
+    deal) that this rank has ended; a closed epoch is the server's to refuse (StreamShard)."""
+    ended = _status(epoch=0, ranks=[(0, 100, True), (1, 100, False)])
+    refusal = _guards.ended_epoch_refusal(ended, "rt", 0, 0, 0, 1)
+    assert isinstance(refusal, samplerd.FailedPrecondition)
+    for part in ("job 'rt' epoch 0 rank 0: set_epoch(0) goes back", "sampler.epoch = 1",
+                 "rank 0 has ended epoch 0", "range(sampler.epoch, epochs)",
+                 "Client.rewind_job('rt', 0)"):
+        assert part in refusal.message, part
+    assert _guards.ended_epoch_refusal(ended, "rt", 1, 0, 0, 1) is None  # Rank 1: not ended.
+    assert _guards.ended_epoch_refusal(ended, "rt", 0, 0, 1, 1) is None  # Another deal.
+    assert _guards.ended_epoch_refusal(_status(epoch=1, ranks=[(0, 0, True)]), "rt", 0, 0, 0,
+                                       2) is None  # Epoch 0 closed.
+    assert _guards.ended_epoch_refusal(_status(epoch=0, ranks=[(0, 9, True)], plan_ready=False),
+                                       "rt", 0, 0, 0, 1) is None  # Ranks not yet this epoch's.

@@ -7,7 +7,8 @@ framework wrapper can get wrong around the sampler, refused before it silently c
 - coverage_refusal: the re-shard guard (min_report_coverage), seen from the losses reported;
 - one_per_sample: the (B,) shape of report()'s arguments;
 - explained: an error with what the sampler was doing prefixed, of the same class and code;
-- checked_arguments: the sampler's arguments.
+- checked_arguments: the sampler's arguments;
+- ended_epoch_refusal: set_epoch back to an epoch this rank has ended (trained again whole).
 """
 
 from typing import Optional
@@ -111,3 +112,24 @@ def checked_arguments(rank, world_size, min_report_coverage, report_batch_size):
         raise errors.InvalidArgument(f"report_batch_size = {report_batch_size}: must be in "
                                      f"[1, {pb.MAX_LOSS_BATCH_PAIRS}]")
     return rank, world_size
+
+
+def ended_epoch_refusal(status, job: str, rank: int, epoch: int, deal: int, sampler_epoch: int):
+    """The refusal of set_epoch to job epoch `epoch`, behind the sampler's `sampler_epoch`,
+    when this rank has ended `epoch` on the server (`status`: GetJobStatus) while the epoch is
+    still open: serving it would train the rank's whole shard again, every loss a duplicate
+    (issue 33 part 5). None otherwise (a closed epoch: StreamShard refuses it)."""
+    job_now = status.job
+    if job_now.current_epoch != epoch or job_now.deal != deal or not job_now.plan_ready:
+        return None
+    if not any(p.rank == rank and p.ended for p in status.ranks):
+        return None
+    return errors.FailedPrecondition(
+        f"job '{job}' epoch {epoch} rank {rank}: set_epoch({epoch}) goes back, but rank "
+        f"{rank} has ended epoch {epoch} on the server (a loaded state at the end of "
+        f"its shard, or an earlier iteration, moved this sampler on: sampler.epoch = "
+        f"{sampler_epoch}); serving it again would train the rank's whole shard of epoch "
+        f"{epoch} again, every loss a duplicate. Start the epoch loop at sampler.epoch after "
+        f"load_state_dict -- for epoch in range(sampler.epoch, epochs) -- not at the epoch saved "
+        f"in the checkpoint; to train epoch {epoch} again on purpose, rewind the job "
+        f"(Client.rewind_job('{job}', {epoch}))")

@@ -1,9 +1,36 @@
 """ShardIterator: one iteration of a DistributedWeightedSampler -- its shard of one epoch, index
 by index, from the sampler's ShardStream (the Python side of client/cpp/epoch_loop's reading of
-one shard)."""
+one shard), and WeightedIndex: an index with its importance weight."""
 
 from . import errors
 from .positions import ServedPositions
+
+
+class WeightedIndex(int):
+    """A dataset index (an int) that carries its importance weight: what
+    DistributedWeightedSampler(..., importance_weights=True) yields.
+
+    `weight` is 1 / (N p_i): N the job's num_samples, p_i = w_i / sum_j w_j the probability that
+    one weighted draw of the epoch's plan picks index i (w: the epoch's weights). Averaged over
+    the drawn indices, weight * loss is then an unbiased estimate of the mean loss over all N
+    samples when the job draws with replacement (docs/POLICIES.md: importance weights). Without
+    replacement and samples_per_epoch = N every index is drawn once and the weight is 1; with
+    samples_per_epoch < N it is still 1 / (N p_i) of the first draw (not of i's inclusion in the
+    epoch, which is flatter), so the estimate is then only approximately unbiased.
+
+    Used as an int everywhere (indexing, report()); pickles with its weight (DataLoader workers).
+    """
+
+    def __new__(cls, index: int, weight: float):
+        self = super().__new__(cls, index)
+        self.weight = float(weight)
+        return self
+
+    def __reduce__(self):
+        return WeightedIndex, (int(self), self.weight)
+
+    def __repr__(self):
+        return f"WeightedIndex({int(self)}, weight={self.weight!r})"
 
 
 class ShardIterator:
@@ -34,9 +61,10 @@ class ShardIterator:
 
     def state_dict(self) -> dict:
         """The sampler's state shape, with the position yielded up to. No RPC."""
+        cursor = self._sampler._cursor
         if self.epoch is None:
-            return self._sampler._position_state(*self._sampler._next_start())
-        return self._sampler._position_state(self.epoch, self.position)
+            return cursor.position_state(*cursor.next_start())
+        return cursor.position_state(self.epoch, self.position)
 
     def load_state_dict(self, state: dict) -> None:
         """Makes this iteration start where `state` says (DistributedWeightedSampler's
@@ -51,6 +79,14 @@ class ShardIterator:
         """Releases the stream now (a consumer that stops early)."""
         if self._gen is not None:
             self._gen.close()
+
+    @staticmethod
+    def _indices(chunk):
+        """The chunk's indices as ints, or WeightedIndex where it carries importance weights."""
+        if chunk.is_weights is None:
+            return chunk.indices.tolist()
+        return [WeightedIndex(i, w)
+                for i, w in zip(chunk.indices.tolist(), chunk.is_weights.tolist())]
 
     def _iterate(self):
         sampler = self._sampler
@@ -68,7 +104,7 @@ class ShardIterator:
                     sampler._serve_epoch(epoch, deal, served, chunk.shard_length)
                     begun = True
                 served.extend(chunk.indices)
-                for index in chunk.indices.tolist():
+                for index in self._indices(chunk):
                     # An iterator kept past close() (prefetched chunks) yields nothing more.
                     sampler._check_open()
                     # Yielded (and reportable) from here on: before the consumer sees it.

@@ -15,11 +15,15 @@ class RestartLog:
     - served_again: positions the sampler served again that the server already had losses for
       when its first iteration began (a restart without load_state_dict);
     - redealt_states: states of another group or deal loaded into an epoch dealt again (what was
-      reported after their checkpoint is not replayed).
+      reported after their checkpoint is not replayed);
+    - redealt_unacknowledged: the losses such states carried unacknowledged, which are not sent
+      into the new deal: the positions of those that never reached the server are dealt again
+      and trained again (an upper bound: those that had arrived count as done).
     """
 
     def __init__(self):
-        self.summary = {"ended_unreported": 0, "served_again": 0, "redealt_states": 0}
+        self.summary = {"ended_unreported": 0, "served_again": 0, "redealt_states": 0,
+                        "redealt_unacknowledged": 0}
 
     def _warn(self, key, count, message, stacklevel):
         """Counts and warns; `stacklevel` as warnings.warn's in the sampler method that calls
@@ -49,15 +53,27 @@ class RestartLog:
             f"state before iterating"), stacklevel)
 
     def redealt(self, loading: str, epoch: int, position: int, saved_world_size: int,
-                saved_deal: int, world_size: int, stacklevel: int) -> None:
-        """A state of another group (or deal) loaded into its epoch, dealt again since."""
+                saved_deal: int, world_size: int, unacknowledged, stacklevel: int) -> None:
+        """A state of another group (or deal) loaded into its epoch, dealt again since;
+        `unacknowledged`: the losses it carried not yet acknowledged (None if none), which
+        cannot be sent into the new deal."""
+        carried = ""
+        positions = (unacknowledged or {}).get("positions") or []
+        if positions:
+            self.summary["redealt_unacknowledged"] += len(positions)
+            carried = (
+                f" The state carried {len(positions)} losses not yet acknowledged (positions "
+                f"{min(positions)} to {max(positions)} of deal {saved_deal}), which are not sent "
+                f"into the new deal: the positions of those the server never received are not "
+                f"done, so this group is dealt them and trains them again (at most "
+                f"{len(positions)}; restart_summary['redealt_unacknowledged'])")
         self._warn("redealt_states", 1, (
             f"{loading}: the state (epoch {epoch}, position {position}) was saved by "
             f"a group of {saved_world_size} ranks (deal {saved_deal}); epoch {epoch} was dealt "
             f"again to this group of {world_size} over the positions not done, so this rank "
             f"starts its new shard. The positions whose losses the previous group reported "
             f"after this checkpoint count as done and are not trained again by the restored "
-            f"model (a restart with the same size replays them)"), stacklevel)
+            f"model (a restart with the same size replays them).{carried}"), stacklevel)
 
     def ended_unreported(self, where: str, served, length, stacklevel: int) -> None:
         """An epoch was ended with positions of its shard (of `length`, None if unknown) without

@@ -56,22 +56,25 @@ class ShardStream:
     """Opens the shard streams of one rank of a job (its claim stamped on each)."""
 
     def __init__(self, client, job: str, rank: int, world_size: int, claim, *,
-                 timeout: float, prefetch: bool):
+                 timeout: float, prefetch: bool, with_is_weights: bool = False):
         self._client = client
         self._job, self._rank, self._world_size = job, rank, world_size
         self._claim = claim
         self.timeout = timeout
         self.prefetch = prefetch
+        # Each chunk carries its indices' importance weights 1 / (N p_i).
+        self.with_is_weights = with_is_weights
         self._open = None  # The stream open now, if any.
 
-    def open(self, epoch: int, deal: int, start: int, *, with_is_weights: bool = False):
+    def open(self, epoch: int, deal: int, start: int):
         """The chunks (client.ShardChunk) of the rank's shard of `epoch` in `deal` from shard
         position `start`, as a closable iterator. Closes the stream opened before, if open. The
         stream's errors name job, epoch, rank and position (Client.stream_shard)."""
         self.release()
         chunks = self._client.stream_shard(self._job, epoch, self._rank, self._world_size,
                                            start_offset=start, timeout=self.timeout, deal=deal,
-                                           claim=self._claim, with_is_weights=with_is_weights)
+                                           claim=self._claim,
+                                           with_is_weights=self.with_is_weights)
         if self.prefetch:
             chunks = prefetched(chunks, f"samplerd-prefetch-{self._rank}")
         self._open = chunks

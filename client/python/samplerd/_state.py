@@ -133,7 +133,7 @@ class StateLoader:
         group = self._group
         if kind == "redealt":
             self._restarts.redealt(self.loading(), s.epoch, s.position, s.world_size, s.deal,
-                                   group.world_size, 3)
+                                   group.world_size, s.unacknowledged, 3)
             return epoch, None
         if s.unacknowledged and kind == "own":
             self._sender.resend(s.unacknowledged, self._num_samples, self.loading())

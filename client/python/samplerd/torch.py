@@ -51,19 +51,21 @@ losses of all ranks) are the same for everybody.
 import sys
 from typing import Optional, Union
 
+import numpy as np
 import torch
 from torch.utils.data import Dataset
 from torch.utils.data.distributed import DistributedSampler
 
 from . import errors
 from ._group import RankGroup
-from ._guards import (checked_arguments, coverage_refusal, explained, one_per_sample, reshard_refusal,
-                      resharding_wrapper)
-from ._iteration import ShardIterator
+from ._epochs import EpochCursor
+from ._guards import (checked_arguments, coverage_refusal, ended_epoch_refusal, explained,
+                      one_per_sample, reshard_refusal, resharding_wrapper)
+from ._iteration import ShardIterator, WeightedIndex
 from ._loss_sender import LossSender
 from ._restarts import RestartLog
 from ._shard_stream import ShardStream
-from ._state import StateLoader, parse_state, position_state
+from ._state import StateLoader, parse_state
 from .client import Client, RankClaim, check_loss_batch
 
 # States restored by an integration before the sampler that resumes from them exists
@@ -73,7 +75,9 @@ _pending_states = {}
 
 
 class IndexedDataset(Dataset):
-    """Wraps a map-style dataset so that item i is (i, dataset[i]).
+    """Wraps a map-style dataset so that item i is (i, dataset[i]), and item WeightedIndex i (a
+    sampler with importance_weights=True) is (i, i.weight, dataset[i]): default collation then
+    gives a batch an int64 tensor of indices and a float32 tensor of weights.
 
     Report losses under that true index (never batch_idx * batch_size + k: with a weighted
     sampler the positions in a batch are not the dataset indices).
@@ -86,6 +90,8 @@ class IndexedDataset(Dataset):
         return len(self.dataset)
 
     def __getitem__(self, index):
+        if isinstance(index, WeightedIndex):
+            return int(index), np.float32(index.weight), self.dataset[int(index)]
         return index, self.dataset[index]
 
 
@@ -126,7 +132,11 @@ class DistributedWeightedSampler(DistributedSampler):
             one data-parallel rank (Megatron-style model parallelism), which read the same
             shard: every peer passes shared_rank=True and they hold the rank together (their
             losses count once per position). Without it the sampler claims its rank for
-            itself: see "Rank claims" below.
+            itself: see "Rank claims" in the module doc.
+        importance_weights: yield each index as a WeightedIndex (an int) carrying its importance
+            weight 1 / (N p_i) of the epoch's plan; IndexedDataset then gives (index, weight,
+            sample), and (weight * loss).mean() estimates the full-data mean loss (see
+            WeightedIndex for what p_i is without replacement).
 
     Rank claims and the Stateful iterator: see the module doc.
 
@@ -141,7 +151,8 @@ class DistributedWeightedSampler(DistributedSampler):
                  prefetch: bool = True, report_batch_size: int = 8192, timeout: float = 300.0,
                  end_epoch: bool = True, client_options: Optional[dict] = None,
                  elastic: bool = False, framework_epochs: bool = False,
-                 min_report_coverage: float = 0.75, shared_rank: bool = False):
+                 min_report_coverage: float = 0.75, shared_rank: bool = False,
+                 importance_weights: bool = False):
         self._owns_client = not isinstance(client_or_address, Client)
         if client_options and not self._owns_client:
             raise errors.InvalidArgument("client_options: given with a Client; pass them to it")
@@ -156,9 +167,6 @@ class DistributedWeightedSampler(DistributedSampler):
         self.framework_epochs = framework_epochs
         self.min_report_coverage = min_report_coverage
         self.shared_rank = bool(shared_rank)
-        # framework_epochs: job epoch = framework epoch + _epoch_offset, fixed by the first
-        # set_epoch after construction or load_state_dict.
-        self._epoch_offset = None
         self.timeout = timeout
         self._group = RankGroup(self.client, job, rank, world_size, timeout)
         described = self._group.join(elastic)
@@ -166,7 +174,8 @@ class DistributedWeightedSampler(DistributedSampler):
         self._claim = RankClaim(self.client, job, rank, world_size, self.shared_rank)
         self.num_samples = described.spec.num_samples
         self._stream = ShardStream(self.client, job, rank, world_size, self._claim,
-                                   timeout=timeout, prefetch=prefetch)
+                                   timeout=timeout, prefetch=prefetch,
+                                   with_is_weights=importance_weights)
         self._sender = LossSender(self.client, job, rank, self._claim, report_batch_size,
                                   self._group.where)
         self.last_summary = self._sender.summary
@@ -175,16 +184,7 @@ class DistributedWeightedSampler(DistributedSampler):
         self._loader = StateLoader(self.client, self._group, self._claim, self._sender,
                                    self._restarts, self.num_samples, end_epoch)
         self.end_epoch_on_exhaust = end_epoch
-        # The epoch the next iteration serves: set_epoch's, else the one after the last served.
-        self.epoch = described.current_epoch
-        # The epoch served (its stream delivered) and not yet ended: the one losses are reported
-        # for, and the one end_epoch() ends, with its deal, its shard's length (None if not
-        # known) and its positions handed out so far (which have a loss). An epoch whose stream
-        # failed is never recorded.
-        self._iter_epoch, self._iter_deal, self._iter_length, self._served = None, 0, None, None
-        # (epoch, shard position) from load_state_dict: where the next iteration of that epoch
-        # starts.
-        self._resume = None
+        self._cursor = EpochCursor(described.current_epoch, self._group)
         self._iterated = False
         self._loaded = False  # load_state_dict was called (a restart that loaded its state).
         self._closed = False
@@ -197,6 +197,19 @@ class DistributedWeightedSampler(DistributedSampler):
     report_batch_size = property(lambda self: self._sender.batch_size,
                                  doc="Losses are sent in batches of this many pairs.")
 
+    @property
+    def epoch(self) -> int:
+        """The job epoch the next iteration serves (set_epoch's, else the one after the last
+        served; after load_state_dict, the one it resumes)."""
+        return self._cursor.epoch
+
+    @epoch.setter
+    def epoch(self, epoch: int) -> None:
+        self._cursor.epoch = epoch
+
+    importance_weights = property(lambda self: self._stream.with_is_weights,
+                                  doc="Whether the indices yielded are WeightedIndex.")
+
     def __len__(self):
         """The length of this rank's shard of the epoch the next iteration serves."""
         self._check_open()
@@ -206,7 +219,7 @@ class DistributedWeightedSampler(DistributedSampler):
     def served_epoch(self) -> Optional[int]:
         """The job epoch being served: the one report() takes losses of (None before the first
         iteration, and once it ended)."""
-        return self._iter_epoch
+        return self._cursor.served_epoch
 
     def _check_open(self):
         if self._closed:
@@ -233,24 +246,25 @@ class DistributedWeightedSampler(DistributedSampler):
         (break, exception): to serve an epoch again, call set_epoch with it. An iteration whose
         stream failed before delivering anything served nothing: the next one retries its epoch.
 
+        Raises:
+            FailedPrecondition: `epoch` is one this rank has ended on the server while it is
+                still open (the other ranks are not done): serving it would train the rank's
+                whole shard again. The usual cause: a restart loop that starts at the epoch
+                saved in the checkpoint instead of sampler.epoch after load_state_dict.
+
         With framework_epochs, `epoch` is the framework's count, mapped to the job's (see the
         class doc).
         """
-        epoch = int(epoch)
-        if self.framework_epochs:
-            if self._epoch_offset is None:
-                # The epoch being served if an iteration began before the first set_epoch
-                # (Lightning creates its first iterator, which prefetches, before it).
-                base = self._iter_epoch if self._iter_epoch is not None else self.epoch
-                self._epoch_offset = base - epoch
-            epoch += self._epoch_offset
-            if epoch < 0:
-                raise errors.InvalidArgument(
-                    f"set_epoch({epoch - self._epoch_offset}): before the framework epoch "
-                    f"{-self._epoch_offset} that job '{self.job}' epoch 0 was mapped to")
-        if self._iter_epoch is not None and self._iter_epoch != epoch:
+        epoch, offset = self._cursor.job_epoch(int(epoch), self.framework_epochs)
+        served = self._cursor.served_epoch
+        if epoch < self.epoch and epoch != served:  # Back to an epoch it moved on from.
+            refusal = ended_epoch_refusal(self.client.status(self.job), self.job, self.rank,
+                                          epoch, self._group.deal(epoch), self.epoch)
+            if refusal is not None:
+                raise refusal
+        if served is not None and served != epoch:
             self.end_epoch()
-        self.epoch = epoch
+        self.epoch, self._cursor.offset = epoch, offset
 
     def end_epoch(self) -> None:
         """Flushes the iterated epoch's losses and ends it on the server (idempotent).
@@ -259,25 +273,26 @@ class DistributedWeightedSampler(DistributedSampler):
             FailedPrecondition: the re-shard guard (min_report_coverage): the epoch is then
                 left without EndEpoch, so the job does not move on with a shard half trained.
         """
-        if self._iter_epoch is None:
+        cursor = self._cursor
+        epoch = cursor.served_epoch
+        if epoch is None:
             return
         self.flush()
-        refusal = coverage_refusal(self._group.where(self._iter_epoch), self._served,
-                                   self.min_report_coverage)
+        where = self._group.where(epoch)
+        refusal = coverage_refusal(where, cursor.positions, self.min_report_coverage)
         if refusal is not None:
-            self._iter_epoch = None  # Raised once; the epoch is not ended.
+            cursor.served_epoch = None  # Raised once; the epoch is not ended.
             raise refusal
         if self.end_epoch_on_exhaust:
-            where = self._group.where(self._iter_epoch)
             # Counted before EndEpoch (which may close the epoch), said once it was ended.
-            length = self._known_length(self._iter_epoch) if self._served.coverage()[0] else None
+            length = self._known_length(epoch) if cursor.positions.coverage()[0] else None
             try:
-                self.client.end_epoch(self.job, self._iter_epoch, self.rank,
-                                      deal=self._iter_deal, claim=self._claim)
+                self.client.end_epoch(self.job, epoch, self.rank, deal=cursor.served_deal,
+                                      claim=self._claim)
             except errors.SamplerError as e:
                 raise explained(e, f"{where}: EndEpoch") from None
-            self._restarts.ended_unreported(where, self._served, length, 3)
-        self._iter_epoch = None
+            self._restarts.ended_unreported(where, cursor.positions, length, 3)
+        cursor.served_epoch = None
 
     def _known_length(self, epoch):
         """The shard length of `epoch`, or None if it cannot be asked (EndEpoch will say why)."""
@@ -307,25 +322,13 @@ class DistributedWeightedSampler(DistributedSampler):
         """
         # A failed loss batch is not raised here (a StatefulDataLoader calls this per batch):
         # it stays unacknowledged, travels in the state, and raises at the next report/flush.
-        if self._iter_epoch is not None:
-            epoch, position = self._iter_epoch, self._served.consumed()
-        elif self._resume is not None:
-            epoch, position = self._resume
-        else:
-            epoch, position = self.epoch, 0
-        state = self._position_state(epoch, position)
-        if self._iter_epoch is not None:
-            unacked = self._sender.unacknowledged(self._iter_epoch, self._iter_deal)
+        state = self._cursor.position_state(*self._cursor.checkpoint())
+        if self._cursor.served_epoch is not None:
+            unacked = self._sender.unacknowledged(self._cursor.served_epoch,
+                                                  self._cursor.served_deal)
             if unacked is not None:
                 state["unacknowledged"] = unacked
         return state
-
-    def _position_state(self, epoch, position):
-        # The shard's length where it is known without an RPC (the iterated epoch's).
-        known = self._iter_epoch == epoch and self._iter_length is not None
-        return position_state(self.job, self.rank, self.world_size, epoch,
-                              self._iter_deal if known else self._group.deal(epoch), position,
-                              self._iter_length if known else None)
 
     def load_state_dict(self, state: dict) -> None:
         """Makes the next iteration continue where `state` (from state_dict) left off.
@@ -351,16 +354,13 @@ class DistributedWeightedSampler(DistributedSampler):
         self._check_open()
         loaded = parse_state(state, self._loader.loading(), self.job)
         epoch, position, kind = self._loader.check(loaded)
-        if self._iter_epoch is not None:
+        if self._cursor.served_epoch is not None:
             self.end_epoch()
         self._loaded_at(*self._loader.apply(loaded, epoch, position, kind))
 
     def _loaded_at(self, epoch, resume):
-        """A loaded state's outcome: the next iteration serves `epoch`, from `resume`'s position
-        if given (a refused state leaves the sampler as it was)."""
-        self.epoch, self._resume = epoch, resume
-        self._loaded = True
-        self._epoch_offset = None
+        self._cursor.loaded_at(epoch, resume)
+        self._loaded = True  # Loaded (a refused state leaves the sampler as it was).
 
     # -- iteration ------------------------------------------------------------------------------
 
@@ -379,19 +379,13 @@ class DistributedWeightedSampler(DistributedSampler):
             raise reshard_refusal(self.job, self.rank, wrapper)
         return ShardIterator(self)
 
-    def _next_start(self):
-        """(epoch, shard position) the next iteration starts at."""
-        epoch = self.epoch
-        return epoch, (self._resume[1] if self._resume is not None and self._resume[0] == epoch
-                       else 0)
-
     def _begin_iteration(self):
         """(epoch, deal, start) of an iteration that starts streaming now."""
         epoch = self.epoch
-        if self._iter_epoch is not None and self._iter_epoch != epoch:
+        if self._cursor.served_epoch is not None and self._cursor.served_epoch != epoch:
             # Before streaming `epoch`: the server plans it once every rank ended the last one.
             self.end_epoch()
-        start = self._next_start()[1]
+        start = self._cursor.next_start()[1]
         if not self._iterated:
             self._iterated = True
             if not self._loaded:
@@ -401,15 +395,10 @@ class DistributedWeightedSampler(DistributedSampler):
         return epoch, self._group.deal(epoch), start
 
     def _serve_epoch(self, epoch, deal, served, length):
-        """Records `epoch` as served (its stream delivered): losses are reported for it (their
-        positions from `served`), it is ended when the rank moves on, and the next iteration
-        without set_epoch serves epoch + 1 (decided now, not when the iterator is closed: a
-        DataLoader may drop its iterator after a break only at garbage collection)."""
-        self._iter_epoch, self._iter_deal, self._iter_length = epoch, deal, length
-        self._served = served
+        """Records `epoch` as served (EpochCursor.serve): losses are reported for it (their
+        positions from `served`), it is ended when the rank moves on."""
+        self._cursor.serve(epoch, deal, served, length)
         self._sender.keep_epoch(epoch)
-        self._resume = None
-        self.epoch = epoch + 1
 
     # -- losses ---------------------------------------------------------------------------------
 
@@ -430,7 +419,7 @@ class DistributedWeightedSampler(DistributedSampler):
         """
         self._check_open()
         self._sender.raise_error()
-        if self._iter_epoch is None:
+        if self._cursor.served_epoch is None:
             raise errors.FailedPrecondition(
                 f"job '{self.job}' rank {self.rank}: report() before the sampler was iterated")
         if isinstance(indices, torch.Tensor):
@@ -439,8 +428,8 @@ class DistributedWeightedSampler(DistributedSampler):
             losses = losses.detach().float().cpu().numpy()
         idx, los = check_loss_batch(one_per_sample("indices", indices),
                                     one_per_sample("losses", losses), self.num_samples)
-        pos = self._served.assign(idx, self.rank, self._iter_epoch)
-        self._sender.queue(self._iter_epoch, self._iter_deal, idx, los, pos)
+        pos = self._cursor.positions.assign(idx, self.rank, self._cursor.served_epoch)
+        self._sender.queue(self._cursor.served_epoch, self._cursor.served_deal, idx, los, pos)
 
     def flush(self) -> None:
         """Sends the queued losses and waits until the server acknowledged them."""
