@@ -232,3 +232,33 @@ def test_going_back_to_an_epoch_this_rank_ended_while_it_is_open_is_refused():
                                        2) is None  # Epoch 0 closed.
     assert _guards.ended_epoch_refusal(_status(epoch=0, ranks=[(0, 9, True)], plan_ready=False),
                                        "rt", 0, 0, 0, 1) is None  # Ranks not yet this epoch's.
+
+
+# -- the epoch cursor ----------------------------------------------------------------------------
+
+def test_the_epoch_cursor_moves_through_epochs_and_names_checkpoints(client):
+    from samplerd import _epochs
+    client.create_job("cur", num_samples=40, world_size=1)
+    group = _group.RankGroup(client, "cur", 0, 1, 5)
+    group.join(elastic=False)
+    cursor = _epochs.EpochCursor(0, group)
+    assert cursor.next_start() == (0, 0) and cursor.checkpoint() == (0, 0)
+    cursor.loaded_at(0, (0, 12))  # A loaded state: epoch 0 from position 12.
+    assert cursor.next_start() == (0, 12) and cursor.checkpoint() == (0, 12)
+    served = ServedPositions(12)
+    served.extend(np.arange(28))
+    served.yielded = 5
+    served.assign(np.arange(3), 0, 0)
+    cursor.serve(0, 0, served, 40)
+    assert cursor.epoch == 1 and cursor.resume is None
+    assert cursor.checkpoint() == (0, 15)  # After the leading run of positions with a loss.
+    assert cursor.position_state(0, 15)["length"] == 40
+    assert "length" not in cursor.position_state(1, 0)  # Not known without an RPC.
+    # Framework epochs: the first set_epoch maps to the served epoch; the offset then stays.
+    assert cursor.job_epoch(5, framework_epochs=True) == (0, -5)
+    cursor.offset = -5
+    assert cursor.job_epoch(7, framework_epochs=True) == (2, -5)
+    with pytest.raises(samplerd.InvalidArgument, match=r"set_epoch\(4\): before the framework "
+                                                       r"epoch 5 that job 'cur' epoch 0"):
+        cursor.job_epoch(4, framework_epochs=True)
+    assert cursor.job_epoch(3, framework_epochs=False) == (3, -5)
