@@ -61,16 +61,15 @@ std::string Int128ToString(int128 v) {
 absl::StatusOr<std::vector<uint64_t>> SharesOf(absl::Span<const double> weights) {
   const uint64_t k_groups = weights.size();
   if (k_groups == 0 || k_groups > kMaxGroups) {
-    return absl::InvalidArgumentError(absl::StrCat("weights: ", k_groups,
-                                                   " group weights; a mixture has 1 to ",
-                                                   kMaxGroups, " groups"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "weights: ", k_groups, " group weights; a mixture has 1 to ", kMaxGroups, " groups"));
   }
   double w_max = 0;
   for (uint64_t k = 0; k < k_groups; ++k) {
     const double w = weights[k];
     if (!std::isfinite(w) || w < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "weights[", k, "] = ", w, ": a group weight must be finite and >= 0"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("weights[", k, "] = ", w, ": a group weight must be finite and >= 0"));
     }
     w_max = std::max(w_max, w);
   }
@@ -138,8 +137,8 @@ absl::StatusOr<Apportioner> Apportioner::FromLags(std::vector<int128> lags) {
     sum += lags[k];
   }
   if (sum != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "lags: they add up to ", Int128ToString(sum), ", not 0 (a corrupt apportionment state)"));
+    return absl::InvalidArgumentError(absl::StrCat("lags: they add up to ", Int128ToString(sum),
+                                                   ", not 0 (a corrupt apportionment state)"));
   }
   return Apportioner(std::move(lags));
 }
@@ -148,9 +147,8 @@ absl::StatusOr<WindowCounts> Apportioner::Next(absl::Span<const uint64_t> shares
                                                uint64_t window_size) {
   const uint64_t k_groups = lags_.size();
   if (shares.size() != k_groups) {
-    return absl::InvalidArgumentError(absl::StrCat("shares: ", shares.size(),
-                                                   " shares for a mixture of ", k_groups,
-                                                   " groups"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("shares: ", shares.size(), " shares for a mixture of ", k_groups, " groups"));
   }
   if (window_size > kShareUnit) {
     return absl::InvalidArgumentError(
@@ -159,9 +157,9 @@ absl::StatusOr<WindowCounts> Apportioner::Next(absl::Span<const uint64_t> shares
   uint128 share_sum = 0;
   for (uint64_t p : shares) share_sum += p;
   if (share_sum != kShareUnit) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "shares: they add up to ", Int128ToString(static_cast<int128>(share_sum)),
-        ", not 2^63 (shares come from SharesOf)"));
+    return absl::InvalidArgumentError(absl::StrCat("shares: they add up to ",
+                                                   Int128ToString(static_cast<int128>(share_sum)),
+                                                   ", not 2^63 (shares come from SharesOf)"));
   }
   const int128 unit = static_cast<int128>(kShareUnit);
   std::vector<int128> next(k_groups);  // a_k, then the new lags.

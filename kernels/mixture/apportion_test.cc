@@ -56,7 +56,8 @@ TEST(SharesTest, LargestRemainderWithTiesToTheLowerGroup) {
   // take them.
   auto shares = SharesOf({1.0, 1.0, 1.0});
   ASSERT_TRUE(shares.ok());
-  EXPECT_EQ(*shares, (std::vector<uint64_t>{kShareUnit / 3 + 1, kShareUnit / 3 + 1, kShareUnit / 3}));
+  EXPECT_EQ(*shares,
+            (std::vector<uint64_t>{kShareUnit / 3 + 1, kShareUnit / 3 + 1, kShareUnit / 3}));
   // -0 is a zero weight.
   shares = SharesOf({-0.0, 2.0});
   ASSERT_TRUE(shares.ok());
@@ -249,7 +250,8 @@ TEST(ApportionTest, GoldenCounts) {
     ASSERT_TRUE(c.ok());
     got.insert(got.end(), c->counts.begin(), c->counts.end());
   }
-  EXPECT_EQ(got, (std::vector<uint64_t>{5, 1, 0, 4, 0, 4, 2, 0, 4, 0, 1, 1, 0, 1, 0, 453, 151, 0, 377, 19}));
+  EXPECT_EQ(got, (std::vector<uint64_t>{5, 1, 0, 4, 0, 4,   2,   0, 4,   0,
+                                        1, 1, 0, 1, 0, 453, 151, 0, 377, 19}));
 }
 
 TEST(ApportionTest, AMillionGroups) {

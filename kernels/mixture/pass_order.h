@@ -58,10 +58,10 @@ struct PassKey {
 };
 
 SAMPLERD_HD PassKey MakePassKey(uint64_t seed, uint32_t group, uint64_t pass) {
-  const Philox4x32Counter out = Philox4x32_10(
-      {{group, static_cast<uint32_t>(pass), static_cast<uint32_t>(pass >> 32),
-        static_cast<uint32_t>(RandomStream::kPassOrder)}},
-      {{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)}});
+  const Philox4x32Counter out =
+      Philox4x32_10({{group, static_cast<uint32_t>(pass), static_cast<uint32_t>(pass >> 32),
+                      static_cast<uint32_t>(RandomStream::kPassOrder)}},
+                    {{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)}});
   return {{out.v[0], out.v[1], out.v[2], out.v[3]}};
 }
 

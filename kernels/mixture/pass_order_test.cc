@@ -22,16 +22,16 @@ uint64_t DefinitionAt(uint64_t seed, uint32_t group, uint64_t pass, uint64_t n, 
   if (n == 1) return 0;
   int b = 0;
   while (b < 64 && ((n - 1) >> b) != 0) ++b;
-  const Philox4x32Counter key = Philox4x32_10(
-      {{group, static_cast<uint32_t>(pass), static_cast<uint32_t>(pass >> 32), 5u}},
-      {{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)}});
+  const Philox4x32Counter key =
+      Philox4x32_10({{group, static_cast<uint32_t>(pass), static_cast<uint32_t>(pass >> 32), 5u}},
+                    {{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)}});
   const auto network = [&](uint64_t x) {
     int wa = b / 2, wb = b - b / 2;
     uint64_t a = x >> wb, lo = x % (uint64_t{1} << wb);
     for (uint32_t r = 0; r < 6; ++r) {
-      const uint32_t f =
-          Philox4x32_10({{static_cast<uint32_t>(lo), r, key.v[2], key.v[3]}}, {{key.v[0], key.v[1]}})
-              .v[0];
+      const uint32_t f = Philox4x32_10({{static_cast<uint32_t>(lo), r, key.v[2], key.v[3]}},
+                                       {{key.v[0], key.v[1]}})
+                             .v[0];
       const uint64_t c = a ^ (f % (uint64_t{1} << wa));
       a = lo;
       lo = c;
@@ -111,8 +111,8 @@ TEST(PassOrderTest, PassesGroupsAndSeedsGiveDifferentOrders) {
     return v;
   };
   const std::vector<uint64_t> base = order_of(9, 4, 0);
-  for (const auto& other : {order_of(9, 4, 1), order_of(9, 4, uint64_t{1} << 32),
-                            order_of(9, 5, 0), order_of(10, 4, 0)}) {
+  for (const auto& other : {order_of(9, 4, 1), order_of(9, 4, uint64_t{1} << 32), order_of(9, 5, 0),
+                            order_of(10, 4, 0)}) {
     uint64_t same = 0;
     for (uint64_t j = 0; j < kN; ++j) same += base[j] == other[j];
     EXPECT_LT(same, 10u);  // Two independent orders share ~1 position.
