@@ -7,6 +7,7 @@
 #include "kernels/internal/parallel.h"
 #include "kernels/internal/shuffle.h"
 #include "kernels/mixture/apportion.h"
+#include "kernels/philox.h"
 #include "kernels/plan_math.h"
 
 namespace samplerd {
@@ -66,6 +67,98 @@ absl::Status ValidateWindow(const GroupLayout& layout, absl::Span<const GroupCur
   return absl::OkStatus();
 }
 
+namespace {
+
+// Entries [first, first + count) of one pass of one group (n > 1), into out[0, count): what
+// PassOrder::At gives, computed for kLanes positions side by side so that their Philox rounds
+// overlap (and vectorise: 32 x 32 -> 64-bit multiplies). A lane whose walk leaves [0, n) keeps
+// walking; a lane that lands writes its entry and takes the next position, so the lanes stay busy
+// until the last kLanes positions. Results are PassOrder::At's (window_test compares them).
+constexpr int kLanes = 16;
+
+__attribute__((target_clones("avx2", "default"))) void PassEntries(const PassKey& key, uint64_t n,
+                                                                   uint64_t offset, uint64_t first,
+                                                                   uint64_t count, uint64_t* out) {
+  const uint32_t bits = static_cast<uint32_t>(plan_math::BitWidth(n - 1));
+  const uint32_t u = bits / 2, v = bits - bits / 2;
+  uint64_t x[kLanes], slot[kLanes];
+  bool active[kLanes];
+  uint64_t next = 0;
+  int live = 0;
+  for (int l = 0; l < kLanes; ++l) {
+    active[l] = next < count;
+    slot[l] = next;
+    x[l] = first + next;
+    if (active[l]) {
+      ++next;
+      ++live;
+    }
+  }
+  while (live > 0) {
+    // The network (pass_order.h, step 2) on every lane.
+    uint64_t a[kLanes], b[kLanes];
+    for (int l = 0; l < kLanes; ++l) {
+      a[l] = x[l] >> v;
+      b[l] = x[l] & ((uint64_t{1} << v) - 1);
+    }
+    uint32_t wa = u, wb = v;
+    for (uint32_t r = 0; r < static_cast<uint32_t>(kPassOrderRounds); ++r) {
+      // The four words in 64-bit lanes (their top halves 0): GCC then vectorises the 32 x 32
+      // -> 64-bit products (vpmuludq); as uint32_t it does not.
+      uint64_t c0[kLanes], c1[kLanes], c2[kLanes], c3[kLanes];
+      for (int l = 0; l < kLanes; ++l) {
+        c0[l] = b[l] & 0xffffffffu;
+        c1[l] = r;
+        c2[l] = key.k[2];
+        c3[l] = key.k[3];
+      }
+      uint64_t k0 = key.k[0], k1 = key.k[1];
+      for (int round = 0; round < 10; ++round) {  // Philox4x32_10 of philox.h, lane by lane.
+        for (int l = 0; l < kLanes; ++l) {
+          const uint64_t p0 = (c0[l] & 0xffffffffu) * philox_internal::kM0;
+          const uint64_t p1 = (c2[l] & 0xffffffffu) * philox_internal::kM1;
+          const uint64_t n0 = (p1 >> 32) ^ c1[l] ^ k0;
+          const uint64_t n2 = (p0 >> 32) ^ c3[l] ^ k1;
+          c1[l] = p1 & 0xffffffffu;
+          c3[l] = p0 & 0xffffffffu;
+          c0[l] = n0;
+          c2[l] = n2;
+        }
+        k0 = (k0 + philox_internal::kW0) & 0xffffffffu;
+        k1 = (k1 + philox_internal::kW1) & 0xffffffffu;
+      }
+      const uint64_t mask = (uint64_t{1} << wa) - 1;
+      for (int l = 0; l < kLanes; ++l) {
+        const uint64_t c = a[l] ^ (c0[l] & mask);
+        a[l] = b[l];
+        b[l] = c;
+      }
+      const uint32_t w = wa;
+      wa = wb;
+      wb = w;
+    }
+    for (int l = 0; l < kLanes; ++l) {
+      if (!active[l]) continue;
+      const uint64_t y = (a[l] << wb) | b[l];
+      if (y >= n) {  // Walk on.
+        x[l] = y;
+        continue;
+      }
+      out[slot[l]] = offset + y;
+      if (next < count) {
+        slot[l] = next;
+        x[l] = first + next;
+        ++next;
+      } else {
+        active[l] = false;
+        --live;
+      }
+    }
+  }
+}
+
+}  // namespace
+
 void FillWindow(int threads, uint64_t seed, const GroupLayout& layout,
                 absl::Span<const GroupCursor> cursors, absl::Span<const uint64_t> counts,
                 absl::Span<uint64_t> out) {
@@ -73,7 +166,7 @@ void FillWindow(int threads, uint64_t seed, const GroupLayout& layout,
   std::vector<uint64_t> starts(k_groups + 1, 0);  // Exclusive prefix sums of the counts.
   for (uint32_t k = 0; k < k_groups; ++k) starts[k + 1] = starts[k] + counts[k];
   // Chunks of the window (not of the groups: one group may hold it all). A chunk walks its
-  // groups, and within a group keeps one PassOrder per pass (the key costs a Philox call).
+  // groups, and within a group its passes (one key per pass run).
   constexpr uint64_t kGrain = 1 << 14;
   internal::ParallelForChunks(
       threads, starts[k_groups], kGrain, [&](uint64_t, uint64_t begin, uint64_t end) {
@@ -84,9 +177,12 @@ void FillWindow(int threads, uint64_t seed, const GroupLayout& layout,
           const uint64_t group_end = std::min(end, starts[k + 1]);
           GroupCursor at = AdvanceCursor(cursors[k], n, w - starts[k]);
           while (w < group_end) {
-            const PassOrder order(MakePassKey(seed, k, at.pass), n);
             const uint64_t run = std::min(group_end - w, n - at.position);  // To the pass's end.
-            for (uint64_t i = 0; i < run; ++i) out[w + i] = offset + order.At(at.position + i);
+            if (n == 1) {
+              out[w] = offset;
+            } else {
+              PassEntries(MakePassKey(seed, k, at.pass), n, offset, at.position, run, &out[w]);
+            }
             w += run;
             at = AdvanceCursor(at, n, run);
           }

@@ -110,6 +110,30 @@ TEST(WindowTest, EverySampleOncePerPass) {
   }
 }
 
+// FillWindow (lanes side by side, kernels/mixture/window.cc) gives window_math.h's WindowEntry
+// for every position: groups whose walks are long (n = 2^k + 1), of one sample, smaller and
+// larger than the lanes, runs across passes, and chunks of the parallel fill.
+TEST(WindowTest, FillIsThePerEntryRule) {
+  const std::vector<uint64_t> sizes = {1, 2, 3, 17, 65537, 100000, 1, 5, (uint64_t{1} << 40) + 1};
+  auto layout = GroupLayout::Create(sizes);
+  ASSERT_TRUE(layout.ok());
+  const std::vector<GroupCursor> cursors = {{0, 3},    {1, 0},     {2, 9},
+                                            {16, 1},   {65530, 7}, {0, 0},
+                                            {0, 1000}, {4, 2},     {(uint64_t{1} << 40) - 3, 0}};
+  const std::vector<uint64_t> counts = {3, 7, 1, 40, 70000, 15, 0, 12, 40000};
+  uint64_t m = 0;
+  for (uint64_t c : counts) m += c;
+  std::vector<uint64_t> filled(m);
+  FillWindow(2, 99, *layout, cursors, counts, absl::MakeSpan(filled));
+  uint64_t w = 0;
+  for (uint32_t k = 0; k < layout->groups(); ++k) {
+    for (uint64_t i = 0; i < counts[k]; ++i, ++w) {
+      ASSERT_EQ(filled[w], WindowEntry(99, k, layout->offset(k), sizes[k], cursors[k], i))
+          << "group " << k << " entry " << i;
+    }
+  }
+}
+
 TEST(WindowTest, GoldenHash) {
   auto layout = GroupLayout::Create({5, 1000, 37, 1});
   ASSERT_TRUE(layout.ok());
