@@ -12,23 +12,13 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/mixture/apportion.h"
+#include "kernels/testing/weight_cases.h"
 
 namespace samplerd {
 namespace mixture {
 namespace {
 
 using ::testing::HasSubstr;
-
-uint64_t Fnv1a(const std::vector<uint64_t>& v) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (uint64_t x : v) {
-    for (int b = 0; b < 8; ++b) {
-      h ^= (x >> (8 * b)) & 0xff;
-      h *= 0x100000001b3ull;
-    }
-  }
-  return h;
-}
 
 uint32_t GroupOf(const GroupLayout& layout, uint64_t index) {
   uint32_t k = 0;
@@ -151,7 +141,8 @@ TEST(WindowTest, GoldenHash) {
     all.insert(all.end(), window->indices.begin(), window->indices.end());
     cursors = window->cursors;
   }
-  EXPECT_EQ(Fnv1a(all), 0x5932ad3cb85aaa84ull) << std::hex << "0x" << Fnv1a(all);
+  EXPECT_EQ(testutil::Fnv1a(all), 0xca5724a3a713de6aull)
+      << std::hex << "0x" << testutil::Fnv1a(all);
 }
 
 TEST(WindowTest, APureFunctionOfItsInputs) {
