@@ -157,37 +157,49 @@ __attribute__((target_clones("avx2", "default"))) void PassEntries(const PassKey
   }
 }
 
+// Window positions [begin, end) into out[0, end - begin); starts: the exclusive prefix sums of
+// the counts (K + 1). A range walks its groups, and within a group its passes (one key per pass
+// run).
+void FillRange(uint64_t seed, const GroupLayout& layout, absl::Span<const GroupCursor> cursors,
+               const std::vector<uint64_t>& starts, uint64_t begin, uint64_t end, uint64_t* out) {
+  const uint32_t k_groups = layout.groups();
+  uint32_t k = GroupOfWindowPosition(starts.data(), k_groups, begin);
+  for (uint64_t w = begin; w < end;) {
+    while (starts[k + 1] <= w) ++k;  // Skips the groups with a count of 0.
+    const uint64_t n = layout.size(k), offset = layout.offset(k);
+    const uint64_t group_end = std::min(end, starts[k + 1]);
+    GroupCursor at = AdvanceCursor(cursors[k], n, w - starts[k]);
+    while (w < group_end) {
+      const uint64_t run = std::min(group_end - w, n - at.position);  // To the pass's end.
+      if (n == 1) {
+        out[w - begin] = offset;
+      } else {
+        PassEntries(MakePassKey(seed, k, at.pass), n, offset, at.position, run, &out[w - begin]);
+      }
+      w += run;
+      at = AdvanceCursor(at, n, run);
+    }
+  }
+}
+
+std::vector<uint64_t> WindowStarts(absl::Span<const uint64_t> counts) {
+  std::vector<uint64_t> starts(counts.size() + 1, 0);
+  for (size_t k = 0; k < counts.size(); ++k) starts[k + 1] = starts[k] + counts[k];
+  return starts;
+}
+
 }  // namespace
 
 void FillWindow(int threads, uint64_t seed, const GroupLayout& layout,
                 absl::Span<const GroupCursor> cursors, absl::Span<const uint64_t> counts,
                 absl::Span<uint64_t> out) {
-  const uint32_t k_groups = layout.groups();
-  std::vector<uint64_t> starts(k_groups + 1, 0);  // Exclusive prefix sums of the counts.
-  for (uint32_t k = 0; k < k_groups; ++k) starts[k + 1] = starts[k] + counts[k];
-  // Chunks of the window (not of the groups: one group may hold it all). A chunk walks its
-  // groups, and within a group its passes (one key per pass run).
+  const std::vector<uint64_t> starts = WindowStarts(counts);
+  // Chunks of the window (not of the groups: one group may hold it all).
   constexpr uint64_t kGrain = 1 << 14;
-  internal::ParallelForChunks(
-      threads, starts[k_groups], kGrain, [&](uint64_t, uint64_t begin, uint64_t end) {
-        uint32_t k = GroupOfWindowPosition(starts.data(), k_groups, begin);
-        for (uint64_t w = begin; w < end;) {
-          while (starts[k + 1] <= w) ++k;  // Skips the groups with a count of 0.
-          const uint64_t n = layout.size(k), offset = layout.offset(k);
-          const uint64_t group_end = std::min(end, starts[k + 1]);
-          GroupCursor at = AdvanceCursor(cursors[k], n, w - starts[k]);
-          while (w < group_end) {
-            const uint64_t run = std::min(group_end - w, n - at.position);  // To the pass's end.
-            if (n == 1) {
-              out[w] = offset;
-            } else {
-              PassEntries(MakePassKey(seed, k, at.pass), n, offset, at.position, run, &out[w]);
-            }
-            w += run;
-            at = AdvanceCursor(at, n, run);
-          }
-        }
-      });
+  internal::ParallelForChunks(threads, starts.back(), kGrain,
+                              [&](uint64_t, uint64_t begin, uint64_t end) {
+                                FillRange(seed, layout, cursors, starts, begin, end, &out[begin]);
+                              });
 }
 
 absl::StatusOr<MixtureWindow> PlanWindow(int threads, uint64_t seed, uint64_t epoch,
@@ -195,16 +207,16 @@ absl::StatusOr<MixtureWindow> PlanWindow(int threads, uint64_t seed, uint64_t ep
                                          absl::Span<const GroupCursor> cursors,
                                          absl::Span<const uint64_t> counts) {
   if (absl::Status status = ValidateWindow(layout, cursors, counts); !status.ok()) return status;
-  uint64_t m = 0;
-  for (uint64_t c : counts) m += c;
+  const std::vector<uint64_t> starts = WindowStarts(counts);
   MixtureWindow window;
-  {
-    std::vector<uint64_t> entries(m);
-    FillWindow(threads, seed, layout, cursors, counts, absl::MakeSpan(entries));
-    window.indices.resize(m);
-    internal::ShuffleIndices(threads, seed, epoch, absl::MakeConstSpan(entries),
-                             absl::MakeSpan(window.indices));
-  }
+  // The entries are computed block by block as the shuffle scatters them (FillWindow's entries,
+  // never held as a whole): the window costs 8 bytes per sample plus the shuffle's scratch, as
+  // a plan of 64-bit indices does.
+  window.indices.resize(starts.back());
+  const internal::InputBlockFn entries = [&](uint64_t k, uint64_t count, uint64_t* values) {
+    FillRange(seed, layout, cursors, starts, k, k + count, values);
+  };
+  internal::ShuffleGenerated(threads, seed, epoch, entries, absl::MakeSpan(window.indices));
   window.cursors.resize(layout.groups());
   for (uint32_t k = 0; k < layout.groups(); ++k) {
     window.cursors[k] = AdvanceCursor(cursors[k], layout.size(k), counts[k]);

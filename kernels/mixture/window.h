@@ -63,7 +63,9 @@ void FillWindow(int threads, uint64_t seed, const GroupLayout& layout,
                 absl::Span<const GroupCursor> cursors, absl::Span<const uint64_t> counts,
                 absl::Span<uint64_t> out);
 
-// The window of `epoch`: FillWindow, then the uniform shuffle under (seed, epoch); and the new
+// The window of `epoch`: FillWindow's entries, shuffled by the uniform shuffle under (seed,
+// epoch) as they are computed (internal::ShuffleGenerated: no array of the unshuffled entries;
+// 8 bytes per sample and the shuffle's scratch at the peak); and the new
 // cursors (AdvanceCursor by each count). ValidateWindow's errors; nothing else fails.
 absl::StatusOr<MixtureWindow> PlanWindow(int threads, uint64_t seed, uint64_t epoch,
                                          const GroupLayout& layout,
