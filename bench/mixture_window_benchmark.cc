@@ -95,8 +95,8 @@ int Main(int argc, char** argv) {
     CHECK_OK_OR_DIE(plan.status());
     t_anchor.push_back(Seconds(start));
   }
-  const double boundary = bench::Median(t_shares) + bench::Median(t_counts) +
-                          bench::Median(t_window);
+  const double boundary =
+      bench::Median(t_shares) + bench::Median(t_counts) + bench::Median(t_window);
   std::printf("SharesOf (K = %llu)             %8.4f s\n", static_cast<unsigned long long>(groups),
               bench::Median(t_shares));
   std::printf("Apportioner::Next               %8.4f s\n", bench::Median(t_counts));
@@ -105,9 +105,10 @@ int Main(int argc, char** argv) {
   std::printf("boundary (shares+counts+window) %8.4f s\n", boundary);
   std::printf("anchor: uniform plan M = N = M  %8.4f s  (window / anchor = %.2fx)\n",
               bench::Median(t_anchor), bench::Median(t_window) / bench::Median(t_anchor));
-  std::printf("peak RSS after the windows (before the fill alone) %.1f MiB (one window: 8 B x M = "
-              "%.1f MiB)\n",
-              peak_mixture, 8.0 * m / 1048576);
+  std::printf(
+      "peak RSS after the windows (before the fill alone) %.1f MiB (one window: 8 B x M = "
+      "%.1f MiB)\n",
+      peak_mixture, 8.0 * m / 1048576);
   return 0;
 }
 

@@ -33,6 +33,9 @@ class GroupLayout {
   uint64_t size(uint32_t k) const { return sizes_[k]; }
   uint64_t offset(uint32_t k) const { return offsets_[k]; }
   uint64_t total() const { return offsets_.back(); }  // N.
+  // The group of global index i < total(): the k with offset(k) <= i < offset(k + 1) (a binary
+  // search, window_math.h's GroupOfWindowPosition on the offsets). O(log K).
+  uint32_t GroupOf(uint64_t i) const { return GroupOfWindowPosition(offsets_.data(), groups(), i); }
 
  private:
   GroupLayout(std::vector<uint64_t> sizes, std::vector<uint64_t> offsets)
