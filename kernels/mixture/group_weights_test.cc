@@ -1,6 +1,7 @@
 #include "kernels/mixture/group_weights.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -374,6 +375,50 @@ TEST(GroupWeightsTest, SimulatedRunTheUnlearnableGroupDoesNotTakeTheMass) {
     // average; the floor (no decrease, no excess) halves at least its final weight here.
     EXPECT_GT(a_plain.last_random, a_plain.mean_random);
     EXPECT_LT(a_free.last_random, 0.5 * a_plain.last_random);
+  }
+}
+
+TEST(GroupWeightsTest, MillionGroups) {
+  // K = 10^6 (kMaxGroups): one update of each rule, every group seen, the projection active.
+  constexpr uint32_t k = 1'000'000;
+  std::mt19937_64 rng(13);
+  std::vector<double> initial(k), reference(k, 1.0);
+  for (double& x : initial) x = 1 + static_cast<double>(rng() % 1000);
+  const GroupLayout layout = Layout(std::vector<uint64_t>(k, 1));
+  GroupLosses first(k), second(k);
+  std::vector<uint64_t> indices(k);
+  std::vector<float> a(k), b(k);
+  for (uint32_t i = 0; i < k; ++i) {
+    indices[i] = i;
+    a[i] = 3.0f;
+    b[i] = static_cast<float>(3.0 - 0.001 * (rng() % 1000));
+  }
+  ASSERT_TRUE(first.Add(layout, indices, a).ok());
+  ASSERT_TRUE(second.Add(layout, indices, b).ok());
+  const WeightBounds bounds{0.5, 1.5};
+  absl::StatusOr<GroupWeights> excess =
+      GroupWeights::ExcessLoss(initial, reference, {100.0, 1e-3, 0.0, 10.0, bounds});
+  absl::StatusOr<GroupWeights> exp3 = GroupWeights::Exp3(initial, {2000.0, 0.05, 0.0, 0.0, bounds});
+  ASSERT_TRUE(excess.ok() && exp3.ok());
+  for (GroupWeights* w : {&*excess, &*exp3}) {
+    ASSERT_TRUE(w->Update(first).ok());
+    const auto start = std::chrono::steady_clock::now();
+    ASSERT_TRUE(w->Update(second).ok());
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    double total = 0;
+    uint64_t at_bound = 0;
+    for (double x : w->weights()) {
+      ASSERT_GE(x, 0.5 / k);
+      ASSERT_LE(x, 1.5 / k);
+      at_bound += x == 0.5 / k || x == 1.5 / k;
+      total += x;
+    }
+    EXPECT_NEAR(total, 1.0, 1e-9);
+    EXPECT_GT(at_bound, 0u);  // The projection had work to do.
+    std::printf("K = 10^6, %s: one update %.3f s, %llu groups at a bound\n",
+                w->rule() == GroupWeightRule::kExp3 ? "EXP3" : "excess loss", seconds,
+                static_cast<unsigned long long>(at_bound));
   }
 }
 
