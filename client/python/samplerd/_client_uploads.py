@@ -1,0 +1,111 @@
+"""Client's uploads of a job's per-sample values: static weights, class labels, irreducible
+losses."""
+
+import numpy as np
+
+from ._client_checks import _bad, _check_count
+from ._client_connection import _Connection
+from ._proto import samplerd_pb2 as pb
+
+
+def _finite_nonnegative_float32(field, values, must_be):
+    """`values` (list, numpy array or tensor) as a non-empty 1-D float32 array whose values are
+    finite (as float32) and >= 0; InvalidArgument naming the first bad one otherwise."""
+    if hasattr(values, "detach"):  # A torch tensor: its values, on the CPU.
+        values = values.detach().cpu().numpy()
+    v = np.asarray(values, dtype=np.float64)
+    if v.ndim != 1 or v.size == 0:
+        raise _bad(f"{field}: expected a non-empty 1-D array; got shape {v.shape}")
+    v32 = v.astype(np.float32)
+    bad = np.flatnonzero(~np.isfinite(v32) | (v32 < 0))
+    if bad.size:
+        raise _bad(f"{field}[{bad[0]}] = {v[bad[0]]}: {must_be} finite (as float32) and >= 0")
+    return v32
+
+
+class _Uploads(_Connection):
+    """The client-streaming uploads (UploadWeights, UploadLabels, UploadIrreducibleLosses),
+    checked here and counted."""
+
+    def upload_weights(self, job: str, weights, chunk_size: int = 1 << 18) -> int:
+        """Uploads the static per-sample weights of a job whose base policy is "static".
+
+        Args:
+            job: the job name.
+            weights: N values (list, numpy array or CPU tensor), finite, >= 0, not all zero;
+                sent as float32.
+            chunk_size: values per message.
+        Returns:
+            The number of weights applied (N).
+        Raises:
+            InvalidArgument: wrong shape, a NaN/inf/negative weight (named here), wrong count
+                or all zero (server).
+            FailedPrecondition: the policy is not static, or losses were already reported.
+            NotFound, Unavailable.
+        """
+        w32 = _finite_nonnegative_float32("weights", weights, "weights must be")
+        return self._upload(self._stub.UploadWeights, w32, chunk_size,
+                            lambda lo, part: pb.UploadWeightsChunk(job=job, offset=lo,
+                                                                   weights=part))
+
+    def upload_labels(self, job: str, labels, chunk_size: int = 1 << 18) -> int:
+        """Uploads the per-sample class labels of a job whose base policy is "class_balanced".
+
+        Args:
+            job: the job name.
+            labels: N integers in [0, 2^32).
+            chunk_size: values per message.
+        Returns:
+            The number of labels applied (N).
+        Raises:
+            InvalidArgument: wrong shape or type, a label out of range (named here), a count
+                other than N (server).
+            FailedPrecondition: the policy is not class_balanced.
+            NotFound, Unavailable.
+        """
+        lab = np.asarray(labels)
+        if lab.ndim != 1 or lab.size == 0 or lab.dtype.kind not in "iu":
+            raise _bad(f"labels: expected a non-empty 1-D integer array; "
+                       f"got {lab.dtype} {lab.shape}")
+        bad = np.flatnonzero((lab < 0) | (lab > 0xFFFFFFFF))
+        if bad.size:
+            raise _bad(f"labels[{bad[0]}] = {lab[bad[0]]}: must be in [0, 2^32)")
+        return self._upload(self._stub.UploadLabels, lab.astype(np.uint32), chunk_size,
+                            lambda lo, part: pb.UploadLabelsChunk(job=job, offset=lo,
+                                                                  labels=part))
+
+    def upload_irreducible_losses(self, job: str, losses, chunk_size: int = 1 << 18) -> int:
+        """Uploads the per-sample irreducible losses of a job whose loss policy is
+        "reducible_loss" (the loss of a small model trained on held-out data, evaluated once on
+        every training sample; docs/POLICIES.md shows how). Until they are uploaded the job has
+        no plan. Only allowed before the job started.
+
+        Args:
+            job: the job name.
+            losses: N values (list, numpy array or CPU tensor), finite and >= 0; sent as
+                float32.
+            chunk_size: values per message.
+        Returns:
+            The number of losses applied (N).
+        Raises:
+            InvalidArgument: wrong shape, a NaN/inf/negative loss (named here), a count other
+                than N (server).
+            FailedPrecondition: the loss policy is not reducible_loss, or the job started.
+            NotFound, Unavailable.
+        """
+        v32 = _finite_nonnegative_float32("irreducible_losses", losses, "must be")
+        return self._upload(self._stub.UploadIrreducibleLosses, v32, chunk_size,
+                            lambda lo, part: pb.UploadIrreducibleLossesChunk(job=job, offset=lo,
+                                                                            losses=part))
+
+    def _upload(self, method, values, chunk_size, make_chunk):
+        """Streams `values` as chunks of `chunk_size` built by make_chunk(offset, part)."""
+        if chunk_size < 1:
+            raise _bad(f"chunk_size = {chunk_size}: must be >= 1")
+
+        def chunks():  # A fresh iterator per attempt: a retried upload starts over.
+            for lo in range(0, values.size, chunk_size):
+                yield make_chunk(lo, values[lo:lo + chunk_size])
+        received = self._call(lambda _, timeout: method(chunks(), timeout=timeout), None).received
+        _check_count("values", received, values.size)
+        return received
