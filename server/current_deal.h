@@ -4,8 +4,10 @@
 // It holds the checks a request makes against the deal (deal number, world size, rank, that
 // each reported index was served at its position) and the duplicate detection of loss reports.
 //
-// Plain data: no phase, no lock, no persistence. The Job holds it under its mutex, logs a
-// change before it applies it here, and decides when a deal starts (EndEpoch, Resize, Rewind).
+// Plain data: no phase, no lock, no persistence. The Job holds it under its mutex and decides
+// when a deal starts (EndEpoch, Resize, Rewind); the changes the job's history records (a
+// rank's progress, its losses, its end of the epoch, a resize's deal) are made only through
+// DealChanges (deal_changes.h), which logs each before it applies it here.
 // Messages name the job (given at construction) as the Job's own do.
 //
 // Not thread-safe.
@@ -64,9 +66,6 @@ class CurrentDeal {
   // The epoch's plan (`plan_length` positions) is published: every rank's progress cleared.
   // In deal 0, its world size becomes the epoch's start world size.
   void ServeEpoch(uint64_t plan_length);
-  // Starts the next deal, of `plan_length` positions to `world_size` ranks (a resize).
-  // `replaced_started`: a rank of the deal it replaces had started (see Started).
-  void Redeal(uint32_t world_size, uint64_t plan_length, bool replaced_started);
 
   // The deal's progress, taken out for a re-deal computed off the lock (the deal's ranks start
   // over meanwhile); PutBack restores it if the re-deal is abandoned.
@@ -90,9 +89,6 @@ class CurrentDeal {
   bool Advances(uint32_t deal, uint32_t rank, uint64_t position) const {
     return deal == number_ && rank < ranks_.size() && position > ranks_[rank].streamed;
   }
-  void MarkStreamed(uint32_t rank, uint64_t position) { ranks_[rank].streamed = position; }
-  // `rank` (checked) ended the epoch; false if it had already.
-  bool MarkEnded(uint32_t rank);
   // "ranks 0, 2 of world_size 4 have not ended it (EndEpoch)", at most 16 ranks named.
   std::string RanksNotEnded() const;
 
@@ -127,13 +123,22 @@ class CurrentDeal {
   // positions the rank has not reported before (0: a retry, nothing to apply). Errors are
   // undecorated but for the served-index one, which names the job.
   absl::StatusOr<size_t> CheckLosses(const LossBatchView& batch, const Plan& plan) const;
+  void AddAccepted(uint32_t rank, uint64_t accepted) { ranks_[rank].accepted += accepted; }
+
+ private:
+  // ---- The recorded changes, made by DealChanges only (logged first).
+  friend class DealChanges;
+  // Starts the next deal, of `plan_length` positions to `world_size` ranks (a resize).
+  // `replaced_started`: a rank of the deal it replaces had started (see Started).
+  void Redeal(uint32_t world_size, uint64_t plan_length, bool replaced_started);
+  void MarkStreamed(uint32_t rank, uint64_t position) { ranks_[rank].streamed = position; }
+  // `rank` (checked) ended the epoch; false if it had already.
+  bool MarkEnded(uint32_t rank);
   // After CheckLosses returned a positive count: marks the batch's positions reported (and
   // streamed: the rank's `streamed` is at least one past each) and returns its new pairs, in
   // arrival order (a position twice in the batch counts once).
   NewLosses MarkReported(const LossBatchView& batch);
-  void AddAccepted(uint32_t rank, uint64_t accepted) { ranks_[rank].accepted += accepted; }
 
- private:
   std::string job_;
   uint32_t number_ = 0;
   ShardSpec shard_;

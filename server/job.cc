@@ -481,10 +481,10 @@ bool Job::Settled(uint64_t epoch) const {
 }
 
 absl::StatusOr<ShardLease> Job::AcquireShard(uint64_t epoch, uint32_t deal, uint32_t rank,
-                                             uint32_t world_size, ShardReader reader) {
+                                             uint32_t world_size, ShardCaller caller) {
   if (absl::Status s = CheckRank(ShardSpec{world_size}, rank); !s.ok()) return Named(s);
-  if (!reader.observe) {
-    if (absl::Status s = claims_.Check(rank, reader.incarnation); !s.ok()) return s;
+  if (!caller.observe) {
+    if (absl::Status s = claims_.Check(rank, caller.incarnation); !s.ok()) return s;
   }
   absl::MutexLock lock(&mu_);
   if (!Settled(epoch)) {
@@ -516,11 +516,9 @@ absl::Status Job::RecordStreamed(uint64_t epoch, uint32_t deal, uint32_t rank, u
       deal_.Advances(deal, rank, position)) {
     // Progress reporting only (never synced on its own): a failed write does not stop the
     // stream. The journal keeps the error, so nothing further is acknowledged.
-    if (absl::Status s = history_->LogStreamed(epoch, deal, rank, position); !s.ok()) {
+    if (absl::Status s = changes_.Streamed(epoch, rank, position); !s.ok()) {
       LOG_EVERY_N(WARNING, 1000) << "job '" << name_ << "': stream progress not logged: " << s;
     }
-    // Indices were handed out: a re-upload must no longer replace the plan they came from.
-    deal_.MarkStreamed(rank, position);
   }
   return absl::OkStatus();
 }
@@ -560,8 +558,9 @@ absl::Status Job::ReportLosses(const LossBatchView& batch, v1::LossReportSummary
     summary->set_duplicates(summary->duplicates() + size);
     return absl::OkStatus();
   }
-  if (absl::Status s = history_->LogLosses(record); !s.ok()) return s;
-  const CurrentDeal::NewLosses pairs = deal_.MarkReported(batch);
+  absl::StatusOr<CurrentDeal::NewLosses> reported = changes_.Reported(batch, record);
+  if (!reported.ok()) return reported.status();
+  const CurrentDeal::NewLosses& pairs = *reported;
   uint64_t accepted = pairs.size();
   if (losses_ != nullptr) {
     // One call per batch; the statistics keep the first loss of a sample in the epoch (a
@@ -602,10 +601,7 @@ absl::StatusOr<v1::EndEpochResponse> Job::EndEpoch(uint64_t epoch, uint32_t deal
     if (absl::Status s = CheckEpochOpen(epoch); !s.ok()) return s;
     if (absl::Status s = deal_.CheckDeal(epoch, deal); !s.ok()) return s;
     if (absl::Status s = CheckRank(deal_.shard(), rank); !s.ok()) return Named(s);
-    if (!deal_.ranks()[rank].ended) {
-      if (absl::Status s = history_->LogRankEnded(epoch, deal, rank); !s.ok()) return s;
-      deal_.MarkEnded(rank);
-    }
+    if (absl::Status s = changes_.Ended(epoch, rank); !s.ok()) return s;
     response.set_ranks_ended(deal_.ranks_ended());
     if (!deal_.AllEnded()) {
       lock.Release();
@@ -796,9 +792,11 @@ absl::StatusOr<v1::Job> Job::Resize(uint64_t epoch, uint32_t world_size) {
 }
 
 absl::Status Job::ApplyResize(EpochView view, uint32_t world_size, bool replaced_started) {
-  if (absl::Status s = history_->LogResized(epoch_, world_size); !s.ok()) return s;
   const uint32_t from = deal_.world_size();
-  deal_.Redeal(world_size, view.plan->size(), replaced_started);
+  if (absl::Status s = changes_.Redealt(epoch_, world_size, view.plan->size(), replaced_started);
+      !s.ok()) {
+    return s;
+  }
   Enter(Serving{std::move(view)});
   LOG(INFO) << "event=job_resized job=" << name_ << " epoch=" << epoch_
             << " deal=" << deal_.number() << " from_world_size=" << from

@@ -53,8 +53,9 @@
 //   - Errors name the job: a message that does not already gets " (job '<name>')" (Named).
 //
 // Persistence (a journal-backed EpochHistory): every state change is recorded under mu_ before
-// it is applied, so the log's order is the order of application; the journal owns the order of
-// snapshots and logs around an epoch's publication (job_journal.h). Callers acknowledge a change
+// it is applied (a change of the deal by one call that does both: DealChanges), so the log's
+// order is the order of application; the journal owns the order of snapshots and logs around
+// an epoch's publication (job_journal.h). Callers acknowledge a change
 // to a client only after Sync() (EndEpoch and uploads sync themselves). Restore (job_restore.cc)
 // rebuilds a job from its journal by replaying the log through the same methods.
 #ifndef SAMPLERD_SERVER_JOB_H_
@@ -76,6 +77,7 @@
 #include "kernels/compute_backend.h"
 #include "proto/samplerd.pb.h"
 #include "server/current_deal.h"
+#include "server/deal_changes.h"
 #include "server/epoch_history.h"
 #include "server/epoch_planner.h"
 #include "server/epoch_waiters.h"
@@ -87,15 +89,15 @@
 
 namespace samplerd {
 
-// What a StreamShard caller needs: the epoch's view and the geometry of its shard.
 // Who reads a shard (proto StreamShardRequest): a rank's reader, carrying the incarnation of its
 // claim (0: a caller that does not claim; RankClaims::Check has the rule), or an observer, whom
 // the rank's claims do not concern.
-struct ShardReader {
+struct ShardCaller {
   uint64_t incarnation = 0;
   bool observe = false;
 };
 
+// What a StreamShard caller needs: the epoch's view and the geometry of its shard.
 struct ShardLease {
   EpochView view;  // Its plan is the deal's (the epoch's plan in deal 0).
   ShardSpec shard;
@@ -163,7 +165,7 @@ class Job {
   // mismatch, epoch closed or too far ahead), INVALID_ARGUMENT (rank), DEADLINE_EXCEEDED,
   // UNAVAILABLE (shutting down), NOT_FOUND (deleted), INTERNAL (planning failed).
   absl::StatusOr<ShardLease> AcquireShard(uint64_t epoch, uint32_t deal, uint32_t rank,
-                                          uint32_t world_size, ShardReader reader = {})
+                                          uint32_t world_size, ShardCaller caller = {})
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // The wait for AcquireShard, without a thread: runs `ready` once, without the job's lock, when
@@ -379,6 +381,8 @@ class Job {
   std::unique_ptr<BackendLossStats> losses_ ABSL_GUARDED_BY(mu_);
   // The current deal of epoch_ (its world size is carried into the next epoch's deal 0).
   CurrentDeal deal_ ABSL_GUARDED_BY(mu_);
+  // The recorded changes of deal_, each logged in history_ and then applied (one call).
+  DealChanges changes_ ABSL_GUARDED_BY(mu_){history_.get(), &deal_};
   WeightSummary weight_summary_ ABSL_GUARDED_BY(mu_);
   double last_recompute_ms_ ABSL_GUARDED_BY(mu_) = 0;
   double last_plan_ms_ ABSL_GUARDED_BY(mu_) = 0;

@@ -89,7 +89,7 @@ void ShardStreamReactor::Acquire() {
   }
   absl::StatusOr<ShardLease> lease =
       job_->AcquireShard(request_.epoch(), request_.deal(), request_.rank(),
-                         request_.world_size(), ShardReader{request_.incarnation(),
+                         request_.world_size(), ShardCaller{request_.incarnation(),
                                                             request_.observe()});
   // Not served yet: wait for it until the call's deadline (which ends it with that status).
   if (absl::IsDeadlineExceeded(lease.status()) && absl::Now() < deadline_) {

@@ -24,9 +24,9 @@ namespace testutil {
 // DEADLINE_EXCEEDED).
 inline absl::StatusOr<ShardLease> AwaitShard(Job& job, uint64_t epoch, uint32_t deal,
                                              uint32_t rank, uint32_t world_size,
-                                             absl::Time deadline, ShardReader reader = {}) {
+                                             absl::Time deadline, ShardCaller caller = {}) {
   for (;;) {
-    absl::StatusOr<ShardLease> lease = job.AcquireShard(epoch, deal, rank, world_size, reader);
+    absl::StatusOr<ShardLease> lease = job.AcquireShard(epoch, deal, rank, world_size, caller);
     if (!absl::IsDeadlineExceeded(lease.status()) || absl::Now() >= deadline) return lease;
     auto settled = std::make_shared<absl::Notification>();
     job.OnEpochSettled(epoch, deadline, [settled] { settled->Notify(); });
