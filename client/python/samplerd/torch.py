@@ -534,9 +534,13 @@ class DistributedWeightedSampler(DistributedSampler):
             los = np.asarray(unacked["losses"], dtype=np.float64)
             pos = np.asarray(unacked["positions"], dtype=np.int64)
             epoch, deal = int(unacked["epoch"]), int(unacked["deal"])
-        except (KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError, OverflowError) as e:
             raise errors.InvalidArgument(
                 f"{self._loading()}: state['unacknowledged']: malformed ({e})") from None
+        if not idx.ndim == los.ndim == pos.ndim == 1:
+            raise errors.InvalidArgument(
+                f"{self._loading()}: state['unacknowledged']: indices, losses and positions "
+                f"must be lists of numbers (dimensions {idx.ndim}, {los.ndim}, {pos.ndim})")
         if not idx.size == los.size == pos.size:
             raise errors.InvalidArgument(
                 f"{self._loading()}: state['unacknowledged']: {idx.size} indices, "
@@ -659,10 +663,20 @@ class DistributedWeightedSampler(DistributedSampler):
             raise errors.InvalidArgument(
                 f"{self._loading()}: the state was saved by job '{job}' (epoch {epoch}, rank "
                 f"{rank}); load this job's own checkpoint")
-        if not (isinstance(position, numbers.Integral) and not isinstance(position, bool)
-                and position >= 0):
-            raise errors.InvalidArgument(
-                f"{self._loading()}: state['position'] = {position}: must be an integer >= 0")
+        # Every number the state holds, before any is used (a damaged or hand-edited checkpoint
+        # is refused naming the field, never with a TypeError from deep inside).
+        # The bounds are the proto's field types (uint32 ranks and deals, uint64 positions).
+        for field, value, bits in (("rank", rank, 32), ("world_size", world_size, 32),
+                                   ("epoch", epoch, 64), ("deal", deal, 32),
+                                   ("position", position, 64),
+                                   ("length", state.get("length", 0), 64)):
+            if value is None and field == "length":
+                continue  # Unknown where the state was saved.
+            if not (isinstance(value, numbers.Integral) and not isinstance(value, bool)
+                    and 0 <= value < 2**bits):
+                raise errors.InvalidArgument(
+                    f"{self._loading()}: state['{field}'] = {value}: must be an integer in "
+                    f"[0, 2^{bits})")
         epoch = int(epoch)
         length = state.get("length")  # Version 3 states of this client carry it where known.
         if length is not None and position == length and world_size == self.world_size and \
