@@ -37,9 +37,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kFiles[] = {"snapshot-0.bin", "snapshot-1.bin", "snapshot-2.bin",
-                                  "wal-0.log",      "wal-1.log",      "wal-2.log",
-                                  "rewind-1",       "rewind-2"};
+constexpr const char* kFiles[] = {"snapshot-0.bin", "snapshot-1.bin", "snapshot-2.bin", "wal-0.log",
+                                  "wal-1.log",      "wal-2.log",      "rewind-1",       "rewind-2"};
 
 ComputeBackend& Backend() {
   static ComputeBackend* backend = NewCpuBackend(1).release();
@@ -93,13 +92,15 @@ void Unpack(absl::string_view in) {
 // Reports the losses of positions [first, first + count) of `rank`'s shard of the current epoch.
 void ReportServed(Job& job, uint32_t rank, uint64_t first, uint64_t count) {
   const v1::Job d = job.Describe();
-  absl::StatusOr<ShardLease> lease = job.AcquireShard(d.current_epoch(), d.deal(), rank,
-                                                      d.world_size(), absl::Now() + absl::Seconds(30));
+  absl::StatusOr<ShardLease> lease = job.AcquireShard(
+      d.current_epoch(), d.deal(), rank, d.world_size(), absl::Now() + absl::Seconds(30));
   SAMPLERD_FUZZ_CHECK(lease.ok(), lease.status().ToString());
   std::vector<uint64_t> indices(count), positions(count);
   std::vector<float> losses(count, 0.75f);
   SAMPLERD_FUZZ_CHECK(
-      Backend().ExtractShard(*lease->view.plan, lease->shard, rank, first, absl::MakeSpan(indices)).ok(),
+      Backend()
+          .ExtractShard(*lease->view.plan, lease->shard, rank, first, absl::MakeSpan(indices))
+          .ok(),
       "extract");
   for (uint64_t k = 0; k < count; ++k) positions[k] = first + k;
   SAMPLERD_FUZZ_CHECK(job.RecordStreamed(d.current_epoch(), d.deal(), rank, first + count).ok(),
@@ -124,7 +125,8 @@ void EndEpoch(Job& job) {
     SAMPLERD_FUZZ_CHECK(ended.ok(), ended.status().ToString());
   }
   // The next epoch is planned in the background: wait until it is served.
-  (void)job.AcquireShard(d.current_epoch() + 1, 0, 0, d.world_size(), absl::Now() + absl::Seconds(30));
+  (void)job.AcquireShard(d.current_epoch() + 1, 0, 0, d.world_size(),
+                         absl::Now() + absl::Seconds(30));
 }
 
 void WriteSeeds() {
@@ -163,10 +165,7 @@ void WriteSeeds() {
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   FLAGS_minloglevel = 2;  // Recovery logs every file it skips or removes.
-  if (samplerd::fuzz::SeedDirFromEnv() != nullptr) {
-    samplerd::WriteSeeds();
-    std::exit(0);
-  }
+  samplerd::fuzz::WriteSeedsIfAsked(&samplerd::WriteSeeds);
   return 0;
 }
 

@@ -94,8 +94,20 @@ std::string Observable(JobRegistry& registry) {
   status.clear_last_recompute_ms();
   status.clear_last_plan_ms();
   status.clear_weights();
-  return (*job)->Describe().SerializeAsString() + "|" + absl::StrCat(status.samples_seen()) +
-         "|" + status.job().SerializeAsString() + "|" + absl::StrCat(status.ranks_size());
+  return (*job)->Describe().SerializeAsString() + "|" + absl::StrCat(status.samples_seen()) + "|" +
+         status.job().SerializeAsString() + "|" + absl::StrCat(status.ranks_size());
+}
+
+// Waits (up to 2 s) for a plan being made in the background (the last EndEpoch of an epoch
+// starts the next one's), so that Observable does not change on its own during a call.
+void Settle(JobRegistry& registry) {
+  absl::StatusOr<std::shared_ptr<Job>> job = registry.Get("j");
+  if (!job.ok()) return;
+  const v1::Job d = (*job)->Describe();
+  if (d.plan_ready()) return;
+  if (d.current_epoch() == 0 && d.spec().policy().base() != v1::UNIFORM) return;  // An upload.
+  (void)(*job)->AcquireShard(d.current_epoch(), d.deal(), 0, d.world_size(),
+                             absl::Now() + absl::Seconds(2));
 }
 
 // One call; returns its status (OK for a call that cannot fail).
@@ -118,8 +130,8 @@ absl::Status Call(JobRegistry& registry, uint8_t method, absl::string_view bytes
         return absl::OkStatus();
       }
       return (*job)
-          ->DescribeForRank(r.rank(), r.has_epoch() ? std::optional<uint64_t>(r.epoch())
-                                                    : std::nullopt)
+          ->DescribeForRank(r.rank(),
+                            r.has_epoch() ? std::optional<uint64_t>(r.epoch()) : std::nullopt)
           .status();
     }
     case kRewindJob: {
@@ -221,8 +233,8 @@ absl::Status Call(JobRegistry& registry, uint8_t method, absl::string_view bytes
         positions[k] = first + k;
         losses[k] = 0.25f * static_cast<float>(k + bytes[2] % 7);
       }
-      if (absl::Status s = (*job)->RecordStreamed(described.current_epoch(), described.deal(),
-                                                  rank, first + count);
+      if (absl::Status s = (*job)->RecordStreamed(described.current_epoch(), described.deal(), rank,
+                                                  first + count);
           !s.ok()) {
         return s;
       }
@@ -249,8 +261,9 @@ void WriteSeeds() {
     return out + bytes;
   };
   auto served = [](uint8_t rank, uint8_t first, uint8_t count) {
-    return std::string{static_cast<char>(kReportServed), 3, 0, static_cast<char>(rank),
-                       static_cast<char>(first), static_cast<char>(count)};
+    return std::string{
+        static_cast<char>(kReportServed), 3, 0, static_cast<char>(rank), static_cast<char>(first),
+        static_cast<char>(count)};
   };
   v1::CreateJobRequest create;
   create.set_name("k");
@@ -285,12 +298,14 @@ void WriteSeeds() {
   del.set_name("j");
   fuzz::WriteSeed("create_get", call(kCreateJob, create) + call(kGetJob, get));
   fuzz::WriteSeed("epoch_ends_then_rewind", served(0, 0, 5) + served(1, 2, 9) +
-                                               call(kEndEpoch, end0) + call(kEndEpoch, end1) +
-                                               call(kRewindJob, rewind) + call(kGetJobStatus, status));
-  fuzz::WriteSeed("resize_stream", call(kStreamShard, stream) + call(kResizeJob, resize) +
-                                       served(2, 0, 3));
-  fuzz::WriteSeed("losses_upload_delete", call(kReportLosses, batch) +
-                                              call(kUploadWeights, weights) + call(kDeleteJob, del));
+                                                call(kEndEpoch, end0) + call(kEndEpoch, end1) +
+                                                call(kRewindJob, rewind) +
+                                                call(kGetJobStatus, status));
+  fuzz::WriteSeed("resize_stream",
+                  call(kStreamShard, stream) + call(kResizeJob, resize) + served(2, 0, 3));
+  fuzz::WriteSeed(
+      "losses_upload_delete",
+      call(kReportLosses, batch) + call(kUploadWeights, weights) + call(kDeleteJob, del));
 }
 
 }  // namespace
@@ -298,10 +313,7 @@ void WriteSeeds() {
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   FLAGS_minloglevel = 2;  // The job's INFO/WARNING lines on every refusal would drown the output.
-  if (samplerd::fuzz::SeedDirFromEnv() != nullptr) {
-    samplerd::WriteSeeds();
-    std::exit(0);
-  }
+  samplerd::fuzz::WriteSeedsIfAsked(&samplerd::WriteSeeds);
   return 0;
 }
 
@@ -318,12 +330,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     in.remove_prefix(3);
     const absl::string_view bytes = in.substr(0, length);
     in.remove_prefix(bytes.size());
+    Settle(registry);
     const std::string before = Observable(registry);
     const absl::Status status = Call(registry, method, bytes);
     // A refusal changes nothing (DEADLINE_EXCEEDED and planning failures aside: a wait that
     // ended, or a Failed job, are states of their own).
-    if (absl::IsInvalidArgument(status) || absl::IsNotFound(status) ||
-        absl::IsOutOfRange(status)) {
+    if (absl::IsInvalidArgument(status) || absl::IsNotFound(status) || absl::IsOutOfRange(status)) {
       SAMPLERD_FUZZ_CHECK(Observable(registry) == before,
                           absl::StrCat("method ", method % kMethodCount, ": ", status.ToString()));
     }

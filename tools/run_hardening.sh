@@ -7,7 +7,10 @@
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT" || exit 1
-export SAMPLERD_BIN="${SAMPLERD_BIN:-$ROOT/bazel-bin/server/samplerd}"
+# The normal build's samplerd (the Python fuzz target's server), built by run_tests.sh.
+bazel build //server:samplerd 2>&1 | grep -Ev '^[0-9]+\.[0-9]+: src/main/tools/' | tail -1
+SAMPLERD_BIN="${SAMPLERD_BIN:-$(readlink -f "$ROOT/bazel-bin/server/samplerd")}"
+export SAMPLERD_BIN
 
 # The sanitizer subset: the parsers and the persistence (what the fuzzers reach), and the
 # concurrent pieces that are fast enough for a sanitizer in CI.

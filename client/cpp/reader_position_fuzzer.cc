@@ -10,18 +10,21 @@
 #include "tools/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  if (samplerd::fuzz::SeedDirFromEnv() != nullptr) {
+  samplerd::fuzz::WriteSeedsIfAsked([] {
     using samplerd::fuzz::WriteSeed;
-    WriteSeed("v3", "samplerd.ReaderPosition version=3 job=train epoch=3 deal=0 rank=1 "
-                    "world_size=4 position=4096 shard_length=25000");
-    WriteSeed("v3_no_length", "samplerd.ReaderPosition version=3 job=a.b-c_d epoch=0 deal=2 "
-                              "rank=0 world_size=1 position=0");
-    WriteSeed("v2", "samplerd.ReaderPosition version=2 job=j epoch=18446744073709551615 deal=1 "
-                    "rank=3 world_size=4 position=7");
-    WriteSeed("v1", "samplerd.ReaderPosition version=1 job=j epoch=1 rank=0 world_size=2 "
-                    "position=5");
-    std::exit(0);
-  }
+    WriteSeed("v3",
+              "samplerd.ReaderPosition version=3 job=train epoch=3 deal=0 rank=1 "
+              "world_size=4 position=4096 shard_length=25000");
+    WriteSeed("v3_no_length",
+              "samplerd.ReaderPosition version=3 job=a.b-c_d epoch=0 deal=2 "
+              "rank=0 world_size=1 position=0");
+    WriteSeed("v2",
+              "samplerd.ReaderPosition version=2 job=j epoch=18446744073709551615 deal=1 "
+              "rank=3 world_size=4 position=7");
+    WriteSeed("v1",
+              "samplerd.ReaderPosition version=1 job=j epoch=1 rank=0 world_size=2 "
+              "position=5");
+  });
   return 0;
 }
 

@@ -13,7 +13,7 @@
 #include "tools/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  if (samplerd::fuzz::SeedDirFromEnv() != nullptr) {
+  samplerd::fuzz::WriteSeedsIfAsked([] {
     samplerd::fuzz::WriteSeed("admin_and_jobs",
                               "# token                              grant\n"
                               "3f9c1a7e0b5d4c2a8e6f1d9b7a5c3e1f     admin\n"
@@ -23,8 +23,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
     samplerd::fuzz::WriteSeed("duplicate_token",
                               "0123456789abcdef0123 admin\n0123456789abcdef0123 jobs=a\n");
     samplerd::fuzz::WriteSeed("crlf_tabs", "0123456789abcdefXYZ\tjobs=a.b,c-d_e\r\n");
-    std::exit(0);
-  }
+  });
   return 0;
 }
 

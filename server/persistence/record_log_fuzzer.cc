@@ -46,10 +46,7 @@ void WriteSeeds() {
 }  // namespace samplerd
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  if (samplerd::fuzz::SeedDirFromEnv() != nullptr) {
-    samplerd::WriteSeeds();
-    std::exit(0);
-  }
+  samplerd::fuzz::WriteSeedsIfAsked(&samplerd::WriteSeeds);
   return 0;
 }
 

@@ -20,7 +20,8 @@ namespace {
 
 template <typename T>
 bool SameBits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 
 void WriteSeeds() {
@@ -49,10 +50,7 @@ void WriteSeeds() {
 }  // namespace samplerd
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  if (samplerd::fuzz::SeedDirFromEnv() != nullptr) {
-    samplerd::WriteSeeds();
-    std::exit(0);
-  }
+  samplerd::fuzz::WriteSeedsIfAsked(&samplerd::WriteSeeds);
   return 0;
 }
 

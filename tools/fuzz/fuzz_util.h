@@ -20,13 +20,13 @@
 
 // Aborts (a finding: libFuzzer saves the input) when `cond` is false: an invariant of the code
 // under test does not hold for this input.
-#define SAMPLERD_FUZZ_CHECK(cond, what)                                                    \
-  do {                                                                                     \
-    if (!(cond)) {                                                                         \
-      std::fprintf(stderr, "%s:%d: fuzz invariant failed: %s: %s\n", __FILE__, __LINE__,  \
-                   #cond, std::string(what).c_str());                                      \
-      std::abort();                                                                        \
-    }                                                                                      \
+#define SAMPLERD_FUZZ_CHECK(cond, what)                                                         \
+  do {                                                                                          \
+    if (!(cond)) {                                                                              \
+      std::fprintf(stderr, "%s:%d: fuzz invariant failed: %s: %s\n", __FILE__, __LINE__, #cond, \
+                   std::string(what).c_str());                                                  \
+      std::abort();                                                                             \
+    }                                                                                           \
   } while (0)
 
 namespace samplerd {
@@ -40,8 +40,7 @@ inline const std::string& ScratchDir() {
     const char* tmp = std::getenv("TMPDIR");
     fs::path base = fs::is_directory("/dev/shm") ? fs::path("/dev/shm")
                                                  : fs::path(tmp != nullptr ? tmp : "/tmp");
-    auto* path = new std::string(
-        (base / ("samplerd-fuzz-" + std::to_string(::getpid()))).string());
+    auto* path = new std::string((base / ("samplerd-fuzz-" + std::to_string(::getpid()))).string());
     fs::remove_all(*path);
     fs::create_directories(*path);
     std::atexit([] {
@@ -69,6 +68,13 @@ inline std::string ReadFile(const std::string& path) {
 // LLVMFuzzerInitialize writes its seeds there (WriteSeed) and exits. How a checked-in corpus is
 // made again: docs/HARDENING.md.
 inline const char* SeedDirFromEnv() { return std::getenv("SAMPLERD_FUZZ_WRITE_SEEDS"); }
+// For LLVMFuzzerInitialize: with SAMPLERD_FUZZ_WRITE_SEEDS set, runs `write_seeds` (which calls
+// WriteSeed) and exits; else returns.
+inline void WriteSeedsIfAsked(void (*write_seeds)()) {
+  if (SeedDirFromEnv() == nullptr) return;
+  write_seeds();
+  std::exit(0);
+}
 inline void WriteSeed(const std::string& name, absl::string_view bytes) {
   const std::string dir = SeedDirFromEnv();
   std::filesystem::create_directories(dir);

@@ -23,12 +23,8 @@ const char* __tsan_default_options() {
   return "halt_on_error=1:second_deadlock_stack=1:history_size=4";
 }
 
-const char* __lsan_default_suppressions() {
-  return "";
-}
+const char* __lsan_default_suppressions() { return ""; }
 
-const char* __tsan_default_suppressions() {
-  return "";
-}
+const char* __tsan_default_suppressions() { return ""; }
 
 }  // extern "C"

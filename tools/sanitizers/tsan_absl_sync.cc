@@ -45,11 +45,13 @@ namespace {
 #define SAMPLERD_STRINGIFY(x) SAMPLERD_STRINGIFY_INNER(x)
 
 // The library's definition of the function whose mangled name, after "absl::<inline ns>::", is
-// `suffix` (e.g. "5Mutex4LockEv"; a const member function's name starts "_ZNK"). Aborts if the library has no such symbol: a different Abseil
-// than the one this file was written against (Debian 12's 20220623) must be looked at again.
+// `suffix` (e.g. "5Mutex4LockEv"; a const member function's name starts "_ZNK"). Aborts if the
+// library has no such symbol: a different Abseil than the one this file was written against (Debian
+// 12's 20220623) must be looked at again.
 void* Real(const char* suffix, bool is_const) {
   const char* ns = SAMPLERD_STRINGIFY(ABSL_OPTION_INLINE_NAMESPACE_NAME);
-  std::string name = std::string(is_const ? "_ZNK" : "_ZN") + "4absl" + std::to_string(std::strlen(ns)) + ns + suffix;
+  std::string name = std::string(is_const ? "_ZNK" : "_ZN") + "4absl" +
+                     std::to_string(std::strlen(ns)) + ns + suffix;
   void* fn = dlsym(RTLD_NEXT, name.c_str());
   if (fn == nullptr) {
     std::fprintf(stderr, "tsan_absl_sync: %s not found in the Abseil library\n", name.c_str());
@@ -80,7 +82,7 @@ bool EvalGuarded(GuardedEval* guarded) {
 
 }  // namespace
 
-#define SAMPLERD_GUARDED(cond)       \
+#define SAMPLERD_GUARDED(cond)             \
   GuardedEval guarded_eval{&(cond), this}; \
   const absl::Condition guarded(&EvalGuarded, &guarded_eval)
 

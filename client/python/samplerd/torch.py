@@ -29,7 +29,7 @@ plan: shards are disjoint and of equal length, and the weights (recomputed by th
 losses of all ranks) are the same for everybody.
 """
 
-import numbers
+import operator
 import queue
 import sys
 import threading
@@ -159,6 +159,18 @@ class IndexedDataset(Dataset):
 
     def __getitem__(self, index):
         return index, self.dataset[index]
+
+
+def _is_index(value) -> bool:
+    """Whether `value` is an integer of any kind (int, NumPy's, a 0-d integer tensor), not a
+    bool: what a state's numbers may be after a framework's checkpoint round trip."""
+    if isinstance(value, bool):
+        return False
+    try:
+        operator.index(value)
+    except TypeError:
+        return False
+    return True
 
 
 class DistributedWeightedSampler(DistributedSampler):
@@ -672,8 +684,7 @@ class DistributedWeightedSampler(DistributedSampler):
                                    ("length", state.get("length", 0), 64)):
             if value is None and field == "length":
                 continue  # Unknown where the state was saved.
-            if not (isinstance(value, numbers.Integral) and not isinstance(value, bool)
-                    and 0 <= value < 2**bits):
+            if not (_is_index(value) and 0 <= operator.index(value) < 2**bits):
                 raise errors.InvalidArgument(
                     f"{self._loading()}: state['{field}'] = {value}: must be an integer in "
                     f"[0, 2^{bits})")
