@@ -55,6 +55,9 @@ for t in "${targets[@]}"; do
   [[ -n "${CORPUS[$t]:-}" ]] || { echo "fuzz/run.sh: unknown target '$t' (one of: ${ORDER[*]})" >&2; exit 2; }
 done
 [[ -n "$out" ]] || out="$(mktemp -d "${TMPDIR:-/tmp}/samplerd-fuzz.XXXXXX")"
+# The normal build's samplerd, resolved now: a build with another config may move bazel-bin.
+SAMPLERD_BIN="${SAMPLERD_BIN:-$(readlink -f "$ROOT/bazel-bin/server/samplerd" || true)}"
+export SAMPLERD_BIN
 mkdir -p "$out"
 
 cc_targets=()

@@ -45,7 +45,8 @@ from torch.utils.data.distributed import DistributedSampler
 
 from . import errors
 from ._proto import samplerd_pb2 as pb
-from .client import Client, RankClaim, check_loss_batch, loss_batch_message
+from .client import (Client, RankClaim, check_loss_batch, check_positions,
+                     loss_batch_message)
 from .positions import ServedPositions
 
 _DONE = object()
@@ -557,9 +558,14 @@ class DistributedWeightedSampler(DistributedSampler):
             raise errors.InvalidArgument(
                 f"{self._loading()}: state['unacknowledged']: {idx.size} indices, "
                 f"{los.size} losses, {pos.size} positions")
+        if not (0 <= epoch < 2**64 and 0 <= deal < 2**32):  # The proto's uint64 and uint32.
+            raise errors.InvalidArgument(
+                f"{self._loading()}: state['unacknowledged']: epoch = {epoch}, deal = {deal}: "
+                f"out of range")
         if idx.size == 0:
             return
         idx, los = check_loss_batch(idx, los, self.num_samples)
+        pos = check_positions(pos, idx.size)
         step = self.report_batch_size
         batches = [loss_batch_message(self.job, epoch, self.rank, 0, idx[lo:lo + step],
                                       los[lo:lo + step], pos[lo:lo + step], deal)

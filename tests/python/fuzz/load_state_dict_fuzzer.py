@@ -19,6 +19,7 @@ tools/install_deps.sh). Without atheris, `replay(paths)` runs inputs once each (
 tests/python/fuzz/test_load_state_dict_corpus.py).
 """
 
+import ctypes
 import math
 import os
 import pathlib
@@ -108,6 +109,10 @@ def _unacknowledged(src: _Bytes, depth: int):
     return out
 
 
+def _die_with_parent():
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 class Harness:
     """A samplerd process, job 'f' (64 samples, 2 ranks) and rank 0's sampler."""
 
@@ -117,8 +122,11 @@ class Harness:
         self._samplerd = samplerd
         self._sampler_type = DistributedWeightedSampler
         binary = os.environ.get("SAMPLERD_BIN", str(ROOT / "bazel-bin" / "server" / "samplerd"))
+        # The server goes with the fuzzer: libFuzzer ends the process at a finding without
+        # running Python's cleanup (PR_SET_PDEATHSIG: SIGTERM when the parent dies).
         self.proc = subprocess.Popen([binary, "--port=0", "--plaintext", "--log_level=2"],
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                     preexec_fn=_die_with_parent)
         line = self.proc.stdout.readline()
         prefix = "samplerd listening on "
         if not line.startswith(prefix):
