@@ -57,6 +57,7 @@ enum class RandomStream : uint32_t {
   kShuffle = 2,      // Buckets of the uniform shuffle.
   kDraw = 3,         // Draws with replacement.
   kShuffleSwap = 4,  // Swaps of the uniform shuffle inside a bucket.
+  kPassOrder = 5,    // Keys of the mixture jobs' pass orders (kernels/mixture/pass_order.h).
 };
 
 // The Philox block of counter `i` of `stream` in `epoch` of the job seeded with `seed`:

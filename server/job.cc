@@ -24,9 +24,6 @@ using Purpose = phase::Planning::Purpose;
 
 namespace {
 
-// How often a waiting StreamShard checks whether its caller went away.
-constexpr absl::Duration kCancelPoll = absl::Milliseconds(100);
-
 Planning StartPlanning(Purpose purpose, std::optional<phase::Settled> previous = std::nullopt) {
   Planning planning;
   planning.purpose = purpose;
@@ -412,25 +409,15 @@ bool Job::Settled(uint64_t epoch) const {
 }
 
 absl::StatusOr<ShardLease> Job::AcquireShard(uint64_t epoch, uint32_t deal, uint32_t rank,
-                                             uint32_t world_size, absl::Time deadline,
-                                             const std::function<bool()>& cancelled) {
+                                             uint32_t world_size, ShardReader reader) {
   if (absl::Status s = CheckRank(ShardSpec{world_size}, rank); !s.ok()) return Named(s);
+  if (!reader.observe) {
+    if (absl::Status s = claims_.Check(rank, reader.incarnation); !s.ok()) return s;
+  }
   absl::MutexLock lock(&mu_);
-  auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return Settled(epoch); };
-  // Wait for the epoch's plan: the current one while planned, or the next one. In slices, so
-  // that a caller that went away is noticed.
-  const absl::Condition ready(&settled);
-  while (!mu_.AwaitWithDeadline(
-      ready, cancelled ? std::min(deadline, absl::Now() + kCancelPoll) : deadline)) {
-    if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("epoch ", epoch, " of job '", name_,
-                       "' was not served before the deadline: ", WhyNotServing(epoch)));
-    }
-    if (cancelled()) {
-      return absl::CancelledError(absl::StrCat("the caller went away while waiting for epoch ",
-                                               epoch, " of job '", name_, "'"));
-    }
+  if (!Settled(epoch)) {
+    return absl::DeadlineExceededError(absl::StrCat("epoch ", epoch, " of job '", name_,
+                                                    "' is not served yet: ", WhyNotServing(epoch)));
   }
   // A closed or failed job answers so first (UNAVAILABLE says retry; INTERNAL, tell the operator).
   const bool settled_for_good =
@@ -469,6 +456,7 @@ absl::Status Job::RecordStreamed(uint64_t epoch, uint32_t deal, uint32_t rank, u
 // ---- Losses -------------------------------------------------------------------------------------
 
 absl::Status Job::ReportLosses(const LossBatchView& batch, v1::LossReportSummary* summary) {
+  if (absl::Status s = claims_.Check(batch.rank, batch.incarnation); !s.ok()) return s;
   // What does not depend on the deal, checked before taking the lock.
   if (absl::Status s = ValidateLossBatch(batch, config_.plan.num_samples); !s.ok()) {
     return Named(s);
@@ -524,7 +512,9 @@ absl::Status Job::ReportLosses(const LossBatchView& batch, v1::LossReportSummary
 
 // ---- Epochs closing -----------------------------------------------------------------------------
 
-absl::StatusOr<v1::EndEpochResponse> Job::EndEpoch(uint64_t epoch, uint32_t deal, uint32_t rank) {
+absl::StatusOr<v1::EndEpochResponse> Job::EndEpoch(uint64_t epoch, uint32_t deal, uint32_t rank,
+                                                   uint64_t incarnation) {
+  if (absl::Status s = claims_.Check(rank, incarnation); !s.ok()) return s;
   v1::EndEpochResponse response;
   RecomputeInputs inputs;
   {

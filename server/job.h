@@ -88,6 +88,14 @@
 namespace samplerd {
 
 // What a StreamShard caller needs: the epoch's view and the geometry of its shard.
+// Who reads a shard (proto StreamShardRequest): a rank's reader, carrying the incarnation of its
+// claim (0: a caller that does not claim; RankClaims::Check has the rule), or an observer, whom
+// the rank's claims do not concern.
+struct ShardReader {
+  uint64_t incarnation = 0;
+  bool observe = false;
+};
+
 struct ShardLease {
   EpochView view;  // Its plan is the deal's (the epoch's plan in deal 0).
   ShardSpec shard;
@@ -138,26 +146,23 @@ class Job {
   absl::Status UploadWeights(std::vector<float> weights) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status UploadLabels(const std::vector<uint32_t>& labels) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // The shard of (epoch, deal, rank) for a caller with `world_size`. Waits until `deadline` for
-  // an epoch still being planned (the current one, or the next one while ranks finish the
-  // current one). While waiting, `cancelled` (if set) is polled every 100 ms so that a caller
-  // that went away does not hold its thread until the barrier. Errors: FAILED_PRECONDITION
-  // (world size or deal mismatch, epoch closed or too far ahead), INVALID_ARGUMENT (rank),
-  // DEADLINE_EXCEEDED (naming
-  // what the epoch waits for: an upload, its planning, or the ranks that have not ended the
-  // previous epoch), CANCELLED, UNAVAILABLE (shutting down), NOT_FOUND (deleted), INTERNAL
-  // (planning failed).
+  // The shard of (epoch, deal, rank) for `reader`, a caller with `world_size`. Never waits: an
+  // epoch still being planned (the current one, or the next one while ranks finish the current
+  // one) is DEADLINE_EXCEEDED naming what it waits for (an upload, its planning, or the ranks
+  // that have not ended the previous epoch); a caller waits with OnEpochSettled and calls again.
+  // The rank's claim is checked first (RankClaims::Check; not for an observer). Errors:
+  // ABORTED or FAILED_PRECONDITION (the claim), FAILED_PRECONDITION (world size or deal
+  // mismatch, epoch closed or too far ahead), INVALID_ARGUMENT (rank), DEADLINE_EXCEEDED,
+  // UNAVAILABLE (shutting down), NOT_FOUND (deleted), INTERNAL (planning failed).
   absl::StatusOr<ShardLease> AcquireShard(uint64_t epoch, uint32_t deal, uint32_t rank,
-                                          uint32_t world_size, absl::Time deadline,
-                                          const std::function<bool()>& cancelled = {})
+                                          uint32_t world_size, ShardReader reader = {})
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // AcquireShard's wait without a thread: runs `ready` once, without the job's lock, when
-  // AcquireShard(epoch, ...) would no longer wait for the epoch (it is served, or can no longer
-  // be: closed, failed, passed or too far ahead) or `deadline` has passed; the caller then calls
-  // AcquireShard, which returns at once (but if the state moved on meanwhile, e.g. a rewind
-  // withdrew the plan, it would wait again: call it with a deadline of now and wait again on
-  // DEADLINE_EXCEEDED before `deadline`). `ready` runs on the caller's thread when the epoch is
+  // The wait for AcquireShard, without a thread: runs `ready` once, without the job's lock, when
+  // AcquireShard(epoch, ...) would no longer answer DEADLINE_EXCEEDED for the epoch (it is
+  // served, or can no longer be: closed, failed, passed or too far ahead) or `deadline` has
+  // passed; the caller then calls AcquireShard (if the state moved on meanwhile, e.g. a rewind
+  // withdrew the plan, it answers DEADLINE_EXCEEDED again: wait again before `deadline`). `ready` runs on the caller's thread when the epoch is
   // settled already (then the result is 0), else on the job's watcher thread (the result is an
   // id for CancelWait); it must not block, nor drop the last reference to the job
   // (EpochWaiters::Add). Waiters cost memory only: one watcher thread per job serves them all.
@@ -176,7 +181,8 @@ class Job {
   absl::Status RecordStreamed(uint64_t epoch, uint32_t deal, uint32_t rank, uint64_t position)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Validates the batch whole (also that the rank's shard holds each index at its position),
+  // Checks the rank's claim (batch.incarnation, RankClaims::Check), validates the batch whole
+  // (also that the rank's shard holds each index at its position),
   // then applies its new positions (their losses in one BackendLossStats::Apply, in arrival
   // order); adds to `summary` (accepted, stale, duplicates; stale_epochs kept ascending without
   // repeats). A batch with no new position is not logged. If the backend fails to apply them (a
@@ -184,9 +190,10 @@ class Job {
   absl::Status ReportLosses(const LossBatchView& batch, v1::LossReportSummary* summary)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Rank `rank` of `deal` finished `epoch`. Idempotent. The last rank starts planning epoch + 1.
-  absl::StatusOr<v1::EndEpochResponse> EndEpoch(uint64_t epoch, uint32_t deal, uint32_t rank)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // Rank `rank` of `deal` finished `epoch`, for a caller carrying `incarnation` (its claim's,
+  // checked first: RankClaims::Check). Idempotent. The last rank starts planning epoch + 1.
+  absl::StatusOr<v1::EndEpochResponse> EndEpoch(uint64_t epoch, uint32_t deal, uint32_t rank,
+                                                uint64_t incarnation = 0) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The group now has `world_size` ranks (proto ResizeJob): starts the next deal of `epoch`
   // (which must be current) over the positions the current deal has not done
@@ -235,11 +242,12 @@ class Job {
   // the current deal's, or the rank is held by an incompatible live claimant; the close reason
   // once closed. `ended` runs (once, with the reason) if the job is closed while the claim is
   // held; the caller releases it (claims().Release) when its call ends. `replaces`: see
-  // RankClaims::Claim.
+  // RankClaims::Claim. The requests of the rank carry the incarnation; AcquireShard,
+  // ReportLosses and EndEpoch check it.
   absl::StatusOr<uint64_t> ClaimRank(uint32_t rank, uint32_t world_size, bool peer,
                                      RankClaims::Ended ended, uint64_t replaces = 0)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Check and Release of the job's claims. Thread-safe on its own; never takes mu_.
+  // Release and the count of the job's claims. Thread-safe on its own; never takes mu_.
   RankClaims& claims() { return claims_; }
 
  private:

@@ -358,7 +358,7 @@ class JobFuzzTest : public ::testing::TestWithParam<FuzzCase> {
   void Settle(Job& job) {
     if (!uploaded_) return;
     const v1::Job d = job.Describe();
-    auto lease = job.AcquireShard(d.current_epoch(), d.deal(), 0, d.world_size(),
+    auto lease = testutil::AwaitShard(job, d.current_epoch(), d.deal(), 0, d.world_size(),
                                   absl::Now() + absl::Seconds(30));
     ASSERT_TRUE(lease.ok()) << lease.status();
   }

@@ -15,6 +15,7 @@
 #include "kernels/testing/peak_memory.h"
 #include "server/job.h"
 #include "server/testing/loss_batches.h"
+#include "server/testing/job_shards.h"
 
 namespace samplerd {
 namespace {
@@ -146,7 +147,7 @@ TEST_F(JobMemoryTest, EstimateBoundsWhatAJobReallyTakes) {
         if (!(*job)->UploadLabels(labels).ok()) _exit(4);
       }
       for (uint64_t epoch = 0; epoch < 2; ++epoch) {
-        auto lease = (*job)->AcquireShard(epoch, 0, 0, 1, absl::Now() + absl::Seconds(60));
+        auto lease = testutil::AwaitShard(**job, epoch, 0, 0, 1, absl::Now() + absl::Seconds(60));
         if (!lease.ok()) _exit(5);
         // Every position of the shard reported, in batches of 2^16 (a buffer of one batch: the
         // test's own memory stays out of the measurement).
@@ -168,7 +169,7 @@ TEST_F(JobMemoryTest, EstimateBoundsWhatAJobReallyTakes) {
         lease = absl::CancelledError("released");  // Its plan is the job's to free, not ours.
         if (!(*job)->EndEpoch(epoch, 0, 0).ok()) _exit(7);
       }
-      if (!(*job)->AcquireShard(2, 0, 0, 1, absl::Now() + absl::Seconds(60)).ok()) _exit(8);
+      if (!testutil::AwaitShard(**job, 2, 0, 0, 1, absl::Now() + absl::Seconds(60)).ok()) _exit(8);
     };
     const testutil::PeakGrowth growth = testutil::PeakResidentGrowth([] {}, run);
     if (!growth.supported) GTEST_SKIP() << "/proc/self/clear_refs cannot reset VmHWM here";

@@ -33,15 +33,6 @@ v1::JobSpec Spec(uint64_t n, uint32_t world = 1) {
   return spec;
 }
 
-// An AcquireShard `cancelled` callback that never cancels: its first poll (after the first
-// 100 ms slice of waiting) shows that the caller is parked waiting for a plan.
-std::function<bool()> NotifyWhenParked(absl::Notification* parked) {
-  return [parked] {
-    if (!parked->HasBeenNotified()) parked->Notify();
-    return false;
-  };
-}
-
 class JobRegistryTest : public ::testing::Test {
  protected:
   std::unique_ptr<ComputeBackend> backend_ = NewCpuBackend(1);
@@ -93,18 +84,11 @@ TEST_F(JobRegistryTest, DeleteWakesWaitersAndFreesTheSlot) {
   JobRegistry registry(JobRegistry::Limits{1, JobLimits()}, backend_.get());
   auto a = registry.Create("a", Spec(10));
   ASSERT_TRUE(a.ok());
-  absl::StatusCode waiter_code = absl::StatusCode::kOk;
-  absl::Notification parked;
-  std::thread waiter([&] {
-    waiter_code =
-        (*a)->AcquireShard(1, 0, 0, 1, absl::Now() + absl::Seconds(10), NotifyWhenParked(&parked))
-            .status()
-            .code();
-  });
-  parked.WaitForNotification();
+  absl::Notification woken;
+  ASSERT_NE((*a)->OnEpochSettled(1, absl::Now() + absl::Seconds(10), [&] { woken.Notify(); }), 0u);
   ASSERT_TRUE(registry.Delete("a").ok());
-  waiter.join();
-  EXPECT_EQ(waiter_code, absl::StatusCode::kNotFound);
+  woken.WaitForNotification();
+  EXPECT_EQ((*a)->AcquireShard(1, 0, 0, 1).status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(registry.Get("a").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(registry.Delete("a").code(), absl::StatusCode::kNotFound);
   EXPECT_TRUE(registry.Create("c", Spec(10)).ok());
@@ -171,18 +155,11 @@ TEST_F(JobRegistryTest, CloseAllRefusesNewJobsAndWakesWaitersWithUnavailable) {
   JobRegistry registry(JobRegistry::Limits(), backend_.get());
   auto a = registry.Create("a", Spec(10, 2));
   ASSERT_TRUE(a.ok());
-  absl::StatusCode waiter_code = absl::StatusCode::kOk;
-  absl::Notification parked;
-  std::thread waiter([&] {
-    waiter_code =
-        (*a)->AcquireShard(1, 0, 0, 2, absl::Now() + absl::Seconds(10), NotifyWhenParked(&parked))
-            .status()
-            .code();
-  });
-  parked.WaitForNotification();
+  absl::Notification woken;
+  ASSERT_NE((*a)->OnEpochSettled(1, absl::Now() + absl::Seconds(10), [&] { woken.Notify(); }), 0u);
   registry.CloseAll();
-  waiter.join();
-  EXPECT_EQ(waiter_code, absl::StatusCode::kUnavailable);
+  woken.WaitForNotification();
+  EXPECT_EQ((*a)->AcquireShard(1, 0, 0, 2).status().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(registry.Create("b", Spec(10)).status().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ((*a)->EndEpoch(0, 0, 0).status().code(), absl::StatusCode::kUnavailable);
 }

@@ -199,9 +199,9 @@ TEST_P(JobResizeTest, MidEpochTheRestIsDealtToTheSurvivors) {
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(s.message(), HasSubstr("deal = 0 of epoch 0 of job 'j' was replaced by deal 1"));
   EXPECT_EQ(job->EndEpoch(0, 0, 0).status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(job->AcquireShard(0, 0, 0, 4, absl::Now() + absl::Seconds(5)).status().code(),
+  EXPECT_EQ(testutil::AwaitShard(*job, 0, 0, 0, 4, absl::Now() + absl::Seconds(5)).status().code(),
             absl::StatusCode::kFailedPrecondition);
-  auto wrong_world = job->AcquireShard(0, 1, 0, 4, absl::Now() + absl::Seconds(5));
+  auto wrong_world = testutil::AwaitShard(*job, 0, 1, 0, 4, absl::Now() + absl::Seconds(5));
   EXPECT_THAT(wrong_world.status().message(), HasSubstr("does not match the 3 ranks"));
 
   // A retried resize changes nothing.

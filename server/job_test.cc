@@ -54,7 +54,7 @@ class JobTest : public ::testing::Test {
 
 TEST_F(JobTest, EpochClosesWhenEveryRankEndedIt) {
   auto job = MakeJob(100, 2, v1::LOSS);
-  auto lease = job->AcquireShard(0, 0, 1, 2, Soon());
+  auto lease = testutil::AwaitShard(*job, 0, 0, 1, 2, Soon());
   ASSERT_TRUE(lease.ok()) << lease.status();
   EXPECT_EQ(lease->shard_length, 50u);
   const auto batch = BatchAt(0, 1, 0, Shard(*job, 0, 1), {1, 2, 3}, One);
@@ -69,12 +69,12 @@ TEST_F(JobTest, EpochClosesWhenEveryRankEndedIt) {
   auto last = job->EndEpoch(0, 0, 1);
   ASSERT_TRUE(last.ok());
   EXPECT_TRUE(last->epoch_closed());
-  auto next = job->AcquireShard(1, 0, 0, 2, Soon());  // Waits for the background plan.
+  auto next = testutil::AwaitShard(*job, 1, 0, 0, 2, Soon());  // Waits for the background plan.
   ASSERT_TRUE(next.ok()) << next.status();
   EXPECT_EQ(next->view.plan->epoch, 1u);
   EXPECT_EQ(job->Describe().current_epoch(), 1u);
   // Epoch 0 is closed now: its shard is gone, its losses are stale, ending it is a retry.
-  EXPECT_EQ(job->AcquireShard(0, 0, 0, 2, Soon()).status().code(),
+  EXPECT_EQ(testutil::AwaitShard(*job, 0, 0, 0, 2, Soon()).status().code(),
             absl::StatusCode::kFailedPrecondition);
   v1::LossReportSummary stale;
   ASSERT_TRUE(job->ReportLosses(batch.view(), &stale).ok());
@@ -85,7 +85,7 @@ TEST_F(JobTest, EpochClosesWhenEveryRankEndedIt) {
 TEST_F(JobTest, PlanComputedAheadEqualsAFreshPlan) {
   auto job = MakeJob(1000, 1, v1::LOSS);  // M = N without replacement: plans ignore weights.
   ASSERT_TRUE(job->EndEpoch(0, 0, 0).ok());
-  auto lease = job->AcquireShard(1, 0, 0, 1, Soon());
+  auto lease = testutil::AwaitShard(*job, 1, 0, 0, 1, Soon());
   ASSERT_TRUE(lease.ok());
   auto fresh = backend_->PlanEpoch(job->config().plan, 1, {});
   ASSERT_TRUE(fresh.ok());
@@ -94,24 +94,18 @@ TEST_F(JobTest, PlanComputedAheadEqualsAFreshPlan) {
 
 TEST_F(JobTest, WaitingReadersEndAtTheDeadlineOrOnClose) {
   auto job = MakeJob(100, 2);
-  EXPECT_EQ(job->AcquireShard(1, 0, 0, 2, absl::Now() + absl::Milliseconds(50)).status().code(),
+  // Not served yet: AcquireShard never waits; a reader waits with OnEpochSettled.
+  EXPECT_EQ(job->AcquireShard(1, 0, 0, 2).status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(testutil::AwaitShard(*job, 1, 0, 0, 2, absl::Now() + absl::Milliseconds(50))
+                .status()
+                .code(),
             absl::StatusCode::kDeadlineExceeded);
-  absl::Notification parked, done;
-  std::thread reader([&] {
-    // The first poll of `cancelled` shows the reader parked waiting for the plan.
-    auto poll = [&] {
-      if (!parked.HasBeenNotified()) parked.Notify();
-      return false;
-    };
-    EXPECT_EQ(job->AcquireShard(1, 0, 0, 2, Soon(), poll).status().code(),
-              absl::StatusCode::kUnavailable);
-    done.Notify();
-  });
-  parked.WaitForNotification();
-  EXPECT_FALSE(done.HasBeenNotified());
+  absl::Notification woken;
+  ASSERT_NE(job->OnEpochSettled(1, absl::InfiniteFuture(), [&] { woken.Notify(); }), 0u);
+  EXPECT_FALSE(woken.WaitForNotificationWithTimeout(absl::Milliseconds(20)));
   job->Close(absl::UnavailableError("shutting down"));
-  reader.join();
-  EXPECT_TRUE(done.HasBeenNotified());
+  EXPECT_TRUE(woken.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  EXPECT_EQ(job->AcquireShard(1, 0, 0, 2).status().code(), absl::StatusCode::kUnavailable);
 }
 
 TEST_F(JobTest, ADeadlineNamesWhatTheEpochWaitsFor) {
@@ -120,7 +114,7 @@ TEST_F(JobTest, ADeadlineNamesWhatTheEpochWaitsFor) {
   ASSERT_TRUE(job->EndEpoch(0, 0, 1).ok());
   ASSERT_TRUE(job->EndEpoch(0, 0, 3).ok());
   const absl::Status next =
-      job->AcquireShard(1, 0, 0, 4, absl::Now() + absl::Milliseconds(50)).status();
+      testutil::AwaitShard(*job, 1, 0, 0, 4, absl::Now() + absl::Milliseconds(50)).status();
   EXPECT_EQ(next.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(next.message(), HasSubstr("epoch 1 of job 'j'"));
   EXPECT_THAT(next.message(), HasSubstr("ranks 0, 2 of world_size 4 have not ended it"));
@@ -133,7 +127,7 @@ TEST_F(JobTest, ADeadlineNamesWhatTheEpochWaitsFor) {
   auto awaiting = Job::Create("s", *MakeJobConfig(spec, JobLimits()), backend_.get());
   ASSERT_TRUE(awaiting.ok());
   const absl::Status first =
-      (*awaiting)->AcquireShard(0, 0, 0, 1, absl::Now() + absl::Milliseconds(50)).status();
+      testutil::AwaitShard(**awaiting, 0, 0, 0, 1, absl::Now() + absl::Milliseconds(50)).status();
   EXPECT_EQ(first.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(first.message(), HasSubstr("waits for UploadWeights"));
 }
@@ -151,11 +145,11 @@ TEST_F(JobTest, ADeadlineWhilePlanningSaysSo) {
   ASSERT_TRUE((*job)->EndEpoch(0, 0, 0).ok());
   gated.AwaitHeldCall();
   const absl::Status s =
-      (*job)->AcquireShard(1, 0, 0, 1, absl::Now() + absl::Milliseconds(50)).status();
+      testutil::AwaitShard(**job, 1, 0, 0, 1, absl::Now() + absl::Milliseconds(50)).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(s.message(), HasSubstr("epoch 1 is still being planned"));
   gated.Release();
-  EXPECT_TRUE((*job)->AcquireShard(1, 0, 0, 1, Soon()).ok());
+  EXPECT_TRUE(testutil::AwaitShard(**job, 1, 0, 0, 1, Soon()).ok());
 }
 
 TEST_F(JobTest, StatusShowsNoWeightsWhileTheEpochShownIsPlanned) {
@@ -180,7 +174,7 @@ TEST_F(JobTest, StatusShowsNoWeightsWhileTheEpochShownIsPlanned) {
   EXPECT_FALSE(planning.job().plan_ready());
   EXPECT_FALSE(planning.has_weights()) << planning.weights().DebugString();
   gated.Release();
-  ASSERT_TRUE((*job)->AcquireShard(1, 0, 0, 1, Soon()).ok());
+  ASSERT_TRUE(testutil::AwaitShard(**job, 1, 0, 0, 1, Soon()).ok());
   const v1::JobStatus ready = (*job)->Status();
   EXPECT_TRUE(ready.job().plan_ready());
   EXPECT_TRUE(ready.has_weights());
@@ -358,7 +352,7 @@ TEST_F(JobTest, ABackendFailureApplyingLossesFailsTheJob) {
   EXPECT_THAT(std::string(later.message()),
               HasSubstr("applying the losses of epoch 0 failed: INTERNAL: cudaErrorLaunchFailure"));
   EXPECT_EQ(job->EndEpoch(0, 0, 0).status().code(), absl::StatusCode::kInternal);
-  EXPECT_EQ(job->AcquireShard(0, 0, 0, 1, Soon()).status().code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(testutil::AwaitShard(*job, 0, 0, 0, 1, Soon()).status().code(), absl::StatusCode::kInternal);
   EXPECT_TRUE(probed.calls().empty());
 }
 
@@ -465,7 +459,7 @@ TEST_F(JobTest, StaleEpochsAreAscendingWithoutRepeats) {
   auto job = MakeJob(100, 1, v1::LOSS);
   for (uint64_t e = 0; e < 3; ++e) {
     ASSERT_TRUE(job->EndEpoch(e, 0, 0).ok());
-    ASSERT_TRUE(job->AcquireShard(e + 1, 0, 0, 1, Soon()).ok());
+    ASSERT_TRUE(testutil::AwaitShard(*job, e + 1, 0, 0, 1, Soon()).ok());
   }
   const std::vector<uint64_t> idx = {1, 2}, positions = {0, 1};
   const std::vector<float> loss = {1, 1};
@@ -481,23 +475,14 @@ TEST_F(JobTest, StaleEpochsAreAscendingWithoutRepeats) {
 
 TEST_F(JobTest, AWaiterWhoseCallerWentAwayGivesUp) {
   auto job = MakeJob(100, 2);
-  std::atomic<bool> gone{false};
-  absl::Notification parked, done;
-  absl::StatusCode code = absl::StatusCode::kOk;
-  std::thread reader([&] {
-    auto poll = [&] {
-      if (!parked.HasBeenNotified()) parked.Notify();
-      return gone.load();
-    };
-    code = job->AcquireShard(1, 0, 0, 2, absl::InfiniteFuture(), poll).status().code();
-    done.Notify();
-  });
-  parked.WaitForNotification();  // Polled once without giving up.
-  EXPECT_FALSE(done.HasBeenNotified());
-  gone = true;
-  EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(2)));
-  reader.join();
-  EXPECT_EQ(code, absl::StatusCode::kCancelled);
+  std::atomic<bool> ran{false};
+  const uint64_t id = job->OnEpochSettled(1, absl::InfiniteFuture(), [&] { ran = true; });
+  ASSERT_NE(id, 0u);
+  EXPECT_TRUE(job->CancelWait(id));
+  ASSERT_TRUE(job->EndEpoch(0, 0, 0).ok());
+  ASSERT_TRUE(job->EndEpoch(0, 0, 1).ok());
+  ASSERT_TRUE(testutil::AwaitShard(*job, 1, 0, 0, 2, Soon()).ok());
+  EXPECT_FALSE(ran.load());
 }
 
 TEST_F(JobTest, EpochOrderOfShardsLossesAndEnds) {
@@ -506,17 +491,17 @@ TEST_F(JobTest, EpochOrderOfShardsLossesAndEnds) {
   const std::vector<float> loss = {1};
   v1::LossReportSummary s;
   // Future epochs: the next one may be waited for; two ahead is refused at once.
-  EXPECT_EQ(job->AcquireShard(2, 0, 0, 3, Soon()).status().code(),
+  EXPECT_EQ(testutil::AwaitShard(*job, 2, 0, 0, 3, Soon()).status().code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(job->ReportLosses({1, 0, 0, idx, loss, positions}, &s).code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(job->EndEpoch(1, 0, 0).status().code(), absl::StatusCode::kFailedPrecondition);
-  auto mismatch = job->AcquireShard(0, 0, 0, 4, Soon());
+  auto mismatch = testutil::AwaitShard(*job, 0, 0, 0, 4, Soon());
   EXPECT_EQ(mismatch.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(
       std::string(mismatch.status().message()),
       HasSubstr("world_size = 4 does not match the 3 ranks that epoch 0 of job 'j' is dealt to"));
-  EXPECT_EQ(job->AcquireShard(0, 0, 3, 3, Soon()).status().code(),
+  EXPECT_EQ(testutil::AwaitShard(*job, 0, 0, 3, 3, Soon()).status().code(),
             absl::StatusCode::kInvalidArgument);
   // Ranks end in any order; the epoch closes with the last distinct one.
   EXPECT_EQ(job->EndEpoch(0, 0, 2)->ranks_ended(), 1u);
@@ -525,8 +510,8 @@ TEST_F(JobTest, EpochOrderOfShardsLossesAndEnds) {
   EXPECT_FALSE(job->Status().ranks(1).ended());
   EXPECT_TRUE(job->Status().ranks(2).ended());
   EXPECT_TRUE(job->EndEpoch(0, 0, 1)->epoch_closed());
-  ASSERT_TRUE(job->AcquireShard(1, 0, 0, 3, Soon()).ok());
-  auto closed = job->AcquireShard(0, 0, 0, 3, Soon());
+  ASSERT_TRUE(testutil::AwaitShard(*job, 1, 0, 0, 3, Soon()).ok());
+  auto closed = testutil::AwaitShard(*job, 0, 0, 0, 3, Soon());
   EXPECT_EQ(closed.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(closed.status().message()),
               HasSubstr("epoch = 0 of job 'j' is closed; the current epoch is 1"));
@@ -578,7 +563,7 @@ TEST_F(JobTest, StaticWeightsArriveBeforeTheFirstLossOnly) {
   spec.mutable_policy()->set_loss(v1::LOSS);
   auto job = *Job::Create("s", *MakeJobConfig(spec, JobLimits()), backend_.get());
   EXPECT_FALSE(job->Describe().plan_ready());
-  EXPECT_EQ(job->AcquireShard(0, 0, 0, 1, absl::Now() + absl::Milliseconds(30)).status().code(),
+  EXPECT_EQ(testutil::AwaitShard(*job, 0, 0, 0, 1, absl::Now() + absl::Milliseconds(30)).status().code(),
             absl::StatusCode::kDeadlineExceeded);
   EXPECT_EQ(job->UploadLabels({1, 2, 3, 4}).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(job->UploadWeights({1, 2}).code(), absl::StatusCode::kInvalidArgument);
@@ -587,7 +572,7 @@ TEST_F(JobTest, StaticWeightsArriveBeforeTheFirstLossOnly) {
   EXPECT_FALSE(job->Describe().plan_ready());
   // A waiting reader gets the plan as soon as the upload lands.
   absl::StatusOr<ShardLease> lease;
-  std::thread reader([&] { lease = job->AcquireShard(0, 0, 0, 1, Soon()); });
+  std::thread reader([&] { lease = testutil::AwaitShard(*job, 0, 0, 0, 1, Soon()); });
   absl::SleepFor(absl::Milliseconds(30));
   ASSERT_TRUE(job->UploadWeights({0, 2, 2, 4}).ok());
   reader.join();
@@ -638,7 +623,7 @@ TEST_F(JobTest, AReuploadWithdrawsEpochZeroUntilItsNewPlanIsPublished) {
   gated.Release();
   uploader.join();
   ASSERT_TRUE(upload.ok()) << upload;
-  auto lease = job->AcquireShard(0, 0, 0, 1, Soon());
+  auto lease = testutil::AwaitShard(*job, 0, 0, 0, 1, Soon());
   ASSERT_TRUE(lease.ok()) << lease.status();
   EXPECT_THAT(testutil::HostWeights(lease->view.weights.get(), 4),
               ::testing::ElementsAre(0.0f, 1.0f, 1.0f, 2.0f));
@@ -648,7 +633,7 @@ TEST_F(JobTest, AReuploadWithdrawsEpochZeroUntilItsNewPlanIsPublished) {
   const std::vector<uint64_t> before = testutil::PlanIndices(*lease->view.plan);
   EXPECT_EQ(job->UploadWeights({1, 0, 0, 0}).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(job->Describe().plan_ready());
-  auto after = job->AcquireShard(0, 0, 0, 1, Soon());
+  auto after = testutil::AwaitShard(*job, 0, 0, 0, 1, Soon());
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_EQ(testutil::PlanIndices(*after->view.plan), before);
   EXPECT_THAT(testutil::HostWeights(after->view.weights.get(), 4),
@@ -665,7 +650,7 @@ TEST_F(JobTest, ManyEpochsWithConcurrentRanks) {
   for (uint32_t r = 0; r < world; ++r) {
     ranks.emplace_back([&, r] {
       for (uint64_t e = 0; e < 20; ++e) {
-        auto lease = job->AcquireShard(e, 0, r, world, Soon());
+        auto lease = testutil::AwaitShard(*job, e, 0, r, world, Soon());
         if (!lease.ok() || lease->view.plan->epoch != e) {
           ++errors;
           return;
@@ -689,7 +674,7 @@ TEST_F(JobTest, ManyEpochsWithConcurrentRanks) {
   }
   for (auto& t : ranks) t.join();
   EXPECT_EQ(errors.load(), 0);
-  ASSERT_TRUE(job->AcquireShard(20, 0, 0, world, Soon()).ok());
+  ASSERT_TRUE(testutil::AwaitShard(*job, 20, 0, 0, world, Soon()).ok());
   const v1::JobStatus status = job->Status();
   EXPECT_EQ(status.job().current_epoch(), 20u);
   EXPECT_GT(status.weights().max(), 2.0);

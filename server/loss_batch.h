@@ -31,6 +31,8 @@ struct LossBatchView {
   uint64_t first_position = 0;
 
   uint32_t deal = 0;  // The epoch's deal the positions are in (proto LossBatch.deal).
+  // The reporter's rank claim (proto LossBatch.incarnation; 0: it does not claim).
+  uint64_t incarnation = 0;
 
   uint64_t position(size_t k) const { return consecutive ? first_position + k : positions[k]; }
 };

@@ -10,6 +10,7 @@
 // IsStructurallyValidUTF8: the very check protobuf applies to proto3 strings when parsing.
 #include "google/protobuf/stubs/common.h"
 #include "google/protobuf/unknown_field_set.h"
+#include "grpcpp/impl/codegen/proto_utils.h"
 #include "grpcpp/support/proto_buffer_reader.h"
 
 namespace samplerd {
@@ -91,6 +92,12 @@ bool RequestStreamReader::Next(google::protobuf::Message* message) {
   const bool parsed = parser_.Parse(raw_, message);
   raw_.Clear();
   return parsed;
+}
+
+grpc::Status SerializeResponse(const google::protobuf::Message& message, grpc::ByteBuffer* out) {
+  bool own_buffer = false;
+  return grpc::SerializationTraits<google::protobuf::Message>::Serialize(message, out,
+                                                                        &own_buffer);
 }
 
 }  // namespace samplerd

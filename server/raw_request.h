@@ -1,4 +1,5 @@
-// Parsing of the requests that SamplerService receives as raw bytes.
+// Parsing of the requests that SamplerService receives as raw bytes (and the serializing of its
+// responses, which it sends as raw bytes too).
 //
 // Why raw: gRPC's generated synchronous handlers parse requests before the handler runs, and
 // report a message that does not parse badly. A unary or server-streaming call gets INTERNAL
@@ -18,6 +19,7 @@
 #include "absl/status/status.h"
 #include "google/protobuf/message.h"
 #include "grpcpp/support/byte_buffer.h"
+#include "grpcpp/support/status.h"
 #include "grpcpp/support/sync_stream.h"
 
 namespace samplerd {
@@ -27,6 +29,9 @@ namespace samplerd {
 // malformed encoding); `message` is then unspecified. A buffer with no message at all (a call
 // whose client sent none) is INVALID_ARGUMENT too.
 absl::Status ParseRequest(const grpc::ByteBuffer& raw, google::protobuf::Message* message);
+
+// `message` serialized into `out`, as a raw method's response (or a server stream's message).
+grpc::Status SerializeResponse(const google::protobuf::Message& message, grpc::ByteBuffer* out);
 
 // Parses the messages of a client stream as they arrive (pushed by a callback reactor, or pulled
 // by RequestStreamReader); an unparseable message ends the stream with an error that names its

@@ -25,19 +25,16 @@
 // Thread-safe: gRPC runs the reactions concurrently, and CallsInFlight / AwaitNoCalls /
 // EndShardStreams may be called from any thread.
 //
-// The network-free cores of the streaming methods (*Impl, taking grpc::Server{Reader,Writer}
-// Interface) run a call on the caller's thread, so that tests can drive them with fakes; the
-// callback reactors share their steps (one home per rule).
+// Its parts: who may call which method (method_gate.h), the calls held (service_calls.h), the
+// unary methods (here), the client streams (client_streams.h, run by client_stream_reactor.h),
+// StreamShard (shard_stream_reactor.h, its chunks in shard_chunks.h) and ClaimRank
+// (claim_reactor.h). Tests drive them through a real gRPC server (server/testing/
+// in_process_service.h, or Server on port 0).
 #ifndef SAMPLERD_SERVER_SAMPLER_SERVICE_H_
 #define SAMPLERD_SERVER_SAMPLER_SERVICE_H_
 
-#include <array>
-#include <atomic>
 #include <cstdint>
-#include <functional>
 #include <memory>
-#include <optional>
-#include <set>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -45,13 +42,14 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/server_callback.h"
-#include "grpcpp/support/sync_stream.h"
 #include "kernels/compute_backend.h"
 #include "proto/samplerd.grpc.pb.h"
 #include "proto/samplerd.pb.h"
 #include "server/auth/authorizer.h"
 #include "server/job_registry.h"
+#include "server/method_gate.h"
 #include "server/metrics/registry.h"
+#include "server/service_calls.h"
 #include "server/service_metrics.h"
 #include "server/stream_budget.h"
 #include "server/work_pool.h"
@@ -80,7 +78,7 @@ class SamplerService final : public SamplerCallbackServiceBase {
   // `registry` and `backend` must outlive the service. `max_message_bytes` is the server's send
   // limit: shard chunks are made small enough to fit it whatever max_chunk_size asks for.
   // `max_stream_buffer_bytes` bounds the chunk bytes all open StreamShard calls hold together
-  // (see StreamBudget and StreamShardImpl). `authorizer`, if not null, must outlive the service:
+  // (see StreamBudget and ShardChunks). `authorizer`, if not null, must outlive the service:
   // every call then needs a bearer token that grants it (server/auth/authorizer.h), checked
   // before anything else happens; null: no token checks. The per-job counters (ServiceMetrics),
   // the waiting calls per method and the WorkPool's load go to `metrics` (which must outlive the
@@ -128,96 +126,35 @@ class SamplerService final : public SamplerCallbackServiceBase {
   grpc::ServerWriteReactor<grpc::ByteBuffer>* ClaimRank(grpc::CallbackServerContext* context,
                                                         const grpc::ByteBuffer* request) override;
 
-  // ---- Network-free cores of the streaming methods, run on the caller's thread. Client
-  // streams read raw messages and parse them one by one: a message that does not parse ends
-  // the call with INVALID_ARGUMENT naming its position (uploads apply nothing; ReportLosses
-  // keeps the batches before it, made durable first). ReportLossesImpl counts the batches it
-  // processed in response->batches(). Each message's job must be one `caller` may use
-  // (PERMISSION_DENIED otherwise, with the same effect as a message that does not parse); the
-  // default is a server without tokens.
-  grpc::Status UploadWeightsImpl(grpc::ServerReaderInterface<grpc::ByteBuffer>* reader,
-                                 v1::UploadSummary* response,
-                                 const Caller& caller = Caller::Unrestricted());
-  grpc::Status UploadLabelsImpl(grpc::ServerReaderInterface<grpc::ByteBuffer>* reader,
-                                v1::UploadSummary* response,
-                                const Caller& caller = Caller::Unrestricted());
-  grpc::Status ReportLossesImpl(grpc::ServerReaderInterface<grpc::ByteBuffer>* reader,
-                                v1::LossReportSummary* response,
-                                const Caller& caller = Caller::Unrestricted());
-  // `deadline` bounds waiting for a plan (blocking here: the gRPC method waits without a
-  // thread); `cancelled` is polled while waiting and between chunks; `writing` (may be null) is
-  // called once the shard is acquired, before the first chunk is written (the gRPC method then
-  // lets EndShardStreams cancel the call: a stream still waiting ends with the shutdown's
-  // UNAVAILABLE instead). A stream whose job is deleted ends with NOT_FOUND at the next chunk.
-  // Before it writes, a call reserves the bytes of its largest chunk from the stream budget
-  // (ChunkBytes) until it ends; RESOURCE_EXHAUSTED if they do not fit.
-  grpc::Status StreamShardImpl(const v1::StreamShardRequest& request, absl::Time deadline,
-                               const std::function<bool()>& cancelled,
-                               grpc::ServerWriterInterface<v1::ShardChunk>* writer,
-                               const std::function<void()>& writing = nullptr);
-
-  // Bytes a StreamShard call holds while one chunk of `indices` indices is in flight: the
-  // extracted indices (8 bytes each), the ShardChunk message, and gRPC's serialized copy of it
-  // until the reader takes it.
-  static uint64_t ChunkBytes(uint64_t indices, bool wide_indices, bool with_is_weights);
-
   // Calls this service holds now (from their arrival until their status is sent).
-  int64_t CallsInFlight() const ABSL_LOCKS_EXCLUDED(calls_mu_);
+  int64_t CallsInFlight() const { return calls_.InFlight(); }
   // Waits until no call is held or `deadline` passes; true if none is. Used by a graceful
   // shutdown: gRPC's own Shutdown(deadline) also waits for idle client connections to close, so
   // it would always take the whole grace period while trainers stay connected.
-  bool AwaitNoCalls(absl::Time deadline) const ABSL_LOCKS_EXCLUDED(calls_mu_);
+  bool AwaitNoCalls(absl::Time deadline) const { return calls_.AwaitNone(deadline); }
   // Cancels every StreamShard call writing its shard now, and each one that starts writing
   // later, at once (a graceful shutdown; the calls still waiting for a plan are woken with
   // UNAVAILABLE by JobRegistry::CloseAll). Unlike the other calls, a shard stream need not be let
   // finish: every client reopens it at its next position, on the restarted server. Letting it
   // finish held the shutdown for as long as a trainer took to consume its shard (the whole grace
   // period), while that trainer's loss reports were refused and their retries ran out.
-  void EndShardStreams() ABSL_LOCKS_EXCLUDED(calls_mu_);
-  // Bytes reserved by open StreamShard calls now.
+  void EndShardStreams() { calls_.EndShardStreams(); }
+  // Bytes reserved by open StreamShard calls now (see ShardChunks).
   uint64_t StreamBufferBytesInUse() const { return stream_budget_.in_use(); }
   // The WorkPool's threads and queue now.
-  WorkPool::Load HandlerLoad() const { return pool_.load(); }
+  WorkPool::Load HandlerLoad() const { return calls_.load(); }
 
-  // The methods of samplerd.v1.Sampler, in the .proto's order (index = method index).
-  enum Method : int {
-    kCreateJob,
-    kGetJob,
-    kListJobs,
-    kDeleteJob,
-    kRewindJob,
-    kResizeJob,
-    kUploadWeights,
-    kUploadLabels,
-    kStreamShard,
-    kReportLosses,
-    kEndEpoch,
-    kGetJobStatus,
-    kClaimRank,
-    kMethodCount
-  };
   // Calls of `method` waiting now without a thread: StreamShard for its epoch's plan, and any
   // call whose work is queued for a WorkPool thread. (The calls held, waiting or not, are
   // samplerd_rpcs_in_flight, counted by the metrics interceptor.)
-  int64_t CallsWaiting(Method method) const { return waiting_[method].load(); }
+  int64_t CallsWaiting(SamplerMethod method) const { return calls_.Waiting(method); }
 
  private:
-  template <typename Stream>
-  class ClientStreamReactor;
-  class ShardStreamReactor;
-  class ClaimReactor;
-
-  // A call held by the service (counted from its arrival until its status is sent).
-  void BeginCall(Method method) ABSL_LOCKS_EXCLUDED(calls_mu_);
-  void EndCall(Method method) ABSL_LOCKS_EXCLUDED(calls_mu_);
-  // Runs `work` on the WorkPool, counting `method`'s call as waiting while it is queued.
-  void Schedule(Method method, std::function<void()> work);
-
   // Serves a unary method: the request parsed and checked (token, access) on gRPC's thread, then
   // `handler` run there (`blocking` false) or on the WorkPool.
   template <typename Request, typename Response>
   grpc::ServerUnaryReactor* Unary(
-      Method method, grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw,
+      SamplerMethod method, grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw,
       grpc::ByteBuffer* raw_response, bool blocking,
       grpc::Status (SamplerService::*handler)(absl::Time deadline, const Request&, Response*));
 
@@ -236,32 +173,14 @@ class SamplerService final : public SamplerCallbackServiceBase {
   grpc::Status DoGetJobStatus(absl::Time, const v1::GetJobStatusRequest& request,
                               v1::JobStatus* response);
 
-  // Who the call is from: UNAUTHENTICATED without a valid bearer token when the server has
-  // tokens; an unrestricted Caller when it has none.
-  absl::StatusOr<Caller> CallerOf(const grpc::ServerContextBase& context) const;
-
-  // EndShardStreams' registry of the shard streams writing now.
-  // Registers `context` (cancelled at once if EndShardStreams ran).
-  void ShardStreamWriting(grpc::ServerContextBase* context) ABSL_LOCKS_EXCLUDED(calls_mu_);
-  void ShardStreamDone(grpc::ServerContextBase* context) ABSL_LOCKS_EXCLUDED(calls_mu_);
-
   JobRegistry* const registry_;
   ComputeBackend* const backend_;
   const int max_message_bytes_;
-  const Authorizer* const authorizer_;  // Null: no token checks.
   StreamBudget stream_budget_;
   ServiceMetrics metrics_;
-  // Who may call each method (the .proto's rule, authorizer.h).
-  std::array<std::optional<MethodAccess>, kMethodCount> access_;
-  std::array<std::atomic<int64_t>, kMethodCount> waiting_{};
-  mutable absl::Mutex calls_mu_;
-  int64_t calls_in_flight_ ABSL_GUARDED_BY(calls_mu_) = 0;
-  // The contexts of the StreamShard calls writing their shards (live while registered).
-  std::set<grpc::ServerContextBase*> shard_streams_ ABSL_GUARDED_BY(calls_mu_);
-  // Set by EndShardStreams: a StreamShard call that starts later is cancelled at once.
-  bool shard_streams_ended_ ABSL_GUARDED_BY(calls_mu_) = false;
-  // Last: destroyed first, so that the work it still runs finds the rest of the service.
-  WorkPool pool_;
+  const MethodGate gate_;
+  // Last: destroyed first (its WorkPool), so that the work it still runs finds the rest.
+  ServiceCalls calls_;
 };
 
 }  // namespace samplerd

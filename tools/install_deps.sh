@@ -40,9 +40,10 @@ APT_PACKAGES=(
   # Python side: the client's runtime deps, torch (CPU, gloo) for the DDP tests, tooling.
   python3 python3-venv python3-pip python3-grpcio python3-protobuf python3-grpc-tools
   python3-numpy python3-torch python3-matplotlib python3-pytest python3-yaml
-  # The policy benchmark's real data sets (bench/policy_benchmark.py: scikit-learn's bundled
-  # load_digits, load_breast_cancer; no download).
-  python3-sklearn
+  # The policy benchmark's real data sets (bench/policy_data.py; no download at run time):
+  # scikit-learn's bundled load_digits and load_breast_cancer (the quick version), and
+  # Fashion-MNIST (60,000 + 10,000 images in /usr/share/datasets/fashion-mnist, the full one).
+  python3-sklearn dataset-fashion-mnist
   # Deploy checks (tests/python/test_deploy*.py): shellcheck for the scripts, systemd-analyze
   # for the unit, setpriv (util-linux) for the image-start check.
   shellcheck systemd util-linux

@@ -1,6 +1,7 @@
 // CheckResume: whether a saved ReaderPosition can be resumed where it says, given what the
 // server says of the job now -- the one home of that rule in the C++ trainer library (the Python
-// client's DistributedWeightedSampler.load_state_dict applies the same one). Pure logic: no RPC,
+// client's is samplerd/resume_check.py; both are tested on the same vectors,
+// client/testdata/resume_cases.json, so that they cannot drift). Pure logic: no RPC,
 // no gRPC; EpochLoop::Resume gathers the facts (GetJobStatus, and GetJob for a shard length the
 // position does not carry) and acts on the answer.
 //

@@ -1,193 +1,118 @@
+// CheckResume on the test vectors that the Python client's tests run too
+// (client/testdata/resume_cases.json, read through protobuf's JSON parser into a Struct): the two
+// clients decide every case alike. A failure names its case (SCOPED_TRACE of the case's name).
 #include "client/cpp/resume_check.h"
 
+#include <fstream>
+#include <sstream>
 #include <string>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 
 namespace samplerd {
 namespace {
 
-using ::testing::AllOf;
-using ::testing::HasSubstr;
-using ::testing::Not;
+using ::google::protobuf::Struct;
+using ::google::protobuf::Value;
 
-// Rank 1 of 2 of job "j", at position 300 of its shard of epoch 2 (deal 0, length 500).
-ReaderPosition Saved() {
+// Bazel runs the test in its runfiles tree, where the file sits at its workspace path.
+constexpr char kCases[] = "client/testdata/resume_cases.json";
+
+Struct ReadCases() {
+  std::ifstream in(kCases);
+  std::stringstream text;
+  text << in.rdbuf();
+  Struct cases;
+  const auto parsed = google::protobuf::util::JsonStringToMessage(text.str(), &cases);
+  EXPECT_TRUE(in.good() && parsed.ok()) << kCases << ": " << parsed.ToString();
+  return cases;
+}
+
+// `field` of the case's `part` ("saved" / "server") if it has one, else of the default.
+const Value& Field(const Struct& all, const Struct& c, const std::string& part,
+                   const std::string& field) {
+  const auto own = c.fields().find(part);
+  if (own != c.fields().end() && own->second.struct_value().fields().contains(field)) {
+    return own->second.struct_value().fields().at(field);
+  }
+  return all.fields().at(part + "_default").struct_value().fields().at(field);
+}
+
+ReaderPosition SavedOf(const Struct& all, const Struct& c) {
   ReaderPosition p;
-  p.job = "j";
-  p.epoch = 2;
-  p.deal = 0;
-  p.rank = 1;
-  p.world_size = 2;
-  p.position = 300;
-  p.shard_length = 500;
+  p.job = Field(all, c, "saved", "job").string_value();
+  p.rank = static_cast<uint32_t>(Field(all, c, "saved", "rank").number_value());
+  p.world_size = p.rank + 1;  // Not read by CheckResume (ReaderPosition::CheckOwner's).
+  p.epoch = static_cast<uint64_t>(Field(all, c, "saved", "epoch").number_value());
+  p.deal = static_cast<uint32_t>(Field(all, c, "saved", "deal").number_value());
+  p.position = static_cast<uint64_t>(Field(all, c, "saved", "position").number_value());
+  const Value& length = Field(all, c, "saved", "length");
+  if (length.kind_case() == Value::kNumberValue) {
+    p.shard_length = static_cast<uint64_t>(length.number_value());
+  }
   return p;
 }
 
-// The job at epoch 2, deal 0, epochs 0 to 2 kept, the rank streamed 400 positions.
-ServerProgress Server() {
+ServerProgress ServerOf(const Struct& all, const Struct& c) {
   ServerProgress s;
-  s.current_epoch = 2;
-  s.current_deal = 0;
-  s.rewindable_epochs = {0, 1, 2};
-  s.indices_streamed = 400;
+  s.current_epoch = static_cast<uint64_t>(Field(all, c, "server", "current_epoch").number_value());
+  s.current_deal = static_cast<uint32_t>(Field(all, c, "server", "current_deal").number_value());
+  for (const Value& e : Field(all, c, "server", "rewindable_epochs").list_value().values()) {
+    s.rewindable_epochs.push_back(static_cast<uint64_t>(e.number_value()));
+  }
+  s.plan_ready = Field(all, c, "server", "plan_ready").bool_value();
+  s.indices_streamed =
+      static_cast<uint64_t>(Field(all, c, "server", "indices_streamed").number_value());
   return s;
 }
 
-void ExpectResumesAt(const ReaderPosition& from, const ServerProgress& server, ResumeAt at) {
-  absl::StatusOr<ResumeAt> decided = CheckResume(from, server);
-  ASSERT_TRUE(decided.ok()) << decided.status();
-  EXPECT_EQ(*decided, at);
+std::vector<std::string> Strings(const Struct& expect, const std::string& key) {
+  std::vector<std::string> out;
+  const auto it = expect.fields().find(key);
+  if (it == expect.fields().end()) return out;
+  for (const Value& v : it->second.list_value().values()) out.push_back(v.string_value());
+  return out;
 }
 
-std::string Refusal(const ReaderPosition& from, const ServerProgress& server,
-                    absl::StatusCode code = absl::StatusCode::kFailedPrecondition) {
-  absl::StatusOr<ResumeAt> decided = CheckResume(from, server);
-  EXPECT_EQ(decided.status().code(), code) << decided.status();
-  return std::string(decided.status().message());
+void RunCase(const Struct& all, const Struct& c) {
+  const absl::StatusOr<ResumeAt> decided = CheckResume(SavedOf(all, c), ServerOf(all, c));
+  const Value& expect = c.fields().at("expect");
+  if (expect.kind_case() == Value::kStringValue) {
+    ASSERT_TRUE(decided.ok()) << decided.status();
+    EXPECT_EQ(*decided, expect.string_value() == "next_epoch" ? ResumeAt::kNextEpoch
+                                                              : ResumeAt::kPosition);
+    EXPECT_TRUE(expect.string_value() == "next_epoch" || expect.string_value() == "position")
+        << expect.string_value();
+    return;
+  }
+  const Struct& refusal = expect.struct_value();
+  ASSERT_FALSE(decided.ok()) << "resumes; expected " << refusal.fields().at("code").string_value();
+  EXPECT_EQ(absl::StatusCodeToString(decided.status().code()),
+            refusal.fields().at("code").string_value());
+  const std::string message(decided.status().message());
+  for (const std::string& key : {"says", "says_cpp"}) {
+    for (const std::string& part : Strings(refusal, key)) {
+      EXPECT_THAT(message, ::testing::HasSubstr(part));
+    }
+  }
+  for (const std::string& part : Strings(refusal, "says_not")) {
+    EXPECT_THAT(message, ::testing::Not(::testing::HasSubstr(part)));
+  }
 }
 
-TEST(ResumeCheckTest, PositionPastItsShardIsInvalid) {
-  ReaderPosition from = Saved();
-  from.position = 501;
-  EXPECT_THAT(Refusal(from, Server(), absl::StatusCode::kInvalidArgument),
-              AllOf(HasSubstr("job \"j\" epoch 2 rank 1: cannot resume position 501"),
-                    HasSubstr("past the shard's length 500")));
-}
-
-TEST(ResumeCheckTest, EndOfAClosedEpochsShardGoesOnWithTheNextEpoch) {
-  ReaderPosition from = Saved();
-  from.epoch = 1;
-  from.position = 500;
-  ExpectResumesAt(from, Server(), ResumeAt::kNextEpoch);
-  // Whatever deal it was read in (the epoch may have been dealt again before it closed).
-  from.deal = 3;
-  ExpectResumesAt(from, Server(), ResumeAt::kNextEpoch);
-  // An empty shard is at its end at position 0.
-  from.position = 0;
-  from.shard_length = 0;
-  ExpectResumesAt(from, Server(), ResumeAt::kNextEpoch);
-}
-
-TEST(ResumeCheckTest, EndOfAClosedEpochWhoseNextEpochClosedTooIsRefused) {
-  ReaderPosition from = Saved();
-  from.epoch = 0;
-  from.position = 500;
-  EXPECT_THAT(Refusal(from, Server()),
-              AllOf(HasSubstr("job \"j\" epoch 1 rank 1: cannot resume position 0"),
-                    HasSubstr("the end of epoch 0's shard, position 500"),
-                    HasSubstr("epoch 1 has closed since (job \"j\" is at epoch 2)"),
-                    HasSubstr("SamplerClient::RewindJob(\"j\", 1)"),
-                    HasSubstr("samplerctl rewind j 1"), HasSubstr("EpochLoop::Run(2, ...)")));
-}
-
-TEST(ResumeCheckTest, ShortOfTheEndOfAClosedEpochNamesTheTwoWaysOn) {
-  ReaderPosition from = Saved();
-  from.epoch = 1;
-  EXPECT_THAT(
-      Refusal(from, Server()),
-      AllOf(HasSubstr("job \"j\" epoch 1 rank 1: cannot resume position 300"),
-            HasSubstr("epoch 1 has closed since (job \"j\" is at epoch 2)"),
-            HasSubstr("positions 300 to 499 of its shard can no longer be served"),
-            HasSubstr("SamplerClient::RewindJob(\"j\", 1)"), HasSubstr("samplerctl rewind j 1"),
-            HasSubstr("resume every rank from position 0 of epoch 1"),
-            HasSubstr("continue with epoch 2 without this position"),
-            HasSubstr("EpochLoop::Run(2, ...)")));
-  // Position 0 of a closed epoch is short of its end too.
-  from.position = 0;
-  EXPECT_THAT(Refusal(from, Server()), HasSubstr("positions 0 to 499"));
-}
-
-TEST(ResumeCheckTest, ShortOfTheEndOfAClosedEpochNoLongerKept) {
-  ReaderPosition from = Saved();
-  from.epoch = 0;
-  ServerProgress server = Server();
-  server.rewindable_epochs = {1, 2};
-  EXPECT_THAT(Refusal(from, server),
-              AllOf(HasSubstr("a rewind to the start of epoch 0 is no longer possible (kept: 1, "
-                              "2; samplerd --rewind_epochs)"),
-                    Not(HasSubstr("RewindJob")), HasSubstr("EpochLoop::Run(2, ...)")));
-  server.rewindable_epochs.clear();
-  EXPECT_THAT(Refusal(from, server), HasSubstr("(kept: none;"));
-}
-
-TEST(ResumeCheckTest, UnknownShardLengthOfAClosedEpochIsRefused) {
-  ReaderPosition from = Saved();  // As read from a version 2 text.
-  from.epoch = 1;
-  from.position = 500;
-  from.shard_length.reset();
-  EXPECT_THAT(Refusal(from, Server()),
-              AllOf(HasSubstr("cannot resume position 500"),
-                    HasSubstr("the positions of its shard from 500 on (the shard's length is "
-                              "unknown"),
-                    HasSubstr("SamplerClient::RewindJob(\"j\", 1)")));
-}
-
-TEST(ResumeCheckTest, AnEpochsStartIsRead) {
-  ReaderPosition from = Saved();
-  from.position = 0;
-  ServerProgress server = Server();
-  server.indices_streamed = 0;
-  ExpectResumesAt(from, server, ResumeAt::kPosition);
-  from.epoch = 3;  // The next epoch: StreamShard waits for it to open.
-  from.shard_length.reset();
-  ExpectResumesAt(from, server, ResumeAt::kPosition);
-}
-
-TEST(ResumeCheckTest, AnotherDealOfTheCurrentEpochIsLeftToTheServer) {
-  ReaderPosition from = Saved();
-  ServerProgress server = Server();
-  server.current_deal = 1;
-  server.indices_streamed = 0;
-  ExpectResumesAt(from, server, ResumeAt::kPosition);
-}
-
-TEST(ResumeCheckTest, APositionTheServerStreamedIsRead) {
-  ReaderPosition from = Saved();
-  ExpectResumesAt(from, Server(), ResumeAt::kPosition);
-  from.position = 400;  // Exactly what was streamed.
-  ExpectResumesAt(from, Server(), ResumeAt::kPosition);
-  from.position = 500;  // The end of the shard of the current epoch: read (nothing), then ended.
-  ServerProgress server = Server();
-  server.indices_streamed = 500;
-  ExpectResumesAt(from, server, ResumeAt::kPosition);
-}
-
-TEST(ResumeCheckTest, APositionPastWhatTheServerStreamedPredatesARewind) {
-  ReaderPosition from = Saved();
-  ServerProgress server = Server();
-  server.indices_streamed = 0;  // Rewound to epoch 2's start.
-  EXPECT_THAT(Refusal(from, server),
-              AllOf(HasSubstr("job \"j\" epoch 2 rank 1: cannot resume position 300 (deal 0)"),
-                    HasSubstr("the server streamed this rank only 0 positions of epoch 2"),
-                    HasSubstr("(job \"j\" is at epoch 2, deal 0)"),
-                    HasSubstr("predates a rewind of the job (RewindJob)"),
-                    HasSubstr("resume from a position saved at the start of the epoch"),
-                    HasSubstr("EpochLoop::Run(2, ...)")));
-  server.indices_streamed = 299;
-  EXPECT_THAT(Refusal(from, server), HasSubstr("streamed this rank only 299 positions"));
-}
-
-// Right after an epoch closes (or during a rewind) GetJobStatus shows the new epoch number
-// before its plan is ready, with the ranks' progress of what it replaces: not this epoch's.
-TEST(ResumeCheckTest, TheRanksProgressIsNotReadBeforeThePlanIsReady) {
-  ReaderPosition from = Saved();
-  ServerProgress server = Server();  // indices_streamed 400: a stale record.
-  server.plan_ready = false;
-  EXPECT_THAT(Refusal(from, server), HasSubstr("streamed this rank only 0 positions of epoch 2"));
-  from.position = 0;
-  ExpectResumesAt(from, server, ResumeAt::kPosition);
-}
-
-TEST(ResumeCheckTest, APositionPastTheStartOfALaterEpochIsRefused) {
-  // Saved in epoch 3, then the job was rewound to epoch 2.
-  ReaderPosition from = Saved();
-  from.epoch = 3;
-  EXPECT_THAT(Refusal(from, Server()),
-              AllOf(HasSubstr("job \"j\" epoch 3 rank 1: cannot resume position 300"),
-                    HasSubstr("streamed this rank only 0 positions of epoch 3"),
-                    HasSubstr("EpochLoop::Run(2, ...)")));
+TEST(ResumeCheckTest, EveryCaseOfTheSharedVectors) {
+  const Struct all = ReadCases();
+  const auto& cases = all.fields().at("cases").list_value().values();
+  ASSERT_GE(cases.size(), 20u);  // The file, not an empty stand-in.
+  for (const Value& c : cases) {
+    SCOPED_TRACE(c.struct_value().fields().at("name").string_value());
+    RunCase(all, c.struct_value());
+  }
 }
 
 }  // namespace

@@ -37,15 +37,42 @@ int TopBits(int bits, int max_top_bits) {
   return std::max(std::min(max_top_bits, kTwoLevelTopBits), bits - kMaxLowBits);
 }
 
+// The inputs, read by one thread at a time through a Reader: Load(k, count) (count <= kBlock)
+// comes before Value(k), ..., Value(k + count - 1).
 // Inputs 0..m-1.
 struct RangeSource {
-  uint64_t Value(uint64_t k) const { return k; }
+  struct Reader {
+    explicit Reader(const RangeSource&) {}
+    void Load(uint64_t, uint64_t) {}
+    uint64_t Value(uint64_t k) const { return k; }
+  };
 };
 
 // Inputs from an array.
 struct ArraySource {
   const uint64_t* values;
-  uint64_t Value(uint64_t k) const { return values[k]; }
+  struct Reader {
+    explicit Reader(const ArraySource& source) : values(source.values) {}
+    void Load(uint64_t, uint64_t) {}
+    uint64_t Value(uint64_t k) const { return values[k]; }
+    const uint64_t* values;
+  };
+};
+
+// Inputs computed a block at a time by the caller's function (ShuffleGenerated).
+struct GeneratedSource {
+  const InputBlockFn* fill;
+  struct Reader {
+    explicit Reader(const GeneratedSource& source) : fill(source.fill) {}
+    void Load(uint64_t k, uint64_t count) {
+      (*fill)(k, count, block);
+      first = k;
+    }
+    uint64_t Value(uint64_t k) const { return block[k - first]; }
+    const InputBlockFn* fill;
+    uint64_t first = 0;
+    uint64_t block[kBlock];
+  };
 };
 
 // bucket[i] = B_{k+i} of the definition for i < count (count <= kBlock), bits >= 1.
@@ -172,7 +199,12 @@ void Shuffle(int threads, uint64_t seed, uint64_t epoch, const Source& source, a
   assert(m <= plan_math::kMaxShuffleInputs);
   const int bits = plan_math::ShuffleBucketBits(m);
   if (bits == 0) {  // One bucket: the inputs in order, shuffled.
-    for (uint64_t k = 0; k < m; ++k) out[k] = static_cast<T>(source.Value(k));
+    typename Source::Reader reader(source);
+    for (uint64_t k = 0; k < m; k += kBlock) {
+      const uint64_t count = std::min(kBlock, m - k);
+      reader.Load(k, count);
+      for (uint64_t i = 0; i < count; ++i) out[k + i] = static_cast<T>(reader.Value(k + i));
+    }
     if (m > 1) FisherYates(seed, epoch, 0, out.data(), m);
     return;
   }
@@ -222,13 +254,15 @@ void Shuffle(int threads, uint64_t seed, uint64_t epoch, const Source& source, a
   if (low_bits > 0) low_cursor = cursor;
   ParallelForThreads(t_count, m, [&](int t, uint64_t b, uint64_t e) {
     LineWriter<T> writer(out.data(), cursor[t].data(), region_start[t].data(), top_buckets);
+    typename Source::Reader reader(source);
     uint32_t bucket[kBlock];
     if (low_bits == 0) {
       for (uint64_t k = b; k < e; k += kBlock) {
         const uint64_t count = std::min(kBlock, e - k);
         BucketsOf(seed, epoch, bits, k, count, bucket);
+        reader.Load(k, count);
         for (uint64_t i = 0; i < count; ++i) {
-          writer.Push(bucket[i], static_cast<T>(source.Value(k + i)));
+          writer.Push(bucket[i], static_cast<T>(reader.Value(k + i)));
         }
       }
     } else {
@@ -237,9 +271,10 @@ void Shuffle(int threads, uint64_t seed, uint64_t epoch, const Source& source, a
       for (uint64_t k = b; k < e; k += kBlock) {
         const uint64_t count = std::min(kBlock, e - k);
         BucketsOf(seed, epoch, bits, k, count, bucket);
+        reader.Load(k, count);
         for (uint64_t i = 0; i < count; ++i) {
           const uint32_t top = bucket[i] >> low_bits;
-          writer.Push(top, static_cast<T>(source.Value(k + i)));
+          writer.Push(top, static_cast<T>(reader.Value(k + i)));
           low_writer.Push(top, static_cast<uint16_t>(bucket[i] & low_mask));
         }
       }
@@ -327,12 +362,20 @@ void ShuffleIndices(int threads, uint64_t seed, uint64_t epoch, absl::Span<const
   Shuffle(threads, seed, epoch, ArraySource{indices.data()}, out, max_top_bits);
 }
 
+template <typename T>
+void ShuffleGenerated(int threads, uint64_t seed, uint64_t epoch, const InputBlockFn& inputs,
+                      absl::Span<T> out, int max_top_bits) {
+  Shuffle(threads, seed, epoch, GeneratedSource{&inputs}, out, max_top_bits);
+}
+
 template void ShuffleRange(int, uint64_t, uint64_t, absl::Span<uint32_t>, int);
 template void ShuffleRange(int, uint64_t, uint64_t, absl::Span<uint64_t>, int);
 template void ShuffleIndices(int, uint64_t, uint64_t, absl::Span<const uint64_t>,
                              absl::Span<uint32_t>, int);
 template void ShuffleIndices(int, uint64_t, uint64_t, absl::Span<const uint64_t>,
                              absl::Span<uint64_t>, int);
+template void ShuffleGenerated(int, uint64_t, uint64_t, const InputBlockFn&, absl::Span<uint64_t>,
+                               int);
 
 }  // namespace internal
 }  // namespace samplerd

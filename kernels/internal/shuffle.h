@@ -39,6 +39,7 @@
 #define SAMPLERD_KERNELS_INTERNAL_SHUFFLE_H_
 
 #include <cstdint>
+#include <functional>
 
 #include "absl/types/span.h"
 
@@ -61,6 +62,17 @@ void ShuffleRange(int threads, uint64_t seed, uint64_t epoch, absl::Span<T> out,
 template <typename T>
 void ShuffleIndices(int threads, uint64_t seed, uint64_t epoch, absl::Span<const uint64_t> indices,
                     absl::Span<T> out, int max_top_bits = kMaxShuffleTopBits);
+
+// The inputs k, ..., k + count - 1 (count <= 512) into values[0, count). Called by several
+// threads at once (each on its own inputs), once per input.
+using InputBlockFn = std::function<void(uint64_t k, uint64_t count, uint64_t* values)>;
+
+// out = the shuffle of the inputs inputs(0), ..., inputs(out.size() - 1) (T = uint64_t): the same
+// result as ShuffleIndices of those inputs, without holding them: each is computed once, in
+// blocks, when it is scattered (a mixture window's pass-order entries, kernels/mixture/window.h).
+template <typename T>
+void ShuffleGenerated(int threads, uint64_t seed, uint64_t epoch, const InputBlockFn& inputs,
+                      absl::Span<T> out, int max_top_bits = kMaxShuffleTopBits);
 
 // Memory that one Shuffle of m inputs allocates besides `out` (at the default max_top_bits):
 // the per-thread cursors and 64-byte write-combining lines of the first pass's buckets (2^14 at

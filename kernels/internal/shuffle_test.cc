@@ -1,6 +1,7 @@
 #include "kernels/internal/shuffle.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -129,6 +130,32 @@ TEST(ShuffleTest, IndicesEqualsDefinition) {
   std::vector<uint32_t> got32(small.size());
   ShuffleIndices(2, 3, 9, absl::MakeConstSpan(small), absl::MakeSpan(got32));
   EXPECT_EQ(got32, ReferenceShuffle<uint32_t>(3, 9, small));
+}
+
+TEST(ShuffleTest, GeneratedEqualsIndices) {
+  // Inputs computed in blocks give ShuffleIndices' result, each input computed once: one bucket
+  // (m = 1000 > one block of 512), one level, and two levels (max_top_bits = 2).
+  for (uint64_t m : {1ull, 1000ull, 70'001ull}) {
+    std::vector<uint64_t> indices(m);
+    for (uint64_t k = 0; k < m; ++k) indices[k] = (uint64_t{1} << 40) + 11 * (m - k);
+    for (int top_bits : {kMaxShuffleTopBits, 2}) {
+      for (int threads : {1, 3}) {
+        std::vector<uint64_t> want(m), got(m);
+        ShuffleIndices(threads, 4, 2, absl::MakeConstSpan(indices), absl::MakeSpan(want), top_bits);
+        std::vector<std::atomic<int>> calls(m);
+        const InputBlockFn inputs = [&](uint64_t k, uint64_t count, uint64_t* values) {
+          ASSERT_LE(count, 512u);
+          for (uint64_t i = 0; i < count; ++i) {
+            values[i] = indices[k + i];
+            ++calls[k + i];
+          }
+        };
+        ShuffleGenerated(threads, 4, 2, inputs, absl::MakeSpan(got), top_bits);
+        ASSERT_EQ(got, want) << "m = " << m << ", top bits " << top_bits << ", threads " << threads;
+        for (uint64_t k = 0; k < m; ++k) ASSERT_EQ(calls[k].load(), 1) << "input " << k;
+      }
+    }
+  }
 }
 
 TEST(ShuffleTest, EpochsGiveDifferentPermutations) {

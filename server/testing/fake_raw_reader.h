@@ -1,5 +1,5 @@
-// FakeRawReader: a client stream of raw messages for driving SamplerService's streaming handlers
-// and RequestStreamReader without a network. The bytes need not be valid protobuf.
+// FakeRawReader: a client stream of raw messages for driving RequestStreamReader without a
+// network. The bytes need not be valid protobuf.
 #ifndef SAMPLERD_SERVER_TESTING_FAKE_RAW_READER_H_
 #define SAMPLERD_SERVER_TESTING_FAKE_RAW_READER_H_
 

@@ -330,3 +330,57 @@ def test_a_state_at_the_end_of_a_resized_epoch_resumes_after_the_epoch_closed(cl
     assert again.epoch == 1
     assert len(list(again)) == 100  # Epoch 1, dealt to the group of one.
     again.close()
+
+
+def test_a_resized_group_names_and_counts_the_unacknowledged_losses_it_trains_again(client,
+                                                                                  server):
+    """Issue 33 part 5: a state loaded into a resized group carries losses never acknowledged
+    (the process died before they were sent): they are not sent into the new deal, so their
+    positions are not done and the new group trains them again. The RestartWarning names them
+    and restart_summary counts them (before: neither did)."""
+    client.create_job("ru", num_samples=100, world_size=2, loss="loss")
+    old = DistributedWeightedSampler(server.address, "ru", rank=0, world_size=2,
+                                     report_batch_size=100)
+    it = iter(old)
+    trained = [next(it) for _ in range(20)]
+    old.report(trained, np.ones(20))  # Queued (batch of 100): never sent.
+    state = old.state_dict()
+    assert len(state["unacknowledged"]["positions"]) == 20
+    process_dies(old)
+    new = DistributedWeightedSampler(server.address, "ru", rank=0, world_size=1, elastic=True)
+    with pytest.warns(samplerd.RestartWarning,
+                      match=r"carried 20 losses not yet acknowledged \(positions 0 to 19 of deal "
+                            r"0\).*trains them again \(at most 20"):
+        new.load_state_dict(state)
+    assert new.restart_summary["redealt_unacknowledged"] == 20
+    shard = list(new)
+    assert len(shard) == 100 and set(trained) <= set(shard)  # Trained again: all 20.
+    new.report(shard, np.ones(100))
+    new.close()
+
+
+def test_a_state_at_the_end_of_an_epoch_whose_next_epoch_closed_too_is_refused(client, server):
+    """The resume rule as the C++ client has it (client/testdata/resume_cases.json): a state at
+    the end of epoch 0's shard, loaded once epoch 1 has closed too, names no epoch this model can
+    go on with -- epoch 1 was trained whole by the process that died. The Python client moved
+    such a sampler on to epoch 1 (closed: its stream refused later, or a set_epoch to the
+    current epoch skipped epoch 1 silently); now load_state_dict refuses it, naming the ways on."""
+    client.create_job("nc", num_samples=40, world_size=1, loss="loss")
+    first = DistributedWeightedSampler(server.address, "nc", rank=0, world_size=1)
+    for epoch in range(2):
+        first.set_epoch(epoch)
+        got = list(first)
+        first.report(got, np.ones(len(got)))
+        if epoch == 0:
+            first.flush()
+            state = first.state_dict()  # The end of epoch 0's shard.
+    first.set_epoch(2)  # Ends epoch 1: the job is at epoch 2.
+    process_dies(first)
+    assert (state["epoch"], state["position"], state["length"]) == (0, 40, 40)
+    again = DistributedWeightedSampler(server.address, "nc", rank=0, world_size=1)
+    with pytest.raises(samplerd.FailedPrecondition,
+                       match=r"the state at epoch 0 position 40 \(the end of epoch 0's shard\): "
+                             r"epoch 1 has closed since \(job 'nc' is at epoch 2\)"):
+        again.load_state_dict(state)
+    assert again.epoch == 2  # Unchanged: it serves the job's current epoch.
+    again.close()

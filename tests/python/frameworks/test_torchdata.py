@@ -131,3 +131,46 @@ def test_sigkill_and_resume_trains_each_shard_exactly(server, tmp_path, loader, 
     c2 = samplerd.Client(server.address)
     assert c2.get_job(JOB).current_epoch == 1  # Both ranks' close() ended epoch 0.
     c2.close()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_resumed_epoch_yields_the_same_indices_and_importance_weights(server, tmp_path,
+                                                                        workers):
+    """importance_weights=True through StatefulDataLoader: a loader restored from its
+    state_dict (taken after 3 of the epoch's batches, the sampler's process gone) yields the
+    same (index, weight) pairs as the uninterrupted epoch from there on."""
+    from samplerd.torch import DistributedWeightedSampler, IndexedDataset
+    from samplerd.torchdata import StatefulDataLoader
+    n, batch = 240, 16
+    x = torch.arange(n, dtype=torch.float32).unsqueeze(1)
+    ds = IndexedDataset(TensorDataset(x))
+    with samplerd.Client(server.address) as c:
+        c.create_job("tdw", num_samples=n, world_size=1, base="static", replacement=True,
+                     loss="loss")
+        c.upload_weights("tdw", torch.linspace(0.5, 4.0, n))
+        # The epoch as a reader sees it, uninterrupted.
+        whole = list(c.stream_shard("tdw", 0, 0, 1, with_is_weights=True, observe=True))
+    expected = [(int(i), float(w)) for ch in whole for i, w in zip(ch.indices, ch.is_weights)]
+
+    def run(state=None, stop_after=None):
+        sampler = DistributedWeightedSampler(server.address, "tdw", rank=0, world_size=1,
+                                             importance_weights=True)
+        loader = StatefulDataLoader(ds, sampler=sampler, batch_size=batch, num_workers=workers)
+        if state is not None:
+            loader.load_state_dict(state)
+        pairs, saved = [], None
+        for step, (idx, weight, (xb,)) in enumerate(loader, 1):
+            assert weight.dtype == torch.float32
+            pairs += list(zip(idx.tolist(), weight.tolist()))
+            sampler.report(idx, xb[:, 0] / n)
+            if step == stop_after:
+                saved = loader.state_dict()
+                break
+        del loader
+        sampler._claim.release()  # The process is gone (conftest.process_dies).
+        return pairs, saved
+
+    first, state = run(stop_after=3)
+    assert first == expected[:3 * batch]
+    rest, _ = run(state)
+    assert rest == expected[3 * batch:]

@@ -1,0 +1,188 @@
+"""Client's job administration: create (from arguments or a JobSpec), rewind, resize, get, list,
+delete, status, and the health check."""
+
+import dataclasses
+from typing import List, Optional
+
+from ._client_checks import _bad, _unsigned_fields
+from ._client_connection import _Connection
+from ._client_policy import _ORDERS, _PARTITIONS, _POLICY_PARAMS, _UNEVEN, Policy, _choice
+from ._proto import samplerd_pb2 as pb
+
+
+class _Jobs(_Connection):
+    """The job RPCs (CreateJob, RewindJob, ResizeJob, GetJob, ListJobs, DeleteJob, GetJobStatus)
+    and grpc.health.v1.Health/Check."""
+
+    def create_job(self, name: str, num_samples: int, world_size: int, *, seed: int = 0,
+                   samples_per_epoch: int = 0, replacement: bool = False,
+                   order="weighted_random", partition="interleaved", uneven="pad",
+                   policy: Optional[Policy] = None, base=None, loss=None,
+                   resume: bool = False, **policy_params) -> pb.Job:
+        """Creates a job (idempotent for an identical spec while the job is in epoch 0).
+
+        The weight policy is given either as `policy=Policy(...)` or flat as `base=`, `loss=`
+        and parameter keywords (`loss="loss", alpha=1.0`), not both. Enum-like arguments take
+        the lower-case names below (or the proto enum values).
+
+        Args:
+            name: [A-Za-z0-9._-]{1,128}, not "." or "..".
+            num_samples: N, the dataset size.
+            world_size: number of data-parallel ranks.
+            seed: seed of the job's random stream.
+            samples_per_epoch: M; 0 means N. Without replacement and M == N every sample is
+                drawn once per epoch and the weights have no effect.
+            replacement: draw with replacement.
+            order: "weighted_random" or "sequential".
+            partition: "interleaved" or "contiguous".
+            uneven: "pad", "drop_last" or "uneven".
+            policy: a Policy (or a dict of its fields).
+            base: "uniform" (default), "static" or "class_balanced".
+            loss: "none" (default), "loss" or "multiplicative".
+            resume: continue a job of this name and spec that is past epoch 0 (a restarted
+                run). Without it such a job raises FailedPrecondition: a script run again
+                must say whether it resumes the job, rewinds it (rewind_job) or replaces it
+                (delete_job first).
+            **policy_params: class_balance_beta, ema_decay, alpha, epsilon, mix, clamp_lo,
+                clamp_hi, prior_loss, eta, loss_within_groups (see Policy and the .proto for
+                ranges and defaults).
+        Returns:
+            The job as stored (defaults filled in), in its current epoch.
+        Raises:
+            InvalidArgument: a bad argument (named), here or on the server.
+            AlreadyExists: the name is taken by a job with another spec.
+            FailedPrecondition: the job exists past epoch 0 and resume is not set (the
+                message names its epoch and the three ways on).
+            ResourceExhausted: the server's job, sample or memory limit (--max_memory_bytes).
+            Unavailable: the server cannot be reached (after retries).
+        """
+        unknown = sorted(set(policy_params) - set(_POLICY_PARAMS))
+        if unknown:
+            raise _bad(f"policy: unknown parameter(s) {unknown}; known: {list(_POLICY_PARAMS)}")
+        if policy is not None:
+            if base is not None or loss is not None or policy_params:
+                raise _bad("policy: give either policy= or base=/loss=/parameters, not both")
+            if isinstance(policy, dict):
+                fields = {f.name for f in dataclasses.fields(Policy)}
+                unknown = sorted(set(policy) - fields)
+                if unknown:
+                    raise _bad(f"policy: unknown field(s) {unknown}; known: {sorted(fields)}")
+                policy = Policy(**policy)
+            if not isinstance(policy, Policy):
+                raise _bad(f"policy = {policy!r}: expected a samplerd.Policy or a dict")
+        else:
+            policy = Policy(base=base or "uniform", loss=loss or "none", **policy_params)
+        spec = pb.JobSpec(
+            **_unsigned_fields(pb.JobSpec, num_samples=num_samples, world_size=world_size,
+                               seed=seed, samples_per_epoch=samples_per_epoch),
+            replacement=bool(replacement),
+            order=_choice("order", order, _ORDERS),
+            partition=_choice("partition", partition, _PARTITIONS),
+            uneven=_choice("uneven", uneven, _UNEVEN),
+            policy=policy.to_proto())
+        return self.create_job_from_spec(name, spec, resume=resume)
+
+    def rewind_job(self, name: str, epoch: int) -> pb.Job:
+        """Puts the job back to the start of `epoch` (a run restored from a checkpoint taken
+        then): its weights, loss statistics and epoch number then, every rank's progress cleared.
+        The epochs after it are planned as the first time. `get_job(name).rewindable_epochs`
+        lists the epochs whose start the server keeps (--rewind_epochs).
+
+        Raises:
+            FailedPrecondition: the start of `epoch` is not kept (the message names the oldest
+                kept), or `epoch` is after the current one.
+            NotFound, Unavailable.
+        """
+        return self._call(self._stub.RewindJob, pb.RewindJobRequest(
+            name=name, **_unsigned_fields(pb.RewindJobRequest, epoch=epoch)))
+
+    def resize_job(self, name: str, epoch: int, world_size: int) -> pb.Job:
+        """Tells the server the data-parallel group now has `world_size` ranks (torch elastic
+        restarted it with fewer or more nodes). Called once, by the new group's first rank,
+        before the group reads `epoch` (the job's current epoch). What the current deal of the
+        epoch has not done (no loss reported, rank not ended) is dealt to the new ranks; between
+        epochs that is the whole plan. The plan itself does not change. A resize to the size the
+        epoch has already changes nothing.
+
+        Returns:
+            The job, with its new `world_size` and `deal` (what the ranks name from now on in
+            stream_shard, report_losses and end_epoch of this epoch).
+        Raises:
+            InvalidArgument: world_size outside [1, MAX_WORLD_SIZE].
+            FailedPrecondition: `epoch` is not the current epoch; the job awaits its upload.
+            NotFound, Unavailable.
+        """
+        return self._call(self._stub.ResizeJob, pb.ResizeJobRequest(
+            name=name, **_unsigned_fields(pb.ResizeJobRequest, epoch=epoch,
+                                          world_size=world_size)))
+
+    def create_job_from_spec(self, name: str, spec: pb.JobSpec, *, resume: bool = False) -> pb.Job:
+        """Creates a job from a JobSpec message as it is (samplerctl's spec files); the server
+        checks it. Takes `resume`, returns and raises as create_job."""
+        return self._call(self._stub.CreateJob,
+                          pb.CreateJobRequest(name=name, spec=spec, resume=bool(resume)))
+
+    def get_job(self, name: str, rank: Optional[int] = None,
+                epoch: Optional[int] = None) -> pb.Job:
+        """Returns the job's spec (defaults filled in), current epoch, plan readiness, and the
+        current epoch's world size and deal.
+
+        Args:
+            name: the job name.
+            rank: if given, the reply's `shard_length` is this data-parallel rank's shard
+                length in the current deal of the current epoch, or with `epoch` in that later
+                epoch (the whole plan dealt to the current world size).
+            epoch: with rank, the epoch of the shard length.
+        Raises:
+            NotFound: no job of that name.
+            InvalidArgument: rank outside [0, world_size); epoch without rank.
+            FailedPrecondition: `epoch` is before the current epoch.
+            Unavailable.
+        """
+        request = pb.GetJobRequest(name=name)
+        if rank is not None:
+            request.rank = rank
+        if epoch is not None:
+            request.epoch = epoch
+        return self._call(self._stub.GetJob, request)
+
+    def list_jobs(self) -> List[pb.Job]:
+        """Returns all jobs, ordered by name.
+
+        Raises:
+            Unavailable.
+        """
+        return list(self._call(self._stub.ListJobs, pb.ListJobsRequest()).jobs)
+
+    def delete_job(self, name: str) -> None:
+        """Deletes the job and its state; its open streams end with NOT_FOUND.
+
+        Raises:
+            NotFound: no job of that name. Unavailable.
+        """
+        self._call(self._stub.DeleteJob, pb.DeleteJobRequest(name=name))
+
+    def status(self, name: str) -> pb.JobStatus:
+        """Returns the job's status: per-rank progress of the current epoch (indices
+        streamed, losses accepted, ended), weight statistics (min, max, mean, effective sample
+        size), samples seen, timings and backend.
+
+        Raises:
+            NotFound: no job of that name. Unavailable.
+        """
+        return self._call(self._stub.GetJobStatus, pb.GetJobStatusRequest(name=name))
+
+    def health(self, service: str = "") -> str:
+        """Asks the standard health service (grpc.health.v1.Health/Check) about `service`
+        ("" is the whole server, "samplerd.v1.Sampler" the sampler service).
+
+        Returns:
+            The serving status name: "SERVING", "NOT_SERVING" (e.g. shutting down) or "UNKNOWN".
+        Raises:
+            NotFound: the server does not know `service`. Unavailable.
+        """
+        # Imported here so that the rest of the client works without grpcio-health-checking.
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+        response = self._call(health_pb2_grpc.HealthStub(self._channel).Check,
+                              health_pb2.HealthCheckRequest(service=service))
+        return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)

@@ -1,0 +1,127 @@
+"""Client's shard stream: a rank's shard of an epoch, chunk by chunk (ShardChunk), reopened at
+the next undelivered position after a deadline or a broken connection."""
+
+from typing import Iterator, NamedTuple, Optional
+
+import grpc
+import numpy as np
+
+from . import errors
+from ._client_checks import _bad
+from ._client_claims import RankClaim
+from ._client_connection import _Connection
+from ._client_retries import _Retries
+from ._proto import samplerd_pb2 as pb
+
+
+class ShardChunk(NamedTuple):
+    """One chunk of a rank's shard."""
+    offset: int               # Shard position of indices[0].
+    shard_length: int         # Length of the whole shard.
+    indices: np.ndarray       # int64 dataset indices.
+    is_weights: Optional[np.ndarray]  # float32 1/(N p_i), if requested.
+
+
+class _Shards(_Connection):
+    """StreamShard (stream_shard) and the whole shard at once (read_shard)."""
+
+    def stream_shard(self, job: str, epoch: int, rank: int, world_size: int, *,
+                     start_offset: int = 0, with_is_weights: bool = False,
+                     chunk_size: int = 0, timeout: Optional[float] = None, deal: int = 0,
+                     claim: Optional[RankClaim] = None, observe: bool = False
+                     ) -> Iterator[ShardChunk]:
+        """Yields rank `rank`'s shard of `epoch` chunk by chunk, from `start_offset`.
+
+        Args:
+            job, epoch, rank, world_size: which shard (world_size must equal the epoch's).
+            deal: the epoch's deal (Job.deal; 0 unless the group was resized in the epoch).
+            start_offset: shard position to start from (resume after a crash).
+            with_is_weights: also return each index's importance weight 1 / (N p_i).
+            chunk_size: indices per chunk; 0 for the server's default.
+            timeout: seconds to wait for the next chunk (default: the client's timeout). The
+                first chunk may wait for the epoch's plan (other ranks still finishing).
+            claim: this process's claim of the rank (claim_rank), whose incarnation the
+                stream carries; None: the stream is refused (FailedPrecondition) while another
+                process holds the rank.
+            observe: the shard is read to be looked at, not trained (a tool, a test, an
+                evaluation that compares shards): allowed whoever holds the rank, no claim
+                needed. An observer reports no losses for it.
+
+        Returns:
+            An iterator of ShardChunk (int64 indices, optional float32 importance weights).
+
+        The deadline bounds the wait for data, not how long the caller takes to consume the
+        shard: a gRPC deadline covers a whole call, so when it passes after chunks arrived the
+        stream is reopened at the next undelivered position. A broken stream (UNAVAILABLE, or a
+        connection whose keepalive ping went unanswered) is reopened likewise, on a new
+        connection, while retry_budget and max_retries last (counted from the last chunk). No
+        index is yielded twice and none is skipped. An error raised names job, epoch, rank and
+        the position ("job 'j' epoch 3 rank 1: shard stream failed at position P: ..."), whatever
+        its code, and how long the client retried.
+
+        Raises:
+            InvalidArgument: rank outside [0, world_size), start_offset beyond the shard.
+            FailedPrecondition: world size or deal mismatch, epoch closed or not yet reachable;
+                another live process holds the rank (without its claim, or claiming it).
+            DeadlineExceeded: no data within `timeout` (e.g. the plan is not ready).
+            NotFound, Unavailable.
+            SamplerError: CANCELLED when the client is closed while streaming.
+        """
+        if not 0 <= rank < world_size:
+            raise _bad(f"rank = {rank} is outside [0, world_size = {world_size})")
+        if start_offset < 0:
+            raise _bad(f"start_offset = {start_offset}: must be >= 0")
+        self._check_open()
+        next_pos = start_offset
+        retries = _Retries(self)
+        while True:
+            request = pb.StreamShardRequest(job=job, epoch=epoch, rank=rank,
+                                            world_size=world_size, start_offset=next_pos,
+                                            with_is_weights=with_is_weights,
+                                            max_chunk_size=chunk_size, deal=deal,
+                                            observe=bool(observe))
+            try:
+                incarnation = self._stamp(request, claim)
+            except errors.SamplerError as e:
+                raise type(e)(f"job '{job}' epoch {epoch} rank {rank}: shard stream failed at "
+                              f"position {next_pos}: claiming the rank: {e.message}",
+                              e.code) from None
+            stream = self._stub.StreamShard(request, timeout=timeout or self.timeout)
+            progressed = False
+            try:
+                for chunk in stream:
+                    if len(chunk.indices64):
+                        idx = np.array(chunk.indices64, dtype=np.int64)
+                    else:
+                        idx = np.array(chunk.indices32, dtype=np.int64)
+                    isw = np.array(chunk.is_weights, dtype=np.float32) if with_is_weights else None
+                    next_pos = chunk.offset + idx.size
+                    progressed = True
+                    retries.restart()  # Progress: the retries count from here.
+                    yield ShardChunk(chunk.offset, chunk.shard_length, idx, isw)
+                    if chunk.last:
+                        return
+                return
+            except grpc.RpcError as e:
+                if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED and progressed:
+                    continue  # The caller held the stream past the deadline: reopen.
+                backoff = retries.next() if self._retryable(e, claim) else None
+                if backoff is None:
+                    error = errors.from_rpc_error(e)
+                    raise type(error)(
+                        f"job '{job}' epoch {epoch} rank {rank}: shard stream failed at position "
+                        f"{next_pos}: {error.message}{retries.summary()}", error.code) from None
+                if e.code() == grpc.StatusCode.ABORTED:
+                    claim.renew(incarnation)
+            finally:
+                stream.cancel()
+            self._sleep_backoff(backoff)
+
+    def read_shard(self, job: str, epoch: int, rank: int, world_size: int, **kwargs) -> np.ndarray:
+        """Returns the whole shard (from start_offset) as one int64 array.
+
+        Takes the keyword arguments and raises the errors of stream_shard (observe=True to
+        look at a shard that a trainer holds).
+        """
+        parts = [c.indices for c in self.stream_shard(job, epoch, rank, world_size, **kwargs)]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)

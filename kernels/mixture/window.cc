@@ -1,0 +1,228 @@
+#include "kernels/mixture/window.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/internal/parallel.h"
+#include "kernels/internal/shuffle.h"
+#include "kernels/mixture/apportion.h"
+#include "kernels/philox.h"
+#include "kernels/plan_math.h"
+
+namespace samplerd {
+namespace mixture {
+
+absl::StatusOr<GroupLayout> GroupLayout::Create(absl::Span<const uint64_t> sizes) {
+  if (sizes.empty() || sizes.size() > kMaxGroups) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sizes: ", sizes.size(), " groups; a mixture has 1 to ", kMaxGroups, " groups"));
+  }
+  std::vector<uint64_t> offsets(sizes.size() + 1, 0);
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    if (sizes[k] == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sizes[", k, "] = 0: every group holds at least one sample"));
+    }
+    if (sizes[k] > kMaxGroupSize - offsets[k]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sizes: the groups up to sizes[", k, "] = ", sizes[k],
+                       " hold more than 2^63 samples (", offsets[k], " before it)"));
+    }
+    offsets[k + 1] = offsets[k] + sizes[k];
+  }
+  return GroupLayout(std::vector<uint64_t>(sizes.begin(), sizes.end()), std::move(offsets));
+}
+
+absl::Status ValidateWindow(const GroupLayout& layout, absl::Span<const GroupCursor> cursors,
+                            absl::Span<const uint64_t> counts) {
+  const uint32_t k_groups = layout.groups();
+  if (cursors.size() != k_groups) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cursors: ", cursors.size(), " cursors for ", k_groups, " groups"));
+  }
+  if (counts.size() != k_groups) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("counts: ", counts.size(), " counts for ", k_groups, " groups"));
+  }
+  uint64_t total = 0;
+  for (uint32_t k = 0; k < k_groups; ++k) {
+    const uint64_t n = layout.size(k);
+    if (cursors[k].position >= n) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cursors[", k, "].position = ", cursors[k].position, ": not below the group's size ", n));
+    }
+    if (counts[k] > plan_math::kMaxShuffleInputs - total) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("counts: the window passes ", plan_math::kMaxShuffleInputs,
+                       " samples (the shuffle's limit) at counts[", k, "] = ", counts[k]));
+    }
+    total += counts[k];
+    const uint64_t passes = (cursors[k].position + counts[k]) / n;
+    if (passes > ~uint64_t{0} - cursors[k].pass) {
+      return absl::InvalidArgumentError(absl::StrCat("cursors[", k, "].pass = ", cursors[k].pass,
+                                                     ": the window would pass pass 2^64 - 1"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// Entries [first, first + count) of one pass of one group (n > 1), into out[0, count): what
+// PassOrder::At gives, computed for kLanes positions side by side so that their Philox rounds
+// overlap (and vectorise: 32 x 32 -> 64-bit multiplies). A lane whose walk leaves [0, n) keeps
+// walking; a lane that lands writes its entry and takes the next position, so the lanes stay busy
+// until the last kLanes positions. Results are PassOrder::At's (window_test compares them).
+constexpr int kLanes = 16;
+
+__attribute__((target_clones("avx2", "default"))) void PassEntries(const PassKey& key, uint64_t n,
+                                                                   uint64_t offset, uint64_t first,
+                                                                   uint64_t count, uint64_t* out) {
+  const uint32_t bits = static_cast<uint32_t>(plan_math::BitWidth(n - 1));
+  const uint32_t u = bits / 2, v = bits - bits / 2;
+  uint64_t x[kLanes], slot[kLanes];
+  bool active[kLanes];
+  uint64_t next = 0;
+  int live = 0;
+  for (int l = 0; l < kLanes; ++l) {
+    active[l] = next < count;
+    slot[l] = next;
+    x[l] = first + next;
+    if (active[l]) {
+      ++next;
+      ++live;
+    }
+  }
+  while (live > 0) {
+    // The network (pass_order.h, step 2) on every lane.
+    uint64_t a[kLanes], b[kLanes];
+    for (int l = 0; l < kLanes; ++l) {
+      a[l] = x[l] >> v;
+      b[l] = x[l] & ((uint64_t{1} << v) - 1);
+    }
+    uint32_t wa = u, wb = v;
+    for (uint32_t r = 0; r < static_cast<uint32_t>(kPassOrderRounds); ++r) {
+      // The four words in 64-bit lanes (their top halves 0): GCC then vectorises the 32 x 32
+      // -> 64-bit products (vpmuludq); as uint32_t it does not.
+      uint64_t c0[kLanes], c1[kLanes], c2[kLanes], c3[kLanes];
+      for (int l = 0; l < kLanes; ++l) {
+        c0[l] = b[l] & 0xffffffffu;
+        c1[l] = r;
+        c2[l] = key.k[2];
+        c3[l] = key.k[3];
+      }
+      uint64_t k0 = key.k[0], k1 = key.k[1];
+      for (int round = 0; round < 10; ++round) {  // Philox4x32_10 of philox.h, lane by lane.
+        for (int l = 0; l < kLanes; ++l) {
+          const uint64_t p0 = (c0[l] & 0xffffffffu) * philox_internal::kM0;
+          const uint64_t p1 = (c2[l] & 0xffffffffu) * philox_internal::kM1;
+          const uint64_t n0 = (p1 >> 32) ^ c1[l] ^ k0;
+          const uint64_t n2 = (p0 >> 32) ^ c3[l] ^ k1;
+          c1[l] = p1 & 0xffffffffu;
+          c3[l] = p0 & 0xffffffffu;
+          c0[l] = n0;
+          c2[l] = n2;
+        }
+        k0 = (k0 + philox_internal::kW0) & 0xffffffffu;
+        k1 = (k1 + philox_internal::kW1) & 0xffffffffu;
+      }
+      const uint64_t mask = (uint64_t{1} << wa) - 1;
+      for (int l = 0; l < kLanes; ++l) {
+        const uint64_t c = a[l] ^ (c0[l] & mask);
+        a[l] = b[l];
+        b[l] = c;
+      }
+      const uint32_t w = wa;
+      wa = wb;
+      wb = w;
+    }
+    for (int l = 0; l < kLanes; ++l) {
+      if (!active[l]) continue;
+      const uint64_t y = (a[l] << wb) | b[l];
+      if (y >= n) {  // Walk on.
+        x[l] = y;
+        continue;
+      }
+      out[slot[l]] = offset + y;
+      if (next < count) {
+        slot[l] = next;
+        x[l] = first + next;
+        ++next;
+      } else {
+        active[l] = false;
+        --live;
+      }
+    }
+  }
+}
+
+// Window positions [begin, end) into out[0, end - begin); starts: the exclusive prefix sums of
+// the counts (K + 1). A range walks its groups, and within a group its passes (one key per pass
+// run).
+void FillRange(uint64_t seed, const GroupLayout& layout, absl::Span<const GroupCursor> cursors,
+               const std::vector<uint64_t>& starts, uint64_t begin, uint64_t end, uint64_t* out) {
+  const uint32_t k_groups = layout.groups();
+  uint32_t k = GroupOfWindowPosition(starts.data(), k_groups, begin);
+  for (uint64_t w = begin; w < end;) {
+    while (starts[k + 1] <= w) ++k;  // Skips the groups with a count of 0.
+    const uint64_t n = layout.size(k), offset = layout.offset(k);
+    const uint64_t group_end = std::min(end, starts[k + 1]);
+    GroupCursor at = AdvanceCursor(cursors[k], n, w - starts[k]);
+    while (w < group_end) {
+      const uint64_t run = std::min(group_end - w, n - at.position);  // To the pass's end.
+      if (n == 1) {
+        out[w - begin] = offset;
+      } else {
+        PassEntries(MakePassKey(seed, k, at.pass), n, offset, at.position, run, &out[w - begin]);
+      }
+      w += run;
+      at = AdvanceCursor(at, n, run);
+    }
+  }
+}
+
+std::vector<uint64_t> WindowStarts(absl::Span<const uint64_t> counts) {
+  std::vector<uint64_t> starts(counts.size() + 1, 0);
+  for (size_t k = 0; k < counts.size(); ++k) starts[k + 1] = starts[k] + counts[k];
+  return starts;
+}
+
+}  // namespace
+
+void FillWindow(int threads, uint64_t seed, const GroupLayout& layout,
+                absl::Span<const GroupCursor> cursors, absl::Span<const uint64_t> counts,
+                absl::Span<uint64_t> out) {
+  const std::vector<uint64_t> starts = WindowStarts(counts);
+  // Chunks of the window (not of the groups: one group may hold it all).
+  constexpr uint64_t kGrain = 1 << 14;
+  internal::ParallelForChunks(threads, starts.back(), kGrain,
+                              [&](uint64_t, uint64_t begin, uint64_t end) {
+                                FillRange(seed, layout, cursors, starts, begin, end, &out[begin]);
+                              });
+}
+
+absl::StatusOr<MixtureWindow> PlanWindow(int threads, uint64_t seed, uint64_t epoch,
+                                         const GroupLayout& layout,
+                                         absl::Span<const GroupCursor> cursors,
+                                         absl::Span<const uint64_t> counts) {
+  if (absl::Status status = ValidateWindow(layout, cursors, counts); !status.ok()) return status;
+  const std::vector<uint64_t> starts = WindowStarts(counts);
+  MixtureWindow window;
+  // The entries are computed block by block as the shuffle scatters them (FillWindow's entries,
+  // never held as a whole): the window costs 8 bytes per sample plus the shuffle's scratch, as
+  // a plan of 64-bit indices does.
+  window.indices.resize(starts.back());
+  const internal::InputBlockFn entries = [&](uint64_t k, uint64_t count, uint64_t* values) {
+    FillRange(seed, layout, cursors, starts, k, k + count, values);
+  };
+  internal::ShuffleGenerated(threads, seed, epoch, entries, absl::MakeSpan(window.indices));
+  window.cursors.resize(layout.groups());
+  for (uint32_t k = 0; k < layout.groups(); ++k) {
+    window.cursors[k] = AdvanceCursor(cursors[k], layout.size(k), counts[k]);
+  }
+  return window;
+}
+
+}  // namespace mixture
+}  // namespace samplerd

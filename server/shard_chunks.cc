@@ -1,0 +1,116 @@
+#include "server/shard_chunks.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
+#include "kernels/plan.h"
+
+namespace samplerd {
+
+absl::Status CheckStreamShardRequest(const v1::StreamShardRequest& request) {
+  const uint32_t max_chunk = v1::MAX_SHARD_CHUNK_SIZE;
+  if (request.max_chunk_size() > max_chunk) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_chunk_size = ", request.max_chunk_size(), ": must be <= ", max_chunk));
+  }
+  return absl::OkStatus();
+}
+
+uint64_t ShardChunkBytes(uint64_t indices, bool wide_indices, bool with_is_weights) {
+  const uint64_t wire = (wide_indices ? 8 : 4) + (with_is_weights ? 4 : 0);
+  return indices * (sizeof(uint64_t) + 2 * wire);
+}
+
+absl::StatusOr<std::unique_ptr<ShardChunks>> ShardChunks::Start(
+    const v1::StreamShardRequest& request, std::shared_ptr<Job> job, ShardLease lease,
+    int max_message_bytes, StreamBudget* budget, ServiceMetrics* metrics) {
+  const uint64_t length = lease.shard_length;
+  if (request.start_offset() > length) {
+    return absl::InvalidArgumentError(absl::StrCat("start_offset = ", request.start_offset(),
+                                                   " is past the shard length ", length,
+                                                   " of rank ", request.rank()));
+  }
+  const bool wide = !Plan::Narrow(lease.view.plan->num_samples);
+  // Fit a chunk in one message: 4 or 8 bytes per index, 4 more with importance weights, plus
+  // a few bytes of header fields.
+  const uint64_t bytes_per_index = (wide ? 8 : 4) + (request.with_is_weights() ? 4 : 0);
+  const uint64_t fits = std::max<int64_t>(max_message_bytes - 128, 0) / bytes_per_index;
+  const uint64_t requested = request.max_chunk_size() == 0
+                                 ? static_cast<uint64_t>(v1::DEFAULT_SHARD_CHUNK_SIZE)
+                                 : request.max_chunk_size();
+  const uint64_t chunk_size = std::max<uint64_t>(1, std::min<uint64_t>(requested, fits));
+  // Held until the call ends: what its largest chunk costs while a slow reader holds it.
+  absl::StatusOr<StreamBudget::Reservation> reserved = budget->Reserve(
+      ShardChunkBytes(std::max<uint64_t>(1, std::min(chunk_size, length - request.start_offset())),
+                      wide, request.with_is_weights()));
+  if (!reserved.ok()) return reserved.status();
+  return std::unique_ptr<ShardChunks>(new ShardChunks(request, std::move(job), std::move(lease),
+                                                      wide, chunk_size, *std::move(reserved),
+                                                      metrics->IndicesStreamed(request.job())));
+}
+
+ShardChunks::ShardChunks(const v1::StreamShardRequest& request, std::shared_ptr<Job> job,
+                         ShardLease lease, bool wide, uint64_t chunk_size,
+                         StreamBudget::Reservation reserved,
+                         std::shared_ptr<metrics::Counter> streamed)
+    : request_(request),
+      job_(std::move(job)),
+      lease_(std::move(lease)),
+      wide_(wide),
+      chunk_size_(chunk_size),
+      reserved_(std::move(reserved)),
+      streamed_(std::move(streamed)),
+      pos_(request.start_offset()) {}
+
+absl::Status ShardChunks::Next(ComputeBackend* backend, v1::ShardChunk* chunk) {
+  const uint64_t length = lease_.shard_length;
+  const uint64_t count = std::min(chunk_size_, length - pos_);
+  buffer_.resize(count);
+  const Plan& plan = *lease_.view.plan;
+  if (absl::Status s = backend->ExtractShard(plan, lease_.shard, request_.rank(), pos_,
+                                             absl::MakeSpan(buffer_));
+      !s.ok()) {
+    return s;
+  }
+  chunk->Clear();
+  chunk->set_epoch(request_.epoch());
+  chunk->set_rank(request_.rank());
+  chunk->set_offset(pos_);
+  chunk->set_shard_length(length);
+  if (wide_) {
+    chunk->mutable_indices64()->Add(buffer_.begin(), buffer_.end());
+  } else {
+    auto* out = chunk->mutable_indices32();
+    out->Resize(static_cast<int>(count), 0);
+    for (uint64_t k = 0; k < count; ++k) out->Set(k, static_cast<uint32_t>(buffer_[k]));
+  }
+  if (request_.with_is_weights()) {
+    auto* is = chunk->mutable_is_weights();
+    is->Resize(static_cast<int>(count), 1.0f);
+    if (!lease_.view.unit_is_weights) {
+      // 1 / w of each index, where the backend holds the weights.
+      if (absl::Status s = backend->ImportanceWeights(*lease_.view.weights, buffer_,
+                                                      absl::MakeSpan(is->mutable_data(), count));
+          !s.ok()) {
+        return s;
+      }
+    }
+  }
+  pos_ += count;
+  last_count_ = count;
+  started_ = true;
+  chunk->set_last(pos_ == length);
+  return absl::OkStatus();
+}
+
+absl::Status ShardChunks::Written() {
+  streamed_->Increment(static_cast<double>(last_count_));
+  absl::Status closed =
+      job_->RecordStreamed(request_.epoch(), request_.deal(), request_.rank(), pos_);
+  if (absl::IsNotFound(closed) && pos_ < lease_.shard_length) return closed;
+  return absl::OkStatus();
+}
+
+}  // namespace samplerd
