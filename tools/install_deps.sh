@@ -52,6 +52,9 @@ APT_PACKAGES=(
   # The network tests (tests/python/test_network_paths.py) put samplerd and the ranks in
   # network namespaces joined by veth links: iproute2's `ip`.
   iproute2
+  # Fuzzing (docs/HARDENING.md, tools/fuzz/run.sh): clang 14 with its sanitizer and libFuzzer
+  # runtimes (--config=fuzz). The ASan/UBSan/TSan configs use g++'s runtimes (in g++ above).
+  clang-14 libclang-rt-14-dev libfuzzer-14-dev
 )
 ((server_only)) && APT_PACKAGES=("${SERVER_BUILD_PACKAGES[@]}")
 
@@ -86,6 +89,9 @@ if [[ -f "$ROOT/client/python/pyproject.toml" || -f "$ROOT/client/python/setup.p
   "$ROOT/.venv/bin/python" -m pip install -q --no-build-isolation --no-deps "$ROOT/client/python" \
     || "$ROOT/.venv/bin/python" -m pip install -q "$ROOT/client/python"
 fi
+# The Python fuzz target (tests/python/fuzz/load_state_dict_fuzzer.py): atheris, libFuzzer for
+# Python (a manylinux wheel; 3.0.0 is the newest with one for Debian 12's Python 3.11).
+"$ROOT/.venv/bin/python" -m pip install -q "atheris==3.0.0"
 # Deploy checks: kubernetes-validate ships the Kubernetes JSON schemas (validates offline).
 "$ROOT/.venv/bin/python" -m pip install -q "kubernetes-validate==1.37.0"
 

@@ -145,8 +145,9 @@ absl::StatusOr<RecordLogContents> ReadRecordLog(const std::string& path, uint64_
   absl::StatusOr<RecordLogHead> head = DecodeHead(file, file.size(), path);
   if (!head.ok()) return head.status();
   contents.head = *std::move(head);
-  // Whatever lies within the synced bytes was on disk before anything was acknowledged.
-  const uint64_t synced = std::max(synced_bytes, contents.head.synced_bytes);
+  // Whatever lies within the synced bytes was on disk before anything was acknowledged; the head
+  // itself always was (Open syncs it before returning), whatever a damaged head claims.
+  const uint64_t synced = std::max({synced_bytes, contents.head.synced_bytes, kRecordLogHeadBytes});
   if (file.size() < synced) {
     return absl::DataLossError(absl::StrCat(path, ": cut short: ", file.size(),
                                             " bytes, but its first ", synced,

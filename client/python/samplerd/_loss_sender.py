@@ -12,7 +12,7 @@ import numpy as np
 
 from . import errors
 from ._guards import explained
-from .client import check_loss_batch, loss_batch_message
+from .client import check_loss_batch, check_positions, loss_batch_message
 
 
 class LossSender:
@@ -136,16 +136,25 @@ class LossSender:
             los = np.asarray(unacked["losses"], dtype=np.float64)
             pos = np.asarray(unacked["positions"], dtype=np.int64)
             epoch, deal = int(unacked["epoch"]), int(unacked["deal"])
-        except (KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError, OverflowError) as e:
             raise errors.InvalidArgument(
                 f"{loading}: state['unacknowledged']: malformed ({e})") from None
+        if not idx.ndim == los.ndim == pos.ndim == 1:
+            raise errors.InvalidArgument(
+                f"{loading}: state['unacknowledged']: indices, losses and positions must be "
+                f"lists of numbers (dimensions {idx.ndim}, {los.ndim}, {pos.ndim})")
         if not idx.size == los.size == pos.size:
             raise errors.InvalidArgument(
                 f"{loading}: state['unacknowledged']: {idx.size} indices, "
                 f"{los.size} losses, {pos.size} positions")
+        if not (0 <= epoch < 2**64 and 0 <= deal < 2**32):  # The proto's uint64 and uint32.
+            raise errors.InvalidArgument(
+                f"{loading}: state['unacknowledged']: epoch = {epoch}, deal = {deal}: "
+                f"out of range")
         if idx.size == 0:
             return
         idx, los = check_loss_batch(idx, los, num_samples)
+        pos = check_positions(pos, idx.size)
         step = self.batch_size
         batches = [loss_batch_message(self._job, epoch, self._rank, 0, idx[lo:lo + step],
                                       los[lo:lo + step], pos[lo:lo + step], deal)

@@ -10,7 +10,7 @@ load_state_dict).
 """
 
 import dataclasses
-import numbers
+import operator
 from typing import Optional
 
 from . import errors, resume_check
@@ -18,6 +18,18 @@ from ._guards import explained
 
 VERSION = 3
 READS = (1, 2, 3)
+
+
+def is_index(value) -> bool:
+    """Whether `value` is an integer of any kind (int, NumPy's, a 0-d integer tensor), not a
+    bool: what a state's numbers may be after a framework's checkpoint round trip."""
+    if isinstance(value, bool):
+        return False
+    try:
+        operator.index(value)
+    except TypeError:
+        return False
+    return True
 
 
 def position_state(job: str, rank: int, world_size: int, epoch: int, deal: int, position: int,
@@ -48,7 +60,8 @@ def parse_state(state: dict, loading: str, job: str) -> LoadedState:
 
     Raises:
         InvalidArgument: not a state_dict() (a field missing), a version this client does not
-            read, another job's state, a position that is not an integer >= 0.
+            read, another job's state, a rank, world size, epoch, deal, position or length
+            that is not an integer in its proto field's range.
     """
     try:
         version, saved_job, rank = state["version"], state["job"], state["rank"]
@@ -66,10 +79,18 @@ def parse_state(state: dict, loading: str, job: str) -> LoadedState:
         raise errors.InvalidArgument(
             f"{loading}: the state was saved by job '{saved_job}' (epoch {epoch}, rank "
             f"{rank}); load this job's own checkpoint")
-    if not (isinstance(position, numbers.Integral) and not isinstance(position, bool)
-            and position >= 0):
-        raise errors.InvalidArgument(
-            f"{loading}: state['position'] = {position}: must be an integer >= 0")
+    # Every number the state holds, before any is used (a damaged or hand-edited checkpoint
+    # is refused naming the field, never with a TypeError from deep inside).
+    # The bounds are the proto's field types (uint32 ranks and deals, uint64 positions).
+    for field, value, bits in (("rank", rank, 32), ("world_size", world_size, 32),
+                               ("epoch", epoch, 64), ("deal", deal, 32),
+                               ("position", position, 64),
+                               ("length", state.get("length", 0), 64)):
+        if value is None and field == "length":
+            continue  # Unknown where the state was saved.
+        if not (is_index(value) and 0 <= operator.index(value) < 2**bits):
+            raise errors.InvalidArgument(
+                f"{loading}: state['{field}'] = {value}: must be an integer in [0, 2^{bits})")
     length = state.get("length")
     return LoadedState(version=version, job=saved_job, rank=rank, world_size=world_size,
                        epoch=int(epoch), deal=int(deal), position=int(position),

@@ -1,0 +1,30 @@
+// The sanitizer runtimes' default options and suppressions for samplerd's binaries, linked into
+// every binary built with --config=asan, --config=tsan or --config=fuzz (tools/sanitizers/BUILD,
+// through //third_party:absl). The runtimes call these functions at start-up; an environment
+// variable (ASAN_OPTIONS, TSAN_OPTIONS, ...) set by a developer still overrides an option.
+//
+// Suppressions: only for third-party code, each one with the reason it is there
+// (docs/HARDENING.md). A report in samplerd's own code is fixed, never suppressed.
+
+extern "C" {
+
+// Abort on the first report with a stack trace; a test that hits one fails.
+const char* __asan_default_options() {
+  return "abort_on_error=1:detect_stack_use_after_return=1:strict_string_checks=1:"
+         "check_initialization_order=1:detect_leaks=1";
+}
+
+const char* __ubsan_default_options() { return "print_stacktrace=1:halt_on_error=1"; }
+
+const char* __tsan_default_options() {
+  // second_deadlock_stack: both stacks of a lock-order inversion (pthread mutexes; see
+  // tsan_absl_sync.cc for absl::Mutex). history_size=4: older accesses kept, so that a report
+  // shows both stacks instead of "failed to restore the stack".
+  return "halt_on_error=1:second_deadlock_stack=1:history_size=4";
+}
+
+const char* __lsan_default_suppressions() { return ""; }
+
+const char* __tsan_default_suppressions() { return ""; }
+
+}  // extern "C"
