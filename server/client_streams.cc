@@ -35,8 +35,8 @@ std::optional<grpc::Status> LossStream::Add(const grpc::ByteBuffer& raw) {
   if (!parser_.Parse(raw, &batch_)) {
     if (absl::Status synced = Sync(); !synced.ok()) return ToGrpcStatus(synced);
     return ToGrpcStatus(absl::InvalidArgumentError(
-        absl::StrCat(parser_.status().message(), "; batches before it applied: ",
-                     parser_.parsed(), "; nothing after it was read")));
+        absl::StrCat(parser_.status().message(), "; batches before it applied: ", parser_.parsed(),
+                     "; nothing after it was read")));
   }
   if (!job_ || job_->name() != batch_.job()) {
     if (absl::Status s = Sync(); !s.ok()) return ToGrpcStatus(s);

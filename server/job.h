@@ -172,10 +172,11 @@ class Job {
   // AcquireShard(epoch, ...) would no longer answer DEADLINE_EXCEEDED for the epoch (it is
   // served, or can no longer be: closed, failed, passed or too far ahead) or `deadline` has
   // passed; the caller then calls AcquireShard (if the state moved on meanwhile, e.g. a rewind
-  // withdrew the plan, it answers DEADLINE_EXCEEDED again: wait again before `deadline`). `ready` runs on the caller's thread when the epoch is
-  // settled already (then the result is 0), else on the job's watcher thread (the result is an
-  // id for CancelWait); it must not block, nor drop the last reference to the job
-  // (EpochWaiters::Add). Waiters cost memory only: one watcher thread per job serves them all.
+  // withdrew the plan, it answers DEADLINE_EXCEEDED again: wait again before `deadline`). `ready`
+  // runs on the caller's thread when the epoch is settled already (then the result is 0), else on
+  // the job's watcher thread (the result is an id for CancelWait); it must not block, nor drop the
+  // last reference to the job (EpochWaiters::Add). Waiters cost memory only: one watcher thread per
+  // job serves them all.
   uint64_t OnEpochSettled(uint64_t epoch, absl::Time deadline, std::function<void()> ready)
       ABSL_LOCKS_EXCLUDED(mu_) {
     return waiters_.Add(epoch, deadline, std::move(ready));

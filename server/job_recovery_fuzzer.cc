@@ -30,6 +30,7 @@
 #include "server/job_registry.h"
 #include "server/loss_batch.h"
 #include "server/persistence/fuzz_checksums.h"
+#include "server/testing/job_shards.h"
 #include "tools/fuzz/fuzz_util.h"
 
 namespace samplerd {
@@ -92,8 +93,8 @@ void Unpack(absl::string_view in) {
 // Reports the losses of positions [first, first + count) of `rank`'s shard of the current epoch.
 void ReportServed(Job& job, uint32_t rank, uint64_t first, uint64_t count) {
   const v1::Job d = job.Describe();
-  absl::StatusOr<ShardLease> lease = job.AcquireShard(
-      d.current_epoch(), d.deal(), rank, d.world_size(), absl::Now() + absl::Seconds(30));
+  absl::StatusOr<ShardLease> lease = testutil::AwaitShard(
+      job, d.current_epoch(), d.deal(), rank, d.world_size(), absl::Now() + absl::Seconds(30));
   SAMPLERD_FUZZ_CHECK(lease.ok(), lease.status().ToString());
   std::vector<uint64_t> indices(count), positions(count);
   std::vector<float> losses(count, 0.75f);
@@ -125,8 +126,8 @@ void EndEpoch(Job& job) {
     SAMPLERD_FUZZ_CHECK(ended.ok(), ended.status().ToString());
   }
   // The next epoch is planned in the background: wait until it is served.
-  (void)job.AcquireShard(d.current_epoch() + 1, 0, 0, d.world_size(),
-                         absl::Now() + absl::Seconds(30));
+  (void)testutil::AwaitShard(job, d.current_epoch() + 1, 0, 0, d.world_size(),
+                             absl::Now() + absl::Seconds(30));
 }
 
 void WriteSeeds() {

@@ -96,10 +96,9 @@ TEST_F(JobTest, WaitingReadersEndAtTheDeadlineOrOnClose) {
   auto job = MakeJob(100, 2);
   // Not served yet: AcquireShard never waits; a reader waits with OnEpochSettled.
   EXPECT_EQ(job->AcquireShard(1, 0, 0, 2).status().code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_EQ(testutil::AwaitShard(*job, 1, 0, 0, 2, absl::Now() + absl::Milliseconds(50))
-                .status()
-                .code(),
-            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(
+      testutil::AwaitShard(*job, 1, 0, 0, 2, absl::Now() + absl::Milliseconds(50)).status().code(),
+      absl::StatusCode::kDeadlineExceeded);
   absl::Notification woken;
   ASSERT_NE(job->OnEpochSettled(1, absl::InfiniteFuture(), [&] { woken.Notify(); }), 0u);
   EXPECT_FALSE(woken.WaitForNotificationWithTimeout(absl::Milliseconds(20)));
@@ -354,7 +353,8 @@ TEST_F(JobTest, ABackendFailureApplyingLossesFailsTheJob) {
   EXPECT_THAT(std::string(later.message()),
               HasSubstr("applying the losses of epoch 0 failed: INTERNAL: cudaErrorLaunchFailure"));
   EXPECT_EQ(job->EndEpoch(0, 0, 0).status().code(), absl::StatusCode::kInternal);
-  EXPECT_EQ(testutil::AwaitShard(*job, 0, 0, 0, 1, Soon()).status().code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(testutil::AwaitShard(*job, 0, 0, 0, 1, Soon()).status().code(),
+            absl::StatusCode::kInternal);
   EXPECT_TRUE(probed.calls().empty());
 }
 
@@ -565,8 +565,9 @@ TEST_F(JobTest, StaticWeightsArriveBeforeTheFirstLossOnly) {
   spec.mutable_policy()->set_loss(v1::LOSS);
   auto job = *Job::Create("s", *MakeJobConfig(spec, JobLimits()), backend_.get());
   EXPECT_FALSE(job->Describe().plan_ready());
-  EXPECT_EQ(testutil::AwaitShard(*job, 0, 0, 0, 1, absl::Now() + absl::Milliseconds(30)).status().code(),
-            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(
+      testutil::AwaitShard(*job, 0, 0, 0, 1, absl::Now() + absl::Milliseconds(30)).status().code(),
+      absl::StatusCode::kDeadlineExceeded);
   EXPECT_EQ(job->UploadLabels({1, 2, 3, 4}).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(job->UploadWeights({1, 2}).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(job->UploadWeights({1, 0, 0, 0}).code(), absl::StatusCode::kFailedPrecondition)
@@ -604,9 +605,7 @@ TEST_F(JobTest, ReducibleLossWaitsForItsIrreducibleLossesAndUsesThem) {
   spec.mutable_policy()->set_clamp_lo(1e-6);  // Wide clamps: the factors show.
   spec.mutable_policy()->set_clamp_hi(1e6);
   auto job = *Job::Create("r", *MakeJobConfig(spec, JobLimits()), backend_.get());
-  auto no_plan = [&] {
-    return job->AcquireShard(0, 0, 0, 1, absl::Now() + absl::Milliseconds(20)).status();
-  };
+  auto no_plan = [&] { return job->AcquireShard(0, 0, 0, 1).status(); };
   EXPECT_THAT(std::string(no_plan().message()),
               HasSubstr("waits for UploadWeights and UploadIrreducibleLosses"));
   // Bad values: named, nothing changes.
@@ -630,7 +629,7 @@ TEST_F(JobTest, ReducibleLossWaitsForItsIrreducibleLossesAndUsesThem) {
       job->ReportLosses(BatchAt(0, 0, 0, Shard(*job, 0, 0), {0, 1, 2, 3}, One).view(), &summary)
           .ok());
   ASSERT_TRUE(job->EndEpoch(0, 0, 0).ok());
-  auto next = job->AcquireShard(1, 0, 0, 1, Soon());
+  auto next = testutil::AwaitShard(*job, 1, 0, 0, 1, Soon());
   ASSERT_TRUE(next.ok()) << next.status();
   const std::vector<float> w = testutil::HostWeights(next->view.weights.get(), 4);
   EXPECT_EQ(w[0], w[1]);

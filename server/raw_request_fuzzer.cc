@@ -2,9 +2,9 @@
 // network: ParseRequest (raw_request.h) parses the bytes as the method's request type, then the
 // request goes to an in-process JobRegistry and Job as SamplerService's handlers pass it
 // (server/sampler_service.cc: DoCreateJob, DoGetJob, DoRewindJob, DoResizeJob, DoEndEpoch,
-// DoDeleteJob, DoGetJobStatus, LossStream::Add, StreamShardImpl up to AcquireShard, and an upload
-// of one chunk). The service's own wrappers (authorisation, metrics, gRPC status conversion) are
-// not in the path: they are gRPC-bound and covered by the service's tests.
+// DoDeleteJob, DoGetJobStatus, LossStream::Add, the StreamShard reactor up to AcquireShard, and an
+// upload of one chunk). The service's own wrappers (authorisation, metrics, gRPC status conversion)
+// are not in the path: they are gRPC-bound and covered by the service's tests.
 //
 // Input: a sequence of calls, each [u8 method][u16 little-endian length][length bytes of the
 // request]. Every input starts from a fresh registry holding job "j" (64 samples, 2 ranks, loss
@@ -32,6 +32,7 @@
 #include "server/job_registry.h"
 #include "server/loss_batch.h"
 #include "server/raw_request.h"
+#include "server/testing/job_shards.h"
 #include "tools/fuzz/fuzz_util.h"
 
 namespace samplerd {
@@ -106,7 +107,7 @@ void Settle(JobRegistry& registry) {
   const v1::Job d = (*job)->Describe();
   if (d.plan_ready()) return;
   if (d.current_epoch() == 0 && d.spec().policy().base() != v1::UNIFORM) return;  // An upload.
-  (void)(*job)->AcquireShard(d.current_epoch(), d.deal(), 0, d.world_size(),
+  (void)testutil::AwaitShard(**job, d.current_epoch(), d.deal(), 0, d.world_size(),
                              absl::Now() + absl::Seconds(2));
 }
 
@@ -179,9 +180,9 @@ absl::Status Call(JobRegistry& registry, uint8_t method, absl::string_view bytes
       auto job = get(r.job());
       if (!job.ok()) return job.status();
       absl::StatusOr<ShardLease> lease =
-          (*job)->AcquireShard(r.epoch(), r.deal(), r.rank(), r.world_size(), now);
+          (*job)->AcquireShard(r.epoch(), r.deal(), r.rank(), r.world_size());
       if (!lease.ok()) return lease.status();
-      // What StreamShardImpl does next: the positions from start_offset, recorded as streamed.
+      // What ShardChunks does next: the positions from start_offset, recorded as streamed.
       if (r.start_offset() >= lease->shard_length) return absl::OkStatus();
       std::vector<uint64_t> out(std::min<uint64_t>(lease->shard_length - r.start_offset(), 16));
       if (absl::Status s = Backend().ExtractShard(*lease->view.plan, lease->shard, r.rank(),
@@ -217,7 +218,7 @@ absl::Status Call(JobRegistry& registry, uint8_t method, absl::string_view bytes
       const v1::Job described = (*job)->Describe();
       const uint32_t rank = static_cast<uint8_t>(bytes[0]) % std::max(1u, described.world_size());
       absl::StatusOr<ShardLease> lease = (*job)->AcquireShard(
-          described.current_epoch(), described.deal(), rank, described.world_size(), now);
+          described.current_epoch(), described.deal(), rank, described.world_size());
       if (!lease.ok()) return lease.status();
       const uint64_t first = static_cast<uint8_t>(bytes[1]);
       const uint64_t count = 1 + static_cast<uint8_t>(bytes[2]) % 16;

@@ -165,7 +165,8 @@ grpc::ServerUnaryReactor* SamplerService::GetJobStatus(grpc::CallbackServerConte
 grpc::ServerReadReactor<grpc::ByteBuffer>* SamplerService::UploadWeights(
     grpc::CallbackServerContext* context, grpc::ByteBuffer* response) {
   return ClientStreamReactor<WeightsUpload>::Start(
-      &calls_, &gate_, kUploadWeights, context, response, [this](Caller caller, v1::UploadSummary* summary) {
+      &calls_, &gate_, kUploadWeights, context, response,
+      [this](Caller caller, v1::UploadSummary* summary) {
         return MakeWeightsUpload(registry_, std::move(caller), summary);
       });
 }
@@ -173,7 +174,8 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* SamplerService::UploadWeights(
 grpc::ServerReadReactor<grpc::ByteBuffer>* SamplerService::UploadLabels(
     grpc::CallbackServerContext* context, grpc::ByteBuffer* response) {
   return ClientStreamReactor<LabelsUpload>::Start(
-      &calls_, &gate_, kUploadLabels, context, response, [this](Caller caller, v1::UploadSummary* summary) {
+      &calls_, &gate_, kUploadLabels, context, response,
+      [this](Caller caller, v1::UploadSummary* summary) {
         return MakeLabelsUpload(registry_, std::move(caller), summary);
       });
 }
@@ -181,7 +183,8 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* SamplerService::UploadLabels(
 grpc::ServerReadReactor<grpc::ByteBuffer>* SamplerService::UploadIrreducibleLosses(
     grpc::CallbackServerContext* context, grpc::ByteBuffer* response) {
   return ClientStreamReactor<IrreducibleLossesUpload>::Start(
-      &calls_, &gate_, kUploadIrreducibleLosses, context, response, [this](Caller caller, v1::UploadSummary* summary) {
+      &calls_, &gate_, kUploadIrreducibleLosses, context, response,
+      [this](Caller caller, v1::UploadSummary* summary) {
         return MakeIrreducibleLossesUpload(registry_, std::move(caller), summary);
       });
 }
@@ -197,9 +200,9 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* SamplerService::ReportLosses(
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* SamplerService::StreamShard(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
-  return ShardStreamReactor::Start({&calls_, &gate_, registry_, backend_, max_message_bytes_,
-                                    &stream_budget_, &metrics_},
-                                   context, request);
+  return ShardStreamReactor::Start(
+      {&calls_, &gate_, registry_, backend_, max_message_bytes_, &stream_budget_, &metrics_},
+      context, request);
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* SamplerService::ClaimRank(
