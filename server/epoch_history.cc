@@ -206,8 +206,13 @@ class JournalHistory final : public EpochHistory {
     return *std::move(epochs);
   }
   absl::StatusOr<EpochStart> Read(uint64_t epoch) const override {
-    // The current epoch's snapshot may still be being written: wait for it.
-    if (Scheduled() == epoch) journal_->AwaitScheduledSnapshots();
+    // The current epoch's snapshot may still be being written, and so may an older one (an
+    // epoch that closed right after it opened): wait for it.
+    const std::vector<uint64_t> unwritten = journal_->UnwrittenEpochStarts();
+    if (Scheduled() == epoch ||
+        std::find(unwritten.begin(), unwritten.end(), epoch) != unwritten.end()) {
+      journal_->AwaitScheduledSnapshots();
+    }
     absl::MutexLock lock(&files_mu_);
     if (removed_) return Removed();
     absl::StatusOr<EpochStart> read = journal_->ReadEpochStart(epoch);

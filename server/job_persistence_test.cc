@@ -497,6 +497,14 @@ TEST_F(JobPersistenceTest, ARewindWaitsForTheSnapshotOfTheEpochJustOpened) {
   auto job = Create(/*persisted=*/true);
   FullEpoch(*job, 0);
   AwaitKept(*job, 1);
+  // Epoch 1's boundary has copied its weights (its snapshot is on disk), so the gate holds
+  // epoch 2's copy. Held, epoch 1's copy kept its planner thread, which the EndEpoch closing
+  // epoch 1 joins: FullEpoch(1) never returned and the test hung (1 run in 30 under load).
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (!std::filesystem::exists(dir_ + "/snapshot-1.bin")) {
+    ASSERT_LT(absl::Now(), deadline) << "epoch 1's snapshot was never written";
+    absl::SleepFor(absl::Milliseconds(5));
+  }
   const std::string start = Observable(*job);
   backend_.to_host().Hold();
   FullEpoch(*job, 1);  // Its last EndEpoch opens epoch 2, whose weights' copy is then held.

@@ -30,6 +30,13 @@ void StreamBudget::Reservation::Release() {
 absl::StatusOr<StreamBudget::Reservation> StreamBudget::Reserve(uint64_t bytes) {
   absl::MutexLock lock(&mu_);
   // in_use_ <= limit_ always, so the subtraction cannot wrap.
+  if (bytes > limit_) {  // Never fits, whatever the other calls do: no "retry later".
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "stream buffer budget: this stream needs ", bytes,
+        " bytes for its chunks, more than the ", limit_,
+        " bytes that all open StreamShard calls together may hold (--max_stream_buffer_bytes); "
+        "ask for a smaller max_chunk_size"));
+  }
   if (bytes > limit_ - in_use_) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "stream buffer budget: this stream needs ", bytes, " bytes for its chunks, but ", in_use_,

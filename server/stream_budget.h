@@ -53,7 +53,8 @@ class StreamBudget {
 
   // Reserves `bytes` if they fit beside what the other calls hold. RESOURCE_EXHAUSTED, naming
   // the bytes asked for, the bytes in use, the limit and the --max_stream_buffer_bytes flag,
-  // if they do not.
+  // if they do not: saying "retry later" when they would fit once other calls end (the
+  // clients retry such a refusal, proto StreamShard), not when they exceed the whole limit.
   absl::StatusOr<Reservation> Reserve(uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
 
   uint64_t limit() const { return limit_; }

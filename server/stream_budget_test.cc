@@ -12,6 +12,7 @@ namespace samplerd {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 TEST(StreamBudgetTest, ReservationsThatFitAreGrantedAndGivenBackWhenDestroyed) {
   StreamBudget budget(100);
@@ -35,13 +36,18 @@ TEST(StreamBudgetTest, AReservationBeyondTheLimitIsResourceExhaustedNamingTheFla
   EXPECT_THAT(message, HasSubstr("needs 31 bytes"));
   EXPECT_THAT(message, HasSubstr("70 of the 100 bytes"));
   EXPECT_THAT(message, HasSubstr("--max_stream_buffer_bytes"));
+  EXPECT_THAT(message, HasSubstr("retry later"));  // It fits once the holder is gone.
   EXPECT_EQ(budget.in_use(), 70u);  // The failed reservation holds nothing.
   // Once the holder is gone the same reservation fits.
   *held = *budget.Reserve(1);  // Move-assigning releases the 70 bytes held before.
   EXPECT_EQ(budget.in_use(), 1u);
   EXPECT_TRUE(budget.Reserve(99).ok());
-  // Larger than the whole budget: never fits.
-  EXPECT_EQ(budget.Reserve(101).status().code(), absl::StatusCode::kResourceExhausted);
+  // Larger than the whole budget: never fits, and retrying cannot help.
+  const absl::Status never = budget.Reserve(101).status();
+  EXPECT_EQ(never.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(never.message()), HasSubstr("more than the 100 bytes"));
+  EXPECT_THAT(std::string(never.message()), HasSubstr("--max_stream_buffer_bytes"));
+  EXPECT_THAT(std::string(never.message()), Not(HasSubstr("retry later")));
 }
 
 TEST(StreamBudgetTest, MovedReservationsReleaseOnce) {

@@ -1,9 +1,11 @@
 #include "client/cpp/sampler_client.h"
 
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
@@ -235,6 +237,72 @@ TEST(SamplerClientTest, StreamShardAsksForTheChunkSizeGiven) {
                   .ok());
   ASSERT_EQ(sizes.size(), 14u);  // 98 indices from position 2.
   EXPECT_EQ(sizes.front(), 7u);
+}
+
+// A second shard stream, refused by the server's stream buffer budget (RESOURCE_EXHAUSTED,
+// "retry later") while a first holds it, is retried with backoff and completes once the first
+// ends, instead of failing the trainer. Before the retry: RESOURCE_EXHAUSTED at once.
+TEST(SamplerClientTest, AStreamRefusedByTheStreamBufferBudgetIsRetriedUntilItFits) {
+  Options server_options = testutil::LoopbackTestOptions();
+  server_options.backend = "cpu";
+  // 1024-index chunks cost 16 KiB (SamplerService::ChunkBytes): room for one stream, not two.
+  server_options.max_stream_buffer_bytes = 24 << 10;
+  auto server = Server::Create(server_options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string address = (*server)->address();
+  // The holder reads one chunk of its 4 MiB shard and stops. Without BDP probing its
+  // flow-control window stays 64 KiB: the server waits to write, holding its budget.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  auto holder = *SamplerClient::CreateWithChannel(
+      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+  v1::JobSpec spec;
+  spec.set_num_samples(1 << 21);
+  spec.set_world_size(2);
+  ASSERT_TRUE(holder->CreateJob("j", spec).ok());
+  StreamShardOptions chunks;
+  chunks.max_chunk_size = 1024;
+  absl::Notification holding;
+  absl::Notification release;
+  std::thread first([&] {
+    absl::Status s = holder->StreamShard("j", 0, 0, 2, chunks, [&](const ShardSlice&) {
+      if (!holding.HasBeenNotified()) {
+        holding.Notify();
+        release.WaitForNotification();
+      }
+      return absl::OkStatus();
+    });
+    EXPECT_TRUE(s.ok()) << s;
+  });
+  holding.WaitForNotification();
+  ClientOptions once;
+  once.max_retries = 0;
+  absl::Status refused = (*SamplerClient::Create(address, once))
+                             ->StreamShard("j", 0, 1, 2, chunks,
+                                           [](const ShardSlice&) { return absl::OkStatus(); });
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("retry later"));
+  ClientOptions patient;
+  patient.initial_backoff = absl::Milliseconds(20);
+  patient.max_backoff = absl::Milliseconds(100);
+  patient.retry_budget = absl::Seconds(60);
+  auto client = *SamplerClient::Create(address, patient);
+  std::thread releaser([&] {
+    absl::SleepFor(absl::Milliseconds(500));
+    release.Notify();
+  });
+  const absl::Time start = absl::Now();
+  uint64_t received = 0;
+  absl::Status s = client->StreamShard("j", 0, 1, 2, chunks, [&](const ShardSlice& slice) {
+    received += slice.indices.size();
+    return absl::OkStatus();
+  });
+  const absl::Duration elapsed = absl::Now() - start;
+  releaser.join();
+  first.join();
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(received, uint64_t{1} << 20);
+  EXPECT_GT(elapsed, absl::Milliseconds(300)) << "the budget was not held";
 }
 
 }  // namespace

@@ -175,6 +175,19 @@ bool Retryable(const grpc::Status& status) {
          status.error_code() == grpc::StatusCode::CANCELLED;
 }
 
+// Whether a failed shard stream may be opened again: Retryable, or RESOURCE_EXHAUSTED for
+// memory that frees itself as other streams end -- gRPC's transport quota resetting the stream
+// (RST_STREAM ENHANCE_YOUR_CALM, "Received RST_STREAM with error code 11") or the server's
+// stream buffer budget, whose refusal says "retry later" (proto StreamShard). Not the client's
+// own receive limit ("larger than max") nor a chunk beyond the whole budget: the same request
+// would be refused again.
+bool RetryableShardStream(const grpc::Status& status) {
+  if (Retryable(status)) return true;
+  if (status.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) return false;
+  const std::string& message = status.error_message();
+  return absl::StrContains(message, "RST_STREAM") || absl::StrContains(message, "retry later");
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SamplerClient>> SamplerClient::Create(const std::string& address,
@@ -537,7 +550,7 @@ absl::Status SamplerClient::StreamShard(
     std::optional<absl::Duration> backoff;
     const bool aborted = claim != nullptr && status.error_code() == grpc::StatusCode::ABORTED;
     if (aborted) claim->Renew(request.incarnation());
-    if (Retryable(status) || aborted) backoff = retries.Next();
+    if (RetryableShardStream(status) || aborted) backoff = retries.Next();
     if (!backoff.has_value()) {
       const absl::Status error = FromGrpcStatus(status);
       return failed(error.code(), error.message());

@@ -237,12 +237,14 @@ void JobJournal::WriteScheduledSnapshots() {
     EpochStart start;
     {
       absl::MutexLock lock(&snapshot_mu_);
+      writing_epoch_.reset();  // The previous one is written (or failed).
       if (pending_snapshots_.empty()) {
         snapshot_running_ = false;
         return;
       }
       start = std::move(pending_snapshots_.front());
       pending_snapshots_.pop_front();
+      writing_epoch_ = start.epoch;
     }
     const absl::Time begun = absl::Now();
     if (absl::Status s = WriteEpochSnapshot(start); !s.ok()) {
@@ -407,12 +409,26 @@ absl::Status JobJournal::Remove() {
 
 // ---- Rewinds ------------------------------------------------------------------------------------
 
+std::vector<uint64_t> JobJournal::UnwrittenEpochStarts() const {
+  absl::MutexLock lock(&snapshot_mu_);
+  std::vector<uint64_t> epochs;
+  if (writing_epoch_.has_value()) epochs.push_back(*writing_epoch_);
+  for (const EpochStart& start : pending_snapshots_) epochs.push_back(start.epoch);
+  return epochs;
+}
+
 absl::StatusOr<std::vector<uint64_t>> JobJournal::KeptEpochStarts() const {
+  // Before listing the files: a snapshot committed in between is then in both, never in
+  // neither.
+  const std::vector<uint64_t> unwritten = UnwrittenEpochStarts();
   absl::StatusOr<DirFiles> files = ListDir(dir_);
   if (!files.ok()) return files.status();
+  std::vector<uint64_t>& kept = files->snapshots;
+  kept.insert(kept.end(), unwritten.begin(), unwritten.end());
+  std::sort(kept.begin(), kept.end());
+  kept.erase(std::unique(kept.begin(), kept.end()), kept.end());
   // A snapshot just committed has not yet made RemoveBefore remove the oldest one.
   const size_t keep = keep_snapshots_.load();
-  std::vector<uint64_t>& kept = files->snapshots;
   if (kept.size() > keep) kept.erase(kept.begin(), kept.end() - keep);
   return kept;
 }

@@ -206,8 +206,14 @@ class JobJournal {
   // How many epoch starts (snapshots, the newest included) are kept; at least 1. Set before
   // the first snapshot is committed.
   void KeepEpochStarts(uint32_t count) { keep_snapshots_ = std::max<uint32_t>(count, 1); }
-  // The epochs whose start is kept (committed snapshots), ascending.
-  absl::StatusOr<std::vector<uint64_t>> KeptEpochStarts() const;
+  // The epochs whose start is kept, ascending, the newest KeepEpochStarts(): committed
+  // snapshots and those scheduled and not yet written (queued, or being written), which are
+  // written in order: when an epoch closes right after the previous one opened, the previous
+  // epoch's snapshot may still be unwritten while the next one is scheduled.
+  absl::StatusOr<std::vector<uint64_t>> KeptEpochStarts() const ABSL_LOCKS_EXCLUDED(snapshot_mu_);
+  // The epochs of the snapshots scheduled and not yet written (or failed, or dropped), in the
+  // order they are written. ReadEpochStart of one of them needs AwaitScheduledSnapshots first.
+  std::vector<uint64_t> UnwrittenEpochStarts() const ABSL_LOCKS_EXCLUDED(snapshot_mu_);
   // The kept start of `epoch`, as its snapshot holds it (`spec` and `job` included). NOT_FOUND if
   // it is not kept; DATA_LOSS if the file is damaged.
   absl::StatusOr<EpochStart> ReadEpochStart(uint64_t epoch) const;
@@ -258,9 +264,11 @@ class JobJournal {
   // The snapshot thread (ScheduleEpochSnapshot). Never held with mu_ (the thread takes mu_).
   std::atomic<uint32_t> keep_snapshots_{1};
 
-  absl::Mutex snapshot_mu_;
+  mutable absl::Mutex snapshot_mu_;
   std::thread snapshot_thread_ ABSL_GUARDED_BY(snapshot_mu_);
   bool snapshot_running_ ABSL_GUARDED_BY(snapshot_mu_) = false;
+  // The epoch whose snapshot the thread is writing (taken off pending_snapshots_), if any.
+  std::optional<uint64_t> writing_epoch_ ABSL_GUARDED_BY(snapshot_mu_);
   bool snapshots_stopped_ ABSL_GUARDED_BY(snapshot_mu_) = false;
   std::deque<EpochStart> pending_snapshots_ ABSL_GUARDED_BY(snapshot_mu_);
 };

@@ -747,5 +747,32 @@ TEST_F(JobJournalTest, RemoveWaitsForAScheduledSnapshotAndLeavesNothing) {
   EXPECT_FALSE(std::filesystem::exists(dir_));
 }
 
+// Epoch 1 closed right after it opened: its snapshot is still being written when epoch 2's is
+// scheduled. Both starts are kept from the moment they are scheduled, whichever is on disk yet
+// (before, only committed snapshots were listed, and a rewind to epoch 1 right after epoch 2
+// opened was refused as "not kept": job_persistence_test's RewindsRightAfterEpochBoundaries...
+// failed about once in 30 runs under load).
+TEST_F(JobJournalTest, SnapshotsScheduledAndNotYetWrittenAreKept) {
+  auto journal = Create();
+  ASSERT_NE(journal, nullptr);
+  journal->KeepEpochStarts(3);
+  WriteEpochSnapshot(*journal, 0);
+  ASSERT_TRUE(journal->OpenEpoch(0).ok());
+  ASSERT_TRUE(journal->OpenEpoch(1).ok());
+  ASSERT_TRUE(journal->OpenEpoch(2).ok());
+  // 64 MiB each: written (and synced) well after both are scheduled.
+  journal->ScheduleEpochSnapshot(PlannedStart(1, std::vector<float>(1 << 24, 1.0f)));
+  journal->ScheduleEpochSnapshot(PlannedStart(2, std::vector<float>(1 << 24, 2.0f)));
+  absl::StatusOr<std::vector<uint64_t>> kept = journal->KeptEpochStarts();
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_THAT(*kept, ElementsAre(0, 1, 2));
+  journal->AwaitScheduledSnapshots();
+  EXPECT_THAT(journal->UnwrittenEpochStarts(), ElementsAre());
+  kept = journal->KeptEpochStarts();
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_THAT(*kept, ElementsAre(0, 1, 2));  // Now on disk.
+  EXPECT_TRUE(journal->ReadEpochStart(1).ok());
+}
+
 }  // namespace
 }  // namespace samplerd

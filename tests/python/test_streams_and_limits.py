@@ -1,6 +1,7 @@
 """Client streams end loudly, never silently short; the API's limits and shard lengths come from
 the server and the .proto, not from constants re-typed in the client."""
 
+import time
 from concurrent import futures
 
 import grpc
@@ -131,5 +132,40 @@ def test_the_stream_buffer_budget_is_resource_exhausted_naming_the_flag():
             with pytest.raises(samplerd.ResourceExhausted, match="--max_stream_buffer_bytes"):
                 c.read_shard("big", 0, 0, 1, chunk_size=1 << 20, observe=True)
             assert len(c.read_shard("big", 0, 0, 1, observe=True)) == 1 << 21  # Default chunks fit.
+    finally:
+        assert server.stop() == 0
+
+
+def test_a_stream_refused_by_the_stream_buffer_budget_is_retried_until_it_fits():
+    """A second shard stream, refused (RESOURCE_EXHAUSTED, "retry later") while a first holds
+    the whole --max_stream_buffer_bytes, is retried with backoff and completes once the first
+    ends, instead of failing the trainer. Before the retry: ResourceExhausted at once."""
+    from conftest import SamplerdProcess
+    # 1024-index chunks cost 16 KiB (SamplerService::ChunkBytes): room for one stream, not two.
+    server = SamplerdProcess(f"--max_stream_buffer_bytes={24 << 10}", "--backend=cpu")
+    try:
+        with samplerd.Client(server.address, timeout=30, initial_backoff=0.02,
+                             max_backoff=0.1, retry_budget=60) as c:
+            c.create_job("j", num_samples=1 << 21, world_size=2)
+            # The holder reads one chunk of its 4 MiB shard and stops. Without BDP probing its
+            # flow-control window stays 64 KiB: the server waits to write, holding its budget.
+            holder_channel = grpc.insecure_channel(server.address,
+                                                   options=[("grpc.http2.bdp_probe", 0)])
+            held = pb_grpc.SamplerStub(holder_channel).StreamShard(pb.StreamShardRequest(
+                job="j", epoch=0, rank=0, world_size=2, max_chunk_size=1024, observe=True),
+                timeout=60)
+            assert next(held).offset == 0
+            with samplerd.Client(server.address, max_retries=0) as impatient:
+                with pytest.raises(samplerd.ResourceExhausted, match="retry later"):
+                    impatient.read_shard("j", 0, 1, 2, chunk_size=1024, observe=True)
+            release = futures.ThreadPoolExecutor(1)
+            release.submit(lambda: (time.sleep(0.5), held.cancel()))
+            start = time.monotonic()
+            shard = c.read_shard("j", 0, 1, 2, chunk_size=1024, observe=True)
+            elapsed = time.monotonic() - start
+            release.shutdown()
+            holder_channel.close()
+            assert len(shard) == 1 << 20
+            assert elapsed > 0.3, f"served after {elapsed:.2f} s: the budget was not held"
     finally:
         assert server.stop() == 0

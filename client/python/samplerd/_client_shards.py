@@ -22,6 +22,17 @@ class ShardChunk(NamedTuple):
     is_weights: Optional[np.ndarray]  # float32 1/(N p_i), if requested.
 
 
+
+def _freed_by_other_streams(error: grpc.RpcError) -> bool:
+    """RESOURCE_EXHAUSTED for memory that frees itself as other streams end, which a shard
+    stream retries with backoff: gRPC's transport quota resetting it (RST_STREAM
+    ENHANCE_YOUR_CALM, "Received RST_STREAM with error code 11") or the server's stream buffer
+    budget, whose refusal says "retry later" (proto StreamShard). Not the client's own receive
+    limit ("larger than max") nor a chunk beyond the whole budget: they would be refused again."""
+    details = error.details() or ""
+    return error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and (
+        "RST_STREAM" in details or "retry later" in details)
+
 class _Shards(_Connection):
     """StreamShard (stream_shard) and the whole shard at once (read_shard)."""
 
@@ -54,7 +65,9 @@ class _Shards(_Connection):
         shard: a gRPC deadline covers a whole call, so when it passes after chunks arrived the
         stream is reopened at the next undelivered position. A broken stream (UNAVAILABLE, or a
         connection whose keepalive ping went unanswered) is reopened likewise, on a new
-        connection, while retry_budget and max_retries last (counted from the last chunk). No
+        connection, while retry_budget and max_retries last (counted from the last chunk); so
+        is one refused for memory that other streams free (RESOURCE_EXHAUSTED from the server's
+        stream buffer budget, "retry later", or from gRPC's transport quota, RST_STREAM). No
         index is yielded twice and none is skipped. An error raised names job, epoch, rank and
         the position ("job 'j' epoch 3 rank 1: shard stream failed at position P: ..."), whatever
         its code, and how long the client retried.
@@ -105,7 +118,8 @@ class _Shards(_Connection):
             except grpc.RpcError as e:
                 if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED and progressed:
                     continue  # The caller held the stream past the deadline: reopen.
-                backoff = retries.next() if self._retryable(e, claim) else None
+                backoff = retries.next() if (self._retryable(e, claim) or
+                                             _freed_by_other_streams(e)) else None
                 if backoff is None:
                     error = errors.from_rpc_error(e)
                     raise type(error)(
