@@ -22,6 +22,7 @@ namespace samplerd {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class SamplerServiceTest : public ::testing::Test {
  protected:
@@ -348,7 +349,9 @@ TEST(StreamBufferBudgetTest, AStreamWhoseChunkDoesNotFitIsResourceExhaustedNamin
   grpc::Status s = stream(1 << 20, &received);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
   EXPECT_THAT(s.error_message(), HasSubstr("needs 16777216 bytes"));
-  EXPECT_THAT(s.error_message(), HasSubstr("of the 1048576 bytes"));
+  EXPECT_THAT(s.error_message(), HasSubstr("more than the 1048576 bytes"));
+  EXPECT_THAT(s.error_message(), HasSubstr("ask for a smaller max_chunk_size"));
+  EXPECT_THAT(s.error_message(), Not(HasSubstr("retry later")));  // Retrying cannot help.
   EXPECT_THAT(s.error_message(), HasSubstr("--max_stream_buffer_bytes"));
   EXPECT_EQ(received, 0u);
   // The default chunk size fits, and the refused stream held nothing.
