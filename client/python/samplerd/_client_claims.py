@@ -2,16 +2,12 @@
 Client.claim_rank -- the Python side of client/cpp/rank_claim."""
 
 import threading
-from typing import TYPE_CHECKING
 
 import grpc
 
 from . import errors
 from ._client_retries import _Retries
 from ._proto import samplerd_pb2 as pb
-
-if TYPE_CHECKING:
-    from .client import Client
 
 
 # The claims this process released, by (address, job, rank): a later claim of the same rank in
@@ -36,7 +32,7 @@ class RankClaim:
     Thread-safe.
     """
 
-    def __init__(self, client: "Client", job: str, rank: int, world_size: int, peer: bool):
+    def __init__(self, client, job: str, rank: int, world_size: int, peer: bool):
         self._client = client
         self._request = pb.ClaimRankRequest(job=job, rank=rank, world_size=world_size,
                                             peer=bool(peer))

@@ -2,10 +2,7 @@
 initial_backoff, max_backoff)."""
 
 import time
-from typing import TYPE_CHECKING, Optional
-
-if TYPE_CHECKING:
-    from .client import Client
+from typing import Optional
 
 
 class _Retries:
@@ -13,7 +10,7 @@ class _Retries:
     most max_retries retries and as long as the next one starts within retry_budget of the first
     failure. A shard stream restarts it whenever a chunk arrives."""
 
-    def __init__(self, client: "Client"):
+    def __init__(self, client):
         self._client = client
         self.restart()
 
