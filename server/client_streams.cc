@@ -45,17 +45,7 @@ std::optional<grpc::Status> LossStream::Add(const grpc::ByteBuffer& raw) {
     if (!found.ok()) return ToGrpcStatus(found.status());
     job_ = *std::move(found);
   }
-  LossBatchView view;
-  view.epoch = batch_.epoch();
-  view.rank = batch_.rank();
-  view.seq = batch_.seq();
-  view.deal = batch_.deal();
-  view.incarnation = batch_.incarnation();
-  view.indices = absl::MakeConstSpan(batch_.indices().data(), batch_.indices_size());
-  view.losses = absl::MakeConstSpan(batch_.losses().data(), batch_.losses_size());
-  view.positions = absl::MakeConstSpan(batch_.positions().data(), batch_.positions_size());
-  view.consecutive = batch_.has_first_position();
-  view.first_position = batch_.first_position();
+  const LossBatchView view = ViewOf(batch_);
   const v1::LossReportSummary before = *response_;
   if (absl::Status s = job_->ReportLosses(view, response_); !s.ok()) {
     if (absl::Status synced = Sync(); !synced.ok()) return ToGrpcStatus(synced);

@@ -53,4 +53,19 @@ absl::Status ValidateLossPositions(const LossBatchView& batch, uint64_t shard_le
   return absl::OkStatus();
 }
 
+LossBatchView ViewOf(const v1::LossBatch& batch) {
+  LossBatchView view;
+  view.epoch = batch.epoch();
+  view.rank = batch.rank();
+  view.seq = batch.seq();
+  view.deal = batch.deal();
+  view.incarnation = batch.incarnation();
+  view.indices = absl::MakeConstSpan(batch.indices().data(), batch.indices_size());
+  view.losses = absl::MakeConstSpan(batch.losses().data(), batch.losses_size());
+  view.positions = absl::MakeConstSpan(batch.positions().data(), batch.positions_size());
+  view.consecutive = batch.has_first_position();
+  view.first_position = batch.first_position();
+  return view;
+}
+
 }  // namespace samplerd

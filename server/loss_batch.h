@@ -37,6 +37,9 @@ struct LossBatchView {
   uint64_t position(size_t k) const { return consecutive ? first_position + k : positions[k]; }
 };
 
+// The view of a LossBatch message (no copy: `batch` must outlive it).
+LossBatchView ViewOf(const v1::LossBatch& batch);
+
 // OK if `batch` is well-formed for a job of `num_samples` samples: as many losses and positions
 // (or consecutive positions from first_position, and no list) as indices, 1 to
 // kMaxLossBatchPairs pairs, every index < num_samples, every loss finite and >= 0.

@@ -152,35 +152,23 @@ absl::Status Call(JobRegistry& registry, uint8_t method, absl::string_view bytes
       if (!Parse(bytes, &r)) return absl::InvalidArgumentError("parse");
       auto job = get(r.job());
       if (!job.ok()) return job.status();
-      if (absl::Status s = (*job)->claims().Check(r.rank(), r.incarnation()); !s.ok()) return s;
-      return (*job)->EndEpoch(r.epoch(), r.deal(), r.rank()).status();
+      return (*job)->EndEpoch(r.epoch(), r.deal(), r.rank(), r.incarnation()).status();
     }
     case kReportLosses: {
       v1::LossBatch b;
       if (!Parse(bytes, &b)) return absl::InvalidArgumentError("parse");
       auto job = get(b.job());
       if (!job.ok()) return job.status();
-      LossBatchView view;
-      view.epoch = b.epoch();
-      view.rank = b.rank();
-      view.seq = b.seq();
-      view.deal = b.deal();
-      view.indices = absl::MakeConstSpan(b.indices().data(), b.indices_size());
-      view.losses = absl::MakeConstSpan(b.losses().data(), b.losses_size());
-      view.positions = absl::MakeConstSpan(b.positions().data(), b.positions_size());
-      view.consecutive = b.has_first_position();
-      view.first_position = b.first_position();
-      if (absl::Status s = (*job)->claims().Check(b.rank(), b.incarnation()); !s.ok()) return s;
       v1::LossReportSummary summary;
-      return (*job)->ReportLosses(view, &summary);
+      return (*job)->ReportLosses(ViewOf(b), &summary);  // The claim is checked by the job.
     }
     case kStreamShard: {
       v1::StreamShardRequest r;
       if (!Parse(bytes, &r)) return absl::InvalidArgumentError("parse");
       auto job = get(r.job());
       if (!job.ok()) return job.status();
-      absl::StatusOr<ShardLease> lease =
-          (*job)->AcquireShard(r.epoch(), r.deal(), r.rank(), r.world_size());
+      absl::StatusOr<ShardLease> lease = (*job)->AcquireShard(
+          r.epoch(), r.deal(), r.rank(), r.world_size(), ShardCaller{r.incarnation(), r.observe()});
       if (!lease.ok()) return lease.status();
       // What ShardChunks does next: the positions from start_offset, recorded as streamed.
       if (r.start_offset() >= lease->shard_length) return absl::OkStatus();
