@@ -9,6 +9,7 @@ epoch has closed), and unacknowledged (losses reported and not yet acknowledged,
 load_state_dict).
 """
 
+import collections.abc
 import dataclasses
 import operator
 from typing import Optional
@@ -91,11 +92,16 @@ def parse_state(state: dict, loading: str, job: str) -> LoadedState:
         if not (is_index(value) and 0 <= operator.index(value) < 2**bits):
             raise errors.InvalidArgument(
                 f"{loading}: state['{field}'] = {value}: must be an integer in [0, 2^{bits})")
+    unacknowledged = state.get("unacknowledged") or None
+    if unacknowledged is not None and not isinstance(unacknowledged, collections.abc.Mapping):
+        raise errors.InvalidArgument(
+            f"{loading}: state['unacknowledged'] = {unacknowledged!r}: must be a dict (epoch, "
+            f"deal, indices, losses, positions) or None")
     length = state.get("length")
     return LoadedState(version=version, job=saved_job, rank=rank, world_size=world_size,
                        epoch=int(epoch), deal=int(deal), position=int(position),
                        length=None if length is None else int(length),
-                       unacknowledged=state.get("unacknowledged") or None)
+                       unacknowledged=unacknowledged)
 
 
 class StateLoader:
