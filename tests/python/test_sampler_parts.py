@@ -146,9 +146,20 @@ def test_a_state_is_decoded_or_refused_naming_the_field():
     state = _state.position_state("j", 1, 2, 3, 0, 40, 50)
     assert state == {"version": 3, "job": "j", "rank": 1, "world_size": 2, "deal": 0,
                      "epoch": 3, "position": 40, "length": 50}
-    loaded = _state.parse_state(dict(state, unacknowledged={"x": 1}), "L", "j")
-    assert (loaded.epoch, loaded.position, loaded.length, loaded.unacknowledged) == \
-        (3, 40, 50, {"x": 1})
+    unacked = {"epoch": 3, "deal": 0, "indices": [7, 8], "losses": [0.5, 1.5],
+               "positions": [38, 39]}
+    loaded = _state.parse_state(dict(state, unacknowledged=unacked), "L", "j")
+    assert (loaded.epoch, loaded.position, loaded.length) == (3, 40, 50)
+    assert {k: np.asarray(v).tolist() for k, v in loaded.unacknowledged.items()} == unacked
+    assert _state.parse_state(dict(state, unacknowledged={}), "L", "j").unacknowledged is None
+    # A damaged `unacknowledged` is refused when the state is decoded, whoever would use it.
+    for bad, match in [(6, r"state\['unacknowledged'\] = 6: must be a dict"),
+                       ({"x": 1}, r"state\['unacknowledged'\]: malformed"),
+                       (dict(unacked, positions=45079976738816), "dimensions 1, 1, 0"),
+                       (dict(unacked, losses=[0.5]), "2 indices, 1 losses, 2 positions"),
+                       (dict(unacked, deal=-1), "deal = -1: out of range")]:
+        with pytest.raises(samplerd.InvalidArgument, match=match):
+            _state.parse_state(dict(state, unacknowledged=bad), "L", "j")
     v1 = {k: v for k, v in state.items() if k not in ("deal", "length")}
     assert _state.parse_state(dict(v1, version=1), "L", "j").deal == 0
     for bad, match in [({"version": 4}, r"L: state\['version'\] = 4; this client reads 1, 2, 3"),

@@ -12,6 +12,7 @@ import numpy as np
 
 from . import errors
 from ._guards import explained
+from ._state import decode_unacknowledged
 from .client import check_loss_batch, check_positions, loss_batch_message
 
 
@@ -131,28 +132,11 @@ class LossSender:
     def resend(self, unacked: dict, num_samples: int, loading: str) -> None:
         """Sends the unacknowledged losses of a loaded state again, now (duplicates where they had
         arrived before the process died). `loading` names the loading sampler in refusals."""
-        try:
-            idx = np.asarray(unacked["indices"], dtype=np.int64)
-            los = np.asarray(unacked["losses"], dtype=np.float64)
-            pos = np.asarray(unacked["positions"], dtype=np.int64)
-            epoch, deal = int(unacked["epoch"]), int(unacked["deal"])
-        except (KeyError, TypeError, ValueError, OverflowError) as e:
-            raise errors.InvalidArgument(
-                f"{loading}: state['unacknowledged']: malformed ({e})") from None
-        if not idx.ndim == los.ndim == pos.ndim == 1:
-            raise errors.InvalidArgument(
-                f"{loading}: state['unacknowledged']: indices, losses and positions must be "
-                f"lists of numbers (dimensions {idx.ndim}, {los.ndim}, {pos.ndim})")
-        if not idx.size == los.size == pos.size:
-            raise errors.InvalidArgument(
-                f"{loading}: state['unacknowledged']: {idx.size} indices, "
-                f"{los.size} losses, {pos.size} positions")
-        if not (0 <= epoch < 2**64 and 0 <= deal < 2**32):  # The proto's uint64 and uint32.
-            raise errors.InvalidArgument(
-                f"{loading}: state['unacknowledged']: epoch = {epoch}, deal = {deal}: "
-                f"out of range")
-        if idx.size == 0:
+        decoded = decode_unacknowledged(unacked, loading)
+        if decoded is None:
             return
+        epoch, deal = decoded["epoch"], decoded["deal"]
+        idx, los, pos = decoded["indices"], decoded["losses"], decoded["positions"]
         idx, los = check_loss_batch(idx, los, num_samples)
         pos = check_positions(pos, idx.size)
         step = self.batch_size

@@ -58,8 +58,8 @@ class RestartLog:
         `unacknowledged`: the losses it carried not yet acknowledged (None if none), which
         cannot be sent into the new deal."""
         carried = ""
-        positions = (unacknowledged or {}).get("positions") or []
-        if positions:
+        positions = unacknowledged["positions"] if unacknowledged else []
+        if len(positions):
             self.summary["redealt_unacknowledged"] += len(positions)
             carried = (
                 f" The state carried {len(positions)} losses not yet acknowledged (positions "

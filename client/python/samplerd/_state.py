@@ -14,6 +14,8 @@ import dataclasses
 import operator
 from typing import Optional
 
+import numpy as np
+
 from . import errors, resume_check
 from ._guards import explained
 
@@ -56,6 +58,47 @@ class LoadedState:
     unacknowledged: Optional[dict]
 
 
+def decode_unacknowledged(unacked, loading: str) -> Optional[dict]:
+    """A state's `unacknowledged` losses, checked and decoded: {"epoch": int, "deal": int,
+    "indices": int64 array, "losses": float64 array, "positions": int64 array}, the arrays 1-D
+    and of one length; None when it holds no loss (None, empty). Whether the indices fit the job
+    and the positions are valid is checked where they are sent (LossSender.resend).
+
+    Raises:
+        InvalidArgument: not a dict, a key missing, a value that is not a number or a list of
+            numbers, lists of different lengths, an epoch or deal outside its proto field.
+    """
+    if not unacked:
+        return None
+    if not isinstance(unacked, collections.abc.Mapping):
+        raise errors.InvalidArgument(
+            f"{loading}: state['unacknowledged'] = {unacked!r}: must be a dict (epoch, deal, "
+            f"indices, losses, positions) or None")
+    try:
+        idx = np.asarray(unacked["indices"], dtype=np.int64)
+        los = np.asarray(unacked["losses"], dtype=np.float64)
+        pos = np.asarray(unacked["positions"], dtype=np.int64)
+        epoch, deal = int(unacked["epoch"]), int(unacked["deal"])
+    except (KeyError, TypeError, ValueError, OverflowError) as e:
+        raise errors.InvalidArgument(
+            f"{loading}: state['unacknowledged']: malformed ({e})") from None
+    if not idx.ndim == los.ndim == pos.ndim == 1:
+        raise errors.InvalidArgument(
+            f"{loading}: state['unacknowledged']: indices, losses and positions must be "
+            f"lists of numbers (dimensions {idx.ndim}, {los.ndim}, {pos.ndim})")
+    if not idx.size == los.size == pos.size:
+        raise errors.InvalidArgument(
+            f"{loading}: state['unacknowledged']: {idx.size} indices, "
+            f"{los.size} losses, {pos.size} positions")
+    if not (0 <= epoch < 2**64 and 0 <= deal < 2**32):  # The proto's uint64 and uint32.
+        raise errors.InvalidArgument(
+            f"{loading}: state['unacknowledged']: epoch = {epoch}, deal = {deal}: "
+            f"out of range")
+    if idx.size == 0:
+        return None
+    return {"epoch": epoch, "deal": deal, "indices": idx, "losses": los, "positions": pos}
+
+
 def parse_state(state: dict, loading: str, job: str) -> LoadedState:
     """Decodes `state` for the sampler of `job` named `loading` in refusals.
 
@@ -92,11 +135,7 @@ def parse_state(state: dict, loading: str, job: str) -> LoadedState:
         if not (is_index(value) and 0 <= operator.index(value) < 2**bits):
             raise errors.InvalidArgument(
                 f"{loading}: state['{field}'] = {value}: must be an integer in [0, 2^{bits})")
-    unacknowledged = state.get("unacknowledged") or None
-    if unacknowledged is not None and not isinstance(unacknowledged, collections.abc.Mapping):
-        raise errors.InvalidArgument(
-            f"{loading}: state['unacknowledged'] = {unacknowledged!r}: must be a dict (epoch, "
-            f"deal, indices, losses, positions) or None")
+    unacknowledged = decode_unacknowledged(state.get("unacknowledged"), loading)
     length = state.get("length")
     return LoadedState(version=version, job=saved_job, rank=rank, world_size=world_size,
                        epoch=int(epoch), deal=int(deal), position=int(position),
