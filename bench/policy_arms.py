@@ -21,6 +21,8 @@ samplerd arms report them, the loss-rank arm keeps them); the trainer minimises
                s = 100: the highest loss 100x as likely as the lowest)
   cb_loss, cb_loss_groups, cb_mult   the class-balance x loss combinations of the first
                version of this benchmark (not in the default list; --arms selects them)
+  rho_sd_floor rho_sd with the effective-sample-size floor min_effective_fraction = 0.5 (not in
+               the default list)
 
 The irreducible losses (rho, rho_sd) come from irreducible_losses(): a model of the same shape
 trained on the holdout split and evaluated once on every training sample.
@@ -39,7 +41,7 @@ import samplerd
 from samplerd.torch import DistributedWeightedSampler, IndexedDataset
 
 ARMS = ("uniform", "wrs", "cb", "loss", "loss_is", "rho_sd", "rho", "lossrank")
-EXTRA_ARMS = ("cb_loss", "cb_loss_groups", "cb_mult")
+EXTRA_ARMS = ("cb_loss", "cb_loss_groups", "cb_mult", "rho_sd_floor")
 # The LOSS settings of every samplerd loss arm (the demo's: examples/ddp_train.py).
 LOSS_PARAMS = dict(ema_decay=0.5, alpha=1.0, mix=0.1, clamp_hi=20.0)
 # Per samplerd arm: the create_job policy, and whether it draws with replacement.
@@ -48,12 +50,14 @@ SAMPLERD_ARMS = {
     "loss": (dict(loss="loss", **LOSS_PARAMS), True),
     "loss_is": (dict(loss="loss", **LOSS_PARAMS), True),
     "rho_sd": (dict(loss="reducible_loss", **LOSS_PARAMS), False),
+    "rho_sd_floor": (dict(loss="reducible_loss", min_effective_fraction=0.5, **LOSS_PARAMS),
+                     False),
     "cb_loss": (dict(base="class_balanced", loss="loss", **LOSS_PARAMS), True),
     "cb_loss_groups": (dict(base="class_balanced", loss="loss", loss_within_groups=True,
                             **LOSS_PARAMS), True),
     "cb_mult": (dict(base="class_balanced", loss="multiplicative", eta=0.1, clamp_hi=20.0), True),
 }
-NEEDS_IRREDUCIBLE = ("rho", "rho_sd")
+NEEDS_IRREDUCIBLE = ("rho", "rho_sd", "rho_sd_floor")
 RHO_CANDIDATES = 10       # RHO-LOSS: candidate batch / trained batch (the paper's 10%).
 SELECTION_PRESSURE = 100.0  # Loss-rank selection: p(first rank) / p(last rank).
 RESORT_EVERY = 10         # Loss-rank selection: steps between two sorts of the kept losses.
@@ -116,6 +120,7 @@ def supports(address):
         except Exception as e:  # noqa: BLE001 -- any refusal means the arm cannot run here.
             reasons["rho_sd"] = (f"the server or client refused loss=\"reducible_loss\": "
                                  f"{type(e).__name__}: {str(e).splitlines()[0][:200]}")
+    reasons["rho_sd_floor"] = reasons["rho_sd"]
     return reasons
 
 
