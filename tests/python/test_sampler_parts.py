@@ -1,7 +1,7 @@
 """The parts DistributedWeightedSampler is composed of, each on its own (issue 31 part 2): the
 shard stream and its prefetch (_shard_stream), the loss sender (_loss_sender), the rank's group
-(_group), the checkpoint state (_state), the restart log (_restarts) and the framework guards
-(_guards). The resume rule has its own test on the vectors shared with the C++ client
+(_group), the epoch cursor and loop (_epochs, _epoch_loop), the checkpoint state (_state), the
+restart log (_restarts) and the framework guards (_guards). The resume rule has its own test on the vectors shared with the C++ client
 (test_resume_check.py). Parts that talk to the server talk to the real one."""
 
 import threading
@@ -273,3 +273,96 @@ def test_the_epoch_cursor_moves_through_epochs_and_names_checkpoints(client):
                                                        r"epoch 5 that job 'cur' epoch 0"):
         cursor.job_epoch(4, framework_epochs=True)
     assert cursor.job_epoch(3, framework_epochs=False) == (3, -5)
+
+
+# -- the epoch loop ------------------------------------------------------------------------------
+
+def _epoch_loop(client, job, world_size=2, coverage=0.75):
+    """Rank 0's EpochLoop of `job` over the real parts, as DistributedWeightedSampler builds it."""
+    from samplerd import _epoch_loop
+    group = _group.RankGroup(client, job, 0, world_size, 5)
+    described = group.join(elastic=False)
+    claim = RankClaim(client, job, 0, world_size, False)
+    sender = _loss_sender.LossSender(client, job, 0, claim, 1000, group.where)
+    log = _restarts.RestartLog()
+    loop = _epoch_loop.EpochLoop(client, group, claim, sender, log, described.current_epoch,
+                                 end_epoch=True, min_report_coverage=coverage)
+    stream = _shard_stream.ShardStream(client, job, 0, world_size, claim, timeout=20,
+                                       prefetch=False)
+    return loop, stream, sender, claim, log
+
+
+def _serve(loop, stream):
+    """One iteration's streaming, as ShardIterator does it: (epoch, the shard yielded whole)."""
+    epoch, deal, start = loop.begin()
+    served, parts, length = ServedPositions(start), [], None
+    chunks = stream.open(epoch, deal, start)
+    for chunk in chunks:
+        served.extend(chunk.indices)
+        parts.append(chunk.indices)
+        length = chunk.shard_length
+    stream.done(chunks)
+    shard = np.concatenate(parts)
+    served.yielded = shard.size
+    loop.serve(epoch, deal, served, length)
+    return epoch, shard
+
+
+def test_the_epoch_loop_reports_into_the_served_epoch_and_flushes_before_it_ends_it(client):
+    client.create_job("el", num_samples=80, world_size=2, loss="loss")
+    loop, stream, sender, claim, log = _epoch_loop(client, "el")
+    with pytest.raises(samplerd.FailedPrecondition,
+                       match=r"job 'el' rank 0: report\(\) before the sampler was iterated"):
+        loop.report([0], [1.0], 80)
+    epoch, shard = _serve(loop, stream)
+    assert epoch == 0 and shard.size == 40 and loop.cursor.epoch == 1
+    with pytest.raises(samplerd.InvalidArgument):  # Not queued: the checkpoint is unchanged.
+        loop.report(shard[:2], [1.0, float("nan")], 80)
+    loop.report(shard[:30], np.ones(30), 80)
+    state = loop.checkpoint()  # Queued, not acknowledged: they travel in the state.
+    assert (state["epoch"], state["position"], state["length"]) == (0, 30, 40)
+    assert state["unacknowledged"]["positions"] == list(range(30))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loop.end(1)  # Flushed, then ended: the server has the 30 losses and the rank ended.
+    progress = client.status("el").ranks[0]
+    assert progress.losses_accepted == 30 and progress.ended
+    assert loop.cursor.served_epoch is None and "unacknowledged" not in loop.checkpoint()
+    assert log.summary["ended_unreported"] == 10  # Positions 30 to 39 without a loss.
+    assert "ended the epoch with 10 of the shard's positions 0 to 39" in str(caught[0].message)
+    loop.end(1)  # Nothing served: nothing to do.
+    # Back to epoch 0, which this rank ended and rank 1 has not: refused, nothing changes.
+    with pytest.raises(samplerd.FailedPrecondition, match=r"set_epoch\(0\) goes back"):
+        loop.select(0, framework_epochs=False)
+    assert loop.cursor.epoch == 1
+    sender.close()
+    claim.release()
+
+
+def test_the_epoch_loop_guards_coverage_and_warns_a_restart_that_loaded_no_state(client):
+    client.create_job("eg", num_samples=80, world_size=1, loss="loss")
+    loop, stream, sender, claim, log = _epoch_loop(client, "eg", world_size=1)
+    epoch, shard = _serve(loop, stream)
+    loop.report(shard[:40:4], np.ones(10), 80)  # Every 4th position: the re-shard guard.
+    with pytest.raises(samplerd.FailedPrecondition,
+                       match="losses were reported for 10 of the 37 shard positions 0 to 36"):
+        loop.select(1, framework_epochs=False)  # Moving on ends the served epoch: refused.
+    assert loop.cursor.served_epoch is None  # Raised once; the epoch is left without EndEpoch.
+    assert not client.status("eg").ranks[0].ended
+    sender.close()
+    claim.release()
+    # A second process of the rank that loaded no state: its first iteration warns.
+    again, stream, sender, claim, log = _epoch_loop(client, "eg", world_size=1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _serve(again, stream)
+    assert log.summary["served_again"] == 10
+    assert "the server already has 10 losses of this rank" in str(caught[0].message)
+    sender.close()
+    claim.release()
+    # One that loaded a state (here at position 10) does not: it replays after its checkpoint.
+    loaded, stream, sender, claim, log = _epoch_loop(client, "eg", world_size=1)
+    loaded.loaded_at(0, (0, 10))
+    assert loaded.begin() == (0, 0, 10) and log.summary["served_again"] == 0
+    sender.close()
+    claim.release()

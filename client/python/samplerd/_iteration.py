@@ -90,7 +90,7 @@ class ShardIterator:
 
     def _iterate(self):
         sampler = self._sampler
-        epoch, deal, start = sampler._begin_iteration()
+        epoch, deal, start = sampler._epochs.begin()
         self.epoch, self.position = epoch, start
         served = ServedPositions(start)
         stream = sampler._stream
@@ -101,7 +101,7 @@ class ShardIterator:
                 if not begun:
                     # Begun only now that the stream delivered: a refused epoch (not open, too
                     # far ahead) raises here once and leaves nothing to end or report for.
-                    sampler._serve_epoch(epoch, deal, served, chunk.shard_length)
+                    sampler._epochs.serve(epoch, deal, served, chunk.shard_length)
                     begun = True
                 served.extend(chunk.indices)
                 for index in self._indices(chunk):
@@ -123,4 +123,4 @@ class ShardIterator:
         finally:
             stream.done(chunks)
         if not begun:  # An empty shard (or nothing left of it), streamed without error.
-            sampler._serve_epoch(epoch, deal, served, None)
+            sampler._epochs.serve(epoch, deal, served, None)

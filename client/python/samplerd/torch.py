@@ -38,10 +38,11 @@ yielded up to), which is what torchdata's StatefulDataLoader snapshots when it p
 
 The sampler is a thin composition of parts, each tested on its own and each the Python side of
 a part of the C++ library (client/cpp): RankGroup (_group: joining, deals, shard lengths; as
-epoch_loop), RankClaim (client: rank_claim), ShardStream and ShardIterator (_shard_stream,
-_iteration: shard_reader), LossSender (_loss_sender: loss_reporter), the state and the resume
-rule (_state, resume_check: reader_position, resume_check), RestartLog (_restarts) and the
-framework guards (_guards).
+epoch_loop), EpochLoop and EpochCursor (_epoch_loop, _epochs: which epoch is served, reporting
+into it, ending it, checkpoints; epoch_loop), RankClaim (client: rank_claim), ShardStream and
+ShardIterator (_shard_stream, _iteration: shard_reader), LossSender (_loss_sender:
+loss_reporter), the state and the resume rule (_state, resume_check: reader_position,
+resume_check), RestartLog (_restarts) and the framework guards (_guards).
 
 Unlike DistributedSampler + WeightedRandomSampler, every rank's shard comes from one global
 plan: shards are disjoint and of equal length, and the weights (recomputed by the server from the
@@ -57,16 +58,15 @@ from torch.utils.data import Dataset
 from torch.utils.data.distributed import DistributedSampler
 
 from . import errors
+from ._epoch_loop import EpochLoop
 from ._group import RankGroup
-from ._epochs import EpochCursor
-from ._guards import (checked_arguments, coverage_refusal, ended_epoch_refusal, explained,
-                      one_per_sample, reshard_refusal, resharding_wrapper)
+from ._guards import checked_arguments, reshard_refusal, resharding_wrapper
 from ._iteration import ShardIterator, WeightedIndex
 from ._loss_sender import LossSender
 from ._restarts import RestartLog
 from ._shard_stream import ShardStream
 from ._state import StateLoader, parse_state
-from .client import Client, RankClaim, check_loss_batch
+from .client import Client, RankClaim
 
 # States restored by an integration before the sampler that resumes from them exists
 # (Lightning restores its callbacks before it builds the training loader): (job, rank) ->
@@ -165,7 +165,6 @@ class DistributedWeightedSampler(DistributedSampler):
         # which needs a dataset, does not run).
         self.num_replicas, self.shuffle, self.drop_last, self.seed = world_size, True, False, 0
         self.framework_epochs = framework_epochs
-        self.min_report_coverage = min_report_coverage
         self.shared_rank = bool(shared_rank)
         self.timeout = timeout
         self._group = RankGroup(self.client, job, rank, world_size, timeout)
@@ -183,10 +182,10 @@ class DistributedWeightedSampler(DistributedSampler):
         self.restart_summary = self._restarts.summary
         self._loader = StateLoader(self.client, self._group, self._claim, self._sender,
                                    self._restarts, self.num_samples, end_epoch)
-        self.end_epoch_on_exhaust = end_epoch
-        self._cursor = EpochCursor(described.current_epoch, self._group)
-        self._iterated = False
-        self._loaded = False  # load_state_dict was called (a restart that loaded its state).
+        self._epochs = EpochLoop(self.client, self._group, self._claim, self._sender,
+                                 self._restarts, described.current_epoch, end_epoch=end_epoch,
+                                 min_report_coverage=min_report_coverage)
+        self._cursor = self._epochs.cursor
         self._closed = False
         pending = _pending_states.pop((job, rank), None)
         if pending is not None:
@@ -209,6 +208,14 @@ class DistributedWeightedSampler(DistributedSampler):
 
     importance_weights = property(lambda self: self._stream.with_is_weights,
                                   doc="Whether the indices yielded are WeightedIndex.")
+    min_report_coverage = property(
+        lambda self: self._epochs.min_report_coverage,
+        lambda self, v: setattr(self._epochs, "min_report_coverage", v),
+        doc="The re-shard guard's threshold (see the class doc; 0: off).")
+    end_epoch_on_exhaust = property(
+        lambda self: self._epochs.end_epoch,
+        lambda self, v: setattr(self._epochs, "end_epoch", v),
+        doc="Whether an epoch is ended on the server when the rank moves on (end_epoch).")
 
     def __len__(self):
         """The length of this rank's shard of the epoch the next iteration serves."""
@@ -255,16 +262,7 @@ class DistributedWeightedSampler(DistributedSampler):
         With framework_epochs, `epoch` is the framework's count, mapped to the job's (see the
         class doc).
         """
-        epoch, offset = self._cursor.job_epoch(int(epoch), self.framework_epochs)
-        served = self._cursor.served_epoch
-        if epoch < self.epoch and epoch != served:  # Back to an epoch it moved on from.
-            refusal = ended_epoch_refusal(self.client.status(self.job), self.job, self.rank,
-                                          epoch, self._group.deal(epoch), self.epoch)
-            if refusal is not None:
-                raise refusal
-        if served is not None and served != epoch:
-            self.end_epoch()
-        self.epoch, self._cursor.offset = epoch, offset
+        self._epochs.select(epoch, self.framework_epochs)
 
     def end_epoch(self) -> None:
         """Flushes the iterated epoch's losses and ends it on the server (idempotent).
@@ -273,33 +271,7 @@ class DistributedWeightedSampler(DistributedSampler):
             FailedPrecondition: the re-shard guard (min_report_coverage): the epoch is then
                 left without EndEpoch, so the job does not move on with a shard half trained.
         """
-        cursor = self._cursor
-        epoch = cursor.served_epoch
-        if epoch is None:
-            return
-        self.flush()
-        where = self._group.where(epoch)
-        refusal = coverage_refusal(where, cursor.positions, self.min_report_coverage)
-        if refusal is not None:
-            cursor.served_epoch = None  # Raised once; the epoch is not ended.
-            raise refusal
-        if self.end_epoch_on_exhaust:
-            # Counted before EndEpoch (which may close the epoch), said once it was ended.
-            length = self._known_length(epoch) if cursor.positions.coverage()[0] else None
-            try:
-                self.client.end_epoch(self.job, epoch, self.rank, deal=cursor.served_deal,
-                                      claim=self._claim)
-            except errors.SamplerError as e:
-                raise explained(e, f"{where}: EndEpoch") from None
-            self._restarts.ended_unreported(where, cursor.positions, length, 3)
-        cursor.served_epoch = None
-
-    def _known_length(self, epoch):
-        """The shard length of `epoch`, or None if it cannot be asked (EndEpoch will say why)."""
-        try:
-            return self._group.shard_length(epoch)
-        except errors.SamplerError:
-            return None
+        self._epochs.end(3)
 
     # -- checkpoints ----------------------------------------------------------------------------
 
@@ -320,15 +292,7 @@ class DistributedWeightedSampler(DistributedSampler):
         epoch. Inside a StatefulDataLoader the state of the sampler's iterator (the position
         yielded) takes precedence: the loader itself counts the batches training consumed.
         """
-        # A failed loss batch is not raised here (a StatefulDataLoader calls this per batch):
-        # it stays unacknowledged, travels in the state, and raises at the next report/flush.
-        state = self._cursor.position_state(*self._cursor.checkpoint())
-        if self._cursor.served_epoch is not None:
-            unacked = self._sender.unacknowledged(self._cursor.served_epoch,
-                                                  self._cursor.served_deal)
-            if unacked is not None:
-                state["unacknowledged"] = unacked
-        return state
+        return self._epochs.checkpoint()
 
     def load_state_dict(self, state: dict) -> None:
         """Makes the next iteration continue where `state` (from state_dict) left off.
@@ -356,11 +320,8 @@ class DistributedWeightedSampler(DistributedSampler):
         epoch, position, kind = self._loader.check(loaded)
         if self._cursor.served_epoch is not None:
             self.end_epoch()
-        self._loaded_at(*self._loader.apply(loaded, epoch, position, kind))
-
-    def _loaded_at(self, epoch, resume):
-        self._cursor.loaded_at(epoch, resume)
-        self._loaded = True  # Loaded (a refused state leaves the sampler as it was).
+        # Loaded (a refused state leaves the sampler as it was).
+        self._epochs.loaded_at(*self._loader.apply(loaded, epoch, position, kind))
 
     # -- iteration ------------------------------------------------------------------------------
 
@@ -378,27 +339,6 @@ class DistributedWeightedSampler(DistributedSampler):
         if wrapper is not None:
             raise reshard_refusal(self.job, self.rank, wrapper)
         return ShardIterator(self)
-
-    def _begin_iteration(self):
-        """(epoch, deal, start) of an iteration that starts streaming now."""
-        epoch = self.epoch
-        if self._cursor.served_epoch is not None and self._cursor.served_epoch != epoch:
-            # Before streaming `epoch`: the server plans it once every rank ended the last one.
-            self.end_epoch()
-        start = self._cursor.next_start()[1]
-        if not self._iterated:
-            self._iterated = True
-            if not self._loaded:
-                self._restarts.served_again(self.client.status(self.job),
-                                            self._group.where(epoch), self.rank, epoch,
-                                            self._group.deal(epoch), 4)
-        return epoch, self._group.deal(epoch), start
-
-    def _serve_epoch(self, epoch, deal, served, length):
-        """Records `epoch` as served (EpochCursor.serve): losses are reported for it (their
-        positions from `served`), it is ended when the rank moves on."""
-        self._cursor.serve(epoch, deal, served, length)
-        self._sender.keep_epoch(epoch)
 
     # -- losses ---------------------------------------------------------------------------------
 
@@ -419,17 +359,11 @@ class DistributedWeightedSampler(DistributedSampler):
         """
         self._check_open()
         self._sender.raise_error()
-        if self._cursor.served_epoch is None:
-            raise errors.FailedPrecondition(
-                f"job '{self.job}' rank {self.rank}: report() before the sampler was iterated")
         if isinstance(indices, torch.Tensor):
             indices = indices.detach().cpu().numpy()
         if isinstance(losses, torch.Tensor):
             losses = losses.detach().float().cpu().numpy()
-        idx, los = check_loss_batch(one_per_sample("indices", indices),
-                                    one_per_sample("losses", losses), self.num_samples)
-        pos = self._cursor.positions.assign(idx, self.rank, self._cursor.served_epoch)
-        self._sender.queue(self._cursor.served_epoch, self._cursor.served_deal, idx, los, pos)
+        self._epochs.report(indices, losses, self.num_samples)
 
     def flush(self) -> None:
         """Sends the queued losses and waits until the server acknowledged them."""
