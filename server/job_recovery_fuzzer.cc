@@ -22,6 +22,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "fuzz/fuzz_util.h"
 #include "glog/logging.h"
 #include "kernels/compute_backend.h"
 #include "kernels/cpu_backend.h"
@@ -31,7 +32,6 @@
 #include "server/loss_batch.h"
 #include "server/persistence/fuzz_checksums.h"
 #include "server/testing/job_shards.h"
-#include "tools/fuzz/fuzz_util.h"
 
 namespace samplerd {
 namespace {

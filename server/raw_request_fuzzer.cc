@@ -23,6 +23,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "fuzz/fuzz_util.h"
 #include "glog/logging.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "kernels/compute_backend.h"
@@ -33,7 +34,6 @@
 #include "server/loss_batch.h"
 #include "server/raw_request.h"
 #include "server/testing/job_shards.h"
-#include "tools/fuzz/fuzz_util.h"
 
 namespace samplerd {
 namespace {

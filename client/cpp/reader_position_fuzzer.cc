@@ -7,7 +7,7 @@
 #include <string>
 
 #include "client/cpp/reader_position.h"
-#include "tools/fuzz/fuzz_util.h"
+#include "fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   samplerd::fuzz::WriteSeedsIfAsked([] {

@@ -9,8 +9,8 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "fuzz/fuzz_util.h"
 #include "server/auth/token_table.h"
-#include "tools/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   samplerd::fuzz::WriteSeedsIfAsked([] {

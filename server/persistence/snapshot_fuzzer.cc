@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "fuzz/fuzz_util.h"
 #include "server/persistence/fuzz_checksums.h"
 #include "server/persistence/snapshot.h"
-#include "tools/fuzz/fuzz_util.h"
 
 namespace samplerd {
 namespace {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # replay_corpus.sh FUZZER CORPUS_DIR: runs a fuzz target once over every input of its checked-in
-# corpus (tools/fuzz/fuzz.bzl's x_fuzzer_corpus_test). -runs=0: libFuzzer (under --config=fuzz)
+# corpus (fuzz/fuzz.bzl's x_fuzzer_corpus_test). -runs=0: libFuzzer (under --config=fuzz)
 # then only executes the corpus; the standalone main ignores flags.
 set -euo pipefail
 fuzzer="$1"

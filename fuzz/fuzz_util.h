@@ -3,8 +3,8 @@
 // writer each target uses to make its checked-in corpus.
 //
 // Not thread-safe (a fuzz target runs one input at a time).
-#ifndef SAMPLERD_TOOLS_FUZZ_FUZZ_UTIL_H_
-#define SAMPLERD_TOOLS_FUZZ_FUZZ_UTIL_H_
+#ifndef SAMPLERD_FUZZ_FUZZ_UTIL_H_
+#define SAMPLERD_FUZZ_FUZZ_UTIL_H_
 
 #include <unistd.h>
 
@@ -84,4 +84,4 @@ inline void WriteSeed(const std::string& name, absl::string_view bytes) {
 }  // namespace fuzz
 }  // namespace samplerd
 
-#endif  // SAMPLERD_TOOLS_FUZZ_FUZZ_UTIL_H_
+#endif  // SAMPLERD_FUZZ_FUZZ_UTIL_H_
