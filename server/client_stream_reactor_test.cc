@@ -11,10 +11,11 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu_backend.h"
-#include "kernels/shard.h"
 #include "server/client_streams.h"
 #include "server/job_registry.h"
 #include "server/sampler_service.h"
+#include "server/testing/job_shards.h"
+#include "server/testing/loss_batches.h"
 #include "server/testing/service_server.h"
 
 namespace samplerd {
@@ -35,15 +36,9 @@ class ClientStreamReactorTest : public ::testing::Test {
   }
   // A loss for rank 0's shard position `position` of epoch 0 (the index served there).
   v1::LossBatch LossAt(uint64_t seq, uint64_t position) {
-    auto lease = (*registry_.Get("j"))->AcquireShard(0, 0, 0, 2);
-    EXPECT_TRUE(lease.ok()) << lease.status();
-    v1::LossBatch batch;
-    batch.set_job("j");
-    batch.set_seq(seq);
-    batch.add_indices((*lease->view.plan)[ShardToPlanPosition(1000, lease->shard, 0, position)]);
-    batch.add_losses(0.5f);
-    batch.add_positions(position);
-    return batch;
+    const std::vector<uint64_t> shard = testutil::ShardOf(**registry_.Get("j"), *backend_, 0, 0);
+    return testutil::MessageOf(
+        "j", testutil::BatchAt(0, 0, seq, shard, {position}, [](uint64_t) { return 0.5f; }));
   }
   // Sends `batches` in one ReportLosses call.
   grpc::Status Report(const std::vector<v1::LossBatch>& batches, v1::LossReportSummary* summary) {

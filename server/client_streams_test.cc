@@ -9,19 +9,21 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/slice.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu_backend.h"
-#include "kernels/shard.h"
 #include "server/auth/authorizer.h"
 #include "server/auth/token_table.h"
 #include "server/job.h"
 #include "server/job_registry.h"
 #include "server/raw_request.h"
 #include "server/service_metrics.h"
+#include "server/testing/job_shards.h"
+#include "server/testing/loss_batches.h"
 
 namespace samplerd {
 namespace {
@@ -36,29 +38,34 @@ grpc::ByteBuffer Raw(const google::protobuf::Message& message) {
 
 class ClientStreamsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  // A job of 1000 samples on 2 ranks with the loss policy; with `upload`, over base weights that
+  // are uploaded (no plan before they are).
+  void Create(const std::string& name, bool upload) {
     v1::JobSpec spec;
     spec.set_num_samples(1000);
     spec.set_world_size(2);
     spec.mutable_policy()->set_loss(v1::LOSS);
-    ASSERT_TRUE(registry_.Create("j", spec).ok());
-    spec.mutable_policy()->set_base(v1::STATIC);
-    ASSERT_TRUE(registry_.Create("static", spec).ok());
+    if (upload) spec.mutable_policy()->set_base(v1::STATIC);
+    ASSERT_TRUE(registry_.Create(name, spec).ok());
   }
-  // A loss for rank 0's shard position `position` of epoch 0 (the index served there).
+  // A batch of one loss of job "j": rank 0's shard position `position` of epoch 0.
   v1::LossBatch LossAt(uint64_t seq, uint64_t position) {
-    auto lease = (*registry_.Get("j"))->AcquireShard(0, 0, 0, 2);
-    EXPECT_TRUE(lease.ok()) << lease.status();
-    v1::LossBatch batch;
-    batch.set_job("j");
-    batch.set_seq(seq);
-    batch.add_indices((*lease->view.plan)[ShardToPlanPosition(1000, lease->shard, 0, position)]);
-    batch.add_losses(0.5f);
-    batch.add_positions(position);
-    return batch;
+    const std::vector<uint64_t> shard = testutil::ShardOf(**registry_.Get("j"), *backend_, 0, 0);
+    return testutil::MessageOf(
+        "j", testutil::BatchAt(0, 0, seq, shard, {position}, [](uint64_t) { return 0.5f; }));
   }
   uint64_t SamplesSeen(const std::string& job) {
     return (*registry_.Get(job))->Status().samples_seen();
+  }
+  bool PlanReady(const std::string& job) { return (*registry_.Get(job))->Describe().plan_ready(); }
+  // An UploadWeights stream of `chunks`: the status a message ended it with, else End's.
+  grpc::Status Upload(const std::vector<v1::UploadWeightsChunk>& chunks,
+                      v1::UploadSummary* summary) {
+    WeightsUpload upload = MakeWeightsUpload(&registry_, Caller::Unrestricted(), summary);
+    for (const v1::UploadWeightsChunk& chunk : chunks) {
+      if (std::optional<grpc::Status> ended = upload.Add(Raw(chunk))) return *ended;
+    }
+    return upload.End();
   }
 
   std::unique_ptr<ComputeBackend> backend_ = NewCpuBackend(1);
@@ -67,6 +74,7 @@ class ClientStreamsTest : public ::testing::Test {
 };
 
 TEST_F(ClientStreamsTest, ALossStreamAppliesEachBatchAsItArrivesAndNamesTheOneThatFails) {
+  Create("j", false);
   v1::LossReportSummary summary;
   LossStream stream(&registry_, &metrics_, Caller::Unrestricted(), &summary);
   const v1::LossBatch good = LossAt(1, 3);
@@ -88,6 +96,7 @@ TEST_F(ClientStreamsTest, ALossStreamAppliesEachBatchAsItArrivesAndNamesTheOneTh
 }
 
 TEST_F(ClientStreamsTest, AnUnparseableMessageEndsTheLossStreamNamingItsPosition) {
+  Create("j", false);
   v1::LossReportSummary summary;
   LossStream stream(&registry_, &metrics_, Caller::Unrestricted(), &summary);
   EXPECT_EQ(stream.Add(Raw(LossAt(1, 3))), std::nullopt);
@@ -102,8 +111,9 @@ TEST_F(ClientStreamsTest, AnUnparseableMessageEndsTheLossStreamNamingItsPosition
 }
 
 TEST_F(ClientStreamsTest, ABatchOfAJobTheTokenDoesNotGrantIsPermissionDenied) {
+  Create("j", false);
   auto grant = std::make_shared<TokenGrant>();
-  grant->jobs.insert("static");
+  grant->jobs.insert("another");
   v1::LossReportSummary summary;
   LossStream stream(&registry_, &metrics_, Caller(grant), &summary);
   std::optional<grpc::Status> ended = stream.Add(Raw(LossAt(1, 3)));
@@ -113,49 +123,28 @@ TEST_F(ClientStreamsTest, ABatchOfAJobTheTokenDoesNotGrantIsPermissionDenied) {
 }
 
 TEST_F(ClientStreamsTest, AnUploadAppliesNothingUnlessAllOfItArrivesInOrder) {
+  Create("static", true);
   v1::UploadWeightsChunk first;
   first.set_job("static");
   for (int i = 0; i < 600; ++i) first.add_weights(1.0f);
-  {
-    v1::UploadSummary summary;
-    WeightsUpload upload = MakeWeightsUpload(&registry_, Caller::Unrestricted(), &summary);
-    EXPECT_EQ(upload.Add(Raw(first)), std::nullopt);
-    v1::UploadWeightsChunk gap = first;
-    gap.set_offset(700);
-    std::optional<grpc::Status> ended = upload.Add(Raw(gap));
-    ASSERT_TRUE(ended.has_value());
-    EXPECT_EQ(ended->error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-    EXPECT_THAT(ended->error_message(), HasSubstr("offset = 700"));
-    EXPECT_THAT(ended->error_message(), HasSubstr("expected 600"));
-  }
-  EXPECT_FALSE((*registry_.Get("static"))->Describe().plan_ready());
-  {
-    v1::UploadSummary summary;
-    WeightsUpload upload = MakeWeightsUpload(&registry_, Caller::Unrestricted(), &summary);
-    EXPECT_EQ(upload.Add(Raw(first)), std::nullopt);
-    v1::UploadWeightsChunk too_many = first;
-    too_many.set_offset(600);
-    std::optional<grpc::Status> ended = upload.Add(Raw(too_many));
-    ASSERT_TRUE(ended.has_value());
-    EXPECT_THAT(ended->error_message(), HasSubstr("weights: 1200 values for num_samples 1000"));
-  }
-  {
-    v1::UploadSummary summary;
-    WeightsUpload upload = MakeWeightsUpload(&registry_, Caller::Unrestricted(), &summary);
-    EXPECT_THAT(upload.End().error_message(), HasSubstr("weights: empty upload stream"));
-  }
-  EXPECT_FALSE((*registry_.Get("static"))->Describe().plan_ready());
-  v1::UploadSummary summary;
-  WeightsUpload upload = MakeWeightsUpload(&registry_, Caller::Unrestricted(), &summary);
-  v1::UploadWeightsChunk rest = first;
+  v1::UploadWeightsChunk gap = first, too_many = first, rest = first;
+  gap.set_offset(700);  // Not contiguous.
+  too_many.set_offset(600);
   rest.set_offset(600);
   rest.mutable_weights()->Truncate(400);
-  EXPECT_EQ(upload.Add(Raw(first)), std::nullopt);
-  EXPECT_EQ(upload.Add(Raw(rest)), std::nullopt);
-  const grpc::Status done = upload.End();
+  v1::UploadSummary summary;
+  const grpc::Status refused = Upload({first, gap}, &summary);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(refused.error_message(), HasSubstr("offset = 700"));
+  EXPECT_THAT(refused.error_message(), HasSubstr("expected 600"));
+  EXPECT_THAT(Upload({first, too_many}, &summary).error_message(),
+              HasSubstr("weights: 1200 values for num_samples 1000"));
+  EXPECT_THAT(Upload({}, &summary).error_message(), HasSubstr("weights: empty upload stream"));
+  EXPECT_FALSE(PlanReady("static"));
+  const grpc::Status done = Upload({first, rest}, &summary);
   ASSERT_TRUE(done.ok()) << done.error_message();
   EXPECT_EQ(summary.received(), 1000u);
-  EXPECT_TRUE((*registry_.Get("static"))->Describe().plan_ready());
+  EXPECT_TRUE(PlanReady("static"));
 }
 
 }  // namespace

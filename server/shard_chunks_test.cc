@@ -51,20 +51,17 @@ class ShardChunksTest : public ::testing::Test {
     return ShardChunks::Start(request, job_, *std::move(lease), max_message_bytes, budget,
                               &metrics_);
   }
-  // Every chunk, each one Written() after it is made.
-  static std::vector<v1::ShardChunk> All(ComputeBackend* backend, ShardChunks& chunks) {
+  // Every chunk, each one Written() after it is made; their indices appended to `indices`.
+  static std::vector<v1::ShardChunk> All(ComputeBackend* backend, ShardChunks& chunks,
+                                         std::vector<uint32_t>* indices) {
     std::vector<v1::ShardChunk> out;
     do {
       v1::ShardChunk chunk;
       EXPECT_TRUE(chunks.Next(backend, &chunk).ok());
       EXPECT_TRUE(chunks.Written().ok());
+      indices->insert(indices->end(), chunk.indices32().begin(), chunk.indices32().end());
       out.push_back(std::move(chunk));
     } while (!chunks.done());
-    return out;
-  }
-  static std::vector<uint32_t> Indices(const std::vector<v1::ShardChunk>& chunks) {
-    std::vector<uint32_t> out;
-    for (const auto& c : chunks) out.insert(out.end(), c.indices32().begin(), c.indices32().end());
     return out;
   }
 
@@ -103,13 +100,15 @@ TEST_F(ShardChunksTest, ChunksCoverTheShardInOrderAndWrittenRecordsTheProgress) 
 TEST_F(ShardChunksTest, AStartOffsetGivesTheRemainderAndOnePastTheShardIsRefused) {
   absl::StatusOr<std::unique_ptr<ShardChunks>> whole = Start(Request(0), &budget_);
   ASSERT_TRUE(whole.ok()) << whole.status();
-  const std::vector<uint32_t> shard = Indices(All(backend_.get(), **whole));
+  std::vector<uint32_t> shard;
+  All(backend_.get(), **whole, &shard);
   ASSERT_EQ(shard.size(), 500u);
   for (uint64_t start : {1, 250, 499, 500}) {
     absl::StatusOr<std::unique_ptr<ShardChunks>> rest = Start(Request(7, start), &budget_);
     ASSERT_TRUE(rest.ok()) << rest.status();
-    const std::vector<v1::ShardChunk> chunks = All(backend_.get(), **rest);
-    EXPECT_EQ(Indices(chunks), std::vector<uint32_t>(shard.begin() + start, shard.end()));
+    std::vector<uint32_t> remainder;
+    const std::vector<v1::ShardChunk> chunks = All(backend_.get(), **rest, &remainder);
+    EXPECT_EQ(remainder, std::vector<uint32_t>(shard.begin() + start, shard.end()));
     EXPECT_TRUE(chunks.back().last());  // Even an empty remainder says so.
   }
   absl::StatusOr<std::unique_ptr<ShardChunks>> past = Start(Request(7, 501), &budget_);
@@ -124,8 +123,10 @@ TEST_F(ShardChunksTest, ChunksAreCutToFitTheMessageLimit) {
   request.set_with_is_weights(true);
   absl::StatusOr<std::unique_ptr<ShardChunks>> chunks = Start(request, &budget_, 4096);
   ASSERT_TRUE(chunks.ok()) << chunks.status();
-  const std::vector<v1::ShardChunk> all = All(backend_.get(), **chunks);
+  std::vector<uint32_t> indices;
+  const std::vector<v1::ShardChunk> all = All(backend_.get(), **chunks, &indices);
   ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(indices.size(), 500u);
   EXPECT_EQ(all[0].indices32_size(), 496);
   for (const v1::ShardChunk& c : all) {
     EXPECT_LE(c.ByteSizeLong(), 4096u);

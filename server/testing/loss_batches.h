@@ -4,9 +4,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "absl/types/span.h"
+#include "proto/samplerd.pb.h"
 #include "server/loss_batch.h"
 
 namespace samplerd {
@@ -49,6 +51,20 @@ inline OwnedLossBatch BatchOfRange(uint64_t epoch, uint32_t rank, uint64_t seq,
   std::vector<uint64_t> positions;
   for (uint64_t p = from; p < to; ++p) positions.push_back(p);
   return BatchAt(epoch, rank, seq, shard, std::move(positions), loss);
+}
+
+// The LossBatch message a client sends (ReportLosses) of job `job` with the pairs of `b`.
+inline v1::LossBatch MessageOf(const std::string& job, const OwnedLossBatch& b) {
+  v1::LossBatch m;
+  m.set_job(job);
+  m.set_epoch(b.epoch);
+  m.set_rank(b.rank);
+  m.set_seq(b.seq);
+  m.set_deal(b.deal);
+  m.mutable_indices()->Add(b.indices.begin(), b.indices.end());
+  m.mutable_losses()->Add(b.losses.begin(), b.losses.end());
+  m.mutable_positions()->Add(b.positions.begin(), b.positions.end());
+  return m;
 }
 
 }  // namespace testutil

@@ -1,8 +1,9 @@
 """The parts DistributedWeightedSampler is composed of, each on its own (issue 31 part 2): the
 shard stream and its prefetch (_shard_stream), the loss sender (_loss_sender), the rank's group
 (_group), the epoch cursor and loop (_epochs, _epoch_loop), the checkpoint state (_state), the
-restart log (_restarts) and the framework guards (_guards). The resume rule has its own test on the vectors shared with the C++ client
-(test_resume_check.py). Parts that talk to the server talk to the real one."""
+restart log (_restarts) and the framework guards (_guards). The resume rule has its own test on
+the vectors shared with the C++ client (test_resume_check.py). Parts that talk to the server
+talk to the real one."""
 
 import threading
 import time
