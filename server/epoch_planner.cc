@@ -1,8 +1,6 @@
 #include "server/epoch_planner.h"
 
-#include <algorithm>
 #include <memory>
-#include <thread>
 #include <utility>
 
 #if defined(__GLIBC__)
@@ -26,9 +24,9 @@ EpochPlanner::EpochPlanner(const JobConfig& config, ComputeBackend* backend)
       backend_(backend),
       mixture_(config.mixture == nullptr
                    ? nullptr
-                   : std::make_unique<MixturePlanner>(
-                         config.mixture, config.plan.seed, config.plan.samples_per_epoch,
-                         static_cast<int>(std::max(1u, std::thread::hardware_concurrency())))) {}
+                   : std::make_unique<MixturePlanner>(config.mixture, config.plan.seed,
+                                                      config.plan.samples_per_epoch,
+                                                      MixturePlanner::DefaultThreads())) {}
 
 absl::StatusOr<EpochPlanner::Computed> EpochPlanner::Compute(uint64_t epoch,
                                                              const BackendWeights* weights) {

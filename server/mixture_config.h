@@ -24,6 +24,10 @@ struct MixtureConfig {
   std::vector<uint64_t> shares;
   // Empty, or one per group (finite, >= 0): kept for the online excess-loss rule.
   std::vector<double> reference_losses;
+
+  // The memory these arrays hold: 16 bytes per group for the layout, 8 each for the weights,
+  // the shares and the reference losses.
+  uint64_t Bytes() const { return layout.groups() * uint64_t{40}; }
 };
 
 // Validates `spec` (a JobSpec's mixture) for a job of `num_samples` (0: the sum of the sizes).

@@ -1,6 +1,7 @@
 #include "server/mixture_planner.h"
 
 #include <algorithm>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -9,6 +10,17 @@
 namespace samplerd {
 
 using mixture::int128;
+
+int MixturePlanner::DefaultThreads() {
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+uint64_t MixturePlanner::ScratchBytes(uint64_t groups, uint64_t window, uint64_t num_samples) {
+  const uint64_t per_state = groups * (sizeof(int128) + sizeof(mixture::GroupCursor));
+  return (kKeptStates + 2) * per_state + 2 * groups * sizeof(uint64_t) +
+         mixture::PlanWindowScratchBytes(DefaultThreads(), groups, window) +
+         (Plan::Narrow(num_samples) ? window * sizeof(uint64_t) : 0);
+}
 
 MixturePlanner::MixturePlanner(std::shared_ptr<const MixtureConfig> config, uint64_t seed,
                                uint64_t window, int threads)
@@ -114,6 +126,31 @@ absl::StatusOr<MixturePlan> MixturePlanner::PlanEpoch(uint64_t epoch) {
   if (!cursors.ok()) return absl::InternalError(cursors.status().message());
   out.epoch = std::move(info);
   return out;
+}
+
+void DescribeMixture(const MixtureConfig& config, const MixtureEpoch* epoch,
+                     v1::MixtureStatus* out) {
+  const mixture::GroupLayout& layout = config.layout;
+  out->set_groups(layout.groups());
+  std::vector<uint32_t> order(layout.groups());
+  for (uint32_t k = 0; k < order.size(); ++k) order[k] = k;
+  const size_t top = std::min<size_t>(order.size(), v1::MAX_STATUS_GROUPS);
+  std::partial_sort(order.begin(), order.begin() + top, order.end(), [&](uint32_t a, uint32_t b) {
+    return config.weights[a] != config.weights[b] ? config.weights[a] > config.weights[b] : a < b;
+  });
+  for (size_t i = 0; i < top; ++i) {
+    const uint32_t k = order[i];
+    v1::GroupStatus* g = out->add_top_groups();
+    g->set_group(k);
+    g->set_weight(config.weights[k]);
+    if (epoch != nullptr) {
+      g->set_window_count(epoch->counts[k]);
+      const mixture::GroupCursor next =
+          mixture::AdvanceCursor(epoch->start->cursors[k], layout.size(k), epoch->counts[k]);
+      g->set_pass(next.pass);
+      g->set_position(next.position);
+    }
+  }
 }
 
 state::MixtureState MixtureStateToProto(const MixtureState& s) {

@@ -55,6 +55,16 @@ class MixturePlanner {
   // The newest states kept (besides epoch 0's, which is recomputed at no cost).
   static constexpr int kKeptStates = 4;
 
+  // The threads a job's window is computed on: the machine's cores (not yet the CPU backend's
+  // --planner_threads).
+  static int DefaultThreads();
+
+  // The memory of a job's planner besides its plans, at its peak, for K = `groups`, M =
+  // `window`: the kept states (kKeptStates + 2 alive while planning, 32 bytes per group each),
+  // the counts, PlanWindowInto's scratch, and a 64-bit copy of the window when plans are narrow
+  // (Plan::Narrow(num_samples)). The config's own arrays are MixtureConfig::Bytes.
+  static uint64_t ScratchBytes(uint64_t groups, uint64_t window, uint64_t num_samples);
+
   // `config` validated (MakeMixtureConfig); M = `window` in [1, 2^34]; the window is computed on
   // `threads` threads (changes only the speed).
   MixturePlanner(std::shared_ptr<const MixtureConfig> config, uint64_t seed, uint64_t window,
@@ -88,6 +98,12 @@ class MixturePlanner {
   absl::Mutex mu_;
   std::map<uint64_t, std::shared_ptr<const MixtureState>> known_ ABSL_GUARDED_BY(mu_);
 };
+
+// GetJobStatus's view of a mixture job (proto MixtureStatus): K, and the MAX_STATUS_GROUPS
+// groups of largest weight (ties: the lower group) with their counts in `epoch`'s window and
+// their cursors after it (`epoch` null: no window served, counts and cursors 0). O(K).
+void DescribeMixture(const MixtureConfig& config, const MixtureEpoch* epoch,
+                     v1::MixtureStatus* out);
 
 // The state as a snapshot holds it (server/persistence/state.proto), and back: FromProto is
 // DATA_LOSS for arrays of different lengths (Remember checks the rest).

@@ -202,6 +202,10 @@ void FillWindow(int threads, uint64_t seed, const GroupLayout& layout,
                               });
 }
 
+uint64_t PlanWindowScratchBytes(int threads, uint64_t groups, uint64_t m) {
+  return (groups + 1) * sizeof(uint64_t) + internal::ShuffleScratchBytes(threads, m);
+}
+
 absl::StatusOr<std::vector<GroupCursor>> PlanWindowInto(int threads, uint64_t seed, uint64_t epoch,
                                                         const GroupLayout& layout,
                                                         absl::Span<const GroupCursor> cursors,
