@@ -3,7 +3,9 @@
 // disjoint and equal, the status of the groups, and plans identical across a server restart on
 // --data_dir, a rewind and an elastic resize (and equal to an in-memory server's).
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -16,6 +18,8 @@
 #include "gtest/gtest.h"
 #include "kernels/mixture/apportion.h"
 #include "server/mixture_config.h"
+#include "server/mixture_planner.h"
+#include "server/persistence/snapshot.h"
 #include "server/server.h"
 #include "server/testing/test_dir.h"
 #include "server/testing/test_server_options.h"
@@ -105,6 +109,19 @@ v1::JobSpec SmallMixture() {
   for (uint64_t n : {40, 3, 500, 17, 1, 90, 26}) m->add_group_sizes(n);
   for (double w : {4.0, 1.0, 3.0, 0.5, 0.25, 2.0, 1.0}) m->add_group_weights(w);
   return spec;
+}
+
+// The snapshot files of job `name` under `data_dir`, by epoch.
+std::map<uint64_t, std::string> Snapshots(const std::string& data_dir, const std::string& name) {
+  std::map<uint64_t, std::string> out;
+  for (const auto& entry : std::filesystem::directory_iterator(data_dir + "/jobs/" + name)) {
+    const std::string file = entry.path().filename().string();
+    if (file.rfind("snapshot-", 0) == 0 && file.size() > 13 &&
+        file.substr(file.size() - 4) == ".bin") {
+      out[std::stoull(file.substr(9, file.size() - 13))] = entry.path().string();
+    }
+  }
+  return out;
 }
 
 uint64_t VmRssBytes() {
@@ -236,6 +253,25 @@ TEST_F(MixtureJobTest, PlansAreTheSameAcrossRestartRewindAndResize) {
     AwaitEpoch(*client, "m", 4);
     EXPECT_EQ(PlanOf(ReadAll(*client, "m", 4, 3)), want[4]);
   }  // The server goes (its snapshot of epoch 4 is on disk, with the groups' state).
+  // Each snapshot holds the state its epoch's window starts from: the planner's own.
+  MixturePlanner reference(config, spec.seed(), 60, 1);
+  const std::map<uint64_t, std::string> snapshots = Snapshots(dir.path(), "m");
+  ASSERT_FALSE(snapshots.empty());
+  EXPECT_EQ(snapshots.rbegin()->first, 4u);
+  for (const auto& [epoch, path] : snapshots) {
+    absl::StatusOr<Snapshot> snapshot = ReadSnapshot(path);
+    ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+    ASSERT_TRUE(snapshot->header.has_mixture()) << path;
+    absl::StatusOr<MixtureState> held = MixtureStateFromProto(snapshot->header.mixture());
+    ASSERT_TRUE(held.ok()) << held.status();
+    std::shared_ptr<const MixtureState> want_state = *reference.StateAt(epoch);
+    EXPECT_EQ(held->epoch, epoch);
+    EXPECT_EQ(held->lags, want_state->lags) << path;
+    for (size_t k = 0; k < 7; ++k) {
+      EXPECT_EQ(held->cursors[k].position, want_state->cursors[k].position) << path << " " << k;
+      EXPECT_EQ(held->cursors[k].pass, want_state->cursors[k].pass) << path << " " << k;
+    }
+  }
   std::unique_ptr<Server> server = Start(dir.path());
   ASSERT_NE(server, nullptr);
   std::unique_ptr<SamplerClient> client = Connect(*server);
@@ -259,6 +295,37 @@ TEST_F(MixtureJobTest, PlansAreTheSameAcrossRestartRewindAndResize) {
   EndAll(*client, "m", 4, 2);
   AwaitEpoch(*client, "m", 5);
   EXPECT_EQ(PlanOf(ReadAll(*client, "m", 5, 2)), want[5]) << "2 ranks after the resize";
+}
+
+// The restored groups' state is the snapshot's (not recomputed): a damaged one is DATA_LOSS.
+TEST_F(MixtureJobTest, ADamagedGroupStateInTheSnapshotIsDataLossAtRestart) {
+  testutil::TestDir dir;
+  {
+    std::unique_ptr<Server> server = Start(dir.path());
+    ASSERT_NE(server, nullptr);
+    std::unique_ptr<SamplerClient> client = Connect(*server);
+    ASSERT_TRUE(client->CreateJob("m", SmallMixture()).ok());
+    for (uint64_t e = 0; e < 2; ++e) {
+      AwaitEpoch(*client, "m", e);
+      EndAll(*client, "m", e, 3);
+    }
+    AwaitEpoch(*client, "m", 2);
+  }
+  const std::map<uint64_t, std::string> snapshots = Snapshots(dir.path(), "m");
+  ASSERT_EQ(snapshots.rbegin()->first, 2u);
+  const std::string path = snapshots.rbegin()->second;
+  absl::StatusOr<Snapshot> snapshot = ReadSnapshot(path);
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+  snapshot->header.mutable_mixture()->set_position(0, 40);  // Group 0 holds 40 samples.
+  ASSERT_TRUE(WriteSnapshot(path, snapshot->header, snapshot->base, snapshot->weights,
+                            snapshot->loss_stats, snapshot->irreducible)
+                  .ok());
+  Options options = testutil::LoopbackTestOptions();
+  options.data_dir = dir.path();
+  absl::StatusOr<std::unique_ptr<Server>> server = Server::Create(options);
+  ASSERT_FALSE(server.ok());
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kDataLoss) << server.status();
+  EXPECT_THAT(std::string(server.status().message()), HasSubstr("cursors[0].position = 40"));
 }
 
 }  // namespace
