@@ -31,11 +31,13 @@ using ::testing::HasSubstr;
 
 class MixtureJobTest : public ::testing::Test {
  protected:
-  std::unique_ptr<Server> Start(const std::string& data_dir = "") {
+  // `rewind_epochs`: -1 the server's default (none kept in memory, 3 on disk).
+  std::unique_ptr<Server> Start(const std::string& data_dir = "", int rewind_epochs = -1) {
     Options options = testutil::LoopbackTestOptions();
     options.planner_threads = 2;
     options.grace_period = absl::Seconds(1);
     options.data_dir = data_dir;
+    options.rewind_epochs = rewind_epochs;
     absl::StatusOr<std::unique_ptr<Server>> server = Server::Create(options);
     EXPECT_TRUE(server.ok()) << server.status();
     return server.ok() ? *std::move(server) : nullptr;
@@ -218,10 +220,10 @@ TEST_F(MixtureJobTest, BadMixturesAreInvalidArgumentAndCreateNothing) {
 TEST_F(MixtureJobTest, PlansAreTheSameAcrossRestartRewindAndResize) {
   testutil::TestDir dir;
   const v1::JobSpec spec = SmallMixture();
-  // The reference: an in-memory server run through epochs 0-5.
+  // The reference: an in-memory server run through epochs 0-6, keeping 3 epoch starts.
   std::vector<std::vector<uint64_t>> want;
   {
-    std::unique_ptr<Server> server = Start();
+    std::unique_ptr<Server> server = Start("", 3);
     ASSERT_NE(server, nullptr);
     std::unique_ptr<SamplerClient> client = Connect(*server);
     ASSERT_TRUE(client->CreateJob("m", spec).ok());
@@ -230,6 +232,14 @@ TEST_F(MixtureJobTest, PlansAreTheSameAcrossRestartRewindAndResize) {
       want.push_back(PlanOf(ReadAll(*client, "m", e, 3)));
       EndAll(*client, "m", e, 3);
     }
+    // An in-memory rewind: its kept start holds the groups' state too.
+    AwaitEpoch(*client, "m", 6);
+    absl::StatusOr<v1::Job> rewound = client->RewindJob("m", 4);
+    ASSERT_TRUE(rewound.ok()) << rewound.status();
+    EXPECT_EQ(PlanOf(ReadAll(*client, "m", 4, 3)), want[4]) << "after the in-memory rewind";
+    EndAll(*client, "m", 4, 3);
+    AwaitEpoch(*client, "m", 5);
+    EXPECT_EQ(PlanOf(ReadAll(*client, "m", 5, 3)), want[5]) << "after the in-memory rewind";
   }
   // Every epoch's window holds the counts of the apportionment under the job's shares.
   std::shared_ptr<const MixtureConfig> config = *MakeMixtureConfig(spec.mixture(), 0);
