@@ -52,18 +52,18 @@ absl::StatusOr<JobConfig> MakeMixtureJobConfig(const v1::JobSpec& spec, const Jo
   if (absl::Status s = ValidateWorldSize(spec); !s.ok()) return s;
   const uint64_t m = spec.samples_per_epoch();
   if (m == 0 || m > plan_math::kMaxShuffleInputs) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "spec.samples_per_epoch = ", m, ": a mixture job's window holds 1 to ",
-        plan_math::kMaxShuffleInputs, " samples (the shuffle's limit); give it"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.samples_per_epoch = ", m, ": a mixture job's window holds 1 to ",
+                     plan_math::kMaxShuffleInputs, " samples (the shuffle's limit); give it"));
   }
   if (m > limits.max_samples_per_job * 16) {
     return absl::InvalidArgumentError(
         absl::StrCat("spec.samples_per_epoch = ", m, ": must be <= 16 x --max_samples_per_job"));
   }
   if (!v1::Partition_IsValid(spec.partition()) || !v1::UnevenPolicy_IsValid(spec.uneven())) {
-    return absl::InvalidArgumentError(absl::StrCat("spec: unknown enum value (partition = ",
-                                                   spec.partition(), ", uneven = ", spec.uneven(),
-                                                   ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec: unknown enum value (partition = ", spec.partition(),
+                     ", uneven = ", spec.uneven(), ")"));
   }
   // The window is the plan: no other draw, no per-sample weights.
   if (spec.replacement()) {
@@ -81,10 +81,10 @@ absl::StatusOr<JobConfig> MakeMixtureJobConfig(const v1::JobSpec& spec, const Jo
   if (rest.base() == v1::UNIFORM) rest.clear_base();
   if (rest.loss() == v1::NONE) rest.clear_loss();
   if (rest.ByteSizeLong() != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "spec.policy = {", spec.policy().ShortDebugString(),
-        "}: a mixture job takes no per-sample weight policy; its group weights are "
-        "spec.mixture.group_weights (leave spec.policy unset)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.policy = {", spec.policy().ShortDebugString(),
+                     "}: a mixture job takes no per-sample weight policy; its group weights are "
+                     "spec.mixture.group_weights (leave spec.policy unset)"));
   }
   c.plan = PlanSpec{n, m, spec.seed(), /*replacement=*/false, SampleOrder::kWeightedRandom};
   const auto [partition, uneven] = FillShard(spec, &c.shard);

@@ -23,10 +23,10 @@ absl::StatusOr<std::shared_ptr<const MixtureConfig>> MakeMixtureConfig(const v1:
   absl::StatusOr<mixture::GroupLayout> layout = mixture::GroupLayout::Create(sizes);
   if (!layout.ok()) return InSpec("spec.mixture.group_", layout.status());
   if (num_samples != 0 && num_samples != layout->total()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "spec.num_samples = ", num_samples, ": the ", layout->groups(),
-        " groups of spec.mixture.group_sizes hold ", layout->total(),
-        " samples (give their sum, or 0)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.num_samples = ", num_samples, ": the ", layout->groups(),
+                     " groups of spec.mixture.group_sizes hold ", layout->total(),
+                     " samples (give their sum, or 0)"));
   }
   const uint64_t k_groups = layout->groups();
   std::vector<double> given(spec.group_weights().begin(), spec.group_weights().end());

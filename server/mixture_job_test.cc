@@ -58,13 +58,11 @@ class MixtureJobTest : public ::testing::Test {
       threads.emplace_back([&, r] {
         StreamShardOptions options;
         options.deal = deal;
-        absl::Status s = client.StreamShard(job, epoch, r, world, options,
-                                            [&](const ShardSlice& slice) {
-                                              shards[r].insert(shards[r].end(),
-                                                               slice.indices.begin(),
-                                                               slice.indices.end());
-                                              return absl::OkStatus();
-                                            });
+        absl::Status s =
+            client.StreamShard(job, epoch, r, world, options, [&](const ShardSlice& slice) {
+              shards[r].insert(shards[r].end(), slice.indices.begin(), slice.indices.end());
+              return absl::OkStatus();
+            });
         EXPECT_TRUE(s.ok()) << s;
       });
     }
@@ -81,8 +79,8 @@ class MixtureJobTest : public ::testing::Test {
     return plan;
   }
 
-  static void EndAll(SamplerClient& client, const std::string& job, uint64_t epoch,
-                     uint32_t world, uint32_t deal = 0) {
+  static void EndAll(SamplerClient& client, const std::string& job, uint64_t epoch, uint32_t world,
+                     uint32_t deal = 0) {
     for (uint32_t r = 0; r < world; ++r) {
       absl::StatusOr<v1::EndEpochResponse> ended = client.EndEpoch(job, epoch, r, deal);
       ASSERT_TRUE(ended.ok()) << ended.status();

@@ -78,8 +78,8 @@ absl::Status MixturePlanner::Remember(MixtureState state) {
                                             " (", layout.groups(), " groups)"));
   };
   if (state.lags.size() != layout.groups() || state.cursors.size() != layout.groups()) {
-    return bad(absl::StrCat("has ", state.lags.size(), " lags and ", state.cursors.size(),
-                            " cursors"));
+    return bad(
+        absl::StrCat("has ", state.lags.size(), " lags and ", state.cursors.size(), " cursors"));
   }
   if (absl::StatusOr<mixture::Apportioner> a = mixture::Apportioner::FromLags(state.lags);
       !a.ok()) {
@@ -170,10 +170,10 @@ state::MixtureState MixtureStateToProto(const MixtureState& s) {
 absl::StatusOr<MixtureState> MixtureStateFromProto(const state::MixtureState& proto) {
   const int k = proto.lag_high_size();
   if (proto.lag_low_size() != k || proto.pass_size() != k || proto.position_size() != k) {
-    return absl::DataLossError(absl::StrCat(
-        "the mixture state of epoch ", proto.epoch(), " has arrays of different lengths (",
-        proto.lag_high_size(), ", ", proto.lag_low_size(), ", ", proto.pass_size(), ", ",
-        proto.position_size(), ")"));
+    return absl::DataLossError(absl::StrCat("the mixture state of epoch ", proto.epoch(),
+                                            " has arrays of different lengths (",
+                                            proto.lag_high_size(), ", ", proto.lag_low_size(), ", ",
+                                            proto.pass_size(), ", ", proto.position_size(), ")"));
   }
   MixtureState s;
   s.epoch = proto.epoch();
@@ -182,8 +182,7 @@ absl::StatusOr<MixtureState> MixtureStateFromProto(const state::MixtureState& pr
   for (int i = 0; i < k; ++i) {
     using uint128 = unsigned __int128;
     s.lags[i] = static_cast<int128>(
-        (static_cast<uint128>(static_cast<uint64_t>(proto.lag_high(i))) << 64) |
-        proto.lag_low(i));
+        (static_cast<uint128>(static_cast<uint64_t>(proto.lag_high(i))) << 64) | proto.lag_low(i));
     s.cursors[i] = {proto.position(i), proto.pass(i)};
   }
   return s;

@@ -214,8 +214,8 @@ absl::StatusOr<std::vector<GroupCursor>> PlanWindowInto(int threads, uint64_t se
   if (absl::Status status = ValidateWindow(layout, cursors, counts); !status.ok()) return status;
   const std::vector<uint64_t> starts = WindowStarts(counts);
   if (out.size() != starts.back()) {
-    return absl::InvalidArgumentError(absl::StrCat("out: ", out.size(),
-                                                   " entries for a window of ", starts.back()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("out: ", out.size(), " entries for a window of ", starts.back()));
   }
   // The entries are computed block by block as the shuffle scatters them (FillWindow's entries,
   // never held as a whole): the window costs 8 bytes per sample plus the shuffle's scratch, as
