@@ -16,6 +16,14 @@
 namespace samplerd {
 namespace {
 
+// A mixture job's state before the window of `planned` as a snapshot holds it; null for other
+// jobs.
+std::shared_ptr<const state::MixtureState> MixtureStartOf(const PlannedEpoch& planned) {
+  if (planned.view.mixture == nullptr) return nullptr;
+  return std::make_shared<const state::MixtureState>(
+      MixtureStateToProto(*planned.view.mixture->start));
+}
+
 using EpochStart = JobJournal::EpochStart;
 
 absl::Status NoLongerKept(const std::string& name, uint64_t epoch) {
@@ -49,6 +57,7 @@ class InMemoryHistory final : public EpochHistory {
     EpochStart start = MakeEpochStart(name_, config_, opening.planned->epoch, /*planned=*/true,
                                       opening.world_size, *std::move(base), *std::move(weights));
     start.irreducible = opening.irreducible;
+    start.mixture = MixtureStartOf(*opening.planned);
     start.loss_stats = std::move(loss_stats);
     absl::MutexLock lock(&mu_);
     // A re-upload replaces epoch 0's start; after a rewind, the forgotten epochs are gone.
@@ -133,6 +142,7 @@ class JournalHistory final : public EpochHistory {
     EpochStart start =
         MakeEpochStart(name_, config_, epoch, /*planned=*/true, opening.world_size, *host, *host);
     start.irreducible = opening.irreducible;
+    start.mixture = MixtureStartOf(*opening.planned);
     return journal_->StartEpochDurably(start);
   }
 
@@ -152,6 +162,7 @@ class JournalHistory final : public EpochHistory {
     EpochStart start = MakeEpochStart(name_, config_, epoch, /*planned=*/true, opening.world_size,
                                       *std::move(base), *std::move(weights));
     start.irreducible = opening.irreducible;
+    start.mixture = MixtureStartOf(*opening.planned);
     if (UsesLossStats(config_.policy)) {
       // Derived on the host by the CPU backend's statistics: the rule every backend applies
       // (compute_backend.h, BackendLossStats::Apply), whichever backend the job runs on.

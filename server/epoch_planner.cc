@@ -1,5 +1,6 @@
 #include "server/epoch_planner.h"
 
+#include <memory>
 #include <utility>
 
 #if defined(__GLIBC__)
@@ -19,7 +20,29 @@ double MillisSince(absl::Time start) { return absl::ToDoubleMilliseconds(absl::N
 }  // namespace
 
 EpochPlanner::EpochPlanner(const JobConfig& config, ComputeBackend* backend)
-    : config_(config), backend_(backend) {}
+    : config_(config),
+      backend_(backend),
+      mixture_(config.mixture == nullptr
+                   ? nullptr
+                   : std::make_unique<MixturePlanner>(config.mixture, config.plan.seed,
+                                                      config.plan.samples_per_epoch,
+                                                      MixturePlanner::DefaultThreads())) {}
+
+absl::StatusOr<EpochPlanner::Computed> EpochPlanner::Compute(uint64_t epoch,
+                                                             const BackendWeights* weights) {
+  Computed out;
+  if (mixture_ != nullptr) {
+    absl::StatusOr<MixturePlan> planned = mixture_->PlanEpoch(epoch);
+    if (!planned.ok()) return planned.status();
+    out.plan = std::move(planned->plan);
+    out.mixture = std::move(planned->epoch);
+    return out;
+  }
+  absl::StatusOr<samplerd::Plan> plan = backend_->PlanEpoch(config_.plan, epoch, weights);
+  if (!plan.ok()) return plan.status();
+  out.plan = *std::move(plan);
+  return out;
+}
 
 EpochPlanner::~EpochPlanner() { Stop(); }
 
@@ -51,15 +74,14 @@ absl::StatusOr<PlannedEpoch> EpochPlanner::PlanWith(uint64_t epoch,
   const absl::Time start = absl::Now();
   // `stale`: a plan computed ahead for another epoch (a re-upload before the job started). Its
   // destructor waits for the computation: declared here, it runs after the lock is released.
-  std::future<absl::StatusOr<samplerd::Plan>> ahead, stale;
+  std::future<absl::StatusOr<Computed>> ahead, stale;
   {
     absl::MutexLock lock(&ahead_mu_);
     if (ahead_.valid()) (ahead_epoch_ == epoch ? ahead : stale) = std::move(ahead_);
   }
   // A plan computed ahead equals the one computed now: it depends on (seed, epoch) only, and
   // weights keep their zero pattern across recomputes (clamps are > 0), so it is as valid.
-  absl::StatusOr<samplerd::Plan> plan =
-      ahead.valid() ? ahead.get() : backend_->PlanEpoch(config_.plan, epoch, weights.get());
+  absl::StatusOr<Computed> plan = ahead.valid() ? ahead.get() : Compute(epoch, weights.get());
   if (!plan.ok()) return plan.status();
   PlannedEpoch planned;
   planned.epoch = epoch;
@@ -72,7 +94,8 @@ absl::StatusOr<PlannedEpoch> EpochPlanner::PlanWith(uint64_t epoch,
   } else {
     planned.weight_summary = weights->summary();  // Computed when the backend made them.
   }
-  planned.view.plan = std::make_shared<const samplerd::Plan>(*std::move(plan));
+  planned.view.plan = std::make_shared<const samplerd::Plan>(std::move(plan->plan));
+  planned.view.mixture = std::move(plan->mixture);
   planned.view.unit_is_weights = weights == nullptr || config_.plan.EveryIndexOnce();
   planned.view.weights = std::move(weights);
   return planned;
@@ -113,7 +136,7 @@ void EpochPlanner::PlanAhead(const PlannedEpoch& published) {
   ahead_epoch_ = published.epoch + 1;
   ahead_ = std::async(std::launch::async,
                       [this, epoch = ahead_epoch_, weights = published.view.weights] {
-                        return backend_->PlanEpoch(config_.plan, epoch, weights.get());
+                        return Compute(epoch, weights.get());
                       });
 }
 

@@ -3,7 +3,9 @@
 // e + 1; for plans that do not depend on the weights it computes the next plan ahead of time.
 //
 // It knows nothing of the job's phases, locks or persistence: the Job gives it inputs that stay
-// unchanged while it runs, and publishes what it returns (job.h). The backend does the numerics.
+// unchanged while it runs, and publishes what it returns (job.h). The backend does the numerics;
+// a mixture job's windows are its MixturePlanner's (mixture_planner.h, host code whatever the
+// backend), from the group weights of the job's config (static: nothing to recompute).
 //
 // Thread-safety: all methods may be called concurrently. StartNext runs one task at a time on
 // the planner thread; Stop waits for it and for a look-ahead plan, after which StartNext and
@@ -23,6 +25,7 @@
 #include "absl/synchronization/mutex.h"
 #include "kernels/compute_backend.h"
 #include "server/job_config.h"
+#include "server/mixture_planner.h"
 
 namespace samplerd {
 
@@ -34,6 +37,9 @@ struct EpochView {
   // Whether importance-sampling weights are all 1 (uniform weights, or every index once per
   // epoch, where the weights have no effect).
   bool unit_is_weights = true;
+  // A mixture job's epoch: the state its window started from and the window's counts; null for
+  // other jobs (whose weights are `weights`).
+  std::shared_ptr<const MixtureEpoch> mixture;
 };
 
 // A planned epoch, ready to be published.
@@ -88,6 +94,10 @@ class EpochPlanner {
   // uniform weights. Such plans are computed one epoch ahead.
   static bool PlanIgnoresWeights(const JobConfig& config);
 
+  // A mixture job's planner (null for other jobs): a restored or rewound job hands it the state
+  // its epoch start holds (MixturePlanner::Remember).
+  MixturePlanner* mixture() const { return mixture_.get(); }
+
  private:
   // Plans `epoch` from `weights` (or takes the plan computed ahead) and summarises the weights.
   absl::StatusOr<PlannedEpoch> PlanWith(uint64_t epoch,
@@ -95,9 +105,17 @@ class EpochPlanner {
                                         double recompute_ms) ABSL_LOCKS_EXCLUDED(ahead_mu_);
   absl::StatusOr<std::shared_ptr<const BackendWeights>> Recompute(
       uint64_t closed_epoch, const RecomputeInputs& inputs) const;
+  // A plan and, for a mixture job, its window's epoch.
+  struct Computed {
+    samplerd::Plan plan;
+    std::shared_ptr<const MixtureEpoch> mixture;
+  };
+  // The plan of `epoch`: the mixture planner's, or the backend's from `weights`.
+  absl::StatusOr<Computed> Compute(uint64_t epoch, const BackendWeights* weights);
 
   const JobConfig& config_;
   ComputeBackend* const backend_;
+  const std::unique_ptr<MixturePlanner> mixture_;  // Thread-safe on its own.
 
   // Lock order: mu_, then ahead_mu_.
   absl::Mutex mu_ ABSL_ACQUIRED_BEFORE(ahead_mu_);
@@ -107,7 +125,7 @@ class EpochPlanner {
   absl::Mutex ahead_mu_;
   bool ahead_stopped_ ABSL_GUARDED_BY(ahead_mu_) = false;
   uint64_t ahead_epoch_ ABSL_GUARDED_BY(ahead_mu_) = 0;
-  std::future<absl::StatusOr<samplerd::Plan>> ahead_ ABSL_GUARDED_BY(ahead_mu_);
+  std::future<absl::StatusOr<Computed>> ahead_ ABSL_GUARDED_BY(ahead_mu_);
 };
 
 }  // namespace samplerd

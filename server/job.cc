@@ -415,6 +415,7 @@ bool Job::Publish(const PlannedEpoch& planned, std::shared_ptr<const BackendWeig
     Enter(Serving{planned.view});
     if (new_base != nullptr) base_ = std::move(new_base);
     weight_summary_ = planned.weight_summary;
+    mixture_epoch_ = planned.view.mixture;
     last_plan_ms_ = planned.plan_ms;
     last_recompute_ms_ = planned.recompute_ms;
     // The deal (its number and world size) is the one EndEpoch, a rewind or a resize of an
@@ -690,6 +691,8 @@ absl::Status Job::Rewind(uint64_t epoch) {
   };
   absl::StatusOr<JobJournal::EpochStart> start = FindStart(epoch);
   if (!start.ok()) return undo(start.status());
+  // A mixture job's groups as they were at that start (else the planner recomputes them).
+  if (absl::Status s = RememberMixtureStart(start->mixture.get()); !s.ok()) return undo(s);
   // The start's weights as the backend's again. One vector for both (no loss policy, kept in
   // memory): one object, as before the rewind.
   absl::StatusOr<std::shared_ptr<const BackendWeights>> weights = WeightsFromHost(start->weights);
@@ -810,7 +813,7 @@ v1::JobStatus Job::Status() const {
   v1::JobStatus status;
   status.set_backend(backend_->name());
   for (uint64_t e : RewindableEpochs()) status.mutable_job()->add_rewindable_epochs(e);
-  absl::MutexLock lock(&mu_);
+  absl::ReleasableMutexLock lock(&mu_);
   DescribeLocked(status.mutable_job());
   const std::vector<CurrentDeal::RankState>& ranks = deal_.ranks();
   for (uint32_t r = 0; r < ranks.size(); ++r) {
@@ -835,7 +838,23 @@ v1::JobStatus Job::Status() const {
   status.set_last_plan_ms(last_plan_ms_);
   // While planning, the planner reads the table off the lock; the count is not written then.
   status.set_samples_seen(losses_ != nullptr ? losses_->SamplesSeen() : 0);
+  // A mixture job's groups: the serving window's (none while planning), described off the lock
+  // (O(K)).
+  const std::shared_ptr<const MixtureEpoch> mixture =
+      status.job().plan_ready() ? mixture_epoch_ : nullptr;
+  lock.Release();
+  if (config_.mixture != nullptr) {
+    DescribeMixture(*config_.mixture, mixture.get(), status.mutable_mixture());
+  }
   return status;
+}
+
+absl::Status Job::RememberMixtureStart(const state::MixtureState* start) {
+  if (start == nullptr || planner_.mixture() == nullptr) return absl::OkStatus();
+  absl::StatusOr<MixtureState> state = MixtureStateFromProto(*start);
+  if (!state.ok()) return Named(state.status());
+  if (absl::Status s = planner_.mixture()->Remember(*std::move(state)); !s.ok()) return Named(s);
+  return absl::OkStatus();
 }
 
 }  // namespace samplerd

@@ -353,6 +353,10 @@ class Job {
   // phase. Null without a loss policy; the close reason once the job is closed.
   absl::StatusOr<const BackendLossStats*> LossesWhilePlanning() const ABSL_LOCKS_EXCLUDED(mu_);
   void DescribeLocked(v1::Job* job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A mixture job restored or rewound to an epoch start: hands the planner the state of its
+  // groups that the start holds (null, or not a mixture job: nothing to do). DATA_LOSS if it does
+  // not fit the job's groups.
+  absl::Status RememberMixtureStart(const state::MixtureState* start);
 
   const std::string name_;
   const JobConfig config_;
@@ -385,6 +389,8 @@ class Job {
   // The recorded changes of deal_, each logged in history_ and then applied (one call).
   DealChanges changes_ ABSL_GUARDED_BY(mu_){history_.get(), &deal_};
   WeightSummary weight_summary_ ABSL_GUARDED_BY(mu_);
+  // A mixture job's serving epoch (its window's start and counts), for Status; null otherwise.
+  std::shared_ptr<const MixtureEpoch> mixture_epoch_ ABSL_GUARDED_BY(mu_);
   double last_recompute_ms_ ABSL_GUARDED_BY(mu_) = 0;
   double last_plan_ms_ ABSL_GUARDED_BY(mu_) = 0;
   // The serving epoch was opened by an EndEpoch and not yet handed to the history after its

@@ -1,15 +1,107 @@
 #include "server/job_config.h"
 
 #include <cmath>
+#include <memory>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/loss_policies.h"
+#include "kernels/plan_math.h"
 
 namespace samplerd {
 namespace {
 
 // Proto default 0 means "unset": the documented default.
 double OrDefault(double value, double default_value) { return value == 0 ? default_value : value; }
+
+absl::Status ValidateWorldSize(const v1::JobSpec& spec) {
+  if (spec.world_size() == 0)
+    return absl::InvalidArgumentError("spec.world_size = 0: must be >= 1");
+  if (spec.world_size() > static_cast<uint32_t>(v1::MAX_WORLD_SIZE)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.world_size = ", spec.world_size(), ": must be <= ", v1::MAX_WORLD_SIZE));
+  }
+  return absl::OkStatus();
+}
+
+// The shard geometry of `spec` into `shard`; returns the partition and uneven policy with their
+// defaults filled in.
+std::pair<v1::Partition, v1::UnevenPolicy> FillShard(const v1::JobSpec& spec, ShardSpec* shard) {
+  const v1::Partition partition =
+      spec.partition() == v1::PARTITION_UNSPECIFIED ? v1::INTERLEAVED : spec.partition();
+  const v1::UnevenPolicy uneven =
+      spec.uneven() == v1::UNEVEN_POLICY_UNSPECIFIED ? v1::PAD : spec.uneven();
+  shard->world_size = spec.world_size();
+  shard->partition =
+      partition == v1::CONTIGUOUS ? PartitionMode::kContiguous : PartitionMode::kInterleaved;
+  shard->uneven = uneven == v1::DROP_LAST ? UnevenMode::kDropLast
+                  : uneven == v1::UNEVEN  ? UnevenMode::kUneven
+                                          : UnevenMode::kPad;
+  return {partition, uneven};
+}
+
+// A mixture job (spec.mixture set): see job_config.h.
+absl::StatusOr<JobConfig> MakeMixtureJobConfig(const v1::JobSpec& spec, const JobLimits& limits) {
+  JobConfig c;
+  c.rewind_epochs = limits.rewind_epochs;
+  absl::StatusOr<std::shared_ptr<const MixtureConfig>> mixture =
+      MakeMixtureConfig(spec.mixture(), spec.num_samples());
+  if (!mixture.ok()) return mixture.status();
+  c.mixture = *std::move(mixture);
+  const uint64_t n = c.mixture->layout.total();
+  if (absl::Status s = ValidateWorldSize(spec); !s.ok()) return s;
+  const uint64_t m = spec.samples_per_epoch();
+  if (m == 0 || m > plan_math::kMaxShuffleInputs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.samples_per_epoch = ", m, ": a mixture job's window holds 1 to ",
+                     plan_math::kMaxShuffleInputs, " samples (the shuffle's limit); give it"));
+  }
+  if (m > limits.max_samples_per_job * 16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.samples_per_epoch = ", m, ": must be <= 16 x --max_samples_per_job"));
+  }
+  if (!v1::Partition_IsValid(spec.partition()) || !v1::UnevenPolicy_IsValid(spec.uneven())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec: unknown enum value (partition = ", spec.partition(),
+                     ", uneven = ", spec.uneven(), ")"));
+  }
+  // The window is the plan: no other draw, no per-sample weights.
+  if (spec.replacement()) {
+    return absl::InvalidArgumentError(
+        "spec.replacement = true: a mixture job's windows take each group's samples in its pass "
+        "order (a group smaller than the window repeats in its next pass); leave it false");
+  }
+  if (spec.order() != v1::ORDER_UNSPECIFIED && spec.order() != v1::WEIGHTED_RANDOM) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec.order = ", v1::Order_Name(spec.order()),
+        ": a mixture job's order is its shuffled window; leave it unset (WEIGHTED_RANDOM)"));
+  }
+  // Any per-sample policy: the group weights choose the mixture.
+  v1::WeightPolicy rest = spec.policy();
+  if (rest.base() == v1::UNIFORM) rest.clear_base();
+  if (rest.loss() == v1::NONE) rest.clear_loss();
+  if (rest.ByteSizeLong() != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.policy = {", spec.policy().ShortDebugString(),
+                     "}: a mixture job takes no per-sample weight policy; its group weights are "
+                     "spec.mixture.group_weights (leave spec.policy unset)"));
+  }
+  c.plan = PlanSpec{n, m, spec.seed(), /*replacement=*/false, SampleOrder::kWeightedRandom};
+  const auto [partition, uneven] = FillShard(spec, &c.shard);
+  c.policy.base = BaseWeightKind::kUniform;
+  c.policy.loss = LossWeightKind::kNone;
+
+  v1::JobSpec& out = c.normalized;
+  out = spec;
+  out.set_num_samples(n);
+  out.set_order(v1::WEIGHTED_RANDOM);
+  out.set_partition(partition);
+  out.set_uneven(uneven);
+  out.clear_policy();
+  out.mutable_policy()->set_base(v1::UNIFORM);
+  out.mutable_policy()->set_loss(v1::NONE);
+  return c;
+}
 
 }  // namespace
 
@@ -35,6 +127,7 @@ absl::Status ValidateJobName(const std::string& name) {
 absl::StatusOr<JobConfig> MakeJobConfig(const v1::JobSpec& spec, const JobLimits& limits) {
   JobConfig c;
   c.rewind_epochs = limits.rewind_epochs;
+  if (spec.has_mixture()) return MakeMixtureJobConfig(spec, limits);
   const uint64_t n = spec.num_samples();
   if (n == 0) return absl::InvalidArgumentError("spec.num_samples = 0: must be >= 1");
   if (n > limits.max_samples_per_job) {
@@ -42,12 +135,7 @@ absl::StatusOr<JobConfig> MakeJobConfig(const v1::JobSpec& spec, const JobLimits
         absl::StrCat("spec.num_samples = ", n, " exceeds the server limit ",
                      limits.max_samples_per_job, " (--max_samples_per_job)"));
   }
-  if (spec.world_size() == 0)
-    return absl::InvalidArgumentError("spec.world_size = 0: must be >= 1");
-  if (spec.world_size() > static_cast<uint32_t>(v1::MAX_WORLD_SIZE)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("spec.world_size = ", spec.world_size(), ": must be <= ", v1::MAX_WORLD_SIZE));
-  }
+  if (absl::Status s = ValidateWorldSize(spec); !s.ok()) return s;
   const uint64_t m = spec.samples_per_epoch() == 0 ? n : spec.samples_per_epoch();
   if (m > limits.max_samples_per_job * 16) {
     return absl::InvalidArgumentError(
@@ -72,16 +160,7 @@ absl::StatusOr<JobConfig> MakeJobConfig(const v1::JobSpec& spec, const JobLimits
     return absl::InvalidArgumentError(absl::StrCat("spec.", s.message()));
   }
 
-  const v1::Partition partition =
-      spec.partition() == v1::PARTITION_UNSPECIFIED ? v1::INTERLEAVED : spec.partition();
-  const v1::UnevenPolicy uneven =
-      spec.uneven() == v1::UNEVEN_POLICY_UNSPECIFIED ? v1::PAD : spec.uneven();
-  c.shard.world_size = spec.world_size();
-  c.shard.partition =
-      partition == v1::CONTIGUOUS ? PartitionMode::kContiguous : PartitionMode::kInterleaved;
-  c.shard.uneven = uneven == v1::DROP_LAST ? UnevenMode::kDropLast
-                   : uneven == v1::UNEVEN  ? UnevenMode::kUneven
-                                           : UnevenMode::kPad;
+  const auto [partition, uneven] = FillShard(spec, &c.shard);
 
   const v1::WeightPolicy& p = spec.policy();
   const v1::BasePolicy base = p.base() == v1::BASE_POLICY_UNSPECIFIED ? v1::UNIFORM : p.base();

@@ -8,6 +8,7 @@
 #define SAMPLERD_SERVER_JOB_CONFIG_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
@@ -16,6 +17,7 @@
 #include "kernels/shard.h"
 #include "kernels/weight_policy.h"
 #include "proto/samplerd.pb.h"
+#include "server/mixture_config.h"
 
 namespace samplerd {
 
@@ -33,10 +35,16 @@ struct JobConfig {
   v1::JobSpec normalized;  // The spec with defaults filled in, as returned to clients.
   // The server's setting (JobLimits::rewind_epochs), not part of the spec.
   uint32_t rewind_epochs = 0;
+  // A mixture job's groups and weights (spec.mixture set); null for other jobs.
+  std::shared_ptr<const MixtureConfig> mixture;
 };
 
 // Validates `spec` and fills defaults. INVALID_ARGUMENT names the field and value
 // ("spec.world_size = 0: must be >= 1"); RESOURCE_EXHAUSTED for num_samples over the limit.
+// A mixture job (spec.mixture set): MakeMixtureConfig's checks; num_samples 0 becomes the sum
+// of the group sizes and --max_samples_per_job does not apply (nothing is kept per sample);
+// samples_per_epoch (the window) must be in [1, 2^34]; replacement, order and policy must keep
+// their defaults (INVALID_ARGUMENT naming them otherwise).
 absl::StatusOr<JobConfig> MakeJobConfig(const v1::JobSpec& spec, const JobLimits& limits);
 
 // Job names: [A-Za-z0-9._-], 1 to 128 characters, not "." or ".." (a job name is a directory

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "kernels/loss_policies.h"
+#include "server/mixture_planner.h"
 #include "server/position_set.h"
 
 namespace samplerd {
@@ -44,6 +45,27 @@ uint64_t ReadCgroupLimit(const char* path) {
   return numeric && limit > 0 ? static_cast<uint64_t>(limit) : kMax;
 }
 
+// A mixture job: nothing per sample (see job_memory.h).
+JobMemoryEstimate EstimateMixtureMemory(const JobConfig& config, bool persisted) {
+  const uint64_t n = config.plan.num_samples, m = config.plan.samples_per_epoch;
+  const uint64_t k = config.mixture->layout.groups();
+  JobMemoryEstimate e;
+  e.plans = MulSat(MulSat(2, m), Plan::Narrow(n) ? sizeof(uint32_t) : sizeof(uint64_t));
+  e.weights = config.mixture->Bytes();
+  e.scratch = MixturePlanner::ScratchBytes(k, m, n);
+  const uint64_t shard_length = ShardLength(m, config.shard, 0).value_or(0);
+  e.ranks =
+      MulSat(config.shard.world_size, AddSat(kBytesPerRank, PositionSet::BytesFor(shard_length)));
+  // In memory, each kept epoch start holds its groups' state (its snapshot's encoding: ~4 words
+  // of up to 10 bytes per group).
+  if (!persisted) e.rewind = MulSat(MulSat(config.rewind_epochs, k), 40);
+  const uint64_t rest = AddSat(AddSat(AddSat(e.weights, e.scratch), e.ranks), e.rewind);
+  const bool by_m = e.plans > rest;
+  e.driving_field = by_m ? "spec.samples_per_epoch" : "spec.mixture.group_sizes";
+  e.driving_value = by_m ? m : k;
+  return e;
+}
+
 }  // namespace
 
 uint64_t JobMemoryEstimate::total() const {
@@ -59,6 +81,7 @@ std::string JobMemoryEstimate::ToString() const {
 
 JobMemoryEstimate EstimateJobMemory(const JobConfig& config, const ComputeBackend& backend,
                                     bool persisted) {
+  if (config.mixture != nullptr) return EstimateMixtureMemory(config, persisted);
   const PlanSpec& plan = config.plan;
   const uint64_t n = plan.num_samples, m = plan.samples_per_epoch;
   const bool weighted_base = config.policy.base != BaseWeightKind::kUniform;

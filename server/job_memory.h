@@ -25,6 +25,12 @@
 //                  + 4 N)     epoch starts kept in memory, each a copy of the loss statistics
 //                             and (but the current one) its epoch's weights; on disk otherwise
 //
+// A mixture job (spec.mixture) keeps nothing per sample: 2 b M for its plans, 40 bytes per group
+// for its config (MixtureConfig::Bytes), its planner's scratch (MixturePlanner::ScratchBytes:
+// the groups' states, 32 bytes per group each, the window's shuffle scratch, and 8 M when b = 4),
+// the ranks, and without --data_dir ~40 bytes per group per kept epoch start; its driving field
+// is spec.samples_per_epoch, or spec.mixture.group_sizes (its value K) when the groups weigh more.
+//
 // So a UNIFORM job with replacement needs 2 b M (8 kB for M = 1000, whatever N); a STATIC job
 // with replacement 2 b M + 18 N; a LOSS job 2 b M + 16 N + its scratch. Not counted: the plan a
 // slow reader of the previous epoch may still hold and stream buffers (bounded server-wide).

@@ -109,6 +109,32 @@ TEST_F(JobMemoryTest, SaturatesAndSaysWhichFieldDrivesIt) {
   EXPECT_EQ(FormatBytes(1536), "1536 bytes (1.5 KiB)");
 }
 
+// A mixture job keeps nothing per sample: N = 10^12 in 10^4 groups with a window of 10^7 is
+// its plans (8-byte indices) plus O(K) (bench/RESULTS.md, "Mixture jobs served": peak RSS
+// 182 MiB of a whole server with such a job).
+TEST_F(JobMemoryTest, AMixtureJobIsItsPlansAndItsGroups) {
+  v1::JobSpec spec;
+  spec.set_world_size(8);
+  spec.set_samples_per_epoch(10'000'000);
+  for (int k = 0; k < 10'000; ++k) spec.mutable_mixture()->add_group_sizes(100'000'000);
+  const JobMemoryEstimate e = Estimate(spec);
+  EXPECT_EQ(e.plans, 2 * 10'000'000 * 8u);
+  EXPECT_EQ(e.weights, 40 * 10'000u);
+  EXPECT_EQ(e.loss_stats, 0u);
+  EXPECT_GT(e.scratch, 6 * 32 * 10'000u);  // The groups' states and the shuffle's scratch.
+  EXPECT_LT(e.scratch, 32u << 20);
+  EXPECT_LT(e.total(), 200u << 20);
+  EXPECT_EQ(e.driving_field, "spec.samples_per_epoch");
+  // Groups that weigh more than the plans drive it: K.
+  v1::JobSpec many;
+  many.set_world_size(1);
+  many.set_samples_per_epoch(10);
+  for (int k = 0; k < 100'000; ++k) many.mutable_mixture()->add_group_sizes(3);
+  const JobMemoryEstimate g = Estimate(many);
+  EXPECT_EQ(g.driving_field, "spec.mixture.group_sizes");
+  EXPECT_EQ(g.driving_value, 100'000u);
+}
+
 TEST(DefaultMaxMemoryBytesTest, IsAShareOfThisMachine) {
   const uint64_t physical =
       static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));

@@ -86,6 +86,13 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Restore(std::string name, JobConfig co
     }
   }
   if (header.planned()) {
+    // A mixture job's groups at the snapshot's epoch (older snapshots: recomputed from epoch 0).
+    if (header.has_mixture()) {
+      if (absl::Status s = job->RememberMixtureStart(&header.mixture()); !s.ok()) {
+        job->Close(s);
+        return bad(s.message());
+      }
+    }
     absl::StatusOr<std::shared_ptr<const BackendWeights>> weights =
         to_backend(std::move(snapshot.weights));
     absl::StatusOr<PlannedEpoch> planned =

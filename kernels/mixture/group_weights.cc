@@ -136,6 +136,20 @@ absl::StatusOr<GroupWeights> GroupWeights::Static(absl::Span<const double> weigh
   return GroupWeights(GroupWeightRule::kStatic, *std::move(w));
 }
 
+absl::Status ValidateReferenceLosses(absl::Span<const double> reference, uint64_t groups) {
+  if (reference.size() != groups) {
+    return absl::InvalidArgumentError(absl::StrCat("reference_losses: ", reference.size(),
+                                                   " reference losses for ", groups, " groups"));
+  }
+  for (size_t k = 0; k < reference.size(); ++k) {
+    if (!std::isfinite(reference[k]) || reference[k] < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("reference_losses[", k, "] = ", reference[k],
+                                                     ": reference losses are finite and >= 0"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<GroupWeights> GroupWeights::ExcessLoss(absl::Span<const double> initial,
                                                       absl::Span<const double> reference,
                                                       const ExcessLossConfig& config) {
@@ -149,16 +163,7 @@ absl::StatusOr<GroupWeights> GroupWeights::ExcessLoss(absl::Span<const double> i
   if (absl::Status s = ValidateBounds(config.bounds); !s.ok()) return s;
   absl::StatusOr<std::vector<double>> w = Initial(initial, config.bounds);
   if (!w.ok()) return w.status();
-  if (reference.size() != w->size()) {
-    return absl::InvalidArgumentError(absl::StrCat("reference: ", reference.size(),
-                                                   " reference losses for ", w->size(), " groups"));
-  }
-  for (size_t k = 0; k < reference.size(); ++k) {
-    if (!std::isfinite(reference[k]) || reference[k] < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("reference[", k, "] = ", reference[k],
-                                                     ": reference losses are finite and >= 0"));
-    }
-  }
+  if (absl::Status s = ValidateReferenceLosses(reference, w->size()); !s.ok()) return s;
   GroupWeights out(GroupWeightRule::kExcessLoss, *std::move(w));
   out.reference_.assign(reference.begin(), reference.end());
   out.excess_ = config;

@@ -86,6 +86,10 @@ struct GroupTrack {
 absl::StatusOr<std::vector<double>> NormalizeWeights(absl::Span<const double> weights,
                                                      uint64_t groups);
 
+// The reference losses of rule (a): INVALID_ARGUMENT unless there are `groups` of them
+// (`reference_losses`), each finite and >= 0 (`reference_losses[k]` and its value).
+absl::Status ValidateReferenceLosses(absl::Span<const double> reference, uint64_t groups);
+
 // Step 4: the Euclidean projection of v (its entries at `members`, the others untouched) onto
 // {sum over members = mass, lo <= w <= hi}: min(max(v_k - t, lo), hi) with the t that solves the
 // sum (found on the sorted breakpoints v_k - hi, v_k - lo; between two, the sum is linear in t).
@@ -99,7 +103,7 @@ class GroupWeights {
   // Static weights (NormalizeWeights' errors).
   static absl::StatusOr<GroupWeights> Static(absl::Span<const double> weights);
   // (a), from `initial` weights (NormalizeWeights, then projected onto the bounds) and the
-  // reference losses (K of them, finite, >= 0: `reference[k]`). INVALID_ARGUMENT naming the
+  // reference losses (ValidateReferenceLosses). INVALID_ARGUMENT naming the
   // config field and value for eta, smoothing, loss_decay, horizon or bounds out of range.
   static absl::StatusOr<GroupWeights> ExcessLoss(absl::Span<const double> initial,
                                                  absl::Span<const double> reference,

@@ -454,10 +454,10 @@ TEST(GroupWeightsTest, BadInputIsNamedAndChangesNothing) {
     return GroupWeights::ExcessLoss({1, 1}, ref, c).status();
   };
   const absl::StatusCode bad = absl::StatusCode::kInvalidArgument;
-  ExpectError(excess(ok, {1}), bad, "reference: 1 reference losses for 2 groups");
-  ExpectError(excess(ok, {1, std::nan("")}), bad, "reference[1] = nan");
-  ExpectError(excess(ok, {-1, 1}), bad, "reference[0] = -1");
-  ExpectError(excess(ok, {1, kInf}), bad, "reference[1] = inf");
+  ExpectError(excess(ok, {1}), bad, "reference_losses: 1 reference losses for 2 groups");
+  ExpectError(excess(ok, {1, std::nan("")}), bad, "reference_losses[1] = nan");
+  ExpectError(excess(ok, {-1, 1}), bad, "reference_losses[0] = -1");
+  ExpectError(excess(ok, {1, kInf}), bad, "reference_losses[1] = inf");
   ExcessLossConfig c = ok;
   c.eta = 0;
   ExpectError(excess(c), bad, "eta = 0");

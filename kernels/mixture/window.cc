@@ -202,25 +202,48 @@ void FillWindow(int threads, uint64_t seed, const GroupLayout& layout,
                               });
 }
 
+uint64_t PlanWindowScratchBytes(int threads, uint64_t groups, uint64_t m) {
+  return (groups + 1) * sizeof(uint64_t) + internal::ShuffleScratchBytes(threads, m);
+}
+
+absl::StatusOr<std::vector<GroupCursor>> PlanWindowInto(int threads, uint64_t seed, uint64_t epoch,
+                                                        const GroupLayout& layout,
+                                                        absl::Span<const GroupCursor> cursors,
+                                                        absl::Span<const uint64_t> counts,
+                                                        absl::Span<uint64_t> out) {
+  if (absl::Status status = ValidateWindow(layout, cursors, counts); !status.ok()) return status;
+  const std::vector<uint64_t> starts = WindowStarts(counts);
+  if (out.size() != starts.back()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("out: ", out.size(), " entries for a window of ", starts.back()));
+  }
+  // The entries are computed block by block as the shuffle scatters them (FillWindow's entries,
+  // never held as a whole): the window costs 8 bytes per sample plus the shuffle's scratch, as
+  // a plan of 64-bit indices does.
+  const internal::InputBlockFn entries = [&](uint64_t k, uint64_t count, uint64_t* values) {
+    FillRange(seed, layout, cursors, starts, k, k + count, values);
+  };
+  internal::ShuffleGenerated(threads, seed, epoch, entries, out);
+  std::vector<GroupCursor> next(layout.groups());
+  for (uint32_t k = 0; k < layout.groups(); ++k) {
+    next[k] = AdvanceCursor(cursors[k], layout.size(k), counts[k]);
+  }
+  return next;
+}
+
 absl::StatusOr<MixtureWindow> PlanWindow(int threads, uint64_t seed, uint64_t epoch,
                                          const GroupLayout& layout,
                                          absl::Span<const GroupCursor> cursors,
                                          absl::Span<const uint64_t> counts) {
   if (absl::Status status = ValidateWindow(layout, cursors, counts); !status.ok()) return status;
-  const std::vector<uint64_t> starts = WindowStarts(counts);
   MixtureWindow window;
-  // The entries are computed block by block as the shuffle scatters them (FillWindow's entries,
-  // never held as a whole): the window costs 8 bytes per sample plus the shuffle's scratch, as
-  // a plan of 64-bit indices does.
-  window.indices.resize(starts.back());
-  const internal::InputBlockFn entries = [&](uint64_t k, uint64_t count, uint64_t* values) {
-    FillRange(seed, layout, cursors, starts, k, k + count, values);
-  };
-  internal::ShuffleGenerated(threads, seed, epoch, entries, absl::MakeSpan(window.indices));
-  window.cursors.resize(layout.groups());
-  for (uint32_t k = 0; k < layout.groups(); ++k) {
-    window.cursors[k] = AdvanceCursor(cursors[k], layout.size(k), counts[k]);
-  }
+  uint64_t m = 0;
+  for (uint64_t c : counts) m += c;  // ValidateWindow: at most 2^34.
+  window.indices.resize(m);
+  absl::StatusOr<std::vector<GroupCursor>> next =
+      PlanWindowInto(threads, seed, epoch, layout, cursors, counts, absl::MakeSpan(window.indices));
+  if (!next.ok()) return next.status();
+  window.cursors = *std::move(next);
   return window;
 }
 

@@ -75,6 +75,20 @@ absl::StatusOr<MixtureWindow> PlanWindow(int threads, uint64_t seed, uint64_t ep
                                          absl::Span<const GroupCursor> cursors,
                                          absl::Span<const uint64_t> counts);
 
+// The memory PlanWindowInto allocates besides `out` and the cursors it returns, at its peak, for
+// K groups and a window of m samples on `threads` threads: the counts' prefix sums and the
+// shuffle's scratch (internal::ShuffleScratchBytes).
+uint64_t PlanWindowScratchBytes(int threads, uint64_t groups, uint64_t m);
+
+// PlanWindow written into `out` (the caller's storage, e.g. a plan's indices: no other copy of
+// the window), returning the new cursors. ValidateWindow's errors, and INVALID_ARGUMENT when
+// out.size() is not the sum of the counts (`out`); nothing is written on error.
+absl::StatusOr<std::vector<GroupCursor>> PlanWindowInto(int threads, uint64_t seed, uint64_t epoch,
+                                                        const GroupLayout& layout,
+                                                        absl::Span<const GroupCursor> cursors,
+                                                        absl::Span<const uint64_t> counts,
+                                                        absl::Span<uint64_t> out);
+
 }  // namespace mixture
 }  // namespace samplerd
 

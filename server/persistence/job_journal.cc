@@ -456,6 +456,7 @@ absl::StatusOr<JobJournal::EpochStart> JobJournal::ReadEpochStart(uint64_t epoch
   }
   start.samples_seen = h.samples_seen();
   start.world_size = h.world_size();
+  if (h.has_mixture()) start.mixture = std::make_shared<const state::MixtureState>(h.mixture());
   return start;
 }
 
@@ -530,6 +531,7 @@ absl::Status JobJournal::StageEpochStart(const EpochStart& start) {
   header.set_has_base(has_base);
   header.set_job(start.job);
   header.set_spec(start.spec);
+  if (start.mixture != nullptr) *header.mutable_mixture() = *start.mixture;
   return StageSnapshot(
       header, has_base ? absl::MakeConstSpan(*start.base) : absl::Span<const float>(),
       start.weights != nullptr ? absl::MakeConstSpan(*start.weights) : absl::Span<const float>(),

@@ -1,7 +1,7 @@
 // JobJournal: one job's persisted state, a directory of snapshots and write-ahead logs.
 //
 //   <dir>/snapshot-<e>.bin  the job's state at the start of epoch e (snapshot.h): spec, base
-//                           weights, W_e, loss statistics.
+//                           weights, W_e, loss statistics (a mixture job: its groups' state).
 //   <dir>/wal-<e>.log       epoch e's state changes after the snapshot, in the order they were
 //                           applied (record_log.h; state.proto WalRecord): loss batches, ranks
 //                           that ended the epoch, stream progress.
@@ -85,6 +85,9 @@ class JobJournal {
     uint64_t samples_seen = 0;
     // The data-parallel world size the epoch starts with; 0: the spec's (older snapshots).
     uint32_t world_size = 0;
+    // A mixture job: the state its epoch's window starts from (server/mixture_planner.h); null
+    // for other jobs (and in snapshots written before mixture jobs).
+    std::shared_ptr<const state::MixtureState> mixture;
     // WriteEpochSnapshot only, instead of loss_stats and samples_seen (which it then fills):
     // derive them from the previous snapshot and the logs of the epochs since. Makes the
     // statistics (host memory, none seen) that the previous snapshot's are restored into and

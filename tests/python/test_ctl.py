@@ -417,3 +417,29 @@ def test_create_again_resume_and_rewind(tmp_path):
         assert bad.returncode == 2 and "world_size = 0" in bad.stderr
     finally:
         assert server.stop() == 0
+
+
+MIXTURE_SPEC = """\
+world_size: 2
+samples_per_epoch: 120
+mixture:
+  group_sizes: [300, 40, 1000]
+  group_weights: [1, 2, 1]
+"""
+
+
+def test_status_of_a_mixture_job_lists_its_heaviest_groups(server, tmp_path):
+    target = server.address
+    spec = write(tmp_path / "mixture.yaml", MIXTURE_SPEC)
+    job = run_json(target, "create", "mix", "--spec", spec)
+    assert job["spec"]["num_samples"] == "1340"  # The sizes' sum, filled in.
+    status = run_json(target, "status", "mix")
+    groups = status["mixture"]["top_groups"]
+    assert [g.get("group", "0") for g in groups] == ["1", "0", "2"]
+    assert [g["window_count"] for g in groups] == ["60", "30", "30"]
+    human = run_ctl(target, "status", "mix").stdout.splitlines()
+    at = human.index("  mixture  3 groups; the 3 heaviest:")
+    assert human[at + 1].split() == ["GROUP", "WEIGHT", "WINDOW", "PASS", "POSITION"]
+    # Group 1 (40 samples) took 60: one pass and 20 into its second.
+    assert human[at + 2].split() == ["1", "0.5", "60", "1", "20"]
+    assert human[at + 3].split() == ["0", "0.25", "30", "0", "30"]

@@ -188,6 +188,13 @@ def _format_status(status: pb.JobStatus) -> str:
     lines.append(_table(("RANK", "STREAMED", "LOSSES", "ENDED"), rows))
     if len(status.ranks) > MAX_RANK_ROWS:
         lines.append(f"... {len(status.ranks) - MAX_RANK_ROWS} more ranks (--json lists all)")
+    if status.HasField("mixture"):
+        mix = status.mixture
+        lines += ["", f"  mixture  {mix.groups} groups; the {len(mix.top_groups)} heaviest:"]
+        # `pass` is a Python keyword: the field is read by name.
+        rows = [(g.group, f"{g.weight:.6g}", g.window_count, getattr(g, "pass"), g.position)
+                for g in mix.top_groups]
+        lines.append(_table(("GROUP", "WEIGHT", "WINDOW", "PASS", "POSITION"), rows))
     return "\n".join(lines)
 
 
