@@ -55,9 +55,8 @@ absl::StatusOr<std::unique_ptr<ShardChunks>> ShardChunks::Start(
                                  : request.max_chunk_size();
   const uint64_t chunk_size = std::max<uint64_t>(1, std::min<uint64_t>(requested, fits));
   // Held until the call ends: what its largest chunk costs while a slow reader holds it.
-  absl::StatusOr<StreamBudget::Reservation> reserved = budget->Reserve(
-      ShardChunkBytes(std::max<uint64_t>(1, std::min(chunk_size, length - request.start_offset())),
-                      wide, floats));
+  absl::StatusOr<StreamBudget::Reservation> reserved = budget->Reserve(ShardChunkBytes(
+      std::max<uint64_t>(1, std::min(chunk_size, length - request.start_offset())), wide, floats));
   if (!reserved.ok()) return reserved.status();
   return std::unique_ptr<ShardChunks>(new ShardChunks(request, std::move(job), std::move(lease),
                                                       wide, chunk_size, *std::move(reserved),
