@@ -19,6 +19,14 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// A job of `n` samples for one rank, without a policy.
+v1::JobSpec OneRankSpec(uint64_t n) {
+  v1::JobSpec spec;
+  spec.set_num_samples(n);
+  spec.set_world_size(1);
+  return spec;
+}
+
 TEST(SamplerClientTest, ADeadServerIsUnavailableAfterBoundedRetries) {
   ClientOptions options;
   options.timeout = absl::Milliseconds(300);
@@ -188,9 +196,7 @@ TEST(SamplerClientTest, AStreamCancellationEndsAWaitingStreamPromptly) {
   auto server = Server::Create(testutil::LoopbackTestOptions());
   ASSERT_TRUE(server.ok());
   auto client = *SamplerClient::Create((*server)->address());
-  v1::JobSpec spec;
-  spec.set_num_samples(100);
-  spec.set_world_size(1);
+  v1::JobSpec spec = OneRankSpec(100);
   ASSERT_TRUE(client->CreateJob("j", spec).ok());
   StreamCancellation cancellation;
   StreamShardOptions options;
@@ -220,9 +226,7 @@ TEST(SamplerClientTest, StreamShardAsksForTheChunkSizeGiven) {
   auto server = Server::Create(testutil::LoopbackTestOptions());
   ASSERT_TRUE(server.ok());
   auto client = *SamplerClient::Create((*server)->address());
-  v1::JobSpec spec;
-  spec.set_num_samples(100);
-  spec.set_world_size(1);
+  v1::JobSpec spec = OneRankSpec(100);
   ASSERT_TRUE(client->CreateJob("j", spec).ok());
   StreamShardOptions options;
   options.max_chunk_size = 7;
@@ -245,9 +249,7 @@ TEST(SamplerClientTest, StreamShardDeliversTheIrreducibleLossesOfAReducibleLossJ
   auto server = Server::Create(testutil::LoopbackTestOptions());
   ASSERT_TRUE(server.ok());
   auto client = *SamplerClient::Create((*server)->address());
-  v1::JobSpec spec;
-  spec.set_num_samples(100);
-  spec.set_world_size(1);
+  v1::JobSpec spec = OneRankSpec(100);
   ASSERT_TRUE(client->CreateJob("plain", spec).ok());
   spec.mutable_policy()->set_loss(v1::REDUCIBLE_LOSS);
   spec.mutable_policy()->set_mix(1.0);
