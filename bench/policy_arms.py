@@ -15,6 +15,13 @@ samplerd arms report them, the loss-rank arm keeps them); the trainer minimises
                top of each window)
   rho          RHO-LOSS in one trainer (Mindermann et al. 2022): a uniform candidate batch of
                10x the batch, the top 10% by reducible loss (loss - irreducible loss) trained on
+  rho_samplerd RHO-LOSS through samplerd, as a user writes it: the candidate batches from a
+               DistributedWeightedSampler(..., irreducible_losses=True) of a REDUCIBLE_LOSS job
+               with mix = 1 (uniform draws, every sample once an epoch), the top 10% by
+               select_reducible, the fresh losses of all candidates reported
+  rho_sd_cand  rho_samplerd with the candidates drawn by samplerd's REDUCIBLE_LOSS weights (mix
+               0.5 with uniform, with replacement, recomputed every window of M draws from the
+               fresh losses of all candidates)
   lossrank     online batch selection by loss rank in one trainer (Loshchilov & Hutter 2015):
                each rank keeps the latest loss of each sample of its partition, ranks them and
                draws with probability falling exponentially with the rank (selection pressure
@@ -40,7 +47,13 @@ from torch.utils.data import (DataLoader, DistributedSampler, TensorDataset,
 import samplerd
 from samplerd.torch import DistributedWeightedSampler, IndexedDataset
 
-ARMS = ("uniform", "wrs", "cb", "loss", "loss_is", "rho_sd", "rho", "lossrank")
+try:
+    from samplerd.torch import select_reducible
+except ImportError:  # A client without it: the candidate arms are skipped (supports).
+    select_reducible = None
+
+ARMS = ("uniform", "wrs", "cb", "loss", "loss_is", "rho_sd", "rho", "rho_samplerd",
+        "rho_sd_cand", "lossrank")
 EXTRA_ARMS = ("cb_loss", "cb_loss_groups", "cb_mult", "rho_sd_floor")
 # The LOSS settings of every samplerd loss arm (the demo's: examples/ddp_train.py).
 LOSS_PARAMS = dict(ema_decay=0.5, alpha=1.0, mix=0.1, clamp_hi=20.0)
@@ -56,8 +69,12 @@ SAMPLERD_ARMS = {
     "cb_loss_groups": (dict(base="class_balanced", loss="loss", loss_within_groups=True,
                             **LOSS_PARAMS), True),
     "cb_mult": (dict(base="class_balanced", loss="multiplicative", eta=0.1, clamp_hi=20.0), True),
+    "rho_samplerd": (dict(loss="reducible_loss", mix=1.0), False),
+    "rho_sd_cand": (dict(loss="reducible_loss", **dict(LOSS_PARAMS, mix=0.5)), True),
 }
-NEEDS_IRREDUCIBLE = ("rho", "rho_sd", "rho_sd_floor")
+# The samplerd arms whose batches are candidate batches (RHO-LOSS's selection in the trainer).
+CANDIDATE_ARMS = ("rho_samplerd", "rho_sd_cand")
+NEEDS_IRREDUCIBLE = ("rho", "rho_sd", "rho_sd_floor") + CANDIDATE_ARMS
 RHO_CANDIDATES = 10       # RHO-LOSS: candidate batch / trained batch (the paper's 10%).
 SELECTION_PRESSURE = 100.0  # Loss-rank selection: p(first rank) / p(last rank).
 RESORT_EVERY = 10         # Loss-rank selection: steps between two sorts of the kept losses.
@@ -121,7 +138,30 @@ def supports(address):
             reasons["rho_sd"] = (f"the server or client refused loss=\"reducible_loss\": "
                                  f"{type(e).__name__}: {str(e).splitlines()[0][:200]}")
     reasons["rho_sd_floor"] = reasons["rho_sd"]
+    if "irreducible_losses" not in params:
+        why = ("this client's DistributedWeightedSampler has no irreducible_losses argument "
+               "(RHO-LOSS through samplerd)")
+    else:
+        why = reasons["rho_sd"] or _streams_irreducible(address)
+    reasons.update({arm: why for arm in CANDIDATE_ARMS})
     return reasons
+
+
+def _streams_irreducible(address):
+    """None if the server streams irreducible losses beside the indices, else why not (a
+    server without StreamShardRequest.with_irreducible_losses ignores the field)."""
+    probe = "policy-benchmark-probe-stream"
+    with samplerd.Client(address) as c:
+        c.create_job(probe, num_samples=4, world_size=1, **SAMPLERD_ARMS["rho_samplerd"][0])
+        try:
+            c.upload_irreducible_losses(probe, np.arange(4, dtype=np.float32))
+            chunk = next(c.stream_shard(probe, 0, 0, 1, with_irreducible_losses=True,
+                                        observe=True))
+        finally:
+            c.delete_job(probe)
+    if chunk.irreducible_losses is None or len(chunk.irreducible_losses) != len(chunk.indices):
+        return "the server does not stream irreducible losses (with_irreducible_losses)"
+    return None
 
 
 def _epochs(loader, sampler):
@@ -155,9 +195,14 @@ class SamplerSource:
             self.job = job
             # With replacement, M = the window (0: N, if the window is not smaller). Without,
             # M = N would draw every sample once and ignore the weights: at most a tenth of N
-            # (RHO-LOSS's 10%).
-            m = ((cfg["window"] if cfg["window"] < n else 0) if replacement
-                 else max(world, min(cfg["window"], n // 10)))
+            # (RHO-LOSS's 10%); but the uniform candidate arm draws every sample once an epoch
+            # (M = N), as DistributedSampler does.
+            if replacement:
+                m = cfg["window"] if cfg["window"] < n else 0
+            elif arm in CANDIDATE_ARMS:
+                m = 0
+            else:
+                m = max(world, min(cfg["window"], n // 10))
             if rank == 0:
                 with samplerd.Client(address) as c:
                     c.create_job(job, num_samples=n, world_size=world, seed=seed,
@@ -168,18 +213,30 @@ class SamplerSource:
                         c.upload_irreducible_losses(job, il.numpy())
             torch.distributed.barrier()
             extra = {"importance_weights": True} if arm == "loss_is" else {}
+            if arm in CANDIDATE_ARMS:
+                extra = {"irreducible_losses": True}
             self.sampler = DistributedWeightedSampler(address, job, rank, world,
                                                       report_batch_size=256, **extra)
             dataset = IndexedDataset(TensorDataset(data.x, data.y))
-        self.batches = _epochs(DataLoader(dataset, sampler=self.sampler, batch_size=batch),
+        self.candidates = arm in CANDIDATE_ARMS
+        self.batch = batch
+        loader_batch = batch * RHO_CANDIDATES if self.candidates else batch
+        self.batches = _epochs(DataLoader(dataset, sampler=self.sampler, batch_size=loader_batch),
                                self.sampler)
-        self.forward_per_step = batch
+        self.forward_per_step = batch * (RHO_CANDIDATES + 1) if self.candidates else batch
 
     def next_batch(self, model):
         batch = next(self.batches)
         if self.job is None:
             idx, xb, yb = batch
             return idx, None, xb, yb
+        if self.candidates:  # irreducible_losses=True: (index, irreducible loss, sample)
+            idx, il, (xc, yc) = batch
+            with torch.no_grad():
+                losses = F.cross_entropy(model(xc), yc, reduction="none")
+            self.sampler.report(idx, losses)  # Every candidate's loss, fresh.
+            top = select_reducible(losses, il, self.batch)
+            return idx[top], None, xc[top], yc[top]
         if len(batch) == 3:  # importance_weights=True: (index, weight, sample)
             idx, w, (xb, yb) = batch
             return idx, w.float(), xb, yb
@@ -187,7 +244,8 @@ class SamplerSource:
         return idx, None, xb, yb
 
     def feedback(self, idx, losses):
-        if self.job is not None:
+        # The candidate arms reported every candidate's loss in next_batch already.
+        if self.job is not None and not self.candidates:
             self.sampler.report(idx, losses)
 
     def close(self):

@@ -9,8 +9,9 @@ writes the curves as a PNG (--plot) and the per-run results as JSON (--json).
 
 Arms (bench/policy_arms.py): uniform DistributedSampler, per-rank WeightedRandomSampler, samplerd
 class balance alone, samplerd LOSS, samplerd LOSS with importance weights, samplerd
-REDUCIBLE_LOSS, and in-process RHO-LOSS and loss-rank batch selection. An arm whose API this
-client or server lacks is skipped with the reason printed.
+REDUCIBLE_LOSS, in-process RHO-LOSS, RHO-LOSS through samplerd (uniform candidates, or candidates
+drawn by REDUCIBLE_LOSS weights), and loss-rank batch selection. An arm whose API this client or
+server lacks is skipped with the reason printed.
 
 Data sets (bench/policy_data.py): the quick version on scikit-learn's digits and breast cancer
 (clean, long-tailed, 20% wrong labels), the full one on Fashion-MNIST from Debian's

@@ -507,6 +507,7 @@ absl::StatusOr<ShardLease> Job::AcquireShard(uint64_t epoch, uint32_t deal, uint
   lease.view = std::get<Serving>(phase_).view;
   lease.shard = deal_.shard();
   lease.shard_length = *deal_.ShardLength(rank);  // The rank was checked.
+  lease.irreducible = irreducible_;
   return lease;
 }
 

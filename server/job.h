@@ -102,6 +102,9 @@ struct ShardLease {
   EpochView view;  // Its plan is the deal's (the epoch's plan in deal 0).
   ShardSpec shard;
   uint64_t shard_length = 0;
+  // The job's irreducible losses (N, as uploaded; REDUCIBLE_LOSS), null for the other policies:
+  // what StreamShardRequest.with_irreducible_losses streams beside the indices.
+  std::shared_ptr<const std::vector<float>> irreducible;
 };
 
 class Job {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
@@ -18,8 +19,12 @@ absl::Status CheckStreamShardRequest(const v1::StreamShardRequest& request) {
   return absl::OkStatus();
 }
 
-uint64_t ShardChunkBytes(uint64_t indices, bool wide_indices, bool with_is_weights) {
-  const uint64_t wire = (wide_indices ? 8 : 4) + (with_is_weights ? 4 : 0);
+int FloatsPerIndex(const v1::StreamShardRequest& request) {
+  return (request.with_is_weights() ? 1 : 0) + (request.with_irreducible_losses() ? 1 : 0);
+}
+
+uint64_t ShardChunkBytes(uint64_t indices, bool wide_indices, int floats_per_index) {
+  const uint64_t wire = (wide_indices ? 8 : 4) + 4 * static_cast<uint64_t>(floats_per_index);
   return indices * (sizeof(uint64_t) + 2 * wire);
 }
 
@@ -32,19 +37,26 @@ absl::StatusOr<std::unique_ptr<ShardChunks>> ShardChunks::Start(
                                                    " is past the shard length ", length,
                                                    " of rank ", request.rank()));
   }
+  if (request.with_irreducible_losses() && lease.irreducible == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job '", job->name(), "' holds no irreducible losses (policy.loss = ",
+        v1::LossPolicy_Name(job->config().normalized.policy().loss()),
+        "): StreamShardRequest.with_irreducible_losses needs a REDUCIBLE_LOSS job whose "
+        "irreducible losses were uploaded (UploadIrreducibleLosses; mix = 1 draws uniformly)"));
+  }
   const bool wide = !Plan::Narrow(lease.view.plan->num_samples);
-  // Fit a chunk in one message: 4 or 8 bytes per index, 4 more with importance weights, plus
-  // a few bytes of header fields.
-  const uint64_t bytes_per_index = (wide ? 8 : 4) + (request.with_is_weights() ? 4 : 0);
+  const int floats = FloatsPerIndex(request);
+  // Fit a chunk in one message: 4 or 8 bytes per index, 4 more per float carried beside it
+  // (importance weight, irreducible loss), plus a few bytes of header fields.
+  const uint64_t bytes_per_index = (wide ? 8 : 4) + 4 * static_cast<uint64_t>(floats);
   const uint64_t fits = std::max<int64_t>(max_message_bytes - 128, 0) / bytes_per_index;
   const uint64_t requested = request.max_chunk_size() == 0
                                  ? static_cast<uint64_t>(v1::DEFAULT_SHARD_CHUNK_SIZE)
                                  : request.max_chunk_size();
   const uint64_t chunk_size = std::max<uint64_t>(1, std::min<uint64_t>(requested, fits));
   // Held until the call ends: what its largest chunk costs while a slow reader holds it.
-  absl::StatusOr<StreamBudget::Reservation> reserved = budget->Reserve(
-      ShardChunkBytes(std::max<uint64_t>(1, std::min(chunk_size, length - request.start_offset())),
-                      wide, request.with_is_weights()));
+  absl::StatusOr<StreamBudget::Reservation> reserved = budget->Reserve(ShardChunkBytes(
+      std::max<uint64_t>(1, std::min(chunk_size, length - request.start_offset())), wide, floats));
   if (!reserved.ok()) return reserved.status();
   return std::unique_ptr<ShardChunks>(new ShardChunks(request, std::move(job), std::move(lease),
                                                       wide, chunk_size, *std::move(reserved),
@@ -97,6 +109,13 @@ absl::Status ShardChunks::Next(ComputeBackend* backend, v1::ShardChunk* chunk) {
         return s;
       }
     }
+  }
+  if (request_.with_irreducible_losses()) {
+    // The lease's irreducible losses, checked present in Start; the indices are < N.
+    const std::vector<float>& irreducible = *lease_.irreducible;
+    auto* out = chunk->mutable_irreducible_losses();
+    out->Resize(static_cast<int>(count), 0.0f);
+    for (uint64_t k = 0; k < count; ++k) out->Set(k, irreducible[buffer_[k]]);
   }
   pos_ += count;
   last_count_ = count;

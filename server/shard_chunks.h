@@ -26,15 +26,21 @@ namespace samplerd {
 // What StreamShard checks before it looks the job up: max_chunk_size (INVALID_ARGUMENT).
 absl::Status CheckStreamShardRequest(const v1::StreamShardRequest& request);
 
+// The floats a chunk carries per index beside it: its importance weight (with_is_weights) and
+// its irreducible loss (with_irreducible_losses), 0 to 2.
+int FloatsPerIndex(const v1::StreamShardRequest& request);
+
 // Bytes a StreamShard call holds while one chunk of `indices` indices is in flight: the
 // extracted indices (8 bytes each), the ShardChunk message, and gRPC's serialized copy of it
-// until the reader takes it.
-uint64_t ShardChunkBytes(uint64_t indices, bool wide_indices, bool with_is_weights);
+// until the reader takes it; `floats_per_index` (FloatsPerIndex) 4-byte values travel with each.
+uint64_t ShardChunkBytes(uint64_t indices, bool wide_indices, int floats_per_index);
 
 class ShardChunks {
  public:
   // Checks the start offset, sizes the chunks to fit `max_message_bytes`, and reserves the bytes
   // of the largest from `budget` (RESOURCE_EXHAUSTED if they do not fit) until destroyed.
+  // FAILED_PRECONDITION naming the job and the field for with_irreducible_losses when the
+  // lease holds none (the job's loss policy is not REDUCIBLE_LOSS).
   static absl::StatusOr<std::unique_ptr<ShardChunks>> Start(const v1::StreamShardRequest& request,
                                                             std::shared_ptr<Job> job,
                                                             ShardLease lease, int max_message_bytes,

@@ -1,12 +1,14 @@
 // StreamShard's reactor through a real gRPC server (server/testing/service_server.h): chunk
 // sizes, resuming at an offset, a client that goes away mid-shard, the stream buffer budget held
-// by a reader that stopped reading, and a call waiting for its epoch's plan without a thread.
+// by a reader that stopped reading, a call waiting for its epoch's plan without a thread, and
+// the irreducible losses streamed beside the indices (with_irreducible_losses).
 #include "server/shard_stream_reactor.h"
 
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/base/casts.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
@@ -116,7 +118,7 @@ TEST_F(ShardStreamReactorTest, AClientThatGoesAwayStopsTheStream) {
 
 TEST_F(ShardStreamReactorTest, StalledStreamsHoldTheBufferBudgetAndTheNextOneIsRefused) {
   // Room for one stream of 64-index chunks (16 bytes an index) and not two.
-  const uint64_t one = ShardChunkBytes(64, false, false);
+  const uint64_t one = ShardChunkBytes(64, false, 0);
   ASSERT_EQ(one, 64u * 16);
   SamplerService service(&registry_, backend_.get(), 64 << 20, one + one / 2);
   testutil::ServiceServer server(&service);
@@ -247,6 +249,104 @@ TEST_F(ShardStreamReactorTest, AReaderOfAClaimedRankNeedsTheClaim) {
   job->claims().Release(1, *incarnation);
   EXPECT_EQ(ReadAll(server_.stub(), claimed, &s).size(), 0u);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::ABORTED) << s.error_message();
+}
+
+// A REDUCIBLE_LOSS job of 1000 samples and 2 ranks, mix = 1 (uniform draws), with irreducible
+// losses that differ per index in every bit pattern class (zero, subnormal, large).
+class IrreducibleStreamTest : public ShardStreamReactorTest {
+ protected:
+  void SetUp() override {
+    ShardStreamReactorTest::SetUp();
+    v1::JobSpec spec = Spec(1000, 2);
+    spec.mutable_policy()->set_loss(v1::REDUCIBLE_LOSS);
+    spec.mutable_policy()->set_mix(1.0);
+    ASSERT_TRUE(registry_.Create("rho", spec).ok());
+    for (int i = 0; i < 1000; ++i) {
+      uploaded_.push_back(i == 0 ? 0.0f : i == 1 ? 1e-40f : 0.001f * i + 1.0f / (i + 3));
+    }
+    ASSERT_TRUE((*registry_.Get("rho"))->UploadIrreducibleLosses(uploaded_).ok());
+  }
+  // Each streamed index with its irreducible loss, bit for bit what was uploaded for it.
+  void ExpectUploaded(const std::vector<v1::ShardChunk>& chunks) {
+    for (const v1::ShardChunk& c : chunks) {
+      ASSERT_EQ(c.irreducible_losses_size(), c.indices32_size()) << "offset " << c.offset();
+      for (int k = 0; k < c.indices32_size(); ++k) {
+        EXPECT_EQ(absl::bit_cast<uint32_t>(c.irreducible_losses(k)),
+                  absl::bit_cast<uint32_t>(uploaded_[c.indices32(k)]))
+            << "index " << c.indices32(k) << " at shard position " << c.offset() + k;
+      }
+    }
+  }
+  std::vector<float> uploaded_;
+};
+
+TEST_F(IrreducibleStreamTest, EachIndexCarriesItsUploadedIrreducibleLossAcrossChunks) {
+  for (uint32_t rank : {0u, 1u}) {
+    v1::StreamShardRequest request = Request(37, "rho", rank);
+    request.set_with_irreducible_losses(true);
+    grpc::Status s;
+    std::vector<v1::ShardChunk> chunks = ReadAll(server_.stub(), request, &s);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(chunks.size(), 14u);  // 500 in chunks of 37.
+    EXPECT_EQ(Indices(chunks).size(), 500u);
+    ExpectUploaded(chunks);
+    // The same indices as without them, and no importance weights unless asked for.
+    request.set_with_irreducible_losses(false);
+    std::vector<v1::ShardChunk> plain = ReadAll(server_.stub(), request, &s);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(Indices(plain), Indices(chunks));
+    for (const v1::ShardChunk& c : chunks) EXPECT_EQ(c.is_weights_size(), 0);
+    for (const v1::ShardChunk& c : plain) EXPECT_EQ(c.irreducible_losses_size(), 0);
+  }
+}
+
+TEST_F(IrreducibleStreamTest, AResumedStreamCarriesTheRemaindersLosses) {
+  v1::StreamShardRequest request = Request(64, "rho");
+  request.set_with_irreducible_losses(true);
+  grpc::Status s;
+  const std::vector<uint32_t> shard = Indices(ReadAll(server_.stub(), request, &s));
+  ASSERT_EQ(shard.size(), 500u);
+  for (uint64_t start : {1, 63, 64, 250, 499}) {
+    request.set_start_offset(start);
+    std::vector<v1::ShardChunk> chunks = ReadAll(server_.stub(), request, &s);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(Indices(chunks), std::vector<uint32_t>(shard.begin() + start, shard.end()));
+    ExpectUploaded(chunks);
+  }
+}
+
+TEST_F(IrreducibleStreamTest, WithImportanceWeightsTooChunksStillFitTheMessageLimit) {
+  // 4 KiB: 4-byte indices and two 4-byte floats each, at most 330 a chunk.
+  SamplerService small(&registry_, backend_.get(), 4096);
+  testutil::ServiceServer server(&small);
+  v1::StreamShardRequest request = Request(0, "rho");
+  request.set_with_is_weights(true);
+  request.set_with_irreducible_losses(true);
+  grpc::Status s;
+  std::vector<v1::ShardChunk> chunks = ReadAll(server.stub(), request, &s);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(chunks.size(), 2u);
+  for (const v1::ShardChunk& c : chunks) {
+    EXPECT_LE(c.ByteSizeLong(), 4096u);
+    EXPECT_EQ(c.is_weights_size(), c.indices32_size());
+    for (float w : c.is_weights()) EXPECT_EQ(w, 1.0f);  // mix = 1: uniform weights.
+  }
+  ExpectUploaded(chunks);
+  EXPECT_EQ(ShardChunkBytes(64, false, 2), 64u * (8 + 2 * 12));
+}
+
+TEST_F(IrreducibleStreamTest, AJobWithoutIrreducibleLossesRefusesThemNamingJobAndField) {
+  v1::StreamShardRequest request = Request(64);  // "j": loss policy NONE.
+  request.set_with_irreducible_losses(true);
+  grpc::Status s;
+  EXPECT_TRUE(ReadAll(server_.stub(), request, &s).empty());
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), HasSubstr("job 'j'"));
+  EXPECT_THAT(s.error_message(), HasSubstr("with_irreducible_losses"));
+  EXPECT_THAT(s.error_message(), HasSubstr("REDUCIBLE_LOSS"));
+  // Nothing was streamed, nothing held.
+  EXPECT_EQ((*registry_.Get("j"))->Status().ranks(1).indices_streamed(), 0u);
+  EXPECT_EQ(service_.StreamBufferBytesInUse(), 0u);
 }
 
 }  // namespace

@@ -19,6 +19,14 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// A job of `n` samples for one rank, without a policy.
+v1::JobSpec OneRankSpec(uint64_t n) {
+  v1::JobSpec spec;
+  spec.set_num_samples(n);
+  spec.set_world_size(1);
+  return spec;
+}
+
 TEST(SamplerClientTest, ADeadServerIsUnavailableAfterBoundedRetries) {
   ClientOptions options;
   options.timeout = absl::Milliseconds(300);
@@ -188,9 +196,7 @@ TEST(SamplerClientTest, AStreamCancellationEndsAWaitingStreamPromptly) {
   auto server = Server::Create(testutil::LoopbackTestOptions());
   ASSERT_TRUE(server.ok());
   auto client = *SamplerClient::Create((*server)->address());
-  v1::JobSpec spec;
-  spec.set_num_samples(100);
-  spec.set_world_size(1);
+  v1::JobSpec spec = OneRankSpec(100);
   ASSERT_TRUE(client->CreateJob("j", spec).ok());
   StreamCancellation cancellation;
   StreamShardOptions options;
@@ -220,9 +226,7 @@ TEST(SamplerClientTest, StreamShardAsksForTheChunkSizeGiven) {
   auto server = Server::Create(testutil::LoopbackTestOptions());
   ASSERT_TRUE(server.ok());
   auto client = *SamplerClient::Create((*server)->address());
-  v1::JobSpec spec;
-  spec.set_num_samples(100);
-  spec.set_world_size(1);
+  v1::JobSpec spec = OneRankSpec(100);
   ASSERT_TRUE(client->CreateJob("j", spec).ok());
   StreamShardOptions options;
   options.max_chunk_size = 7;
@@ -237,6 +241,54 @@ TEST(SamplerClientTest, StreamShardAsksForTheChunkSizeGiven) {
                   .ok());
   ASSERT_EQ(sizes.size(), 14u);  // 98 indices from position 2.
   EXPECT_EQ(sizes.front(), 7u);
+}
+
+// StreamShardOptions::with_irreducible_losses: each slice carries the irreducible loss uploaded
+// for each of its indices; a job without them is FAILED_PRECONDITION naming job and field.
+TEST(SamplerClientTest, StreamShardDeliversTheIrreducibleLossesOfAReducibleLossJob) {
+  auto server = Server::Create(testutil::LoopbackTestOptions());
+  ASSERT_TRUE(server.ok());
+  auto client = *SamplerClient::Create((*server)->address());
+  v1::JobSpec spec = OneRankSpec(100);
+  ASSERT_TRUE(client->CreateJob("plain", spec).ok());
+  spec.mutable_policy()->set_loss(v1::REDUCIBLE_LOSS);
+  spec.mutable_policy()->set_mix(1.0);
+  ASSERT_TRUE(client->CreateJob("rho", spec).ok());
+  std::vector<float> uploaded(100);
+  for (int i = 0; i < 100; ++i) uploaded[i] = 0.25f * i;
+  {
+    auto stub = v1::Sampler::NewStub(
+        grpc::CreateChannel((*server)->address(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    v1::UploadSummary summary;
+    auto writer = stub->UploadIrreducibleLosses(&context, &summary);
+    v1::UploadIrreducibleLossesChunk chunk;
+    chunk.set_job("rho");
+    chunk.mutable_losses()->Add(uploaded.begin(), uploaded.end());
+    ASSERT_TRUE(writer->Write(chunk));
+    ASSERT_TRUE(writer->WritesDone());
+    grpc::Status s = writer->Finish();
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  StreamShardOptions options;
+  options.max_chunk_size = 7;
+  options.with_irreducible_losses = true;
+  size_t delivered = 0;
+  absl::Status s = client->StreamShard("rho", 0, 0, 1, options, [&](const ShardSlice& slice) {
+    EXPECT_EQ(slice.irreducible_losses.size(), slice.indices.size());
+    for (size_t k = 0; k < slice.indices.size(); ++k) {
+      EXPECT_EQ(slice.irreducible_losses[k], uploaded[slice.indices[k]]) << slice.indices[k];
+    }
+    delivered += slice.indices.size();
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(delivered, 100u);
+  s = client->StreamShard("plain", 0, 0, 1, options,
+                          [](const ShardSlice&) { return absl::OkStatus(); });
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_THAT(s.message(), HasSubstr("job 'plain'"));
+  EXPECT_THAT(s.message(), HasSubstr("with_irreducible_losses"));
 }
 
 // A second shard stream, refused by the server's stream buffer budget (RESOURCE_EXHAUSTED,

@@ -492,6 +492,7 @@ absl::Status SamplerClient::StreamShard(
     request.set_start_offset(next);
     request.set_deal(stream_options.deal);
     request.set_with_is_weights(stream_options.with_is_weights);
+    request.set_with_irreducible_losses(stream_options.with_irreducible_losses);
     request.set_max_chunk_size(stream_options.max_chunk_size);
     request.set_observe(stream_options.observe);
     if (claim != nullptr) {
@@ -534,6 +535,8 @@ absl::Status SamplerClient::StreamShard(
         slice.indices = absl::MakeConstSpan(widened);
       }
       slice.is_weights = absl::MakeConstSpan(chunk.is_weights().data(), chunk.is_weights_size());
+      slice.irreducible_losses =
+          absl::MakeConstSpan(chunk.irreducible_losses().data(), chunk.irreducible_losses_size());
       callback_status = on_slice(slice);
       if (!callback_status.ok()) {
         context.TryCancel();

@@ -86,6 +86,9 @@ struct ShardSlice {
   uint64_t shard_length = 0;           // Total length of the shard.
   absl::Span<const uint64_t> indices;  // Valid only during the callback.
   absl::Span<const float> is_weights;  // Empty unless requested.
+  // The irreducible loss of each index as uploaded (a REDUCIBLE_LOSS job's); empty unless
+  // requested (StreamShardOptions::with_irreducible_losses).
+  absl::Span<const float> irreducible_losses;
 };
 
 // Stops a StreamShard call from another thread (a ShardReader opening another epoch, or being
@@ -136,6 +139,9 @@ struct StreamShardOptions {
   uint64_t start_offset = 0;
   // Also deliver each index's importance-sampling weight (ShardSlice::is_weights).
   bool with_is_weights = false;
+  // Also deliver each index's irreducible loss (ShardSlice::irreducible_losses): RHO-LOSS's
+  // selection in the trainer. FAILED_PRECONDITION naming the job unless it holds them.
+  bool with_irreducible_losses = false;
   // Indices per chunk (StreamShardRequest.max_chunk_size): 0 for the server's default, at most
   // v1::MAX_SHARD_CHUNK_SIZE.
   uint32_t max_chunk_size = 0;

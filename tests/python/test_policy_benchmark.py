@@ -28,9 +28,11 @@ def test_every_arm_trains_and_the_summary_pairs_it_with_uniform(tmp_path):
     import inspect
     import samplerd
     from samplerd.torch import DistributedWeightedSampler
+    params = inspect.signature(DistributedWeightedSampler.__init__).parameters
     has = {"rho_sd": hasattr(samplerd.Client, "upload_irreducible_losses"),
-           "loss_is": "importance_weights" in inspect.signature(
-               DistributedWeightedSampler.__init__).parameters}
+           "loss_is": "importance_weights" in params,
+           "rho_samplerd": "irreducible_losses" in params,
+           "rho_sd_cand": "irreducible_losses" in params}
     assert set(skipped) == {arm for arm, there in has.items() if not there}, skipped
     assert all(skipped.values())
     ran = [a for a in policy_benchmark.ARMS if a not in skipped]
@@ -48,6 +50,10 @@ def test_every_arm_trains_and_the_summary_pairs_it_with_uniform(tmp_path):
     # irreducible loss, so it draws them less than uniform does (0.05 vs 0.20 here; a wrong
     # sign or missing irreducible losses would draw them more).
     assert by["rho"]["noisy_share"] < 0.5 * by["uniform"]["noisy_share"]
+    # So does the same selection through samplerd (the irreducible losses streamed with the
+    # candidates): a stream without them, or misaligned ones, would select at random.
+    for arm in {"rho_samplerd", "rho_sd_cand"} - set(skipped):
+        assert by[arm]["noisy_share"] < 0.5 * by["uniform"]["noisy_share"], by[arm]
     assert by["rho"]["il_model_bal_acc"] > 0.3  # The holdout model learnt something.
 
     table = policy_report.summarise(results)["digits_noisy"]

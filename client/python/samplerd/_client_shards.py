@@ -20,6 +20,8 @@ class ShardChunk(NamedTuple):
     shard_length: int         # Length of the whole shard.
     indices: np.ndarray       # int64 dataset indices.
     is_weights: Optional[np.ndarray]  # float32 1/(N p_i), if requested.
+    # float32 irreducible loss of each index as uploaded, if requested (REDUCIBLE_LOSS jobs).
+    irreducible_losses: Optional[np.ndarray] = None
 
 
 
@@ -38,7 +40,7 @@ class _Shards(_Connection):
 
     def stream_shard(self, job: str, epoch: int, rank: int, world_size: int, *,
                      start_offset: int = 0, with_is_weights: bool = False,
-                     chunk_size: int = 0, timeout: Optional[float] = None, deal: int = 0,
+                     with_irreducible_losses: bool = False, chunk_size: int = 0, timeout: Optional[float] = None, deal: int = 0,
                      claim: Optional[RankClaim] = None, observe: bool = False
                      ) -> Iterator[ShardChunk]:
         """Yields rank `rank`'s shard of `epoch` chunk by chunk, from `start_offset`.
@@ -48,6 +50,10 @@ class _Shards(_Connection):
             deal: the epoch's deal (Job.deal; 0 unless the group was resized in the epoch).
             start_offset: shard position to start from (resume after a crash).
             with_is_weights: also return each index's importance weight 1 / (N p_i).
+            with_irreducible_losses: also return each index's irreducible loss, as uploaded
+                (Client.upload_irreducible_losses): RHO-LOSS's selection in the trainer
+                (samplerd.torch.select_reducible). Only for a job that holds them (loss =
+                "reducible_loss"; mix=1.0 draws uniformly), else FailedPrecondition.
             chunk_size: indices per chunk; 0 for the server's default.
             timeout: seconds to wait for the next chunk (default: the client's timeout). The
                 first chunk may wait for the epoch's plan (other ranks still finishing).
@@ -59,7 +65,8 @@ class _Shards(_Connection):
                 needed. An observer reports no losses for it.
 
         Returns:
-            An iterator of ShardChunk (int64 indices, optional float32 importance weights).
+            An iterator of ShardChunk (int64 indices, optional float32 importance weights and
+            irreducible losses).
 
         The deadline bounds the wait for data, not how long the caller takes to consume the
         shard: a gRPC deadline covers a whole call, so when it passes after chunks arrived the
@@ -75,7 +82,8 @@ class _Shards(_Connection):
         Raises:
             InvalidArgument: rank outside [0, world_size), start_offset beyond the shard.
             FailedPrecondition: world size or deal mismatch, epoch closed or not yet reachable;
-                another live process holds the rank (without its claim, or claiming it).
+                another live process holds the rank (without its claim, or claiming it);
+                with_irreducible_losses on a job that holds none.
             DeadlineExceeded: no data within `timeout` (e.g. the plan is not ready).
             NotFound, Unavailable.
             SamplerError: CANCELLED when the client is closed while streaming.
@@ -91,6 +99,7 @@ class _Shards(_Connection):
             request = pb.StreamShardRequest(job=job, epoch=epoch, rank=rank,
                                             world_size=world_size, start_offset=next_pos,
                                             with_is_weights=with_is_weights,
+                                            with_irreducible_losses=with_irreducible_losses,
                                             max_chunk_size=chunk_size, deal=deal,
                                             observe=bool(observe))
             try:
@@ -108,10 +117,12 @@ class _Shards(_Connection):
                     else:
                         idx = np.array(chunk.indices32, dtype=np.int64)
                     isw = np.array(chunk.is_weights, dtype=np.float32) if with_is_weights else None
+                    irl = (np.array(chunk.irreducible_losses, dtype=np.float32)
+                           if with_irreducible_losses else None)
                     next_pos = chunk.offset + idx.size
                     progressed = True
                     retries.restart()  # Progress: the retries count from here.
-                    yield ShardChunk(chunk.offset, chunk.shard_length, idx, isw)
+                    yield ShardChunk(chunk.offset, chunk.shard_length, idx, isw, irl)
                     if chunk.last:
                         return
                 return

@@ -1,6 +1,7 @@
 """ShardIterator: one iteration of a DistributedWeightedSampler -- its shard of one epoch, index
 by index, from the sampler's ShardStream (the Python side of client/cpp/epoch_loop's reading of
-one shard), and WeightedIndex: an index with its importance weight."""
+one shard), WeightedIndex: an index with its importance weight, and IrreducibleIndex: an index
+with its irreducible loss (and its importance weight, if asked for too)."""
 
 from . import errors
 from .positions import ServedPositions
@@ -31,6 +32,33 @@ class WeightedIndex(int):
 
     def __repr__(self):
         return f"WeightedIndex({int(self)}, weight={self.weight!r})"
+
+
+class IrreducibleIndex(int):
+    """A dataset index (an int) that carries its irreducible loss: what
+    DistributedWeightedSampler(..., irreducible_losses=True) yields (a REDUCIBLE_LOSS job).
+
+    `irreducible_loss` is the float32 value uploaded for the index
+    (Client.upload_irreducible_losses); `weight` its importance weight 1 / (N p_i) (see
+    WeightedIndex) when the sampler has importance_weights=True too, else None. RHO-LOSS's
+    selection in the trainer keeps the candidates of largest training loss minus irreducible
+    loss (samplerd.torch.select_reducible).
+
+    Used as an int everywhere (indexing, report()); pickles with what it carries.
+    """
+
+    def __new__(cls, index: int, irreducible_loss: float, weight=None):
+        self = super().__new__(cls, index)
+        self.irreducible_loss = float(irreducible_loss)
+        self.weight = None if weight is None else float(weight)
+        return self
+
+    def __reduce__(self):
+        return IrreducibleIndex, (int(self), self.irreducible_loss, self.weight)
+
+    def __repr__(self):
+        weight = "" if self.weight is None else f", weight={self.weight!r}"
+        return f"IrreducibleIndex({int(self)}, irreducible_loss={self.irreducible_loss!r}{weight})"
 
 
 class ShardIterator:
@@ -82,7 +110,13 @@ class ShardIterator:
 
     @staticmethod
     def _indices(chunk):
-        """The chunk's indices as ints, or WeightedIndex where it carries importance weights."""
+        """The chunk's indices as ints, IrreducibleIndex where it carries irreducible losses,
+        else WeightedIndex where it carries importance weights."""
+        if chunk.irreducible_losses is not None:
+            weights = ([None] * len(chunk.indices) if chunk.is_weights is None
+                       else chunk.is_weights.tolist())
+            return [IrreducibleIndex(i, il, w) for i, il, w in
+                    zip(chunk.indices.tolist(), chunk.irreducible_losses.tolist(), weights)]
         if chunk.is_weights is None:
             return chunk.indices.tolist()
         return [WeightedIndex(i, w)

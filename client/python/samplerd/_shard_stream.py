@@ -56,7 +56,8 @@ class ShardStream:
     """Opens the shard streams of one rank of a job (its claim stamped on each)."""
 
     def __init__(self, client, job: str, rank: int, world_size: int, claim, *,
-                 timeout: float, prefetch: bool, with_is_weights: bool = False):
+                 timeout: float, prefetch: bool, with_is_weights: bool = False,
+                 with_irreducible_losses: bool = False):
         self._client = client
         self._job, self._rank, self._world_size = job, rank, world_size
         self._claim = claim
@@ -64,6 +65,8 @@ class ShardStream:
         self.prefetch = prefetch
         # Each chunk carries its indices' importance weights 1 / (N p_i).
         self.with_is_weights = with_is_weights
+        # Each chunk carries its indices' irreducible losses (a REDUCIBLE_LOSS job's).
+        self.with_irreducible_losses = with_irreducible_losses
         self._open = None  # The stream open now, if any.
 
     def open(self, epoch: int, deal: int, start: int):
@@ -74,7 +77,8 @@ class ShardStream:
         chunks = self._client.stream_shard(self._job, epoch, self._rank, self._world_size,
                                            start_offset=start, timeout=self.timeout, deal=deal,
                                            claim=self._claim,
-                                           with_is_weights=self.with_is_weights)
+                                           with_is_weights=self.with_is_weights,
+                                           with_irreducible_losses=self.with_irreducible_losses)
         if self.prefetch:
             chunks = prefetched(chunks, f"samplerd-prefetch-{self._rank}")
         self._open = chunks

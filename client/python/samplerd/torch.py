@@ -61,12 +61,13 @@ from . import errors
 from ._epoch_loop import EpochLoop
 from ._group import RankGroup
 from ._guards import checked_arguments, reshard_refusal, resharding_wrapper
-from ._iteration import ShardIterator, WeightedIndex
+from ._iteration import IrreducibleIndex, ShardIterator, WeightedIndex
 from ._loss_sender import LossSender
 from ._restarts import RestartLog
 from ._shard_stream import ShardStream
 from ._state import StateLoader, parse_state
 from .client import Client, RankClaim
+from .reducible import select_reducible  # noqa: F401 -- part of this module's API.
 
 # States restored by an integration before the sampler that resumes from them exists
 # (Lightning restores its callbacks before it builds the training loader): (job, rank) ->
@@ -77,7 +78,10 @@ _pending_states = {}
 class IndexedDataset(Dataset):
     """Wraps a map-style dataset so that item i is (i, dataset[i]), and item WeightedIndex i (a
     sampler with importance_weights=True) is (i, i.weight, dataset[i]): default collation then
-    gives a batch an int64 tensor of indices and a float32 tensor of weights.
+    gives a batch an int64 tensor of indices and a float32 tensor of weights. Item
+    IrreducibleIndex i (irreducible_losses=True) is (i, i.irreducible_loss, dataset[i]), or
+    (i, i.weight, i.irreducible_loss, dataset[i]) with importance weights too: a float32 tensor
+    of irreducible losses per batch.
 
     Report losses under that true index (never batch_idx * batch_size + k: with a weighted
     sampler the positions in a batch are not the dataset indices).
@@ -90,6 +94,10 @@ class IndexedDataset(Dataset):
         return len(self.dataset)
 
     def __getitem__(self, index):
+        if isinstance(index, IrreducibleIndex):
+            weight = () if index.weight is None else (np.float32(index.weight),)
+            return ((int(index),) + weight + (np.float32(index.irreducible_loss),
+                                              self.dataset[int(index)]))
         if isinstance(index, WeightedIndex):
             return int(index), np.float32(index.weight), self.dataset[int(index)]
         return index, self.dataset[index]
@@ -137,6 +145,10 @@ class DistributedWeightedSampler(DistributedSampler):
             weight 1 / (N p_i) of the epoch's plan; IndexedDataset then gives (index, weight,
             sample), and (weight * loss).mean() estimates the full-data mean loss (see
             WeightedIndex for what p_i is without replacement).
+        irreducible_losses: yield each index as an IrreducibleIndex (an int) carrying its
+            irreducible loss as uploaded (a loss="reducible_loss" job; FailedPrecondition at
+            the first iteration otherwise); IndexedDataset then gives (index, irreducible
+            loss, sample): RHO-LOSS's top-k of a candidate batch (select_reducible).
 
     Rank claims and the Stateful iterator: see the module doc.
 
@@ -152,7 +164,7 @@ class DistributedWeightedSampler(DistributedSampler):
                  end_epoch: bool = True, client_options: Optional[dict] = None,
                  elastic: bool = False, framework_epochs: bool = False,
                  min_report_coverage: float = 0.75, shared_rank: bool = False,
-                 importance_weights: bool = False):
+                 importance_weights: bool = False, irreducible_losses: bool = False):
         self._owns_client = not isinstance(client_or_address, Client)
         if client_options and not self._owns_client:
             raise errors.InvalidArgument("client_options: given with a Client; pass them to it")
@@ -174,7 +186,8 @@ class DistributedWeightedSampler(DistributedSampler):
         self.num_samples = described.spec.num_samples
         self._stream = ShardStream(self.client, job, rank, world_size, self._claim,
                                    timeout=timeout, prefetch=prefetch,
-                                   with_is_weights=importance_weights)
+                                   with_is_weights=importance_weights,
+                                   with_irreducible_losses=irreducible_losses)
         self._sender = LossSender(self.client, job, rank, self._claim, report_batch_size,
                                   self._group.where)
         self.last_summary = self._sender.summary
@@ -216,6 +229,8 @@ class DistributedWeightedSampler(DistributedSampler):
         lambda self: self._epochs.end_epoch,
         lambda self, v: setattr(self._epochs, "end_epoch", v),
         doc="Whether an epoch is ended on the server when the rank moves on (end_epoch).")
+    irreducible_losses = property(lambda self: self._stream.with_irreducible_losses,
+                                  doc="Whether the indices yielded are IrreducibleIndex.")
 
     def __len__(self):
         """The length of this rank's shard of the epoch the next iteration serves."""

@@ -134,34 +134,42 @@ def test_sigkill_and_resume_trains_each_shard_exactly(server, tmp_path, loader, 
 
 
 @pytest.mark.parametrize("workers", [0, 2])
-def test_a_resumed_epoch_yields_the_same_indices_and_importance_weights(server, tmp_path,
-                                                                        workers):
-    """importance_weights=True through StatefulDataLoader: a loader restored from its
-    state_dict (taken after 3 of the epoch's batches, the sampler's process gone) yields the
-    same (index, weight) pairs as the uninterrupted epoch from there on."""
+@pytest.mark.parametrize("mode", ["importance_weights", "irreducible_losses"])
+def test_a_resumed_epoch_yields_the_same_indices_and_what_they_carry(server, tmp_path, workers,
+                                                                     mode):
+    """importance_weights=True, or irreducible_losses=True (RHO-LOSS through samplerd), through
+    StatefulDataLoader: a loader restored from its state_dict (taken after 3 of the epoch's
+    batches, the sampler's process gone) yields the same (index, weight) or (index,
+    irreducible loss) pairs as the uninterrupted epoch from there on."""
     from samplerd.torch import DistributedWeightedSampler, IndexedDataset
     from samplerd.torchdata import StatefulDataLoader
     n, batch = 240, 16
     x = torch.arange(n, dtype=torch.float32).unsqueeze(1)
     ds = IndexedDataset(TensorDataset(x))
+    field = {"importance_weights": "is_weights", "irreducible_losses": "irreducible_losses"}[mode]
     with samplerd.Client(server.address) as c:
-        c.create_job("tdw", num_samples=n, world_size=1, base="static", replacement=True,
-                     loss="loss")
-        c.upload_weights("tdw", torch.linspace(0.5, 4.0, n))
+        if mode == "importance_weights":
+            c.create_job("tdw", num_samples=n, world_size=1, base="static", replacement=True,
+                         loss="loss")
+            c.upload_weights("tdw", torch.linspace(0.5, 4.0, n))
+        else:
+            c.create_job("tdw", num_samples=n, world_size=1, loss="reducible_loss", mix=1.0)
+            c.upload_irreducible_losses("tdw", torch.linspace(0.0, 3.0, n).numpy())
         # The epoch as a reader sees it, uninterrupted.
-        whole = list(c.stream_shard("tdw", 0, 0, 1, with_is_weights=True, observe=True))
-    expected = [(int(i), float(w)) for ch in whole for i, w in zip(ch.indices, ch.is_weights)]
+        whole = list(c.stream_shard("tdw", 0, 0, 1, observe=True, **{f"with_{field}": True}))
+    expected = [(int(i), float(w)) for ch in whole
+                for i, w in zip(ch.indices, getattr(ch, field))]
 
     def run(state=None, stop_after=None):
         sampler = DistributedWeightedSampler(server.address, "tdw", rank=0, world_size=1,
-                                             importance_weights=True)
+                                             **{mode: True})
         loader = StatefulDataLoader(ds, sampler=sampler, batch_size=batch, num_workers=workers)
         if state is not None:
             loader.load_state_dict(state)
         pairs, saved = [], None
-        for step, (idx, weight, (xb,)) in enumerate(loader, 1):
-            assert weight.dtype == torch.float32
-            pairs += list(zip(idx.tolist(), weight.tolist()))
+        for step, (idx, carried, (xb,)) in enumerate(loader, 1):
+            assert carried.dtype == torch.float32
+            pairs += list(zip(idx.tolist(), carried.tolist()))
             sampler.report(idx, xb[:, 0] / n)
             if step == stop_after:
                 saved = loader.state_dict()

@@ -213,7 +213,9 @@ class SamplerServicer(object):
         FAILED_PRECONDITION (world_size or deal differs from the epoch's current deal, epoch
         already closed or more than one ahead, the rank is claimed by another process and the
         request carries no incarnation), ABORTED (the request's incarnation no longer holds the
-        rank: claim again), RESOURCE_EXHAUSTED (stream buffer budget), DEADLINE_EXCEEDED, NOT_FOUND.
+        rank: claim again), RESOURCE_EXHAUSTED (stream buffer budget), DEADLINE_EXCEEDED, NOT_FOUND;
+        FAILED_PRECONDITION also for with_irreducible_losses on a job that holds none (its loss
+        policy is not REDUCIBLE_LOSS): the message names the job and the field.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
