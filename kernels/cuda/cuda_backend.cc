@@ -220,8 +220,7 @@ absl::StatusOr<std::shared_ptr<const BackendWeights>> CudaBackend::RecomputeWeig
     return absl::InvalidArgumentError(
         absl::StrCat("base: all ", n, " weights are 0; at least one must be > 0"));
   }
-  if (policy.loss == LossWeightKind::kMultiplicative && *current != nullptr &&
-      !check.current_positive) {
+  if (DescriptorOf(policy.loss).reads_current && *current != nullptr && !check.current_positive) {
     return absl::InvalidArgumentError(
         absl::StrCat("current: all ", n, " weights are 0; at least one must be > 0"));
   }
