@@ -20,7 +20,10 @@
 // 3. the clamped weights' sum; 4. the result. Passes 1 and 2 read the statistics' EMA array and
 // its "seen" and "defined" bits (DeviceLossStats), not the counts and markers: per sample 4 + 8 +
 // 4 + 8 B read or written besides the base weights, the bits and what the rule reads
-// (REDUCIBLE_LOSS: 4 B of irreducible loss in passes 1 and 2), ~24.4 B. A kDirect rule
+// (REDUCIBLE_LOSS: 4 B of irreducible loss in passes 1 and 2), ~24.4 B. With the effective
+// sample size floor (RecomputeParams::min_effective_fraction) each of the bisection's trials
+// (weight_math::EssFloorMix: at most 22) runs the clamped sum and the sums of w_i and w_i^2 (the
+// CPU's trial, on the host from the device's exact sums) before pass 3. A kDirect rule
 // (MULTIPLICATIVE; it needs the markers): 1. validation and the raw weights' sum; 2. the clamped
 // sum; 3. the result.
 //
@@ -111,13 +114,15 @@ struct DeviceTotal {
 // The slots of DeviceScalars::totals. RecomputeWeights: pass 1 sums the signals of the seen
 // samples (a kFactor rule) or raw_i (kDirect) into kScanTotal and, kFactor with base weights,
 // base_i into kBaseTotal; kFactor pass 2 sums f_i into kFactorTotal and, with base weights,
-// base_i f_i into kBaseFactorTotal; the clamp pass sums c_i into kClampedTotal (zeroed before:
-// ResetTotals). SummarizeWeights: S1 and S2 in
+// base_i f_i into kBaseFactorTotal; the clamp pass sums c_i into kClampedTotal; each trial of the
+// effective sample size floor sums w_i and w_i^2 into kFinalTotal and kFinalSquareTotal (the
+// slots a pass runs again in are zeroed before: ResetTotals). SummarizeWeights: S1 and S2 in
 // slots 0 and 1. A pass's second series (if any) goes to the slot after its first, its chunk
 // sums after the first series' (LaunchExactSum).
 constexpr int kScanTotal = 0, kBaseTotal = 1, kFactorTotal = 2, kBaseFactorTotal = 3,
-              kClampedTotal = 4, kTotals = 5;
-static_assert(kBaseTotal == kScanTotal + 1 && kBaseFactorTotal == kFactorTotal + 1,
+              kClampedTotal = 4, kFinalTotal = 5, kFinalSquareTotal = 6, kTotals = 7;
+static_assert(kBaseTotal == kScanTotal + 1 && kBaseFactorTotal == kFactorTotal + 1 &&
+                  kFinalSquareTotal == kFinalTotal + 1,
               "a pass's second series has the slot after its first");
 
 // Everything the passes report to the host (read back whole after each pass).
@@ -488,6 +493,20 @@ __global__ void __launch_bounds__(kSumBlock)
                    [&](uint64_t i, double& term, double&) { term = ClampedAt(r, in, i); });
 }
 
+// The effective sample size floor's trial: the exact sums of w_i = FinalWeight(c_i,
+// mean_clamped) and of SquareTerm(w_i) into totals[0] and totals[1] (the weights WriteKernel
+// would write; nothing is written).
+template <typename Rule>
+__global__ void __launch_bounds__(kSumBlock)
+    FinalSumKernel(Rule r, RecomputeInputs in, DeviceChunkSum* chunk_sums, DeviceTotal* totals) {
+  SumChunksOfBlock(in.n, chunk_sums, &totals[0], &totals[1],
+                   [&](uint64_t i, double& term, double& square) {
+                     const float w = weight_math::FinalWeight(ClampedAt(r, in, i), in.mean_clamped);
+                     term = static_cast<double>(w);
+                     square = weight_math::SquareTerm(w);
+                   });
+}
+
 // The last pass: out[i] = c_i / mean_clamped (kFactor reads f_i from out[i] first).
 template <typename Rule>
 __global__ void __launch_bounds__(kBlock) WriteKernel(Rule r, RecomputeInputs in) {
@@ -535,14 +554,53 @@ cudaError_t ClampAndWrite(const Rule& r, RecomputeInputs in, DeviceChunkSum* chu
   return cudaSuccess;
 }
 
+// Whether the final weights with `in.mix` (and in.clamp for it) meet the effective sample size
+// floor (weight_math::MeetsEssFloor of their exact sums S1 and S2), into *meets.
+template <typename Rule>
+cudaError_t MeetsFloor(const Rule& r, RecomputeInputs in, double fraction,
+                       DeviceChunkSum* chunk_sums, DeviceScalars* scalars, cudaStream_t stream,
+                       bool* meets) {
+  SAMPLERD_CUDA_TRY(MeanClamped(r, &in, chunk_sums, scalars, stream));
+  SAMPLERD_CUDA_TRY(ResetTotals(scalars, kFinalTotal, 2, stream));
+  SAMPLERD_CUDA_TRY(LaunchExactSum(FinalSumKernel<Rule>, in.n, 2, chunk_sums,
+                                   &scalars->totals[kFinalTotal], stream, r, in, chunk_sums,
+                                   &scalars->totals[kFinalTotal]));
+  DeviceScalars host;
+  SAMPLERD_CUDA_TRY(ReadScalars(scalars, &host, stream));
+  *meets = weight_math::MeetsEssFloor(TotalOf(host.totals[kFinalTotal]),
+                                      TotalOf(host.totals[kFinalSquareTotal]), fraction, in.n);
+  return cudaSuccess;
+}
+
 // A kFactor rule's last passes, from the factors in `out` and raw_mean_of(mix) (the mean raw
-// weight with that mix): the clamp and the result.
+// weight with that mix): the mix raised by the effective sample size floor (the bisection of
+// weight_math::EssFloorMix on the host, each trial's answer from the device's exact sums, as the
+// CPU's), then the clamp and the result.
 template <typename Rule, typename RawMeanOf>
 cudaError_t FloorClampWrite(const Rule& r, const RecomputeParams& params, RecomputeInputs in,
                             const RawMeanOf& raw_mean_of, DeviceChunkSum* chunk_sums,
                             DeviceScalars* scalars, cudaStream_t stream) {
-  in.clamp = weight_math::ClampRule{raw_mean_of(params.mix), params.clamp_lo, params.clamp_hi};
-  return ClampAndWrite(r, in, chunk_sums, scalars, stream);
+  auto with_mix = [&](double mix) {
+    RecomputeInputs trial = in;
+    trial.mix = mix;
+    trial.one_minus_mix = 1.0 - mix;
+    trial.clamp = weight_math::ClampRule{raw_mean_of(mix), params.clamp_lo, params.clamp_hi};
+    return trial;
+  };
+  double mix = params.mix;
+  if (params.min_effective_fraction > 0) {
+    cudaError_t error = cudaSuccess;
+    mix = weight_math::EssFloorMix(mix, [&](double trial) {
+      bool meets = true;  // After an error: stop asking (the error is returned below).
+      if (error == cudaSuccess) {
+        error = MeetsFloor(r, with_mix(trial), params.min_effective_fraction, chunk_sums, scalars,
+                           stream, &meets);
+      }
+      return meets;
+    });
+    SAMPLERD_CUDA_TRY(error);
+  }
+  return ClampAndWrite(r, with_mix(mix), chunk_sums, scalars, stream);
 }
 
 // ---- Loss within groups ----------------------------------------------------------------------
@@ -656,7 +714,7 @@ cudaError_t FactorPasses(const Rule& r, const RecomputeParams& params, const Dev
   in.mix = params.mix;
   if (params.within_groups) {
     // The normalised factors in `out`; the raw weights' mean is the base weights' (each group
-    // keeps its base share); the clamp and the result as below.
+    // keeps its base share); the floor, the clamp and the result as below.
     SAMPLERD_CUDA_TRY(GroupFactorPasses(r, params, in, stream));
     in.mean_f = 1.0;
     const double mean_b = weight_math::MeanOf(TotalOf(scan.totals[kBaseTotal]), in.n);
@@ -679,7 +737,7 @@ cudaError_t FactorPasses(const Rule& r, const RecomputeParams& params, const Dev
     mean_b = weight_math::MeanOf(TotalOf(scan.totals[kBaseTotal]), in.n);
   }
   const double mean_f = in.mean_f;
-  // Passes 3 and 4: the clamped weights' mean, the result.
+  // The floor, then passes 3 and 4: the clamped weights' mean, the result.
   return FloorClampWrite(
       r, params, in,
       [=](double mix) { return weight_math::LossRawMean(1.0 - mix, mean_f, mix, mean_bf, mean_b); },
@@ -703,7 +761,7 @@ template <typename Rule>
 cudaError_t RulePasses(const Rule& r, const RecomputeParams& params, const RecomputeInputs& in,
                        RecomputeCheck* check, cudaStream_t stream) {
   AsyncBuffer chunk_buffer, scalar_buffer;
-  // Up to two series per pass (kFactor with base weights).
+  // Up to two series per pass (kFactor with base weights, the floor's S1 and S2).
   SAMPLERD_CUDA_TRY(chunk_buffer.Allocate(2 * NumChunks(in.n) * sizeof(DeviceChunkSum), stream));
   SAMPLERD_CUDA_TRY(scalar_buffer.Allocate(sizeof(DeviceScalars), stream));
   DeviceChunkSum* chunk_sums = chunk_buffer.as<DeviceChunkSum>();
@@ -820,7 +878,7 @@ cudaError_t RecomputeWeights(const RecomputeParams& params, uint64_t n, const fl
     if constexpr (Rule::kShape == PolicyRuleShape::kNone) {
       return cudaErrorInvalidValue;  // Not a loss policy: nothing to recompute.
     } else {
-      if (!r.HasInputs() || params.min_effective_fraction > 0 ||
+      if (!r.HasInputs() ||
           (params.within_groups &&
            (!kFactorRule<Rule> || base == nullptr || params.num_groups == 0 ||
             params.group_keys == nullptr || params.group_counts == nullptr))) {

@@ -108,8 +108,6 @@ struct RecomputeParams {
   // others): device memory for RecomputeWeights, host memory for the host reference.
   const float* irreducible = nullptr;
   // kFactor: the effective sample size floor (weight_math::EssFloorMix), a fraction of N; 0: off.
-  // (Host reference only: RecomputeWeights refuses it with cudaErrorInvalidValue, and
-  // CudaBackend with UNIMPLEMENTED.)
   double min_effective_fraction = 0.0;
 
   // The inputs of the policy's rule (VisitPolicyRule).
@@ -133,11 +131,11 @@ struct RecomputeCheck {
 
 // W_{e+1} (n entries, mean 1) from base and current weights (nullptr: all 1) and the loss
 // statistics, by the passes of CpuBackend::RecomputeWeights (exact sums over exact_sum::kChunk
-// samples), into `out` (must not overlap the inputs). Fills *check (host memory) first; if it finds
+// samples; the effective sample size floor's bisection on the host from the device's exact
+// sums), into `out` (must not overlap the inputs). Fills *check (host memory) first; if it finds
 // a bad entry, an all-zero base, or (a kDirect rule) an all-zero current, nothing is written to
 // `out` and the caller turns *check into the CPU backend's error. n >= 1;
-// cudaErrorInvalidValue for params.loss kNone, a rule without its inputs (HasInputs) or
-// min_effective_fraction > 0.
+// cudaErrorInvalidValue for params.loss kNone or a rule without its inputs (HasInputs).
 cudaError_t RecomputeWeights(const RecomputeParams& params, uint64_t n, const float* base,
                              const float* current, const DeviceLossStats& stats, float* out,
                              RecomputeCheck* check, cudaStream_t stream);

@@ -499,10 +499,12 @@ RecomputeParams RandomParams(std::mt19937_64& rng, int round) {
 }
 
 // The kFactor variants of a round's policy (after RandomParams' draws, so that every round keeps
-// its parameters): REDUCIBLE_LOSS instead of LOSS in some rounds.
+// its parameters): REDUCIBLE_LOSS instead of LOSS in some rounds, the effective sample size floor
+// in others (both in some).
 void FactorVariants(int round, RecomputeParams* p) {
   if (p->loss == LossWeightKind::kMultiplicative) return;
   if (round % 4 == 1 || round % 4 == 2) p->loss = LossWeightKind::kReducibleLoss;
+  if (round % 5 == 2 || round % 5 == 4) p->min_effective_fraction = 0.25 + 0.125 * (round % 6);
 }
 
 // Irreducible losses for REDUCIBLE_LOSS (finite, >= 0), in the range of VariedStats' EMAs so
