@@ -311,6 +311,20 @@ struct RecomputeInputs {
   std::unique_ptr<BackendLossStats> cpu_stats, cuda_stats;
 };
 
+// One epoch's losses (up to 2M random samples, losses e^[-4, 4)) applied to both backends'
+// statistics, which must report the same count.
+void ApplySameLosses(RecomputeInputs& in, uint64_t n, uint64_t epoch, std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  std::vector<uint64_t> indices(std::min<uint64_t>(n, 2'000'000));
+  std::vector<float> losses(indices.size());
+  for (size_t k = 0; k < indices.size(); ++k) {
+    indices[k] = rng() % n;
+    losses[k] = static_cast<float>(std::exp(8 * unit(rng) - 4));
+  }
+  ASSERT_EQ(*in.cpu_stats->Apply(epoch, indices, losses),
+            *in.cuda_stats->Apply(epoch, indices, losses));
+}
+
 // cpu_backend_test's WeightsTest.GoldenHashes, on both backends.
 TEST_F(CudaVsCpuTest, RecomputeGoldenHashes) {
   for (const testutil::RecomputeGolden& g : testutil::RecomputeGoldens()) {
@@ -375,14 +389,7 @@ TEST_F(CudaVsCpuTest, RecomputeRandomPoliciesOverEpochs) {
       in.cpu_stats = Stats(*cpu_, n, p.ema_decay);
       in.cuda_stats = Stats(*cuda_, n, p.ema_decay);
       for (uint64_t epoch = 0; epoch < 3; ++epoch) {
-        std::vector<uint64_t> indices(std::min<uint64_t>(n, 2'000'000));
-        std::vector<float> losses(indices.size());
-        for (size_t k = 0; k < indices.size(); ++k) {
-          indices[k] = rng() % n;
-          losses[k] = static_cast<float>(std::exp(8 * unit(rng) - 4));
-        }
-        ASSERT_EQ(*in.cpu_stats->Apply(epoch, indices, losses),
-                  *in.cuda_stats->Apply(epoch, indices, losses));
+        ASSERT_NO_FATAL_FAILURE(ApplySameLosses(in, n, epoch, rng));
         auto cpu = cpu_->RecomputeWeights(p, epoch, in.cpu_base.get(), in.cpu_current.get(),
                                           in.cpu_stats.get());
         auto cuda = cuda_->RecomputeWeights(p, epoch, in.cuda_base.get(), in.cuda_current.get(),
@@ -443,14 +450,7 @@ TEST_F(CudaVsCpuTest, ReducibleLossAndFloorOverEpochs) {
       in.cpu_stats = Stats(*cpu_, n, p.ema_decay);
       in.cuda_stats = Stats(*cuda_, n, p.ema_decay);
       for (uint64_t epoch = 0; epoch < 2; ++epoch) {
-        std::vector<uint64_t> indices(std::min<uint64_t>(n, 2'000'000));
-        std::vector<float> losses(indices.size());
-        for (size_t k = 0; k < indices.size(); ++k) {
-          indices[k] = rng() % n;
-          losses[k] = static_cast<float>(std::exp(8 * unit(rng) - 4));
-        }
-        ASSERT_EQ(*in.cpu_stats->Apply(epoch, indices, losses),
-                  *in.cuda_stats->Apply(epoch, indices, losses));
+        ASSERT_NO_FATAL_FAILURE(ApplySameLosses(in, n, epoch, rng));
         auto cpu = cpu_->RecomputeWeights(p, epoch, in.cpu_base.get(), nullptr,
                                           in.cpu_stats.get(), irreducible);
         auto cuda = cuda_->RecomputeWeights(p, epoch, in.cuda_base.get(), nullptr,
