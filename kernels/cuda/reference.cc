@@ -186,8 +186,8 @@ void FactorsOf(const Rule& r, const RecomputeParams& params, uint64_t n, const f
   }
   double mean_bf = *mean_f, mean_b = 1.0;
   if (base != nullptr) {
-    mean_bf =
-        wm::MeanOf(ExactSum(n, [&](uint64_t i) { return wm::BaseFactorTerm(base[i], (*f)[i]); }), n);
+    mean_bf = wm::MeanOf(
+        ExactSum(n, [&](uint64_t i) { return wm::BaseFactorTerm(base[i], (*f)[i]); }), n);
     mean_b = wm::MeanOf(ExactSum(n, [&](uint64_t i) { return static_cast<double>(base[i]); }), n);
   }
   const double m_f = *mean_f;
@@ -209,7 +209,9 @@ std::vector<float> RecomputeChecked(const Rule& r, const RecomputeParams& params
     double mean_f = 1;
     std::function<double(double)> raw_mean_of;  // The mean raw weight with a given mix.
     FactorsOf(r, params, n, base, stats, &f, &mean_f, &raw_mean_of);
-    raw = [&, mean_f](uint64_t i) { return wm::LossRaw(WeightOr1(base, i), f[i], 1.0 - mix, mean_f, mix); };
+    raw = [&, mean_f](uint64_t i) {
+      return wm::LossRaw(WeightOr1(base, i), f[i], 1.0 - mix, mean_f, mix);
+    };
     excluded = [&](uint64_t i) { return base != nullptr && base[i] == 0; };
     if (params.min_effective_fraction > 0) {
       // The effective sample size floor: the weights with each trial mix, summed as the

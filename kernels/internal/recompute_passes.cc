@@ -267,16 +267,17 @@ SAMPLERD_INLINE void ScanTyped(const Rule& r, const RecomputeArrays& a, const Ra
 
 SAMPLERD_INLINE void ScanLoop(const RecomputeArrays& a, const RawWeightRule& rule, uint64_t begin,
                               uint64_t end, ChunkScan* scans) {
-  VisitPolicyRule(rule.kind, RuleInputsOf(a, rule), [&](const auto& r) __attribute__((always_inline)) {
-    using Rule = std::decay_t<decltype(r)>;
-    if (a.base != nullptr) {
-      a.current != nullptr ? ScanTyped<Rule, true, true>(r, a, rule, begin, end, scans)
-                           : ScanTyped<Rule, true, false>(r, a, rule, begin, end, scans);
-    } else {
-      a.current != nullptr ? ScanTyped<Rule, false, true>(r, a, rule, begin, end, scans)
-                           : ScanTyped<Rule, false, false>(r, a, rule, begin, end, scans);
-    }
-  });
+  VisitPolicyRule(
+      rule.kind, RuleInputsOf(a, rule), [&](const auto& r) __attribute__((always_inline)) {
+        using Rule = std::decay_t<decltype(r)>;
+        if (a.base != nullptr) {
+          a.current != nullptr ? ScanTyped<Rule, true, true>(r, a, rule, begin, end, scans)
+                               : ScanTyped<Rule, true, false>(r, a, rule, begin, end, scans);
+        } else {
+          a.current != nullptr ? ScanTyped<Rule, false, true>(r, a, rule, begin, end, scans)
+                               : ScanTyped<Rule, false, false>(r, a, rule, begin, end, scans);
+        }
+      });
 }
 
 // ---- LossFactorsChunks
@@ -342,12 +343,13 @@ SAMPLERD_INLINE void LossFactorsLoop(SimdLevel level, const RecomputeArrays& a,
                                      const RawWeightRule& rule, const LossFactorParams& p,
                                      uint64_t begin, uint64_t end, exact_sum::ChunkSum* sums,
                                      exact_sum::ChunkSum* base_factor_sums) {
-  VisitPolicyRule(rule.kind, RuleInputsOf(a, rule), [&](const auto& r) __attribute__((always_inline)) {
-    using Rule = std::decay_t<decltype(r)>;
-    if constexpr (kFactorRule<Rule>) {
-      LossFactorsTyped(r, level, a, p, begin, end, sums, base_factor_sums);
-    }
-  });
+  VisitPolicyRule(
+      rule.kind, RuleInputsOf(a, rule), [&](const auto& r) __attribute__((always_inline)) {
+        using Rule = std::decay_t<decltype(r)>;
+        if constexpr (kFactorRule<Rule>) {
+          LossFactorsTyped(r, level, a, p, begin, end, sums, base_factor_sums);
+        }
+      });
 }
 
 // ---- SumClampedChunks, SumFinalChunks, WriteWeightsRange
@@ -406,15 +408,15 @@ SAMPLERD_INLINE void WriteTyped(const Rule& r, const RecomputeArrays& a, const R
 
 // Calls Typed<Rule, weights given>(rule object, a, rule, ...) for the rule of rule.kind (the
 // clamp and the result: kFactor and kDirect rules; never called for kNone).
-#define SAMPLERD_BY_RULE(Typed, a, rule, ...)                                                  \
-  VisitPolicyRule((rule).kind, RuleInputsOf(a, rule),                                          \
-                  [&](const auto& r) __attribute__((always_inline)) {                          \
-                    using Rule = std::decay_t<decltype(r)>;                                    \
-                    if constexpr (!std::is_same_v<Rule, NoLossRule>) {                         \
-                      ShapeWeights<Rule>(a) != nullptr ? Typed<Rule, true>(r, a, rule, __VA_ARGS__) \
-                                                       : Typed<Rule, false>(r, a, rule, __VA_ARGS__); \
-                    }                                                                          \
-                  })
+#define SAMPLERD_BY_RULE(Typed, a, rule, ...)                                                 \
+  VisitPolicyRule(                                                                            \
+      (rule).kind, RuleInputsOf(a, rule), [&](const auto& r) __attribute__((always_inline)) { \
+        using Rule = std::decay_t<decltype(r)>;                                               \
+        if constexpr (!std::is_same_v<Rule, NoLossRule>) {                                    \
+          ShapeWeights<Rule>(a) != nullptr ? Typed<Rule, true>(r, a, rule, __VA_ARGS__)       \
+                                           : Typed<Rule, false>(r, a, rule, __VA_ARGS__);     \
+        }                                                                                     \
+      })
 
 SAMPLERD_INLINE void SumClampedLoop(const RecomputeArrays& a, const RawWeightRule& rule,
                                     const ClampRule& clamp, uint64_t begin, uint64_t end,

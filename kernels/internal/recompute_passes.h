@@ -94,8 +94,8 @@ struct ChunkScan {
 constexpr uint64_t kSumChunk = exact_sum::kChunk;
 constexpr uint64_t kChunksPerGroup = 16;
 
-// Validates the group [begin, end) and gathers what the rule of `rule.kind` needs: scans[c] for each of its
-// chunks. Writes nothing to arrays.out.
+// Validates the group [begin, end) and gathers what the rule of `rule.kind` needs: scans[c] for
+// each of its chunks. Writes nothing to arrays.out.
 void ScanChunks(SimdLevel level, const RecomputeArrays& arrays, const RawWeightRule& rule,
                 uint64_t begin, uint64_t end, ChunkScan* scans);
 
