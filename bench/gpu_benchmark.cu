@@ -145,12 +145,12 @@ void RunWeights(uint64_t n, int reps, const float* w, float* out, cudaMemPool_t 
   uint64_t zero = 0;
   BENCH_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));
   RecomputeParams loss;
-  loss.kind = RecomputeParams::Kind::kLoss;
+  loss.loss = LossWeightKind::kLoss;
   loss.alpha = 0.5;  // Log2 and Exp2 per sample (alpha 1 is a division).
   loss.mix = 0.1;
   loss.marker = EpochMarker(5);
   RecomputeParams multiplicative = loss;
-  multiplicative.kind = RecomputeParams::Kind::kMultiplicative;
+  multiplicative.loss = LossWeightKind::kMultiplicative;
   RecomputeCheck check;
   auto recompute = [&](const RecomputeParams& p, const float* base, const float* current) {
     BENCH_CUDA(RecomputeWeights(p, n, base, current, stats, out, &check, 0));

@@ -132,7 +132,6 @@ class ComputeBackend {
   // differs), for a missing `stats` with a loss policy, for objects of another backend (naming
   // the argument), for statistics that are not finite and >= 0 (naming the sample), or for an
   // all-zero base or current (naming it), or REDUCIBLE_LOSS without N irreducible losses.
-  // UNIMPLEMENTED for a policy the backend does not compute (its message names the policy).
   virtual absl::StatusOr<std::shared_ptr<const BackendWeights>> RecomputeWeights(
       const WeightPolicyParams& policy, uint64_t closed_epoch, const BackendWeights* base,
       const BackendWeights* current, const BackendLossStats* stats,

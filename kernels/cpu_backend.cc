@@ -8,6 +8,7 @@
 #include <memory>
 #include <numeric>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -28,6 +29,7 @@
 #include "kernels/loss_table.h"
 #include "kernels/philox.h"
 #include "kernels/plan_shard.h"
+#include "kernels/policy_rules.h"
 
 namespace samplerd {
 namespace {
@@ -427,13 +429,15 @@ absl::Status CpuBackend::RecomputeValidated(const WeightPolicyParams& policy,
     return absl::InvalidArgumentError(
         absl::StrCat("base: all ", n, " weights are 0; at least one must be > 0"));
   }
-  if (policy.loss == LossWeightKind::kMultiplicative && !current.empty() && !all.current_positive) {
+  if (DescriptorOf(policy.loss).reads_current && !current.empty() && !all.current_positive) {
     return absl::InvalidArgumentError(
         absl::StrCat("current: all ", n, " weights are 0; at least one must be > 0"));
   }
 
-  switch (policy.loss) {
-    case LossWeightKind::kNone: {
+  // The passes after the first, by the shape of the policy's rule (policy_rules.h).
+  return VisitPolicyRule(rule.kind, internal::RuleInputsOf(arrays, rule), [&](const auto& r) {
+    using Rule = std::decay_t<decltype(r)>;
+    if constexpr (Rule::kShape == PolicyRuleShape::kNone) {
       ParallelForChunks(threads_, n, kGrain, [&](uint64_t, uint64_t b, uint64_t e) {
         if (base.empty()) {
           std::fill(out.begin() + b, out.begin() + e, 1.0f);
@@ -441,30 +445,16 @@ absl::Status CpuBackend::RecomputeValidated(const WeightPolicyParams& policy,
           std::copy(base.begin() + b, base.begin() + e, out.begin() + b);
         }
       });
-      return absl::OkStatus();
-    }
-    case LossWeightKind::kLoss:
-    case LossWeightKind::kReducibleLoss: {
-      // The factors of the signal (weight_math::LossSignal: the EMA, or for REDUCIBLE_LOSS the
-      // EMA less the irreducible loss, clamped at 0); the scan summed and maximised it.
-      // Prior loss of samples never seen: configured, or the mean EMA of the seen samples.
-      internal::LossFactorParams factors;
-      if (policy.prior_loss.has_value()) {
-        factors.prior = *policy.prior_loss;
-      } else if (all.seen > 0) {
-        factors.prior =
-            exact_sum::Total(ema_sums.data(), ema_sums.size()) / static_cast<double>(all.seen);
-      }
+    } else if constexpr (Rule::kShape == PolicyRuleShape::kFactor) {
+      // The factors of the rule's signal (the EMA for LOSS); the scan summed and maximised it.
       // f_i = (x_i / x_max)^alpha, in (0, 1]: (x_i)^alpha up to a common factor, which the
-      // normalisation removes, computed without overflow (losses near the float maximum with
-      // alpha 8 would overflow even a double). x_max = max(v_i) + epsilon is max(v_i +
-      // epsilon) (rounding is monotone), exact and order-independent.
-      factors.epsilon = policy.epsilon;
-      factors.alpha = policy.alpha;
-      factors.x_max =
-          std::max(all.seen > 0 ? double{all.ema_max} : 0.0, all.unseen ? factors.prior : 0.0) +
-          policy.epsilon;
-      factors.log2_x_max = det::Log2(factors.x_max);
+      // normalisation removes, computed without overflow (weight_math::LossFactorRuleOf: the
+      // prior of the samples never seen, configured or the mean signal of the seen ones, and
+      // x_max, exact and order-independent).
+      const internal::LossFactorParams factors = weight_math::LossFactorRuleOf(
+          policy.prior_loss.has_value(), policy.prior_loss.value_or(0.0), policy.epsilon,
+          policy.alpha, all.seen, exact_sum::Total(ema_sums.data(), ema_sums.size()),
+          all.ema_max, all.unseen);
       if (policy.loss_within_groups) {
         // The factors normalised within each group of equal base weight (docs/SAMPLING.md, "Loss
         // within groups"), parked in `out`; the raw weights are then LossRaw with mean_f = 1,
@@ -473,7 +463,7 @@ absl::Status CpuBackend::RecomputeValidated(const WeightPolicyParams& policy,
         if (!FindLossGroups(base.data(), n, kMaxLossGroups, &groups)) {
           return TooManyLossGroups();
         }
-        internal::GroupFactors(threads_, arrays, factors, groups, n);
+        internal::GroupFactors(threads_, arrays, rule, factors, groups, n);
         rule.mean_f = 1.0;
         const double mean_b =
             weight_math::MeanOf(exact_sum::Total(base_sums.data(), base_sums.size()), n);
@@ -482,7 +472,7 @@ absl::Status CpuBackend::RecomputeValidated(const WeightPolicyParams& policy,
         return absl::OkStatus();
       }
       // Pass 2: f is computed once and parked in `out` (validation is over, so writing is
-      // allowed; out may alias `current`, which the loss policy does not read), with the exact
+      // allowed; out may alias `current`, which a kFactor rule does not read), with the exact
       // sums of f_i and, with base weights, of base_i f_i. A factor that underflows to 0 is
       // harmless: the clamp lifts every sample with a positive base weight to clamp_lo.
       std::vector<exact_sum::ChunkSum> factor_sums(scans.size()), base_factor_sums;
@@ -491,7 +481,7 @@ absl::Status CpuBackend::RecomputeValidated(const WeightPolicyParams& policy,
                         [&](uint64_t g, uint64_t b, uint64_t e) {
                           const uint64_t first = g * internal::kChunksPerGroup;
                           internal::LossFactorsChunks(
-                              level, arrays, factors, b, e, factor_sums.data() + first,
+                              level, arrays, rule, factors, b, e, factor_sums.data() + first,
                               base.empty() ? nullptr : base_factor_sums.data() + first);
                         });
       rule.mean_f =
@@ -511,17 +501,16 @@ absl::Status CpuBackend::RecomputeValidated(const WeightPolicyParams& policy,
             return weight_math::LossRawMean(1.0 - mix, mean_f, mix, mean_bf, mean_b);
           },
           policy, n);
-      return absl::OkStatus();
-    }
-    case LossWeightKind::kMultiplicative:
-      // In double: w (1 + eta ema) may pass the float range before the normalisation. The raw
-      // weights' sum came with pass 1; passes 2 and 3: the clamp and the result.
+    } else {
+      // kDirect: in double, raw_i (e.g. w (1 + eta ema)) may pass the float range before the
+      // normalisation. The raw weights' sum came with pass 1; passes 2 and 3: the clamp and the
+      // result.
       NormaliseClampWrite(
           arrays, rule, weight_math::MeanOf(exact_sum::Total(raw_sums.data(), raw_sums.size()), n),
           policy.clamp_lo, policy.clamp_hi, n);
-      return absl::OkStatus();
-  }
-  return absl::InvalidArgumentError("policy.loss: unknown kind");
+    }
+    return absl::OkStatus();
+  });
 }
 
 absl::StatusOr<Plan> CpuBackend::PlanEpoch(const PlanSpec& spec, uint64_t epoch,

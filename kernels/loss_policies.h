@@ -4,9 +4,11 @@
 // sample does it add?", "which proto enum value is it?"). docs/CONTRIBUTING.md, "Adding a weight
 // policy", lists the files a new policy touches, in order.
 //
-// The per-sample arithmetic of a policy is not here: it is kernels/weight_math.h's (host and
-// device), which the CPU passes, the CUDA kernels and the CUDA reference all call. Its
-// parameters and their validation are WeightPolicyParams and ValidatePolicy (weight_policy.h).
+// The per-sample rule of a policy is not here: it is its rule type in kernels/policy_rules.h
+// (host and device, with the LossWeightKind and the one dispatch VisitPolicyRule), which the CPU
+// passes, the CUDA kernels and the CUDA reference all run; policy_rules_test checks that each
+// descriptor's loss_factor and reads_current agree with its rule's shape. Its parameters and
+// their validation are WeightPolicyParams and ValidatePolicy (weight_policy.h).
 //
 // Header-only, constexpr, free of Abseil and protobuf (the kernels do not depend on the proto):
 // the proto mapping is by the enum value's name. Thread-safe (constant data).
@@ -35,8 +37,9 @@ struct LossPolicyDescriptor {
   bool allows_within_groups;
   // Per-sample bytes the policy holds besides the loss statistics and the weight vectors.
   uint64_t extra_bytes_per_sample;
-  // The weight is LOSS's loss factor of a per-sample signal (weight_math.h: LossFactor of
-  // LossSignal), with its mix, clamps and effective-sample-size floor.
+  // The weight is LOSS's loss factor of a per-sample signal (weight_math.h: LossFactor of the
+  // rule's Signal: a kFactor rule of policy_rules.h), with its mix, clamps and
+  // effective-sample-size floor.
   bool loss_factor;
   // The policy reads per-sample irreducible losses (UploadIrreducibleLosses): the job has no plan
   // until they are uploaded.

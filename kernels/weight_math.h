@@ -90,21 +90,16 @@ SAMPLERD_WEIGHT_MATH_HD bool SampleIsBad(const float* base, const float* current
 
 // ---- The loss signal: what the loss factor is a function of ------------------------------------
 
-// The policies with a loss factor (loss_policies.h: loss_factor) differ only in the per-sample
-// signal v_i that takes the EMA's place in the factor rule below (its prior, x_max and f_i):
-//   LOSS:            v_i = ema_i;
-//   REDUCIBLE_LOSS:  v_i = float(max(double(ema_i) - double(irr_i), 0)), irr_i the uploaded
-//                    irreducible loss (finite, >= 0). The difference is taken in double and
-//                    rounded once to float; the maximum is selected on the bits (a NaN EMA of an
-//                    unseen sample, never read, gives +0). v_i is +0 or a positive float.
+// The policies with a loss factor (policy_rules.h: the kFactor rules) differ only in the
+// per-sample signal v_i that takes the EMA's place in the factor rule below (its prior, x_max
+// and f_i): LOSS's is the EMA; REDUCIBLE_LOSS's is ReducibleLoss:
+//   v_i = float(max(double(ema_i) - double(irr_i), 0)), irr_i the uploaded irreducible loss
+//   (finite, >= 0). The difference is taken in double and rounded once to float; the maximum is
+//   selected on the bits (a NaN EMA of an unseen sample, never read, gives +0). v_i is +0 or a
+//   positive float.
 SAMPLERD_WEIGHT_MATH_HD float ReducibleLoss(float ema, float irreducible) {
   const double d = static_cast<double>(ema) - static_cast<double>(irreducible);
   return static_cast<float>(Select(d > 0, d, 0.0));
-}
-
-// v_i of sample i: `irreducible` null for LOSS, the N irreducible losses for REDUCIBLE_LOSS.
-SAMPLERD_WEIGHT_MATH_HD float LossSignal(float ema, const float* irreducible, uint64_t i) {
-  return irreducible == nullptr ? ema : ReducibleLoss(ema, irreducible[i]);
 }
 
 // ---- The loss policy's factors ----------------------------------------------------------------
@@ -299,6 +294,11 @@ SAMPLERD_WEIGHT_MATH_HD double MeanOf(double exact_sum, uint64_t n) {
 // meets is called at most kEssFloorSteps + 2 times, in this order; the result depends on its
 // answers only, so backends that compute the same bits return the same mix.
 constexpr int kEssFloorSteps = 20;
+#if defined(__CUDACC__)
+// A host backend's `meets` runs passes of its own (the CUDA backend's: device kernels, from the
+// host): nvcc's host/device check of the call is for device callers only.
+#pragma nv_exec_check_disable
+#endif
 template <typename Meets>
 SAMPLERD_WEIGHT_MATH_HD double EssFloorMix(double mix, const Meets& meets) {
   if (meets(mix)) return mix;

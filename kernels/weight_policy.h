@@ -14,11 +14,11 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "kernels/exact_sum.h"
+#include "kernels/policy_rules.h"  // LossWeightKind.
 
 namespace samplerd {
 
 enum class BaseWeightKind { kUniform, kStatic, kClassBalanced };
-enum class LossWeightKind { kNone, kLoss, kMultiplicative, kReducibleLoss };
 
 // Parameters of a weight policy with every default already filled in (see the .proto for the
 // meaning of each; ValidatePolicy checks the ranges).

@@ -171,15 +171,6 @@ absl::StatusOr<std::shared_ptr<const BackendWeights>> CudaBackend::RecomputeWeig
       CheckRecomputeInputs(policy, base_handle, current_handle, stats_handle, irreducible);
   if (!checked.ok()) return checked.status();
   const uint64_t n = *checked;
-  // Not yet in the device kernels (the host reference, kernels/cuda/reference.cc, defines what
-  // they must compute): refused rather than computed differently from the CPU.
-  if (policy.loss == LossWeightKind::kReducibleLoss || policy.min_effective_fraction > 0) {
-    return absl::UnimplementedError(absl::StrCat(
-        policy.loss == LossWeightKind::kReducibleLoss
-            ? "policy.loss = REDUCIBLE_LOSS"
-            : absl::StrCat("policy.min_effective_fraction = ", policy.min_effective_fraction),
-        " is not implemented by the cuda backend yet; run the server with the cpu backend"));
-  }
   if (!UsesLossStats(policy)) {
     if (*base == nullptr) return std::shared_ptr<const BackendWeights>();
     return std::shared_ptr<const BackendWeights>((*base)->shared_from_this());
@@ -194,6 +185,19 @@ absl::StatusOr<std::shared_ptr<const BackendWeights>> CudaBackend::RecomputeWeig
   DeviceBuffer out;
   SAMPLERD_RETURN_IF_ERROR(out.Allocate(n * sizeof(float), stream, "the recomputed weights"));
   gpu::RecomputeParams params = gpu::DeviceRecomputeParams(policy, closed_epoch);
+  DeviceBuffer device_irreducible;
+  if (UsesIrreducibleLosses(policy)) {
+    // The irreducible losses (N of them: CheckRecomputeInputs; their values were validated when
+    // the job took them, as for the CPU backend) to the device for this recompute; freed after
+    // the kernels that read them (stream order). 4 B per sample of device memory while the
+    // recompute runs.
+    SAMPLERD_RETURN_IF_ERROR(
+        device_irreducible.Allocate(n * sizeof(float), stream, "the irreducible losses"));
+    SAMPLERD_RETURN_IF_ERROR((*lane)->CopyToDevice(device_irreducible.as<void>(),
+                                                   irreducible.data(), n * sizeof(float),
+                                                   "the irreducible losses"));
+    params.irreducible = device_irreducible.as<const float>();
+  }
   LossGroupTable groups;
   if (params.within_groups) {
     // The groups' table is made on the host, from a copy of the base weights (the keys are
@@ -220,8 +224,7 @@ absl::StatusOr<std::shared_ptr<const BackendWeights>> CudaBackend::RecomputeWeig
     return absl::InvalidArgumentError(
         absl::StrCat("base: all ", n, " weights are 0; at least one must be > 0"));
   }
-  if (policy.loss == LossWeightKind::kMultiplicative && *current != nullptr &&
-      !check.current_positive) {
+  if (DescriptorOf(policy.loss).reads_current && *current != nullptr && !check.current_positive) {
     return absl::InvalidArgumentError(
         absl::StrCat("current: all ", n, " weights are 0; at least one must be > 0"));
   }

@@ -311,6 +311,20 @@ struct RecomputeInputs {
   std::unique_ptr<BackendLossStats> cpu_stats, cuda_stats;
 };
 
+// One epoch's losses (up to 2M random samples, losses e^[-4, 4)) applied to both backends'
+// statistics, which must report the same count.
+void ApplySameLosses(RecomputeInputs& in, uint64_t n, uint64_t epoch, std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  std::vector<uint64_t> indices(std::min<uint64_t>(n, 2'000'000));
+  std::vector<float> losses(indices.size());
+  for (size_t k = 0; k < indices.size(); ++k) {
+    indices[k] = rng() % n;
+    losses[k] = static_cast<float>(std::exp(8 * unit(rng) - 4));
+  }
+  ASSERT_EQ(*in.cpu_stats->Apply(epoch, indices, losses),
+            *in.cuda_stats->Apply(epoch, indices, losses));
+}
+
 // cpu_backend_test's WeightsTest.GoldenHashes, on both backends.
 TEST_F(CudaVsCpuTest, RecomputeGoldenHashes) {
   for (const testutil::RecomputeGolden& g : testutil::RecomputeGoldens()) {
@@ -375,14 +389,7 @@ TEST_F(CudaVsCpuTest, RecomputeRandomPoliciesOverEpochs) {
       in.cpu_stats = Stats(*cpu_, n, p.ema_decay);
       in.cuda_stats = Stats(*cuda_, n, p.ema_decay);
       for (uint64_t epoch = 0; epoch < 3; ++epoch) {
-        std::vector<uint64_t> indices(std::min<uint64_t>(n, 2'000'000));
-        std::vector<float> losses(indices.size());
-        for (size_t k = 0; k < indices.size(); ++k) {
-          indices[k] = rng() % n;
-          losses[k] = static_cast<float>(std::exp(8 * unit(rng) - 4));
-        }
-        ASSERT_EQ(*in.cpu_stats->Apply(epoch, indices, losses),
-                  *in.cuda_stats->Apply(epoch, indices, losses));
+        ASSERT_NO_FATAL_FAILURE(ApplySameLosses(in, n, epoch, rng));
         auto cpu = cpu_->RecomputeWeights(p, epoch, in.cpu_base.get(), in.cpu_current.get(),
                                           in.cpu_stats.get());
         auto cuda = cuda_->RecomputeWeights(p, epoch, in.cuda_base.get(), in.cuda_current.get(),
@@ -396,6 +403,73 @@ TEST_F(CudaVsCpuTest, RecomputeRandomPoliciesOverEpochs) {
       }
     }
   }
+}
+
+// REDUCIBLE_LOSS (its irreducible losses uploaded to the device by the backend) and the
+// effective sample size floor (its bisection's trials on the device), with and without base
+// weights and within groups, chained over epochs: the same bits as the CPU backend.
+TEST_F(CudaVsCpuTest, ReducibleLossAndFloorOverEpochs) {
+  std::mt19937_64 rng(2025);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  struct Variant {
+    LossWeightKind kind;
+    double floor;
+    bool within_groups;
+  };
+  const Variant variants[] = {{LossWeightKind::kReducibleLoss, 0.0, false},
+                              {LossWeightKind::kReducibleLoss, 0.6, false},
+                              {LossWeightKind::kLoss, 0.8, false},
+                              {LossWeightKind::kReducibleLoss, 0.5, true}};
+  for (uint64_t n : {uint64_t{1}, uint64_t{4097}, uint64_t{300'001}, MaxN()}) {
+    for (const Variant& v : variants) {
+      WeightPolicyParams p;
+      p.loss = v.kind;
+      p.alpha = 1 + 3 * unit(rng);
+      p.mix = 0.05 * unit(rng);
+      p.clamp_hi = 1e3;
+      p.min_effective_fraction = v.floor;
+      p.loss_within_groups = v.within_groups;
+      const std::string what = "n=" + std::to_string(n) +
+                               (v.kind == LossWeightKind::kLoss ? " loss" : " reducible_loss") +
+                               " floor=" + std::to_string(v.floor) +
+                               (v.within_groups ? " within groups" : "");
+      std::vector<float> irreducible;
+      if (v.kind == LossWeightKind::kReducibleLoss) {
+        irreducible.resize(n);
+        for (uint64_t i = 0; i < n; ++i) {
+          irreducible[i] = i % 7 == 0 ? 0.0f : static_cast<float>(std::exp(6 * unit(rng) - 3));
+        }
+      }
+      RecomputeInputs in;
+      if (v.within_groups || n % 2 == 1) {
+        std::vector<float> base(n);
+        for (uint64_t i = 0; i < n; ++i) base[i] = 1.0f / static_cast<float>(1 + i % 5);
+        in.cpu_base = Make(*cpu_, base);
+        in.cuda_base = Make(*cuda_, base);
+      }
+      in.cpu_stats = Stats(*cpu_, n, p.ema_decay);
+      in.cuda_stats = Stats(*cuda_, n, p.ema_decay);
+      for (uint64_t epoch = 0; epoch < 2; ++epoch) {
+        ASSERT_NO_FATAL_FAILURE(ApplySameLosses(in, n, epoch, rng));
+        auto cpu = cpu_->RecomputeWeights(p, epoch, in.cpu_base.get(), nullptr,
+                                          in.cpu_stats.get(), irreducible);
+        auto cuda = cuda_->RecomputeWeights(p, epoch, in.cuda_base.get(), nullptr,
+                                            in.cuda_stats.get(), irreducible);
+        ASSERT_TRUE(cpu.ok() && cuda.ok()) << what << ": " << cpu.status() << cuda.status();
+        EXPECT_TRUE(SameBits(HostWeights(**cpu), HostWeights(**cuda)))
+            << what << " epoch " << epoch;
+        ExpectSameSummary((*cpu)->summary(), (*cuda)->summary(), what);
+      }
+    }
+  }
+  // REDUCIBLE_LOSS without its irreducible losses: the same error on both.
+  WeightPolicyParams p;
+  p.loss = LossWeightKind::kReducibleLoss;
+  auto cpu_stats = Stats(*cpu_, 10, 0.9);
+  auto cuda_stats = Stats(*cuda_, 10, 0.9);
+  ExpectSameError(cpu_->RecomputeWeights(p, 0, nullptr, nullptr, cpu_stats.get()).status(),
+                  cuda_->RecomputeWeights(p, 0, nullptr, nullptr, cuda_stats.get()).status(),
+                  "no irreducible losses");
 }
 
 TEST_F(CudaVsCpuTest, BadRecomputeInputsSameError) {

@@ -13,13 +13,19 @@
 // other findings, a few scalars) once per pass and rounds them with exact_sum::Total, as the
 // CPU does with its chunks.
 //
-// Passes of the loss policy: 1. validation and the EMAs' sum (+ the base weights' sum); 2. f_i
-// into `out`, its sum (+ the sum of base_i f_i); the raw weights' mean follows in closed form
-// (weight_math::LossRawMean); 3. the clamped weights' sum; 4. the result. Passes 1 and 2 read
-// the statistics' EMA array and its "seen" and "defined" bits (DeviceLossStats), not the counts
-// and markers: per sample 4 + 8 + 4 + 8 B read or written besides the base weights and the bits,
-// ~24.4 B. The multiplicative policy (it needs the markers): 1. validation and the raw weights'
-// sum; 2. the clamped sum; 3. the result.
+// The recompute's kernels are templates over the policy's rule (kernels/policy_rules.h; the
+// kind chooses it once, in VisitPolicyRule). Passes of a kFactor rule (LOSS, REDUCIBLE_LOSS): 1.
+// validation and the signals' sum (+ the base weights' sum); 2. f_i into `out`, its sum (+ the
+// sum of base_i f_i); the raw weights' mean follows in closed form (weight_math::LossRawMean);
+// 3. the clamped weights' sum; 4. the result. Passes 1 and 2 read the statistics' EMA array and
+// its "seen" and "defined" bits (DeviceLossStats), not the counts and markers: per sample 4 + 8 +
+// 4 + 8 B read or written besides the base weights, the bits and what the rule reads
+// (REDUCIBLE_LOSS: 4 B of irreducible loss in passes 1 and 2), ~24.4 B. With the effective
+// sample size floor (RecomputeParams::min_effective_fraction) each of the bisection's trials
+// (weight_math::EssFloorMix: at most 22) runs the clamped sum and the sums of w_i and w_i^2 (the
+// CPU's trial, on the host from the device's exact sums) before pass 3. A kDirect rule
+// (MULTIPLICATIVE; it needs the markers): 1. validation and the raw weights' sum; 2. the clamped
+// sum; 3. the result.
 //
 // Loss within groups (RecomputeParams::within_groups) replaces pass 2 by three element-wise
 // passes over the groups' table (K keys, uploaded from the host): the groups' largest x (an
@@ -35,12 +41,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cuda/cuda_util.cuh"
 #include "kernels/cuda/device_weights.h"
 #include "kernels/exact_sum.h"
 #include "kernels/loss_stats.h"
+#include "kernels/policy_rules.h"
 #include "kernels/weight_math.h"
 
 namespace samplerd {
@@ -103,27 +111,30 @@ struct DeviceTotal {
   uint64_t low, high;
 };
 
-// The slots of DeviceScalars::totals. RecomputeWeights: pass 1 sums the EMAs of the seen samples
-// (kLoss) or raw_i (kMultiplicative) into kScanTotal and, kLoss with base weights, base_i into
-// kBaseTotal; kLoss pass 2 sums f_i into kFactorTotal and, with base weights, base_i f_i into
-// kBaseFactorTotal; the clamp pass sums c_i into kClampedTotal. SummarizeWeights: S1 and S2 in
+// The slots of DeviceScalars::totals. RecomputeWeights: pass 1 sums the signals of the seen
+// samples (a kFactor rule) or raw_i (kDirect) into kScanTotal and, kFactor with base weights,
+// base_i into kBaseTotal; kFactor pass 2 sums f_i into kFactorTotal and, with base weights,
+// base_i f_i into kBaseFactorTotal; the clamp pass sums c_i into kClampedTotal; each trial of the
+// effective sample size floor sums w_i and w_i^2 into kFinalTotal and kFinalSquareTotal (the
+// slots a pass runs again in are zeroed before: ResetTotals). SummarizeWeights: S1 and S2 in
 // slots 0 and 1. A pass's second series (if any) goes to the slot after its first, its chunk
 // sums after the first series' (LaunchExactSum).
 constexpr int kScanTotal = 0, kBaseTotal = 1, kFactorTotal = 2, kBaseFactorTotal = 3,
-              kClampedTotal = 4;
-static_assert(kBaseTotal == kScanTotal + 1 && kBaseFactorTotal == kFactorTotal + 1,
+              kClampedTotal = 4, kFinalTotal = 5, kFinalSquareTotal = 6, kTotals = 7;
+static_assert(kBaseTotal == kScanTotal + 1 && kBaseFactorTotal == kFactorTotal + 1 &&
+                  kFinalSquareTotal == kFinalTotal + 1,
               "a pass's second series has the slot after its first");
 
 // Everything the passes report to the host (read back whole after each pass).
 struct DeviceScalars {
-  DeviceTotal totals[5];
+  DeviceTotal totals[kTotals];
   uint64_t first_bad;      // ~0: none.
-  uint64_t seen;           // kLoss: samples with count > 0.
+  uint64_t seen;           // kFactor: samples with count > 0.
   uint64_t zero_count;     // Summary.
-  uint32_t ema_max_bits;   // kLoss: largest EMA of the seen (-0 as +0).
+  uint32_t ema_max_bits;   // kFactor: largest signal of the seen (-0 as +0).
   uint32_t base_positive;  // Or of PositiveBits.
   uint32_t current_positive;
-  uint32_t unseen;    // kLoss: some sample has count 0.
+  uint32_t unseen;    // kFactor: some sample has count 0.
   uint32_t min_bits;  // Summary: SummaryBits, ~0 before the first.
   uint32_t max_bits;
 };
@@ -338,9 +349,13 @@ cudaError_t ReadScalars(const DeviceScalars* device, DeviceScalars* host, cudaSt
 
 // ---- RecomputeWeights: the per-sample terms ------------------------------------------------
 
-using Kind = RecomputeParams::Kind;
+// Every kernel and pass below is a template over the policy's rule (kernels/policy_rules.h),
+// passed by value to the kernels; only its shape chooses code (kFactor: the loss factor of its
+// Signal over the base weights; kDirect: its Raw over the current weights).
+template <typename Rule>
+constexpr bool kFactorRule = Rule::kShape == PolicyRuleShape::kFactor;
 
-// The inputs and the rules that every pass after the first reads (filled in as the passes find
+// The inputs and the values that every pass after the first reads (filled in as the passes find
 // the means).
 struct RecomputeInputs {
   uint64_t n = 0;
@@ -348,54 +363,64 @@ struct RecomputeInputs {
   const float* current = nullptr;
   DeviceLossStats stats;
   float* out = nullptr;
-  weight_math::LossFactorRule factors;            // kLoss.
-  double one_minus_mix = 1, mix = 0, mean_f = 1;  // kLoss.
-  double eta = 1;                                 // kMultiplicative.
-  uint16_t marker = 0;                            // kMultiplicative.
+  weight_math::LossFactorRule factors;            // kFactor.
+  double one_minus_mix = 1, mix = 0, mean_f = 1;  // kFactor.
   weight_math::ClampRule clamp;
   double mean_clamped = 1;
 };
 
-// raw_i (weight_math::LossRaw: f_i read from out; MultiplicativeRaw) and whether the sample is
-// excluded (a zero base / current weight).
-template <Kind kKind>
-__device__ __forceinline__ double RawAt(const RecomputeInputs& in, uint64_t i, bool* excluded) {
-  if constexpr (kKind == Kind::kLoss) {
-    const float weight = WeightOr1(in.base, i);
-    *excluded = in.base != nullptr && weight == 0;
+// The weights that the rule's shape reads (base for kFactor, current for kDirect).
+template <typename Rule>
+__device__ __forceinline__ const float* ShapeWeights(const RecomputeInputs& in) {
+  return kFactorRule<Rule> ? in.base : in.current;
+}
+
+// raw_i (weight_math::LossRaw with f_i read from out for kFactor; the rule's Raw for kDirect)
+// and whether the sample is excluded (a zero weight of the shape's weights).
+template <typename Rule>
+__device__ __forceinline__ double RawAt(const Rule& r, const RecomputeInputs& in, uint64_t i,
+                                        bool* excluded) {
+  const float* weights = ShapeWeights<Rule>(in);
+  const float weight = WeightOr1(weights, i);
+  *excluded = weights != nullptr && weight == 0;
+  if constexpr (kFactorRule<Rule>) {
     return weight_math::LossRaw(weight, in.out[i], in.one_minus_mix, in.mean_f, in.mix);
   } else {
-    const float weight = WeightOr1(in.current, i);
     const SampleLossStats s = LoadStats(in.stats, i);
-    *excluded = in.current != nullptr && weight == 0;
-    return weight_math::MultiplicativeRaw(weight, s.ema_loss, s.last_epoch == in.marker, in.eta);
+    return r.Raw(weight, s.ema_loss, s.last_epoch, i);
   }
 }
 
-template <Kind kKind>
-__device__ __forceinline__ double ClampedAt(const RecomputeInputs& in, uint64_t i) {
+template <typename Rule>
+__device__ __forceinline__ double ClampedAt(const Rule& r, const RecomputeInputs& in, uint64_t i) {
   bool excluded = false;
-  const double raw = RawAt<kKind>(in, i, &excluded);
+  const double raw = RawAt(r, in, i, &excluded);
   return weight_math::Clamped(raw, excluded, in.clamp);
 }
 
-// Pass 1: validation (weight_math::SampleIsBad, the positive weights) and what the policy needs
-// from the statistics; the exact sums of the seen samples' EMAs (kLoss) or of raw_i
-// (kMultiplicative) into scalars->totals[kScanTotal], and kLoss with base weights of base_i into
+// Sample i's signal (kFactor), read from the EMA array.
+template <typename Rule>
+__device__ __forceinline__ float SignalAt(const Rule& r, const RecomputeInputs& in, uint64_t i) {
+  return r.Signal(__ldg(in.stats.ema + i), i);
+}
+
+// Pass 1: validation (weight_math::SampleIsBad, the positive weights) and what the rule needs
+// from the statistics; the exact sums of the seen samples' signals (kFactor) or of raw_i
+// (kDirect) into scalars->totals[kScanTotal], and kFactor with base weights of base_i into
 // scalars->totals[kBaseTotal]. Writes nothing to `out`.
-template <Kind kKind>
+template <typename Rule>
 __global__ void __launch_bounds__(kSumBlock)
-    ScanKernel(RecomputeInputs in, DeviceChunkSum* chunk_sums, DeviceScalars* scalars) {
+    ScanKernel(Rule r, RecomputeInputs in, DeviceChunkSum* chunk_sums, DeviceScalars* scalars) {
   uint64_t first_bad = ~uint64_t{0}, seen = 0;
   uint32_t base_positive = 0, current_positive = 0, unseen = 0, ema_max_bits = 0;
-  // kLoss with base weights also sums them (for weight_math::LossRawMean).
-  const bool sum_base = kKind == Kind::kLoss && in.base != nullptr;
+  // kFactor with base weights also sums them (for weight_math::LossRawMean).
+  const bool sum_base = kFactorRule<Rule> && in.base != nullptr;
   SumChunksOfBlock(
       in.n, chunk_sums, &scalars->totals[kScanTotal],
       sum_base ? &scalars->totals[kBaseTotal] : nullptr,
       [&](uint64_t i, double& term, double& base_term) {
         if (sum_base) base_term = static_cast<double>(__ldg(in.base + i));
-        // kLoss reads the EMA and the two bits only (not the counts and markers).
+        // kFactor reads the EMA and the two bits only (not the counts and markers).
         const float ema = __ldg(in.stats.ema + i);
         if (weight_math::SampleIsBad(in.base, in.current, Bit(in.stats.defined, i), ema, i)) {
           first_bad = i < first_bad ? i : first_bad;
@@ -406,18 +431,19 @@ __global__ void __launch_bounds__(kSumBlock)
         if (in.current != nullptr) {
           current_positive |= weight_math::PositiveBits(__float_as_uint(__ldg(in.current + i)));
         }
-        if constexpr (kKind == Kind::kLoss) {
-          const uint32_t ema_bits = __float_as_uint(ema);
+        if constexpr (kFactorRule<Rule>) {
+          const uint32_t v_bits = __float_as_uint(r.Signal(ema, i));
           const bool seen_i = Bit(in.stats.seen, i);
           seen += seen_i;
           unseen |= !seen_i;
-          // The largest EMA by its bits (non-negative floats order like their bits; -0 as +0).
-          const uint32_t candidate = seen_i && ema_bits != 0x80000000u ? ema_bits : 0;
+          // The largest signal by its bits (non-negative floats order like their bits; -0 as
+          // +0); a signal is read only for a seen sample.
+          const uint32_t candidate = seen_i && v_bits != 0x80000000u ? v_bits : 0;
           ema_max_bits = candidate > ema_max_bits ? candidate : ema_max_bits;
-          term = weight_math::Select(seen_i, static_cast<double>(ema), 0.0);
+          term = weight_math::Select(seen_i, static_cast<double>(__uint_as_float(v_bits)), 0.0);
         } else {
           bool excluded = false;
-          term = RawAt<kKind>(in, i, &excluded);
+          term = RawAt(r, in, i, &excluded);
         }
       });
   // The findings: a warp's reduction, then one atomic per warp.
@@ -442,15 +468,17 @@ __global__ void __launch_bounds__(kSumBlock)
   if (ema_max_bits != 0) atomicMax(&scalars->ema_max_bits, ema_max_bits);
 }
 
-// kLoss pass 2: f_i (weight_math::LossFactor), parked in out[i]; the exact sums of f_i into
-// totals[0] and, with base weights, of base_i f_i (weight_math::BaseFactorTerm) into totals[1].
+// kFactor pass 2: f_i (weight_math::LossFactor of the signal), parked in out[i]; the exact sums
+// of f_i into totals[0] and, with base weights, of base_i f_i (weight_math::BaseFactorTerm) into
+// totals[1].
+template <typename Rule>
 __global__ void __launch_bounds__(kSumBlock)
-    FactorKernel(RecomputeInputs in, DeviceChunkSum* chunk_sums, DeviceTotal* totals) {
+    FactorKernel(Rule r, RecomputeInputs in, DeviceChunkSum* chunk_sums, DeviceTotal* totals) {
   const bool with_base = in.base != nullptr;
   SumChunksOfBlock(in.n, chunk_sums, &totals[0], with_base ? &totals[1] : nullptr,
                    [&](uint64_t i, double& term, double& base_term) {
                      const float f = weight_math::LossFactor(Bit(in.stats.seen, i),
-                                                             __ldg(in.stats.ema + i), in.factors);
+                                                             SignalAt(r, in, i), in.factors);
                      in.out[i] = f;
                      term = static_cast<double>(f);
                      if (with_base) base_term = weight_math::BaseFactorTerm(__ldg(in.base + i), f);
@@ -458,18 +486,32 @@ __global__ void __launch_bounds__(kSumBlock)
 }
 
 // The clamp pass: the exact sum of c_i into *total.
-template <Kind kKind>
+template <typename Rule>
 __global__ void __launch_bounds__(kSumBlock)
-    ClampedSumKernel(RecomputeInputs in, DeviceChunkSum* chunk_sums, DeviceTotal* total) {
+    ClampedSumKernel(Rule r, RecomputeInputs in, DeviceChunkSum* chunk_sums, DeviceTotal* total) {
   SumChunksOfBlock(in.n, chunk_sums, total, nullptr,
-                   [&](uint64_t i, double& term, double&) { term = ClampedAt<kKind>(in, i); });
+                   [&](uint64_t i, double& term, double&) { term = ClampedAt(r, in, i); });
 }
 
-// The last pass: out[i] = c_i / mean_clamped (kLoss reads f_i from out[i] first).
-template <Kind kKind>
-__global__ void __launch_bounds__(kBlock) WriteKernel(RecomputeInputs in) {
+// The effective sample size floor's trial: the exact sums of w_i = FinalWeight(c_i,
+// mean_clamped) and of SquareTerm(w_i) into totals[0] and totals[1] (the weights WriteKernel
+// would write; nothing is written).
+template <typename Rule>
+__global__ void __launch_bounds__(kSumBlock)
+    FinalSumKernel(Rule r, RecomputeInputs in, DeviceChunkSum* chunk_sums, DeviceTotal* totals) {
+  SumChunksOfBlock(in.n, chunk_sums, &totals[0], &totals[1],
+                   [&](uint64_t i, double& term, double& square) {
+                     const float w = weight_math::FinalWeight(ClampedAt(r, in, i), in.mean_clamped);
+                     term = static_cast<double>(w);
+                     square = weight_math::SquareTerm(w);
+                   });
+}
+
+// The last pass: out[i] = c_i / mean_clamped (kFactor reads f_i from out[i] first).
+template <typename Rule>
+__global__ void __launch_bounds__(kBlock) WriteKernel(Rule r, RecomputeInputs in) {
   for (uint64_t i = GlobalThread(); i < in.n; i += GridStride()) {
-    const double c = ClampedAt<kKind>(in, i);
+    const double c = ClampedAt(r, in, i);
     in.out[i] = weight_math::FinalWeight(c, in.mean_clamped);
   }
 }
@@ -481,20 +523,84 @@ bool Overlap(const void* a, uint64_t a_bytes, const void* b, uint64_t b_bytes) {
   return x < y + b_bytes && y < x + a_bytes;
 }
 
-// The clamp pass and the last pass, both policies: the mean of c_i, then out[i] = c_i /
-// mean_clamped (`in.clamp` set).
-template <Kind kKind>
-cudaError_t ClampAndWrite(RecomputeInputs in, DeviceChunkSum* chunk_sums, DeviceScalars* scalars,
-                          cudaStream_t stream) {
-  SAMPLERD_CUDA_TRY(LaunchExactSum(ClampedSumKernel<kKind>, in.n, 1, chunk_sums,
-                                   &scalars->totals[kClampedTotal], stream, in, chunk_sums,
+// Zeroes the totals [first, first + count) (a DeviceTotal of 0 is an empty sum), so that a pass
+// that runs again (the floor's trials) starts from nothing.
+cudaError_t ResetTotals(DeviceScalars* scalars, int first, int count, cudaStream_t stream) {
+  return cudaMemsetAsync(&scalars->totals[first], 0, count * sizeof(DeviceTotal), stream);
+}
+
+// The clamp pass: the mean of c_i (`in.clamp` set), into in->mean_clamped.
+template <typename Rule>
+cudaError_t MeanClamped(const Rule& r, RecomputeInputs* in, DeviceChunkSum* chunk_sums,
+                        DeviceScalars* scalars, cudaStream_t stream) {
+  SAMPLERD_CUDA_TRY(ResetTotals(scalars, kClampedTotal, 1, stream));
+  SAMPLERD_CUDA_TRY(LaunchExactSum(ClampedSumKernel<Rule>, in->n, 1, chunk_sums,
+                                   &scalars->totals[kClampedTotal], stream, r, *in, chunk_sums,
                                    &scalars->totals[kClampedTotal]));
   DeviceScalars host;
   SAMPLERD_CUDA_TRY(ReadScalars(scalars, &host, stream));
-  in.mean_clamped = weight_math::MeanOf(TotalOf(host.totals[kClampedTotal]), in.n);
-  WriteKernel<kKind><<<GridFor(in.n, kBlock), kBlock, 0, stream>>>(in);
+  in->mean_clamped = weight_math::MeanOf(TotalOf(host.totals[kClampedTotal]), in->n);
+  return cudaSuccess;
+}
+
+// The clamp pass and the last pass, every rule: the mean of c_i, then out[i] = c_i /
+// mean_clamped (`in.clamp` set).
+template <typename Rule>
+cudaError_t ClampAndWrite(const Rule& r, RecomputeInputs in, DeviceChunkSum* chunk_sums,
+                          DeviceScalars* scalars, cudaStream_t stream) {
+  SAMPLERD_CUDA_TRY(MeanClamped(r, &in, chunk_sums, scalars, stream));
+  WriteKernel<Rule><<<GridFor(in.n, kBlock), kBlock, 0, stream>>>(r, in);
   SAMPLERD_CUDA_TRY_LAUNCH();
   return cudaSuccess;
+}
+
+// Whether the final weights with `in.mix` (and in.clamp for it) meet the effective sample size
+// floor (weight_math::MeetsEssFloor of their exact sums S1 and S2), into *meets.
+template <typename Rule>
+cudaError_t MeetsFloor(const Rule& r, RecomputeInputs in, double fraction,
+                       DeviceChunkSum* chunk_sums, DeviceScalars* scalars, cudaStream_t stream,
+                       bool* meets) {
+  SAMPLERD_CUDA_TRY(MeanClamped(r, &in, chunk_sums, scalars, stream));
+  SAMPLERD_CUDA_TRY(ResetTotals(scalars, kFinalTotal, 2, stream));
+  SAMPLERD_CUDA_TRY(LaunchExactSum(FinalSumKernel<Rule>, in.n, 2, chunk_sums,
+                                   &scalars->totals[kFinalTotal], stream, r, in, chunk_sums,
+                                   &scalars->totals[kFinalTotal]));
+  DeviceScalars host;
+  SAMPLERD_CUDA_TRY(ReadScalars(scalars, &host, stream));
+  *meets = weight_math::MeetsEssFloor(TotalOf(host.totals[kFinalTotal]),
+                                      TotalOf(host.totals[kFinalSquareTotal]), fraction, in.n);
+  return cudaSuccess;
+}
+
+// A kFactor rule's last passes, from the factors in `out` and raw_mean_of(mix) (the mean raw
+// weight with that mix): the mix raised by the effective sample size floor (the bisection of
+// weight_math::EssFloorMix on the host, each trial's answer from the device's exact sums, as the
+// CPU's), then the clamp and the result.
+template <typename Rule, typename RawMeanOf>
+cudaError_t FloorClampWrite(const Rule& r, const RecomputeParams& params, RecomputeInputs in,
+                            const RawMeanOf& raw_mean_of, DeviceChunkSum* chunk_sums,
+                            DeviceScalars* scalars, cudaStream_t stream) {
+  auto with_mix = [&](double mix) {
+    RecomputeInputs trial = in;
+    trial.mix = mix;
+    trial.one_minus_mix = 1.0 - mix;
+    trial.clamp = weight_math::ClampRule{raw_mean_of(mix), params.clamp_lo, params.clamp_hi};
+    return trial;
+  };
+  double mix = params.mix;
+  if (params.min_effective_fraction > 0) {
+    cudaError_t error = cudaSuccess;
+    mix = weight_math::EssFloorMix(mix, [&](double trial) {
+      bool meets = true;  // After an error: stop asking (the error is returned below).
+      if (error == cudaSuccess) {
+        error = MeetsFloor(r, with_mix(trial), params.min_effective_fraction, chunk_sums, scalars,
+                           stream, &meets);
+      }
+      return meets;
+    });
+    SAMPLERD_CUDA_TRY(error);
+  }
+  return ClampAndWrite(r, with_mix(mix), chunk_sums, scalars, stream);
 }
 
 // ---- Loss within groups ----------------------------------------------------------------------
@@ -506,22 +612,24 @@ __device__ __forceinline__ uint32_t GroupAt(const RecomputeInputs& in, const uin
 }
 
 // The largest x_i of each group, as the bits of a positive double (they order like the values).
+template <typename Rule>
 __global__ void __launch_bounds__(kBlock)
-    GroupMaxKernel(RecomputeInputs in, const uint32_t* keys, uint32_t count, ull* x_max_bits) {
+    GroupMaxKernel(Rule r, RecomputeInputs in, const uint32_t* keys, uint32_t count,
+                   ull* x_max_bits) {
   for (uint64_t i = GlobalThread(); i < in.n; i += GridStride()) {
-    const double x = weight_math::LossX(Bit(in.stats.seen, i), __ldg(in.stats.ema + i), in.factors);
+    const double x = weight_math::LossX(Bit(in.stats.seen, i), SignalAt(r, in, i), in.factors);
     atomicMax(x_max_bits + GroupAt(in, keys, count, i), static_cast<ull>(det::Bits(x)));
   }
 }
 
 // f_i with its group's rule into out[i]; the groups' fixed-point sums of f_i.
+template <typename Rule>
 __global__ void __launch_bounds__(kBlock)
-    GroupFactorKernel(RecomputeInputs in, const uint32_t* keys, uint32_t count,
+    GroupFactorKernel(Rule r, RecomputeInputs in, const uint32_t* keys, uint32_t count,
                       const weight_math::LossFactorRule* rules, ull* low, ull* high) {
   for (uint64_t i = GlobalThread(); i < in.n; i += GridStride()) {
     const uint32_t g = GroupAt(in, keys, count, i);
-    const float f =
-        weight_math::LossFactor(Bit(in.stats.seen, i), __ldg(in.stats.ema + i), rules[g]);
+    const float f = weight_math::LossFactor(Bit(in.stats.seen, i), SignalAt(r, in, i), rules[g]);
     in.out[i] = f;
     const uint64_t units = weight_math::GroupFactorUnits(f);
     atomicAdd(low + g, static_cast<ull>(weight_math::GroupFactorLow(units)));
@@ -548,8 +656,9 @@ cudaError_t ReadBack(const T* device, uint32_t count, std::vector<T>* host, cuda
 }
 
 // Pass 2 of the loss policy within groups (in.factors set): the normalised factors into `out`.
-cudaError_t GroupFactorPasses(const RecomputeParams& params, const RecomputeInputs& in,
-                              cudaStream_t stream) {
+template <typename Rule>
+cudaError_t GroupFactorPasses(const Rule& r, const RecomputeParams& params,
+                              const RecomputeInputs& in, cudaStream_t stream) {
   const uint32_t k = params.num_groups;
   AsyncBuffer keys_buffer, sums_buffer, rules_buffer, means_buffer;
   SAMPLERD_CUDA_TRY(keys_buffer.Allocate(k * sizeof(uint32_t), stream));
@@ -563,7 +672,7 @@ cudaError_t GroupFactorPasses(const RecomputeParams& params, const RecomputeInpu
   SAMPLERD_CUDA_TRY(cudaMemcpyAsync(keys, params.group_keys, k * sizeof(uint32_t),
                                     cudaMemcpyHostToDevice, stream));
   SAMPLERD_CUDA_TRY(cudaMemsetAsync(x_max_bits, 0, 3 * k * sizeof(ull), stream));
-  GroupMaxKernel<<<GridFor(in.n, kBlock), kBlock, 0, stream>>>(in, keys, k, x_max_bits);
+  GroupMaxKernel<Rule><<<GridFor(in.n, kBlock), kBlock, 0, stream>>>(r, in, keys, k, x_max_bits);
   SAMPLERD_CUDA_TRY_LAUNCH();
   std::vector<ull> host_max;
   SAMPLERD_CUDA_TRY(ReadBack(x_max_bits, k, &host_max, stream));
@@ -574,8 +683,8 @@ cudaError_t GroupFactorPasses(const RecomputeParams& params, const RecomputeInpu
   SAMPLERD_CUDA_TRY(cudaMemcpyAsync(rules_buffer.as<void>(), rules.data(),
                                     k * sizeof(weight_math::LossFactorRule), cudaMemcpyHostToDevice,
                                     stream));
-  GroupFactorKernel<<<GridFor(in.n, kBlock), kBlock, 0, stream>>>(
-      in, keys, k, rules_buffer.as<weight_math::LossFactorRule>(), low, high);
+  GroupFactorKernel<Rule><<<GridFor(in.n, kBlock), kBlock, 0, stream>>>(
+      r, in, keys, k, rules_buffer.as<weight_math::LossFactorRule>(), low, high);
   SAMPLERD_CUDA_TRY_LAUNCH();
   std::vector<ull> host_sums;
   SAMPLERD_CUDA_TRY(ReadBack(low, 2 * k, &host_sums, stream));
@@ -592,9 +701,11 @@ cudaError_t GroupFactorPasses(const RecomputeParams& params, const RecomputeInpu
   return cudaStreamSynchronize(stream);
 }
 
-// The recompute after validation, by policy: passes 2.. of CpuBackend::RecomputeWeights.
-cudaError_t LossPasses(const RecomputeParams& params, const DeviceScalars& scan, RecomputeInputs in,
-                       DeviceChunkSum* chunk_sums, DeviceScalars* scalars, cudaStream_t stream) {
+// A kFactor rule's passes after validation: passes 2.. of CpuBackend::RecomputeWeights.
+template <typename Rule>
+cudaError_t FactorPasses(const Rule& r, const RecomputeParams& params, const DeviceScalars& scan,
+                         RecomputeInputs in, DeviceChunkSum* chunk_sums, DeviceScalars* scalars,
+                         cudaStream_t stream) {
   in.factors = weight_math::LossFactorRuleOf(
       params.has_prior_loss, params.prior_loss, params.epsilon, params.alpha, scan.seen,
       TotalOf(scan.totals[kScanTotal]), weight_math::FloatFromBits(scan.ema_max_bits),
@@ -603,18 +714,18 @@ cudaError_t LossPasses(const RecomputeParams& params, const DeviceScalars& scan,
   in.mix = params.mix;
   if (params.within_groups) {
     // The normalised factors in `out`; the raw weights' mean is the base weights' (each group
-    // keeps its base share); passes 3 and 4 as below.
-    SAMPLERD_CUDA_TRY(GroupFactorPasses(params, in, stream));
+    // keeps its base share); the floor, the clamp and the result as below.
+    SAMPLERD_CUDA_TRY(GroupFactorPasses(r, params, in, stream));
     in.mean_f = 1.0;
-    in.clamp = weight_math::ClampRule{weight_math::MeanOf(TotalOf(scan.totals[kBaseTotal]), in.n),
-                                      params.clamp_lo, params.clamp_hi};
-    return ClampAndWrite<Kind::kLoss>(in, chunk_sums, scalars, stream);
+    const double mean_b = weight_math::MeanOf(TotalOf(scan.totals[kBaseTotal]), in.n);
+    return FloorClampWrite(
+        r, params, in, [mean_b](double) { return mean_b; }, chunk_sums, scalars, stream);
   }
   // Pass 2: f_i, parked in `out` (validation is over), the mean of f_i and, with base weights,
   // of base_i f_i.
   const bool with_base = in.base != nullptr;
-  SAMPLERD_CUDA_TRY(LaunchExactSum(FactorKernel, in.n, with_base ? 2 : 1, chunk_sums,
-                                   &scalars->totals[kFactorTotal], stream, in, chunk_sums,
+  SAMPLERD_CUDA_TRY(LaunchExactSum(FactorKernel<Rule>, in.n, with_base ? 2 : 1, chunk_sums,
+                                   &scalars->totals[kFactorTotal], stream, r, in, chunk_sums,
                                    &scalars->totals[kFactorTotal]));
   DeviceScalars host;
   SAMPLERD_CUDA_TRY(ReadScalars(scalars, &host, stream));
@@ -625,20 +736,58 @@ cudaError_t LossPasses(const RecomputeParams& params, const DeviceScalars& scan,
     mean_bf = weight_math::MeanOf(TotalOf(host.totals[kBaseFactorTotal]), in.n);
     mean_b = weight_math::MeanOf(TotalOf(scan.totals[kBaseTotal]), in.n);
   }
-  in.clamp = weight_math::ClampRule{
-      weight_math::LossRawMean(in.one_minus_mix, in.mean_f, in.mix, mean_bf, mean_b),
-      params.clamp_lo, params.clamp_hi};
-  // Passes 3 and 4: the clamped weights' mean, the result.
-  return ClampAndWrite<Kind::kLoss>(in, chunk_sums, scalars, stream);
+  const double mean_f = in.mean_f;
+  // The floor, then passes 3 and 4: the clamped weights' mean, the result.
+  return FloorClampWrite(
+      r, params, in,
+      [=](double mix) { return weight_math::LossRawMean(1.0 - mix, mean_f, mix, mean_bf, mean_b); },
+      chunk_sums, scalars, stream);
 }
 
-cudaError_t MultiplicativePasses(const RecomputeParams& params, const DeviceScalars& scan,
-                                 RecomputeInputs in, DeviceChunkSum* chunk_sums,
-                                 DeviceScalars* scalars, cudaStream_t stream) {
+// A kDirect rule's passes after validation.
+template <typename Rule>
+cudaError_t DirectPasses(const Rule& r, const RecomputeParams& params, const DeviceScalars& scan,
+                         RecomputeInputs in, DeviceChunkSum* chunk_sums, DeviceScalars* scalars,
+                         cudaStream_t stream) {
   // The raw weights' sum came with pass 1; pass 2: the clamped weights' mean; pass 3: the result.
   in.clamp = weight_math::ClampRule{weight_math::MeanOf(TotalOf(scan.totals[kScanTotal]), in.n),
                                     params.clamp_lo, params.clamp_hi};
-  return ClampAndWrite<Kind::kMultiplicative>(in, chunk_sums, scalars, stream);
+  return ClampAndWrite(r, in, chunk_sums, scalars, stream);
+}
+
+// Every pass of the rule `r` (validated arguments): pass 1, its check into *check, then the
+// shape's passes unless the check failed.
+template <typename Rule>
+cudaError_t RulePasses(const Rule& r, const RecomputeParams& params, const RecomputeInputs& in,
+                       RecomputeCheck* check, cudaStream_t stream) {
+  AsyncBuffer chunk_buffer, scalar_buffer;
+  // Up to two series per pass (kFactor with base weights, the floor's S1 and S2).
+  SAMPLERD_CUDA_TRY(chunk_buffer.Allocate(2 * NumChunks(in.n) * sizeof(DeviceChunkSum), stream));
+  SAMPLERD_CUDA_TRY(scalar_buffer.Allocate(sizeof(DeviceScalars), stream));
+  DeviceChunkSum* chunk_sums = chunk_buffer.as<DeviceChunkSum>();
+  DeviceScalars* scalars = scalar_buffer.as<DeviceScalars>();
+  InitScalarsKernel<<<1, 1, 0, stream>>>(scalars);
+  SAMPLERD_CUDA_TRY_LAUNCH();
+
+  // Pass 1: validation; nothing is written to `out` before it is complete.
+  const int scan_series = kFactorRule<Rule> && in.base != nullptr ? 2 : 1;
+  SAMPLERD_CUDA_TRY(LaunchExactSum(ScanKernel<Rule>, in.n, scan_series, chunk_sums,
+                                   &scalars->totals[kScanTotal], stream, r, in, chunk_sums,
+                                   scalars));
+  DeviceScalars scan;
+  SAMPLERD_CUDA_TRY(ReadScalars(scalars, &scan, stream));
+  check->first_bad = scan.first_bad;
+  check->base_positive = scan.base_positive != 0;
+  check->current_positive = scan.current_positive != 0;
+  if (check->first_bad != ~uint64_t{0} || (in.base != nullptr && !check->base_positive) ||
+      (!kFactorRule<Rule> && in.current != nullptr && !check->current_positive)) {
+    return cudaSuccess;  // The caller's error; `out` untouched.
+  }
+  if constexpr (kFactorRule<Rule>) {
+    return FactorPasses(r, params, scan, in, chunk_sums, scalars, stream);
+  } else {
+    return DirectPasses(r, params, scan, in, chunk_sums, scalars, stream);
+  }
 }
 
 // ---- SummarizeWeights ----------------------------------------------------------------------
@@ -705,11 +854,7 @@ cudaError_t RecomputeWeights(const RecomputeParams& params, uint64_t n, const fl
                              const float* current, const DeviceLossStats& stats, float* out,
                              RecomputeCheck* check, cudaStream_t stream) {
   if (n == 0 || n > kMaxSamples || stats.ema == nullptr || stats.meta == nullptr ||
-      stats.seen == nullptr || stats.defined == nullptr || out == nullptr || check == nullptr ||
-      (params.kind != Kind::kLoss && params.kind != Kind::kMultiplicative) ||
-      (params.within_groups &&
-       (params.kind != Kind::kLoss || base == nullptr || params.num_groups == 0 ||
-        params.group_keys == nullptr || params.group_counts == nullptr))) {
+      stats.seen == nullptr || stats.defined == nullptr || out == nullptr || check == nullptr) {
     return cudaErrorInvalidValue;
   }
   const uint64_t weight_bytes = n * sizeof(float);
@@ -722,46 +867,27 @@ cudaError_t RecomputeWeights(const RecomputeParams& params, uint64_t n, const fl
       Overlap(out, weight_bytes, stats.defined, word_bytes)) {
     return cudaErrorInvalidValue;
   }
-  *check = RecomputeCheck{};
   RecomputeInputs in;
   in.n = n;
   in.base = base;
   in.current = current;
   in.stats = stats;
   in.out = out;
-  in.eta = params.eta;
-  in.marker = params.marker;
-  AsyncBuffer chunk_buffer, scalar_buffer;
-  // Up to two series per pass (kLoss with base weights).
-  SAMPLERD_CUDA_TRY(chunk_buffer.Allocate(2 * NumChunks(n) * sizeof(DeviceChunkSum), stream));
-  SAMPLERD_CUDA_TRY(scalar_buffer.Allocate(sizeof(DeviceScalars), stream));
-  DeviceChunkSum* chunk_sums = chunk_buffer.as<DeviceChunkSum>();
-  DeviceScalars* scalars = scalar_buffer.as<DeviceScalars>();
-  InitScalarsKernel<<<1, 1, 0, stream>>>(scalars);
-  SAMPLERD_CUDA_TRY_LAUNCH();
-
-  // Pass 1: validation; nothing is written to `out` before it is complete.
-  DeviceScalars scan;
-  if (params.kind == Kind::kLoss) {
-    SAMPLERD_CUDA_TRY(LaunchExactSum(ScanKernel<Kind::kLoss>, n, base != nullptr ? 2 : 1,
-                                     chunk_sums, &scalars->totals[kScanTotal], stream, in,
-                                     chunk_sums, scalars));
-  } else {
-    SAMPLERD_CUDA_TRY(LaunchExactSum(ScanKernel<Kind::kMultiplicative>, n, 1, chunk_sums,
-                                     &scalars->totals[kScanTotal], stream, in, chunk_sums,
-                                     scalars));
-  }
-  SAMPLERD_CUDA_TRY(ReadScalars(scalars, &scan, stream));
-  check->first_bad = scan.first_bad;
-  check->base_positive = scan.base_positive != 0;
-  check->current_positive = scan.current_positive != 0;
-  if (check->first_bad != ~uint64_t{0} || (base != nullptr && !check->base_positive) ||
-      (params.kind == Kind::kMultiplicative && current != nullptr && !check->current_positive)) {
-    return cudaSuccess;  // The caller's error; `out` untouched.
-  }
-  return params.kind == Kind::kLoss
-             ? LossPasses(params, scan, in, chunk_sums, scalars, stream)
-             : MultiplicativePasses(params, scan, in, chunk_sums, scalars, stream);
+  return VisitPolicyRule(params.loss, params.rule_inputs(), [&](const auto& r) -> cudaError_t {
+    using Rule = std::decay_t<decltype(r)>;
+    if constexpr (Rule::kShape == PolicyRuleShape::kNone) {
+      return cudaErrorInvalidValue;  // Not a loss policy: nothing to recompute.
+    } else {
+      if (!r.HasInputs() ||
+          (params.within_groups &&
+           (!kFactorRule<Rule> || base == nullptr || params.num_groups == 0 ||
+            params.group_keys == nullptr || params.group_counts == nullptr))) {
+        return cudaErrorInvalidValue;
+      }
+      *check = RecomputeCheck{};
+      return RulePasses(r, params, in, check, stream);
+    }
+  });
 }
 
 cudaError_t SummarizeWeights(const float* weights, uint64_t n, WeightSummaryValues* summary,

@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "kernels/loss_stats.h"
+#include "kernels/policy_rules.h"
 #include "kernels/weight_math.h"
 
 namespace samplerd {
@@ -85,29 +86,38 @@ inline void JoinLossStats(const float* ema, const uint32_t* meta, uint64_t count
 }
 
 // A loss policy's parameters (WeightPolicyParams of kernels/weight_policy.h without Abseil,
-// already validated by ValidatePolicy), and the marker of the closed epoch.
+// already validated by ValidatePolicy), and the marker of the closed epoch. The kernels are
+// templates over the policy's rule (kernels/policy_rules.h: VisitPolicyRule of `loss`), never
+// naming a kind; the fields below are what the rules' shapes read.
 struct RecomputeParams {
-  enum class Kind { kLoss, kMultiplicative } kind = Kind::kLoss;
-  double alpha = 1.0, epsilon = 1e-3, mix = 0.0;  // kLoss.
-  bool has_prior_loss = false;                    // kLoss: else the mean EMA of the seen.
+  LossWeightKind loss = LossWeightKind::kLoss;    // A loss policy: not kNone.
+  double alpha = 1.0, epsilon = 1e-3, mix = 0.0;  // kFactor rules.
+  bool has_prior_loss = false;                    // kFactor: else the mean signal of the seen.
   double prior_loss = 0.0;
-  double eta = 1.0;  // kMultiplicative.
+  double eta = 1.0;  // PolicyRuleInputs::eta (MULTIPLICATIVE).
   double clamp_lo = 0.1, clamp_hi = 10.0;
-  uint16_t marker = 0;  // EpochMarker(closed epoch): kMultiplicative's "seen in it".
-  // kLoss with loss_within_groups: the factor normalised within each group of equal base weight
-  // (base required). RecomputeWeights reads the groups' table (loss_groups.h, FindLossGroups of
-  // the base weights) from host memory: num_groups keys (ascending) and counts.
+  uint16_t marker = 0;  // EpochMarker(closed epoch): PolicyRuleInputs::marker.
+  // kFactor with loss_within_groups: the factor normalised within each group of equal base
+  // weight (base required). RecomputeWeights reads the groups' table (loss_groups.h,
+  // FindLossGroups of the base weights) from host memory: num_groups keys (ascending) and counts.
   bool within_groups = false;
   const uint32_t* group_keys = nullptr;
   const uint64_t* group_counts = nullptr;
   uint32_t num_groups = 0;
-  // kLoss for REDUCIBLE_LOSS: its N irreducible losses, the signal's (weight_math::LossSignal);
-  // nullptr for LOSS. The host reference reads them from host memory. (Not yet in the device
-  // kernels: CudaBackend refuses REDUCIBLE_LOSS.)
+  // PolicyRuleInputs::irreducible (REDUCIBLE_LOSS: its N irreducible losses; nullptr for the
+  // others): device memory for RecomputeWeights, host memory for the host reference.
   const float* irreducible = nullptr;
-  // kLoss: the effective sample size floor (weight_math::EssFloorMix), a fraction of N; 0: off.
-  // (Host reference only, as irreducible.)
+  // kFactor: the effective sample size floor (weight_math::EssFloorMix), a fraction of N; 0: off.
   double min_effective_fraction = 0.0;
+
+  // The inputs of the policy's rule (VisitPolicyRule).
+  PolicyRuleInputs rule_inputs() const {
+    PolicyRuleInputs inputs;
+    inputs.irreducible = irreducible;
+    inputs.eta = eta;
+    inputs.marker = marker;
+    return inputs;
+  }
 };
 
 // What the first pass of RecomputeWeights found: the CPU backend's validation of its inputs.
@@ -121,9 +131,11 @@ struct RecomputeCheck {
 
 // W_{e+1} (n entries, mean 1) from base and current weights (nullptr: all 1) and the loss
 // statistics, by the passes of CpuBackend::RecomputeWeights (exact sums over exact_sum::kChunk
-// samples), into `out` (must not overlap the inputs). Fills *check (host memory) first; if it
-// finds a bad entry, an all-zero base, or (kMultiplicative) an all-zero current, nothing is
-// written to `out` and the caller turns *check into the CPU backend's error. n >= 1.
+// samples; the effective sample size floor's bisection on the host from the device's exact
+// sums), into `out` (must not overlap the inputs). Fills *check (host memory) first; if it finds
+// a bad entry, an all-zero base, or (a kDirect rule) an all-zero current, nothing is written to
+// `out` and the caller turns *check into the CPU backend's error. n >= 1;
+// cudaErrorInvalidValue for params.loss kNone or a rule without its inputs (HasInputs).
 cudaError_t RecomputeWeights(const RecomputeParams& params, uint64_t n, const float* base,
                              const float* current, const DeviceLossStats& stats, float* out,
                              RecomputeCheck* check, cudaStream_t stream);

@@ -424,24 +424,31 @@ class DeviceStats {
 bool SameBytes(const void* a, const void* b, size_t bytes) { return std::memcmp(a, b, bytes) == 0; }
 
 // One recompute on the device against the reference: the check always, the weights when it
-// passes; when it fails, `out` must be untouched (still the 0xAB poison).
+// passes; when it fails, `out` must be untouched (still the 0xAB poison). `irreducible`:
+// REDUCIBLE_LOSS's irreducible losses (params.irreducible is set to their copy on the device
+// for the device, to the host vector for the reference).
 void CheckRecompute(const std::string& name, const RecomputeParams& params,
                     const std::vector<float>& base, const std::vector<float>& current,
-                    const std::vector<SampleLossStats>& stats) {
+                    const std::vector<SampleLossStats>& stats,
+                    const std::vector<float>& irreducible = {}) {
   const uint64_t n = stats.size();
-  DeviceArray<float> d_base, d_current, d_out;
+  DeviceArray<float> d_base, d_current, d_out, d_irreducible;
   DeviceStats d_stats;
   CASE_CUDA(d_base.Upload(base));
   CASE_CUDA(d_current.Upload(current));
   CASE_CUDA(d_stats.Upload(stats));
+  CASE_CUDA(d_irreducible.Upload(irreducible));
   CASE_CUDA(d_out.Allocate(n));
+  RecomputeParams device_params = params, host_params = params;
+  device_params.irreducible = irreducible.empty() ? nullptr : d_irreducible.get();
+  host_params.irreducible = irreducible.empty() ? nullptr : irreducible.data();
   RecomputeCheck check;
-  CASE_CUDA(RecomputeWeights(params, n, base.empty() ? nullptr : d_base.get(),
+  CASE_CUDA(RecomputeWeights(device_params, n, base.empty() ? nullptr : d_base.get(),
                              current.empty() ? nullptr : d_current.get(), d_stats.get(),
                              d_out.get(), &check, 0));
   CASE_CUDA(cudaDeviceSynchronize());
   const reference::Recomputed want =
-      reference::RecomputeWeights(params, n, base.empty() ? nullptr : base.data(),
+      reference::RecomputeWeights(host_params, n, base.empty() ? nullptr : base.data(),
                                   current.empty() ? nullptr : current.data(), stats.data());
   if (check.first_bad != want.check.first_bad || check.base_positive != want.check.base_positive ||
       check.current_positive != want.check.current_positive) {
@@ -477,7 +484,7 @@ void CheckRecompute(const std::string& name, const RecomputeParams& params,
 RecomputeParams RandomParams(std::mt19937_64& rng, int round) {
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   RecomputeParams p;
-  p.kind = round % 3 == 2 ? RecomputeParams::Kind::kMultiplicative : RecomputeParams::Kind::kLoss;
+  p.loss = round % 3 == 2 ? LossWeightKind::kMultiplicative : LossWeightKind::kLoss;
   const double alphas[] = {1.0, 0.0, 0.5, 2.0, 8.0, 0.3};
   p.alpha = alphas[round % 6];
   p.epsilon = round % 4 == 0 ? 1e-3 : 1e-6 + unit(rng);
@@ -491,11 +498,42 @@ RecomputeParams RandomParams(std::mt19937_64& rng, int round) {
   return p;
 }
 
+// The kFactor variants of a round's policy (after RandomParams' draws, so that every round keeps
+// its parameters): REDUCIBLE_LOSS instead of LOSS in some rounds, the effective sample size floor
+// in others (both in some).
+void FactorVariants(int round, RecomputeParams* p) {
+  if (p->loss == LossWeightKind::kMultiplicative) return;
+  if (round % 4 == 1 || round % 4 == 2) p->loss = LossWeightKind::kReducibleLoss;
+  if (round % 5 == 2 || round % 5 == 4) p->min_effective_fraction = 0.25 + 0.125 * (round % 6);
+}
+
+// Irreducible losses for REDUCIBLE_LOSS (finite, >= 0), in the range of VariedStats' EMAs so
+// that some signals are 0 and some positive; none for the other policies.
+std::vector<float> IrreducibleFor(const RecomputeParams& p, uint64_t n, uint64_t seed) {
+  if (p.loss != LossWeightKind::kReducibleLoss) return {};
+  std::mt19937_64 rng(seed);
+  std::vector<float> irreducible(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    irreducible[i] = i % 5 == 0 ? 0.0f : static_cast<float>(rng() % 4096) / 1024.0f;
+  }
+  return irreducible;
+}
+
+std::string PolicyName(const RecomputeParams& p) {
+  const char* kind = p.loss == LossWeightKind::kMultiplicative ? " multiplicative"
+                     : p.loss == LossWeightKind::kReducibleLoss ? " reducible_loss"
+                                                                : " loss";
+  return kind + (p.min_effective_fraction > 0
+                     ? " floor=" + std::to_string(p.min_effective_fraction)
+                     : std::string());
+}
+
 void CheckRecomputes(uint64_t n, int rounds, uint64_t seed) {
   std::mt19937_64 rng(seed);
   const char* kinds[] = {"random", "ties", "zeros", "extreme"};
   for (int round = 0; round < rounds; ++round) {
-    const RecomputeParams p = RandomParams(rng, round);
+    RecomputeParams p = RandomParams(rng, round);
+    FactorVariants(round, &p);
     const std::string weights = kinds[round % 4];
     std::vector<float> base = round % 2 ? PatternWeights(weights, n, round) : std::vector<float>();
     std::vector<float> current = round % 4 == 1
@@ -512,10 +550,10 @@ void CheckRecomputes(uint64_t n, int rounds, uint64_t seed) {
     }
     const std::string name =
         std::string("recompute n=") + std::to_string(n) + " round=" + std::to_string(round) +
-        (p.kind == RecomputeParams::Kind::kLoss ? " loss" : " multiplicative") +
-        " alpha=" + std::to_string(p.alpha) + " base=" + (base.empty() ? "none" : weights) +
+        PolicyName(p) + " alpha=" + std::to_string(p.alpha) +
+        " base=" + (base.empty() ? "none" : weights) +
         " current=" + (current.empty() ? "none" : kinds[(round + 1) % 4]) + " stats=" + seen;
-    CheckRecompute(name, p, base, current, stats);
+    CheckRecompute(name, p, base, current, stats, IrreducibleFor(p, n, seed + round));
   }
 }
 
@@ -525,6 +563,7 @@ void CheckRecomputesWithinGroups(uint64_t n, int rounds, uint64_t seed) {
   std::mt19937_64 rng(seed);
   for (int round = 0; round < rounds; ++round) {
     RecomputeParams p = RandomParams(rng, 3 * round);  // kLoss.
+    FactorVariants(round, &p);
     p.within_groups = true;
     const uint64_t classes = 1 + (round * 31) % 97;
     std::vector<float> base(n);
@@ -540,8 +579,9 @@ void CheckRecomputesWithinGroups(uint64_t n, int rounds, uint64_t seed) {
     std::vector<SampleLossStats> stats = VariedStats(n, seed + round, p.marker);
     if (round % 5 == 4) stats.assign(n, SampleLossStats{});
     CheckRecompute("recompute within groups n=" + std::to_string(n) + " round=" +
-                       std::to_string(round) + " groups=" + std::to_string(groups.size()),
-                   p, base, {}, stats);
+                       std::to_string(round) + PolicyName(p) +
+                       " groups=" + std::to_string(groups.size()),
+                   p, base, {}, stats, IrreducibleFor(p, n, seed + round));
   }
 }
 
@@ -549,12 +589,11 @@ void CheckRecomputesWithinGroups(uint64_t n, int rounds, uint64_t seed) {
 // field), an all-zero base or current is refused, and `out` stays untouched.
 void CheckRecomputeRefusals() {
   const uint64_t n = 3 * 4096 + 5;
-  for (RecomputeParams::Kind kind :
-       {RecomputeParams::Kind::kLoss, RecomputeParams::Kind::kMultiplicative}) {
+  for (LossWeightKind kind : {LossWeightKind::kLoss, LossWeightKind::kMultiplicative}) {
     RecomputeParams p;
-    p.kind = kind;
+    p.loss = kind;
     p.marker = 3;
-    const std::string k = kind == RecomputeParams::Kind::kLoss ? "loss" : "multiplicative";
+    const std::string k = kind == LossWeightKind::kLoss ? "loss" : "multiplicative";
     std::vector<float> base(n, 1.0f), current(n, 1.0f);
     std::vector<SampleLossStats> stats(n, SampleLossStats{0.5f, 1, 3});
     stats[17] = {NAN, 0, 0};  // Undefined EMA: not an error.

@@ -15,13 +15,13 @@ namespace samplerd {
 namespace gpu {
 
 // `policy`'s loss kind and parameters, and the marker of `closed_epoch` (EpochMarker). For a
-// loss policy only (UsesLossStats). REDUCIBLE_LOSS is kLoss with the irreducible losses, which
-// the caller sets (params.irreducible).
+// loss policy only (UsesLossStats). A per-sample input of the policy's rule (REDUCIBLE_LOSS's
+// irreducible losses) and the groups' table are the caller's to set: they live in device memory
+// for the kernels, host memory for the reference.
 inline RecomputeParams DeviceRecomputeParams(const WeightPolicyParams& policy,
                                              uint64_t closed_epoch) {
   RecomputeParams p;
-  p.kind = policy.loss == LossWeightKind::kMultiplicative ? RecomputeParams::Kind::kMultiplicative
-                                                          : RecomputeParams::Kind::kLoss;
+  p.loss = policy.loss;
   p.alpha = policy.alpha;
   p.epsilon = policy.epsilon;
   p.mix = policy.mix;

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 
 #include "kernels/exact_sum.h"
 #include "kernels/loss_groups.h"
+#include "kernels/policy_rules.h"
 #include "kernels/weight_math.h"
 
 namespace samplerd {
@@ -117,100 +119,100 @@ double ExactSum(uint64_t n, const std::function<double(uint64_t)>& term) {
   return exact_sum::Total(chunks.data(), chunks.size());
 }
 
-Recomputed RecomputeWeights(const RecomputeParams& params, uint64_t n, const float* base,
-                            const float* current, const SampleLossStats* stats) {
-  namespace wm = weight_math;
-  using Kind = RecomputeParams::Kind;
-  Recomputed result;
-  RecomputeCheck& check = result.check;
+namespace {
+
+namespace wm = weight_math;
+
+float WeightOr1(const float* w, uint64_t i) { return w == nullptr ? 1.0f : w[i]; }
+
+// The factors f_i of a kFactor rule (with loss_within_groups: normalised within each group),
+// and raw_mean_of(mix), the mean raw weight with a given mix.
+template <typename Rule>
+void FactorsOf(const Rule& r, const RecomputeParams& params, uint64_t n, const float* base,
+               const SampleLossStats* stats, std::vector<float>* f, double* mean_f,
+               std::function<double(double)>* raw_mean_of) {
+  // The signal (the EMA for LOSS; REDUCIBLE_LOSS: the EMA less the irreducible loss, clamped
+  // at 0).
+  auto signal = [&](uint64_t i) { return r.Signal(stats[i].ema_loss, i); };
+  uint64_t seen = 0;
+  double ema_max = 0;  // std::max keeps +0 against -0.
+  bool unseen = false;
   for (uint64_t i = 0; i < n; ++i) {
-    if (wm::SampleIsBad(base, current, stats[i], i)) {
-      check.first_bad = i;
-      break;
+    if (stats[i].count > 0) {
+      ++seen;
+      ema_max = std::max(ema_max, static_cast<double>(signal(i)));
+    } else {
+      unseen = true;
     }
   }
-  for (uint64_t i = 0; i < n; ++i) {
-    if (base != nullptr && wm::PositiveBits(wm::FloatBits(base[i]))) check.base_positive = true;
-    if (current != nullptr && wm::PositiveBits(wm::FloatBits(current[i]))) {
-      check.current_positive = true;
+  const double ema_sum = ExactSum(
+      n, [&](uint64_t i) { return stats[i].count > 0 ? static_cast<double>(signal(i)) : 0.0; });
+  const wm::LossFactorRule rule =
+      wm::LossFactorRuleOf(params.has_prior_loss, params.prior_loss, params.epsilon, params.alpha,
+                           seen, ema_sum, static_cast<float>(ema_max), unseen);
+  f->resize(n);
+  for (uint64_t i = 0; i < n; ++i) (*f)[i] = wm::LossFactor(stats[i].count > 0, signal(i), rule);
+  *mean_f = wm::MeanOf(ExactSum(n, [&](uint64_t i) { return static_cast<double>((*f)[i]); }), n);
+  if (params.within_groups) {
+    // Loss within groups: the factors again, with each group's own x_max, normalised by the
+    // group's fixed-point mean; then LossRaw with mean_f = 1 and the base weights' mean.
+    LossGroupTable groups;
+    FindLossGroups(base, n, ~uint64_t{0}, &groups);
+    auto group_of = [&](uint64_t i) {
+      return wm::GroupOf(groups.keys.data(), groups.size(), wm::GroupKey(base[i]));
+    };
+    std::vector<double> x_max(groups.size(), 0.0);
+    for (uint64_t i = 0; i < n; ++i) {
+      const double x = wm::LossX(stats[i].count > 0, signal(i), rule);
+      x_max[group_of(i)] = std::max(x_max[group_of(i)], x);
     }
+    std::vector<uint64_t> low(groups.size(), 0), high(groups.size(), 0);
+    for (uint64_t i = 0; i < n; ++i) {
+      const uint32_t g = group_of(i);
+      (*f)[i] = wm::LossFactor(stats[i].count > 0, signal(i), wm::GroupFactorRule(rule, x_max[g]));
+      low[g] += wm::GroupFactorLow(wm::GroupFactorUnits((*f)[i]));
+      high[g] += wm::GroupFactorHigh(wm::GroupFactorUnits((*f)[i]));
+    }
+    for (uint64_t i = 0; i < n; ++i) {
+      const uint32_t g = group_of(i);
+      (*f)[i] = wm::GroupNormalisedFactor((*f)[i],
+                                          wm::GroupFactorMean(high[g], low[g], groups.counts[g]));
+    }
+    *mean_f = 1.0;
+    const double mean_b =
+        wm::MeanOf(ExactSum(n, [&](uint64_t i) { return static_cast<double>(base[i]); }), n);
+    *raw_mean_of = [mean_b](double) { return mean_b; };
+    return;
   }
-  if (check.first_bad != ~uint64_t{0} || (base != nullptr && !check.base_positive) ||
-      (params.kind == Kind::kMultiplicative && current != nullptr && !check.current_positive)) {
-    return result;
+  double mean_bf = *mean_f, mean_b = 1.0;
+  if (base != nullptr) {
+    mean_bf = wm::MeanOf(
+        ExactSum(n, [&](uint64_t i) { return wm::BaseFactorTerm(base[i], (*f)[i]); }), n);
+    mean_b = wm::MeanOf(ExactSum(n, [&](uint64_t i) { return static_cast<double>(base[i]); }), n);
   }
-  auto weight = [](const float* w, uint64_t i) { return w == nullptr ? 1.0f : w[i]; };
+  const double m_f = *mean_f;
+  *raw_mean_of = [=](double m) { return wm::LossRawMean(1.0 - m, m_f, m, mean_bf, mean_b); };
+}
+
+// W_{e+1} after the check, for the rule `r` (a kFactor or kDirect rule).
+template <typename Rule>
+std::vector<float> RecomputeChecked(const Rule& r, const RecomputeParams& params, uint64_t n,
+                                    const float* base, const float* current,
+                                    const SampleLossStats* stats) {
   std::function<double(uint64_t)> raw;
   std::function<bool(uint64_t)> excluded;
-  std::vector<float> f;
-  double mean_f = 1, raw_mean = 0;
-  // The mix of the loss policies: the configured one, raised by the floor below.
+  double raw_mean = 0;
+  // The mix of a kFactor rule: the configured one, raised by the floor below.
   double mix = params.mix;
-  std::function<double(double)> raw_mean_of;  // kLoss: the mean raw weight with a given mix.
-  if (params.kind == Kind::kLoss) {
-    // The signal (the EMA; REDUCIBLE_LOSS: the EMA less the irreducible loss, clamped at 0).
-    auto signal = [&](uint64_t i) { return wm::LossSignal(stats[i].ema_loss, params.irreducible, i); };
-    uint64_t seen = 0;
-    double ema_max = 0;  // std::max keeps +0 against -0.
-    bool unseen = false;
-    for (uint64_t i = 0; i < n; ++i) {
-      if (stats[i].count > 0) {
-        ++seen;
-        ema_max = std::max(ema_max, static_cast<double>(signal(i)));
-      } else {
-        unseen = true;
-      }
-    }
-    const double ema_sum = ExactSum(
-        n, [&](uint64_t i) { return stats[i].count > 0 ? static_cast<double>(signal(i)) : 0.0; });
-    const wm::LossFactorRule rule =
-        wm::LossFactorRuleOf(params.has_prior_loss, params.prior_loss, params.epsilon, params.alpha,
-                             seen, ema_sum, static_cast<float>(ema_max), unseen);
-    f.resize(n);
-    for (uint64_t i = 0; i < n; ++i) f[i] = wm::LossFactor(stats[i].count > 0, signal(i), rule);
-    mean_f = wm::MeanOf(ExactSum(n, [&](uint64_t i) { return static_cast<double>(f[i]); }), n);
-    if (params.within_groups) {
-      // Loss within groups: the factors again, with each group's own x_max, normalised by the
-      // group's fixed-point mean; then LossRaw with mean_f = 1 and the base weights' mean.
-      LossGroupTable groups;
-      FindLossGroups(base, n, ~uint64_t{0}, &groups);
-      auto group_of = [&](uint64_t i) {
-        return wm::GroupOf(groups.keys.data(), groups.size(), wm::GroupKey(base[i]));
-      };
-      std::vector<double> x_max(groups.size(), 0.0);
-      for (uint64_t i = 0; i < n; ++i) {
-        const double x = wm::LossX(stats[i].count > 0, signal(i), rule);
-        x_max[group_of(i)] = std::max(x_max[group_of(i)], x);
-      }
-      std::vector<uint64_t> low(groups.size(), 0), high(groups.size(), 0);
-      for (uint64_t i = 0; i < n; ++i) {
-        const uint32_t g = group_of(i);
-        f[i] = wm::LossFactor(stats[i].count > 0, signal(i), wm::GroupFactorRule(rule, x_max[g]));
-        low[g] += wm::GroupFactorLow(wm::GroupFactorUnits(f[i]));
-        high[g] += wm::GroupFactorHigh(wm::GroupFactorUnits(f[i]));
-      }
-      for (uint64_t i = 0; i < n; ++i) {
-        const uint32_t g = group_of(i);
-        f[i] =
-            wm::GroupNormalisedFactor(f[i], wm::GroupFactorMean(high[g], low[g], groups.counts[g]));
-      }
-      raw = [&](uint64_t i) { return wm::LossRaw(base[i], f[i], 1.0 - mix, 1.0, mix); };
-      excluded = [&](uint64_t i) { return base[i] == 0; };
-      const double mean_b =
-          wm::MeanOf(ExactSum(n, [&](uint64_t i) { return static_cast<double>(base[i]); }), n);
-      raw_mean_of = [mean_b](double) { return mean_b; };
-    } else {
-      raw = [&](uint64_t i) { return wm::LossRaw(weight(base, i), f[i], 1.0 - mix, mean_f, mix); };
-      excluded = [&](uint64_t i) { return base != nullptr && base[i] == 0; };
-      double mean_bf = mean_f, mean_b = 1.0;
-      if (base != nullptr) {
-        mean_bf = wm::MeanOf(
-            ExactSum(n, [&](uint64_t i) { return wm::BaseFactorTerm(base[i], f[i]); }), n);
-        mean_b =
-            wm::MeanOf(ExactSum(n, [&](uint64_t i) { return static_cast<double>(base[i]); }), n);
-      }
-      raw_mean_of = [=](double m) { return wm::LossRawMean(1.0 - m, mean_f, m, mean_bf, mean_b); };
-    }
+  std::vector<float> f;
+  if constexpr (Rule::kShape == PolicyRuleShape::kFactor) {
+    double mean_f = 1;
+    std::function<double(double)> raw_mean_of;  // The mean raw weight with a given mix.
+    FactorsOf(r, params, n, base, stats, &f, &mean_f, &raw_mean_of);
+    raw = [&, mean_f](uint64_t i) {
+      return wm::LossRaw(WeightOr1(base, i), f[i], 1.0 - mix, mean_f, mix);
+    };
+    excluded = [&](uint64_t i) { return base != nullptr && base[i] == 0; };
     if (params.min_effective_fraction > 0) {
       // The effective sample size floor: the weights with each trial mix, summed as the
       // summary sums them.
@@ -229,8 +231,7 @@ Recomputed RecomputeWeights(const RecomputeParams& params, uint64_t n, const flo
     raw_mean = raw_mean_of(mix);
   } else {
     raw = [&](uint64_t i) {
-      return wm::MultiplicativeRaw(weight(current, i), stats[i].ema_loss,
-                                   stats[i].last_epoch == params.marker, params.eta);
+      return r.Raw(WeightOr1(current, i), stats[i].ema_loss, stats[i].last_epoch, i);
     };
     excluded = [&](uint64_t i) { return current != nullptr && current[i] == 0; };
     raw_mean = wm::MeanOf(ExactSum(n, raw), n);
@@ -238,8 +239,40 @@ Recomputed RecomputeWeights(const RecomputeParams& params, uint64_t n, const flo
   const wm::ClampRule clamp{raw_mean, params.clamp_lo, params.clamp_hi};
   auto clamped = [&](uint64_t i) { return wm::Clamped(raw(i), excluded(i), clamp); };
   const double mean_clamped = wm::MeanOf(ExactSum(n, clamped), n);
-  result.weights.resize(n);
-  for (uint64_t i = 0; i < n; ++i) result.weights[i] = wm::FinalWeight(clamped(i), mean_clamped);
+  std::vector<float> weights(n);
+  for (uint64_t i = 0; i < n; ++i) weights[i] = wm::FinalWeight(clamped(i), mean_clamped);
+  return weights;
+}
+
+}  // namespace
+
+Recomputed RecomputeWeights(const RecomputeParams& params, uint64_t n, const float* base,
+                            const float* current, const SampleLossStats* stats) {
+  Recomputed result;
+  RecomputeCheck& check = result.check;
+  for (uint64_t i = 0; i < n; ++i) {
+    if (wm::SampleIsBad(base, current, stats[i], i)) {
+      check.first_bad = i;
+      break;
+    }
+  }
+  for (uint64_t i = 0; i < n; ++i) {
+    if (base != nullptr && wm::PositiveBits(wm::FloatBits(base[i]))) check.base_positive = true;
+    if (current != nullptr && wm::PositiveBits(wm::FloatBits(current[i]))) {
+      check.current_positive = true;
+    }
+  }
+  VisitPolicyRule(params.loss, params.rule_inputs(), [&](const auto& r) {
+    using Rule = std::decay_t<decltype(r)>;
+    if constexpr (Rule::kShape != PolicyRuleShape::kNone) {
+      if (check.first_bad != ~uint64_t{0} || (base != nullptr && !check.base_positive) ||
+          (Rule::kShape == PolicyRuleShape::kDirect && current != nullptr &&
+           !check.current_positive)) {
+        return;
+      }
+      result.weights = RecomputeChecked(r, params, n, base, current, stats);
+    }
+  });
   return result;
 }
 

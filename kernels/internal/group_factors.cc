@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/internal/parallel.h"
@@ -10,19 +11,20 @@ namespace samplerd {
 namespace internal {
 namespace {
 
-double XOf(const RecomputeArrays& a, const weight_math::LossFactorRule& rule, uint64_t i) {
-  return weight_math::LossX(a.stats[i].count > 0,
-                            weight_math::LossSignal(a.stats[i].ema_loss, a.irreducible, i), rule);
+template <typename Rule>
+double XOf(const Rule& r, const RecomputeArrays& a, const weight_math::LossFactorRule& rule,
+           uint64_t i) {
+  return weight_math::LossX(a.stats[i].count > 0, r.Signal(a.stats[i].ema_loss, i), rule);
 }
 
 uint32_t GroupAt(const RecomputeArrays& a, const LossGroupTable& groups, uint64_t i) {
   return weight_math::GroupOf(groups.keys.data(), groups.size(), weight_math::GroupKey(a.base[i]));
 }
 
-}  // namespace
-
-void GroupFactors(int threads, const RecomputeArrays& a, const weight_math::LossFactorRule& global,
-                  const LossGroupTable& groups, uint64_t n) {
+template <typename Rule>
+void GroupFactorsTyped(const Rule& r, int threads, const RecomputeArrays& a,
+                       const weight_math::LossFactorRule& global, const LossGroupTable& groups,
+                       uint64_t n) {
   const uint32_t k = groups.size();
   const int parts = ThreadsFor(threads, n);
   // 1. The largest x of each group, by its bits (x > 0: doubles order like their bits), per
@@ -32,7 +34,7 @@ void GroupFactors(int threads, const RecomputeArrays& a, const weight_math::Loss
     std::vector<uint64_t>& max = part_max[t];
     for (uint64_t i = b; i < e; ++i) {
       const uint32_t g = GroupAt(a, groups, i);
-      max[g] = std::max(max[g], det::Bits(XOf(a, global, i)));
+      max[g] = std::max(max[g], det::Bits(XOf(r, a, global, i)));
     }
   });
   std::vector<weight_math::LossFactorRule> rules(k);
@@ -47,9 +49,8 @@ void GroupFactors(int threads, const RecomputeArrays& a, const weight_math::Loss
   ParallelForThreads(threads, n, [&](int t, uint64_t b, uint64_t e) {
     for (uint64_t i = b; i < e; ++i) {
       const uint32_t g = GroupAt(a, groups, i);
-      const float f = weight_math::LossFactor(
-          a.stats[i].count > 0, weight_math::LossSignal(a.stats[i].ema_loss, a.irreducible, i),
-          rules[g]);
+      const float f =
+          weight_math::LossFactor(a.stats[i].count > 0, r.Signal(a.stats[i].ema_loss, i), rules[g]);
       a.out[i] = f;
       const uint64_t units = weight_math::GroupFactorUnits(f);
       part_low[t][g] += weight_math::GroupFactorLow(units);
@@ -69,6 +70,18 @@ void GroupFactors(int threads, const RecomputeArrays& a, const weight_math::Loss
   ParallelForThreads(threads, n, [&](int, uint64_t b, uint64_t e) {
     for (uint64_t i = b; i < e; ++i) {
       a.out[i] = weight_math::GroupNormalisedFactor(a.out[i], mean[GroupAt(a, groups, i)]);
+    }
+  });
+}
+
+}  // namespace
+
+void GroupFactors(int threads, const RecomputeArrays& arrays, const RawWeightRule& rule,
+                  const weight_math::LossFactorRule& global, const LossGroupTable& groups,
+                  uint64_t n) {
+  VisitPolicyRule(rule.kind, RuleInputsOf(arrays, rule), [&](const auto& r) {
+    if constexpr (std::decay_t<decltype(r)>::kShape == PolicyRuleShape::kFactor) {
+      GroupFactorsTyped(r, threads, arrays, global, groups, n);
     }
   });
 }

@@ -17,10 +17,11 @@ namespace samplerd {
 namespace internal {
 
 // out[i] = weight_math::GroupNormalisedFactor(f_i, mean_g) for i in [0, n): f_i is LossFactor
-// with the group's rule (GroupFactorRule: `global` with x_max the largest x_i of the group),
+// of the Signal of the kFactor rule of `rule.kind` (policy_rules.h; nothing for other kinds)
+// with the group's factor rule (GroupFactorRule: `global` with x_max the largest x_i of the group),
 // mean_g the group's GroupFactorMean. arrays.base is required (the groups' keys); arrays.stats
 // validated (the recompute's first pass).
-void GroupFactors(int threads, const RecomputeArrays& arrays,
+void GroupFactors(int threads, const RecomputeArrays& arrays, const RawWeightRule& rule,
                   const weight_math::LossFactorRule& global, const LossGroupTable& groups,
                   uint64_t n);
 

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/det_math.h"
 #include "kernels/internal/det_math_batch.h"
+#include "kernels/policy_rules.h"
 #include "kernels/weight_math.h"
 
 namespace samplerd {
@@ -54,40 +56,47 @@ bool BadAt(const RecomputeArrays& a, uint64_t i) {
   return weight_math::SampleIsBad(a.base, a.current, a.stats[i], i);
 }
 
-// The policies whose weight is a loss factor (loss_policies.h: loss_factor): one raw rule, their
-// factors differ in the signal only.
-constexpr bool FactorKind(LossWeightKind kind) {
-  return kind == LossWeightKind::kLoss || kind == LossWeightKind::kReducibleLoss;
+// The passes are templates over the policy's rule (kernels/policy_rules.h) and its shape; the
+// kind chooses the rule in VisitPolicyRule only. kFactor: the weights read are the base weights,
+// kDirect: the current weights.
+template <typename Rule>
+constexpr bool kFactorRule = Rule::kShape == PolicyRuleShape::kFactor;
+template <typename Rule>
+constexpr bool kDirectRule = Rule::kShape == PolicyRuleShape::kDirect;
+
+// The weights that the rule's shape reads (base for kFactor, current for kDirect).
+template <typename Rule>
+SAMPLERD_INLINE const float* ShapeWeights(const RecomputeArrays& a) {
+  return kFactorRule<Rule> ? a.base : a.current;
 }
 
-// raw_i of RawWeightRule (weight_math.h). kWeights: whether the policy's weights (base for
-// kLoss, current for kMultiplicative) are given; 1 otherwise, and 1 * v is v.
-template <LossWeightKind kKind, bool kWeights>
-SAMPLERD_INLINE double RawAt(const RecomputeArrays& a, const RawWeightRule& rule,
+// raw_i of RawWeightRule (weight_math.h's LossRaw for kFactor, the rule's Raw for kDirect).
+// kWeights: whether the shape's weights are given; 1 otherwise, and 1 * v is v.
+template <typename Rule, bool kWeights>
+SAMPLERD_INLINE double RawAt(const Rule& r, const RecomputeArrays& a, const RawWeightRule& rule,
                              double one_minus_mix, uint64_t i) {
-  if constexpr (FactorKind(kKind)) {
-    const double weight = kWeights ? double{a.base[i]} : 1.0;
+  const double weight = kWeights ? double{ShapeWeights<Rule>(a)[i]} : 1.0;
+  if constexpr (kFactorRule<Rule>) {
     return weight_math::LossRaw(weight, a.out[i], one_minus_mix, rule.mean_f, rule.mix);
   } else {
     const uint64_t word = StatsWord(a.stats + i);
-    const double weight = kWeights ? double{a.current[i]} : 1.0;
-    return weight_math::MultiplicativeRaw(weight, FloatFromBits(EmaBits(word)),
-                                          MarkerOf(word) == rule.marker, rule.eta);
+    return r.Raw(weight, FloatFromBits(EmaBits(word)), MarkerOf(word), i);
   }
 }
 
-template <LossWeightKind kKind, bool kWeights>
+template <typename Rule, bool kWeights>
 SAMPLERD_INLINE bool ExcludedAt(const RecomputeArrays& a, uint64_t i) {
   if constexpr (!kWeights) return false;
-  return (FactorKind(kKind) ? a.base[i] : a.current[i]) == 0;
+  return ShapeWeights<Rule>(a)[i] == 0;
 }
 
 // c_i of ClampRule (weight_math::Clamped).
-template <LossWeightKind kKind, bool kWeights>
-SAMPLERD_INLINE double ClampedAt(const RecomputeArrays& a, const RawWeightRule& rule,
-                                 double one_minus_mix, const ClampRule& clamp, uint64_t i) {
-  return weight_math::Clamped(RawAt<kKind, kWeights>(a, rule, one_minus_mix, i),
-                              ExcludedAt<kKind, kWeights>(a, i), clamp);
+template <typename Rule, bool kWeights>
+SAMPLERD_INLINE double ClampedAt(const Rule& r, const RecomputeArrays& a,
+                                 const RawWeightRule& rule, double one_minus_mix,
+                                 const ClampRule& clamp, uint64_t i) {
+  return weight_math::Clamped(RawAt<Rule, kWeights>(r, a, rule, one_minus_mix, i),
+                              ExcludedAt<Rule, kWeights>(a, i), clamp);
 }
 
 // The largest of the terms t[0, count) by their bits (an integer maximum; -0, negative as a
@@ -162,18 +171,19 @@ SAMPLERD_INLINE void SumChunks(uint64_t begin, uint64_t end, const BlockTerms& b
 
 // ---- ScanChunks
 
-// The series the scan sums: the EMAs (kLoss) or raw_i (kMultiplicative), and for kLoss with
-// base weights the base weights too.
-template <LossWeightKind kKind, bool kBase>
-constexpr int kScanSums = FactorKind(kKind) && kBase ? 2 : 1;
+// The series the scan sums: the signals (kFactor) or raw_i (kDirect), and for kFactor with base
+// weights the base weights too.
+template <typename Rule, bool kBase>
+constexpr int kScanSums = kFactorRule<Rule> && kBase ? 2 : 1;
 
 // Validates samples [first, first + count) into `scan` and writes the block's terms: terms[0]
-// (kLoss: the EMAs of the seen samples, +0 for the others; kMultiplicative: raw_i) and for kLoss
-// with base weights terms[1] (base_i). Returns false at a bad entry, with scan.first_bad set.
-template <LossWeightKind kKind, bool kBase, bool kCurrent>
-SAMPLERD_INLINE bool ScanBlock(const RecomputeArrays& a, const RawWeightRule& rule, uint64_t first,
-                               uint64_t count, ChunkScan& scan, uint32_t& ema_max_bits,
-                               double* const* terms) {
+// (kFactor: the signals of the seen samples, +0 for the others; kDirect: raw_i; kNone: 0) and for
+// kFactor with base weights terms[1] (base_i). Returns false at a bad entry, with scan.first_bad
+// set.
+template <typename Rule, bool kBase, bool kCurrent>
+SAMPLERD_INLINE bool ScanBlock(const Rule& r, const RecomputeArrays& a, const RawWeightRule& rule,
+                               uint64_t first, uint64_t count, ChunkScan& scan,
+                               uint32_t& ema_max_bits, double* const* terms) {
   // Reductions of this loop only (the vectoriser takes those of an innermost loop).
   uint32_t bad = 0, base_positive = 0, current_positive = 0, unseen = 0, max_bits = 0, seen = 0;
   for (uint64_t j = 0; j < count; ++j) {
@@ -191,21 +201,18 @@ SAMPLERD_INLINE bool ScanBlock(const RecomputeArrays& a, const RawWeightRule& ru
       bad |= BadBits(b);
       current_positive |= PositiveBits(b);
     }
-    if constexpr (FactorKind(kKind)) {
+    if constexpr (kFactorRule<Rule>) {
       const uint32_t seen_i = CountOf(word) != 0;
       seen += seen_i;
       unseen |= seen_i ^ 1;
-      // The signal (the EMA for kLoss), read only for a seen sample.
-      const uint32_t v_bits =
-          kKind == LossWeightKind::kReducibleLoss
-              ? FloatBits(weight_math::ReducibleLoss(FloatFromBits(ema_bits), a.irreducible[i]))
-              : ema_bits;
+      // The signal, read only for a seen sample.
+      const uint32_t v_bits = FloatBits(r.Signal(FloatFromBits(ema_bits), i));
       // The largest signal by its bits (non-negative floats order like their bits; -0 as +0).
       max_bits = std::max(max_bits, v_bits & -(seen_i & (v_bits != 0x80000000u)));
       terms[0][j] = Select(seen_i, FloatFromBits(v_bits), 0.0);
       if constexpr (kBase) terms[1][j] = a.base[i];
-    } else if constexpr (kKind == LossWeightKind::kMultiplicative) {
-      terms[0][j] = RawAt<kKind, kCurrent>(a, rule, 0.0, i);
+    } else if constexpr (kDirectRule<Rule>) {
+      terms[0][j] = RawAt<Rule, kCurrent>(r, a, rule, 0.0, i);
     } else {
       terms[0][j] = 0;
     }
@@ -226,10 +233,10 @@ SAMPLERD_INLINE bool ScanBlock(const RecomputeArrays& a, const RawWeightRule& ru
   return true;
 }
 
-template <LossWeightKind kKind, bool kBase, bool kCurrent>
-SAMPLERD_INLINE void ScanTyped(const RecomputeArrays& a, const RawWeightRule& rule, uint64_t begin,
-                               uint64_t end, ChunkScan* scans) {
-  constexpr int kSums = kScanSums<kKind, kBase>;
+template <typename Rule, bool kBase, bool kCurrent>
+SAMPLERD_INLINE void ScanTyped(const Rule& r, const RecomputeArrays& a, const RawWeightRule& rule,
+                               uint64_t begin, uint64_t end, ChunkScan* scans) {
+  constexpr int kSums = kScanSums<Rule, kBase>;
   ChunkScan chunk_scan[kChunksPerGroup];
   uint32_t ema_max_bits[kChunksPerGroup] = {};
   exact_sum::ChunkSum sums[kSums][kChunksPerGroup];
@@ -241,8 +248,9 @@ SAMPLERD_INLINE void ScanTyped(const RecomputeArrays& a, const RawWeightRule& ru
           __attribute__((always_inline))
               ->uint64_t {
                 if (chunk_scan[chunk].first_bad != kNoSample) return 0;
-                return ScanBlock<kKind, kBase, kCurrent>(a, rule, first, count, chunk_scan[chunk],
-                                                         ema_max_bits[chunk], terms)
+                return ScanBlock<Rule, kBase, kCurrent>(r, a, rule, first, count,
+                                                        chunk_scan[chunk], ema_max_bits[chunk],
+                                                        terms)
                            ? count
                            : 0;
               },
@@ -251,59 +259,38 @@ SAMPLERD_INLINE void ScanTyped(const RecomputeArrays& a, const RawWeightRule& ru
   for (uint64_t chunk = 0; chunk < chunks; ++chunk) {
     ChunkScan& scan = chunk_scan[chunk];
     scan.ema_max = FloatFromBits(ema_max_bits[chunk]);
-    (FactorKind(kKind) ? scan.ema_sum : scan.raw_sum) = sums[0][chunk];
+    (kFactorRule<Rule> ? scan.ema_sum : scan.raw_sum) = sums[0][chunk];
     if constexpr (kSums == 2) scan.base_sum = sums[1][chunk];
     scans[chunk] = scan;
   }
 }
 
-template <LossWeightKind kKind, bool kBase>
-SAMPLERD_INLINE void ScanWithCurrent(const RecomputeArrays& a, const RawWeightRule& rule,
-                                     uint64_t begin, uint64_t end, ChunkScan* scans) {
-  a.current != nullptr ? ScanTyped<kKind, kBase, true>(a, rule, begin, end, scans)
-                       : ScanTyped<kKind, kBase, false>(a, rule, begin, end, scans);
-}
-
-template <LossWeightKind kKind>
-SAMPLERD_INLINE void ScanWithBase(const RecomputeArrays& a, const RawWeightRule& rule,
-                                  uint64_t begin, uint64_t end, ChunkScan* scans) {
-  a.base != nullptr ? ScanWithCurrent<kKind, true>(a, rule, begin, end, scans)
-                    : ScanWithCurrent<kKind, false>(a, rule, begin, end, scans);
-}
-
 SAMPLERD_INLINE void ScanLoop(const RecomputeArrays& a, const RawWeightRule& rule, uint64_t begin,
                               uint64_t end, ChunkScan* scans) {
-  switch (rule.kind) {
-    case LossWeightKind::kLoss:
-      return ScanWithBase<LossWeightKind::kLoss>(a, rule, begin, end, scans);
-    case LossWeightKind::kReducibleLoss:
-      return ScanWithBase<LossWeightKind::kReducibleLoss>(a, rule, begin, end, scans);
-    case LossWeightKind::kMultiplicative:
-      return ScanWithBase<LossWeightKind::kMultiplicative>(a, rule, begin, end, scans);
-    case LossWeightKind::kNone:
-      break;
-  }
-  ScanWithBase<LossWeightKind::kNone>(a, rule, begin, end, scans);
+  VisitPolicyRule(
+      rule.kind, RuleInputsOf(a, rule), [&](const auto& r) __attribute__((always_inline)) {
+        using Rule = std::decay_t<decltype(r)>;
+        if (a.base != nullptr) {
+          a.current != nullptr ? ScanTyped<Rule, true, true>(r, a, rule, begin, end, scans)
+                               : ScanTyped<Rule, true, false>(r, a, rule, begin, end, scans);
+        } else {
+          a.current != nullptr ? ScanTyped<Rule, false, true>(r, a, rule, begin, end, scans)
+                               : ScanTyped<Rule, false, false>(r, a, rule, begin, end, scans);
+        }
+      });
 }
 
 // ---- LossFactorsChunks
 
 // The factors of samples [first, first + count) (count <= kBlock) into out and x[0, count).
-SAMPLERD_INLINE void LossFactorsBlock(SimdLevel level, const RecomputeArrays& a,
+template <typename Rule>
+SAMPLERD_INLINE void LossFactorsBlock(const Rule& r, SimdLevel level, const RecomputeArrays& a,
                                       const LossFactorParams& p, uint64_t first, uint64_t count,
                                       double* x) {
-  if (a.irreducible == nullptr) {
-    for (uint64_t j = 0; j < count; ++j) {
-      const uint64_t word = StatsWord(a.stats + first + j);
-      x[j] = weight_math::LossX(CountOf(word) != 0, FloatFromBits(EmaBits(word)), p);
-    }
-  } else {  // REDUCIBLE_LOSS: the signal weight_math::LossSignal.
-    for (uint64_t j = 0; j < count; ++j) {
-      const uint64_t word = StatsWord(a.stats + first + j);
-      const float v =
-          weight_math::ReducibleLoss(FloatFromBits(EmaBits(word)), a.irreducible[first + j]);
-      x[j] = weight_math::LossX(CountOf(word) != 0, v, p);
-    }
+  for (uint64_t j = 0; j < count; ++j) {
+    const uint64_t word = StatsWord(a.stats + first + j);
+    x[j] = weight_math::LossX(CountOf(word) != 0, r.Signal(FloatFromBits(EmaBits(word)), first + j),
+                              p);
   }
   // weight_math::LossFactor, with Log2 and Exp2 batched.
   if (p.alpha == 1.0) {
@@ -320,16 +307,17 @@ SAMPLERD_INLINE void LossFactorsBlock(SimdLevel level, const RecomputeArrays& a,
   }
 }
 
-SAMPLERD_INLINE void LossFactorsLoop(SimdLevel level, const RecomputeArrays& a,
-                                     const LossFactorParams& p, uint64_t begin, uint64_t end,
-                                     exact_sum::ChunkSum* sums,
-                                     exact_sum::ChunkSum* base_factor_sums) {
+template <typename Rule>
+SAMPLERD_INLINE void LossFactorsTyped(const Rule& r, SimdLevel level, const RecomputeArrays& a,
+                                      const LossFactorParams& p, uint64_t begin, uint64_t end,
+                                      exact_sum::ChunkSum* sums,
+                                      exact_sum::ChunkSum* base_factor_sums) {
   if (a.base == nullptr) {
     SumChunks(
         begin, end,
         [&](uint64_t, uint64_t first, uint64_t count, double* x) __attribute__((always_inline))
             ->uint64_t {
-              LossFactorsBlock(level, a, p, first, count, x);
+              LossFactorsBlock(r, level, a, p, first, count, x);
               return count;
             },
         sums);
@@ -341,7 +329,7 @@ SAMPLERD_INLINE void LossFactorsLoop(SimdLevel level, const RecomputeArrays& a,
       [&](uint64_t, uint64_t first, uint64_t count, double* const* terms)
           __attribute__((always_inline))
               ->uint64_t {
-                LossFactorsBlock(level, a, p, first, count, terms[0]);
+                LossFactorsBlock(r, level, a, p, first, count, terms[0]);
                 for (uint64_t j = 0; j < count; ++j) {
                   terms[1][j] = weight_math::BaseFactorTerm(a.base[first + j],
                                                             static_cast<float>(terms[0][j]));
@@ -351,30 +339,43 @@ SAMPLERD_INLINE void LossFactorsLoop(SimdLevel level, const RecomputeArrays& a,
       series);
 }
 
-// ---- SumClampedChunks, WriteWeightsRange
+SAMPLERD_INLINE void LossFactorsLoop(SimdLevel level, const RecomputeArrays& a,
+                                     const RawWeightRule& rule, const LossFactorParams& p,
+                                     uint64_t begin, uint64_t end, exact_sum::ChunkSum* sums,
+                                     exact_sum::ChunkSum* base_factor_sums) {
+  VisitPolicyRule(
+      rule.kind, RuleInputsOf(a, rule), [&](const auto& r) __attribute__((always_inline)) {
+        using Rule = std::decay_t<decltype(r)>;
+        if constexpr (kFactorRule<Rule>) {
+          LossFactorsTyped(r, level, a, p, begin, end, sums, base_factor_sums);
+        }
+      });
+}
 
-template <LossWeightKind kKind, bool kWeights>
-SAMPLERD_INLINE void SumClampedTyped(const RecomputeArrays& a, const RawWeightRule& rule,
-                                     const ClampRule& clamp, uint64_t begin, uint64_t end,
-                                     exact_sum::ChunkSum* sums) {
+// ---- SumClampedChunks, SumFinalChunks, WriteWeightsRange
+
+template <typename Rule, bool kWeights>
+SAMPLERD_INLINE void SumClampedTyped(const Rule& r, const RecomputeArrays& a,
+                                     const RawWeightRule& rule, const ClampRule& clamp,
+                                     uint64_t begin, uint64_t end, exact_sum::ChunkSum* sums) {
   const double one_minus_mix = 1.0 - rule.mix;
   SumChunks(
       begin, end,
       [&](uint64_t, uint64_t first, uint64_t count, double* terms) __attribute__((always_inline))
           ->uint64_t {
             for (uint64_t j = 0; j < count; ++j) {
-              terms[j] = ClampedAt<kKind, kWeights>(a, rule, one_minus_mix, clamp, first + j);
+              terms[j] = ClampedAt<Rule, kWeights>(r, a, rule, one_minus_mix, clamp, first + j);
             }
             return count;
           },
       sums);
 }
 
-template <LossWeightKind kKind, bool kWeights>
-SAMPLERD_INLINE void SumFinalTyped(const RecomputeArrays& a, const RawWeightRule& rule,
-                                   const ClampRule& clamp, double mean_clamped, uint64_t begin,
-                                   uint64_t end, exact_sum::ChunkSum* sums,
-                                   exact_sum::ChunkSum* square_sums) {
+template <typename Rule, bool kWeights>
+SAMPLERD_INLINE void SumFinalTyped(const Rule& r, const RecomputeArrays& a,
+                                   const RawWeightRule& rule, const ClampRule& clamp,
+                                   double mean_clamped, uint64_t begin, uint64_t end,
+                                   exact_sum::ChunkSum* sums, exact_sum::ChunkSum* square_sums) {
   const double one_minus_mix = 1.0 - rule.mix;
   exact_sum::ChunkSum* const series[2] = {sums, square_sums};
   SumChunksOf<2>(
@@ -384,7 +385,7 @@ SAMPLERD_INLINE void SumFinalTyped(const RecomputeArrays& a, const RawWeightRule
               ->uint64_t {
                 for (uint64_t j = 0; j < count; ++j) {
                   const double c =
-                      ClampedAt<kKind, kWeights>(a, rule, one_minus_mix, clamp, first + j);
+                      ClampedAt<Rule, kWeights>(r, a, rule, one_minus_mix, clamp, first + j);
                   const float w = weight_math::FinalWeight(c, mean_clamped);
                   terms[0][j] = w;
                   terms[1][j] = weight_math::SquareTerm(w);
@@ -394,26 +395,28 @@ SAMPLERD_INLINE void SumFinalTyped(const RecomputeArrays& a, const RawWeightRule
       series);
 }
 
-template <LossWeightKind kKind, bool kWeights>
-SAMPLERD_INLINE void WriteTyped(const RecomputeArrays& a, const RawWeightRule& rule,
+template <typename Rule, bool kWeights>
+SAMPLERD_INLINE void WriteTyped(const Rule& r, const RecomputeArrays& a, const RawWeightRule& rule,
                                 const ClampRule& clamp, double mean_clamped, uint64_t begin,
                                 uint64_t end) {
   const double one_minus_mix = 1.0 - rule.mix;
   for (uint64_t i = begin; i < end; ++i) {
-    const double c = ClampedAt<kKind, kWeights>(a, rule, one_minus_mix, clamp, i);
+    const double c = ClampedAt<Rule, kWeights>(r, a, rule, one_minus_mix, clamp, i);
     a.out[i] = weight_math::FinalWeight(c, mean_clamped);
   }
 }
 
-// Calls Typed<kind, weights given>(a, rule, ...) for the rule's kind: kLoss's for the factor
-// kinds (one raw rule), else kMultiplicative's.
-#define SAMPLERD_BY_RULE(Typed, a, rule, ...)                                              \
-  ((rule).kind != LossWeightKind::kMultiplicative                                          \
-       ? ((a).base != nullptr ? Typed<LossWeightKind::kLoss, true>(a, rule, __VA_ARGS__)   \
-                              : Typed<LossWeightKind::kLoss, false>(a, rule, __VA_ARGS__)) \
-       : ((a).current != nullptr                                                           \
-              ? Typed<LossWeightKind::kMultiplicative, true>(a, rule, __VA_ARGS__)         \
-              : Typed<LossWeightKind::kMultiplicative, false>(a, rule, __VA_ARGS__)))
+// Calls Typed<Rule, weights given>(rule object, a, rule, ...) for the rule of rule.kind (the
+// clamp and the result: kFactor and kDirect rules; never called for kNone).
+#define SAMPLERD_BY_RULE(Typed, a, rule, ...)                                                 \
+  VisitPolicyRule(                                                                            \
+      (rule).kind, RuleInputsOf(a, rule), [&](const auto& r) __attribute__((always_inline)) { \
+        using Rule = std::decay_t<decltype(r)>;                                               \
+        if constexpr (!std::is_same_v<Rule, NoLossRule>) {                                    \
+          ShapeWeights<Rule>(a) != nullptr ? Typed<Rule, true>(r, a, rule, __VA_ARGS__)       \
+                                           : Typed<Rule, false>(r, a, rule, __VA_ARGS__);     \
+        }                                                                                     \
+      })
 
 SAMPLERD_INLINE void SumClampedLoop(const RecomputeArrays& a, const RawWeightRule& rule,
                                     const ClampRule& clamp, uint64_t begin, uint64_t end,
@@ -457,10 +460,10 @@ SAMPLERD_PER_LEVEL(Scan,
                     ChunkScan* scans),
                    (a, rule, b, e, scans))
 SAMPLERD_PER_LEVEL(LossFactors,
-                   (SimdLevel level, const RecomputeArrays& a, const LossFactorParams& p,
-                    uint64_t b, uint64_t e, exact_sum::ChunkSum* sums,
+                   (SimdLevel level, const RecomputeArrays& a, const RawWeightRule& rule,
+                    const LossFactorParams& p, uint64_t b, uint64_t e, exact_sum::ChunkSum* sums,
                     exact_sum::ChunkSum* base_factor_sums),
-                   (level, a, p, b, e, sums, base_factor_sums))
+                   (level, a, rule, p, b, e, sums, base_factor_sums))
 SAMPLERD_PER_LEVEL(SumClamped,
                    (const RecomputeArrays& a, const RawWeightRule& rule, const ClampRule& c,
                     uint64_t b, uint64_t e, exact_sum::ChunkSum* sums),
@@ -482,11 +485,11 @@ void ScanChunks(SimdLevel level, const RecomputeArrays& arrays, const RawWeightR
   SAMPLERD_CHOOSE_LEVEL(level, Scan, (arrays, rule, begin, end, scans));
 }
 
-void LossFactorsChunks(SimdLevel level, const RecomputeArrays& arrays,
+void LossFactorsChunks(SimdLevel level, const RecomputeArrays& arrays, const RawWeightRule& rule,
                        const LossFactorParams& params, uint64_t begin, uint64_t end,
                        exact_sum::ChunkSum* sums, exact_sum::ChunkSum* base_factor_sums) {
   SAMPLERD_CHOOSE_LEVEL(level, LossFactors,
-                        (level, arrays, params, begin, end, sums, base_factor_sums));
+                        (level, arrays, rule, params, begin, end, sums, base_factor_sums));
 }
 
 void SumClampedChunks(SimdLevel level, const RecomputeArrays& arrays, const RawWeightRule& rule,

@@ -24,6 +24,7 @@
 #include "kernels/exact_sum.h"
 #include "kernels/internal/simd_level.h"
 #include "kernels/loss_stats.h"
+#include "kernels/policy_rules.h"
 #include "kernels/weight_math.h"
 #include "kernels/weight_policy.h"
 
@@ -35,25 +36,35 @@ struct RecomputeArrays {
   const float* current = nullptr;  // N current weights W_e, or nullptr: all 1.
   const SampleLossStats* stats = nullptr;
   float* out = nullptr;
-  // REDUCIBLE_LOSS: the N irreducible losses (finite, >= 0), which make the loss signal
-  // (weight_math::LossSignal); nullptr for every other policy.
+  // REDUCIBLE_LOSS: the N irreducible losses (finite, >= 0), which its rule reads
+  // (policy_rules.h: PolicyRuleInputs); nullptr for every other policy.
   const float* irreducible = nullptr;
 };
 
-// How a sample's raw weight is formed, by policy (the terms of the first normalisation; the
-// arithmetic is weight_math.h's LossRaw and MultiplicativeRaw):
-//   kLoss (and kReducibleLoss, whose factors differ only in their signal):
-//                    raw_i = base_i ((1 - mix) f_i / mean_f + mix), f_i read from out[i]
-//                    (LossFactorsChunks wrote it); excluded (weight exactly 0): base_i == 0.
-//                    Their mean is weight_math::LossRawMean, from the factor pass's sums.
-//   kMultiplicative: raw_i = current_i (1 + eta ema_i) if stats_i.last_epoch == marker (seen
-//                    in the closed epoch), else current_i; excluded: current_i == 0.
+// The policy's rule and what its passes have found so far. The passes are templates over the
+// rule of `kind` (kernels/policy_rules.h: VisitPolicyRule chooses it) and its shape; the raw
+// weight of a sample (the terms of the first normalisation; weight_math.h's arithmetic):
+//   kFactor rules (LOSS, REDUCIBLE_LOSS): raw_i = base_i ((1 - mix) f_i / mean_f + mix), f_i
+//                    read from out[i] (LossFactorsChunks wrote it, the loss factor of the rule's
+//                    Signal); excluded (weight exactly 0): base_i == 0. Their mean is
+//                    weight_math::LossRawMean, from the factor pass's sums.
+//   kDirect rules (MULTIPLICATIVE): raw_i = the rule's Raw(current_i, ema_i, last_epoch_i);
+//                    excluded: current_i == 0.
 struct RawWeightRule {
   LossWeightKind kind = LossWeightKind::kNone;
-  double mix = 0, mean_f = 1;  // kLoss.
-  double eta = 1;              // kMultiplicative.
-  uint16_t marker = 0;         // kMultiplicative: EpochMarker(closed epoch).
+  double mix = 0, mean_f = 1;  // kFactor.
+  double eta = 1;              // The rule's inputs (PolicyRuleInputs): MULTIPLICATIVE's eta
+  uint16_t marker = 0;         // and EpochMarker(closed epoch).
 };
+
+// The inputs of the rule of `rule.kind` (VisitPolicyRule) from the arrays and `rule`.
+inline PolicyRuleInputs RuleInputsOf(const RecomputeArrays& arrays, const RawWeightRule& rule) {
+  PolicyRuleInputs inputs;
+  inputs.irreducible = arrays.irreducible;
+  inputs.eta = rule.eta;
+  inputs.marker = rule.marker;
+  return inputs;
+}
 
 constexpr uint64_t kNoSample = ~uint64_t{0};
 
@@ -65,16 +76,16 @@ struct ChunkScan {
   uint64_t first_bad = kNoSample;
   bool base_positive = false;     // Some base weight > 0 (false when base is nullptr).
   bool current_positive = false;  // Some current weight > 0 (false when current is nullptr).
-  // kLoss, kReducibleLoss: the samples with count > 0 ("seen"): how many, the sum of their
-  // signals (weight_math::LossSignal: the EMA for kLoss) and the largest signal (0 if none);
-  // whether any sample is unseen; with base weights, the sum of base_i (for
-  // weight_math::LossRawMean). The fields keep the EMA's name.
+  // kFactor rules: the samples with count > 0 ("seen"): how many, the sum of their signals
+  // (the rule's Signal: the EMA for LOSS) and the largest signal (0 if none); whether any sample
+  // is unseen; with base weights, the sum of base_i (for weight_math::LossRawMean). The fields
+  // keep the EMA's name.
   uint64_t seen = 0;
   exact_sum::ChunkSum ema_sum;  // Of the seen samples' EMAs.
   float ema_max = 0;
   bool unseen = false;
   exact_sum::ChunkSum base_sum;
-  // kMultiplicative: the sum of raw_i.
+  // kDirect rules: the sum of raw_i.
   exact_sum::ChunkSum raw_sum;
 };
 
@@ -83,18 +94,18 @@ struct ChunkScan {
 constexpr uint64_t kSumChunk = exact_sum::kChunk;
 constexpr uint64_t kChunksPerGroup = 16;
 
-// Validates the group [begin, end) and gathers what `rule.kind` needs: scans[c] for each of its
-// chunks. Writes nothing to arrays.out.
+// Validates the group [begin, end) and gathers what the rule of `rule.kind` needs: scans[c] for
+// each of its chunks. Writes nothing to arrays.out.
 void ScanChunks(SimdLevel level, const RecomputeArrays& arrays, const RawWeightRule& rule,
                 uint64_t begin, uint64_t end, ChunkScan* scans);
 
-// The loss factors of the LOSS policy, weight_math::LossFactor (f_i = (x_i / x_max)^alpha) of
-// the signal weight_math::LossSignal (arrays.irreducible: REDUCIBLE_LOSS),
-// written to out[i] as floats; sums[c] = the exact sum of the floats (as doubles) of chunk c,
+// The loss factors of a kFactor rule (`rule.kind`; nothing for the others),
+// weight_math::LossFactor (f_i = (x_i / x_max)^alpha) of the rule's Signal, written to out[i] as
+// floats; sums[c] = the exact sum of the floats (as doubles) of chunk c,
 // and, with base weights, base_factor_sums[c] = the exact sum of weight_math::BaseFactorTerm
 // (base_i f_i) of chunk c (base_factor_sums is not written without base weights).
 using LossFactorParams = weight_math::LossFactorRule;
-void LossFactorsChunks(SimdLevel level, const RecomputeArrays& arrays,
+void LossFactorsChunks(SimdLevel level, const RecomputeArrays& arrays, const RawWeightRule& rule,
                        const LossFactorParams& params, uint64_t begin, uint64_t end,
                        exact_sum::ChunkSum* sums, exact_sum::ChunkSum* base_factor_sums);
 

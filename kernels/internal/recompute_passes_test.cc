@@ -45,7 +45,9 @@ TEST(RecomputePassesTest, PassSumsAreTheExactSumsOfTheirTerms) {
     const RecomputeArrays arrays{with_base ? base.data() : nullptr, nullptr, stats.data(),
                                  out.data()};
     exact_sum::ChunkSum sums[kChunksPerGroup], base_factor_sums[kChunksPerGroup];
-    LossFactorsChunks(BestSimdLevel(), arrays, factors, 0, n, sums,
+    RawWeightRule loss;
+    loss.kind = LossWeightKind::kLoss;
+    LossFactorsChunks(BestSimdLevel(), arrays, loss, factors, 0, n, sums,
                       with_base ? base_factor_sums : nullptr);
     std::vector<double> f(n), bf(n);
     for (uint64_t i = 0; i < n; ++i) {
@@ -75,6 +77,8 @@ TEST(RecomputePassesTest, EveryLevelMatchesScalar) {
   const uint64_t n = 3 * kSumChunk + 1234;  // One group: three full chunks and a short one.
   const std::vector<float> base = RandomWeights(n, 1, 0.1), current = RandomWeights(n, 2, 0.1);
   const std::vector<float> u = RandomWeights(n, 3, 0.0);
+  // REDUCIBLE_LOSS's irreducible losses: around the EMAs, so that some signals are 0.
+  const std::vector<float> irreducible = RandomWeights(n, 4, 0.3);
   std::vector<SampleLossStats> stats(n);
   for (uint64_t i = 0; i < n; ++i) {
     const int kind = static_cast<int>(u[i] * 100) % 4;
@@ -89,7 +93,9 @@ TEST(RecomputePassesTest, EveryLevelMatchesScalar) {
   auto run = [&](SimdLevel level, LossWeightKind kind) {
     Run r;
     r.out.assign(n, 7.0f);
-    const RecomputeArrays arrays{base.data(), current.data(), stats.data(), r.out.data()};
+    const RecomputeArrays arrays{
+        base.data(), current.data(), stats.data(), r.out.data(),
+        kind == LossWeightKind::kReducibleLoss ? irreducible.data() : nullptr};
     RawWeightRule rule;
     rule.kind = kind;
     rule.mix = 0.25;
@@ -98,14 +104,14 @@ TEST(RecomputePassesTest, EveryLevelMatchesScalar) {
     rule.marker = 2;
     ScanChunks(level, arrays, rule, 0, n, r.scans.data());
     exact_sum::ChunkSum sums[kChunksPerGroup], base_factor_sums[kChunksPerGroup];
-    if (kind == LossWeightKind::kLoss) {
+    if (kind != LossWeightKind::kMultiplicative) {
       LossFactorParams factors;
       factors.prior = 0.3;
       factors.epsilon = 1e-3;
       factors.alpha = 0.7;
       factors.x_max = 4.2;
       factors.log2_x_max = det::Log2(factors.x_max);
-      LossFactorsChunks(level, arrays, factors, 0, n, sums, base_factor_sums);
+      LossFactorsChunks(level, arrays, rule, factors, 0, n, sums, base_factor_sums);
       r.sums.insert(r.sums.end(), sums, sums + kChunksPerGroup);
       r.sums.insert(r.sums.end(), base_factor_sums, base_factor_sums + kChunksPerGroup);
     }
@@ -115,7 +121,9 @@ TEST(RecomputePassesTest, EveryLevelMatchesScalar) {
     WriteWeightsRange(level, arrays, rule, clamp, 0.9, 0, n);
     return r;
   };
-  for (LossWeightKind kind : {LossWeightKind::kLoss, LossWeightKind::kMultiplicative}) {
+  for (LossWeightKind kind : {LossWeightKind::kLoss, LossWeightKind::kMultiplicative,
+                              LossWeightKind::kReducibleLoss}) {
+    SCOPED_TRACE(static_cast<int>(kind));
     const Run want = run(SimdLevel::kScalar, kind);
     for (SimdLevel level : SupportedSimdLevels()) {
       const Run got = run(level, kind);
