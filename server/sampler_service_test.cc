@@ -15,7 +15,10 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu_backend.h"
+#include "server/job_registry.h"
 #include "server/server.h"
+#include "server/testing/gated_backend.h"
+#include "server/testing/service_server.h"
 #include "server/testing/test_server_options.h"
 
 namespace samplerd {
@@ -575,6 +578,122 @@ TEST_F(SamplerServiceTest, ClassBalancedLabels) {
   // Uploads after the job started are refused and change nothing.
   ASSERT_TRUE(client_->ReportLosses({Batch("cb", 0, 0, 0, *shard, HardLoss, 0, 1)}).ok());
   EXPECT_EQ(client_->UploadLabels("cb", labels).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+
+// GetJobStatus while an epoch is planned, over real gRPC (port 0), the planner held half-way by
+// a GatedBackend. Fails before issue 33's fix: the status said epoch 1 with epoch 0's progress
+// (every rank ended, its positions streamed) until plan_ready.
+TEST(JobStatusWhilePlanningTest, ShowsTheEpochBeingPlannedWithNoProgressAndSaysPlanning) {
+  std::unique_ptr<ComputeBackend> cpu = NewCpuBackend(1);
+  testutil::GatedBackend gated(cpu.get());
+  JobRegistry registry(JobRegistry::Limits(), &gated);
+  SamplerService service(&registry, &gated);
+  testutil::ServiceServer server(&service);
+  v1::Sampler::Stub& stub = server.stub();
+  v1::JobSpec spec;
+  spec.set_num_samples(1000);
+  spec.set_world_size(2);
+  spec.set_samples_per_epoch(600);  // Weighted plans: not computed ahead, so the gate holds it.
+  spec.set_seed(5);
+  spec.mutable_policy()->set_loss(v1::LOSS);
+  v1::CreateJobRequest create;
+  create.set_name("p");
+  *create.mutable_spec() = spec;
+  v1::Job job;
+  ASSERT_TRUE(stub.CreateJob(testutil::ServiceServer::Context().get(), create, &job).ok());
+  auto status_now = [&stub] {
+    v1::GetJobStatusRequest request;
+    request.set_name("p");
+    v1::JobStatus status;
+    const grpc::Status s = stub.GetJobStatus(testutil::ServiceServer::Context().get(), request,
+                                             &status);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return status;
+  };
+  // Both ranks read their shard of epoch 0 whole (300 positions each) and end it.
+  for (uint32_t rank = 0; rank < 2; ++rank) {
+    v1::StreamShardRequest read;
+    read.set_job("p");
+    read.set_rank(rank);
+    read.set_world_size(2);
+    auto context = testutil::ServiceServer::Context();
+    auto reader = stub.StreamShard(context.get(), read);
+    v1::ShardChunk chunk;
+    while (reader->Read(&chunk)) {
+    }
+    ASSERT_TRUE(reader->Finish().ok());
+  }
+  const v1::JobStatus serving = status_now();
+  ASSERT_EQ(serving.ranks_size(), 2);
+  EXPECT_EQ(serving.ranks(1).indices_streamed(), 300u);
+  EXPECT_FALSE(serving.planning());
+  gated.Hold();
+  for (uint32_t rank = 0; rank < 2; ++rank) {
+    v1::EndEpochRequest end;
+    end.set_job("p");
+    end.set_epoch(0);
+    end.set_rank(rank);
+    v1::EndEpochResponse response;
+    ASSERT_TRUE(stub.EndEpoch(testutil::ServiceServer::Context().get(), end, &response).ok());
+  }
+  gated.AwaitHeldCall();  // Epoch 1 is being planned.
+  const v1::JobStatus planning = status_now();
+  EXPECT_TRUE(planning.planning());
+  EXPECT_EQ(planning.job().current_epoch(), 1u);
+  EXPECT_FALSE(planning.job().plan_ready());
+  EXPECT_EQ(planning.job().deal(), 0u);
+  EXPECT_EQ(planning.job().world_size(), 2u);
+  ASSERT_EQ(planning.ranks_size(), 2);
+  for (const v1::RankProgress& rank : planning.ranks()) {
+    EXPECT_EQ(rank.indices_streamed(), 0u) << rank.DebugString();
+    EXPECT_EQ(rank.losses_accepted(), 0u) << rank.DebugString();
+    EXPECT_FALSE(rank.ended()) << rank.DebugString();
+  }
+  gated.Release();
+  v1::JobStatus served = status_now();
+  for (int tries = 0; !served.job().plan_ready() && tries < 2000; ++tries) {
+    absl::SleepFor(absl::Milliseconds(10));
+    served = status_now();
+  }
+  ASSERT_TRUE(served.job().plan_ready());
+  EXPECT_FALSE(served.planning());
+  EXPECT_EQ(served.job().current_epoch(), 1u);
+
+  // A rewind to epoch 0, held while it plans: the status shows epoch 0 being planned, deal 0,
+  // not epoch 1's progress.
+  {
+    v1::StreamShardRequest read;
+    read.set_job("p");
+    read.set_epoch(1);
+    read.set_rank(0);
+    read.set_world_size(2);
+    auto context = testutil::ServiceServer::Context();
+    auto reader = stub.StreamShard(context.get(), read);
+    v1::ShardChunk chunk;
+    while (reader->Read(&chunk)) {
+    }
+    ASSERT_TRUE(reader->Finish().ok());
+  }
+  gated.Hold();
+  std::thread rewind([&stub] {
+    v1::RewindJobRequest request;
+    request.set_name("p");
+    request.set_epoch(0);
+    v1::Job rewound;
+    const grpc::Status s =
+        stub.RewindJob(testutil::ServiceServer::Context().get(), request, &rewound);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+  });
+  gated.AwaitHeldCall();
+  const v1::JobStatus rewinding = status_now();
+  gated.Release();
+  rewind.join();
+  EXPECT_TRUE(rewinding.planning());
+  EXPECT_EQ(rewinding.job().current_epoch(), 0u);
+  EXPECT_EQ(rewinding.job().deal(), 0u);
+  ASSERT_EQ(rewinding.ranks_size(), 2);
+  EXPECT_EQ(rewinding.ranks(0).indices_streamed(), 0u);
 }
 
 }  // namespace
