@@ -322,14 +322,19 @@ TEST_F(SamplerServiceTest, ManyConcurrentRankStreams) {
   EXPECT_EQ(all.size(), world * per_rank);
 }
 
-TEST(StreamBufferBudgetTest, AStreamWhoseChunkDoesNotFitIsResourceExhaustedNamingTheFlag) {
+// A loopback samplerd whose open StreamShard calls may hold `max_stream_buffer_bytes` together.
+absl::StatusOr<std::unique_ptr<Server>> BudgetServer(uint64_t max_stream_buffer_bytes) {
   Options options = testutil::LoopbackTestOptions();
   options.planner_threads = 1;
   options.grace_period = absl::Seconds(1);
+  options.max_stream_buffer_bytes = max_stream_buffer_bytes;
+  return Server::Create(options);
+}
+
+TEST(StreamBufferBudgetTest, AStreamWhoseChunkDoesNotFitIsResourceExhaustedNamingTheFlag) {
   // One stream of default-sized chunks (65536 indices, 16 bytes each) fits; a chunk of 2^20
   // indices (16 MiB while in flight) does not.
-  options.max_stream_buffer_bytes = 1 << 20;
-  auto server = Server::Create(options);
+  auto server = BudgetServer(1 << 20);
   ASSERT_TRUE(server.ok()) << server.status();
   auto client = *SamplerClient::Create((*server)->address());
   v1::JobSpec spec;
@@ -360,6 +365,72 @@ TEST(StreamBufferBudgetTest, AStreamWhoseChunkDoesNotFitIsResourceExhaustedNamin
   // The default chunk size fits, and the refused stream held nothing.
   ASSERT_TRUE(stream(0, &received).ok());
   EXPECT_EQ(received, uint64_t{1} << 21);
+}
+
+TEST(StreamBufferBudgetTest, TheCppClientRetriesARefusalByItsRetrySignalUntilItFits) {
+  // Room for one stream of 1024-index chunks (16 KiB), not two (issue 33: the client retries by
+  // the samplerd-retry-after-ms trailer the refusal carries, proto/retry_signal.h).
+  auto server = BudgetServer(24 << 10);
+  ASSERT_TRUE(server.ok()) << server.status();
+  ClientOptions patient;
+  patient.timeout = absl::Seconds(30);
+  patient.initial_backoff = absl::Milliseconds(20);
+  patient.max_backoff = absl::Milliseconds(100);
+  patient.retry_budget = absl::Seconds(60);
+  auto client = *SamplerClient::Create((*server)->address(), patient);
+  v1::JobSpec spec;
+  spec.set_num_samples(1 << 21);
+  spec.set_world_size(2);
+  ASSERT_TRUE(client->CreateJob("j", spec).ok());
+  // The holder reads one chunk of its 4 MiB shard and stops; without BDP probing its window
+  // stays small, so the server waits to write, holding its budget.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  auto holder_channel = grpc::CreateCustomChannel((*server)->address(),
+                                                  grpc::InsecureChannelCredentials(), args);
+  auto holder_stub = v1::Sampler::NewStub(holder_channel);
+  grpc::ClientContext holder_context;
+  v1::StreamShardRequest held;
+  held.set_job("j");
+  held.set_rank(0);
+  held.set_world_size(2);
+  held.set_max_chunk_size(1024);
+  held.set_observe(true);
+  auto holder = holder_stub->StreamShard(&holder_context, held);
+  v1::ShardChunk chunk;
+  ASSERT_TRUE(holder->Read(&chunk));
+  StreamShardOptions stream_options;
+  stream_options.max_chunk_size = 1024;
+  stream_options.observe = true;
+  auto read = [&](SamplerClient& c, uint64_t* received) {
+    return c.StreamShard("j", 0, 1, 2, stream_options, [received](const ShardSlice& slice) {
+      *received += slice.indices.size();
+      return absl::OkStatus();
+    });
+  };
+  // Without retries the refusal surfaces (the budget is held).
+  ClientOptions impatient = patient;
+  impatient.max_retries = 0;
+  auto once = *SamplerClient::Create((*server)->address(), impatient);
+  uint64_t none = 0;
+  const absl::Status refused = read(*once, &none);
+  ASSERT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("--max_stream_buffer_bytes"));
+  EXPECT_EQ(none, 0u);
+  // With retries the stream is opened again, by the signal, once the holder goes away.
+  std::thread release([&] {
+    absl::SleepFor(absl::Milliseconds(500));
+    holder_context.TryCancel();
+  });
+  const absl::Time start = absl::Now();
+  uint64_t received = 0;
+  const absl::Status served = read(*client, &received);
+  const absl::Duration took = absl::Now() - start;
+  release.join();
+  holder->Finish();
+  ASSERT_TRUE(served.ok()) << served;
+  EXPECT_EQ(received, uint64_t{1} << 20);
+  EXPECT_GT(took, absl::Milliseconds(300)) << "served at once: the budget was not held";
 }
 
 TEST_F(SamplerServiceTest, DeletingAJobEndsItsStreamsWithNotFound) {
