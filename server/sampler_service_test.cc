@@ -682,10 +682,11 @@ TEST(JobStatusWhilePlanningTest, ShowsTheEpochBeingPlannedWithNoProgressAndSaysP
     EXPECT_TRUE(s.ok()) << s.error_message();
     return status;
   };
-  // Both ranks read their shard of epoch 0 whole (300 positions each) and end it.
-  for (uint32_t rank = 0; rank < 2; ++rank) {
+  // Reads `rank`'s shard of `epoch` whole.
+  auto read_whole = [&stub](uint64_t epoch, uint32_t rank) {
     v1::StreamShardRequest read;
     read.set_job("p");
+    read.set_epoch(epoch);
     read.set_rank(rank);
     read.set_world_size(2);
     auto context = testutil::ServiceServer::Context();
@@ -693,8 +694,10 @@ TEST(JobStatusWhilePlanningTest, ShowsTheEpochBeingPlannedWithNoProgressAndSaysP
     v1::ShardChunk chunk;
     while (reader->Read(&chunk)) {
     }
-    ASSERT_TRUE(reader->Finish().ok());
-  }
+    return reader->Finish();
+  };
+  // Both ranks read their shard of epoch 0 whole (300 positions each) and end it.
+  for (uint32_t rank = 0; rank < 2; ++rank) ASSERT_TRUE(read_whole(0, rank).ok());
   const v1::JobStatus serving = status_now();
   ASSERT_EQ(serving.ranks_size(), 2);
   EXPECT_EQ(serving.ranks(1).indices_streamed(), 300u);
@@ -733,19 +736,7 @@ TEST(JobStatusWhilePlanningTest, ShowsTheEpochBeingPlannedWithNoProgressAndSaysP
 
   // A rewind to epoch 0, held while it plans: the status shows epoch 0 being planned, deal 0,
   // not epoch 1's progress.
-  {
-    v1::StreamShardRequest read;
-    read.set_job("p");
-    read.set_epoch(1);
-    read.set_rank(0);
-    read.set_world_size(2);
-    auto context = testutil::ServiceServer::Context();
-    auto reader = stub.StreamShard(context.get(), read);
-    v1::ShardChunk chunk;
-    while (reader->Read(&chunk)) {
-    }
-    ASSERT_TRUE(reader->Finish().ok());
-  }
+  ASSERT_TRUE(read_whole(1, 0).ok());
   gated.Hold();
   std::thread rewind([&stub] {
     v1::RewindJobRequest request;
