@@ -28,11 +28,17 @@ using Purpose = phase::Planning::Purpose;
 
 namespace {
 
-Planning StartPlanning(Purpose purpose, std::optional<phase::Settled> previous = std::nullopt) {
+// A Planning for `purpose` that serves `epoch`, in its deal `deal` to `world_size` ranks, once
+// published.
+Planning StartPlanning(Purpose purpose, uint64_t epoch, uint32_t deal, uint32_t world_size,
+                       std::optional<phase::Settled> previous = std::nullopt) {
   Planning planning;
   planning.purpose = purpose;
   planning.since = absl::Now();
   planning.previous = std::move(previous);
+  planning.epoch = epoch;
+  planning.deal = deal;
+  planning.world_size = world_size;
   return planning;
 }
 
@@ -246,8 +252,15 @@ absl::StatusOr<v1::Job> Job::DescribeForRank(uint32_t rank, std::optional<uint64
 void Job::DescribeLocked(v1::Job* job) const {
   job->set_name(name_);
   *job->mutable_spec() = config_.normalized;
-  job->set_current_epoch(epoch_);
   job->set_plan_ready(std::holds_alternative<Serving>(phase_));
+  if (const auto* planning = std::get_if<Planning>(&phase_)) {
+    // The epoch (and deal) being planned, not the one it follows.
+    job->set_current_epoch(planning->epoch);
+    job->set_world_size(planning->world_size);
+    job->set_deal(planning->deal);
+    return;
+  }
+  job->set_current_epoch(epoch_);
   job->set_world_size(deal_.world_size());
   job->set_deal(deal_.number());
 }
@@ -361,7 +374,8 @@ absl::Status Job::InstallBaseAndPlan(std::vector<float> base) {
     // upload. If it fails, the job goes back to the plan it served (or to awaiting an upload).
     phase::Settled previous = AwaitingUpload{};
     if (serving != nullptr) previous = *serving;
-    Enter(StartPlanning(Purpose::kUpload, std::move(previous)));
+    Enter(StartPlanning(Purpose::kUpload, epoch_, deal_.number(), deal_.world_size(),
+                        std::move(previous)));
     // The world size epoch 0 started with (deal 0's), not a resize's: epoch 0's log keeps the
     // resizes made since, which a restart replays on top of the snapshot, and a rewind to epoch
     // 0 deals it to the ranks it started with.
@@ -619,7 +633,7 @@ absl::StatusOr<v1::EndEpochResponse> Job::EndEpoch(uint64_t epoch, uint32_t deal
     epoch_ = epoch + 1;
     // The next epoch is dealt whole to the ranks that ended this one.
     deal_.DealNextEpoch(config_.plan.samples_per_epoch);
-    Enter(StartPlanning(Purpose::kNextEpoch));
+    Enter(StartPlanning(Purpose::kNextEpoch, epoch_, deal_.number(), deal_.world_size()));
   }
   LOG(INFO) << "event=epoch_closed job=" << name_ << " epoch=" << epoch;
   // The recompute reads the statistics off the lock while the job is Planning. Closed meanwhile: no
@@ -681,7 +695,8 @@ absl::Status Job::Rewind(uint64_t epoch) {
     phase::Settled previous = AwaitingUpload{};
     if (const auto* serving = std::get_if<Serving>(&phase_)) previous = *serving;
     if (const auto* failed = std::get_if<Failed>(&phase_)) previous = *failed;
-    Enter(StartPlanning(Purpose::kRewind, std::move(previous)));
+    Enter(StartPlanning(Purpose::kRewind, epoch, /*deal=*/0, deal_.world_size(),
+                        std::move(previous)));
   }
   // Closed meanwhile (deleted, shutting down): that is the answer, whatever else failed.
   auto undo = [&](absl::Status s) {
@@ -775,7 +790,8 @@ absl::StatusOr<v1::Job> Job::Resize(uint64_t epoch, uint32_t world_size) {
       // Computed off the lock (linear in M); meanwhile the epoch waits as Planning.
       current = serving;
       progress = deal_.TakeProgress();
-      Enter(StartPlanning(Purpose::kRedeal, Serving{current}));
+      Enter(StartPlanning(Purpose::kRedeal, epoch_, deal_.number() + 1, world_size,
+                          Serving{current}));
     }
   }
   if (current.plan != nullptr) {
@@ -816,13 +832,20 @@ v1::JobStatus Job::Status() const {
   for (uint64_t e : RewindableEpochs()) status.mutable_job()->add_rewindable_epochs(e);
   absl::ReleasableMutexLock lock(&mu_);
   DescribeLocked(status.mutable_job());
-  const std::vector<CurrentDeal::RankState>& ranks = deal_.ranks();
-  for (uint32_t r = 0; r < ranks.size(); ++r) {
-    v1::RankProgress* p = status.add_ranks();
-    p->set_rank(r);
-    p->set_indices_streamed(ranks[r].streamed);
-    p->set_losses_accepted(ranks[r].accepted);
-    p->set_ended(ranks[r].ended);
+  if (IsPlanning()) {
+    // The epoch being planned: no rank has started it (the deal still holds the progress of the
+    // epoch or deal it follows, which is not this one's).
+    status.set_planning(true);
+    for (uint32_t r = 0; r < status.job().world_size(); ++r) status.add_ranks()->set_rank(r);
+  } else {
+    const std::vector<CurrentDeal::RankState>& ranks = deal_.ranks();
+    for (uint32_t r = 0; r < ranks.size(); ++r) {
+      v1::RankProgress* p = status.add_ranks();
+      p->set_rank(r);
+      p->set_indices_streamed(ranks[r].streamed);
+      p->set_losses_accepted(ranks[r].accepted);
+      p->set_ended(ranks[r].ended);
+    }
   }
   // The summary is of the weights the published plan was drawn from: while the epoch shown is
   // being planned (or awaits its upload, or the job failed) they are not that epoch's, so none

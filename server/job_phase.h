@@ -63,6 +63,13 @@ struct Planning {
   absl::Time since;
   // kUpload, kRewind, kRedeal: the phase to return to if this fails (the job as it was).
   std::optional<Settled> previous;
+  // What the job serves once this is published: the epoch, its deal and the deal's world size
+  // (GetJobStatus shows them while planning, with no rank's progress: the epoch being planned,
+  // never the previous one's progress). A rewind shows the current world size: the one its
+  // kept start records (which may differ) is read while it plans.
+  uint64_t epoch = 0;
+  uint32_t deal = 0;
+  uint32_t world_size = 0;
 };
 
 }  // namespace phase

@@ -82,6 +82,8 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Restore(std::string name, JobConfig co
       phase::Planning recovery;
       recovery.purpose = phase::Planning::Purpose::kRecovery;
       recovery.since = absl::Now();
+      recovery.epoch = header.epoch();
+      recovery.world_size = job->deal_.world_size();
       job->Enter(std::move(recovery));
     }
   }

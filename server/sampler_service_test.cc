@@ -15,7 +15,10 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu_backend.h"
+#include "server/job_registry.h"
 #include "server/server.h"
+#include "server/testing/gated_backend.h"
+#include "server/testing/service_server.h"
 #include "server/testing/test_server_options.h"
 
 namespace samplerd {
@@ -319,14 +322,19 @@ TEST_F(SamplerServiceTest, ManyConcurrentRankStreams) {
   EXPECT_EQ(all.size(), world * per_rank);
 }
 
-TEST(StreamBufferBudgetTest, AStreamWhoseChunkDoesNotFitIsResourceExhaustedNamingTheFlag) {
+// A loopback samplerd whose open StreamShard calls may hold `max_stream_buffer_bytes` together.
+absl::StatusOr<std::unique_ptr<Server>> BudgetServer(uint64_t max_stream_buffer_bytes) {
   Options options = testutil::LoopbackTestOptions();
   options.planner_threads = 1;
   options.grace_period = absl::Seconds(1);
+  options.max_stream_buffer_bytes = max_stream_buffer_bytes;
+  return Server::Create(options);
+}
+
+TEST(StreamBufferBudgetTest, AStreamWhoseChunkDoesNotFitIsResourceExhaustedNamingTheFlag) {
   // One stream of default-sized chunks (65536 indices, 16 bytes each) fits; a chunk of 2^20
   // indices (16 MiB while in flight) does not.
-  options.max_stream_buffer_bytes = 1 << 20;
-  auto server = Server::Create(options);
+  auto server = BudgetServer(1 << 20);
   ASSERT_TRUE(server.ok()) << server.status();
   auto client = *SamplerClient::Create((*server)->address());
   v1::JobSpec spec;
@@ -357,6 +365,72 @@ TEST(StreamBufferBudgetTest, AStreamWhoseChunkDoesNotFitIsResourceExhaustedNamin
   // The default chunk size fits, and the refused stream held nothing.
   ASSERT_TRUE(stream(0, &received).ok());
   EXPECT_EQ(received, uint64_t{1} << 21);
+}
+
+TEST(StreamBufferBudgetTest, TheCppClientRetriesARefusalByItsRetrySignalUntilItFits) {
+  // Room for one stream of 1024-index chunks (16 KiB), not two (issue 33: the client retries by
+  // the samplerd-retry-after-ms trailer the refusal carries, proto/retry_signal.h).
+  auto server = BudgetServer(24 << 10);
+  ASSERT_TRUE(server.ok()) << server.status();
+  ClientOptions patient;
+  patient.timeout = absl::Seconds(30);
+  patient.initial_backoff = absl::Milliseconds(20);
+  patient.max_backoff = absl::Milliseconds(100);
+  patient.retry_budget = absl::Seconds(60);
+  auto client = *SamplerClient::Create((*server)->address(), patient);
+  v1::JobSpec spec;
+  spec.set_num_samples(1 << 21);
+  spec.set_world_size(2);
+  ASSERT_TRUE(client->CreateJob("j", spec).ok());
+  // The holder reads one chunk of its 4 MiB shard and stops; without BDP probing its window
+  // stays small, so the server waits to write, holding its budget.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  auto holder_channel = grpc::CreateCustomChannel((*server)->address(),
+                                                  grpc::InsecureChannelCredentials(), args);
+  auto holder_stub = v1::Sampler::NewStub(holder_channel);
+  grpc::ClientContext holder_context;
+  v1::StreamShardRequest held;
+  held.set_job("j");
+  held.set_rank(0);
+  held.set_world_size(2);
+  held.set_max_chunk_size(1024);
+  held.set_observe(true);
+  auto holder = holder_stub->StreamShard(&holder_context, held);
+  v1::ShardChunk chunk;
+  ASSERT_TRUE(holder->Read(&chunk));
+  StreamShardOptions stream_options;
+  stream_options.max_chunk_size = 1024;
+  stream_options.observe = true;
+  auto read = [&](SamplerClient& c, uint64_t* received) {
+    return c.StreamShard("j", 0, 1, 2, stream_options, [received](const ShardSlice& slice) {
+      *received += slice.indices.size();
+      return absl::OkStatus();
+    });
+  };
+  // Without retries the refusal surfaces (the budget is held).
+  ClientOptions impatient = patient;
+  impatient.max_retries = 0;
+  auto once = *SamplerClient::Create((*server)->address(), impatient);
+  uint64_t none = 0;
+  const absl::Status refused = read(*once, &none);
+  ASSERT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("--max_stream_buffer_bytes"));
+  EXPECT_EQ(none, 0u);
+  // With retries the stream is opened again, by the signal, once the holder goes away.
+  std::thread release([&] {
+    absl::SleepFor(absl::Milliseconds(500));
+    holder_context.TryCancel();
+  });
+  const absl::Time start = absl::Now();
+  uint64_t received = 0;
+  const absl::Status served = read(*client, &received);
+  const absl::Duration took = absl::Now() - start;
+  release.join();
+  holder->Finish();
+  ASSERT_TRUE(served.ok()) << served;
+  EXPECT_EQ(received, uint64_t{1} << 20);
+  EXPECT_GT(took, absl::Milliseconds(300)) << "served at once: the budget was not held";
 }
 
 TEST_F(SamplerServiceTest, DeletingAJobEndsItsStreamsWithNotFound) {
@@ -575,6 +649,113 @@ TEST_F(SamplerServiceTest, ClassBalancedLabels) {
   // Uploads after the job started are refused and change nothing.
   ASSERT_TRUE(client_->ReportLosses({Batch("cb", 0, 0, 0, *shard, HardLoss, 0, 1)}).ok());
   EXPECT_EQ(client_->UploadLabels("cb", labels).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+
+// GetJobStatus while an epoch is planned, over real gRPC (port 0), the planner held half-way by
+// a GatedBackend. Fails before issue 33's fix: the status said epoch 1 with epoch 0's progress
+// (every rank ended, its positions streamed) until plan_ready.
+TEST(JobStatusWhilePlanningTest, ShowsTheEpochBeingPlannedWithNoProgressAndSaysPlanning) {
+  std::unique_ptr<ComputeBackend> cpu = NewCpuBackend(1);
+  testutil::GatedBackend gated(cpu.get());
+  JobRegistry registry(JobRegistry::Limits(), &gated);
+  SamplerService service(&registry, &gated);
+  testutil::ServiceServer server(&service);
+  v1::Sampler::Stub& stub = server.stub();
+  v1::JobSpec spec;
+  spec.set_num_samples(1000);
+  spec.set_world_size(2);
+  spec.set_samples_per_epoch(600);  // Weighted plans: not computed ahead, so the gate holds it.
+  spec.set_seed(5);
+  spec.mutable_policy()->set_loss(v1::LOSS);
+  v1::CreateJobRequest create;
+  create.set_name("p");
+  *create.mutable_spec() = spec;
+  v1::Job job;
+  ASSERT_TRUE(stub.CreateJob(testutil::ServiceServer::Context().get(), create, &job).ok());
+  auto status_now = [&stub] {
+    v1::GetJobStatusRequest request;
+    request.set_name("p");
+    v1::JobStatus status;
+    const grpc::Status s = stub.GetJobStatus(testutil::ServiceServer::Context().get(), request,
+                                             &status);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return status;
+  };
+  // Reads `rank`'s shard of `epoch` whole.
+  auto read_whole = [&stub](uint64_t epoch, uint32_t rank) {
+    v1::StreamShardRequest read;
+    read.set_job("p");
+    read.set_epoch(epoch);
+    read.set_rank(rank);
+    read.set_world_size(2);
+    auto context = testutil::ServiceServer::Context();
+    auto reader = stub.StreamShard(context.get(), read);
+    v1::ShardChunk chunk;
+    while (reader->Read(&chunk)) {
+    }
+    return reader->Finish();
+  };
+  // Both ranks read their shard of epoch 0 whole (300 positions each) and end it.
+  for (uint32_t rank = 0; rank < 2; ++rank) ASSERT_TRUE(read_whole(0, rank).ok());
+  const v1::JobStatus serving = status_now();
+  ASSERT_EQ(serving.ranks_size(), 2);
+  EXPECT_EQ(serving.ranks(1).indices_streamed(), 300u);
+  EXPECT_FALSE(serving.planning());
+  gated.Hold();
+  for (uint32_t rank = 0; rank < 2; ++rank) {
+    v1::EndEpochRequest end;
+    end.set_job("p");
+    end.set_epoch(0);
+    end.set_rank(rank);
+    v1::EndEpochResponse response;
+    ASSERT_TRUE(stub.EndEpoch(testutil::ServiceServer::Context().get(), end, &response).ok());
+  }
+  gated.AwaitHeldCall();  // Epoch 1 is being planned.
+  const v1::JobStatus planning = status_now();
+  EXPECT_TRUE(planning.planning());
+  EXPECT_EQ(planning.job().current_epoch(), 1u);
+  EXPECT_FALSE(planning.job().plan_ready());
+  EXPECT_EQ(planning.job().deal(), 0u);
+  EXPECT_EQ(planning.job().world_size(), 2u);
+  ASSERT_EQ(planning.ranks_size(), 2);
+  for (const v1::RankProgress& rank : planning.ranks()) {
+    EXPECT_EQ(rank.indices_streamed(), 0u) << rank.DebugString();
+    EXPECT_EQ(rank.losses_accepted(), 0u) << rank.DebugString();
+    EXPECT_FALSE(rank.ended()) << rank.DebugString();
+  }
+  gated.Release();
+  v1::JobStatus served = status_now();
+  for (int tries = 0; !served.job().plan_ready() && tries < 2000; ++tries) {
+    absl::SleepFor(absl::Milliseconds(10));
+    served = status_now();
+  }
+  ASSERT_TRUE(served.job().plan_ready());
+  EXPECT_FALSE(served.planning());
+  EXPECT_EQ(served.job().current_epoch(), 1u);
+
+  // A rewind to epoch 0, held while it plans: the status shows epoch 0 being planned, deal 0,
+  // not epoch 1's progress.
+  ASSERT_TRUE(read_whole(1, 0).ok());
+  gated.Hold();
+  std::thread rewind([&stub] {
+    v1::RewindJobRequest request;
+    request.set_name("p");
+    request.set_epoch(0);
+    v1::Job rewound;
+    const grpc::Status s =
+        stub.RewindJob(testutil::ServiceServer::Context().get(), request, &rewound);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+  });
+  gated.AwaitHeldCall();
+  const v1::JobStatus rewinding = status_now();
+  gated.Release();
+  rewind.join();
+  EXPECT_TRUE(rewinding.planning());
+  EXPECT_EQ(rewinding.job().current_epoch(), 0u);
+  EXPECT_EQ(rewinding.job().deal(), 0u);
+  ASSERT_EQ(rewinding.ranks_size(), 2);
+  EXPECT_EQ(rewinding.ranks(0).indices_streamed(), 0u);
 }
 
 }  // namespace

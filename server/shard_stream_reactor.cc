@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "proto/retry_signal.h"
 #include "proto/status_util.h"
 #include "server/raw_request.h"
 
@@ -104,6 +105,8 @@ void ShardStreamReactor::Acquire() {
       ShardChunks::Start(request_, job_, *std::move(lease), shared_.max_message_bytes,
                          shared_.budget, shared_.metrics);
   if (!chunks.ok()) {
+    // The stream buffer budget's "retry later" carries its machine-readable signal.
+    AddRetryAfterTrailer(chunks.status(), context_);
     End(ToGrpcStatus(chunks.status()));
     return;
   }

@@ -14,6 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu_backend.h"
+#include "proto/retry_signal.h"
 #include "server/job_registry.h"
 #include "server/sampler_service.h"
 #include "server/shard_chunks.h"
@@ -57,16 +58,23 @@ class ShardStreamReactorTest : public ::testing::Test {
     r.set_max_chunk_size(chunk);
     return r;
   }
-  // Reads a whole stream; its status in `status`.
+  // Reads a whole stream; its status in `status`, its samplerd-retry-after-ms trailer (empty
+  // if none) in `retry_after`.
   static std::vector<v1::ShardChunk> ReadAll(v1::Sampler::Stub& stub,
                                              const v1::StreamShardRequest& request,
-                                             grpc::Status* status) {
+                                             grpc::Status* status,
+                                             std::string* retry_after = nullptr) {
     auto context = testutil::ServiceServer::Context();
     auto reader = stub.StreamShard(context.get(), request);
     std::vector<v1::ShardChunk> chunks;
     v1::ShardChunk chunk;
     while (reader->Read(&chunk)) chunks.push_back(chunk);
     *status = reader->Finish();
+    if (retry_after != nullptr) {
+      const auto& trailers = context->GetServerTrailingMetadata();
+      auto it = trailers.find(kRetryAfterMsKey);
+      *retry_after = it == trailers.end() ? "" : std::string(it->second.data(), it->second.size());
+    }
     return chunks;
   }
   static std::vector<uint32_t> Indices(const std::vector<v1::ShardChunk>& chunks) {
@@ -130,14 +138,18 @@ TEST_F(ShardStreamReactorTest, StalledStreamsHoldTheBufferBudgetAndTheNextOneIsR
   ASSERT_TRUE(stalled->Read(&chunk));
   EXPECT_EQ(service.StreamBufferBytesInUse(), one);
   grpc::Status second;
-  EXPECT_TRUE(ReadAll(server.stub(), Request(64), &second).empty());
+  std::string retry_after;
+  EXPECT_TRUE(ReadAll(server.stub(), Request(64), &second, &retry_after).empty());
   EXPECT_EQ(second.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  // The machine-readable signal the clients retry by (issue 33): it fits once others end.
+  EXPECT_EQ(retry_after, absl::StrCat(absl::ToInt64Milliseconds(kStreamBudgetRetryAfter)));
   EXPECT_THAT(second.error_message(), HasSubstr("--max_stream_buffer_bytes"));
   EXPECT_THAT(second.error_message(), HasSubstr(absl::StrCat("needs ", one, " bytes")));
   // A smaller chunk still fits beside the stalled stream.
   grpc::Status small;
-  EXPECT_EQ(Indices(ReadAll(server.stub(), Request(16), &small)).size(), 500u);
+  EXPECT_EQ(Indices(ReadAll(server.stub(), Request(16), &small, &retry_after)).size(), 500u);
   EXPECT_TRUE(small.ok()) << small.error_message();
+  EXPECT_EQ(retry_after, "");
   EXPECT_EQ(service.StreamBufferBytesInUse(), one);
   // The stalled stream's reader goes away: its bytes come back, and the refused one now fits.
   stalled_context->TryCancel();

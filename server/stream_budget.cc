@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "proto/retry_signal.h"
 
 namespace samplerd {
 
@@ -38,11 +39,13 @@ absl::StatusOr<StreamBudget::Reservation> StreamBudget::Reserve(uint64_t bytes) 
         "ask for a smaller max_chunk_size"));
   }
   if (bytes > limit_ - in_use_) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "stream buffer budget: this stream needs ", bytes, " bytes for its chunks, but ", in_use_,
-        " of the ", limit_,
-        " bytes that all open StreamShard calls may hold (--max_stream_buffer_bytes) are in "
-        "use; retry later, or ask for a smaller max_chunk_size"));
+    return WithRetryAfter(
+        absl::ResourceExhaustedError(absl::StrCat(
+            "stream buffer budget: this stream needs ", bytes, " bytes for its chunks, but ",
+            in_use_, " of the ", limit_,
+            " bytes that all open StreamShard calls may hold (--max_stream_buffer_bytes) are in "
+            "use; retry later, or ask for a smaller max_chunk_size")),
+        kStreamBudgetRetryAfter);
   }
   in_use_ += bytes;
   return Reservation(this, bytes);

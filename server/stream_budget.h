@@ -17,6 +17,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 
 namespace samplerd {
 
@@ -24,6 +25,10 @@ namespace samplerd {
 // --max_memory_bytes up to it: server/memory_budget.h): 1 GiB, room for about a thousand
 // streams at the default chunk size (65536 indices, ~1 MiB each).
 inline constexpr uint64_t kDefaultMaxStreamBufferBytes = uint64_t{1} << 30;
+
+// The delay a refused stream is told to wait before it tries again (a hint: the clients wait
+// at least this, and their own backoff).
+inline constexpr absl::Duration kStreamBudgetRetryAfter = absl::Milliseconds(100);
 
 class StreamBudget {
  public:
@@ -53,8 +58,10 @@ class StreamBudget {
 
   // Reserves `bytes` if they fit beside what the other calls hold. RESOURCE_EXHAUSTED, naming
   // the bytes asked for, the bytes in use, the limit and the --max_stream_buffer_bytes flag,
-  // if they do not: saying "retry later" when they would fit once other calls end (the
-  // clients retry such a refusal, proto StreamShard), not when they exceed the whole limit.
+  // if they do not. When they would fit once other calls end, the refusal says "retry later"
+  // and is marked WithRetryAfter(kStreamBudgetRetryAfter) (proto/retry_signal.h: the adapter
+  // sends it as the samplerd-retry-after-ms trailer, by which the clients retry, proto
+  // StreamShard); not when they exceed the whole limit (the same request would never fit).
   absl::StatusOr<Reservation> Reserve(uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
 
   uint64_t limit() const { return limit_; }

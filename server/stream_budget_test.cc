@@ -7,6 +7,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "proto/retry_signal.h"
 
 namespace samplerd {
 namespace {
@@ -37,6 +38,7 @@ TEST(StreamBudgetTest, AReservationBeyondTheLimitIsResourceExhaustedNamingTheFla
   EXPECT_THAT(message, HasSubstr("70 of the 100 bytes"));
   EXPECT_THAT(message, HasSubstr("--max_stream_buffer_bytes"));
   EXPECT_THAT(message, HasSubstr("retry later"));  // It fits once the holder is gone.
+  EXPECT_EQ(RetryAfter(more.status()), kStreamBudgetRetryAfter);  // Said for the clients.
   EXPECT_EQ(budget.in_use(), 70u);  // The failed reservation holds nothing.
   // Once the holder is gone the same reservation fits.
   *held = *budget.Reserve(1);  // Move-assigning releases the 70 bytes held before.
@@ -48,6 +50,7 @@ TEST(StreamBudgetTest, AReservationBeyondTheLimitIsResourceExhaustedNamingTheFla
   EXPECT_THAT(std::string(never.message()), HasSubstr("more than the 100 bytes"));
   EXPECT_THAT(std::string(never.message()), HasSubstr("--max_stream_buffer_bytes"));
   EXPECT_THAT(std::string(never.message()), Not(HasSubstr("retry later")));
+  EXPECT_FALSE(RetryAfter(never).has_value());
 }
 
 TEST(StreamBudgetTest, MovedReservationsReleaseOnce) {

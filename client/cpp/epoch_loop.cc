@@ -144,20 +144,13 @@ absl::Status EpochLoop::Resume(const ReaderPosition& from, uint64_t epochs, cons
 
 absl::StatusOr<ResumeAt> EpochLoop::CheckResumable(const ReaderPosition& from) const {
   const ShardReaderOptions& o = reader_->options();
+  // The ranks' progress is the current epoch's, also while it is planned (none then:
+  // v1::JobStatus::planning), so there is nothing to wait for.
   absl::StatusOr<v1::JobStatus> status = client_->GetJobStatus(o.job);
-  // The ranks' progress is the current epoch's only once its plan is ready (right after an
-  // epoch closed, a rewind or a server restart it is still the previous one's): wait for it, up
-  // to the client's timeout (CheckResume then counts nothing streamed).
-  const absl::Time deadline = absl::Now() + client_->options().timeout;
-  while (status.ok() && !status->job().plan_ready() && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(20));
-    status = client_->GetJobStatus(o.job);
-  }
   if (!status.ok()) return status.status();
   ServerProgress server;
   server.current_epoch = status->job().current_epoch();
   server.current_deal = status->job().deal();
-  server.plan_ready = status->job().plan_ready();
   server.rewindable_epochs.assign(status->job().rewindable_epochs().begin(),
                                   status->job().rewindable_epochs().end());
   for (const v1::RankProgress& rank : status->ranks()) {

@@ -80,8 +80,7 @@ absl::StatusOr<ResumeAt> CheckResume(const ReaderPosition& from, const ServerPro
   if (from.epoch == current && from.deal != server.current_deal) {
     return ResumeAt::kPosition;  // The server's deal check refuses a replaced deal, naming it.
   }
-  const uint64_t streamed =
-      from.epoch == current && server.plan_ready ? server.indices_streamed : 0;
+  const uint64_t streamed = from.epoch == current ? server.indices_streamed : 0;
   if (from.position <= streamed) return ResumeAt::kPosition;
   return absl::FailedPreconditionError(absl::StrCat(
       Where(from, from.epoch, from.position), " (deal ", from.deal,

@@ -23,9 +23,8 @@
 //   4. E = C and D != D' (the epoch was dealt again since): kPosition; the server refuses the
 //      replaced deal itself (StreamShard: FAILED_PRECONDITION naming the current deal).
 //   5. P <= S, S the rank's indices_streamed in the current epoch and deal (0 for any other
-//      epoch, and while the current epoch's plan is not ready: nothing of it was streamed yet,
-//      and the ranks GetJobStatus shows then are still those of the epoch before, or of the
-//      state a rewind in progress replaces): kPosition. A position is at most what the server
+//      epoch; GetJobStatus shows 0 while the current epoch is planned: nothing of it was
+//      streamed yet): kPosition. A position is at most what the server
 //      streamed to the rank (the reader handed out only what it received).
 //   6. Otherwise FAILED_PRECONDITION: the position predates a rewind of the job (RewindJob clears
 //      the rank's record; the losses before P are no longer counted) or the job was made again.
@@ -53,10 +52,9 @@ struct ServerProgress {
   uint32_t current_deal = 0;
   // Epoch starts RewindJob can go back to (v1::Job::rewindable_epochs).
   std::vector<uint64_t> rewindable_epochs;
-  // v1::Job::plan_ready: the current epoch is served (its plan published).
-  bool plan_ready = true;
   // The rank's v1::RankProgress::indices_streamed as GetJobStatus shows it (0 if the server has
-  // no record of the rank); only read with plan_ready (see rule 5).
+  // no record of the rank). Always the current epoch's: while it is planned, 0
+  // (v1::JobStatus::planning).
   uint64_t indices_streamed = 0;
 };
 

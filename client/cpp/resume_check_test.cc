@@ -65,7 +65,6 @@ ServerProgress ServerOf(const Struct& all, const Struct& c) {
   for (const Value& e : Field(all, c, "server", "rewindable_epochs").list_value().values()) {
     s.rewindable_epochs.push_back(static_cast<uint64_t>(e.number_value()));
   }
-  s.plan_ready = Field(all, c, "server", "plan_ready").bool_value();
   s.indices_streamed =
       static_cast<uint64_t>(Field(all, c, "server", "indices_streamed").number_value());
   return s;

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "grpcpp/grpcpp.h"
+#include "proto/retry_signal.h"
 #include "proto/status_util.h"
 
 namespace samplerd {
@@ -175,17 +176,26 @@ bool Retryable(const grpc::Status& status) {
          status.error_code() == grpc::StatusCode::CANCELLED;
 }
 
-// Whether a failed shard stream may be opened again: Retryable, or RESOURCE_EXHAUSTED for
-// memory that frees itself as other streams end -- gRPC's transport quota resetting the stream
-// (RST_STREAM ENHANCE_YOUR_CALM, "Received RST_STREAM with error code 11") or the server's
-// stream buffer budget, whose refusal says "retry later" (proto StreamShard). Not the client's
-// own receive limit ("larger than max") nor a chunk beyond the whole budget: the same request
-// would be refused again.
-bool RetryableShardStream(const grpc::Status& status) {
-  if (Retryable(status)) return true;
-  if (status.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) return false;
-  const std::string& message = status.error_message();
-  return absl::StrContains(message, "RST_STREAM") || absl::StrContains(message, "retry later");
+// Whether a failed shard stream may be opened again, and if so the least delay before it
+// (nullopt: not again). Retryable; or RESOURCE_EXHAUSTED for memory that frees itself as other
+// streams end:
+//   - the server's stream buffer budget, by its machine-readable signal (the trailer
+//     samplerd-retry-after-ms, proto/retry_signal.h): at least its delay;
+//   - gRPC's transport quota resetting the stream (RST_STREAM ENHANCE_YOUR_CALM, "Received
+//     RST_STREAM with error code 11"): made by gRPC's transport, where no samplerd code runs
+//     and no trailer is sent, so it is recognised by its message.
+// Not the client's own receive limit ("larger than max") nor a chunk beyond the whole budget
+// (no signal): the same request would be refused again.
+std::optional<absl::Duration> ShardStreamRetryDelay(const grpc::Status& status,
+                                                    const grpc::ClientContext& context) {
+  if (Retryable(status)) return absl::ZeroDuration();
+  if (status.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) return std::nullopt;
+  if (std::optional<absl::Duration> after =
+          RetryAfterFromTrailers(context.GetServerTrailingMetadata())) {
+    return after;
+  }
+  if (absl::StrContains(status.error_message(), "RST_STREAM")) return absl::ZeroDuration();
+  return std::nullopt;
 }
 
 }  // namespace
@@ -553,7 +563,9 @@ absl::Status SamplerClient::StreamShard(
     std::optional<absl::Duration> backoff;
     const bool aborted = claim != nullptr && status.error_code() == grpc::StatusCode::ABORTED;
     if (aborted) claim->Renew(request.incarnation());
-    if (RetryableShardStream(status) || aborted) backoff = retries.Next();
+    const std::optional<absl::Duration> at_least = ShardStreamRetryDelay(status, context);
+    if (at_least.has_value() || aborted) backoff = retries.Next();
+    if (backoff.has_value() && at_least.has_value()) backoff = std::max(*backoff, *at_least);
     if (!backoff.has_value()) {
       const absl::Status error = FromGrpcStatus(status);
       return failed(error.code(), error.message());

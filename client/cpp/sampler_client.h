@@ -210,8 +210,9 @@ class SamplerClient {
 
   // Streams rank `rank`'s shard of `epoch` from `start_offset`, calling `on_slice` for each chunk
   // in order. A stream that breaks (UNAVAILABLE, or the connection drops) or is refused for
-  // memory that frees itself (RESOURCE_EXHAUSTED from the server's stream buffer budget, "retry
-  // later", or from gRPC's transport quota, RST_STREAM) is reopened at the next
+  // memory that frees itself (RESOURCE_EXHAUSTED from the server's stream buffer budget, told
+  // by its samplerd-retry-after-ms trailer and waited at least that long, or from gRPC's
+  // transport quota, RST_STREAM by its message) is reopened at the next
   // undelivered position with backoff while retries last (retry_budget, max_retries, both counted from the
   // last chunk received); no index is delivered twice. Returns the callback's error (which stops
   // the stream) as it is, or the stream's error naming job, epoch, rank and world size, the

@@ -18,6 +18,7 @@ import pytest
 
 import samplerd
 from samplerd import ctl
+from samplerd._proto import samplerd_pb2 as pb
 from samplerd._proto import samplerd_pb2_grpc as pb_grpc
 from conftest import ROOT, SamplerdProcess
 
@@ -198,6 +199,16 @@ def test_uploads_from_npy(server, tmp_path):
     assert run_json(target, "upload-labels", "balanced", labels)["received"] == 5
     status = run_json(target, "status", "balanced")
     assert status["weights"]["min"] == pytest.approx(5 / 6) and status["job"]["plan_ready"]
+
+
+def test_status_says_when_the_epoch_shown_is_being_planned():
+    # GetJobStatus while epoch 3 is planned (issue 33): the epoch being planned, no progress.
+    status = pb.JobStatus(job=pb.Job(name="p", current_epoch=3, world_size=2), planning=True,
+                          ranks=[pb.RankProgress(rank=0), pb.RankProgress(rank=1)])
+    text = ctl._format_status(status)
+    assert "0/2 ended epoch 3 (planning it: no rank has started it)" in text
+    status.planning = False
+    assert "planning it" not in ctl._format_status(status)
 
 
 def test_unreachable_server_and_bad_connection_files(tmp_path):

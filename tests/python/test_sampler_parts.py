@@ -92,15 +92,38 @@ def test_the_loss_sender_batches_acknowledges_and_resends(client):
     assert sender.summary["accepted"] == 40 and sender.summary["batches"] == 3  # 16 + 16 + 8
     assert sender.unacknowledged(0, 0) is None
     # A loaded state's losses, sent again: those already applied count as duplicates.
-    sender.resend({"epoch": 0, "deal": 0, "indices": shard[30:50].tolist(),
-                   "losses": [1.0] * 20, "positions": list(range(30, 50))}, 100, "loading")
+    # (As parse_state decodes it: resend takes the decoded state, never decodes again.)
+    sender.resend(_state.decode_unacknowledged(
+        {"epoch": 0, "deal": 0, "indices": shard[30:50].tolist(), "losses": [1.0] * 20,
+         "positions": list(range(30, 50))}, "loading"), 100)
     assert client.status("ls").ranks[0].losses_accepted == 50
+    # Checked against the job where they are sent: an index past num_samples.
     with pytest.raises(samplerd.InvalidArgument,
-                       match=r"loading: state\['unacknowledged'\]: 2 indices, 1 losses"):
-        sender.resend({"epoch": 0, "deal": 0, "indices": [1, 2], "losses": [1.0],
-                       "positions": [0, 1]}, 100, "loading")
-    with pytest.raises(samplerd.InvalidArgument, match="malformed"):
-        sender.resend({"epoch": 0}, 100, "loading")
+                       match=r"indices\[0\] = 100 is outside \[0, num_samples = 100\)"):
+        sender.resend(_state.decode_unacknowledged(
+            {"epoch": 0, "deal": 0, "indices": [100], "losses": [1.0], "positions": [0]},
+            "loading"), 100)
+    assert client.status("ls").ranks[0].losses_accepted == 50
+    sender.close()
+    claim.release()
+
+
+def test_resend_takes_the_parsed_state_and_decodes_nothing_again(client, monkeypatch):
+    # One home for decoding a state's losses (_state.decode_unacknowledged, called by
+    # parse_state): resend used to decode them a second time. Fails before: the decoder ran.
+    client.create_job("lr", num_samples=100, world_size=1, loss="loss")
+    shard = client.read_shard("lr", 0, 0, 1, observe=True)
+    decoded = _state.decode_unacknowledged(
+        {"epoch": 0, "deal": 0, "indices": shard[:10].tolist(), "losses": [1.0] * 10,
+         "positions": list(range(10))}, "loading")
+
+    def decoded_again(*args):
+        raise AssertionError("resend decoded the state's losses again")
+    monkeypatch.setattr(_state, "decode_unacknowledged", decoded_again)
+    monkeypatch.setattr(_loss_sender, "decode_unacknowledged", decoded_again, raising=False)
+    sender, claim = _sender(client, "lr", 16)
+    sender.resend(decoded, 100)
+    assert client.status("lr").ranks[0].losses_accepted == 10
     sender.close()
     claim.release()
 
@@ -242,8 +265,11 @@ def test_going_back_to_an_epoch_this_rank_ended_while_it_is_open_is_refused():
     assert _guards.ended_epoch_refusal(ended, "rt", 0, 0, 1, 1) is None  # Another deal.
     assert _guards.ended_epoch_refusal(_status(epoch=1, ranks=[(0, 0, True)]), "rt", 0, 0, 0,
                                        2) is None  # Epoch 0 closed.
-    assert _guards.ended_epoch_refusal(_status(epoch=0, ranks=[(0, 9, True)], plan_ready=False),
-                                       "rt", 0, 0, 0, 1) is None  # Ranks not yet this epoch's.
+    # Epoch 1 being planned (after a rank's set_epoch(1) moved on and every rank ended epoch 0):
+    # the status shows it with no progress, so set_epoch(1) again is not refused.
+    planning = _status(epoch=1, ranks=[(0, 0, False), (1, 0, False)], plan_ready=False)
+    planning.planning = True
+    assert _guards.ended_epoch_refusal(planning, "rt", 0, 1, 0, 2) is None
 
 
 # -- the epoch cursor ----------------------------------------------------------------------------

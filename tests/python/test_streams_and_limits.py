@@ -158,6 +158,14 @@ def test_a_stream_refused_by_the_stream_buffer_budget_is_retried_until_it_fits()
             with samplerd.Client(server.address, max_retries=0) as impatient:
                 with pytest.raises(samplerd.ResourceExhausted, match="retry later"):
                     impatient.read_shard("j", 0, 1, 2, chunk_size=1024, observe=True)
+            # The refusal carries the machine-readable signal the clients retry by (issue 33).
+            with grpc.insecure_channel(server.address) as raw:
+                with pytest.raises(grpc.RpcError) as refused:
+                    list(pb_grpc.SamplerStub(raw).StreamShard(pb.StreamShardRequest(
+                        job="j", epoch=0, rank=1, world_size=2, max_chunk_size=1024,
+                        observe=True), timeout=10))
+            assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert ("samplerd-retry-after-ms", "100") in refused.value.trailing_metadata()
             release = futures.ThreadPoolExecutor(1)
             release.submit(lambda: (time.sleep(0.5), held.cancel()))
             start = time.monotonic()
@@ -169,3 +177,41 @@ def test_a_stream_refused_by_the_stream_buffer_budget_is_retried_until_it_fits()
             assert elapsed > 0.3, f"served after {elapsed:.2f} s: the budget was not held"
     finally:
         assert server.stop() == 0
+
+
+class _Refusal(grpc.RpcError):
+    """A refused call as grpcio raises it: code, details and trailing metadata."""
+
+    def __init__(self, code, details, trailers=()):
+        self._code, self._details, self._trailers = code, details, tuple(trailers)
+
+    def code(self):
+        return self._code
+
+    def details(self):
+        return self._details
+
+    def trailing_metadata(self):
+        return self._trailers
+
+
+def test_a_shard_stream_is_retried_by_the_servers_signal_not_by_its_words():
+    """Which RESOURCE_EXHAUSTED a shard stream retries (issue 33): samplerd's own refusal by its
+    samplerd-retry-after-ms trailer (at least that delay), gRPC's transport reset (no samplerd
+    code: no trailer) by its message. Fails before: the decision matched "retry later"."""
+    from samplerd._client_shards import _freed_by_other_streams
+    exhausted = grpc.StatusCode.RESOURCE_EXHAUSTED
+    signal = [("samplerd-retry-after-ms", "250")]
+    assert _freed_by_other_streams(_Refusal(exhausted, "stream buffer budget", signal)) == 0.25
+    # The words alone are no longer the signal; nor is a malformed trailer.
+    assert _freed_by_other_streams(_Refusal(exhausted, "in use; retry later")) is None
+    assert _freed_by_other_streams(
+        _Refusal(exhausted, "x", [("samplerd-retry-after-ms", "soon")])) is None
+    # gRPC's transport quota: its own message, no trailer.
+    assert _freed_by_other_streams(
+        _Refusal(exhausted, "Received RST_STREAM with error code 11")) == 0.0
+    # Not a RESOURCE_EXHAUSTED, or one the same request would meet again.
+    assert _freed_by_other_streams(
+        _Refusal(grpc.StatusCode.FAILED_PRECONDITION, "x", signal)) is None
+    assert _freed_by_other_streams(
+        _Refusal(exhausted, "Received message larger than max (5 vs. 4)")) is None

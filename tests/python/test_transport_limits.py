@@ -280,3 +280,28 @@ def test_without_tls_requests_without_a_token_hold_at_most_the_transport_buffers
             assert client.list_jobs() == []
     finally:
         assert server.stop() == 0
+
+
+def test_without_tls_a_streaming_upload_without_a_token_is_refused_within_one_window(
+        tokens_file):
+    """docs/SECURITY.md's figure for what remains over plaintext: the client-streaming reactors
+    refuse at the call's start, but gRPC's transport accepts the stream's data up to the
+    initial stream window it announced (gRPC 1.51: just under 4 MiB, not HTTP/2's 64 KiB).
+    An 8 MiB UploadWeights without a token: UNAUTHENTICATED after at most that window, the rest
+    never sent."""
+    server = SamplerdProcess(f"--auth_tokens_file={tokens_file}", "--backend=cpu")
+    connection = h2.Connection("127.0.0.1", port_of(server))
+    try:
+        connection.send_preface()
+        body = h2.grpc_message(b"\x0a" + b"\x80\x80\x80\x04" + bytes(8 * MIB), compressed=False)
+        connection.request(1, "/samplerd.v1.Sampler/UploadWeights", body)
+        connection.await_end(1, timeout=30)
+        window = connection.initial_stream_window
+        sent = window - connection.stream_windows[1]
+        print(f"initial stream window {window} bytes; sent before the refusal {sent}")
+        assert grpc_status(connection, 1)[0] == grpc.StatusCode.UNAUTHENTICATED.value[0]
+        assert 64 << 10 <= window <= 4 * MIB  # gRPC 1.51's window, as the docs say.
+        assert sent <= window < len(body)
+    finally:
+        connection.close()
+        assert server.stop() == 0

@@ -25,15 +25,39 @@ class ShardChunk(NamedTuple):
 
 
 
-def _freed_by_other_streams(error: grpc.RpcError) -> bool:
-    """RESOURCE_EXHAUSTED for memory that frees itself as other streams end, which a shard
-    stream retries with backoff: gRPC's transport quota resetting it (RST_STREAM
-    ENHANCE_YOUR_CALM, "Received RST_STREAM with error code 11") or the server's stream buffer
-    budget, whose refusal says "retry later" (proto StreamShard). Not the client's own receive
-    limit ("larger than max") nor a chunk beyond the whole budget: they would be refused again."""
-    details = error.details() or ""
-    return error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and (
-        "RST_STREAM" in details or "retry later" in details)
+# The trailing metadata of samplerd's machine-readable retry signal (proto/retry_signal.h).
+RETRY_AFTER_MS_KEY = "samplerd-retry-after-ms"
+
+
+def _retry_after(error: grpc.RpcError) -> Optional[float]:
+    """The seconds a refusal's samplerd-retry-after-ms trailer says to wait, or None (absent,
+    or not a whole number of milliseconds in [0, 2^31))."""
+    trailers = getattr(error, "trailing_metadata", lambda: None)() or ()
+    for key, value in trailers:
+        if key == RETRY_AFTER_MS_KEY:
+            text = value.decode() if isinstance(value, bytes) else value
+            if text.isdigit() and int(text) < 2**31:
+                return int(text) / 1000.0
+            return None
+    return None
+
+
+def _freed_by_other_streams(error: grpc.RpcError) -> Optional[float]:
+    """For a RESOURCE_EXHAUSTED of memory that frees itself as other streams end, which a shard
+    stream retries with backoff, the least seconds to wait first; None otherwise:
+      - the server's stream buffer budget, by its machine-readable signal (the
+        samplerd-retry-after-ms trailer, proto StreamShard): its delay;
+      - gRPC's transport quota resetting the stream (RST_STREAM ENHANCE_YOUR_CALM, "Received
+        RST_STREAM with error code 11"): made by gRPC's transport, where no samplerd code runs
+        and no trailer is sent, so it is recognised by its message: 0.
+    Not the client's own receive limit ("larger than max") nor a chunk beyond the whole budget
+    (no signal): they would be refused again."""
+    if error.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return None
+    after = _retry_after(error)
+    if after is not None:
+        return after
+    return 0.0 if "RST_STREAM" in (error.details() or "") else None
 
 class _Shards(_Connection):
     """StreamShard (stream_shard) and the whole shard at once (read_shard)."""
@@ -74,7 +98,8 @@ class _Shards(_Connection):
         connection whose keepalive ping went unanswered) is reopened likewise, on a new
         connection, while retry_budget and max_retries last (counted from the last chunk); so
         is one refused for memory that other streams free (RESOURCE_EXHAUSTED from the server's
-        stream buffer budget, "retry later", or from gRPC's transport quota, RST_STREAM). No
+        stream buffer budget, told by its samplerd-retry-after-ms trailer and waited at least
+        that long, or from gRPC's transport quota, RST_STREAM by its message). No
         index is yielded twice and none is skipped. An error raised names job, epoch, rank and
         the position ("job 'j' epoch 3 rank 1: shard stream failed at position P: ..."), whatever
         its code, and how long the client retried.
@@ -129,8 +154,11 @@ class _Shards(_Connection):
             except grpc.RpcError as e:
                 if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED and progressed:
                     continue  # The caller held the stream past the deadline: reopen.
+                at_least = _freed_by_other_streams(e)
                 backoff = retries.next() if (self._retryable(e, claim) or
-                                             _freed_by_other_streams(e)) else None
+                                             at_least is not None) else None
+                if backoff is not None and at_least is not None:
+                    backoff = max(backoff, at_least)  # The server's retry-after, at least.
                 if backoff is None:
                     error = errors.from_rpc_error(e)
                     raise type(error)(

@@ -120,7 +120,9 @@ def ended_epoch_refusal(status, job: str, rank: int, epoch: int, deal: int, samp
     still open: serving it would train the rank's whole shard again, every loss a duplicate
     (issue 33 part 5). None otherwise (a closed epoch: StreamShard refuses it)."""
     job_now = status.job
-    if job_now.current_epoch != epoch or job_now.deal != deal or not job_now.plan_ready:
+    # While an epoch is planned the status shows it with no rank's progress (JobStatus.planning):
+    # no rank has ended it.
+    if job_now.current_epoch != epoch or job_now.deal != deal:
         return None
     if not any(p.rank == rank and p.ended for p in status.ranks):
         return None

@@ -12,7 +12,6 @@ import numpy as np
 
 from . import errors
 from ._guards import explained
-from ._state import decode_unacknowledged
 from .client import check_loss_batch, check_positions, loss_batch_message
 
 
@@ -129,14 +128,13 @@ class LossSender:
                 "losses": np.concatenate([p[1] for p in parts]).tolist(),
                 "positions": np.concatenate([p[2] for p in parts]).tolist()}
 
-    def resend(self, unacked: dict, num_samples: int, loading: str) -> None:
+    def resend(self, unacked: dict, num_samples: int) -> None:
         """Sends the unacknowledged losses of a loaded state again, now (duplicates where they had
-        arrived before the process died). `loading` names the loading sampler in refusals."""
-        decoded = decode_unacknowledged(unacked, loading)
-        if decoded is None:
-            return
-        epoch, deal = decoded["epoch"], decoded["deal"]
-        idx, los, pos = decoded["indices"], decoded["losses"], decoded["positions"]
+        arrived before the process died). `unacked` is the state's losses as parse_state decoded
+        them (_state.decode_unacknowledged, the one decoder of a state's losses), not None; here
+        they are checked against the job (indices below `num_samples`, valid positions)."""
+        epoch, deal = unacked["epoch"], unacked["deal"]
+        idx, los, pos = unacked["indices"], unacked["losses"], unacked["positions"]
         idx, los = check_loss_batch(idx, los, num_samples)
         pos = check_positions(pos, idx.size)
         step = self.batch_size

@@ -61,8 +61,10 @@ class LoadedState:
 def decode_unacknowledged(unacked, loading: str) -> Optional[dict]:
     """A state's `unacknowledged` losses, checked and decoded: {"epoch": int, "deal": int,
     "indices": int64 array, "losses": float64 array, "positions": int64 array}, the arrays 1-D
-    and of one length; None when it holds no loss (None, empty). Whether the indices fit the job
-    and the positions are valid is checked where they are sent (LossSender.resend).
+    and of one length; None when it holds no loss (None, empty). The one decoder of a state's
+    losses: parse_state calls it, and every later use (LossSender.resend, the restart log) takes
+    its result. Whether the indices fit the job and the positions are valid is checked where
+    they are sent (LossSender.resend).
 
     Raises:
         InvalidArgument: not a dict, a key missing, a value that is not a number or a list of
@@ -171,7 +173,7 @@ class StateLoader:
             raise errors.InvalidArgument(
                 f"{loading}: the state was saved by rank {s.rank} (job '{s.job}' epoch "
                 f"{s.epoch}); each rank loads its own state (e.g. ckpt-rank{group.rank}.pt)")
-        server = resume_check.server_progress(self._client, group.job, group.rank, group.timeout)
+        server = resume_check.server_progress(self._client, group.job, group.rank)
         length = s.length
         if length is None and same_group:
             length = group.answered_length(s.epoch, s.deal, server.current_epoch,
@@ -202,7 +204,7 @@ class StateLoader:
                                    group.world_size, s.unacknowledged, 3)
             return epoch, None
         if s.unacknowledged and kind == "own":
-            self._sender.resend(s.unacknowledged, self._num_samples, self.loading())
+            self._sender.resend(s.unacknowledged, self._num_samples)
         if position is None:
             return epoch, None
         if position == group.shard_length(epoch) and self._end_epoch:

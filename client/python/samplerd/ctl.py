@@ -180,7 +180,8 @@ def _format_status(status: pb.JobStatus) -> str:
         f"  losses  samples seen {status.samples_seen}  last recompute "
         f"{status.last_recompute_ms:.3g} ms  last plan {status.last_plan_ms:.3g} ms  "
         f"backend {status.backend or '-'}",
-        f"  ranks   {ended}/{len(status.ranks)} ended epoch {status.job.current_epoch}",
+        f"  ranks   {ended}/{len(status.ranks)} ended epoch {status.job.current_epoch}"
+        + (" (planning it: no rank has started it)" if status.planning else ""),
         "",
     ]
     rows = [(r.rank, r.indices_streamed, r.losses_accepted, "yes" if r.ended else "no")

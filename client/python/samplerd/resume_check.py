@@ -11,7 +11,6 @@ rule only when it is the end of a shard whose epoch has closed since (NEXT_EPOCH
 """
 
 import dataclasses
-import time
 from typing import Optional, Sequence
 
 from . import errors
@@ -42,8 +41,8 @@ class ServerProgress:
     current_epoch: int
     current_deal: int = 0
     rewindable_epochs: Sequence[int] = ()
-    plan_ready: bool = True
-    # The rank's indices_streamed (0 without a record of the rank); read only with plan_ready.
+    # The rank's indices_streamed (0 without a record of the rank): the current epoch's, 0
+    # while it is planned (JobStatus.planning).
     indices_streamed: int = 0
 
 
@@ -104,7 +103,7 @@ def check_resume(saved: SavedPosition, server: ServerProgress) -> str:
         return POSITION
     if saved.epoch == current and saved.deal != server.current_deal:
         return POSITION  # The server's deal check refuses a replaced deal, naming it.
-    streamed = server.indices_streamed if saved.epoch == current and server.plan_ready else 0
+    streamed = server.indices_streamed if saved.epoch == current else 0
     if saved.position <= streamed:
         return POSITION
     raise errors.FailedPrecondition(
@@ -118,19 +117,14 @@ def check_resume(saved: SavedPosition, server: ServerProgress) -> str:
         f"train epoch {current} from its start")
 
 
-def server_progress(client, job: str, rank: int, timeout: float) -> ServerProgress:
-    """GetJobStatus's facts for check_resume. The ranks' progress is the current epoch's only once
-    its plan is ready (right after an epoch closed, a rewind or a server restart it is still the
-    previous one's): waits for it up to `timeout` seconds (then nothing counts as streamed)."""
+def server_progress(client, job: str, rank: int) -> ServerProgress:
+    """GetJobStatus's facts for check_resume. The ranks' progress is the current epoch's, also
+    while it is planned (none then: JobStatus.planning), so there is nothing to wait for."""
     status = client.status(job)
-    deadline = time.monotonic() + timeout
-    while not status.job.plan_ready and time.monotonic() < deadline:
-        time.sleep(0.02)
-        status = client.status(job)
     streamed = 0
     for progress in status.ranks:
         if progress.rank == rank:
             streamed = progress.indices_streamed
     return ServerProgress(current_epoch=status.job.current_epoch, current_deal=status.job.deal,
                           rewindable_epochs=tuple(status.job.rewindable_epochs),
-                          plan_ready=status.job.plan_ready, indices_streamed=streamed)
+                          indices_streamed=streamed)

@@ -209,6 +209,13 @@ class SamplerServicer(object):
         the server never buffers a whole shard, only one chunk per call, and all open calls
         together at most --max_stream_buffer_bytes (a call whose chunk does not fit in what is left
         ends at once with RESOURCE_EXHAUSTED: retry later, or ask for a smaller max_chunk_size).
+        Such a refusal, which frees itself as other streams end, carries the trailing metadata
+        `samplerd-retry-after-ms` (a decimal number of milliseconds to wait at least before the same
+        request again): the clients retry by it, never by the message's words. A chunk larger than
+        the whole budget carries none (the same request would be refused again). A RESOURCE_EXHAUSTED
+        reset made by gRPC's transport itself (RST_STREAM ENHANCE_YOUR_CALM, its memory quota:
+        --max_transport_buffer_bytes) carries none either: no samplerd code runs for it; the clients
+        recognise it by its message ("RST_STREAM").
         Errors: INVALID_ARGUMENT (rank >= world_size, start_offset > shard length),
         FAILED_PRECONDITION (world_size or deal differs from the epoch's current deal, epoch
         already closed or more than one ahead, the rank is claimed by another process and the
