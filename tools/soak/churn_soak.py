@@ -163,7 +163,7 @@ class Server:
     def __init__(self, name, out, data_dir=None):
         from conftest import SamplerdProcess
         self.name, self.port, self.incarnation = name, free_port(), 0
-        self.data_dir = data_dir
+        self.data_dir, self.restart_seconds = data_dir, []
         self._err = open(os.path.join(out, f"{name}.stderr"), "a")
         args = [f"--port={self.port}"] + ([f"--data_dir={data_dir}"] if data_dir else [])
         self._make = lambda: SamplerdProcess(*args, stderr=self._err)
@@ -181,7 +181,9 @@ class Server:
             assert code == -signal.SIGKILL, code
             self.process.proc.stdout.close()
             time.sleep(0.5)
+            started = time.monotonic()
             self.process = self._make()
+            self.restart_seconds.append(time.monotonic() - started)
             assert self.process.address == self.address, (self.process.address, self.address)
             self.incarnation += 1
 
@@ -619,7 +621,10 @@ class Soak:
                 if plan != plans[epoch]:
                     problems.append(f"epoch {epoch}: the plan as dealt differs from the "
                                     "reference's")
-        trained, tails, allowance = trained_per_epoch(job.records)
+        trained, tails, allowance, loads = trained_per_epoch(job.records)
+        for r in loads:
+            self.counts["states_loaded"] += 1
+            self.counts["states_redealt"] += r["summary"].get("redealt_states", 0)
         replays = unexplained_total = 0
         for epoch in range(EPOCHS):
             if sorted(trained[epoch]) != plans[epoch]:
@@ -674,7 +679,7 @@ def trained_per_epoch(path):
         collections.defaultdict(collections.Counter)
     allowance = collections.Counter()
     pending = collections.defaultdict(list)   # pid -> trainings since its last checkpoint
-    resize = None
+    resize, loads = None, []
     with open(path) as f:
         records = [json.loads(line) for line in f]
     for r in records:
@@ -693,6 +698,7 @@ def trained_per_epoch(path):
         elif kind == "resize":
             resize = r["world"]
         elif kind == "load":
+            loads.append(r)
             allowance[r["epoch"]] += r["summary"].get("redealt_unacknowledged", 0)
         elif kind == "rewind":
             for e in list(trained):
@@ -701,7 +707,7 @@ def trained_per_epoch(path):
                     tails[e].clear()
                     allowance[e] = 0
             pending.clear()
-    return trained, tails, allowance
+    return trained, tails, allowance, loads
 
 
 def main():
@@ -756,9 +762,14 @@ def main():
                "data_dir_kib": {"first": disk[0], "max": max(disk), "last": disk[-1]}
                if disk else None,
                "failures": soak.failures}
+    restarts = soak.server.restart_seconds
+    summary["samplerd_restart_seconds"] = {"max": round(max(restarts), 2),
+                                           "mean": round(sum(restarts) / len(restarts), 2)} \
+        if restarts else None
     with open(os.path.join(args.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
-    print(json.dumps({k: summary[k] for k in ("minutes", "counts", "data_dir_kib")}, indent=1))
+    print(json.dumps({k: summary[k] for k in ("minutes", "counts", "data_dir_kib",
+                                              "samplerd_restart_seconds")}, indent=1))
     for e in resources:
         print(f"{e['server']:9s} inc {e['incarnation']:2d} {e['minutes']:5.1f} min "
               f"{e['samples']:3d} samples | " + " | ".join(
