@@ -60,7 +60,8 @@ import time
 import traceback
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "client" / "python"))
+CLIENT = ROOT / "client" / "python"
+sys.path.insert(0, str(CLIENT))
 sys.path.insert(0, str(ROOT / "tests" / "python"))
 
 # The jobs: M divisible by every world size used, so that whole-epoch deals have no padding.
@@ -93,6 +94,10 @@ def trainer(cfg):
     import warnings
     import samplerd
     from samplerd.torch import DistributedWeightedSampler
+    if not samplerd.__file__.startswith(str(CLIENT)):  # Not an installed copy: the tree's.
+        print(f"trainer: samplerd imported from {samplerd.__file__}, not {CLIENT}", file=log,
+              flush=True)
+        os._exit(2)
     warnings.simplefilter("always", samplerd.RestartWarning)
     fd = os.open(cfg["records"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     rank, job = cfg["rank"], cfg["job"]
@@ -317,6 +322,10 @@ class Soak:
         self.rng = random.Random(args.seed)
         self.jobs, self.counts, self.live_trainers = [], collections.Counter(), 0
         self.failures = []         # (job or "", what)
+        # The forkserver imports its preloads with the environment's path, not this sys.path:
+        # the working tree's client, not a copy installed in the venv.
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            [str(CLIENT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
         self.ctx = multiprocessing.get_context("forkserver")
         self.ctx.set_forkserver_preload(["__main__", "samplerd.torch"])
         self.server = Server("churned", self.out, data_dir=os.path.join(self.out, "data"))
