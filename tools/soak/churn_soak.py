@@ -4,7 +4,7 @@
 For the whole run it churns one samplerd (`--data_dir`, a fixed port found free) the way a busy
 cluster does, and checks at the end what must hold (docs/HARDENING.md, "Churn soak"):
 
-  jobs       SLOTS jobs alive at once; each is created, trained for EPOCHS epochs by its own
+  jobs       --slots jobs alive at once; each is created, trained for EPOCHS epochs by its own
              trainer processes, checked, and deleted; some are deleted mid-run instead (their
              trainers must stop with NotFound);
   trainers   real OS processes using the Python client (samplerd.torch's sampler), forked from a
@@ -20,7 +20,7 @@ cluster does, and checks at the end what must hold (docs/HARDENING.md, "Churn so
   samplerd   SIGKILLed and started again on the same --data_dir and port every few minutes; the
              trainers ride through on the client's retries.
 
-samplerd's RSS, open file descriptors and threads are sampled every SAMPLE_EVERY seconds into
+samplerd's RSS, open file descriptors and threads are sampled every --sample_every seconds into
 `resources.csv` (the churned server and the reference, which is never killed), and judged flat
 per server incarnation: the slope of a least-squares line over the last 2/3 of the incarnation's
 samples, and the max against the first sample after that warm-up third.
@@ -40,8 +40,9 @@ and every loss reported once:
               reference's: every acknowledged loss kept, none counted twice.
 It prints a summary (and writes summary.json) and exits 1 when an invariant fails.
 
-  .venv/bin/python tools/soak/churn_soak.py --minutes 5            # a rehearsal
-  nice -n 10 .venv/bin/python tools/soak/churn_soak.py --minutes 30 --out /tmp/soak
+  .venv/bin/python tools/soak/churn_soak.py --minutes 3            # a rehearsal
+  nice -n 10 .venv/bin/python tools/soak/churn_soak.py --minutes 35 --server_kill_every 300 \
+    --out /tmp/soak                                                 # bench/RESULTS.md's run
 """
 
 import argparse
@@ -294,6 +295,8 @@ def judge_resources(rows, min_samples=6):
 
 
 class JobRun:
+    """One job of the soak: its trainer processes, records and what the driver observed."""
+
     def __init__(self, soak, k):
         self.name = f"soak-{soak.seed}-{k:04d}"
         self.seed = soak.seed * 1000 + k
@@ -372,6 +375,10 @@ class Soak:
             return True
         if p.exitcode == 0:
             job.done.add(rank)
+        else:  # It had exited on its own, with an error.
+            self.counts["trainer_errors"] += 1
+            self.fail(job, f"rank {rank} (pid {p.pid}) exited {p.exitcode} on its own; "
+                           f"see {job.dir}/trainers.log")
         return False
 
     def teardown(self, job):
