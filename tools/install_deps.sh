@@ -85,9 +85,12 @@ fi
 # The grpc.health.v1 stubs (samplerctl health) are not in Debian: from PyPI, pinned to Debian's
 # grpcio 1.51 and without its dependencies, so that pip does not replace Debian's grpcio/protobuf.
 "$ROOT/.venv/bin/python" -m pip install -q --no-deps grpcio-health-checking==1.51.1
+# Editable: samplerctl, the demo and any process that imports samplerd (a forkserver child does
+# not inherit the parent's sys.path) run the checkout's client, never a copy installed from an
+# older tree.
 if [[ -f "$ROOT/client/python/pyproject.toml" || -f "$ROOT/client/python/setup.py" ]]; then
-  "$ROOT/.venv/bin/python" -m pip install -q --no-build-isolation --no-deps "$ROOT/client/python" \
-    || "$ROOT/.venv/bin/python" -m pip install -q "$ROOT/client/python"
+  "$ROOT/.venv/bin/python" -m pip install -q --no-build-isolation --no-deps -e "$ROOT/client/python" \
+    || "$ROOT/.venv/bin/python" -m pip install -q -e "$ROOT/client/python"
 fi
 # The Python fuzz target (tests/python/fuzz/load_state_dict_fuzzer.py): atheris, libFuzzer for
 # Python (a manylinux wheel; 3.0.0 is the newest with one for Debian 12's Python 3.11).
