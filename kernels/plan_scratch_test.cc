@@ -43,6 +43,9 @@ std::vector<Case> Cases() {
 // The estimate is an upper bound of the resident growth (the plan and the scratch), and not a
 // gross overstatement of it either (a budget must not turn away jobs that fit).
 TEST(PlanScratchBytesTest, BoundsWhatPlanEpochReallyTakes) {
+  if (const char* why = testutil::ResidentMemoryNotTheProgramsBecause(); *why != '\0') {
+    GTEST_SKIP() << why;
+  }
   auto backend = NewCpuBackend(2);
   // Positive weights: every path plans (M = N - 1 without replacement needs M positive ones).
   const std::shared_ptr<const BackendWeights> backend_weights =

@@ -150,6 +150,9 @@ struct MeasuredCase {
 };
 
 TEST_F(JobMemoryTest, EstimateBoundsWhatAJobReallyTakes) {
+  if (const char* why = testutil::ResidentMemoryNotTheProgramsBecause(); *why != '\0') {
+    GTEST_SKIP() << why;
+  }
   constexpr uint64_t kN = uint64_t{1} << 21;
   constexpr uint64_t kSlack = uint64_t{12} << 20;  // Threads' stacks and arenas, the protos.
   const std::vector<MeasuredCase> cases = {

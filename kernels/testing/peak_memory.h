@@ -33,6 +33,24 @@ inline uint64_t ProcStatusBytes(const char* field) {
   return kib * 1024;
 }
 
+// Why resident memory does not measure the program's own allocations in this build (empty when
+// it does): a sanitizer's allocator adds redzones and keeps freed blocks in quarantine
+// (AddressSanitizer), or maps shadow memory beside every access (ThreadSanitizer). Tests that
+// bound what code allocates skip with this reason under --config=asan / tsan / fuzz.
+inline const char* ResidentMemoryNotTheProgramsBecause() {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  return "a sanitizer's allocator (redzones, quarantine, shadow memory) owns the resident memory";
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+  return "a sanitizer's allocator (redzones, quarantine, shadow memory) owns the resident memory";
+#else
+  return "";
+#endif
+#else
+  return "";
+#endif
+}
+
 struct PeakGrowth {
   bool supported = false;  // False where the kernel refuses to reset the high-water mark.
   int exit_code = -1;      // The child's: 0 when `fn` returned; fn may _exit(k) to report k.
