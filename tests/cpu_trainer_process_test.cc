@@ -128,9 +128,10 @@ class CpuTrainerProcessTest : public ::testing::Test {
 };
 
 TEST_F(CpuTrainerProcessTest, RankSigkilledMidEpochResumesFromItsCheckpoint) {
-  // Steps of 10 ms, so that the kill lands in the middle of epoch 1's shard.
+  // Steps of 20 ms, so that the kill lands in the middle of epoch 1's shard (from the awaited
+  // line to the end of the shard: 9 steps, 180 ms).
   std::vector<std::unique_ptr<ChildProcess>> ranks;
-  for (uint32_t r = 0; r < kWorld; ++r) ranks.push_back(StartRank("killed", r, true, 10));
+  for (uint32_t r = 0; r < kWorld; ++r) ranks.push_back(StartRank("killed", r, true, 20));
   // Rank 1 saved at position 400 of epoch 1, then trained at least positions 400..499.
   ASSERT_FALSE(ranks[1]->AwaitLine("checkpoint epoch=1 position=400").empty())
       << ranks[1]->output();
@@ -148,7 +149,7 @@ TEST_F(CpuTrainerProcessTest, RankSigkilledMidEpochResumesFromItsCheckpoint) {
   ASSERT_LT(killed_reached, static_cast<int64_t>(kShard)) << "the kill was not mid-epoch";
   ASSERT_GT(killed_reached, last_printed) << "nothing trained after the checkpoint";
 
-  ranks[1] = StartRank("killed", 1, true, 10);
+  ranks[1] = StartRank("killed", 1, true, 20);
   std::vector<std::string> outputs(kWorld);
   for (uint32_t r = 0; r < kWorld; ++r) {
     ASSERT_EQ(ranks[r]->Wait(), 0) << "rank " << r << ": " << ranks[r]->output();

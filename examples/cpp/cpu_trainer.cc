@@ -4,7 +4,7 @@
 // library: each rank fits its own scalar to the samples it is dealt, and reports per-sample
 // losses, so the job's LOSS policy steers the next epoch's plan.
 //
-//   cpu_trainer --address=localhost:50051 --job=toy --rank=R --world_size=2 \
+//   cpu_trainer --address=localhost:50051 --job=toy --rank=R --world_size=2
 //       --num_samples=4000 --epochs=3 --checkpoint_file=/tmp/toy.rank-R.ckpt
 //
 // At start a rank that finds --checkpoint_file resumes from it (EpochLoop::Resume, with the model
