@@ -21,13 +21,10 @@
 //                                        end of shard; A: the server's count for this rank
 //   done model w=<hex float>            every epoch ended; the final model, exact
 // An error ends the process with exit 1 and "error <what>: <status>" on stderr.
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
