@@ -88,6 +88,13 @@ class ChildProcess {
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   }
 
+  // Sends `signal` to the child (SIGKILL: a crash), then Wait()s: reads what it printed before
+  // and returns 128 + the signal.
+  int Signal(int signal) {
+    if (pid_ > 0 && !waited_) kill(pid_, signal);
+    return Wait();
+  }
+
   // Everything the child printed that was read so far.
   const std::string& output() const { return output_; }
 
