@@ -38,6 +38,20 @@ absl::Status CheckSamplesPerEpoch(uint64_t m, const JobLimits& limits) {
                                                  " x --max_samples_per_job)"));
 }
 
+// INVALID_ARGUMENT with every enum field's number if one holds a value this server does not
+// know (a newer client's): any job's spec.
+absl::Status CheckEnums(const v1::JobSpec& spec) {
+  if (v1::Order_IsValid(spec.order()) && v1::Partition_IsValid(spec.partition()) &&
+      v1::UnevenPolicy_IsValid(spec.uneven()) && v1::BasePolicy_IsValid(spec.policy().base()) &&
+      v1::LossPolicy_IsValid(spec.policy().loss())) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "spec: unknown enum value (order = ", spec.order(), ", partition = ", spec.partition(),
+      ", uneven = ", spec.uneven(), ", policy.base = ", spec.policy().base(),
+      ", policy.loss = ", spec.policy().loss(), ")"));
+}
+
 // The shard geometry of `spec` into `shard`; returns the partition and uneven policy with their
 // defaults filled in.
 std::pair<v1::Partition, v1::UnevenPolicy> FillShard(const v1::JobSpec& spec, ShardSpec* shard) {
@@ -70,11 +84,8 @@ absl::StatusOr<JobConfig> MakeMixtureJobConfig(const v1::JobSpec& spec, const Jo
         absl::StrCat("spec.samples_per_epoch = ", m, ": a mixture job's window holds 1 to ",
                      plan_math::kMaxShuffleInputs, " samples (the shuffle's limit); give it"));
   }
-  if (!v1::Partition_IsValid(spec.partition()) || !v1::UnevenPolicy_IsValid(spec.uneven())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("spec: unknown enum value (partition = ", spec.partition(),
-                     ", uneven = ", spec.uneven(), ")"));
-  }
+  // Every enum known, so the refusals below can name the values.
+  if (absl::Status s = CheckEnums(spec); !s.ok()) return s;
   // The window is the plan: no other draw, no per-sample weights.
   if (spec.replacement()) {
     return absl::InvalidArgumentError(
@@ -148,14 +159,7 @@ absl::StatusOr<JobConfig> MakeJobConfig(const v1::JobSpec& spec, const JobLimits
   if (absl::Status s = ValidateWorldSize(spec); !s.ok()) return s;
   const uint64_t m = spec.samples_per_epoch() == 0 ? n : spec.samples_per_epoch();
   if (absl::Status s = CheckSamplesPerEpoch(m, limits); !s.ok()) return s;
-  if (!v1::Order_IsValid(spec.order()) || !v1::Partition_IsValid(spec.partition()) ||
-      !v1::UnevenPolicy_IsValid(spec.uneven()) || !v1::BasePolicy_IsValid(spec.policy().base()) ||
-      !v1::LossPolicy_IsValid(spec.policy().loss())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "spec: unknown enum value (order = ", spec.order(), ", partition = ", spec.partition(),
-        ", uneven = ", spec.uneven(), ", policy.base = ", spec.policy().base(),
-        ", policy.loss = ", spec.policy().loss(), ")"));
-  }
+  if (absl::Status s = CheckEnums(spec); !s.ok()) return s;
   const v1::Order order =
       spec.order() == v1::ORDER_UNSPECIFIED ? v1::WEIGHTED_RANDOM : spec.order();
   c.plan =

@@ -57,6 +57,19 @@ TEST(MixtureConfigTest, TheWindowIsNotBoundByMaxSamplesPerJob) {
                         "17179869184"));
 }
 
+// An enum value this server does not know is named by its number (it has no name).
+TEST(MixtureConfigTest, AnUnknownOrderIsNamedByItsNumber) {
+  v1::JobSpec spec = MixtureSpec({3, 5});
+  spec.set_order(static_cast<v1::Order>(77));
+  absl::StatusOr<JobConfig> c = MakeJobConfig(spec, JobLimits());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("unknown enum value (order = 77,"));
+  spec.set_order(v1::ORDER_UNSPECIFIED);
+  spec.mutable_policy()->set_loss(static_cast<v1::LossPolicy>(99));
+  EXPECT_THAT(std::string(MakeJobConfig(spec, JobLimits()).status().message()),
+              HasSubstr("policy.loss = 99)"));
+}
+
 TEST(MixtureConfigTest, WeightsAreNormalisedAndTheSpecKeepsThemAsGiven) {
   v1::JobSpec spec = MixtureSpec({3, 5});
   spec.mutable_mixture()->add_group_weights(1);
