@@ -70,6 +70,16 @@ TEST(MixtureConfigTest, AnUnknownOrderIsNamedByItsNumber) {
               HasSubstr("policy.loss = 99)"));
 }
 
+// Huge finite weights whose sum overflows are proportions all the same (not "all weights are 0").
+TEST(MixtureConfigTest, WeightsWhoseSumOverflowsAreAccepted) {
+  v1::JobSpec spec = MixtureSpec({3, 5});
+  spec.mutable_mixture()->add_group_weights(1e308);
+  spec.mutable_mixture()->add_group_weights(1e308);
+  absl::StatusOr<JobConfig> c = MakeJobConfig(spec, JobLimits());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->mixture->weights, (std::vector<double>{0.5, 0.5}));
+}
+
 TEST(MixtureConfigTest, WeightsAreNormalisedAndTheSpecKeepsThemAsGiven) {
   v1::JobSpec spec = MixtureSpec({3, 5});
   spec.mutable_mixture()->add_group_weights(1);
