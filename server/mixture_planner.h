@@ -103,7 +103,8 @@ class MixturePlanner {
 
 // GetJobStatus's view of a mixture job (proto MixtureStatus): K, and the MAX_STATUS_GROUPS
 // groups of largest weight (ties: the lower group) with their counts in `epoch`'s window and
-// their cursors after it (`epoch` null: no window served, counts and cursors 0). O(K).
+// their cursors after it (`epoch` null: no window served, counts and cursors left unset -- proto
+// GroupStatus). O(K).
 void DescribeMixture(const MixtureConfig& config, const MixtureEpoch* epoch,
                      v1::MixtureStatus* out);
 
