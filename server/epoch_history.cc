@@ -123,6 +123,9 @@ class JournalHistory final : public EpochHistory {
 
   absl::Status BeforePublishing(const Opening& opening) override {
     const uint64_t epoch = opening.planned->epoch;
+    // A mixture job's groups for an upload's (a creation's) snapshot: O(K), before files_mu_.
+    std::shared_ptr<const state::MixtureState> mixture =
+        opening.by == Opening::By::kEndEpoch ? nullptr : MixtureStartOf(*opening.planned);
     absl::MutexLock lock(&files_mu_);
     if (removed_) return Removed();
     if (opening.by == Opening::By::kEndEpoch) {
@@ -142,7 +145,7 @@ class JournalHistory final : public EpochHistory {
     EpochStart start =
         MakeEpochStart(name_, config_, epoch, /*planned=*/true, opening.world_size, *host, *host);
     start.irreducible = opening.irreducible;
-    start.mixture = MixtureStartOf(*opening.planned);
+    start.mixture = std::move(mixture);
     return journal_->StartEpochDurably(start);
   }
 

@@ -111,7 +111,8 @@ class EpochPlanner {
     std::shared_ptr<const MixtureEpoch> mixture;
   };
   // The plan of `epoch`: the mixture planner's, or the backend's from `weights`.
-  absl::StatusOr<Computed> Compute(uint64_t epoch, const BackendWeights* weights);
+  absl::StatusOr<Computed> Compute(uint64_t epoch, const BackendWeights* weights)
+      ABSL_LOCKS_EXCLUDED(ahead_mu_);
 
   const JobConfig& config_;
   ComputeBackend* const backend_;

@@ -708,7 +708,7 @@ absl::Status Job::Rewind(uint64_t epoch) {
   absl::StatusOr<JobJournal::EpochStart> start = FindStart(epoch);
   if (!start.ok()) return undo(start.status());
   // A mixture job's groups as they were at that start (else the planner recomputes them).
-  if (absl::Status s = RememberMixtureStart(start->mixture.get()); !s.ok()) return undo(s);
+  if (absl::Status s = RememberMixtureStart(start->mixture.get(), epoch); !s.ok()) return undo(s);
   // The start's weights as the backend's again. One vector for both (no loss policy, kept in
   // memory): one object, as before the rewind.
   absl::StatusOr<std::shared_ptr<const BackendWeights>> weights = WeightsFromHost(start->weights);
@@ -873,8 +873,13 @@ v1::JobStatus Job::Status() const {
   return status;
 }
 
-absl::Status Job::RememberMixtureStart(const state::MixtureState* start) {
+absl::Status Job::RememberMixtureStart(const state::MixtureState* start, uint64_t epoch) {
   if (start == nullptr || planner_.mixture() == nullptr) return absl::OkStatus();
+  if (start->epoch() != epoch) {
+    return Named(absl::DataLossError(absl::StrCat("the start of epoch ", epoch,
+                                                  " holds the mixture state of epoch ",
+                                                  start->epoch())));
+  }
   absl::StatusOr<MixtureState> state = MixtureStateFromProto(*start);
   if (!state.ok()) return Named(state.status());
   if (absl::Status s = planner_.mixture()->Remember(*std::move(state)); !s.ok()) return Named(s);

@@ -356,10 +356,11 @@ class Job {
   // phase. Null without a loss policy; the close reason once the job is closed.
   absl::StatusOr<const BackendLossStats*> LossesWhilePlanning() const ABSL_LOCKS_EXCLUDED(mu_);
   void DescribeLocked(v1::Job* job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A mixture job restored or rewound to an epoch start: hands the planner the state of its
-  // groups that the start holds (null, or not a mixture job: nothing to do). DATA_LOSS if it does
-  // not fit the job's groups.
-  absl::Status RememberMixtureStart(const state::MixtureState* start);
+  // A mixture job restored or rewound to the start of `epoch`: hands the planner the state of
+  // its groups that the start holds (null, or not a mixture job: nothing to do). DATA_LOSS,
+  // nothing handed, if it is another epoch's (naming both) or does not fit the job's groups.
+  absl::Status RememberMixtureStart(const state::MixtureState* start, uint64_t epoch)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::string name_;
   const JobConfig config_;

@@ -1,6 +1,7 @@
 #include "server/job_config.h"
 
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <utility>
 
@@ -22,6 +23,33 @@ absl::Status ValidateWorldSize(const v1::JobSpec& spec) {
         absl::StrCat("spec.world_size = ", spec.world_size(), ": must be <= ", v1::MAX_WORLD_SIZE));
   }
   return absl::OkStatus();
+}
+
+// A job that is not a mixture job draws at most 16 x --max_samples_per_job samples per epoch
+// (saturating: any flag value is a limit). Mixture jobs have their own bound (job_config.h).
+absl::Status CheckSamplesPerEpoch(uint64_t m, const JobLimits& limits) {
+  constexpr uint64_t kFactor = 16;
+  const uint64_t most = limits.max_samples_per_job > std::numeric_limits<uint64_t>::max() / kFactor
+                            ? std::numeric_limits<uint64_t>::max()
+                            : limits.max_samples_per_job * kFactor;
+  if (m <= most) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("spec.samples_per_epoch = ", m, ": must be <= ",
+                                                 most, " (", kFactor,
+                                                 " x --max_samples_per_job)"));
+}
+
+// INVALID_ARGUMENT with every enum field's number if one holds a value this server does not
+// know (a newer client's): any job's spec.
+absl::Status CheckEnums(const v1::JobSpec& spec) {
+  if (v1::Order_IsValid(spec.order()) && v1::Partition_IsValid(spec.partition()) &&
+      v1::UnevenPolicy_IsValid(spec.uneven()) && v1::BasePolicy_IsValid(spec.policy().base()) &&
+      v1::LossPolicy_IsValid(spec.policy().loss())) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "spec: unknown enum value (order = ", spec.order(), ", partition = ", spec.partition(),
+      ", uneven = ", spec.uneven(), ", policy.base = ", spec.policy().base(),
+      ", policy.loss = ", spec.policy().loss(), ")"));
 }
 
 // The shard geometry of `spec` into `shard`; returns the partition and uneven policy with their
@@ -56,15 +84,8 @@ absl::StatusOr<JobConfig> MakeMixtureJobConfig(const v1::JobSpec& spec, const Jo
         absl::StrCat("spec.samples_per_epoch = ", m, ": a mixture job's window holds 1 to ",
                      plan_math::kMaxShuffleInputs, " samples (the shuffle's limit); give it"));
   }
-  if (m > limits.max_samples_per_job * 16) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("spec.samples_per_epoch = ", m, ": must be <= 16 x --max_samples_per_job"));
-  }
-  if (!v1::Partition_IsValid(spec.partition()) || !v1::UnevenPolicy_IsValid(spec.uneven())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("spec: unknown enum value (partition = ", spec.partition(),
-                     ", uneven = ", spec.uneven(), ")"));
-  }
+  // Every enum known, so the refusals below can name the values.
+  if (absl::Status s = CheckEnums(spec); !s.ok()) return s;
   // The window is the plan: no other draw, no per-sample weights.
   if (spec.replacement()) {
     return absl::InvalidArgumentError(
@@ -137,18 +158,8 @@ absl::StatusOr<JobConfig> MakeJobConfig(const v1::JobSpec& spec, const JobLimits
   }
   if (absl::Status s = ValidateWorldSize(spec); !s.ok()) return s;
   const uint64_t m = spec.samples_per_epoch() == 0 ? n : spec.samples_per_epoch();
-  if (m > limits.max_samples_per_job * 16) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("spec.samples_per_epoch = ", m, ": must be <= 16 x --max_samples_per_job"));
-  }
-  if (!v1::Order_IsValid(spec.order()) || !v1::Partition_IsValid(spec.partition()) ||
-      !v1::UnevenPolicy_IsValid(spec.uneven()) || !v1::BasePolicy_IsValid(spec.policy().base()) ||
-      !v1::LossPolicy_IsValid(spec.policy().loss())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "spec: unknown enum value (order = ", spec.order(), ", partition = ", spec.partition(),
-        ", uneven = ", spec.uneven(), ", policy.base = ", spec.policy().base(),
-        ", policy.loss = ", spec.policy().loss(), ")"));
-  }
+  if (absl::Status s = CheckSamplesPerEpoch(m, limits); !s.ok()) return s;
+  if (absl::Status s = CheckEnums(spec); !s.ok()) return s;
   const v1::Order order =
       spec.order() == v1::ORDER_UNSPECIFIED ? v1::WEIGHTED_RANDOM : spec.order();
   c.plan =

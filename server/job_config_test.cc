@@ -136,6 +136,27 @@ TEST(JobConfigTest, RejectsAShuffleBeyondItsLimitAtCreation) {
   EXPECT_TRUE(MakeJobConfig(spec, limits).ok());
 }
 
+// Samples per epoch of a job that is not a mixture job: at most 16 x --max_samples_per_job, the
+// limit named; a flag over 2^60 does not overflow it.
+TEST(JobConfigTest, SamplesPerEpochLimitIsNamedAndSaturates) {
+  JobLimits limits;
+  limits.max_samples_per_job = 500;
+  v1::JobSpec spec = Minimal();
+  spec.set_replacement(true);
+  spec.set_samples_per_epoch(8000);
+  EXPECT_TRUE(MakeJobConfig(spec, limits).ok());
+  spec.set_samples_per_epoch(8001);
+  absl::StatusOr<JobConfig> config = MakeJobConfig(spec, limits);
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(config.status().message()),
+              HasSubstr("spec.samples_per_epoch = 8001: must be <= 8000 (16 x "
+                        "--max_samples_per_job)"));
+  limits.max_samples_per_job = (uint64_t{1} << 62) + 1;  // x 16 wraps to 16.
+  spec.set_samples_per_epoch(uint64_t{1} << 40);
+  config = MakeJobConfig(spec, limits);
+  EXPECT_TRUE(config.ok()) << config.status();
+}
+
 TEST(JobConfigTest, JobNames) {
   EXPECT_TRUE(ValidateJobName("train-1.v2_x").ok());
   EXPECT_THAT(std::string(ValidateJobName("").message()), HasSubstr("1 to 128"));

@@ -159,6 +159,24 @@ void WriteSeeds() {
   SAMPLERD_FUZZ_CHECK(job.Rewind(1).ok(), "rewind");
   fuzz::WriteSeed("rewound_to_1", Pack());
   registry.CloseAll();
+
+  // A mixture job: its snapshots hold the groups' state (state.proto MixtureState), restored
+  // with the epoch it must be of.
+  fs::remove_all(DataDir());
+  JobRegistry mixed(FuzzLimits(), &Backend(), DataDir());
+  SAMPLERD_FUZZ_CHECK(mixed.Recover().ok(), "recover");
+  v1::JobSpec mixture;
+  mixture.set_world_size(2);
+  mixture.set_seed(5);
+  mixture.set_samples_per_epoch(8);
+  for (uint64_t n : {5, 3, 20}) mixture.mutable_mixture()->add_group_sizes(n);
+  for (double w : {2.0, 1.0, 1.0}) mixture.mutable_mixture()->add_group_weights(w);
+  auto made = mixed.Create("j", mixture);
+  SAMPLERD_FUZZ_CHECK(made.ok(), made.status().ToString());
+  EndEpoch(**made);
+  EndEpoch(**made);
+  fuzz::WriteSeed("mixture_epoch_2_opened", Pack());
+  mixed.CloseAll();
 }
 
 }  // namespace

@@ -90,7 +90,7 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Restore(std::string name, JobConfig co
   if (header.planned()) {
     // A mixture job's groups at the snapshot's epoch (older snapshots: recomputed from epoch 0).
     if (header.has_mixture()) {
-      if (absl::Status s = job->RememberMixtureStart(&header.mixture()); !s.ok()) {
+      if (absl::Status s = job->RememberMixtureStart(&header.mixture(), header.epoch()); !s.ok()) {
         job->Close(s);
         return bad(s.message());
       }

@@ -42,6 +42,44 @@ TEST(MixtureConfigTest, TenToTheTwelveSamplesInTenThousandGroupsIsAccepted) {
   EXPECT_EQ(c->policy.loss, LossWeightKind::kNone);
 }
 
+// The window M is bounded by the shuffle (2^34), not by 16 x --max_samples_per_job.
+TEST(MixtureConfigTest, TheWindowIsNotBoundByMaxSamplesPerJob) {
+  v1::JobSpec spec = MixtureSpec({1000, 1000});
+  spec.set_samples_per_epoch(1000);
+  JobLimits limits;
+  limits.max_samples_per_job = 10;  // 16 x 10 = 160 < M.
+  absl::StatusOr<JobConfig> c = MakeJobConfig(spec, limits);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->plan.samples_per_epoch, 1000u);
+  spec.set_samples_per_epoch((uint64_t{1} << 34) + 1);
+  EXPECT_THAT(std::string(MakeJobConfig(spec, limits).status().message()),
+              HasSubstr("spec.samples_per_epoch = 17179869185: a mixture job's window holds 1 to "
+                        "17179869184"));
+}
+
+// An enum value this server does not know is named by its number (it has no name).
+TEST(MixtureConfigTest, AnUnknownOrderIsNamedByItsNumber) {
+  v1::JobSpec spec = MixtureSpec({3, 5});
+  spec.set_order(static_cast<v1::Order>(77));
+  absl::StatusOr<JobConfig> c = MakeJobConfig(spec, JobLimits());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("unknown enum value (order = 77,"));
+  spec.set_order(v1::ORDER_UNSPECIFIED);
+  spec.mutable_policy()->set_loss(static_cast<v1::LossPolicy>(99));
+  EXPECT_THAT(std::string(MakeJobConfig(spec, JobLimits()).status().message()),
+              HasSubstr("policy.loss = 99)"));
+}
+
+// Huge finite weights whose sum overflows are proportions all the same (not "all weights are 0").
+TEST(MixtureConfigTest, WeightsWhoseSumOverflowsAreAccepted) {
+  v1::JobSpec spec = MixtureSpec({3, 5});
+  spec.mutable_mixture()->add_group_weights(1e308);
+  spec.mutable_mixture()->add_group_weights(1e308);
+  absl::StatusOr<JobConfig> c = MakeJobConfig(spec, JobLimits());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->mixture->weights, (std::vector<double>{0.5, 0.5}));
+}
+
 TEST(MixtureConfigTest, WeightsAreNormalisedAndTheSpecKeepsThemAsGiven) {
   v1::JobSpec spec = MixtureSpec({3, 5});
   spec.mutable_mixture()->add_group_weights(1);

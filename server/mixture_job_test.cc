@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -69,6 +70,12 @@ class MixtureJobTest : public ::testing::Test {
     for (std::thread& t : threads) t.join();
     return shards;
   }
+
+  // A server on `dir` runs mixture job "m" (SmallMixture) to epoch 2 and stops; `damage`
+  // changes the groups' state in the snapshot of epoch 2; the status of a server restarted on
+  // `dir` (expected to refuse it).
+  absl::Status RestartWith(const std::string& dir,
+                           const std::function<void(state::MixtureState*)>& damage);
 
   // The plan of an epoch from its INTERLEAVED shards (no padding: M a multiple of the world
   // size): position p is rank p mod R's position p / R.
@@ -306,34 +313,60 @@ TEST_F(MixtureJobTest, PlansAreTheSameAcrossRestartRewindAndResize) {
 }
 
 // The restored groups' state is the snapshot's (not recomputed): a damaged one is DATA_LOSS.
-TEST_F(MixtureJobTest, ADamagedGroupStateInTheSnapshotIsDataLossAtRestart) {
-  testutil::TestDir dir;
+absl::Status MixtureJobTest::RestartWith(
+    const std::string& dir, const std::function<void(state::MixtureState*)>& damage) {
   {
-    std::unique_ptr<Server> server = Start(dir.path());
-    ASSERT_NE(server, nullptr);
+    std::unique_ptr<Server> server = Start(dir);
+    if (server == nullptr) return absl::InternalError("no server");
     std::unique_ptr<SamplerClient> client = Connect(*server);
-    ASSERT_TRUE(client->CreateJob("m", SmallMixture()).ok());
+    if (absl::Status s = client->CreateJob("m", SmallMixture()).status(); !s.ok()) return s;
     for (uint64_t e = 0; e < 2; ++e) {
       AwaitEpoch(*client, "m", e);
       EndAll(*client, "m", e, 3);
     }
     AwaitEpoch(*client, "m", 2);
   }
-  const std::map<uint64_t, std::string> snapshots = Snapshots(dir.path(), "m");
-  ASSERT_EQ(snapshots.rbegin()->first, 2u);
+  const std::map<uint64_t, std::string> snapshots = Snapshots(dir, "m");
+  EXPECT_EQ(snapshots.rbegin()->first, 2u);
   const std::string path = snapshots.rbegin()->second;
   absl::StatusOr<Snapshot> snapshot = ReadSnapshot(path);
-  ASSERT_TRUE(snapshot.ok()) << snapshot.status();
-  snapshot->header.mutable_mixture()->set_position(0, 40);  // Group 0 holds 40 samples.
-  ASSERT_TRUE(WriteSnapshot(path, snapshot->header, snapshot->base, snapshot->weights,
-                            snapshot->loss_stats, snapshot->irreducible)
-                  .ok());
+  if (!snapshot.ok()) return snapshot.status();
+  EXPECT_EQ(snapshot->header.mixture().epoch(), 2u);
+  damage(snapshot->header.mutable_mixture());
+  if (absl::Status s = WriteSnapshot(path, snapshot->header, snapshot->base, snapshot->weights,
+                                     snapshot->loss_stats, snapshot->irreducible);
+      !s.ok()) {
+    return s;
+  }
   Options options = testutil::LoopbackTestOptions();
-  options.data_dir = dir.path();
+  options.data_dir = dir;
   absl::StatusOr<std::unique_ptr<Server>> server = Server::Create(options);
-  ASSERT_FALSE(server.ok());
-  EXPECT_EQ(server.status().code(), absl::StatusCode::kDataLoss) << server.status();
-  EXPECT_THAT(std::string(server.status().message()), HasSubstr("cursors[0].position = 40"));
+  return server.status();
+}
+
+TEST_F(MixtureJobTest, ADamagedGroupStateInTheSnapshotIsDataLossAtRestart) {
+  testutil::TestDir dir;
+  const absl::Status s = RestartWith(dir.path(), [](state::MixtureState* m) {
+    m->set_position(0, 40);  // Group 0 holds 40 samples.
+  });
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("cursors[0].position = 40"));
+}
+
+// The groups' state of another epoch in the snapshot of epoch 2 (valid for the groups: epoch 1's
+// own) is DATA_LOSS naming both epochs, not planned from.
+TEST_F(MixtureJobTest, AGroupStateOfAnotherEpochInTheSnapshotIsDataLossAtRestart) {
+  testutil::TestDir dir;
+  std::shared_ptr<const MixtureConfig> config =
+      *MakeMixtureConfig(SmallMixture().mixture(), /*num_samples=*/0);
+  MixturePlanner planner(config, SmallMixture().seed(), SmallMixture().samples_per_epoch(), 1);
+  const std::shared_ptr<const MixtureState> at1 = *planner.StateAt(1);
+  const absl::Status s = RestartWith(dir.path(), [&](state::MixtureState* m) {
+    *m = MixtureStateToProto(*at1);
+  });
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("the start of epoch 2 holds the mixture state of epoch 1"));
 }
 
 }  // namespace

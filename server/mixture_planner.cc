@@ -45,15 +45,24 @@ absl::StatusOr<std::shared_ptr<const MixtureState>> MixturePlanner::Advance(
 }
 
 void MixturePlanner::Keep(std::shared_ptr<const MixtureState> state) {
-  known_[state->epoch] = std::move(state);
-  while (known_.size() > static_cast<size_t>(kKeptStates)) known_.erase(known_.begin());
+  const uint64_t epoch = state->epoch;
+  known_[epoch] = std::move(state);
+  // The oldest others go first, never the state just kept: a rewind's remembered older state
+  // (epoch 4 while 5..8 are kept) is the one its next epochs advance from.
+  while (known_.size() > static_cast<size_t>(kKeptStates)) {
+    auto oldest = known_.begin();
+    if (oldest->first == epoch) ++oldest;
+    known_.erase(oldest);
+  }
 }
 
 absl::StatusOr<std::shared_ptr<const MixtureState>> MixturePlanner::StateAt(uint64_t epoch) {
-  absl::MutexLock lock(&mu_);
   std::shared_ptr<const MixtureState> state;
-  auto at = known_.upper_bound(epoch);
-  if (at != known_.begin()) state = std::prev(at)->second;
+  {
+    absl::MutexLock lock(&mu_);
+    auto at = known_.upper_bound(epoch);
+    if (at != known_.begin()) state = std::prev(at)->second;
+  }
   if (state == nullptr) {  // Epoch 0: nothing taken yet.
     auto first = std::make_shared<MixtureState>();
     const uint32_t k_groups = config_->layout.groups();
@@ -62,11 +71,13 @@ absl::StatusOr<std::shared_ptr<const MixtureState>> MixturePlanner::StateAt(uint
     state = std::move(first);
   }
   if (state->epoch == epoch) return state;
+  // Off the lock: O(K) per epoch advanced.
   while (state->epoch < epoch) {
     absl::StatusOr<std::shared_ptr<const MixtureState>> next = Advance(*state, nullptr);
     if (!next.ok()) return next.status();
     state = *std::move(next);
   }
+  absl::MutexLock lock(&mu_);
   Keep(state);
   return state;
 }

@@ -4,14 +4,16 @@
 // apportionment of M = samples_per_epoch under the job's shares (kernels/mixture/apportion.h).
 // With static weights that state is a function of (config, e): the state of epoch 0 (every lag
 // 0, every cursor at position 0 of pass 0) advanced one window at a time by each window's counts
-// (no window need be computed for that: O(K) per epoch). The planner keeps the states of the
-// newest kKeptStates epochs it reached and advances from the nearest known earlier one (or from
-// epoch 0), so the next epoch costs O(K + M); a restart and a rewind hand it the state their
-// snapshot or kept epoch start holds (Remember), so they do not start over from epoch 0.
+// (no window need be computed for that: O(K) per epoch). The planner keeps kKeptStates states:
+// each state it reaches or is handed (Remember) is kept, and the oldest others make room (never
+// the one just kept). It advances from the nearest known earlier one (or from epoch 0), so the
+// next epoch costs O(K + M); a restart and a rewind hand it the state their snapshot or kept
+// epoch start holds (Remember), so they do not start over from epoch 0 -- a rewind to epoch 4
+// while 5..8 are kept plans epoch 4 from the state handed to it, and epoch 5 from epoch 4's.
 //
 // Memory: O(K) per kept state (32 bytes per group), the window O(M): nothing per sample.
-// Thread-safety: all methods may be called concurrently (the states under one mutex; windows are
-// computed off it).
+// Thread-safety: all methods may be called concurrently (the states under one mutex, held only
+// to look a state up or keep one; advancing states and computing windows run off it).
 #ifndef SAMPLERD_SERVER_MIXTURE_PLANNER_H_
 #define SAMPLERD_SERVER_MIXTURE_PLANNER_H_
 
@@ -52,7 +54,7 @@ struct MixturePlan {
 
 class MixturePlanner {
  public:
-  // The newest states kept (besides epoch 0's, which is recomputed at no cost).
+  // The states kept (besides epoch 0's, which is recomputed at no cost).
   static constexpr int kKeptStates = 4;
 
   // The threads a job's window is computed on: the machine's cores (not yet the CPU backend's
@@ -101,7 +103,8 @@ class MixturePlanner {
 
 // GetJobStatus's view of a mixture job (proto MixtureStatus): K, and the MAX_STATUS_GROUPS
 // groups of largest weight (ties: the lower group) with their counts in `epoch`'s window and
-// their cursors after it (`epoch` null: no window served, counts and cursors 0). O(K).
+// their cursors after it (`epoch` null: no window served, counts and cursors left unset -- proto
+// GroupStatus). O(K).
 void DescribeMixture(const MixtureConfig& config, const MixtureEpoch* epoch,
                      v1::MixtureStatus* out);
 

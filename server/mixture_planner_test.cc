@@ -114,6 +114,41 @@ TEST(MixturePlannerTest, AnEpochIsTheSameFromEpochZeroFromThePreviousAndFromASna
   EXPECT_NE(Indices(other.PlanEpoch(0)->plan), plans[0]);
 }
 
+// A remembered state is the one planned from, even on a planner that kept kKeptStates later
+// ones (a rewind to epoch 3 after epochs 10..13). The state handed to it is valid but not the
+// one epoch 0 leads to (every cursor one position on), so a planner that ignored it, or dropped
+// it at once and advanced from epoch 0, would plan epoch 3 as `pure` does.
+TEST(MixturePlannerTest, ARememberedOlderStateIsKeptAndPlannedFrom) {
+  std::shared_ptr<const MixtureConfig> config = Config({30, 7, 1000, 2}, {3, 1, 5, 0.5});
+  MixturePlanner pure(config, 7, 64, 1);
+  absl::StatusOr<std::shared_ptr<const MixtureState>> at3 = pure.StateAt(3);
+  ASSERT_TRUE(at3.ok()) << at3.status();
+  MixtureState shifted = **at3;
+  for (uint32_t k = 0; k < config->layout.groups(); ++k) {
+    shifted.cursors[k].position = (shifted.cursors[k].position + 1) % config->layout.size(k);
+  }
+  // The plan of epoch 3 from `shifted` on a planner that knows nothing else.
+  MixturePlanner fresh(config, 7, 64, 1);
+  ASSERT_TRUE(fresh.Remember(shifted).ok());
+  absl::StatusOr<MixturePlan> want = fresh.PlanEpoch(3);
+  ASSERT_TRUE(want.ok()) << want.status();
+  ASSERT_NE(Indices(want->plan), Indices(pure.PlanEpoch(3)->plan));
+
+  MixturePlanner served(config, 7, 64, 2);
+  for (uint64_t e = 10; e < 14; ++e) ASSERT_TRUE(served.PlanEpoch(e).ok()) << "epoch " << e;
+  ASSERT_TRUE(served.Remember(shifted).ok());
+  absl::StatusOr<MixturePlan> got = served.PlanEpoch(3);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(Indices(got->plan), Indices(want->plan));
+  EXPECT_EQ(got->epoch->start->cursors[0].position, shifted.cursors[0].position);
+  // The next epochs follow from it, as on the fresh planner.
+  for (uint64_t e = 4; e < 8; ++e) {
+    absl::StatusOr<MixturePlan> a = served.PlanEpoch(e), b = fresh.PlanEpoch(e);
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(Indices(a->plan), Indices(b->plan)) << "epoch " << e;
+  }
+}
+
 TEST(MixturePlannerTest, NegativeLagsSurviveTheSnapshotEncoding) {
   std::shared_ptr<const MixtureConfig> config = Config({10, 10, 10}, {1, 1, 1});
   MixturePlanner planner(config, 1, 4, 1);  // 4 samples over 3 equal groups: lags of both signs.

@@ -47,9 +47,11 @@ absl::StatusOr<std::unique_ptr<ShardChunks>> ShardChunks::Start(
   const bool wide = !Plan::Narrow(lease.view.plan->num_samples);
   const int floats = FloatsPerIndex(request);
   // Fit a chunk in one message: 4 or 8 bytes per index, 4 more per float carried beside it
-  // (importance weight, irreducible loss), plus a few bytes of header fields.
+  // (importance weight, irreducible loss), plus the header fields.
   const uint64_t bytes_per_index = (wide ? 8 : 4) + 4 * static_cast<uint64_t>(floats);
-  const uint64_t fits = std::max<int64_t>(max_message_bytes - 128, 0) / bytes_per_index;
+  const uint64_t fits =
+      std::max<int64_t>(max_message_bytes - static_cast<int64_t>(kShardChunkHeaderBytes), 0) /
+      bytes_per_index;
   const uint64_t requested = request.max_chunk_size() == 0
                                  ? static_cast<uint64_t>(v1::DEFAULT_SHARD_CHUNK_SIZE)
                                  : request.max_chunk_size();

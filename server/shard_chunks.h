@@ -30,6 +30,11 @@ absl::Status CheckStreamShardRequest(const v1::StreamShardRequest& request);
 // its irreducible loss (with_irreducible_losses), 0 to 2.
 int FloatsPerIndex(const v1::StreamShardRequest& request);
 
+// Bytes of a ShardChunk message kept for its fields other than the per-index arrays (epoch,
+// rank, offset, shard_length, last, the arrays' tags and lengths: about 60 at most): a chunk's
+// indices and floats fill the rest of --max_message_bytes.
+inline constexpr uint64_t kShardChunkHeaderBytes = 128;
+
 // Bytes a StreamShard call holds while one chunk of `indices` indices is in flight: the
 // extracted indices (8 bytes each), the ShardChunk message, and gRPC's serialized copy of it
 // until the reader takes it; `floats_per_index` (FloatsPerIndex) 4-byte values travel with each.

@@ -77,6 +77,19 @@ absl::StatusOr<std::vector<double>> NormalizeWeights(absl::Span<const double> we
   double sum = 0;
   for (double w : weights) sum += w;
   std::vector<double> out(weights.size());
+  if (std::isinf(sum)) {
+    // Finite weights whose sum overflows ({1e308, 1e308}): each over the largest first (each
+    // in [0, 1], the sum at most K). Only then, so other weights keep their bits.
+    double w_max = 0;
+    for (double w : weights) w_max = std::max(w_max, w);
+    sum = 0;
+    for (size_t k = 0; k < weights.size(); ++k) {
+      out[k] = weights[k] / w_max;
+      sum += out[k];
+    }
+    for (double& w : out) w = (w + 0.0) / sum;  // -0 as 0.
+    return out;
+  }
   for (size_t k = 0; k < weights.size(); ++k) out[k] = (weights[k] + 0.0) / sum;  // -0 as 0.
   return out;
 }

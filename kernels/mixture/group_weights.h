@@ -82,7 +82,8 @@ struct GroupTrack {
 
 // weights / their sum, after checking: INVALID_ARGUMENT when weights.size() != groups
 // (`weights`), or (SharesOf's checks, apportion.h) a weight is negative, NaN or infinite
-// (`weights[k]`), or all are 0.
+// (`weights[k]`), or all are 0. Finite weights whose sum overflows are divided by the largest
+// first ({1e308, 1e308} is {0.5, 0.5}).
 absl::StatusOr<std::vector<double>> NormalizeWeights(absl::Span<const double> weights,
                                                      uint64_t groups);
 

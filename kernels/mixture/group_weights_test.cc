@@ -60,6 +60,14 @@ TEST(GroupWeightsTest, NormalizeWeights) {
               "weights[0]");
   ExpectError(NormalizeWeights({0.0, 0.0}, 2).status(), absl::StatusCode::kInvalidArgument,
               "weights");
+  // Finite weights whose sum overflows double: still their proportions.
+  w = NormalizeWeights({1e308, 1e308, 0.0}, 3);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(*w, (std::vector<double>{0.5, 0.5, 0.0}));
+  w = NormalizeWeights({std::numeric_limits<double>::max(), 0x1p1023, 0x1p1022}, 3);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_GT((*w)[2], 0.0);
+  EXPECT_DOUBLE_EQ((*w)[0] + (*w)[1] + (*w)[2], 1.0);
 }
 
 TEST(GroupWeightsTest, ProjectionByHand) {

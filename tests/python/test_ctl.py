@@ -211,6 +211,20 @@ def test_status_says_when_the_epoch_shown_is_being_planned():
     assert "planning it" not in ctl._format_status(status)
 
 
+def test_status_of_a_mixture_job_being_planned_shows_no_window():
+    # The window's fields are unset (0) while no plan is ready (issue 35 review 8): "-", not 0.
+    group = pb.GroupStatus(group=4, weight=0.5)
+    status = pb.JobStatus(job=pb.Job(name="m", current_epoch=3, world_size=1), planning=True,
+                          mixture=pb.MixtureStatus(groups=9, top_groups=[group]))
+    lines = ctl._format_status(status).splitlines()
+    at = lines.index("  mixture  9 groups; the 1 heaviest:")
+    assert lines[at + 2].split() == ["4", "0.5", "-", "-", "-"]
+    status.job.plan_ready, status.planning = True, False
+    group = status.mixture.top_groups[0]
+    group.window_count, group.position = 7, 2
+    assert ctl._format_status(status).splitlines()[at + 2].split() == ["4", "0.5", "7", "0", "2"]
+
+
 def test_unreachable_server_and_bad_connection_files(tmp_path):
     stopped = SamplerdProcess()
     target = stopped.address

@@ -192,8 +192,11 @@ def _format_status(status: pb.JobStatus) -> str:
     if status.HasField("mixture"):
         mix = status.mixture
         lines += ["", f"  mixture  {mix.groups} groups; the {len(mix.top_groups)} heaviest:"]
-        # `pass` is a Python keyword: the field is read by name.
-        rows = [(g.group, f"{g.weight:.6g}", g.window_count, getattr(g, "pass"), g.position)
+        # `pass` is a Python keyword: the field is read by name. No window served (the epoch
+        # is being planned or awaits an upload): the window's fields are unset, shown as "-".
+        served = status.job.plan_ready
+        rows = [(g.group, f"{g.weight:.6g}", *((g.window_count, getattr(g, "pass"), g.position)
+                                               if served else ("-", "-", "-")))
                 for g in mix.top_groups]
         lines.append(_table(("GROUP", "WEIGHT", "WINDOW", "PASS", "POSITION"), rows))
     return "\n".join(lines)
