@@ -68,15 +68,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   SAMPLERD_FUZZ_CHECK(read->weights.size() == h.weights_count(), absl::StrCat(h.weights_count()));
   SAMPLERD_FUZZ_CHECK(read->loss_stats.size() == h.loss_stats_count(),
                       absl::StrCat(h.loss_stats_count()));
+  SAMPLERD_FUZZ_CHECK(read->irreducible.size() == h.irreducible_count(),
+                      absl::StrCat(h.irreducible_count()));
 
   const std::string again = fuzz::ScratchDir() + "/snapshot-1.bin";
-  SAMPLERD_FUZZ_CHECK(WriteSnapshot(again, h, read->base, read->weights, read->loss_stats).ok(),
-                      "rewrite");
+  SAMPLERD_FUZZ_CHECK(
+      WriteSnapshot(again, h, read->base, read->weights, read->loss_stats, read->irreducible).ok(),
+      "rewrite");
   absl::StatusOr<Snapshot> reread = ReadSnapshot(again);
   SAMPLERD_FUZZ_CHECK(reread.ok(), reread.status().ToString());
   SAMPLERD_FUZZ_CHECK(reread->header.SerializeAsString() == h.SerializeAsString(), "header");
   SAMPLERD_FUZZ_CHECK(SameBits(reread->base, read->base), "base");
   SAMPLERD_FUZZ_CHECK(SameBits(reread->weights, read->weights), "weights");
   SAMPLERD_FUZZ_CHECK(SameBits(reread->loss_stats, read->loss_stats), "loss_stats");
+  SAMPLERD_FUZZ_CHECK(SameBits(reread->irreducible, read->irreducible), "irreducible");
   return 0;
 }
