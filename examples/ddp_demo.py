@@ -1,4 +1,5 @@
-"""The samplerd demo: a local samplerd plus a 4-rank PyTorch DDP training (gloo, CPU).
+"""The samplerd demo: a local samplerd plus a 4-rank PyTorch DDP training (gloo, CPU), then the
+weight policy that measured best against its natural baseline.
 
     python examples/ddp_demo.py --samplerd bazel-bin/server/samplerd --plot out/demo.png
     SAMPLERD_BIN=/path/to/samplerd python examples/ddp_demo.py       # or examples/run_demo.sh
@@ -9,6 +10,13 @@ accuracy; then compares, for the same number of steps from the same model, with 
 would pick instead (a plain DistributedSampler, a per-rank WeightedRandomSampler with 1/count
 weights, samplerd's class balance alone), says what class balance and the loss factor each
 contributed, and writes a PNG of how the weights and the minority share evolved.
+
+Then (examples/demo_measured.py) the policy that measured best: RHO-LOSS through samplerd
+against a plain DistributedSampler, trained live on Fashion-MNIST with 20% wrong labels for
+--compare_seeds paired seeds (steps to 90% and 97% of the DistributedSampler's final accuracy,
+with the spread over the seeds; 0 seeds: skipped), the benchmark's figures for it read from
+bench/results/, and where no loss policy helps (long-tailed classes with clean labels: class
+balance alone).
 """
 
 import argparse
@@ -42,6 +50,14 @@ def overlap(shards):
     return repeated
 
 
+def _has_matplotlib():
+    try:
+        import matplotlib  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--samplerd",
@@ -51,6 +67,12 @@ def main():
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--num_workers", type=int, default=2,
                         help="DataLoader worker processes per rank")
+    parser.add_argument("--compare_seeds", type=int, default=3,
+                        help="paired seeds of the live comparison of RHO-LOSS through samplerd "
+                             "with a DistributedSampler (0: skip it)")
+    parser.add_argument("--compare_steps", type=int, default=0,
+                        help="its training steps (0: examples/demo_measured.py's, 100 on "
+                             "Fashion-MNIST)")
     args = parser.parse_args()
     if not os.access(args.samplerd, os.X_OK):
         sys.exit(f"samplerd binary not found at {args.samplerd}: run "
@@ -102,15 +124,27 @@ def main():
     print(f"what each part contributed: class balance {cb - uniform:+.3f} (vs uniform), the loss "
           f"factor {cb_loss - cb:+.3f} (vs class balance alone); per-rank WeightedRandomSampler "
           f"vs samplerd class balance {wrs - cb:+.3f}.")
-    print("On real long-tailed data (bench/RESULTS.md) the loss factor does not beat class "
-          "balance alone; docs/POLICIES.md says which policy to pick.")
+    draw(report, shares, ess, args.plot)
 
-    try:  # Optional (Debian's python3-matplotlib; pip: samplerd[demo]): the text is the report.
-        import matplotlib
-    except ImportError:
-        print(f"plot: not drawn ({args.plot}): matplotlib is not installed "
+    import demo_measured  # The policy that measured best, and where none helps.
+    root, ext = os.path.splitext(args.plot)
+    if args.compare_seeds > 0:
+        demo_measured.live(args.samplerd, args.compare_seeds, args.compare_steps,
+                           plot=f"{root}_rho{ext}" if _has_matplotlib() else "")
+    demo_measured.benchmark()
+    demo_measured.none_helps(loss_factor_here=cb_loss - cb)
+
+
+def draw(report, shares, ess, path):
+    """The PNG of how the weights and the minority share evolved."""
+    lo, hi = report["minority_ids"]
+
+    # Optional (Debian's python3-matplotlib; pip: samplerd[demo]): the text is the report.
+    if not _has_matplotlib():
+        print(f"plot: not drawn ({path}): matplotlib is not installed "
               "(apt install python3-matplotlib, or pip install 'samplerd[demo]')")
         return
+    import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     epochs = [e["epoch"] for e in report["epochs"]]
@@ -151,9 +185,9 @@ def main():
         a.xaxis.get_major_locator().set_params(integer=True)
     a2.set_title("How the weights evolved (class-balanced x loss)")
     fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(args.plot)), exist_ok=True)
-    fig.savefig(args.plot, dpi=100)
-    print(f"plot: {args.plot}")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=100)
+    print(f"plot: {path}")
 
 
 if __name__ == "__main__":

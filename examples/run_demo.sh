@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs the samplerd DDP demo: a local samplerd plus a 4-rank PyTorch DDP training (gloo, CPU).
-# Prints the per-epoch table and writes the plot (default out/demo.png).
+# Prints the per-epoch table and writes the plot (default out/demo.png), then the live comparison
+# of RHO-LOSS through samplerd with a DistributedSampler (out/demo_rho.png) and the benchmark's
+# figures.
 #
 #   examples/run_demo.sh [SAMPLERD_BINARY] [ddp_demo.py flags, e.g. --plot /tmp/demo.png]
 #

@@ -2,7 +2,8 @@
 # The main job: installs what is missing, builds samplerd, starts it locally and runs a small
 # 4-rank PyTorch DDP training (gloo, CPU) against it. Prints a per-epoch table (shard sizes,
 # overlap between ranks, effective sample size, minority share, loss, balanced accuracy) and
-# writes out/demo.png.
+# writes out/demo.png; then trains RHO-LOSS through samplerd against a DistributedSampler live
+# (3 paired seeds, out/demo_rho.png) and prints the benchmark's figures (examples/ddp_demo.py).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
