@@ -30,6 +30,7 @@ def _worker(rank, cfg):
     import torch.nn.functional as F
     from torch.nn.parallel import DistributedDataParallel as DDP
     from torch.utils.data import DataLoader, TensorDataset
+    from samplerd.mixture import GroupLayout
     from samplerd.torch import DistributedWeightedSampler, IndexedDataset
 
     os.environ["MASTER_ADDR"] = "127.0.0.1"
@@ -40,8 +41,8 @@ def _worker(rank, cfg):
         n = sum(SIZES)
         gen = torch.Generator().manual_seed(0)
         x = torch.randn(n, 4, generator=gen)
-        # The domain of each global index: the concatenated datasets' recipe.
-        y = torch.repeat_interleave(torch.arange(3), torch.tensor(SIZES))
+        # The domain of each global index (samplerd.mixture: docs/INTEGRATIONS.md's recipe).
+        y = GroupLayout(SIZES).locate(torch.arange(n))[0]
         torch.manual_seed(0)
         model = DDP(torch.nn.Linear(4, 3))
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -86,7 +87,7 @@ def test_ddp_over_a_mixture_job_serves_disjoint_equal_shards(server, client, tmp
     for epoch, shards in enumerate(report["shards"]):
         assert [len(s) for s in shards] == [WINDOW // WORLD] * WORLD, f"epoch {epoch}"
         window = np.array([i for s in shards for i in s])
-        counts = np.bincount(np.searchsorted(offsets, window, side="right") - 1, minlength=3)
+        counts = np.bincount(GroupLayout(SIZES).locate(window)[0], minlength=3)
         # Shares 1/4, 1/2, 1/4 of 120: exactly 30, 60, 30 every window.
         assert counts.tolist() == [30, 60, 30], f"epoch {epoch}"
         # Disjoint across ranks within a domain's pass: the two large domains never repeat in a

@@ -113,6 +113,8 @@ def test_mixture_dataset_serves_each_domains_item():
     assert ds.group_sizes == [3, 1, 4] and len(ds) == 8
     assert [ds[i] for i in range(8)] == [x for d in domains for x in d]
     assert ds[np.int64(3)] == ("b", 0)
+    torch = pytest.importorskip("torch")
+    assert ds[torch.tensor(4)] == ("c", 0)
     with pytest.raises(samplerd.InvalidArgument, match=r"index = 8: not in \[0, 8\)"):
         ds[8]
 

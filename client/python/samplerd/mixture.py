@@ -206,5 +206,9 @@ class MixtureDataset:
         return self.layout.total
 
     def __getitem__(self, index: Any) -> Any:
+        try:  # One index: an int, a numpy int or a 0-d tensor.
+            index = operator.index(index)
+        except TypeError:
+            pass  # locate() names it.
         k, j = self.layout.locate(index)
         return self.domains[k][j]
