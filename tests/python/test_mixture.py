@@ -11,6 +11,8 @@ import socket
 import numpy as np
 import pytest
 
+from samplerd.mixture import GroupLayout
+
 SIZES = [300, 40, 1000]  # Domain 1 is smaller than a window: it wraps into its next pass.
 WEIGHTS = [1.0, 2.0, 1.0]
 WINDOW = 120
@@ -30,7 +32,6 @@ def _worker(rank, cfg):
     import torch.nn.functional as F
     from torch.nn.parallel import DistributedDataParallel as DDP
     from torch.utils.data import DataLoader, TensorDataset
-    from samplerd.mixture import GroupLayout
     from samplerd.torch import DistributedWeightedSampler, IndexedDataset
 
     os.environ["MASTER_ADDR"] = "127.0.0.1"
