@@ -16,8 +16,9 @@ kernels/mixture/window.h GroupLayout), or lets MixtureDataset do it:
     layout.locate(4)                                   # (1, 1)
     layout.locate(np.array([0, 2, 3, 7]))              # (array([0, 0, 1, 1]), array([0, 2, 0, 4]))
 
-docs/TRAINERS.md has the recipes: HF `datasets` (concatenate_datasets, or a MixtureDataset over
-the per-source datasets) and a Megatron-style indexed dataset (per-domain .bin/.idx files).
+docs/INTEGRATIONS.md ("Mixture jobs") has the recipes: HF `datasets` (concatenate_datasets, or a
+MixtureDataset over the per-source datasets) and a Megatron-style indexed dataset (per-domain
+.bin/.idx files).
 Needs numpy only (a torch tensor of indices is mapped too, and gives torch tensors back).
 """
 
