@@ -34,6 +34,17 @@ from . import errors
 _MAX_TOTAL = 1 << 63
 
 
+def _as_int(name: str, value: Any, expected: str) -> int:
+    """value as an int (numpy ints and 0-d tensors too; not a bool, a float or anything else):
+    InvalidArgument "name = value: must be <expected>" otherwise."""
+    if not isinstance(value, (bool, np.bool_)):
+        try:
+            return operator.index(value)
+        except TypeError:
+            pass
+    raise errors.InvalidArgument(f"{name} = {value!r}: must be {expected}")
+
+
 class GroupLayout:
     """Groups of the given sizes laid out one after another in the global index space.
 
@@ -51,13 +62,7 @@ class GroupLayout:
     def __init__(self, group_sizes: Sequence[int]):
         sizes: List[int] = []
         for k, size in enumerate(group_sizes):
-            if isinstance(size, (bool, np.bool_)):
-                raise errors.InvalidArgument(f"group_sizes[{k}] = {size!r}: must be an int >= 1")
-            try:
-                size = operator.index(size)
-            except TypeError:
-                raise errors.InvalidArgument(
-                    f"group_sizes[{k}] = {size!r}: must be an int >= 1") from None
+            size = _as_int(f"group_sizes[{k}]", size, "an int >= 1")
             if size < 1:
                 raise errors.InvalidArgument(
                     f"group_sizes[{k}] = {size}: a group holds at least 1 sample")
@@ -116,13 +121,7 @@ class GroupLayout:
             return torch.from_numpy(groups), torch.from_numpy(within)
         if isinstance(index, (np.ndarray, list, tuple)):
             return self._locate_array(np.asarray(index))
-        if isinstance(index, (bool, np.bool_)):
-            raise errors.InvalidArgument(f"index = {index!r}: must be an int in [0, {self.total})")
-        try:
-            i = operator.index(index)
-        except TypeError:
-            raise errors.InvalidArgument(
-                f"index = {index!r}: must be an int in [0, {self.total})") from None
+        i = _as_int("index", index, f"an int in [0, {self.total})")
         if not 0 <= i < self.total:
             raise errors.InvalidArgument(
                 f"index = {i}: not in [0, {self.total}) (the {self.groups} groups hold "
@@ -151,13 +150,7 @@ class GroupLayout:
         return groups.reshape(index.shape), within.reshape(index.shape)
 
     def _group(self, k: Any) -> int:
-        if isinstance(k, (bool, np.bool_)):
-            raise errors.InvalidArgument(f"group = {k!r}: must be an int in [0, {self.groups})")
-        try:
-            k = operator.index(k)
-        except TypeError:
-            raise errors.InvalidArgument(
-                f"group = {k!r}: must be an int in [0, {self.groups})") from None
+        k = _as_int("group", k, f"an int in [0, {self.groups})")
         if not 0 <= k < self.groups:
             raise errors.InvalidArgument(f"group = {k}: not in [0, {self.groups})")
         return k
