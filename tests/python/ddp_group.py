@@ -2,9 +2,21 @@
 died and the others hang in a collective with a dead peer."""
 
 import multiprocessing.connection
+import os
 import time
 
+import torch
+import torch.distributed as dist
 import torch.multiprocessing as mp
+
+
+def join_group(rank, world, master_port):
+    """In a rank process: joins the gloo group of `world` ranks on 127.0.0.1:master_port, one
+    torch thread per rank (the ranks share the machine's cores)."""
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(master_port)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
 
 
 def run_group(worker, world, cfg, victim=None, timeout=180):

@@ -5,7 +5,6 @@ equal, each domain's share of the window is the apportionment of its weight, and
 of a domain appears once per pass over it (a domain smaller than the window wraps)."""
 
 import json
-import os
 import socket
 
 import numpy as np
@@ -34,10 +33,8 @@ def _worker(rank, cfg):
     from torch.utils.data import DataLoader, TensorDataset
     from samplerd.torch import DistributedWeightedSampler, IndexedDataset
 
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(cfg["master_port"])
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+    from ddp_group import join_group
+    join_group(rank, WORLD, cfg["master_port"])
     try:
         n = sum(SIZES)
         gen = torch.Generator().manual_seed(0)

@@ -32,10 +32,8 @@ WORLD = 2
 
 
 def _worker(rank, cfg):
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(cfg["master_port"])
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+    from ddp_group import join_group
+    join_group(rank, WORLD, cfg["master_port"])
     try:
         gen = torch.Generator().manual_seed(0)
         # Each domain's item says which domain and which of its items it is.
