@@ -9,7 +9,9 @@
 # The binary: the first argument, else $SAMPLERD_BIN, else bazel-bin/server/samplerd (built with
 # `bazel build //server:samplerd` if missing). Python: $PYTHON, else .venv/bin/python, else
 # Debian's /usr/bin/python3 (needs python3-torch, python3-grpcio, python3-protobuf,
-# python3-numpy, python3-matplotlib; the client is imported from this checkout).
+# python3-numpy, python3-matplotlib; the client is imported from this checkout). The live
+# comparison trains on dataset-fashion-mnist's images, else on python3-sklearn's digits
+# (tools/install_deps.sh installs both).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
