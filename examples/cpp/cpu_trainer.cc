@@ -19,8 +19,13 @@
 //   trained epoch=E position=P n=N      a step trained positions [P, P+N) of its shard
 //   shard_end epoch=E shard_length=L losses_accepted=A
 //                                        end of shard; A: the server's count for this rank
+//   restart_summary served_again=S      before "done": the positions this process was served
+//                                        again (EpochLoop::restart_summary(): a restart without
+//                                        its checkpoint file that ran a half-streamed epoch from
+//                                        position 0; its warning is on stderr)
 //   done model w=<hex float>            every epoch ended; the final model, exact
-// An error ends the process with exit 1 and "error <what>: <status>" on stderr.
+// An error ends the process with exit 1 and "error <what>: <status>" on stderr. With
+// --restart_warnings_are_errors such a restart is that error instead (FAILED_PRECONDITION).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -57,6 +62,9 @@ ABSL_FLAG(std::string, checkpoint_file, "",
 ABSL_FLAG(uint64_t, checkpoint_every, 4,
           "save at the start of every this many steps of a shard (0: at ends of shard only)");
 ABSL_FLAG(uint64_t, step_ms, 0, "simulated compute time per step, milliseconds");
+ABSL_FLAG(bool, restart_warnings_are_errors, false,
+          "refuse to train positions again that a previous process of this rank trained (a "
+          "restart without its checkpoint): EpochLoopOptions::restart_warnings_are_errors");
 
 namespace samplerd {
 namespace examples {
@@ -157,6 +165,7 @@ int Main() {
   EpochLoopOptions options;
   options.batch_size = absl::GetFlag(FLAGS_batch);
   options.queue_capacity = std::max<size_t>(options.queue_capacity, options.batch_size);
+  options.restart_warnings_are_errors = absl::GetFlag(FLAGS_restart_warnings_are_errors);
   absl::StatusOr<std::unique_ptr<EpochLoop>> created =
       EpochLoop::Create(client, job, rank, world_size, options);
   if (!created.ok()) return Fail("EpochLoop::Create", created.status());
@@ -218,6 +227,7 @@ int Main() {
     done = loop.Run(current, epochs - current, step, shard_end);
   }
   if (!done.ok()) return Fail("training", done);
+  Print(absl::StrFormat("restart_summary served_again=%d", loop.restart_summary().served_again));
   Print("done model " + model.Serialize());
   return 0;
 }
