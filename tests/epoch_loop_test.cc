@@ -579,6 +579,38 @@ TEST_F(EpochLoopTest, RunOfAHalfStreamedEpochWarnsAndCountsThePositionsServedAga
   EXPECT_EQ(loop->restart_summary().served_again, 1024u);
 }
 
+// A rank that ended epoch 0 while the group's other rank is still in it dies before epoch 1
+// opens, and its replacement Runs epoch 0 without its checkpoint: the server streams an open
+// epoch to a rank that ended it, so the whole shard would be trained again. Before, the rule
+// skipped ranks that had ended the epoch (nothing said, nothing counted); now the shard's
+// losses are counted (here refused, with restart_warnings_are_errors) before anything is read.
+TEST_F(EpochLoopTest, RunOfAnEpochTheRankHasEndedCountsItsWholeShard) {
+  constexpr uint32_t kWorld = 2;
+  constexpr uint64_t kShard = kSamples / kWorld;
+  CreateJob("ended", kWorld);
+  {
+    std::unique_ptr<EpochLoop> first = NewLoop("ended", 0, kWorld);
+    ASSERT_NE(first, nullptr);
+    RankRecord record;
+    const absl::Status ran = first->Run(0, 1, RecordingStep(record));
+    ASSERT_TRUE(ran.ok()) << ran;
+  }
+  v1::JobStatus status = StatusOf("ended");
+  ASSERT_EQ(status.job().current_epoch(), 0u);  // Rank 1 is still in it.
+  ASSERT_TRUE(status.ranks(0).ended());
+
+  EpochLoopOptions options;
+  options.restart_warnings_are_errors = true;
+  std::unique_ptr<EpochLoop> loop = NewLoop("ended", 0, kWorld, options);
+  ASSERT_NE(loop, nullptr);
+  const absl::Status refused = loop->Run(0, 1, NoStep);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr(absl::StrCat(
+                                     "job \"ended\" epoch 0 rank 0 (deal 0): the server already "
+                                     "has ", kShard, " losses of this rank in this epoch")));
+  EXPECT_EQ(loop->restart_summary().served_again, kShard);
+}
+
 // The same restart with EpochLoopOptions::restart_warnings_are_errors: Run refuses with
 // FAILED_PRECONDITION in the warning's words, before anything is read; the count says it too.
 TEST_F(EpochLoopTest, RunOfAHalfStreamedEpochIsRefusedWhenRestartWarningsAreErrors) {

@@ -191,7 +191,6 @@ absl::StatusOr<ServerProgress> EpochLoop::ProgressOnServer() const {
     if (rank.rank() != o.rank) continue;
     server.indices_streamed = rank.indices_streamed();
     server.losses_accepted = rank.losses_accepted();
-    server.ended = rank.ended();
   }
   return server;
 }

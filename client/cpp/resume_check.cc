@@ -95,7 +95,7 @@ absl::StatusOr<ResumeAt> CheckResume(const ReaderPosition& from, const ServerPro
 }
 
 uint64_t PositionsServedAgain(uint64_t epoch, uint32_t deal, const ServerProgress& server) {
-  if (epoch != server.current_epoch || deal != server.current_deal || server.ended) return 0;
+  if (epoch != server.current_epoch || deal != server.current_deal) return 0;
   return server.losses_accepted;
 }
 

@@ -57,10 +57,9 @@ struct ServerProgress {
   // no record of the rank). Always the current epoch's: while it is planned, 0
   // (v1::JobStatus::planning).
   uint64_t indices_streamed = 0;
-  // The rank's v1::RankProgress::losses_accepted and ended, as indices_streamed: the current
-  // epoch's (0 and false without a record of the rank, or while the epoch is planned).
+  // The rank's v1::RankProgress::losses_accepted, as indices_streamed: the current epoch's (0
+  // without a record of the rank, or while the epoch is planned).
   uint64_t losses_accepted = 0;
-  bool ended = false;
 };
 
 enum class ResumeAt {
@@ -80,12 +79,13 @@ absl::StatusOr<ResumeAt> CheckResume(const ReaderPosition& from, const ServerPro
 // `epoch` from position 0, in deal `deal`, without resuming a ReaderPosition (EpochLoop::Run; the
 // Python sampler's first iteration without load_state_dict: samplerd/resume_check.py
 // served_again; both run client/testdata/served_again_cases.json). With the job at epoch C in
-// deal D': if epoch = C, deal = D', the rank has not ended C and the server accepted A > 0 losses
-// of the rank in it, those A positions (trained by a previous process of the rank, or an earlier
-// Run) are served and trained again -- their losses count once, as duplicates -- and the answer
-// is A; otherwise 0 (another epoch or deal: none of its losses were reported; a rank that ended C
-// is not counted -- see docs/HARDENING.md, loose ends). A restart that resumes its saved position
-// replays only the positions after it (documented, not counted).
+// deal D': if epoch = C, deal = D' and the server accepted A > 0 losses of the rank in it, those
+// A positions (trained by a previous process of the rank, or an earlier Run) are served and
+// trained again -- their losses count once, as duplicates -- and the answer is A; also when the
+// rank has ended C while other ranks are still in it (its whole shard is served again: the
+// server streams an open epoch to a rank that ended it). Otherwise 0 (another epoch or deal: none
+// of its losses were reported; while C is planned no rank has progress in it). A restart that
+// resumes its saved position replays only the positions after it (documented, not counted).
 uint64_t PositionsServedAgain(uint64_t epoch, uint32_t deal, const ServerProgress& server);
 
 }  // namespace samplerd

@@ -131,7 +131,6 @@ TEST(ResumeCheckTest, EveryServedAgainCaseOfTheSharedVectors) {
         static_cast<uint32_t>(Field(all, c, "server", "current_deal").number_value());
     server.losses_accepted =
         static_cast<uint64_t>(Field(all, c, "server", "losses_accepted").number_value());
-    server.ended = Field(all, c, "server", "ended").bool_value();
     const auto epoch = static_cast<uint64_t>(Field(all, c, "start", "epoch").number_value());
     const auto deal = static_cast<uint32_t>(Field(all, c, "start", "deal").number_value());
     const auto expected = static_cast<uint64_t>(c.fields().at("served_again").number_value());

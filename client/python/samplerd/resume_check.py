@@ -45,9 +45,8 @@ class ServerProgress:
     # The rank's indices_streamed (0 without a record of the rank): the current epoch's, 0
     # while it is planned (JobStatus.planning).
     indices_streamed: int = 0
-    # The rank's losses_accepted and ended, as indices_streamed (0 and False without a record).
+    # The rank's losses_accepted, as indices_streamed (0 without a record of the rank).
     losses_accepted: int = 0
-    ended: bool = False
 
 
 def _loading(saved: SavedPosition) -> str:
@@ -126,8 +125,8 @@ def served_again(epoch: int, deal: int, server: ServerProgress) -> int:
     client/cpp/resume_check.h; both run client/testdata/served_again_cases.json): the positions
     a rank that starts `epoch` in `deal` from position 0 without a loaded state serves and
     trains again -- the losses the server accepted of the rank in that epoch and deal, if it is
-    the current one and the rank has not ended it; else 0."""
-    if epoch != server.current_epoch or deal != server.current_deal or server.ended:
+    the current one (also when the rank has ended it while others are still in it); else 0."""
+    if epoch != server.current_epoch or deal != server.current_deal:
         return 0
     return server.losses_accepted
 
@@ -137,14 +136,12 @@ def progress_of(status, rank: int) -> ServerProgress:
     progress is the current epoch's, also while it is planned (none then: JobStatus.planning),
     so there is nothing to wait for."""
     streamed = accepted = 0
-    ended = False
     for progress in status.ranks:
         if progress.rank == rank:
             streamed, accepted = progress.indices_streamed, progress.losses_accepted
-            ended = progress.ended
     return ServerProgress(current_epoch=status.job.current_epoch, current_deal=status.job.deal,
                           rewindable_epochs=tuple(status.job.rewindable_epochs),
-                          indices_streamed=streamed, losses_accepted=accepted, ended=ended)
+                          indices_streamed=streamed, losses_accepted=accepted)
 
 
 def server_progress(client, job: str, rank: int) -> ServerProgress:
