@@ -93,9 +93,8 @@ class CpuTrainerProcessTest : public ::testing::Test {
   }
 
   // One rank of `job`; with a checkpoint file in dir_ if `checkpoints`.
-  std::unique_ptr<ChildProcess> StartRank(const std::string& job, uint32_t rank,
-                                          bool checkpoints, int step_ms,
-                                          const std::vector<std::string>& more = {}) {
+  std::unique_ptr<ChildProcess> StartRank(const std::string& job, uint32_t rank, bool checkpoints,
+                                          int step_ms, const std::vector<std::string>& more = {}) {
     std::vector<std::string> args = {kTrainer,
                                      "--address=" + samplerd_->address(),
                                      "--job=" + job,
@@ -223,8 +222,7 @@ TEST_F(CpuTrainerProcessTest, RankSigkilledMidEpochResumesFromItsCheckpoint) {
 TEST_F(CpuTrainerProcessTest, RankRestartedWithoutItsCheckpointCountsWhatItTrainsAgain) {
   std::vector<std::unique_ptr<ChildProcess>> ranks;
   for (uint32_t r = 0; r < kWorld; ++r) ranks.push_back(StartRank("again", r, false, 20));
-  ASSERT_FALSE(ranks[1]->AwaitLine("trained epoch=0 position=450").empty())
-      << ranks[1]->output();
+  ASSERT_FALSE(ranks[1]->AwaitLine("trained epoch=0 position=450").empty()) << ranks[1]->output();
   ASSERT_EQ(ranks[1]->Signal(SIGKILL), 128 + SIGKILL);
   const std::string killed_output = ranks[1]->output();
   int64_t killed_reached = 0;

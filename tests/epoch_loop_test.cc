@@ -605,9 +605,10 @@ TEST_F(EpochLoopTest, RunOfAnEpochTheRankHasEndedCountsItsWholeShard) {
   ASSERT_NE(loop, nullptr);
   const absl::Status refused = loop->Run(0, 1, NoStep);
   EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
-  EXPECT_THAT(refused.message(), HasSubstr(absl::StrCat(
-                                     "job \"ended\" epoch 0 rank 0 (deal 0): the server already "
-                                     "has ", kShard, " losses of this rank in this epoch")));
+  EXPECT_THAT(refused.message(),
+              HasSubstr(absl::StrCat("job \"ended\" epoch 0 rank 0 (deal 0): the server already "
+                                     "has ",
+                                     kShard, " losses of this rank in this epoch")));
   EXPECT_EQ(loop->restart_summary().served_again, kShard);
 }
 
@@ -629,7 +630,8 @@ TEST_F(EpochLoopTest, RunOfAHalfStreamedEpochIsRefusedWhenRestartWarningsAreErro
   EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
   EXPECT_THAT(refused.message(), HasSubstr("job \"strict\" epoch 0 rank 0 (deal 0): the server "
                                            "already has 1024 losses of this rank"));
-  EXPECT_THAT(refused.message(), HasSubstr("refused: EpochLoopOptions::restart_warnings_are_errors"));
+  EXPECT_THAT(refused.message(),
+              HasSubstr("refused: EpochLoopOptions::restart_warnings_are_errors"));
   EXPECT_EQ(loop->restart_summary().served_again, 1024u);
   v1::JobStatus status = StatusOf("strict");
   EXPECT_EQ(status.ranks(0).indices_streamed(), streamed);  // Nothing read.

@@ -144,8 +144,9 @@ absl::Status EpochLoop::CheckServedAgain(const ReaderPosition& start) {
       "ReaderPosition (EpochLoop::Checkpoint) and its model");
   if (options_.restart_warnings_are_errors) {
     return absl::FailedPreconditionError(
-        absl::StrCat(message, " (refused: EpochLoopOptions::restart_warnings_are_errors; nothing "
-                              "was read)"));
+        absl::StrCat(message,
+                     " (refused: EpochLoopOptions::restart_warnings_are_errors; nothing "
+                     "was read)"));
   }
   if (options_.on_restart_warning) {
     options_.on_restart_warning(message);

@@ -55,9 +55,10 @@
 // job's current one (in the deal Run reads it in) and the server already accepted losses of this
 // rank in it -- a previous process of the rank trained part of its shard (or all of it, and ended
 // the epoch while other ranks are still in it) and died, and this one starts without Resume --
-// those positions are served and trained again (their losses count once, as duplicates). Run says so before it reads: a warning naming the job, the epoch, the
-// rank and the count (EpochLoopOptions::on_restart_warning; standard error by default), counted
-// in restart_summary().served_again; or, with EpochLoopOptions::restart_warnings_are_errors,
+// those positions are served and trained again (their losses count once, as duplicates). Run
+// says so before it reads: a warning naming the job, the epoch, the rank and the count
+// (EpochLoopOptions::on_restart_warning; standard error by default), counted in
+// restart_summary().served_again; or, with EpochLoopOptions::restart_warnings_are_errors,
 // FAILED_PRECONDITION with the same words and nothing read. The rule is PositionsServedAgain
 // (client/cpp/resume_check.h), the Python sampler's too (its RestartWarning at the first
 // iteration without load_state_dict, restart_summary["served_again"]). Resume replays only the

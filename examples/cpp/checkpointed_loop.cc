@@ -47,7 +47,8 @@ absl::Status RunWithCheckpoints(EpochLoop& loop, const CheckpointOptions& option
       shard_epoch = batch.epoch;
       steps_in_shard = 0;
     }
-    if (options.every_steps > 0 && steps_in_shard > 0 && steps_in_shard % options.every_steps == 0) {
+    if (options.every_steps > 0 && steps_in_shard > 0 &&
+        steps_in_shard % options.every_steps == 0) {
       if (absl::Status s = save(); !s.ok()) return s;
     }
     ++steps_in_shard;

@@ -41,9 +41,9 @@
 #include <nccl.h>
 
 #include <algorithm>
-#include <csignal>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -440,8 +440,8 @@ class Trainer {
     options.queue_capacity = std::max(options.queue_capacity, 2 * config_.batch_size);
     options.device_indices = indices_.get();
     options.device_stream = stream;
-    ASSIGN_OR_RETURN(loop, samplerd::EpochLoop::Create(client_, run.job, ranks.rank,
-                                                       ranks.world_size, options));
+    ASSIGN_OR_RETURN(
+        loop, samplerd::EpochLoop::Create(client_, run.job, ranks.rank, ranks.world_size, options));
 
     const int classes = config_.shape.classes;
     if (ranks.rank == 0 && run.print_epochs) {
@@ -538,11 +538,11 @@ class Trainer {
                               totals[1] > 0 ? totals[2 + c] / totals[1] : 0.0);
       }
       const v1::WeightStats& w = status.weights();
-      std::printf("%5llu %8.4f %8.4f  %s  %s  %8.3g %8.3g %10.1f %8llu\n",
-                  static_cast<unsigned long long>(end.epoch),
-                  totals[1] > 0 ? totals[0] / totals[1] : 0.0, recalls.balanced_accuracy,
-                  recall_text.c_str(), drawn_text.c_str(), w.min(), w.max(),
-                  w.effective_sample_size(), static_cast<unsigned long long>(status.samples_seen()));
+      std::printf(
+          "%5llu %8.4f %8.4f  %s  %s  %8.3g %8.3g %10.1f %8llu\n",
+          static_cast<unsigned long long>(end.epoch), totals[1] > 0 ? totals[0] / totals[1] : 0.0,
+          recalls.balanced_accuracy, recall_text.c_str(), drawn_text.c_str(), w.min(), w.max(),
+          w.effective_sample_size(), static_cast<unsigned long long>(status.samples_seen()));
       std::fflush(stdout);
       return absl::OkStatus();
     };
@@ -655,11 +655,12 @@ class Trainer {
   absl::Status ParamsFromBytes(const std::string& bytes, const std::string& path,
                                std::vector<float>& params) const {
     if (bytes.size() != params.size() * sizeof(float)) {
-      return absl::DataLossError(absl::StrCat(
-          "trainer checkpoint ", path, ": ", bytes.size(), " model bytes, but this model (",
-          config_.shape.features, "-", config_.shape.hidden, "-", config_.shape.classes,
-          ") has ", params.size(), " parameters of 4 bytes: remove it, or run with the flags "
-          "it was saved with"));
+      return absl::DataLossError(
+          absl::StrCat("trainer checkpoint ", path, ": ", bytes.size(),
+                       " model bytes, but this model (", config_.shape.features, "-",
+                       config_.shape.hidden, "-", config_.shape.classes, ") has ", params.size(),
+                       " parameters of 4 bytes: remove it, or run with the flags "
+                       "it was saved with"));
     }
     std::memcpy(params.data(), bytes.data(), bytes.size());
     return absl::OkStatus();
@@ -676,8 +677,8 @@ class Trainer {
     const double epoch = has ? static_cast<double>(saved->position.epoch) : -1.0;
     const double position = has ? static_cast<double>(saved->position.position) : -1.0;
     // Maxima, and minima as maxima of the negated values.
-    std::vector<double> seen = {has ? 1.0 : 0.0, has ? -1.0 : 0.0, epoch, -epoch,
-                                position, -position};
+    std::vector<double> seen = {has ? 1.0 : 0.0, has ? -1.0 : 0.0, epoch,
+                                -epoch,          position,         -position};
     RETURN_IF_ERROR(gpu_->AllReduceHost(seen, ncclMax));
     const bool all = -seen[1] == 1.0, none = seen[0] == 0.0;
     if (none) return false;
