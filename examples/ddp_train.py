@@ -45,6 +45,18 @@ def make_model(seed):
     return torch.nn.Sequential(torch.nn.Linear(2, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2))
 
 
+def train_step(model, opt, sampler, idx, xb, yb):
+    """One step with samplerd: the batch's per-sample losses reported under the indices the
+    sampler served, then their mean back-propagated (DDP all-reduces the gradients) and one
+    optimizer step. Returns the per-sample losses, detached."""
+    loss = F.cross_entropy(model(xb), yb, reduction="none")
+    sampler.report(idx, loss.detach())
+    opt.zero_grad()
+    loss.mean().backward()
+    opt.step()
+    return loss.detach()
+
+
 def balanced_accuracy(model, x, y):
     with torch.no_grad():
         pred = model(x).argmax(dim=1)
@@ -145,14 +157,10 @@ def train_samplerd(cfg, rank, world, x, y, x_test, y_test):
         sampler.set_epoch(epoch)
         consumed, losses = [], []
         for idx, (xb, yb) in loader:
-            loss = F.cross_entropy(model(xb), yb, reduction="none")
-            sampler.report(idx, loss.detach())
-            opt.zero_grad()
-            loss.mean().backward()
-            opt.step()
+            loss = train_step(model, opt, sampler, idx, xb, yb)
             steps += 1
             consumed.append(idx.numpy())
-            losses.append(loss.detach().mean().item())
+            losses.append(loss.mean().item())
         consumed = np.concatenate(consumed) if consumed else np.zeros(0, np.int64)
         shards = [None] * world
         dist.all_gather_object(shards, consumed.tolist())

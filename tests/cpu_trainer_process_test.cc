@@ -12,7 +12,8 @@
 //   * the model: the restored model trained on the replayed batches ends bit-identical to the
 //     uninterrupted run's (the same batches in the same order, the same losses, the same plans).
 // Without the resume (a restarted rank that runs its epoch from the start, or that does not
-// restore its model) the first or the last check fails.
+// restore its model) the first or the last check fails. A restart without its checkpoint file
+// says what it trains again (EpochLoop::restart_summary, printed by the trainer).
 #include <signal.h>
 
 #include <algorithm>
@@ -92,8 +93,8 @@ class CpuTrainerProcessTest : public ::testing::Test {
   }
 
   // One rank of `job`; with a checkpoint file in dir_ if `checkpoints`.
-  std::unique_ptr<ChildProcess> StartRank(const std::string& job, uint32_t rank,
-                                          bool checkpoints, int step_ms) {
+  std::unique_ptr<ChildProcess> StartRank(const std::string& job, uint32_t rank, bool checkpoints,
+                                          int step_ms, const std::vector<std::string>& more = {}) {
     std::vector<std::string> args = {kTrainer,
                                      "--address=" + samplerd_->address(),
                                      "--job=" + job,
@@ -107,6 +108,7 @@ class CpuTrainerProcessTest : public ::testing::Test {
     if (checkpoints) {
       args.push_back(absl::StrCat("--checkpoint_file=", dir_, "/", job, ".rank-", rank, ".ckpt"));
     }
+    args.insert(args.end(), more.begin(), more.end());
     return std::make_unique<ChildProcess>(args);
   }
 
@@ -209,6 +211,60 @@ TEST_F(CpuTrainerProcessTest, RankSigkilledMidEpochResumesFromItsCheckpoint) {
     ASSERT_EQ(done.size(), 1u) << outputs[r];
     ASSERT_EQ(expected.size(), 1u) << reference[r];
     EXPECT_EQ(done[0], expected[0]) << "rank " << r;
+  }
+}
+
+// A rank SIGKILLed in the middle of epoch 0 and started again without a checkpoint file: it runs
+// epoch 0 from position 0, so the positions the killed process trained are trained again. Before
+// EpochLoop::Run checked for it, nothing said so; now the trainer's restart_summary line counts
+// exactly the losses the server had accepted of the killed process (and stderr has the warning),
+// and with --restart_warnings_are_errors the restart is refused before it trains anything.
+TEST_F(CpuTrainerProcessTest, RankRestartedWithoutItsCheckpointCountsWhatItTrainsAgain) {
+  std::vector<std::unique_ptr<ChildProcess>> ranks;
+  for (uint32_t r = 0; r < kWorld; ++r) ranks.push_back(StartRank("again", r, false, 20));
+  ASSERT_FALSE(ranks[1]->AwaitLine("trained epoch=0 position=450").empty()) << ranks[1]->output();
+  ASSERT_EQ(ranks[1]->Signal(SIGKILL), 128 + SIGKILL);
+  const std::string killed_output = ranks[1]->output();
+  int64_t killed_reached = 0;
+  for (const std::string& line : Lines(killed_output, "trained epoch=0 ")) {
+    killed_reached = std::max(killed_reached, Field(line, "position") + Field(line, "n"));
+  }
+  ASSERT_LT(killed_reached, static_cast<int64_t>(kShard)) << "the kill was not mid-epoch";
+  // Epoch 0 stays open (rank 1 has not ended it).
+  absl::StatusOr<v1::JobStatus> before = client_->GetJobStatus("again");
+  ASSERT_TRUE(before.ok()) << before.status();
+  ASSERT_EQ(before->job().current_epoch(), 0u);
+
+  // Refused: exit 1 before training or streaming anything.
+  std::unique_ptr<ChildProcess> strict =
+      StartRank("again", 1, false, 20, {"--restart_warnings_are_errors"});
+  EXPECT_EQ(strict->Wait(), 1) << strict->output();
+  EXPECT_THAT(Lines(strict->output(), "trained "), ::testing::IsEmpty()) << strict->output();
+  // What the server holds of rank 1 now is fixed: the refused process claimed the rank, so the
+  // killed one's connection (and any call of it still in flight at the kill) was over.
+  absl::StatusOr<v1::JobStatus> after = client_->GetJobStatus("again");
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->ranks(1).indices_streamed(), before->ranks(1).indices_streamed());
+  const uint64_t accepted = after->ranks(1).losses_accepted();
+  EXPECT_GE(accepted, before->ranks(1).losses_accepted());
+  ASSERT_GT(accepted, 0u);
+
+  // Warned and counted: the restart trains epoch 0 from position 0 and says how many again.
+  ranks[1] = StartRank("again", 1, false, 20);
+  std::vector<std::string> outputs(kWorld);
+  for (uint32_t r = 0; r < kWorld; ++r) {
+    ASSERT_EQ(ranks[r]->Wait(), 0) << "rank " << r << ": " << ranks[r]->output();
+    outputs[r] = ranks[r]->output();
+  }
+  EXPECT_THAT(Lines(outputs[1], "restart_summary "),
+              ::testing::ElementsAre(absl::StrCat("restart_summary served_again=", accepted)));
+  EXPECT_THAT(Lines(outputs[0], "restart_summary "),
+              ::testing::ElementsAre("restart_summary served_again=0"));
+  TrainCounts counts;
+  CountTrained(killed_output, counts);
+  CountTrained(outputs[1], counts);
+  for (int64_t p = 0; p < static_cast<int64_t>(kShard); ++p) {
+    ASSERT_EQ((counts[{0, p}]), p < killed_reached ? 2 : 1) << "epoch 0 position " << p;
   }
 }
 

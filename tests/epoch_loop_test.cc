@@ -3,8 +3,10 @@
 // closed), an elastic group reads the resized epoch in its deal, a step's error stops the loop
 // and a Resume from the checkpoint finishes the run, Resume's checks against the job's state (a
 // checkpoint at the end of a closed epoch goes on with the next epoch; one short of it, or one
-// that predates a rewind, is refused naming what to do), bad arguments are refused at the call,
-// and the device path (skipped without a GPU, after checking its refusal).
+// that predates a rewind, is refused naming what to do), a Run of an epoch the rank had half
+// streamed (a restart without its checkpoint) warns and counts the positions served again, or is
+// refused with restart_warnings_are_errors, bad arguments are refused at the call, and the
+// device path (skipped without a GPU, after checking its refusal).
 #include "client/cpp/epoch_loop.h"
 
 #include <cuda_runtime_api.h>
@@ -525,6 +527,115 @@ TEST_F(EpochLoopTest, PositionWithoutShardLengthIsCheckedWithTheServersLength) {
   v1::JobStatus status = StatusOf("v2");
   EXPECT_EQ(status.job().current_epoch(), 1u);
   EXPECT_EQ(status.samples_seen(), kSamples);
+}
+
+// A trainer dies in the middle of epoch 0 (losses of positions 0 to 1023 accepted) and its
+// replacement Runs epoch 0 without resuming the checkpoint. Before, it was served from position
+// 0 again with no refusal and no warning: 1024 positions trained twice, silently. Now Run warns
+// (job, epoch, rank, count), counts them in restart_summary(), and reads on; a Resume of the
+// checkpoint replays nothing before it and warns of nothing.
+TEST_F(EpochLoopTest, RunOfAHalfStreamedEpochWarnsAndCountsThePositionsServedAgain) {
+  CreateJob("again", 1);
+  const ReaderPosition saved = CheckpointInEpoch0("again", 1024, /*die=*/true);
+  ASSERT_EQ(StatusOf("again").ranks(0).losses_accepted(), 1024u);
+
+  std::vector<std::string> warnings;
+  EpochLoopOptions options;
+  options.on_restart_warning = [&](const std::string& message) { warnings.push_back(message); };
+  {
+    std::unique_ptr<EpochLoop> resumed = NewLoop("again", 0, 1, options);
+    ASSERT_NE(resumed, nullptr);
+    RankRecord record;
+    // Resume of the checkpoint, stopped at its first step: not a restart without a state.
+    absl::Status stopped = resumed->Resume(saved, 1, [](const EpochBatch&, LossSink&) {
+      return absl::CancelledError("injected: stop at the first step");
+    });
+    EXPECT_EQ(stopped.code(), absl::StatusCode::kCancelled) << stopped;
+    EXPECT_THAT(warnings, ::testing::IsEmpty());
+    EXPECT_EQ(resumed->restart_summary().served_again, 0u);
+  }
+
+  std::unique_ptr<EpochLoop> loop = NewLoop("again", 0, 1, options);
+  ASSERT_NE(loop, nullptr);
+  RankRecord record;
+  absl::Status ran = loop->Run(0, 1, RecordingStep(record));
+  ASSERT_TRUE(ran.ok()) << ran;
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_THAT(warnings[0], HasSubstr("job \"again\" epoch 0 rank 0 (deal 0): the server already "
+                                     "has 1024 losses of this rank in this epoch"));
+  EXPECT_THAT(warnings[0], HasSubstr("1024 positions are served and trained again"));
+  EXPECT_THAT(warnings[0], HasSubstr("EpochLoop::Resume"));
+  EXPECT_EQ(loop->restart_summary().served_again, 1024u);
+  // Read on, from position 0: the whole shard, the first 1024 losses duplicates.
+  ASSERT_EQ(record.indices.size(), 1u);
+  EXPECT_EQ(record.indices[0].size(), kSamples);
+  v1::JobStatus status = StatusOf("again");
+  EXPECT_EQ(status.job().current_epoch(), 1u);
+  EXPECT_EQ(status.samples_seen(), kSamples);
+
+  // The next epoch, from its start: nothing of it was reported before, nothing is said.
+  ASSERT_TRUE(loop->Run(1, 1, RecordingStep(record)).ok());
+  EXPECT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(loop->restart_summary().served_again, 1024u);
+}
+
+// A rank that ended epoch 0 while the group's other rank is still in it dies before epoch 1
+// opens, and its replacement Runs epoch 0 without its checkpoint: the server streams an open
+// epoch to a rank that ended it, so the whole shard would be trained again. Before, the rule
+// skipped ranks that had ended the epoch (nothing said, nothing counted); now the shard's
+// losses are counted (here refused, with restart_warnings_are_errors) before anything is read.
+TEST_F(EpochLoopTest, RunOfAnEpochTheRankHasEndedCountsItsWholeShard) {
+  constexpr uint32_t kWorld = 2;
+  constexpr uint64_t kShard = kSamples / kWorld;
+  CreateJob("ended", kWorld);
+  {
+    std::unique_ptr<EpochLoop> first = NewLoop("ended", 0, kWorld);
+    ASSERT_NE(first, nullptr);
+    RankRecord record;
+    const absl::Status ran = first->Run(0, 1, RecordingStep(record));
+    ASSERT_TRUE(ran.ok()) << ran;
+  }
+  v1::JobStatus status = StatusOf("ended");
+  ASSERT_EQ(status.job().current_epoch(), 0u);  // Rank 1 is still in it.
+  ASSERT_TRUE(status.ranks(0).ended());
+
+  EpochLoopOptions options;
+  options.restart_warnings_are_errors = true;
+  std::unique_ptr<EpochLoop> loop = NewLoop("ended", 0, kWorld, options);
+  ASSERT_NE(loop, nullptr);
+  const absl::Status refused = loop->Run(0, 1, NoStep);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_THAT(refused.message(),
+              HasSubstr(absl::StrCat("job \"ended\" epoch 0 rank 0 (deal 0): the server already "
+                                     "has ",
+                                     kShard, " losses of this rank in this epoch")));
+  EXPECT_EQ(loop->restart_summary().served_again, kShard);
+}
+
+// The same restart with EpochLoopOptions::restart_warnings_are_errors: Run refuses with
+// FAILED_PRECONDITION in the warning's words, before anything is read; the count says it too.
+TEST_F(EpochLoopTest, RunOfAHalfStreamedEpochIsRefusedWhenRestartWarningsAreErrors) {
+  CreateJob("strict", 1);
+  CheckpointInEpoch0("strict", 1024, /*die=*/true);
+  const uint64_t streamed = StatusOf("strict").ranks(0).indices_streamed();
+
+  EpochLoopOptions options;
+  options.restart_warnings_are_errors = true;
+  options.on_restart_warning = [](const std::string& message) {
+    ADD_FAILURE() << "warned instead of refusing: " << message;
+  };
+  std::unique_ptr<EpochLoop> loop = NewLoop("strict", 0, 1, options);
+  ASSERT_NE(loop, nullptr);
+  absl::Status refused = loop->Run(0, 1, NoStep);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("job \"strict\" epoch 0 rank 0 (deal 0): the server "
+                                           "already has 1024 losses of this rank"));
+  EXPECT_THAT(refused.message(),
+              HasSubstr("refused: EpochLoopOptions::restart_warnings_are_errors"));
+  EXPECT_EQ(loop->restart_summary().served_again, 1024u);
+  v1::JobStatus status = StatusOf("strict");
+  EXPECT_EQ(status.ranks(0).indices_streamed(), streamed);  // Nothing read.
+  EXPECT_EQ(status.ranks(0).losses_accepted(), 1024u);
 }
 
 TEST_F(EpochLoopTest, ShardEndHookErrorStopsBeforeTheEpochEnds) {

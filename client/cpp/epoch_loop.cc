@@ -1,5 +1,7 @@
 #include "client/cpp/epoch_loop.h"
 
+#include <cstdio>
+#include <string>
 #include <utility>
 
 #include "absl/memory/memory.h"
@@ -118,7 +120,40 @@ ReaderPosition EpochLoop::StartOf(uint64_t epoch) const {
 
 absl::Status EpochLoop::Run(uint64_t first_epoch, uint64_t epochs, const Step& step,
                             const ShardEndHook& on_shard_end) {
-  return RunFrom(StartOf(first_epoch), epochs, step, on_shard_end);
+  if (!step) return absl::InvalidArgumentError("step = null");
+  if (epochs == 0) return absl::OkStatus();
+  const ReaderPosition start = StartOf(first_epoch);
+  if (absl::Status s = CheckServedAgain(start); !s.ok()) return s;
+  return RunFrom(start, epochs, step, on_shard_end);
+}
+
+absl::Status EpochLoop::CheckServedAgain(const ReaderPosition& start) {
+  absl::StatusOr<ServerProgress> server = ProgressOnServer();
+  if (!server.ok()) return server.status();
+  const uint64_t again = PositionsServedAgain(start.epoch, start.deal, *server);
+  if (again == 0) return absl::OkStatus();
+  restart_summary_.served_again += again;
+  const std::string message = absl::StrCat(
+      "job \"", start.job, "\" epoch ", start.epoch, " rank ", start.rank, " (deal ", start.deal,
+      "): the server already has ", again,
+      " losses of this rank in this epoch (a previous process's, or an earlier Run's) and Run "
+      "starts at position 0, so ",
+      again,
+      " positions are served and trained again (their losses count once, as duplicates). A "
+      "restarted trainer resumes its checkpoint instead: EpochLoop::Resume with the saved "
+      "ReaderPosition (EpochLoop::Checkpoint) and its model");
+  if (options_.restart_warnings_are_errors) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(message,
+                     " (refused: EpochLoopOptions::restart_warnings_are_errors; nothing "
+                     "was read)"));
+  }
+  if (options_.on_restart_warning) {
+    options_.on_restart_warning(message);
+  } else {
+    std::fprintf(stderr, "samplerd restart warning: %s\n", message.c_str());
+  }
+  return absl::OkStatus();
 }
 
 absl::Status EpochLoop::Resume(const ReaderPosition& from, uint64_t epochs, const Step& step,
@@ -142,7 +177,7 @@ absl::Status EpochLoop::Resume(const ReaderPosition& from, uint64_t epochs, cons
   return RunFrom(*checkpoint_, epochs - 1, step, on_shard_end);
 }
 
-absl::StatusOr<ResumeAt> EpochLoop::CheckResumable(const ReaderPosition& from) const {
+absl::StatusOr<ServerProgress> EpochLoop::ProgressOnServer() const {
   const ShardReaderOptions& o = reader_->options();
   // The ranks' progress is the current epoch's, also while it is planned (none then:
   // v1::JobStatus::planning), so there is nothing to wait for.
@@ -154,8 +189,18 @@ absl::StatusOr<ResumeAt> EpochLoop::CheckResumable(const ReaderPosition& from) c
   server.rewindable_epochs.assign(status->job().rewindable_epochs().begin(),
                                   status->job().rewindable_epochs().end());
   for (const v1::RankProgress& rank : status->ranks()) {
-    if (rank.rank() == o.rank) server.indices_streamed = rank.indices_streamed();
+    if (rank.rank() != o.rank) continue;
+    server.indices_streamed = rank.indices_streamed();
+    server.losses_accepted = rank.losses_accepted();
   }
+  return server;
+}
+
+absl::StatusOr<ResumeAt> EpochLoop::CheckResumable(const ReaderPosition& from) const {
+  const ShardReaderOptions& o = reader_->options();
+  absl::StatusOr<ServerProgress> progress = ProgressOnServer();
+  if (!progress.ok()) return progress.status();
+  const ServerProgress& server = *progress;
   ReaderPosition checked = from;
   // A position without its shard's length (a version 1 or 2 text): the server's, for an epoch it
   // still answers about (the current one in the position's deal, or a later one).

@@ -51,6 +51,19 @@
 //     of the job, or the job was made again): FAILED_PRECONDITION naming what the server
 //     streamed and what to do.
 //
+// Restarts without a checkpoint: Run reads its first epoch from position 0. If that epoch is the
+// job's current one (in the deal Run reads it in) and the server already accepted losses of this
+// rank in it -- a previous process of the rank trained part of its shard (or all of it, and ended
+// the epoch while other ranks are still in it) and died, and this one starts without Resume --
+// those positions are served and trained again (their losses count once, as duplicates). Run
+// says so before it reads: a warning naming the job, the epoch, the rank and the count
+// (EpochLoopOptions::on_restart_warning; standard error by default), counted in
+// restart_summary().served_again; or, with EpochLoopOptions::restart_warnings_are_errors,
+// FAILED_PRECONDITION with the same words and nothing read. The rule is PositionsServedAgain
+// (client/cpp/resume_check.h), the Python sampler's too (its RestartWarning at the first
+// iteration without load_state_dict, restart_summary["served_again"]). Resume replays only the
+// positions after the checkpoint, as documented above: not counted.
+//
 // Errors (absl::Status, never exceptions): Create refuses bad arguments with INVALID_ARGUMENT
 // naming the field and its value, and an unknown job (NOT_FOUND) or a world size the job's
 // current epoch is not dealt to (FAILED_PRECONDITION). Run/Resume stop at the first error and
@@ -117,6 +130,22 @@ struct EpochLoopOptions {
   // rank, which read the same shard: every peer sets it, and they hold the rank together (see
   // "Rank claims" above).
   bool peer = false;
+  // Where the loop's restart warnings go (see "Restarts without a checkpoint" above): the whole
+  // message, called on the training thread. Null: one line "samplerd restart warning: <message>"
+  // on standard error.
+  std::function<void(const std::string& message)> on_restart_warning;
+  // Refuse instead of warning: Run returns FAILED_PRECONDITION with the warning's words before
+  // reading anything (a trainer that must never train a position twice silently; the Python
+  // client's warnings.simplefilter("error", samplerd.RestartWarning)).
+  bool restart_warnings_are_errors = false;
+};
+
+// What restarts cost a loop so far, as the warnings said it (the C++ side of the Python sampler's
+// restart_summary; the other counts there have no C++ counterpart yet).
+struct RestartSummary {
+  // Positions Run served again that the server already had losses of this rank for (see
+  // "Restarts without a checkpoint" above): summed over the loop's Runs, also those refused.
+  uint64_t served_again = 0;
 };
 
 // One batch handed to the step: `indices` are this rank's shard positions
@@ -194,7 +223,9 @@ class EpochLoop {
 
   // Reads epochs first_epoch .. first_epoch + epochs - 1 from their start: for each, every batch
   // of the shard through `step`, then `on_shard_end` (if set), then EndEpoch. Opening an epoch
-  // waits (up to ClientOptions::timeout) until every rank has ended the previous one.
+  // waits (up to ClientOptions::timeout) until every rank has ended the previous one. First
+  // (GetJobStatus), a start that serves positions again is warned of or refused: see "Restarts
+  // without a checkpoint" above. epochs = 0 does nothing.
   absl::Status Run(uint64_t first_epoch, uint64_t epochs, const Step& step,
                    const ShardEndHook& on_shard_end = nullptr);
 
@@ -219,6 +250,9 @@ class EpochLoop {
   // reporter's error.
   absl::StatusOr<ReaderPosition> Checkpoint();
 
+  // The restarts this loop warned of (or refused), counted since Create.
+  const RestartSummary& restart_summary() const { return restart_summary_; }
+
  private:
   EpochLoop(std::shared_ptr<SamplerClient> client, EpochLoopOptions options,
             std::unique_ptr<RankClaim> claim, std::unique_ptr<ShardReader> reader,
@@ -226,8 +260,13 @@ class EpochLoop {
 
   // Position 0 of `epoch` in the deal the loop reads it in.
   ReaderPosition StartOf(uint64_t epoch) const;
+  // The server's facts of this rank and the job now (GetJobStatus).
+  absl::StatusOr<ServerProgress> ProgressOnServer() const;
   // CheckResume of `from` with the server's facts.
   absl::StatusOr<ResumeAt> CheckResumable(const ReaderPosition& from) const;
+  // Run's check of `start` (position 0, no checkpoint): PositionsServedAgain with the server's
+  // facts, warned of and counted, or refused (see "Restarts without a checkpoint").
+  absl::Status CheckServedAgain(const ReaderPosition& start);
   // Reads `from.epoch` from `from.position` in deal `from.deal`, then the following epochs.
   absl::Status RunFrom(const ReaderPosition& from, uint64_t epochs, const Step& step,
                        const ShardEndHook& on_shard_end);
@@ -253,6 +292,7 @@ class EpochLoop {
   // What Checkpoint returns: after the last batch whose step returned OK (in the epoch open), or
   // the start of the next epoch once one was ended. Empty before the first Run.
   std::optional<ReaderPosition> checkpoint_;
+  RestartSummary restart_summary_;
 };
 
 }  // namespace samplerd

@@ -94,4 +94,9 @@ absl::StatusOr<ResumeAt> CheckResume(const ReaderPosition& from, const ServerPro
       current, " from its start (EpochLoop::Run(", current, ", ...))"));
 }
 
+uint64_t PositionsServedAgain(uint64_t epoch, uint32_t deal, const ServerProgress& server) {
+  if (epoch != server.current_epoch || deal != server.current_deal) return 0;
+  return server.losses_accepted;
+}
+
 }  // namespace samplerd

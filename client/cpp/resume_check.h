@@ -3,7 +3,8 @@
 // client's is samplerd/resume_check.py; both are tested on the same vectors,
 // client/testdata/resume_cases.json, so that they cannot drift). Pure logic: no RPC,
 // no gRPC; EpochLoop::Resume gathers the facts (GetJobStatus, and GetJob for a shard length the
-// position does not carry) and acts on the answer.
+// position does not carry) and acts on the answer. PositionsServedAgain (below) is the rule of
+// the other kind of restart, one without a saved position, on the same facts.
 //
 // The rule, for a position (epoch E, deal D, position P, shard length L if known) of this rank,
 // the job at epoch C in deal D' (checked in this order):
@@ -56,6 +57,9 @@ struct ServerProgress {
   // no record of the rank). Always the current epoch's: while it is planned, 0
   // (v1::JobStatus::planning).
   uint64_t indices_streamed = 0;
+  // The rank's v1::RankProgress::losses_accepted, as indices_streamed: the current epoch's (0
+  // without a record of the rank, or while the epoch is planned).
+  uint64_t losses_accepted = 0;
 };
 
 enum class ResumeAt {
@@ -70,6 +74,19 @@ enum class ResumeAt {
 // The rule above. `from.shard_length` is the shard's length where known (the position's own, or
 // the server's for an epoch it still answers about).
 absl::StatusOr<ResumeAt> CheckResume(const ReaderPosition& from, const ServerProgress& server);
+
+// PositionsServedAgain: the rule of a restart without a saved position -- a rank that starts
+// `epoch` from position 0, in deal `deal`, without resuming a ReaderPosition (EpochLoop::Run; the
+// Python sampler's first iteration without load_state_dict: samplerd/resume_check.py
+// served_again; both run client/testdata/served_again_cases.json). With the job at epoch C in
+// deal D': if epoch = C, deal = D' and the server accepted A > 0 losses of the rank in it, those
+// A positions (trained by a previous process of the rank, or an earlier Run) are served and
+// trained again -- their losses count once, as duplicates -- and the answer is A; also when the
+// rank has ended C while other ranks are still in it (its whole shard is served again: the
+// server streams an open epoch to a rank that ended it). Otherwise 0 (another epoch or deal: none
+// of its losses were reported; while C is planned no rank has progress in it). A restart that
+// resumes its saved position replays only the positions after it (documented, not counted).
+uint64_t PositionsServedAgain(uint64_t epoch, uint32_t deal, const ServerProgress& server);
 
 }  // namespace samplerd
 

@@ -1,6 +1,7 @@
-// CheckResume on the test vectors that the Python client's tests run too
-// (client/testdata/resume_cases.json, read through protobuf's JSON parser into a Struct): the two
-// clients decide every case alike. A failure names its case (SCOPED_TRACE of the case's name).
+// CheckResume and PositionsServedAgain on the test vectors that the Python client's tests run too
+// (client/testdata/resume_cases.json, served_again_cases.json, read through protobuf's JSON parser
+// into a Struct): the two clients decide every case alike. A failure names its case (SCOPED_TRACE
+// of the case's name).
 #include "client/cpp/resume_check.h"
 
 #include <fstream>
@@ -22,14 +23,15 @@ using ::google::protobuf::Value;
 
 // Bazel runs the test in its runfiles tree, where the file sits at its workspace path.
 constexpr char kCases[] = "client/testdata/resume_cases.json";
+constexpr char kServedAgainCases[] = "client/testdata/served_again_cases.json";
 
-Struct ReadCases() {
-  std::ifstream in(kCases);
+Struct ReadCases(const char* path = kCases) {
+  std::ifstream in(path);
   std::stringstream text;
   text << in.rdbuf();
   Struct cases;
   const auto parsed = google::protobuf::util::JsonStringToMessage(text.str(), &cases);
-  EXPECT_TRUE(in.good() && parsed.ok()) << kCases << ": " << parsed.ToString();
+  EXPECT_TRUE(in.good() && parsed.ok()) << path << ": " << parsed.ToString();
   return cases;
 }
 
@@ -112,6 +114,30 @@ TEST(ResumeCheckTest, EveryCaseOfTheSharedVectors) {
     SCOPED_TRACE(c.struct_value().fields().at("name").string_value());
     RunCase(all, c.struct_value());
   }
+}
+
+TEST(ResumeCheckTest, EveryServedAgainCaseOfTheSharedVectors) {
+  const Struct all = ReadCases(kServedAgainCases);
+  const auto& cases = all.fields().at("cases").list_value().values();
+  ASSERT_GE(cases.size(), 8u);  // The file, not an empty stand-in.
+  bool counted = false;
+  for (const Value& value : cases) {
+    const Struct& c = value.struct_value();
+    SCOPED_TRACE(c.fields().at("name").string_value());
+    ServerProgress server;
+    server.current_epoch =
+        static_cast<uint64_t>(Field(all, c, "server", "current_epoch").number_value());
+    server.current_deal =
+        static_cast<uint32_t>(Field(all, c, "server", "current_deal").number_value());
+    server.losses_accepted =
+        static_cast<uint64_t>(Field(all, c, "server", "losses_accepted").number_value());
+    const auto epoch = static_cast<uint64_t>(Field(all, c, "start", "epoch").number_value());
+    const auto deal = static_cast<uint32_t>(Field(all, c, "start", "deal").number_value());
+    const auto expected = static_cast<uint64_t>(c.fields().at("served_again").number_value());
+    EXPECT_EQ(PositionsServedAgain(epoch, deal, server), expected);
+    counted = counted || expected > 0;
+  }
+  EXPECT_TRUE(counted);  // A file that lost its counted cases would test only the zeros.
 }
 
 }  // namespace

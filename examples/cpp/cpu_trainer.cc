@@ -11,7 +11,8 @@
 // it saved); without one it starts the job (CreateJob, idempotent: every rank calls it with the
 // same spec and they share one job; an existing job is never deleted) and runs from the job's
 // current epoch. It saves (examples/cpp/trainer_checkpoint.h) at the start of every
-// --checkpoint_every-th step of a shard and at every end of shard.
+// --checkpoint_every-th step of a shard and at every end of shard: RunWithCheckpoints
+// (examples/cpp/checkpointed_loop.h), the examples' one home of that, which ddp_trainer uses too.
 //
 // Output, one line each, flushed (tests/cpu_trainer_process_test reads it):
 //   resumed epoch=E position=P          started from a checkpoint
@@ -19,8 +20,13 @@
 //   trained epoch=E position=P n=N      a step trained positions [P, P+N) of its shard
 //   shard_end epoch=E shard_length=L losses_accepted=A
 //                                        end of shard; A: the server's count for this rank
+//   restart_summary served_again=S      before "done": the positions this process was served
+//                                        again (EpochLoop::restart_summary(): a restart without
+//                                        its checkpoint file that ran a half-streamed epoch from
+//                                        position 0; its warning is on stderr)
 //   done model w=<hex float>            every epoch ended; the final model, exact
-// An error ends the process with exit 1 and "error <what>: <status>" on stderr.
+// An error ends the process with exit 1 and "error <what>: <status>" on stderr. With
+// --restart_warnings_are_errors such a restart is that error instead (FAILED_PRECONDITION).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -41,6 +47,7 @@
 #include "absl/types/span.h"
 #include "client/cpp/epoch_loop.h"
 #include "client/cpp/sampler_client.h"
+#include "examples/cpp/checkpointed_loop.h"
 #include "examples/cpp/trainer_checkpoint.h"
 
 ABSL_FLAG(std::string, address, "localhost:50051", "samplerd host:port");
@@ -57,6 +64,9 @@ ABSL_FLAG(std::string, checkpoint_file, "",
 ABSL_FLAG(uint64_t, checkpoint_every, 4,
           "save at the start of every this many steps of a shard (0: at ends of shard only)");
 ABSL_FLAG(uint64_t, step_ms, 0, "simulated compute time per step, milliseconds");
+ABSL_FLAG(bool, restart_warnings_are_errors, false,
+          "refuse to train positions again that a previous process of this rank trained (a "
+          "restart without its checkpoint): EpochLoopOptions::restart_warnings_are_errors");
 
 namespace samplerd {
 namespace examples {
@@ -126,16 +136,13 @@ int Main() {
   std::shared_ptr<SamplerClient> client = *std::move(made);
 
   ToyModel model;
-  std::optional<ReaderPosition> resume_from;
-  if (!checkpoint_file.empty()) {
-    absl::StatusOr<TrainerCheckpoint> saved = LoadTrainerCheckpoint(checkpoint_file);
-    if (saved.ok()) {
-      if (absl::Status s = model.Restore(saved->model); !s.ok()) return Fail("checkpoint", s);
-      resume_from = saved->position;
-    } else if (!absl::IsNotFound(saved.status())) {
-      return Fail("LoadTrainerCheckpoint", saved.status());
-    }
+  const CheckpointOptions checkpoints{checkpoint_file, checkpoint_every};
+  absl::StatusOr<std::optional<TrainerCheckpoint>> saved = LoadCheckpointIfAny(checkpoints);
+  if (!saved.ok()) return Fail("LoadTrainerCheckpoint", saved.status());
+  if (saved->has_value()) {
+    if (absl::Status s = model.Restore((*saved)->model); !s.ok()) return Fail("checkpoint", s);
   }
+  const std::optional<ReaderPosition> resume_from = ResumeFrom(*saved);
   uint64_t current = 0;
   if (resume_from.has_value()) {
     // A restart: the job exists (NOT_FOUND says it went away). Not CreateJob, which refuses a
@@ -157,34 +164,13 @@ int Main() {
   EpochLoopOptions options;
   options.batch_size = absl::GetFlag(FLAGS_batch);
   options.queue_capacity = std::max<size_t>(options.queue_capacity, options.batch_size);
+  options.restart_warnings_are_errors = absl::GetFlag(FLAGS_restart_warnings_are_errors);
   absl::StatusOr<std::unique_ptr<EpochLoop>> created =
       EpochLoop::Create(client, job, rank, world_size, options);
   if (!created.ok()) return Fail("EpochLoop::Create", created.status());
   EpochLoop& loop = **created;
 
-  // Saves where the loop stands with the model (which holds exactly the batches before it).
-  const auto save = [&]() -> absl::Status {
-    if (checkpoint_file.empty()) return absl::OkStatus();
-    absl::StatusOr<ReaderPosition> at = loop.Checkpoint();
-    if (!at.ok()) return at.status();
-    if (absl::Status s = SaveTrainerCheckpoint(checkpoint_file, {*at, model.Serialize()});
-        !s.ok()) {
-      return s;
-    }
-    Print(absl::StrFormat("checkpoint epoch=%d position=%d", at->epoch, at->position));
-    return absl::OkStatus();
-  };
-  uint64_t steps_in_shard = 0;
-  uint64_t shard_epoch = UINT64_MAX;
   const auto step = [&](const EpochBatch& batch, LossSink& losses) -> absl::Status {
-    if (batch.epoch != shard_epoch) {
-      shard_epoch = batch.epoch;
-      steps_in_shard = 0;
-    }
-    if (checkpoint_every > 0 && steps_in_shard > 0 && steps_in_shard % checkpoint_every == 0) {
-      if (absl::Status s = save(); !s.ok()) return s;
-    }
-    ++steps_in_shard;
     absl::SleepFor(step_time);
     if (absl::Status s = losses.Report(model.Train(batch.indices)); !s.ok()) return s;
     Print(absl::StrFormat("trained epoch=%d position=%d n=%d", batch.epoch, batch.position,
@@ -192,8 +178,8 @@ int Main() {
     return absl::OkStatus();
   };
   const auto shard_end = [&](const ShardEnd& end) -> absl::Status {
-    if (absl::Status s = save(); !s.ok()) return s;
-    // The hook runs before EndEpoch: the server still shows this epoch's progress.
+    // After the end-of-shard checkpoint, before EndEpoch: the server still shows this epoch's
+    // progress.
     absl::StatusOr<v1::JobStatus> status = client->GetJobStatus(job);
     if (!status.ok()) return status.status();
     uint64_t accepted = 0;
@@ -205,19 +191,18 @@ int Main() {
     return absl::OkStatus();
   };
 
-  absl::Status done;
   if (resume_from.has_value()) {
     Print(absl::StrFormat("resumed epoch=%d position=%d", resume_from->epoch,
                           resume_from->position));
-    if (resume_from->epoch >= epochs) {
-      done = absl::OkStatus();  // Saved after the last epoch's shard: nothing left to train.
-    } else {
-      done = loop.Resume(*resume_from, epochs - resume_from->epoch, step, shard_end);
-    }
-  } else if (current < epochs) {
-    done = loop.Run(current, epochs - current, step, shard_end);
   }
+  const absl::Status done = RunWithCheckpoints(
+      loop, checkpoints, resume_from, current, epochs,
+      [&]() -> absl::StatusOr<std::string> { return model.Serialize(); }, step, shard_end,
+      [](const ReaderPosition& at) {
+        Print(absl::StrFormat("checkpoint epoch=%d position=%d", at.epoch, at.position));
+      });
   if (!done.ok()) return Fail("training", done);
+  Print(absl::StrFormat("restart_summary served_again=%d", loop.restart_summary().served_again));
   Print("done model " + model.Serialize());
   return 0;
 }

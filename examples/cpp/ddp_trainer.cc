@@ -3,11 +3,12 @@
 //
 // Each process (rank) holds the whole synthetic, class-imbalanced training set and a balanced
 // test set in GPU memory (synthetic_data.h; every rank makes the same ones from the seed) and a
-// two-layer perceptron (mlp.h, own CUDA kernels). A step takes the next batch of this rank's
-// shard from samplerd straight into device memory (ShardReader::NextToDevice), gathers the rows
-// on the device, computes the per-sample losses there, hands them to the server from the device
-// (LossReporter::ReportFromDevice), back-propagates, sums the gradients of all ranks
-// (ncclAllReduce) and takes an SGD step. Three runs, each on its own job (rank 0 creates it):
+// two-layer perceptron (mlp.h, own CUDA kernels). The rank's EpochLoop (client/cpp/epoch_loop.h)
+// hands each step the next batch of this rank's shard straight in device memory (its device
+// delivery, ShardReader::NextToDevice); the step gathers the rows on the device, computes the
+// per-sample losses there, hands them to the server from the device (LossSink::ReportFromDevice),
+// back-propagates, sums the gradients of all ranks (ncclAllReduce) and takes an SGD step. Three
+// runs, each on its own job (rank 0 creates it, replacing one of the same name):
 //   1. "balanced x loss": CLASS_BALANCED base (labels uploaded) x LOSS policy, losses reported
 //      every step: the server draws the rare classes and the hard samples more often;
 //   2. "uniform": UNIFORM base, no loss policy, nothing reported; the same model, seed, samples
@@ -15,9 +16,19 @@
 //   3. "reporter cost": the run of 1 again for --timing_epochs epochs, reporting on every other
 //      step only, so that steps with and without ReportFromDevice alternate under the same
 //      conditions; CUDA events around each step give both medians.
-// Per epoch, rank 0 prints the mean training loss, the balanced accuracy on the test set with
-// the per-class recalls, the share of each class among the samples drawn, and the weight
-// statistics of GetJobStatus (the weights the next epoch is drawn from).
+// Per epoch (at the end of the ranks' shards, before they end it), rank 0 prints the mean
+// training loss, the balanced accuracy on the test set with the per-class recalls, the share of
+// each class among the samples drawn, and the weight statistics of GetJobStatus (the weights the
+// epoch was drawn from).
+//
+// Checkpoints (--checkpoint_dir, a directory every rank sees): each rank saves its loop's
+// position and the model's parameters (examples/cpp/checkpointed_loop.h, the same code as
+// cpu_trainer's) at the start of every --checkpoint_every-th step of a shard and at each end of
+// shard. Started again (after a crash of any rank: NCCL takes the group down with it), a run
+// whose ranks all find their checkpoints at one position resumes from them with the saved model,
+// instead of creating its job again; ranks whose checkpoints disagree (a kill between two ranks'
+// saves) stop with FAILED_PRECONDITION saying what to do. A run that finished is not trained
+// again (its checkpoints are at the end of its last epoch).
 //
 // Ranks: --rank/--world_size/--local_rank, else RANK/WORLD_SIZE/LOCAL_RANK (rank_info.h); the
 // GPU is --local_rank. The NCCL unique id goes from rank 0 to the others through
@@ -32,9 +43,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,11 +62,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/cpp/cuda_support.h"
-#include "client/cpp/loss_reporter.h"
-#include "client/cpp/rank_claim.h"
+#include "client/cpp/epoch_loop.h"
 #include "client/cpp/sampler_client.h"
-#include "client/cpp/shard_reader.h"
 #include "examples/cpp/balanced_accuracy.h"
+#include "examples/cpp/checkpointed_loop.h"
 #include "examples/cpp/id_file.h"
 #include "examples/cpp/mlp.h"
 #include "examples/cpp/mlp_init.h"
@@ -85,6 +98,16 @@ ABSL_FLAG(int, timing_epochs, 6,
           "epochs of the reporter-cost run (the first one is warm-up; 0 skips the run)");
 ABSL_FLAG(double, lr, 0.5, "SGD learning rate");
 ABSL_FLAG(uint64_t, seed, 7, "seed of the data, the model and the jobs");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "directory (seen by every rank) of the ranks' checkpoints <job>.rank-<rank>.ckpt: a "
+          "run whose ranks all find theirs resumes from them instead of creating its job again "
+          "(empty: no checkpoints)");
+ABSL_FLAG(uint64_t, crash_at_step, 0,
+          "for the restart test (run_on_gpu.sh): the process SIGKILLs itself at the start of its "
+          "this-many-th training step, after that step's checkpoint if one is due (0: never)");
+ABSL_FLAG(uint64_t, checkpoint_every, 20,
+          "with --checkpoint_dir: save at the start of every this many steps of a shard (0: at "
+          "ends of shard only)");
 
 namespace {
 
@@ -232,8 +255,9 @@ class GpuGroup {
     return AllReduceHost(one);
   }
 
-  // Sums `values` (at most 64) over the ranks, in place; waits for the result.
-  absl::Status AllReduceHost(std::vector<double>& values) {
+  // Sums `values` (at most 64) over the ranks, in place (or takes their maximum: `op`
+  // ncclMax); waits for the result.
+  absl::Status AllReduceHost(std::vector<double>& values, ncclRedOp_t op = ncclSum) {
     if (values.size() > scratch_.size()) {
       return absl::InternalError(absl::StrCat("AllReduceHost of ", values.size(), " values"));
     }
@@ -242,7 +266,7 @@ class GpuGroup {
         cudaMemcpyAsync(scratch_.get(), values.data(), bytes, cudaMemcpyHostToDevice, stream_),
         "cudaMemcpyAsync(all-reduce values, host to device)"));
     RETURN_IF_ERROR(NcclStatus(ncclAllReduce(scratch_.get(), scratch_.get(), values.size(),
-                                             ncclDouble, ncclSum, comm_, stream_),
+                                             ncclDouble, op, comm_, stream_),
                                "ncclAllReduce(host values)"));
     RETURN_IF_ERROR(CudaStatus(
         cudaMemcpyAsync(values.data(), scratch_.get(), bytes, cudaMemcpyDeviceToHost, stream_),
@@ -325,6 +349,11 @@ struct RunResult {
 };
 
 struct TrainerConfig {
+  // Checkpoints (checkpointed_loop.h): <checkpoint_dir>/<job>.rank-<rank>.ckpt, saved at the
+  // start of every checkpoint_every-th step of a shard and at its end; empty: none.
+  std::string checkpoint_dir;
+  uint64_t checkpoint_every = 0;
+  uint64_t crash_at_step = 0;  // --crash_at_step.
   MlpShape shape;
   uint64_t samples_per_epoch = 0;
   size_t batch_size = 0;
@@ -378,74 +407,100 @@ class Trainer {
   absl::StatusOr<RunResult> Run(const RunSpec& run) {
     const RankInfo& ranks = gpu_->ranks();
     const cudaStream_t stream = gpu_->stream();
-    if (ranks.rank == 0) RETURN_IF_ERROR(CreateJob(run));
+    // This rank's checkpoint of the run's job, and whether the group resumes (every rank has
+    // one, at the same position) or starts the job afresh (no rank has one).
+    ex::CheckpointOptions checkpoints;
+    if (!config_.checkpoint_dir.empty()) {
+      checkpoints.path =
+          absl::StrCat(config_.checkpoint_dir, "/", run.job, ".rank-", ranks.rank, ".ckpt");
+      checkpoints.every_steps = config_.checkpoint_every;
+    }
+    ASSIGN_OR_RETURN(saved, ex::LoadCheckpointIfAny(checkpoints));
+    ASSIGN_OR_RETURN(resuming, GroupResumes(run.job, saved));
+    if (!resuming && ranks.rank == 0) RETURN_IF_ERROR(CreateJob(run));
     RETURN_IF_ERROR(gpu_->Barrier());  // The job exists for every rank.
 
-    const std::vector<float> initial = ex::InitialParams(config_.shape, config_.seed);
-    // On `stream`, not the legacy stream: the non-blocking stream's kernels would not wait for
-    // cudaMemcpy's DMA from pageable memory nor for cudaMemset (both may still run on return).
+    // The model: the checkpoint's (the same on every rank: saved after an all-reduced step), or
+    // the initial one. On `stream`, not the legacy stream: the non-blocking stream's kernels
+    // would not wait for cudaMemcpy's DMA from pageable memory nor for cudaMemset (both may
+    // still run on return).
+    std::vector<float> model = ex::InitialParams(config_.shape, config_.seed);
+    if (resuming) RETURN_IF_ERROR(ParamsFromBytes(saved->model, checkpoints.path, model));
     RETURN_IF_ERROR(
-        CudaStatus(cudaMemcpyAsync(params_.get(), initial.data(), initial.size() * sizeof(float),
+        CudaStatus(cudaMemcpyAsync(params_.get(), model.data(), model.size() * sizeof(float),
                                    cudaMemcpyHostToDevice, stream),
-                   "cudaMemcpyAsync(initial parameters)"));
+                   "cudaMemcpyAsync(parameters)"));
     RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(bad_index_.get(), 0, sizeof(int), stream),
                                "cudaMemsetAsync(bad index flag)"));
-    // The rank's claim, held for the run by the reader, the reporter and EndEpoch (declared
-    // first: released after them). A second live process of this rank is refused here.
-    ASSIGN_OR_RETURN(claim,
-                     samplerd::RankClaim::Create(client_, run.job, ranks.rank, ranks.world_size));
-    samplerd::ShardReaderOptions reader_options;
-    reader_options.job = run.job;
-    reader_options.rank = ranks.rank;
-    reader_options.world_size = ranks.world_size;
-    reader_options.claim = claim.get();
-    ASSIGN_OR_RETURN(reader, samplerd::ShardReader::Create(client_, reader_options));
-    std::unique_ptr<samplerd::LossReporter> reporter;
-    if (run.report != ReportMode::kNever) {
-      samplerd::LossReporterOptions reporter_options;
-      reporter_options.claim = claim.get();
-      ASSIGN_OR_RETURN(r, samplerd::LossReporter::Create(client_.get(), run.job, ranks.rank,
-                                                         ranks.world_size, reporter_options));
-      reporter = std::move(r);
-    }
+    RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize(model)"));
+    // The rank's loop: it claims the rank (a second live process of it is refused here), reads
+    // each batch into indices_ on `stream`, reports from the device, flushes before EndEpoch.
+    samplerd::EpochLoopOptions options;
+    options.batch_size = config_.batch_size;
+    options.queue_capacity = std::max(options.queue_capacity, 2 * config_.batch_size);
+    options.device_indices = indices_.get();
+    options.device_stream = stream;
+    ASSIGN_OR_RETURN(
+        loop, samplerd::EpochLoop::Create(client_, run.job, ranks.rank, ranks.world_size, options));
 
     const int classes = config_.shape.classes;
     if (ranks.rank == 0 && run.print_epochs) {
       std::printf("\n== %s (job %s, world size %u, M = %llu per epoch, batch %zu per rank)\n",
                   run.label.c_str(), run.job.c_str(), ranks.world_size,
                   static_cast<unsigned long long>(config_.samples_per_epoch), config_.batch_size);
+      if (resuming) {
+        std::printf("resumed from the checkpoints at epoch %llu position %llu\n",
+                    static_cast<unsigned long long>(saved->position.epoch),
+                    static_cast<unsigned long long>(saved->position.position));
+      }
       std::printf("%5s %8s %8s  %-*s  %-*s  %8s %8s %10s %8s\n", "epoch", "loss", "bal.acc",
                   7 * classes, "recall per class", 7 * classes, "drawn share per class", "w min",
                   "w max", "ESS", "seen");
     }
     RunResult result;
-    for (int epoch = 0; epoch < run.epochs; ++epoch) {
-      RETURN_IF_ERROR(reader->StartEpoch(epoch));
-      // Summed over the ranks below: [loss sum, samples, samples drawn of each class].
-      std::vector<double> totals(2 + classes, 0.0);
-      std::vector<bool> reported;
-      std::vector<double> host_us;
-      for (size_t step = 0;; ++step) {
-        const auto host_begin = std::chrono::steady_clock::now();
-        RETURN_IF_ERROR(events_.Record(step, /*end=*/false, stream));
-        ASSIGN_OR_RETURN(batch, reader->NextToDevice(config_.batch_size, indices_.get(), stream));
-        if (batch.end_of_shard()) break;  // The begin event of this non-step is not read.
-        const size_t n = batch.indices.size();
-        for (uint64_t index : batch.indices) {
-          // An index >= N is not read here either: the gather's flag reports it below.
-          if (index < train_.y.size()) totals[2 + train_.y[index]] += 1.0;
-        }
-        const bool report = run.report == ReportMode::kEveryStep ||
-                            (run.report == ReportMode::kAlternate && step % 2 == 0);
-        RETURN_IF_ERROR(Step(epoch, batch.position, n, report ? reporter.get() : nullptr,
-                             step_loss_sums_.get() + step));
-        RETURN_IF_ERROR(events_.Record(step, /*end=*/true, stream));
-        host_us.push_back(
-            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - host_begin)
-                .count());
-        reported.push_back(report);
-        totals[1] += static_cast<double>(n);
+    // The epoch's record, from its first step this process took: summed over the ranks at the
+    // end of the shard, [loss sum, samples, samples drawn of each class].
+    std::vector<double> totals;
+    std::vector<bool> reported;
+    std::vector<double> host_us;
+    uint64_t epoch_open = UINT64_MAX;
+    const auto begin_epoch = [&](uint64_t epoch) {
+      if (epoch == epoch_open) return;
+      epoch_open = epoch;
+      totals.assign(2 + classes, 0.0);
+      reported.clear();
+      host_us.clear();
+    };
+    const samplerd::EpochLoop::Step step = [&](const samplerd::EpochBatch& batch,
+                                               samplerd::LossSink& losses) -> absl::Status {
+      if (++steps_taken_ == config_.crash_at_step) std::raise(SIGKILL);
+      begin_epoch(batch.epoch);
+      const size_t k = reported.size();  // This epoch's step, in this process.
+      const auto host_begin = std::chrono::steady_clock::now();
+      RETURN_IF_ERROR(events_.Record(k, /*end=*/false, stream));
+      const size_t n = batch.indices.size();
+      for (uint64_t index : batch.indices) {
+        // An index >= N is not read here either: the gather's flag reports it below.
+        if (index < train_.y.size()) totals[2 + train_.y[index]] += 1.0;
       }
+      const bool report = run.report == ReportMode::kEveryStep ||
+                          (run.report == ReportMode::kAlternate && k % 2 == 0);
+      RETURN_IF_ERROR(Step(n, report ? &losses : nullptr, step_loss_sums_.get() + k));
+      RETURN_IF_ERROR(events_.Record(k, /*end=*/true, stream));
+      host_us.push_back(
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - host_begin)
+              .count());
+      reported.push_back(report);
+      totals[1] += static_cast<double>(n);
+      return absl::OkStatus();
+    };
+    samplerd::LossCounts counts;
+    // Before EndEpoch (the loop's), after the end-of-shard checkpoint: the epoch's checks, its
+    // all-reduced record and rank 0's line.
+    const samplerd::EpochLoop::ShardEndHook shard_end =
+        [&](const samplerd::ShardEnd& end) -> absl::Status {
+      begin_epoch(end.epoch);  // A shard this process took no step of (resumed at its end).
+      counts = end.losses;
       RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize(epoch)"));
       int bad = 0;
       RETURN_IF_ERROR(
@@ -453,7 +508,7 @@ class Trainer {
                      "cudaMemcpy(bad index flag)"));
       if (bad != 0) {
         return absl::DataLossError(
-            absl::StrCat("job ", run.job, " epoch ", epoch,
+            absl::StrCat("job ", run.job, " epoch ", end.epoch,
                          ": the server sent an index >= N = ", train_.size()));
       }
       std::vector<float> step_sums(reported.size());
@@ -461,54 +516,53 @@ class Trainer {
           CudaStatus(cudaMemcpy(step_sums.data(), step_loss_sums_.get(),
                                 step_sums.size() * sizeof(float), cudaMemcpyDeviceToHost),
                      "cudaMemcpy(step loss sums)"));
-      for (float s : step_sums) totals[0] += s;
-      if (epoch > 0) {  // The first epoch warms up (allocations, NCCL, the reporter's buffers).
-        for (size_t step = 0; step < reported.size(); ++step) {
-          ASSIGN_OR_RETURN(ms, events_.ElapsedMs(step));
-          (reported[step] ? result.times.with_report_ms : result.times.without_report_ms)
+      for (float sum : step_sums) totals[0] += sum;
+      if (end.epoch > 0) {  // The first epoch warms up (allocations, NCCL, the reporter's buffers).
+        for (size_t k = 0; k < reported.size(); ++k) {
+          ASSIGN_OR_RETURN(ms, events_.ElapsedMs(k));
+          (reported[k] ? result.times.with_report_ms : result.times.without_report_ms)
               .push_back(ms);
-          (reported[step] ? result.times.with_report_host_us : result.times.without_report_host_us)
-              .push_back(host_us[step]);
+          (reported[k] ? result.times.with_report_host_us : result.times.without_report_host_us)
+              .push_back(host_us[k]);
         }
       }
-      if (reporter != nullptr) RETURN_IF_ERROR(reporter->Flush());
-      if (absl::StatusOr<v1::EndEpochResponse> ended =
-              client_->EndEpoch(run.job, epoch, ranks.rank, /*deal=*/0, claim.get());
-          !ended.ok()) {
-        return ended.status();
+      RETURN_IF_ERROR(gpu_->AllReduceHost(totals));  // Also: every rank reached its shard's end.
+      if (ranks.rank != 0 || !run.print_epochs) return absl::OkStatus();
+      ASSIGN_OR_RETURN(recalls, Evaluate());
+      // No rank has ended the epoch yet: the weights it was drawn from.
+      ASSIGN_OR_RETURN(status, client_->GetJobStatus(run.job));
+      std::string recall_text, drawn_text;
+      for (int c = 0; c < classes; ++c) {
+        absl::StrAppendFormat(&recall_text, "%6.3f ", recalls.recall[c]);
+        absl::StrAppendFormat(&drawn_text, "%6.3f ",
+                              totals[1] > 0 ? totals[2 + c] / totals[1] : 0.0);
       }
-      RETURN_IF_ERROR(gpu_->AllReduceHost(totals));  // Also: every rank has ended the epoch.
-      if (ranks.rank == 0) {
-        ASSIGN_OR_RETURN(recalls, Evaluate());
-        result.final_balanced_accuracy = recalls.balanced_accuracy;
-        if (run.print_epochs) {
-          ASSIGN_OR_RETURN(status, client_->GetJobStatus(run.job));
-          std::string recall_text, drawn_text;
-          for (int c = 0; c < classes; ++c) {
-            absl::StrAppendFormat(&recall_text, "%6.3f ", recalls.recall[c]);
-            absl::StrAppendFormat(&drawn_text, "%6.3f ", totals[2 + c] / totals[1]);
-          }
-          const v1::WeightStats& w = status.weights();
-          std::printf("%5d %8.4f %8.4f  %s  %s  %8.3g %8.3g %10.1f %8llu\n", epoch,
-                      totals[0] / totals[1], recalls.balanced_accuracy, recall_text.c_str(),
-                      drawn_text.c_str(), w.min(), w.max(), w.effective_sample_size(),
-                      static_cast<unsigned long long>(status.samples_seen()));
-          std::fflush(stdout);
-        }
-      }
-    }
-    if (reporter != nullptr) {
-      RETURN_IF_ERROR(reporter->Close());
-      if (ranks.rank == 0 && run.print_epochs) {
-        const samplerd::LossCounts counts = reporter->counts();
+      const v1::WeightStats& w = status.weights();
+      std::printf(
+          "%5llu %8.4f %8.4f  %s  %s  %8.3g %8.3g %10.1f %8llu\n",
+          static_cast<unsigned long long>(end.epoch), totals[1] > 0 ? totals[0] / totals[1] : 0.0,
+          recalls.balanced_accuracy, recall_text.c_str(), drawn_text.c_str(), w.min(), w.max(),
+          w.effective_sample_size(), static_cast<unsigned long long>(status.samples_seen()));
+      std::fflush(stdout);
+      return absl::OkStatus();
+    };
+    RETURN_IF_ERROR(ex::RunWithCheckpoints(
+        *loop, checkpoints, ex::ResumeFrom(saved), /*current_epoch=*/0,
+        static_cast<uint64_t>(run.epochs), [&] { return ParamsBytes(); }, step, shard_end,
+        nullptr));
+    if (ranks.rank == 0) {
+      ASSIGN_OR_RETURN(recalls, Evaluate());  // Also when the checkpoints were past the end.
+      result.final_balanced_accuracy = recalls.balanced_accuracy;
+      if (run.print_epochs && run.report != ReportMode::kNever) {
         std::printf(
             "rank 0's reporter: %llu pairs reported, %llu accepted, %llu duplicates, "
-            "%llu stale, %llu streams\n",
+            "%llu stale, %llu streams; positions served again: %llu\n",
             static_cast<unsigned long long>(counts.reported),
             static_cast<unsigned long long>(counts.accepted),
             static_cast<unsigned long long>(counts.duplicates),
             static_cast<unsigned long long>(counts.stale),
-            static_cast<unsigned long long>(counts.streams));
+            static_cast<unsigned long long>(counts.streams),
+            static_cast<unsigned long long>(loop->restart_summary().served_again));
       }
     }
     return result;
@@ -555,11 +609,10 @@ class Trainer {
     return absl::OkStatus();
   }
 
-  // One training step on the batch whose indices NextToDevice put in indices_: gather, forward,
-  // per-sample losses (reported from the device if `reporter`), backward, all-reduce, SGD.
-  // Enqueues only; the batch's loss sum goes to *loss_sum (device).
-  absl::Status Step(uint64_t epoch, uint64_t position, size_t n, samplerd::LossReporter* reporter,
-                    float* loss_sum) {
+  // One training step on the batch of `n` indices the loop put in indices_: gather, forward,
+  // per-sample losses (reported from the device through `losses` if set), backward, all-reduce,
+  // SGD. Enqueues only; the batch's loss sum goes to *loss_sum (device).
+  absl::Status Step(size_t n, samplerd::LossSink* losses, float* loss_sum) {
     const MlpShape& s = config_.shape;
     const cudaStream_t stream = gpu_->stream();
     RETURN_IF_ERROR(
@@ -571,10 +624,7 @@ class Trainer {
     RETURN_IF_ERROR(CudaStatus(ex::LossAndLogitGrad(s, params_.get(), hidden_.get(), yb_.get(), n,
                                                     losses_.get(), dlogits_.get(), stream),
                                "LossAndLogitGrad kernel"));
-    if (reporter != nullptr) {
-      RETURN_IF_ERROR(
-          reporter->ReportFromDevice(epoch, position, indices_.get(), losses_.get(), n, stream));
-    }
+    if (losses != nullptr) RETURN_IF_ERROR(losses->ReportFromDevice(losses_.get()));
     RETURN_IF_ERROR(
         CudaStatus(ex::SumLosses(losses_.get(), n, loss_sum, stream), "SumLosses kernel"));
     RETURN_IF_ERROR(
@@ -587,6 +637,60 @@ class Trainer {
     const float scale = config_.lr / static_cast<float>(gpu_->ranks().world_size);
     return CudaStatus(ex::SgdUpdate(params_.get(), grads_.get(), s.param_count(), scale, stream),
                       "SgdUpdate kernel");
+  }
+
+  // The parameters as bytes, for a checkpoint (waits for the device: between two steps).
+  absl::StatusOr<std::string> ParamsBytes() {
+    std::string bytes(config_.shape.param_count() * sizeof(float), '\0');
+    RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(bytes.data(), params_.get(), bytes.size(),
+                                               cudaMemcpyDeviceToHost, gpu_->stream()),
+                               "cudaMemcpyAsync(parameters for a checkpoint)"));
+    RETURN_IF_ERROR(
+        CudaStatus(cudaStreamSynchronize(gpu_->stream()), "cudaStreamSynchronize(checkpoint)"));
+    return bytes;
+  }
+
+  // `bytes` (a checkpoint's, from `path`) into `params`: DATA_LOSS if they are not this
+  // model's parameters (another --features/--hidden/--classes).
+  absl::Status ParamsFromBytes(const std::string& bytes, const std::string& path,
+                               std::vector<float>& params) const {
+    if (bytes.size() != params.size() * sizeof(float)) {
+      return absl::DataLossError(
+          absl::StrCat("trainer checkpoint ", path, ": ", bytes.size(),
+                       " model bytes, but this model (", config_.shape.features, "-",
+                       config_.shape.hidden, "-", config_.shape.classes, ") has ", params.size(),
+                       " parameters of 4 bytes: remove it, or run with the flags "
+                       "it was saved with"));
+    }
+    std::memcpy(params.data(), bytes.data(), bytes.size());
+    return absl::OkStatus();
+  }
+
+  // Whether the group resumes `job` from its checkpoints: every rank has one, at the same
+  // position (the ranks step together, so their checkpoints are taken at the same steps); or
+  // starts it afresh: no rank has one. Anything else (a rank killed between two ranks' saves,
+  // a file removed on one rank only) is FAILED_PRECONDITION naming what the ranks have and what
+  // to do, the same on every rank.
+  absl::StatusOr<bool> GroupResumes(const std::string& job,
+                                    const std::optional<ex::TrainerCheckpoint>& saved) {
+    const bool has = saved.has_value();
+    const double epoch = has ? static_cast<double>(saved->position.epoch) : -1.0;
+    const double position = has ? static_cast<double>(saved->position.position) : -1.0;
+    // Maxima, and minima as maxima of the negated values.
+    std::vector<double> seen = {has ? 1.0 : 0.0, has ? -1.0 : 0.0, epoch,
+                                -epoch,          position,         -position};
+    RETURN_IF_ERROR(gpu_->AllReduceHost(seen, ncclMax));
+    const bool all = -seen[1] == 1.0, none = seen[0] == 0.0;
+    if (none) return false;
+    if (all && seen[2] == -seen[3] && seen[4] == -seen[5]) return true;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job, ": the ranks' checkpoints (", config_.checkpoint_dir, "/", job,
+        ".rank-R.ckpt) are not all at one position: ",
+        all ? absl::StrCat("epochs ", -seen[3], " to ", seen[2], ", positions ", -seen[5], " to ",
+                           seen[4])
+            : "some ranks have none",
+        ". A data-parallel group resumes from one common step: remove this job's checkpoint "
+        "files on every rank to train it afresh (rank 0 creates the job again)"));
   }
 
   // The model's recalls on the test set (waits for the device).
@@ -615,6 +719,7 @@ class Trainer {
   const Dataset& train_;
   const Dataset& test_;
   StepEvents events_;
+  uint64_t steps_taken_ = 0;  // Over the process's runs (TrainerConfig::crash_at_step).
   DeviceArray<float> x_, x_test_, params_, grads_, xb_, hidden_, dhidden_, losses_, dlogits_,
       step_loss_sums_;
   DeviceArray<uint32_t> y_, yb_, predictions_;
@@ -651,6 +756,9 @@ absl::Status Main(const RankInfo& ranks, bool* no_gpu) {
   config.seed = absl::GetFlag(FLAGS_seed);
   config.lr = static_cast<float>(absl::GetFlag(FLAGS_lr));
   config.address = absl::GetFlag(FLAGS_address);
+  config.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  config.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
+  config.crash_at_step = absl::GetFlag(FLAGS_crash_at_step);
   if (absl::GetFlag(FLAGS_hidden) < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("--hidden must be >= 1, got ", absl::GetFlag(FLAGS_hidden)));

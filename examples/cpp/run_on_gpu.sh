@@ -15,8 +15,9 @@
 # Python package that torch uses, else next to torch.
 #
 # Writes to $OUT (default /tmp/samplerd_trainer_out): samplerd.log, trainer.log (the full
-# output), trainer_wide.log (the reporter's cost on a wider model), sanitizer.log (a short run under compute-sanitizer memcheck), summary.txt (printed
-# last). Exit status: non-zero if the trainer or the sanitizer run failed.
+# output), trainer_wide.log (the reporter's cost on a wider model), resume_*.log (a run killed and
+# resumed from its checkpoints, and its uninterrupted reference), sanitizer.log (a short run under
+# compute-sanitizer memcheck), summary.txt (printed last). Exit status: non-zero if the trainer or the sanitizer run failed.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT" || exit 1
@@ -102,6 +103,35 @@ WORLD_SIZE=1 RANK=0 LOCAL_RANK=0 "$BUNDLE/bin/ddp_trainer" --address="$ADDRESS" 
   --job_prefix=cpp-ddp-wide --features=256 --hidden=2048 --epochs=2 --timing_epochs=6 2>&1 \
   | tee "$OUT/trainer_wide.log" | grep -E "^(balanced accuracy:|reporter cost)"
 [[ ${PIPESTATUS[0]} -eq 0 ]] || fail "ddp_trainer, wide model (trainer_wide.log)"
+
+# Checkpoints and resume (checkpointed_loop.h, as cpu_trainer's): a small run SIGKILLs itself at
+# its 33rd step (the 7th of epoch 2 of the class-balanced x loss run: 13 steps of 512 per epoch of
+# M = 6359; a checkpoint at the start of every 5th step, the last at position 2560), is started
+# again with the same flags, resumes from its checkpoint with the saved parameters, and must end
+# with the same balanced accuracies as an uninterrupted run of the same spec (the kernels are
+# deterministic, the replayed losses count once: the same plans, the same model).
+echo "== checkpoint, SIGKILL, resume (small run)"
+CKPT="$OUT/checkpoints"
+rm -rf "$CKPT" && mkdir -p "$CKPT"
+small=(--address="$ADDRESS" --majority=20000 --epochs=4 --timing_epochs=0)
+WORLD_SIZE=1 RANK=0 LOCAL_RANK=0 "$BUNDLE/bin/ddp_trainer" "${small[@]}" --job_prefix=resume-ref \
+  >"$OUT/resume_reference.log" 2>&1 || fail "ddp_trainer, resume reference (resume_reference.log)"
+WORLD_SIZE=1 RANK=0 LOCAL_RANK=0 "$BUNDLE/bin/ddp_trainer" "${small[@]}" --job_prefix=resume \
+  --checkpoint_dir="$CKPT" --checkpoint_every=5 --crash_at_step=33 >"$OUT/resume_killed.log" 2>&1
+killed=$?
+[[ $killed -eq 137 ]] || fail "the crashing run exited $killed, not 137 (resume_killed.log)"
+WORLD_SIZE=1 RANK=0 LOCAL_RANK=0 "$BUNDLE/bin/ddp_trainer" "${small[@]}" --job_prefix=resume \
+  --checkpoint_dir="$CKPT" --checkpoint_every=5 >"$OUT/resume_restarted.log" 2>&1 \
+  || fail "ddp_trainer, restarted (resume_restarted.log)"
+grep -q "^resumed from the checkpoints at epoch 2 position 2560$" "$OUT/resume_restarted.log" \
+  || fail "the restarted run did not resume at epoch 2 position 2560 (resume_restarted.log)"
+reference="$(grep "^balanced accuracy:" "$OUT/resume_reference.log")"
+restarted="$(grep "^balanced accuracy:" "$OUT/resume_restarted.log")"
+if [[ -n "$reference" && "$reference" == "$restarted" ]]; then
+  note "resume: the restarted run ends as the uninterrupted one ($restarted)"
+else
+  fail "resume: '$restarted' after the restart, '$reference' uninterrupted"
+fi
 
 echo "== compute-sanitizer memcheck (small run)"
 [[ -x /usr/local/cuda/bin/compute-sanitizer ]] && PATH="$PATH:/usr/local/cuda/bin"

@@ -33,22 +33,28 @@ inline uint64_t ProcStatusBytes(const char* field) {
   return kib * 1024;
 }
 
+// Whether this build runs under AddressSanitizer or ThreadSanitizer, whose allocator owns the
+// resident memory: gcc says so with __SANITIZE_*__, clang with __has_feature.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SAMPLERD_TESTUTIL_SANITIZER_ALLOCATOR 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define SAMPLERD_TESTUTIL_SANITIZER_ALLOCATOR 1
+#endif
+#endif
+#ifndef SAMPLERD_TESTUTIL_SANITIZER_ALLOCATOR
+#define SAMPLERD_TESTUTIL_SANITIZER_ALLOCATOR 0
+#endif
+
 // Why resident memory does not measure the program's own allocations in this build (empty when
 // it does): a sanitizer's allocator adds redzones and keeps freed blocks in quarantine
 // (AddressSanitizer), or maps shadow memory beside every access (ThreadSanitizer). Tests that
 // bound what code allocates skip with this reason under --config=asan / tsan / fuzz.
 inline const char* ResidentMemoryNotTheProgramsBecause() {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  return "a sanitizer's allocator (redzones, quarantine, shadow memory) owns the resident memory";
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-  return "a sanitizer's allocator (redzones, quarantine, shadow memory) owns the resident memory";
-#else
-  return "";
-#endif
-#else
-  return "";
-#endif
+  return SAMPLERD_TESTUTIL_SANITIZER_ALLOCATOR
+             ? "a sanitizer's allocator (redzones, quarantine, shadow memory) owns the resident "
+               "memory"
+             : "";
 }
 
 struct PeakGrowth {

@@ -6,6 +6,7 @@ of a domain appears once per pass over it (a domain smaller than the window wrap
 
 import json
 import socket
+import sys
 
 import numpy as np
 import pytest
@@ -28,10 +29,11 @@ def _free_port():
 def _worker(rank, cfg):
     import torch
     import torch.distributed as dist
-    import torch.nn.functional as F
     from torch.nn.parallel import DistributedDataParallel as DDP
     from torch.utils.data import DataLoader, TensorDataset
     from samplerd.torch import DistributedWeightedSampler, IndexedDataset
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
+    from ddp_train import train_step  # The example's step: report, then back-propagate.
 
     from ddp_group import join_group
     join_group(rank, WORLD, cfg["master_port"])
@@ -51,11 +53,7 @@ def _worker(rank, cfg):
             sampler.set_epoch(epoch)
             consumed = []
             for idx, (xb, yb) in loader:
-                loss = F.cross_entropy(model(xb), yb, reduction="none")
-                sampler.report(idx, loss.detach())
-                opt.zero_grad()
-                loss.mean().backward()
-                opt.step()
+                train_step(model, opt, sampler, idx, xb, yb)
                 consumed.extend(idx.tolist())
             gathered = [None] * WORLD
             dist.all_gather_object(gathered, consumed)

@@ -225,6 +225,29 @@ def test_a_restart_that_forgets_load_state_dict_is_told(client, server):
     assert loaded.restart_summary["served_again"] == 0
 
 
+def test_a_restart_into_an_epoch_its_rank_ended_is_told(client, server):
+    """A rank that ended epoch 0 while its group's other rank is still in it dies; its
+    replacement, started without a state, trains its whole shard of epoch 0 again (the server
+    streams an open epoch to a rank that ended it). Before, served_again skipped a rank that had
+    ended the epoch: no RestartWarning, restart_summary zero. Now both say the shard (the rule of
+    client/testdata/served_again_cases.json, the C++ EpochLoop's too)."""
+    client.create_job("ew", num_samples=100, world_size=2, loss="loss")
+    done = DistributedWeightedSampler(server.address, "ew", rank=0, world_size=2)
+    shard = list(done)
+    done.report(shard, np.ones(len(shard)))
+    done.set_epoch(1)  # Moving on ends epoch 0 for this rank; rank 1 has not.
+    status = client.status("ew")
+    assert status.job.current_epoch == 0 and status.ranks[0].ended
+    process_dies(done)
+    again = DistributedWeightedSampler(server.address, "ew", rank=0, world_size=2)
+    with pytest.warns(samplerd.RestartWarning,
+                      match=rf"job 'ew' epoch 0 rank 0: the server already has {len(shard)} "
+                            r"losses of this rank"):
+        next(iter(again))
+    assert again.restart_summary["served_again"] == len(shard) == 50
+    process_dies(again)
+
+
 def test_close_in_a_finally_that_ends_an_epoch_early_is_told(client, server):
     """Issue 23 item 2: a survivor whose group failed runs close() in its finally; that ends its
     epoch, so its positions without a loss count as done and are never dealt again (also not

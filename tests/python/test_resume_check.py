@@ -44,3 +44,23 @@ def test_the_vectors_cover_every_outcome():
     outcomes = {c["expect"] if isinstance(c["expect"], str) else c["expect"]["code"]
                 for c in VECTORS["cases"]}
     assert outcomes == {"position", "next_epoch", "INVALID_ARGUMENT", "FAILED_PRECONDITION"}
+
+
+SERVED_AGAIN = json.loads((CASES.parent / "served_again_cases.json").read_text())
+
+
+@pytest.mark.parametrize("case", SERVED_AGAIN["cases"],
+                         ids=[c["name"] for c in SERVED_AGAIN["cases"]])
+def test_served_again_case(case):
+    """The rule of a restart without a state, on the vectors the C++ client's
+    resume_check_test runs too (client/testdata/served_again_cases.json)."""
+    start = {**SERVED_AGAIN["start_default"], **case.get("start", {})}
+    server = resume_check.ServerProgress(**{**SERVED_AGAIN["server_default"],
+                                            **case.get("server", {})})
+    assert resume_check.served_again(start["epoch"], start["deal"], server) == \
+        case["served_again"]
+
+
+def test_the_served_again_vectors_count_something():
+    """A file that lost its counted cases would test only the zeros."""
+    assert any(c["served_again"] > 0 for c in SERVED_AGAIN["cases"])

@@ -209,7 +209,7 @@ def test_the_restart_log_counts_what_it_warns():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         log.served_again(_status(ranks=[(0, 30, False)]), "W", 0, 0, 0, 1)
-        log.served_again(_status(ranks=[(0, 30, True)]), "W", 0, 0, 0, 1)  # Ended: no.
+        log.served_again(_status(ranks=[(0, 30, True)]), "W", 0, 0, 0, 1)  # Ended: also.
         log.served_again(_status(epoch=1, ranks=[(0, 30, False)]), "W", 0, 0, 0, 1)  # Other.
         served = ServedPositions(10)
         served.extend(np.arange(20))
@@ -217,11 +217,11 @@ def test_the_restart_log_counts_what_it_warns():
         served.assign(np.arange(5), 0, 0)
         log.ended_unreported("W", served, 30, 1)  # Positions 10 to 29, 5 with a loss.
         log.ended_unreported("W", ServedPositions(0), 30, 1)  # None reported: nothing said.
-    assert log.summary == {"ended_unreported": 15, "served_again": 30, "redealt_states": 0,
+    assert log.summary == {"ended_unreported": 15, "served_again": 60, "redealt_states": 0,
                            "redealt_unacknowledged": 0}
-    assert [w.category for w in caught] == [samplerd.RestartWarning] * 2
+    assert [w.category for w in caught] == [samplerd.RestartWarning] * 3
     assert "W: the server already has 30 losses" in str(caught[0].message)
-    assert "ended the epoch with 15 of the shard's positions 10 to 29" in str(caught[1].message)
+    assert "ended the epoch with 15 of the shard's positions 10 to 29" in str(caught[2].message)
 
 
 # -- the framework guards ------------------------------------------------------------------------

@@ -4,7 +4,7 @@ in a RestartWarning (errors.RestartWarning)."""
 
 import warnings
 
-from . import errors
+from . import errors, resume_check
 
 
 class RestartLog:
@@ -36,14 +36,11 @@ class RestartLog:
         """At the first iteration of a sampler that loaded no state (`status`: GetJobStatus):
         makes visible a restart that forgot load_state_dict (the server already has losses of
         this rank in this epoch and deal: those positions are trained again, their losses
-        counted as duplicates). A restart that loaded its state replays the positions after its
-        checkpoint: documented, not warned."""
-        if status.job.current_epoch != epoch or status.job.deal != deal or \
-                rank >= len(status.ranks):
-            return
-        progress = status.ranks[rank]
-        had = progress.losses_accepted
-        if progress.ended or had == 0:
+        counted as duplicates; the rule: resume_check.served_again, the C++ EpochLoop's too). A
+        restart that loaded its state replays the positions after its checkpoint: documented,
+        not warned."""
+        had = resume_check.served_again(epoch, deal, resume_check.progress_of(status, rank))
+        if had == 0:
             return
         self._warn("served_again", had, (
             f"{where}: the server already has {had} losses of this rank in this "

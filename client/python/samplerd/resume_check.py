@@ -3,7 +3,8 @@ says of the job now -- the Python home of the rule that client/cpp/resume_check.
 C++ library (read the rule there; the two are held together by one file of test vectors,
 client/testdata/resume_cases.json, that tests/python/test_resume_check.py and
 client/cpp/resume_check_test.cc both run). Pure logic: no RPC. The sampler gathers the facts
-(server_progress) and acts on the answer.
+(server_progress) and acts on the answer. served_again is the rule of a restart without a state,
+on the same facts (its vectors: client/testdata/served_again_cases.json).
 
 The state's owner (job, rank, world size, deal of this group) is checked before, by the sampler
 (DistributedWeightedSampler.load_state_dict): a state of another group is let through to this
@@ -44,6 +45,8 @@ class ServerProgress:
     # The rank's indices_streamed (0 without a record of the rank): the current epoch's, 0
     # while it is planned (JobStatus.planning).
     indices_streamed: int = 0
+    # The rank's losses_accepted, as indices_streamed (0 without a record of the rank).
+    losses_accepted: int = 0
 
 
 def _loading(saved: SavedPosition) -> str:
@@ -117,14 +120,30 @@ def check_resume(saved: SavedPosition, server: ServerProgress) -> str:
         f"train epoch {current} from its start")
 
 
-def server_progress(client, job: str, rank: int) -> ServerProgress:
-    """GetJobStatus's facts for check_resume. The ranks' progress is the current epoch's, also
-    while it is planned (none then: JobStatus.planning), so there is nothing to wait for."""
-    status = client.status(job)
-    streamed = 0
+def served_again(epoch: int, deal: int, server: ServerProgress) -> int:
+    """The rule of a restart without a saved position (C++ PositionsServedAgain, stated in
+    client/cpp/resume_check.h; both run client/testdata/served_again_cases.json): the positions
+    a rank that starts `epoch` in `deal` from position 0 without a loaded state serves and
+    trains again -- the losses the server accepted of the rank in that epoch and deal, if it is
+    the current one (also when the rank has ended it while others are still in it); else 0."""
+    if epoch != server.current_epoch or deal != server.current_deal:
+        return 0
+    return server.losses_accepted
+
+
+def progress_of(status, rank: int) -> ServerProgress:
+    """The facts of `status` (GetJobStatus) for check_resume and served_again. The ranks'
+    progress is the current epoch's, also while it is planned (none then: JobStatus.planning),
+    so there is nothing to wait for."""
+    streamed = accepted = 0
     for progress in status.ranks:
         if progress.rank == rank:
-            streamed = progress.indices_streamed
+            streamed, accepted = progress.indices_streamed, progress.losses_accepted
     return ServerProgress(current_epoch=status.job.current_epoch, current_deal=status.job.deal,
                           rewindable_epochs=tuple(status.job.rewindable_epochs),
-                          indices_streamed=streamed)
+                          indices_streamed=streamed, losses_accepted=accepted)
+
+
+def server_progress(client, job: str, rank: int) -> ServerProgress:
+    """GetJobStatus's facts for check_resume (progress_of)."""
+    return progress_of(client.status(job), rank)
