@@ -5,6 +5,7 @@ equal, each domain's share of the window is the apportionment of its weight, and
 of a domain appears once per pass over it (a domain smaller than the window wraps)."""
 
 import json
+import os
 import socket
 import sys
 
