@@ -41,15 +41,16 @@
 // structure shows; with 6 rounds (of this or of any random round function: the Philox rounds
 // before gave the same figures) the position of an element over 64000 passes is visibly
 // non-uniform for n = 3 to 20 (chi-square z = 15 at n = 3, 112 at n = 5, 4 at n = 17), with 12
-// it is not (|z| < 2.1 from n = 3 to 80); pass_order_test checks n = 5 and 12. Why this round
-// function: the order needs statistical quality, not secrecy; a key xor-ed into the input of a
-// fixed, well-mixing bijection is the key-alternating structure of block ciphers, and Mix32 is
-// the two-multiply 32-bit integer hash [16 21f0aaad 15 735a2d97 15] of C. Wellons's
-// hash-prospector list (avalanche bias ~0.107, among the lowest of its kind; public domain). It
-// costs ~1/10 of a Philox4x32_10 call (20 multiplies), which the network called 6 times per
-// evaluation before: the window's fill took ~6x a plan's shuffle (bench/RESULTS.md, "Mixture
-// windows"). The keys stay Philox's (philox.h, checked against the Random123 vectors):
-// identical on host and device.
+// it is not (z from -0.6 to 3.0 over 20 sizes from 3 to 2000; the largest, 3.0 at n = 3, is
+// chance at p ~ 0.02: 12 rounds of random functions leave n = 3 a non-centrality of 0.003 at
+// this count); pass_order_test checks n = 5 and 12. Why this round function: the order needs
+// statistical quality, not secrecy; a key xor-ed into the input of a fixed, well-mixing
+// bijection is the key-alternating structure of block ciphers, and Mix32 is the two-multiply
+// 32-bit integer hash [16 21f0aaad 15 735a2d97 15] of C. Wellons's hash-prospector list
+// (avalanche bias ~0.107, among the lowest of its kind; public domain). It costs ~1/10 of a
+// Philox4x32_10 call (20 multiplies), which the network called 6 times per evaluation before:
+// the window's fill took ~6x a plan's shuffle (bench/RESULTS.md, "Mixture windows"). The keys
+// stay Philox's (philox.h, checked against the Random123 vectors): identical on host and device.
 #ifndef SAMPLERD_KERNELS_MIXTURE_PASS_ORDER_H_
 #define SAMPLERD_KERNELS_MIXTURE_PASS_ORDER_H_
 
