@@ -72,9 +72,9 @@ namespace {
 // Entries [first, first + count) of one pass of one group (n > 1), into out[0, count): what
 // PassOrder::At gives, computed kBatch positions at a time, round by round over the whole batch
 // (loops over 32-bit lanes that vectorise: 8 Mix32 per AVX2 instruction). After each network
-// evaluation the entries that landed below n are written and the others (a quarter or fewer
-// on average) are packed to the front of the batch and walk on together. Results are
-// PassOrder::At's (window_test compares them).
+// evaluation the entries that landed below n are written and the others (1 - n / 2^b of them
+// at first, under half: a quarter at n = 10^8) are packed to the front of the batch and walk on
+// together. Results are PassOrder::At's (window_test compares them).
 constexpr uint64_t kBatch = 256;
 
 __attribute__((target_clones("avx2", "default"))) void PassEntries(const PassKey& key, uint64_t n,
