@@ -1,10 +1,11 @@
 // The boundary of a mixture job (kernels/mixture/): N = groups x group_size samples, one window
 // of M. Times, median of --reps: SharesOf (the weights to shares), Apportioner::Next (the
-// counts), FillWindow (the groups' pass orders) and PlanWindow (fill + shuffle: the window), and
-// the anchor measured in the same run: the CPU backend's uniform plan of M samples without
-// replacement and M = N (the shuffle of today's plans alone), with the ratio. Peak RSS
-// (VmHWM) after the windows (PlanWindow), before the fill alone (which allocates M entries of
-// its own) and the anchor run.
+// counts), FillWindow (the groups' pass orders) and PlanWindow (fill + shuffle: the window), the
+// shuffle alone (PlanWindow's shuffle of 8-byte entries with entries that cost nothing: where the
+// rest of the window's time goes), and the anchor measured in the same run: the CPU backend's
+// uniform plan of M samples without replacement and M = N (the shuffle of today's plans alone),
+// with the ratio. Peak RSS (VmHWM) after the windows (PlanWindow), before the fill alone (which
+// allocates M entries of its own) and the anchor run.
 //
 //   bazel run -c opt //bench:mixture_window_benchmark -- [groups] [group_size] [M] [threads] [reps]
 //   (defaults: 10000 100000000 10000000 2 5: N = 10^12 in 10^4 groups, M = 10^7)
@@ -18,6 +19,7 @@
 
 #include "bench/bench_util.h"
 #include "kernels/cpu_backend.h"
+#include "kernels/internal/shuffle.h"
 #include "kernels/mixture/apportion.h"
 #include "kernels/mixture/window.h"
 
@@ -56,7 +58,7 @@ int Main(int argc, char** argv) {
   auto apportioner = mixture::Apportioner::Create(groups);
   CHECK_OK_OR_DIE(apportioner.status());
   std::vector<mixture::GroupCursor> cursors(groups);
-  std::vector<double> t_shares, t_counts, t_fill, t_window, t_anchor;
+  std::vector<double> t_shares, t_counts, t_fill, t_window, t_shuffle, t_anchor;
   std::vector<std::vector<uint64_t>> all_counts;  // Per rep, for the fill alone afterwards.
   for (int rep = 0; rep < reps; ++rep) {
     auto start = std::chrono::steady_clock::now();
@@ -88,6 +90,16 @@ int Main(int argc, char** argv) {
     }
   }
 
+  for (int rep = 0; rep < reps; ++rep) {
+    std::vector<uint64_t> shuffled(m);
+    const internal::InputBlockFn identity = [](uint64_t k, uint64_t count, uint64_t* values) {
+      for (uint64_t i = 0; i < count; ++i) values[i] = k + i;
+    };
+    const auto start = std::chrono::steady_clock::now();
+    internal::ShuffleGenerated(threads, 1, rep, identity, absl::MakeSpan(shuffled));
+    t_shuffle.push_back(Seconds(start));
+  }
+
   auto backend = NewCpuBackend(threads);
   for (int rep = 0; rep < reps; ++rep) {
     const auto start = std::chrono::steady_clock::now();
@@ -102,6 +114,8 @@ int Main(int argc, char** argv) {
   std::printf("Apportioner::Next               %8.4f s\n", bench::Median(t_counts));
   std::printf("FillWindow                      %8.4f s\n", bench::Median(t_fill));
   std::printf("PlanWindow (fill + shuffle)     %8.4f s\n", bench::Median(t_window));
+  std::printf("  of which the shuffle (8-byte)   %8.4f s  (alone, entries free)\n",
+              bench::Median(t_shuffle));
   std::printf("boundary (shares+counts+window) %8.4f s\n", boundary);
   std::printf("anchor: uniform plan M = N = M  %8.4f s  (window / anchor = %.2fx)\n",
               bench::Median(t_anchor), bench::Median(t_window) / bench::Median(t_anchor));

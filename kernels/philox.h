@@ -57,7 +57,9 @@ enum class RandomStream : uint32_t {
   kShuffle = 2,      // Buckets of the uniform shuffle.
   kDraw = 3,         // Draws with replacement.
   kShuffleSwap = 4,  // Swaps of the uniform shuffle inside a bucket.
-  kPassOrder = 5,    // Keys of the mixture jobs' pass orders (kernels/mixture/pass_order.h).
+  kPassOrder = 5,    // Round keys 0-3 of the mixture jobs' pass orders (mixture/pass_order.h),
+  kPassOrder2 = 6,   // their round keys 4-7,
+  kPassOrder3 = 7,   // and 8-11.
 };
 
 // The Philox block of counter `i` of `stream` in `epoch` of the job seeded with `seed`:

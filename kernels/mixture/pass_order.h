@@ -6,35 +6,51 @@
 //
 // Definition, for a group of n samples (1 <= n <= 2^63), its pass `pass` under the job's `seed`
 // and the group's number `group` (< 2^32):
-//   1. The pass key: the four words (k0, k1, k2, k3) of
-//        Philox4x32_10(counter = (group, pass low, pass high, 5), key = (seed low, seed high))
-//      (5 = RandomStream::kPassOrder: no other stream of the job uses these counters).
+//   1. The pass's round keys K_0, ..., K_11: the words of
+//        Philox4x32_10(counter = (group, pass low, pass high, s), key = (seed low, seed high))
+//      for s = 5, 6, 7 in turn (RandomStream::kPassOrder, kPassOrder2, kPassOrder3: no other
+//      stream of the job uses these counters), four words each, in order.
 //   2. The Feistel network on [0, 2^b), b = BitWidth(n - 1) (0 for n = 1): x is split into a
 //      top half A of u = floor(b / 2) bits and a bottom half B of v = b - u bits,
-//      x = A 2^v + B. Each of kPassOrderRounds = 6 rounds r = 0, ..., 5 maps (A, B), of widths
-//      (wa, wb), to (B, A xor (F_r(B) mod 2^wa)), of widths (wb, wa), where
-//        F_r(B) = word 0 of Philox4x32_10(counter = (B, r, k2, k3), key = (k0, k1))
-//      (B < 2^32: b <= 63 makes both halves at most 32 bits). After the (even number of)
-//      rounds the widths are (u, v) again and the result is A 2^v + B. Each round is a
-//      bijection, whatever F is, so the network is a permutation of [0, 2^b).
+//      x = A 2^v + B. Each of R rounds r = 0, ..., R - 1, R = 12 when b <= 10 and 6 otherwise
+//      (PassOrderRounds), maps (A, B), of widths (wa, wb), to (B, A xor (F_r(B) mod 2^wa)), of
+//      widths (wb, wa), where
+//        F_r(B) = Mix32(B xor K_r)   (32-bit words: B < 2^32 since b <= 63)
+//      and Mix32 the fixed bijection of 32-bit words
+//        x ^= x >> 16; x *= 0x21f0aaad; x ^= x >> 15; x *= 0x735a2d97; x ^= x >> 15
+//      (products mod 2^32). After the (even number of) rounds the widths are (u, v) again and
+//      the result is A 2^v + B. Each round is a bijection, whatever F is, so the network is a
+//      permutation of [0, 2^b).
 //   3. Cycle walking: At(j) for j < n applies the network to j, then again to its result, until
 //      the result is below n. The walk from j stays on j's cycle of the permutation, which holds
 //      j < n, so it ends, and At is a bijection of [0, n) (the walk from At(j) backwards with
 //      the inverse network ends at j: IndexOf).
 // Cost: 2^b < 2n, so a walk takes 2^b / n < 2 network evaluations on average over the pass
 // (exactly: the lengths of the walks add up to the number of points of [0, 2^b) on cycles that
-// meet [0, n), at most 2^b), each 6 Philox calls plus one for the key. A walk of more than t
-// steps needs t consecutive results at or above n: probability about (1 - n / 2^b)^t < 2^-t
-// for a random permutation, so walks beyond ~64 steps do not happen in practice; the bound is
-// 2^b - n + 1 < n steps. pass_order_test measures the mean and the longest walk.
+// meet [0, n), at most 2^b), each R rounds of two 32-bit multiplies, plus three Philox calls per
+// pass for the keys. A walk of more than t steps needs t consecutive results at or above n:
+// probability about (1 - n / 2^b)^t < 2^-t for a random permutation, so walks beyond ~64 steps
+// do not happen in practice; the bound is 2^b - n + 1 < n steps. pass_order_test measures the
+// mean and the longest walk.
 //
 // Why this split: the halves differ by at most one bit (an unbalanced Feistel, as FF1's), so
 // the domain is the next power of two, not the next power of four (which a balanced split would
 // need): at most 2x the group, not 4x, halving the worst mean walk. Why 6 rounds: 4 rounds of a
-// random function already give a pseudo-random permutation (Luby-Rackoff) for large halves;
-// small groups have halves of a few bits, where 6 rounds leave no position bias measurable by
-// pass_order_test's chi-square. Why Philox: the project's one random function (philox.h,
-// checked against the Random123 vectors), identical on host and device.
+// random function already give a pseudo-random permutation (Luby-Rackoff) for large halves.
+// Why 12 for groups of at most 2^10: halves of a few bits are where a Feistel network's own
+// structure shows; with 6 rounds (of this or of any random round function: the Philox rounds
+// before gave the same figures) the position of an element over 64000 passes is visibly
+// non-uniform for n = 3 to 20 (chi-square z = 15 at n = 3, 112 at n = 5, 4 at n = 17), with 12
+// it is not (z from -0.6 to 3.0 over 20 sizes from 3 to 2000; the largest, 3.0 at n = 3, is
+// chance at p ~ 0.02: 12 rounds of random functions leave n = 3 a non-centrality of 0.003 at
+// this count); pass_order_test checks n = 5 and 12. Why this round function: the order needs
+// statistical quality, not secrecy; a key xor-ed into the input of a fixed, well-mixing
+// bijection is the key-alternating structure of block ciphers, and Mix32 is the two-multiply
+// 32-bit integer hash [16 21f0aaad 15 735a2d97 15] of C. Wellons's hash-prospector list
+// (avalanche bias ~0.107, among the lowest of its kind; public domain). It costs ~1/10 of a
+// Philox4x32_10 call (20 multiplies), which the network called 6 times per evaluation before:
+// the window's fill took ~6x a plan's shuffle (bench/RESULTS.md, "Mixture windows"). The keys
+// stay Philox's (philox.h, checked against the Random123 vectors): identical on host and device.
 #ifndef SAMPLERD_KERNELS_MIXTURE_PASS_ORDER_H_
 #define SAMPLERD_KERNELS_MIXTURE_PASS_ORDER_H_
 
@@ -46,23 +62,47 @@
 namespace samplerd {
 namespace mixture {
 
-// The rounds of the Feistel network (part of the definition: changing it changes every plan).
+// The rounds of the Feistel network (part of the definition: changing it changes every plan):
+// kPassOrderRounds, or kSmallPassOrderRounds when b <= kSmallPassOrderBits.
 constexpr int kPassOrderRounds = 6;
+constexpr int kSmallPassOrderRounds = 12;
+constexpr uint32_t kSmallPassOrderBits = 10;
+
+SAMPLERD_HD int PassOrderRounds(uint32_t bits) {
+  return bits <= kSmallPassOrderBits ? kSmallPassOrderRounds : kPassOrderRounds;
+}
 
 // The largest group a pass order covers: 2^63 (b <= 63 keeps both halves within 32 bits).
 constexpr uint64_t kMaxGroupSize = uint64_t{1} << 63;
 
-// The key of one pass of one group (step 1 of the definition).
+// The round keys of one pass of one group (step 1 of the definition).
 struct PassKey {
-  uint32_t k[4];
+  uint32_t k[kSmallPassOrderRounds];
 };
 
 SAMPLERD_HD PassKey MakePassKey(uint64_t seed, uint32_t group, uint64_t pass) {
-  const Philox4x32Counter out =
-      Philox4x32_10({{group, static_cast<uint32_t>(pass), static_cast<uint32_t>(pass >> 32),
-                      static_cast<uint32_t>(RandomStream::kPassOrder)}},
-                    {{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)}});
-  return {{out.v[0], out.v[1], out.v[2], out.v[3]}};
+  const Philox4x32Key key = {{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)}};
+  PassKey out;
+  const RandomStream streams[3] = {RandomStream::kPassOrder, RandomStream::kPassOrder2,
+                                   RandomStream::kPassOrder3};
+  for (int t = 0; t < 3; ++t) {
+    const Philox4x32Counter block =
+        Philox4x32_10({{group, static_cast<uint32_t>(pass), static_cast<uint32_t>(pass >> 32),
+                        static_cast<uint32_t>(streams[t])}},
+                      key);
+    for (int w = 0; w < 4; ++w) out.k[4 * t + w] = block.v[w];
+  }
+  return out;
+}
+
+// The fixed bijection of the round function (step 2): F_r(B) = Mix32(B xor K_r).
+SAMPLERD_HD uint32_t Mix32(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x21f0aaadu;
+  x ^= x >> 15;
+  x *= 0x735a2d97u;
+  x ^= x >> 15;
+  return x;
 }
 
 // The bijection of [0, n) of one pass: At(j) is the pass's j-th sample of the group.
@@ -70,7 +110,10 @@ class PassOrder {
  public:
   // n in [1, kMaxGroupSize] (the caller validates: GroupLayout does).
   SAMPLERD_HD PassOrder(const PassKey& key, uint64_t n)
-      : key_(key), n_(n), bits_(n > 1 ? plan_math::BitWidth(n - 1) : 0) {}
+      : key_(key),
+        n_(n),
+        bits_(n > 1 ? plan_math::BitWidth(n - 1) : 0),
+        rounds_(PassOrderRounds(bits_)) {}
 
   SAMPLERD_HD uint64_t size() const { return n_; }
 
@@ -104,7 +147,7 @@ class PassOrder {
   SAMPLERD_HD uint64_t Network(uint64_t x) const {
     uint32_t wa = bits_ / 2, wb = bits_ - bits_ / 2;
     uint64_t a = x >> wb, b = x & Mask(wb);
-    for (uint32_t r = 0; r < kPassOrderRounds; ++r) {
+    for (int r = 0; r < rounds_; ++r) {
       const uint64_t c = a ^ (Round(r, b) & Mask(wa));
       a = b;
       b = c;
@@ -119,10 +162,10 @@ class PassOrder {
     // After the rounds the widths are (u, v) again; undo the rounds from the last one.
     uint32_t wa = bits_ / 2, wb = bits_ - bits_ / 2;
     uint64_t a = y >> wb, b = y & Mask(wb);
-    for (int r = kPassOrderRounds - 1; r >= 0; --r) {
+    for (int r = rounds_ - 1; r >= 0; --r) {
       // (a, b) = (B, A xor F_r(B)) of widths (wa, wb): the round's input had widths (wb, wa).
       const uint64_t prev_b = a;
-      const uint64_t prev_a = b ^ (Round(static_cast<uint32_t>(r), prev_b) & Mask(wb));
+      const uint64_t prev_a = b ^ (Round(r, prev_b) & Mask(wb));
       a = prev_a;
       b = prev_b;
       const uint32_t w = wa;
@@ -135,16 +178,15 @@ class PassOrder {
  private:
   SAMPLERD_HD static uint64_t Mask(uint32_t width) { return (uint64_t{1} << width) - 1; }
 
-  // F_r(half): word 0 of Philox4x32_10((half, r, k2, k3), (k0, k1)); half < 2^32.
-  SAMPLERD_HD uint64_t Round(uint32_t r, uint64_t half) const {
-    return Philox4x32_10({{static_cast<uint32_t>(half), r, key_.k[2], key_.k[3]}},
-                         {{key_.k[0], key_.k[1]}})
-        .v[0];
+  // F_r(half) = Mix32(half xor K_r); half < 2^32.
+  SAMPLERD_HD uint64_t Round(int r, uint64_t half) const {
+    return Mix32(static_cast<uint32_t>(half) ^ key_.k[r]);
   }
 
   PassKey key_;
   uint64_t n_;
   uint32_t bits_;
+  int rounds_;
 };
 
 }  // namespace mixture

@@ -70,89 +70,55 @@ absl::Status ValidateWindow(const GroupLayout& layout, absl::Span<const GroupCur
 namespace {
 
 // Entries [first, first + count) of one pass of one group (n > 1), into out[0, count): what
-// PassOrder::At gives, computed for kLanes positions side by side so that their Philox rounds
-// overlap (and vectorise: 32 x 32 -> 64-bit multiplies). A lane whose walk leaves [0, n) keeps
-// walking; a lane that lands writes its entry and takes the next position, so the lanes stay busy
-// until the last kLanes positions. Results are PassOrder::At's (window_test compares them).
-constexpr int kLanes = 16;
+// PassOrder::At gives, computed kBatch positions at a time, round by round over the whole batch
+// (loops over 32-bit lanes that vectorise: 8 Mix32 per AVX2 instruction). After each network
+// evaluation the entries that landed below n are written and the others (1 - n / 2^b of them
+// at first, under half: a quarter at n = 10^8) are packed to the front of the batch and walk on
+// together. Results are PassOrder::At's (window_test compares them).
+constexpr uint64_t kBatch = 256;
 
 __attribute__((target_clones("avx2", "default"))) void PassEntries(const PassKey& key, uint64_t n,
                                                                    uint64_t offset, uint64_t first,
                                                                    uint64_t count, uint64_t* out) {
   const uint32_t bits = static_cast<uint32_t>(plan_math::BitWidth(n - 1));
   const uint32_t u = bits / 2, v = bits - bits / 2;
-  uint64_t x[kLanes], slot[kLanes];
-  bool active[kLanes];
-  uint64_t next = 0;
-  int live = 0;
-  for (int l = 0; l < kLanes; ++l) {
-    active[l] = next < count;
-    slot[l] = next;
-    x[l] = first + next;
-    if (active[l]) {
-      ++next;
-      ++live;
+  const int rounds = PassOrderRounds(bits);
+  // The widths of A are u, v, u, ... round by round (pass_order.h, step 2).
+  const uint32_t mask_u = static_cast<uint32_t>((uint64_t{1} << u) - 1);
+  const uint32_t mask_v = static_cast<uint32_t>((uint64_t{1} << v) - 1);
+  uint64_t x[kBatch];
+  uint32_t a[kBatch], b[kBatch], slot[kBatch];
+  for (uint64_t done = 0; done < count; done += kBatch) {
+    uint64_t live = std::min(kBatch, count - done);
+    for (uint64_t i = 0; i < live; ++i) {
+      x[i] = first + done + i;
+      slot[i] = static_cast<uint32_t>(i);
     }
-  }
-  while (live > 0) {
-    // The network (pass_order.h, step 2) on every lane.
-    uint64_t a[kLanes], b[kLanes];
-    for (int l = 0; l < kLanes; ++l) {
-      a[l] = x[l] >> v;
-      b[l] = x[l] & ((uint64_t{1} << v) - 1);
-    }
-    uint32_t wa = u, wb = v;
-    for (uint32_t r = 0; r < static_cast<uint32_t>(kPassOrderRounds); ++r) {
-      // The four words in 64-bit lanes (their top halves 0): GCC then vectorises the 32 x 32
-      // -> 64-bit products (vpmuludq); as uint32_t it does not.
-      uint64_t c0[kLanes], c1[kLanes], c2[kLanes], c3[kLanes];
-      for (int l = 0; l < kLanes; ++l) {
-        c0[l] = b[l] & 0xffffffffu;
-        c1[l] = r;
-        c2[l] = key.k[2];
-        c3[l] = key.k[3];
+    while (live > 0) {
+      for (uint64_t i = 0; i < live; ++i) {
+        a[i] = static_cast<uint32_t>(x[i] >> v);
+        b[i] = static_cast<uint32_t>(x[i]) & mask_v;
       }
-      uint64_t k0 = key.k[0], k1 = key.k[1];
-      for (int round = 0; round < 10; ++round) {  // Philox4x32_10 of philox.h, lane by lane.
-        for (int l = 0; l < kLanes; ++l) {
-          const uint64_t p0 = (c0[l] & 0xffffffffu) * philox_internal::kM0;
-          const uint64_t p1 = (c2[l] & 0xffffffffu) * philox_internal::kM1;
-          const uint64_t n0 = (p1 >> 32) ^ c1[l] ^ k0;
-          const uint64_t n2 = (p0 >> 32) ^ c3[l] ^ k1;
-          c1[l] = p1 & 0xffffffffu;
-          c3[l] = p0 & 0xffffffffu;
-          c0[l] = n0;
-          c2[l] = n2;
+      for (int r = 0; r < rounds; ++r) {
+        const uint32_t k = key.k[r], mask = r % 2 == 0 ? mask_u : mask_v;
+        for (uint64_t i = 0; i < live; ++i) {
+          const uint32_t c = a[i] ^ (Mix32(b[i] ^ k) & mask);
+          a[i] = b[i];
+          b[i] = c;
         }
-        k0 = (k0 + philox_internal::kW0) & 0xffffffffu;
-        k1 = (k1 + philox_internal::kW1) & 0xffffffffu;
       }
-      const uint64_t mask = (uint64_t{1} << wa) - 1;
-      for (int l = 0; l < kLanes; ++l) {
-        const uint64_t c = a[l] ^ (c0[l] & mask);
-        a[l] = b[l];
-        b[l] = c;
+      // Widths (u, v) again: y = A 2^v + B. Every entry is written; one that walks on is
+      // written again when it lands.
+      uint64_t walking = 0;
+      for (uint64_t i = 0; i < live; ++i) {
+        const uint64_t y = (uint64_t{a[i]} << v) | b[i];
+        const uint32_t s = slot[i];
+        out[done + s] = offset + y;
+        x[walking] = y;
+        slot[walking] = s;
+        walking += y >= n;
       }
-      const uint32_t w = wa;
-      wa = wb;
-      wb = w;
-    }
-    for (int l = 0; l < kLanes; ++l) {
-      if (!active[l]) continue;
-      const uint64_t y = (a[l] << wb) | b[l];
-      if (y >= n) {  // Walk on.
-        x[l] = y;
-        continue;
-      }
-      out[slot[l]] = offset + y;
-      if (next < count) {
-        slot[l] = next;
-        x[l] = first + next;
-        ++next;
-      } else {
-        active[l] = false;
-        --live;
-      }
+      live = walking;
     }
   }
 }
