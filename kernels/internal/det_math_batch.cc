@@ -21,7 +21,6 @@ inline uint64_t Select(uint64_t mask, uint64_t if_set, uint64_t if_clear) {
   return (if_set & mask) | (if_clear & ~mask);
 }
 
-#define SAMPLERD_INLINE __attribute__((always_inline)) inline
 
 // 32 doubles in eight 4-lane vectors (AVX2 registers; halves of AVX-512 ones, or pairs of SSE2
 // ones, at the other levels), for the polynomial cores det::Log2OfReducedT and

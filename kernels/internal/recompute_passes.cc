@@ -19,7 +19,6 @@ namespace {
 // them for that level. Each pass works in blocks: a vectorised loop computes the block's terms
 // into the chunk's buffer, and once a chunk's terms are all there, two more vectorised loops
 // find their largest and add them up as integers (SumChunks, exact_sum.h).
-#define SAMPLERD_INLINE __attribute__((always_inline)) inline
 
 constexpr uint64_t kBlock = 512;  // Samples per block: 4 KiB of terms, in L1.
 

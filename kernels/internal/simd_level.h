@@ -35,4 +35,10 @@ std::vector<SimdLevel> SupportedSimdLevels();
 #define SAMPLERD_TARGET_AVX512
 #endif
 
+// A loop's body, written once and force-inlined into each level's function above (which compiles
+// it for that level). Not `target_clones`: its resolver runs while the dynamic loader relocates
+// the binary, before a sanitizer's runtime is up, and under ThreadSanitizer (instrumented
+// resolver) every binary linking it crashed at load (docs/HARDENING.md).
+#define SAMPLERD_INLINE __attribute__((always_inline)) inline
+
 #endif  // SAMPLERD_KERNELS_INTERNAL_SIMD_LEVEL_H_

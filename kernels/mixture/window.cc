@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/internal/parallel.h"
 #include "kernels/internal/shuffle.h"
+#include "kernels/internal/simd_level.h"
 #include "kernels/mixture/apportion.h"
 #include "kernels/philox.h"
 #include "kernels/plan_math.h"
@@ -77,9 +78,8 @@ namespace {
 // together. Results are PassOrder::At's (window_test compares them).
 constexpr uint64_t kBatch = 256;
 
-__attribute__((target_clones("avx2", "default"))) void PassEntries(const PassKey& key, uint64_t n,
-                                                                   uint64_t offset, uint64_t first,
-                                                                   uint64_t count, uint64_t* out) {
+SAMPLERD_INLINE void PassEntriesLoop(const PassKey& key, uint64_t n, uint64_t offset,
+                                     uint64_t first, uint64_t count, uint64_t* out) {
   const uint32_t bits = static_cast<uint32_t>(plan_math::BitWidth(n - 1));
   const uint32_t u = bits / 2, v = bits - bits / 2;
   const int rounds = PassOrderRounds(bits);
@@ -121,6 +121,24 @@ __attribute__((target_clones("avx2", "default"))) void PassEntries(const PassKey
       live = walking;
     }
   }
+}
+
+SAMPLERD_TARGET_AVX2 void PassEntriesAvx2(const PassKey& key, uint64_t n, uint64_t offset,
+                                          uint64_t first, uint64_t count, uint64_t* out) {
+  PassEntriesLoop(key, n, offset, first, count, out);
+}
+void PassEntriesScalar(const PassKey& key, uint64_t n, uint64_t offset, uint64_t first,
+                       uint64_t count, uint64_t* out) {
+  PassEntriesLoop(key, n, offset, first, count, out);
+}
+
+// PassEntriesLoop compiled for the widest level this CPU has (the same entries at every level:
+// 32-bit integer arithmetic; AVX-512 would add nothing here that AVX2 does not).
+void PassEntries(const PassKey& key, uint64_t n, uint64_t offset, uint64_t first, uint64_t count,
+                 uint64_t* out) {
+  static const bool avx2 = internal::BestSimdLevel() != internal::SimdLevel::kScalar;
+  if (avx2) return PassEntriesAvx2(key, n, offset, first, count, out);
+  PassEntriesScalar(key, n, offset, first, count, out);
 }
 
 // Window positions [begin, end) into out[0, end - begin); starts: the exclusive prefix sums of
