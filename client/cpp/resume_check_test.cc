@@ -25,6 +25,25 @@ using ::google::protobuf::Value;
 constexpr char kCases[] = "client/testdata/resume_cases.json";
 constexpr char kServedAgainCases[] = "client/testdata/served_again_cases.json";
 
+// Under ThreadSanitizer the system's libprotobuf (Debian's, not instrumented) hands this test
+// google::protobuf::Struct maps that its instrumented inline Map code cannot read: reading or
+// iterating any parsed Struct dies with SIGSEGV inside protobuf's map.h (an 8-line program that
+// parses {"name": "x"} and reads fields().at("name") does the same; docs/HARDENING.md). No
+// samplerd proto has a map field, so only this test's JSON reading is affected: it runs in
+// every other build, ASan included.
+#if defined(__SANITIZE_THREAD__)
+#define SAMPLERD_TSAN_BUILD 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SAMPLERD_TSAN_BUILD 1
+#endif
+#endif
+#ifndef SAMPLERD_TSAN_BUILD
+#define SAMPLERD_TSAN_BUILD 0
+#endif
+constexpr char kUnreadableUnderTsan[] =
+    "ThreadSanitizer build: the system libprotobuf's Struct maps are unreadable";
+
 Struct ReadCases(const char* path = kCases) {
   std::ifstream in(path);
   std::stringstream text;
@@ -107,6 +126,7 @@ void RunCase(const Struct& all, const Struct& c) {
 }
 
 TEST(ResumeCheckTest, EveryCaseOfTheSharedVectors) {
+  if (SAMPLERD_TSAN_BUILD) GTEST_SKIP() << kUnreadableUnderTsan;
   const Struct all = ReadCases();
   const auto& cases = all.fields().at("cases").list_value().values();
   ASSERT_GE(cases.size(), 20u);  // The file, not an empty stand-in.
@@ -117,6 +137,7 @@ TEST(ResumeCheckTest, EveryCaseOfTheSharedVectors) {
 }
 
 TEST(ResumeCheckTest, EveryServedAgainCaseOfTheSharedVectors) {
+  if (SAMPLERD_TSAN_BUILD) GTEST_SKIP() << kUnreadableUnderTsan;
   const Struct all = ReadCases(kServedAgainCases);
   const auto& cases = all.fields().at("cases").list_value().values();
   ASSERT_GE(cases.size(), 8u);  // The file, not an empty stand-in.

@@ -23,8 +23,10 @@ const char* __ubsan_default_options() { return "print_stacktrace=1:halt_on_error
 const char* __tsan_default_options() {
   // second_deadlock_stack: both stacks of a lock-order inversion (pthread mutexes; see
   // tsan_absl_sync.cc for absl::Mutex). history_size=4: older accesses kept, so that a report
-  // shows both stacks instead of "failed to restore the stack".
-  return "halt_on_error=1:second_deadlock_stack=1:history_size=4";
+  // shows both stacks instead of "failed to restore the stack". allocator_may_return_null=1: as
+  // for ASan above (TSan's limit is 2^40 bytes too; kernels/large_array_test under the whole
+  // suite with --config=tsan, 2026-11-29).
+  return "halt_on_error=1:second_deadlock_stack=1:history_size=4:allocator_may_return_null=1";
 }
 
 // libcares.so (Debian's c-ares, gRPC's DNS resolver; not instrumented): 10 bytes allocated by
