@@ -67,6 +67,9 @@ float LossOf(const mixture::GroupLayout& layout, uint64_t index, uint64_t epoch)
   return static_cast<float>(0.5 + 3.0 * std::pow(rate, static_cast<double>(epoch)) + jitter);
 }
 
+void ExpectSameBits(const std::vector<double>& got, const std::vector<double>& want,
+                    const std::string& what);
+
 class MixtureWeightsTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -158,6 +161,24 @@ class MixtureWeightsTest : public ::testing::Test {
     EXPECT_EQ(status->mixture().top_groups_size(), static_cast<int>(kSizes.size()));
     for (const v1::GroupStatus& g : status->mixture().top_groups()) w.at(g.group()) = g.weight();
     return w;
+  }
+
+  // The job's weight history (GetJobStatus with weight_history): the weights in force at each
+  // epoch listed, by group, against `want` (epoch e's weights: want[e]).
+  void ExpectHistory(const std::string& job, const std::vector<std::vector<double>>& want,
+                     const std::string& what) {
+    absl::StatusOr<v1::JobStatus> status = client_->GetJobStatus(job, /*weight_history=*/true);
+    ASSERT_TRUE(status.ok()) << status.status();
+    const auto& history = status->mixture().history();
+    ASSERT_EQ(history.size(), static_cast<int>(want.size())) << what;
+    for (int i = 0; i < history.size(); ++i) {
+      EXPECT_EQ(history[i].epoch(), static_cast<uint64_t>(i)) << what;
+      std::vector<double> got(kSizes.size(), -1);
+      for (int j = 0; j < history[i].groups_size(); ++j) {
+        got.at(history[i].groups(j)) = history[i].weights(j);
+      }
+      ExpectSameBits(got, want[i], absl::StrCat(what, ": history of epoch ", i));
+    }
   }
 
   std::string dir_;
@@ -309,6 +330,10 @@ class OnlineWeightsTest : public MixtureWeightsTest {
       ASSERT_TRUE(by_hand.Update(StatsOf(layout, want[e], e)).ok());
       EndAll("o", e);
     }
+    AwaitEpoch("o", kEpochs);
+    std::vector<std::vector<double>> all = weights;
+    all.push_back(by_hand.weights());
+    ExpectHistory("o", all, "in memory");
     // The rule did move the weights: the unlearnable group 0 ends below uniform.
     EXPECT_LT(weights.back()[0], 0.25) << "group 0's final weight";
     EXPECT_GE(weights.back()[0], 0.1 / 4) << "the min_ratio bound";
@@ -332,9 +357,12 @@ class OnlineWeightsTest : public MixtureWeightsTest {
     }
     AwaitEpoch("o", kEpochs);
     ExpectSameBits(ServedWeights("o"), by_hand.weights(), "after the last epoch");
+    ExpectHistory("o", all, "persisted, after the restart");
     // A rewind to epoch 4: its weights, then the same losses give the same weights and plans.
     absl::StatusOr<v1::Job> rewound = client_->RewindJob("o", 4);
     ASSERT_TRUE(rewound.ok()) << rewound.status();
+    ExpectHistory("o", std::vector<std::vector<double>>(all.begin(), all.begin() + 5),
+                  "after the rewind to epoch 4");
     for (uint64_t e = 4; e < kEpochs; ++e) {
       AwaitEpoch("o", e);
       ExpectSameBits(ServedWeights("o"), weights[e], absl::StrCat("rewound epoch ", e));
@@ -344,6 +372,7 @@ class OnlineWeightsTest : public MixtureWeightsTest {
     }
     AwaitEpoch("o", kEpochs);
     ExpectSameBits(ServedWeights("o"), by_hand.weights(), "after the rewound epochs");
+    ExpectHistory("o", all, "after the rewound epochs");
   }
 };
 
