@@ -571,9 +571,9 @@ absl::Status Job::ReportLosses(const LossBatchView& batch, v1::LossReportSummary
     if (absl::Status s =
             mixture::GroupLosses::Check(config_.mixture->layout, batch.indices, batch.losses);
         !s.ok()) {
-      return Named(absl::InvalidArgumentError(
-          absl::StrCat("batch seq ", batch.seq, " of epoch ", batch.epoch, " from rank ",
-                       batch.rank, ": ", s.message())));
+      return Named(absl::InvalidArgumentError(absl::StrCat("batch seq ", batch.seq, " of epoch ",
+                                                           batch.epoch, " from rank ", batch.rank,
+                                                           ": ", s.message())));
     }
   }
   // Prepared before taking the lock (other ranks report concurrently).
@@ -806,14 +806,15 @@ absl::Status Job::Rewind(uint64_t epoch) {
 
 absl::StatusOr<v1::Job> Job::SetGroupWeights(std::vector<double> weights) {
   if (config_.mixture == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job '", name_, "' is not a mixture job (its spec has no mixture): it has no group weights"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("job '", name_,
+                     "' is not a mixture job (its spec has no mixture): it has no group weights"));
   }
   if (config_.mixture->online()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job '", name_, "' learns its group weights online (spec.mixture.rule = ",
-        v1::GroupWeightRule_Name(config_.normalized.mixture().rule()),
-        "); SetGroupWeights sets static weights (rule STATIC_WEIGHTS) only"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("job '", name_, "' learns its group weights online (spec.mixture.rule = ",
+                     v1::GroupWeightRule_Name(config_.normalized.mixture().rule()),
+                     "); SetGroupWeights sets static weights (rule STATIC_WEIGHTS) only"));
   }
   // The checks of the planner's SetStaticFrom, made before anything is recorded.
   const uint64_t k_groups = config_.mixture->layout.groups();

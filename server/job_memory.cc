@@ -60,8 +60,8 @@ JobMemoryEstimate EstimateMixtureMemory(const JobConfig& config, bool persisted)
   // of up to 10 bytes per group, the weights and an online rule's tracks ~40 more) and the
   // weight history.
   if (!persisted) {
-    e.rewind = MulSat(config.rewind_epochs,
-                      AddSat(MulSat(k, 80), MixturePlanner::kWeightHistoryBytes));
+    e.rewind =
+        MulSat(config.rewind_epochs, AddSat(MulSat(k, 80), MixturePlanner::kWeightHistoryBytes));
   }
   const uint64_t rest = AddSat(AddSat(AddSat(e.weights, e.scratch), e.ranks), e.rewind);
   const bool by_m = e.plans > rest;

@@ -12,11 +12,11 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu_backend.h"
-#include "server/mixture_planner.h"
 #include "kernels/testing/peak_memory.h"
 #include "server/job.h"
-#include "server/testing/loss_batches.h"
+#include "server/mixture_planner.h"
 #include "server/testing/job_shards.h"
+#include "server/testing/loss_batches.h"
 
 namespace samplerd {
 namespace {

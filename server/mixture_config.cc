@@ -16,18 +16,21 @@ absl::Status InSpec(absl::string_view prefix, const absl::Status& s) {
   return absl::Status(s.code(), absl::StrCat(prefix, s.message()));
 }
 
+// An online rule as made: the kernels' errors name `eta`, `smoothing`, ..., `bounds.min_ratio`,
+// as fields of spec.mixture.online.
+absl::StatusOr<mixture::GroupWeights> InOnline(absl::StatusOr<mixture::GroupWeights> made) {
+  if (made.ok()) return made;
+  absl::string_view message = made.status().message();
+  absl::ConsumePrefix(&message, "bounds.");
+  return absl::Status(made.status().code(), absl::StrCat("spec.mixture.online.", message));
+}
+
 // The rule of spec.mixture.rule with spec.mixture.online's parameters (unset: the defaults of
-// group_weights.h) from the given `weights` (checked already). The kernels' errors name `eta`, `smoothing`,
-// ..., `bounds.min_ratio`: as fields of spec.mixture.online.
+// group_weights.h) from the given `weights` (checked already).
 absl::StatusOr<mixture::GroupWeights> MakeRule(const v1::MixtureSpec& spec,
                                                const std::vector<double>& weights,
                                                const std::vector<double>& reference) {
   const v1::OnlineWeights& o = spec.online();
-  auto online_error = [](const absl::Status& s) {
-    absl::string_view message = s.message();
-    absl::ConsumePrefix(&message, "bounds.");
-    return absl::Status(s.code(), absl::StrCat("spec.mixture.online.", message));
-  };
   mixture::WeightBounds bounds;
   if (o.has_min_ratio()) bounds.min_ratio = o.min_ratio();
   if (o.has_max_ratio()) bounds.max_ratio = o.max_ratio();
@@ -46,10 +49,7 @@ absl::StatusOr<mixture::GroupWeights> MakeRule(const v1::MixtureSpec& spec,
       if (o.has_loss_decay()) c.loss_decay = o.loss_decay();
       if (o.has_horizon()) c.horizon = o.horizon();
       c.bounds = bounds;
-      absl::StatusOr<mixture::GroupWeights> made =
-          mixture::GroupWeights::ExcessLoss(weights, reference, c);
-      if (!made.ok()) return online_error(made.status());
-      return made;
+      return InOnline(mixture::GroupWeights::ExcessLoss(weights, reference, c));
     }
     case v1::EXP3: {
       mixture::Exp3Config c;
@@ -58,9 +58,7 @@ absl::StatusOr<mixture::GroupWeights> MakeRule(const v1::MixtureSpec& spec,
       if (o.has_reward_decay()) c.reward_decay = o.reward_decay();
       if (o.has_loss_decay()) c.loss_decay = o.loss_decay();
       c.bounds = bounds;
-      absl::StatusOr<mixture::GroupWeights> made = mixture::GroupWeights::Exp3(weights, c);
-      if (!made.ok()) return online_error(made.status());
-      return made;
+      return InOnline(mixture::GroupWeights::Exp3(weights, c));
     }
     default:
       return absl::InvalidArgumentError(

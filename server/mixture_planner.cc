@@ -28,8 +28,8 @@ absl::StatusOr<std::shared_ptr<const MixtureWeights>> MakeMixtureWeights(
 
 uint64_t MixturePlanner::ScratchBytes(uint64_t groups, uint64_t window, uint64_t num_samples) {
   const uint64_t per_state =
-      groups * (sizeof(int128) + sizeof(mixture::GroupCursor) + sizeof(double) +
-                sizeof(uint64_t) + sizeof(mixture::GroupTrack));
+      groups * (sizeof(int128) + sizeof(mixture::GroupCursor) + sizeof(double) + sizeof(uint64_t) +
+                sizeof(mixture::GroupTrack));
   return (kKeptStates + 2) * per_state + 2 * groups * sizeof(uint64_t) +
          mixture::PlanWindowScratchBytes(DefaultThreads(), groups, window) +
          (Plan::Narrow(num_samples) ? window * sizeof(uint64_t) : 0);
@@ -49,10 +49,10 @@ MixturePlanner::MixturePlanner(std::shared_ptr<const MixtureConfig> config, uint
 namespace {
 
 absl::Status NoWeightsYet(uint64_t epoch) {
-  return absl::FailedPreconditionError(absl::StrCat(
-      "the group weights of epoch ", epoch,
-      " are not known yet: they are learned from the losses of epoch ", epoch == 0 ? 0 : epoch - 1,
-      ", which has not ended"));
+  return absl::FailedPreconditionError(
+      absl::StrCat("the group weights of epoch ", epoch,
+                   " are not known yet: they are learned from the losses of epoch ",
+                   epoch == 0 ? 0 : epoch - 1, ", which has not ended"));
 }
 
 }  // namespace
@@ -288,9 +288,9 @@ void DescribeMixture(const MixtureConfig& config, const MixtureEpoch* epoch, boo
   const mixture::GroupLayout& layout = config.layout;
   out->set_groups(layout.groups());
   out->set_rule(static_cast<v1::GroupWeightRule>(config.rule));
-  const std::vector<double>& weights =
-      epoch != nullptr && epoch->start->weights != nullptr ? epoch->start->weights->weights
-                                                           : config.weights;
+  const std::vector<double>& weights = epoch != nullptr && epoch->start->weights != nullptr
+                                           ? epoch->start->weights->weights
+                                           : config.weights;
   for (uint32_t k : HeaviestGroups(weights)) {
     v1::GroupStatus* g = out->add_top_groups();
     g->set_group(k);

@@ -380,9 +380,7 @@ TEST_F(OnlineWeightsTest, ExcessLossWeightsAreTheRulesAndReplayAfterACrashAndARe
   Run(v1::EXCESS_LOSS);
 }
 
-TEST_F(OnlineWeightsTest, Exp3WeightsAreTheRulesAndReplayAfterACrashAndARewind) {
-  Run(v1::EXP3);
-}
+TEST_F(OnlineWeightsTest, Exp3WeightsAreTheRulesAndReplayAfterACrashAndARewind) { Run(v1::EXP3); }
 
 TEST_F(MixtureWeightsTest, OnlineSpecsAreCheckedAndBadLossesRefused) {
   ASSERT_NO_FATAL_FAILURE(Start(/*persisted=*/false));
@@ -400,7 +398,8 @@ TEST_F(MixtureWeightsTest, OnlineSpecsAreCheckedAndBadLossesRefused) {
   spec.mutable_mixture()->mutable_online()->set_max_ratio(0.5);
   job = client_->CreateJob("x", spec);
   EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(job.status().message()), HasSubstr("spec.mixture.online.max_ratio = 0.5"));
+  EXPECT_THAT(std::string(job.status().message()),
+              HasSubstr("spec.mixture.online.max_ratio = 0.5"));
   // A loss of 2^32 or more cannot be summed exactly: the batch is refused whole.
   ASSERT_TRUE(client_->CreateJob("x", Spec(v1::EXP3)).ok());
   AwaitEpoch("x", 0);

@@ -68,9 +68,11 @@ using SamplerCallbackServiceBase = v1::Sampler::WithRawCallbackMethod_CreateJob<
                                 v1::Sampler::WithRawCallbackMethod_EndEpoch<
                                     v1::Sampler::WithRawCallbackMethod_GetJobStatus<
                                         v1::Sampler::WithRawCallbackMethod_ClaimRank<
-                                            v1::Sampler::WithRawCallbackMethod_UploadIrreducibleLosses<
-                                                v1::Sampler::WithRawCallbackMethod_SetGroupWeights<
-                                                    v1::Sampler::Service>>>>>>>>>>>>>>>;
+                                            v1::Sampler::
+                                                WithRawCallbackMethod_UploadIrreducibleLosses<
+                                                    v1::Sampler::
+                                                        WithRawCallbackMethod_SetGroupWeights<
+                                                            v1::Sampler::Service>>>>>>>>>>>>>>>;
 
 // Default of --max_server_threads / Options::max_server_threads: the WorkPool's threads.
 inline constexpr int kDefaultMaxHandlerThreads = 1024;

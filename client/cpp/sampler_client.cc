@@ -384,8 +384,8 @@ absl::StatusOr<v1::Job> SamplerClient::SetGroupWeights(const std::string& job,
   request.set_job(job);
   request.mutable_group_weights()->Add(weights.begin(), weights.end());
   v1::Job out;
-  absl::Status s = WithRetries(
-      [&](grpc::ClientContext* c) { return stub_->SetGroupWeights(c, request, &out); });
+  absl::Status s =
+      WithRetries([&](grpc::ClientContext* c) { return stub_->SetGroupWeights(c, request, &out); });
   if (!s.ok()) return s;
   return out;
 }

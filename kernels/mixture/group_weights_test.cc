@@ -529,8 +529,8 @@ TEST(GroupWeightsTest, RestoredStateContinuesBitForBit) {
     const std::vector<double> before = resumed->weights();
     ExpectError(resumed->Restore({0.5, 0.5}, run->tracks()), absl::StatusCode::kInvalidArgument,
                 "weights: 2 weights for 3 groups");
-    ExpectError(resumed->Restore({0.5, -0.5, 1}, run->tracks()),
-                absl::StatusCode::kInvalidArgument, "weights[1] = -0.5");
+    ExpectError(resumed->Restore({0.5, -0.5, 1}, run->tracks()), absl::StatusCode::kInvalidArgument,
+                "weights[1] = -0.5");
     ExpectError(resumed->Restore(run->weights(), {}), absl::StatusCode::kInvalidArgument,
                 "tracks: 0 group tracks for 3 groups");
     EXPECT_EQ(resumed->weights(), before);
