@@ -8,13 +8,14 @@ namespace samplerd {
 namespace {
 
 // The methods' names, in SamplerMethod order (checked against the .proto).
-constexpr const char* kMethodNames[kMethodCount] = {"CreateJob",     "GetJob",
-                                                    "ListJobs",      "DeleteJob",
-                                                    "RewindJob",     "ResizeJob",
-                                                    "UploadWeights", "UploadLabels",
-                                                    "StreamShard",   "ReportLosses",
-                                                    "EndEpoch",      "GetJobStatus",
-                                                    "ClaimRank",     "UploadIrreducibleLosses"};
+constexpr const char* kMethodNames[kMethodCount] = {"CreateJob",      "GetJob",
+                                                    "ListJobs",       "DeleteJob",
+                                                    "RewindJob",      "ResizeJob",
+                                                    "UploadWeights",  "UploadLabels",
+                                                    "StreamShard",    "ReportLosses",
+                                                    "EndEpoch",       "GetJobStatus",
+                                                    "ClaimRank",      "UploadIrreducibleLosses",
+                                                    "SetGroupWeights"};
 
 const google::protobuf::ServiceDescriptor& SamplerDescriptor() {
   const google::protobuf::ServiceDescriptor* service =

@@ -3,11 +3,19 @@ died and the others hang in a collective with a dead peer."""
 
 import multiprocessing.connection
 import os
+import socket
 import time
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+
+def free_port():
+    """A TCP port free on 127.0.0.1 now (the group's MASTER_PORT)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def join_group(rank, world, master_port):
