@@ -222,7 +222,7 @@ def worker(rank, world, cfg):
     warnings.simplefilter("ignore", samplerd.RestartWarning)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        domains = tdata.load(cfg["domains"], cfg["scale"])
+        domains = tdata.load(tdata.CAP_SETS[cfg["caps"]], cfg["scale"])
         names = [d.name for d in domains]
         train = torch.from_numpy(np.concatenate([d.train for d in domains]))
         offsets = np.cumsum([0] + [len(d.train) for d in domains])
@@ -270,7 +270,7 @@ def worker(rank, world, cfg):
 
 
 def run(binary, *, seeds, epochs, window, batch_size, world, lr, eval_every, scale,
-        arms=ARMS, domains=tdata.DOMAINS, online=None, verbose=True, partial="", previous=()):
+        arms=ARMS, caps="hard_large", online=None, verbose=True, partial="", previous=()):
     """Runs the benchmark on a fresh samplerd. Returns ({domain: sizes}, per-run results,
     {arm: why skipped}). `previous`: runs of an earlier invocation with the same settings,
     kept as they are (not run again; its uniform runs are the references)."""
@@ -290,7 +290,7 @@ def run(binary, *, seeds, epochs, window, batch_size, world, lr, eval_every, sca
             print(f"text_mixture: skipping arm {arm}: {why}", flush=True)
         cfg = {"address": address, "arms": [a for a in arms if a not in skipped],
                "seeds": seeds, "epochs": epochs, "window": window, "batch_size": batch_size,
-               "lr": lr, "eval_every": eval_every, "scale": scale, "domains": list(domains),
+               "lr": lr, "eval_every": eval_every, "scale": scale, "caps": caps,
                "online": dict(online or {}), "verbose": verbose, "partial": partial,
                "previous": {},
                "master_port": free_port()}
@@ -323,6 +323,8 @@ def main():
         parser.add_argument(f"--{key}", type=int, help="overrides the preset")
     for key in ("lr", "scale"):
         parser.add_argument(f"--{key}", type=float, help="overrides the preset")
+    parser.add_argument("--caps", default="hard_large", choices=sorted(tdata.CAP_SETS),
+                        help="the domains' sizes (bench/text_mixture_data.py)")
     parser.add_argument("--online", default="{}",
                         help='OnlineWeights fields of the online arms as JSON, e.g. '
                              '\'{"eta": 1, "min_ratio": 0.1}\' (default: the server\'s)')
@@ -361,11 +363,13 @@ def main():
         sys.exit(f"--arms: {unknown or f'the baseline {args.baseline} is missing'}: the arms "
                  f"are {','.join(ARMS)}")
     online = json.loads(args.online)
+    cfg["caps"] = args.caps
     previous = []
     if args.reuse:
         with open(args.reuse) as f:
             stored = json.load(f)
-        differ = {k: (v, cfg.get(k)) for k, v in stored["config"].items()
+        theirs = dict({"caps": "hard_large"}, **stored["config"])  # Before --caps: hard_large.
+        differ = {k: (v, cfg.get(k)) for k, v in theirs.items()
                   if k not in ("online", "seeds") and cfg.get(k) != v}
         if differ:
             sys.exit(f"--reuse {args.reuse}: its settings differ (theirs, these): {differ}")
