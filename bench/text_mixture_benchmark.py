@@ -270,7 +270,7 @@ def worker(rank, world, cfg):
 
 
 def run(binary, *, seeds, epochs, window, batch_size, world, lr, eval_every, scale,
-        arms=ARMS, caps="hard_large", online=None, verbose=True, partial="", previous=()):
+        arms=ARMS, caps="headers_large", online=None, verbose=True, partial="", previous=()):
     """Runs the benchmark on a fresh samplerd. Returns ({domain: sizes}, per-run results,
     {arm: why skipped}). `previous`: runs of an earlier invocation with the same settings,
     kept as they are (not run again; its uniform runs are the references)."""
@@ -323,7 +323,7 @@ def main():
         parser.add_argument(f"--{key}", type=int, help="overrides the preset")
     for key in ("lr", "scale"):
         parser.add_argument(f"--{key}", type=float, help="overrides the preset")
-    parser.add_argument("--caps", default="hard_large", choices=sorted(tdata.CAP_SETS),
+    parser.add_argument("--caps", default="headers_large", choices=sorted(tdata.CAP_SETS),
                         help="the domains' sizes (bench/text_mixture_data.py)")
     parser.add_argument("--online", default="{}",
                         help='OnlineWeights fields of the online arms as JSON, e.g. '
@@ -368,7 +368,7 @@ def main():
     if args.reuse:
         with open(args.reuse) as f:
             stored = json.load(f)
-        theirs = dict({"caps": "hard_large"}, **stored["config"])  # Before --caps: hard_large.
+        theirs = dict({"caps": "headers_large"}, **stored["config"])
         differ = {k: (v, cfg.get(k)) for k, v in theirs.items()
                   if k not in ("online", "seeds") and cfg.get(k) != v}
         if differ:
