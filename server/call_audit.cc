@@ -28,7 +28,7 @@ using grpc::experimental::InterceptionHookPoints;
 
 // The management calls: each leaves an audit line.
 constexpr absl::string_view kAuditedMethods[] = {"CreateJob", "DeleteJob", "RewindJob",
-                                                 "ResizeJob"};
+                                                 "ResizeJob", "SetGroupWeights"};
 constexpr size_t kMaxJobBytes = 256;  // Job names have at most 128 characters.
 
 bool Refused(grpc::StatusCode code) {

@@ -4,7 +4,8 @@
 //   event=call_refused  WARNING, every call of any service ending UNAUTHENTICATED or
 //                       PERMISSION_DENIED: method, code, peer, client, job, message.
 //   event=audit         INFO, every management call of samplerd.v1.Sampler (CreateJob,
-//                       DeleteJob, RewindJob, ResizeJob), whatever its outcome: method, job,
+//                       DeleteJob, RewindJob, ResizeJob, SetGroupWeights), whatever its
+//                       outcome: method, job,
 //                       code, peer, client, ms, and the message when it failed.
 //
 // `peer` is gRPC's peer address ("ipv4:10.0.0.7:51234"); `client` the identity of the client's

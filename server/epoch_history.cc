@@ -20,8 +20,13 @@ namespace {
 // jobs.
 std::shared_ptr<const state::MixtureState> MixtureStartOf(const PlannedEpoch& planned) {
   if (planned.view.mixture == nullptr) return nullptr;
-  return std::make_shared<const state::MixtureState>(
-      MixtureStateToProto(*planned.view.mixture->start));
+  auto start =
+      std::make_shared<state::MixtureState>(MixtureStateToProto(*planned.view.mixture->start));
+  // The weight history up to the epoch, so that a restart and a rewind show it again.
+  if (planned.weight_history != nullptr) {
+    for (const state::EpochGroupWeights& e : *planned.weight_history) *start->add_history() = e;
+  }
+  return start;
 }
 
 using EpochStart = JobJournal::EpochStart;
@@ -75,6 +80,9 @@ class InMemoryHistory final : public EpochHistory {
     return absl::OkStatus();
   }
   absl::Status LogResized(uint64_t, uint32_t) override { return absl::OkStatus(); }
+  absl::Status LogGroupWeightsSet(uint64_t, absl::Span<const double>) override {
+    return absl::OkStatus();
+  }
   absl::Status Sync() override { return absl::OkStatus(); }
   absl::Status Remove() override { return absl::OkStatus(); }
 
@@ -193,6 +201,9 @@ class JournalHistory final : public EpochHistory {
   }
   absl::Status LogResized(uint64_t epoch, uint32_t world_size) override {
     return journal_->LogResized(epoch, world_size);
+  }
+  absl::Status LogGroupWeightsSet(uint64_t epoch, absl::Span<const double> weights) override {
+    return journal_->LogGroupWeightsSet(epoch, weights);
   }
   absl::Status Sync() override { return journal_->Sync(); }
   absl::Status Remove() override {

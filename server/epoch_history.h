@@ -86,6 +86,8 @@ class EpochHistory {
   virtual absl::Status LogStreamed(uint64_t epoch, uint32_t deal, uint32_t rank,
                                    uint64_t position) = 0;
   virtual absl::Status LogResized(uint64_t epoch, uint32_t world_size) = 0;
+  // A mixture job's SetGroupWeights during `epoch` (in force from epoch + 1).
+  virtual absl::Status LogGroupWeightsSet(uint64_t epoch, absl::Span<const double> weights) = 0;
   // Makes every change recorded so far durable (a no-op in memory).
   virtual absl::Status Sync() = 0;
   // Deletes what is persisted (the job was deleted). Waits for an epoch's opening, a rewind or a

@@ -48,6 +48,7 @@ EpochPlanner::~EpochPlanner() { Stop(); }
 
 bool EpochPlanner::PlanIgnoresWeights(const JobConfig& config) {
   const PlanSpec& p = config.plan;
+  if (config.mixture != nullptr) return !config.mixture->online();
   return p.order == SampleOrder::kSequential || p.EveryIndexOnce() ||
          (config.policy.base == BaseWeightKind::kUniform &&
           !UsesLossStats(config.policy));
@@ -66,6 +67,28 @@ absl::StatusOr<std::shared_ptr<const BackendWeights>> EpochPlanner::Recompute(
       config_.policy, closed_epoch, inputs.base.get(), inputs.current.get(), inputs.losses,
       inputs.irreducible != nullptr ? absl::MakeConstSpan(*inputs.irreducible)
                                     : absl::Span<const float>());
+}
+
+absl::Status EpochPlanner::MoveGroupWeights(uint64_t closed_epoch, const RecomputeInputs& inputs) {
+  if (mixture_ == nullptr) return absl::OkStatus();
+  if (inputs.group_losses != nullptr) {
+    return mixture_->UpdateOnline(closed_epoch, *inputs.group_losses).status();
+  }
+  if (inputs.group_weights.has_value()) {
+    // The plan computed ahead for closed_epoch + 1 had the old weights (and kept the state after
+    // it): dropped before the new weights replace the states from closed_epoch + 1 on.
+    DiscardAhead();
+    return mixture_->SetStaticFrom(closed_epoch + 1, *inputs.group_weights);
+  }
+  return absl::OkStatus();
+}
+
+void EpochPlanner::DiscardAhead() {
+  absl::MutexLock lock(&ahead_mu_);
+  if (ahead_.valid()) {
+    ahead_.wait();
+    ahead_ = {};
+  }
 }
 
 absl::StatusOr<PlannedEpoch> EpochPlanner::PlanWith(uint64_t epoch,
@@ -111,6 +134,9 @@ bool EpochPlanner::StartNext(uint64_t closed_epoch, RecomputeInputs inputs,
   thread_ = std::thread([this, closed_epoch, inputs = std::move(inputs), done = std::move(done)] {
     const absl::Time start = absl::Now();
     absl::StatusOr<std::shared_ptr<const BackendWeights>> weights = Recompute(closed_epoch, inputs);
+    if (weights.ok()) {
+      if (absl::Status s = MoveGroupWeights(closed_epoch, inputs); !s.ok()) weights = s;
+    }
     if (!weights.ok()) {
       done(weights.status());
     } else {

@@ -5,7 +5,9 @@
 // It knows nothing of the job's phases, locks or persistence: the Job gives it inputs that stay
 // unchanged while it runs, and publishes what it returns (job.h). The backend does the numerics;
 // a mixture job's windows are its MixturePlanner's (mixture_planner.h, host code whatever the
-// backend), from the group weights of the job's config (static: nothing to recompute).
+// backend), from the group weights in force at each epoch: after epoch e closed, an online
+// rule's weights of e + 1 are updated from e's per-group losses where the per-sample policies
+// recompute W_{e+1} (StartNext), and static weights set during e take effect at e + 1.
 //
 // Thread-safety: all methods may be called concurrently. StartNext runs one task at a time on
 // the planner thread; Stop waits for it and for a look-ahead plan, after which StartNext and
@@ -17,6 +19,7 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -49,6 +52,9 @@ struct PlannedEpoch {
   WeightSummary weight_summary;  // Of W_epoch (uniform: all ones, effective size N).
   double recompute_ms = 0;       // 0 when the weights were given, not recomputed.
   double plan_ms = 0;
+  // A mixture job: the group weights in force at each epoch up to this one (set by the job
+  // before the epoch is kept or published: WithEpochWeights); null otherwise.
+  std::shared_ptr<const WeightHistory> weight_history;
 };
 
 // What the recompute of W_{e+1} reads (the backend's objects). Must stay unchanged until the
@@ -59,6 +65,12 @@ struct RecomputeInputs {
   const BackendLossStats* losses = nullptr;       // Null without a loss policy.
   // REDUCIBLE_LOSS: the irreducible losses (N); null for the other policies.
   std::shared_ptr<const std::vector<float>> irreducible;
+  // A mixture job with an online rule: the closed epoch's per-group loss statistics, which give
+  // the next epoch's group weights (MixturePlanner::UpdateOnline); null otherwise.
+  std::shared_ptr<const mixture::GroupLosses> group_losses;
+  // A mixture job with static weights: the weights SetGroupWeights set during the closed epoch
+  // (the last call's), in force from the next epoch (MixturePlanner::SetStaticFrom); unset: none.
+  std::optional<std::vector<double>> group_weights;
 };
 
 class EpochPlanner {
@@ -91,8 +103,13 @@ class EpochPlanner {
   void Stop() ABSL_LOCKS_EXCLUDED(mu_, ahead_mu_);
 
   // Whether a plan depends only on (seed, epoch): sequential order, every index once, or fixed
-  // uniform weights. Such plans are computed one epoch ahead.
+  // uniform weights, or a mixture job with static group weights. Such plans are computed one
+  // epoch ahead (a mixture job's SetGroupWeights discards the plan computed ahead: DiscardAhead).
   static bool PlanIgnoresWeights(const JobConfig& config);
+
+  // Waits for the plan computed ahead, if any, and drops it (the next epoch's inputs changed: a
+  // mixture job's group weights were set, or a rewind forgets the epochs after its start).
+  void DiscardAhead() ABSL_LOCKS_EXCLUDED(ahead_mu_);
 
   // A mixture job's planner (null for other jobs): a restored or rewound job hands it the state
   // its epoch start holds (MixturePlanner::Remember).
@@ -105,6 +122,10 @@ class EpochPlanner {
                                         double recompute_ms) ABSL_LOCKS_EXCLUDED(ahead_mu_);
   absl::StatusOr<std::shared_ptr<const BackendWeights>> Recompute(
       uint64_t closed_epoch, const RecomputeInputs& inputs) const;
+  // A mixture job: the group weights of closed_epoch + 1 from `inputs` (an online rule's update,
+  // or static weights set during closed_epoch); nothing to do otherwise.
+  absl::Status MoveGroupWeights(uint64_t closed_epoch, const RecomputeInputs& inputs)
+      ABSL_LOCKS_EXCLUDED(ahead_mu_);
   // A plan and, for a mixture job, its window's epoch.
   struct Computed {
     samplerd::Plan plan;

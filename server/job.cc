@@ -16,6 +16,8 @@
 #include "absl/time/clock.h"
 #include "glog/logging.h"
 #include "kernels/loss_policies.h"
+#include "kernels/mixture/apportion.h"
+#include "kernels/mixture/group_weights.h"
 
 namespace samplerd {
 
@@ -80,7 +82,11 @@ Job::Job(std::string name, JobConfig config, ComputeBackend* backend,
       planner_(config_, backend_),
       // From the clock: incarnations issued before a restart are not issued again after it.
       claims_(name_, static_cast<uint64_t>(std::max<int64_t>(absl::ToUnixMicros(absl::Now()), 1))),
-      deal_(name_, config_.shard, config_.plan.samples_per_epoch) {}
+      deal_(name_, config_.shard, config_.plan.samples_per_epoch) {
+  if (config_.mixture != nullptr && config_.mixture->online()) {
+    group_losses_ = std::make_unique<mixture::GroupLosses>(config_.mixture->layout.groups());
+  }
+}
 
 absl::Status Job::MakeLossStats() {
   if (!UsesLossStats(config_.policy)) return absl::OkStatus();
@@ -397,6 +403,7 @@ absl::Status Job::InstallBaseAndPlan(std::vector<float> base) {
   absl::StatusOr<PlannedEpoch> planned =
       s.ok() ? planner_.Plan(0, opening.base) : absl::StatusOr<PlannedEpoch>(s);
   s = planned.status();
+  if (s.ok()) AddWeightHistory(&*planned, nullptr);  // Epoch 0: the first entry.
   if (s.ok()) {
     absl::StatusOr<const BackendLossStats*> losses = LossesWhilePlanning();
     s = losses.status();  // Closed meanwhile: nothing is published.
@@ -425,6 +432,7 @@ bool Job::Publish(const PlannedEpoch& planned, std::shared_ptr<const BackendWeig
     absl::MutexLock lock(&mu_);
     if (!IsPlanning()) return false;  // Closed (or failed) meanwhile.
     if (snapshot_follows) snapshot_unscheduled_ = true;
+    if (planned.weight_history != nullptr) weight_history_ = planned.weight_history;
     epoch_ = planned.epoch;
     Enter(Serving{planned.view});
     if (new_base != nullptr) base_ = std::move(new_base);
@@ -454,10 +462,15 @@ void Job::FinishPlanningNext(absl::StatusOr<PlannedEpoch> planned) {
   if (status.ok()) {
     absl::StatusOr<const BackendLossStats*> losses = LossesWhilePlanning();
     if (!losses.ok()) return;  // Closed or failed meanwhile: nothing is published.
-    absl::MutexLock lock(&mu_);
-    opening.base = base_;
-    opening.irreducible = irreducible_;
-    opening.world_size = deal_.world_size();
+    std::shared_ptr<const WeightHistory> history;  // Only Publish changes it: not while planning.
+    {
+      absl::MutexLock lock(&mu_);
+      opening.base = base_;
+      opening.irreducible = irreducible_;
+      opening.world_size = deal_.world_size();
+      history = weight_history_;
+    }
+    AddWeightHistory(&*planned, history.get());  // O(K): off the lock.
     opening.planned = &*planned;
     opening.losses = *losses;
   }
@@ -485,6 +498,11 @@ void Job::FinishPlanningNext(absl::StatusOr<PlannedEpoch> planned) {
       Enter(Failed{s, "snapshotting"});
     }
   }
+}
+
+void Job::AddWeightHistory(PlannedEpoch* planned, const WeightHistory* before) {
+  if (planned->view.mixture == nullptr) return;
+  planned->weight_history = WithEpochWeights(before, *planned->view.mixture->start);
 }
 
 // ---- Shards -------------------------------------------------------------------------------------
@@ -547,6 +565,17 @@ absl::Status Job::ReportLosses(const LossBatchView& batch, v1::LossReportSummary
   if (absl::Status s = ValidateLossBatch(batch, config_.plan.num_samples); !s.ok()) {
     return Named(s);
   }
+  // An online mixture job's losses feed its group statistics: their range is checked before
+  // anything is recorded (GroupLosses::Check).
+  if (config_.mixture != nullptr && config_.mixture->online()) {
+    if (absl::Status s =
+            mixture::GroupLosses::Check(config_.mixture->layout, batch.indices, batch.losses);
+        !s.ok()) {
+      return Named(absl::InvalidArgumentError(
+          absl::StrCat("batch seq ", batch.seq, " of epoch ", batch.epoch, " from rank ",
+                       batch.rank, ": ", s.message())));
+    }
+  }
   // Prepared before taking the lock (other ranks report concurrently).
   const EpochHistory::LossRecord record = history_->PrepareLosses(batch);
 
@@ -591,6 +620,12 @@ absl::Status Job::ReportLosses(const LossBatchView& batch, v1::LossReportSummary
     }
     accepted = *applied;
   }
+  if (group_losses_ != nullptr) {
+    // Checked before it was recorded: cannot fail.
+    absl::Status added =
+        group_losses_->Add(config_.mixture->layout, pairs.indices(), pairs.losses());
+    CHECK(added.ok()) << added;
+  }
   deal_.AddAccepted(batch.rank, accepted);
   summary->set_accepted(summary->accepted() + accepted);
   summary->set_duplicates(summary->duplicates() + (size - accepted));
@@ -630,6 +665,13 @@ absl::StatusOr<v1::EndEpochResponse> Job::EndEpoch(uint64_t epoch, uint32_t deal
     inputs.base = base_;
     inputs.current = std::get<Serving>(phase_).view.weights;
     inputs.irreducible = irreducible_;
+    if (group_losses_ != nullptr) {
+      // The closed epoch's statistics go to the planner; the next epoch starts with none.
+      inputs.group_losses = std::make_shared<const mixture::GroupLosses>(std::move(*group_losses_));
+      *group_losses_ = mixture::GroupLosses(config_.mixture->layout.groups());
+    }
+    inputs.group_weights = std::move(pending_group_weights_);
+    pending_group_weights_.reset();
     epoch_ = epoch + 1;
     // The next epoch is dealt whole to the ranks that ended this one.
     deal_.DealNextEpoch(config_.plan.samples_per_epoch);
@@ -707,7 +749,10 @@ absl::Status Job::Rewind(uint64_t epoch) {
   };
   absl::StatusOr<JobJournal::EpochStart> start = FindStart(epoch);
   if (!start.ok()) return undo(start.status());
-  // A mixture job's groups as they were at that start (else the planner recomputes them).
+  // A mixture job's groups as they were at that start, their weights included (else the planner
+  // recomputes them); the states after it are forgotten, and first the plan computed ahead from
+  // them.
+  if (start->mixture != nullptr) planner_.DiscardAhead();
   if (absl::Status s = RememberMixtureStart(start->mixture.get(), epoch); !s.ok()) return undo(s);
   // The start's weights as the backend's again. One vector for both (no loss policy, kept in
   // memory): one object, as before the rewind.
@@ -718,6 +763,10 @@ absl::Status Job::Rewind(uint64_t epoch) {
   if (!base.ok()) return undo(base.status());
   absl::StatusOr<PlannedEpoch> planned = planner_.Plan(epoch, *weights);
   if (!planned.ok()) return undo(planned.status());
+  if (start->mixture != nullptr) {
+    const WeightHistory kept(start->mixture->history().begin(), start->mixture->history().end());
+    AddWeightHistory(&*planned, &kept);
+  }
   if (absl::Status s = history_->Rewind(epoch); absl::IsFailedPrecondition(s)) {
     return undo(s);  // The start is no longer kept: nothing changed.
   } else if (!s.ok()) {
@@ -737,8 +786,13 @@ absl::Status Job::Rewind(uint64_t epoch) {
         return s;
       }
     }
-    // The epoch's start as it was: deal 0 to the ranks it started with.
+    // The epoch's start as it was: deal 0 to the ranks it started with; a mixture job's group
+    // statistics empty and no weights set during it.
     deal_.DealAgain(start->world_size);
+    if (group_losses_ != nullptr) {
+      *group_losses_ = mixture::GroupLosses(config_.mixture->layout.groups());
+    }
+    pending_group_weights_.reset();
   }
   if (!Publish(*planned, *std::move(base))) {
     absl::MutexLock lock(&mu_);
@@ -746,6 +800,41 @@ absl::Status Job::Rewind(uint64_t epoch) {
   }
   LOG(INFO) << "event=job_rewound job=" << name_ << " epoch=" << epoch;
   return absl::OkStatus();
+}
+
+// ---- Group weights ------------------------------------------------------------------------------
+
+absl::StatusOr<v1::Job> Job::SetGroupWeights(std::vector<double> weights) {
+  if (config_.mixture == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job '", name_, "' is not a mixture job (its spec has no mixture): it has no group weights"));
+  }
+  if (config_.mixture->online()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job '", name_, "' learns its group weights online (spec.mixture.rule = ",
+        v1::GroupWeightRule_Name(config_.normalized.mixture().rule()),
+        "); SetGroupWeights sets static weights (rule STATIC_WEIGHTS) only"));
+  }
+  // The checks of the planner's SetStaticFrom, made before anything is recorded.
+  const uint64_t k_groups = config_.mixture->layout.groups();
+  absl::StatusOr<std::vector<double>> normalized = mixture::NormalizeWeights(weights, k_groups);
+  absl::Status valid = normalized.status();
+  if (valid.ok()) valid = mixture::SharesOf(*normalized).status();
+  if (!valid.ok()) {
+    return Named(absl::Status(valid.code(), absl::StrCat("group_", valid.message())));
+  }
+  absl::MutexLock lock(&mu_);
+  // After a planning in progress: the weights are for the epoch after the one served.
+  auto settled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !IsPlanning(); };
+  mu_.Await(absl::Condition(&settled));
+  if (absl::Status s = CheckEpochOpen(epoch_); !s.ok()) return s;  // Closed, failed.
+  if (absl::Status s = history_->LogGroupWeightsSet(epoch_, weights); !s.ok()) return s;
+  pending_group_weights_ = std::move(weights);
+  LOG(INFO) << "event=group_weights_set job=" << name_ << " epoch=" << epoch_
+            << " from_epoch=" << epoch_ + 1;
+  v1::Job job;
+  DescribeLocked(&job);
+  return job;
 }
 
 // ---- Resizes ------------------------------------------------------------------------------------
@@ -826,7 +915,7 @@ absl::Status Job::ApplyResize(EpochView view, uint32_t world_size, bool replaced
 
 // ---- Status -------------------------------------------------------------------------------------
 
-v1::JobStatus Job::Status() const {
+v1::JobStatus Job::Status(bool weight_history) const {
   v1::JobStatus status;
   status.set_backend(backend_->name());
   for (uint64_t e : RewindableEpochs()) status.mutable_job()->add_rewindable_epochs(e);
@@ -862,13 +951,22 @@ v1::JobStatus Job::Status() const {
   status.set_last_plan_ms(last_plan_ms_);
   // While planning, the planner reads the table off the lock; the count is not written then.
   status.set_samples_seen(losses_ != nullptr ? losses_->SamplesSeen() : 0);
-  // A mixture job's groups: the serving window's (none while planning), described off the lock
-  // (O(K)).
-  const std::shared_ptr<const MixtureEpoch> mixture =
-      status.job().plan_ready() ? mixture_epoch_ : nullptr;
+  // A mixture job's groups: the last published window's weights, its counts and cursors only
+  // while it is served, described off the lock (O(K)).
+  const std::shared_ptr<const MixtureEpoch> mixture = mixture_epoch_;
+  const bool served = status.job().plan_ready();
+  const std::shared_ptr<const WeightHistory> history = weight_history_;
   lock.Release();
   if (config_.mixture != nullptr) {
-    DescribeMixture(*config_.mixture, mixture.get(), status.mutable_mixture());
+    DescribeMixture(*config_.mixture, mixture.get(), served, status.mutable_mixture());
+    if (weight_history && history != nullptr) {
+      for (const state::EpochGroupWeights& e : *history) {
+        v1::EpochGroupWeights* out = status.mutable_mixture()->add_history();
+        out->set_epoch(e.epoch());
+        out->mutable_groups()->Add(e.group().begin(), e.group().end());
+        out->mutable_weights()->Add(e.weight().begin(), e.weight().end());
+      }
+    }
   }
   return status;
 }

@@ -75,6 +75,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "kernels/compute_backend.h"
+#include "kernels/mixture/group_losses.h"
 #include "proto/samplerd.pb.h"
 #include "server/current_deal.h"
 #include "server/deal_changes.h"
@@ -219,6 +220,15 @@ class Job {
   // when it returns.
   absl::StatusOr<v1::Job> Resize(uint64_t epoch, uint32_t world_size) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // A mixture job with static group weights (proto SetGroupWeights): `weights` in force from
+  // the first epoch not yet planned, which is the returned Job's current_epoch + 1 (waits for
+  // an epoch being planned). Recorded first (logged), then kept for the next epoch's planning
+  // (the last call in an epoch counts); a rewind forgets it. Errors: INVALID_ARGUMENT naming
+  // `group_weights[k]` and its value, or their count (nothing changes); FAILED_PRECONDITION for
+  // a job that is not a mixture job, or whose weights are online, or whose planning failed; the
+  // close reason; INTERNAL (the log's write: then nothing changed).
+  absl::StatusOr<v1::Job> SetGroupWeights(std::vector<double> weights) ABSL_LOCKS_EXCLUDED(mu_);
+
   // Puts the job back to the start of `epoch` (proto RewindJob): its weights, loss statistics
   // and epoch number then, every rank's progress cleared; plans `epoch` again (the same plan as
   // the first time) on the caller's thread and publishes it. Waits for a planning in progress
@@ -235,8 +245,9 @@ class Job {
   // for that write, and only if the write fails is the start no longer kept).
   std::vector<uint64_t> RewindableEpochs() const ABSL_LOCKS_EXCLUDED(mu_);
 
-  // One consistent view of the job (taken under one lock acquisition).
-  v1::JobStatus Status() const ABSL_LOCKS_EXCLUDED(mu_);
+  // One consistent view of the job (taken under one lock acquisition); with `weight_history`, a
+  // mixture job's MixtureStatus.history too.
+  v1::JobStatus Status(bool weight_history = false) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Makes every change applied so far durable (no-op without a journal). A ReportLosses caller
   // acknowledges its batches only after this returned OK.
@@ -335,6 +346,9 @@ class Job {
   // BeforePublishing, publishes, then its AfterPublishing (off the boundary's path). Runs on the
   // planner thread.
   void FinishPlanningNext(absl::StatusOr<PlannedEpoch> planned) ABSL_LOCKS_EXCLUDED(mu_);
+  // A mixture job's `planned` epoch gets the weight history up to it: `before` (the published
+  // epochs', or a kept start's) with its own entry (WithEpochWeights). Nothing for other jobs.
+  static void AddWeightHistory(PlannedEpoch* planned, const WeightHistory* before);
   // Replays a restored log (job_restore.cc).
   absl::Status Replay(JobJournal& journal, const JobJournal::Recovered& recovered)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -393,8 +407,19 @@ class Job {
   // The recorded changes of deal_, each logged in history_ and then applied (one call).
   DealChanges changes_ ABSL_GUARDED_BY(mu_){history_.get(), &deal_};
   WeightSummary weight_summary_ ABSL_GUARDED_BY(mu_);
-  // A mixture job's serving epoch (its window's start and counts), for Status; null otherwise.
+  // A mixture job's last published epoch (its window's start, with the weights in force, and
+  // counts), for Status; null otherwise.
   std::shared_ptr<const MixtureEpoch> mixture_epoch_ ABSL_GUARDED_BY(mu_);
+  // A mixture job with an online rule: the serving epoch's per-group loss statistics (24 bytes
+  // per group), from the positions accepted (each once); handed to the planner when the epoch
+  // closes (MixturePlanner::UpdateOnline). Null for other jobs.
+  std::unique_ptr<mixture::GroupLosses> group_losses_ ABSL_GUARDED_BY(mu_);
+  // A mixture job with static weights: the weights SetGroupWeights set during the serving
+  // epoch (in force from the next one); unset: none.
+  std::optional<std::vector<double>> pending_group_weights_ ABSL_GUARDED_BY(mu_);
+  // A mixture job: the group weights in force at each epoch up to the last published one
+  // (MixtureStatus.history); null for other jobs.
+  std::shared_ptr<const WeightHistory> weight_history_ ABSL_GUARDED_BY(mu_);
   double last_recompute_ms_ ABSL_GUARDED_BY(mu_) = 0;
   double last_plan_ms_ ABSL_GUARDED_BY(mu_) = 0;
   // The serving epoch was opened by an EndEpoch and not yet handed to the history after its

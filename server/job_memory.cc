@@ -51,14 +51,18 @@ JobMemoryEstimate EstimateMixtureMemory(const JobConfig& config, bool persisted)
   const uint64_t k = config.mixture->layout.groups();
   JobMemoryEstimate e;
   e.plans = MulSat(MulSat(2, m), Plan::Narrow(n) ? sizeof(uint32_t) : sizeof(uint64_t));
-  e.weights = config.mixture->Bytes();
+  e.weights = AddSat(config.mixture->Bytes(), MixturePlanner::kWeightHistoryBytes);
   e.scratch = MixturePlanner::ScratchBytes(k, m, n);
   const uint64_t shard_length = ShardLength(m, config.shard, 0).value_or(0);
   e.ranks =
       MulSat(config.shard.world_size, AddSat(kBytesPerRank, PositionSet::BytesFor(shard_length)));
   // In memory, each kept epoch start holds its groups' state (its snapshot's encoding: ~4 words
-  // of up to 10 bytes per group).
-  if (!persisted) e.rewind = MulSat(MulSat(config.rewind_epochs, k), 40);
+  // of up to 10 bytes per group, the weights and an online rule's tracks ~40 more) and the
+  // weight history.
+  if (!persisted) {
+    e.rewind = MulSat(config.rewind_epochs,
+                      AddSat(MulSat(k, 80), MixturePlanner::kWeightHistoryBytes));
+  }
   const uint64_t rest = AddSat(AddSat(AddSat(e.weights, e.scratch), e.ranks), e.rewind);
   const bool by_m = e.plans > rest;
   e.driving_field = by_m ? "spec.samples_per_epoch" : "spec.mixture.group_sizes";

@@ -25,10 +25,11 @@
 //                  + 4 N)     epoch starts kept in memory, each a copy of the loss statistics
 //                             and (but the current one) its epoch's weights; on disk otherwise
 //
-// A mixture job (spec.mixture) keeps nothing per sample: 2 b M for its plans, 40 bytes per group
-// for its config (MixtureConfig::Bytes), its planner's scratch (MixturePlanner::ScratchBytes:
-// the groups' states, 32 bytes per group each, the window's shuffle scratch, and 8 M when b = 4),
-// the ranks, and without --data_dir ~40 bytes per group per kept epoch start; its driving field
+// A mixture job (spec.mixture) keeps nothing per sample: 2 b M for its plans, 88 bytes per group
+// for its config (MixtureConfig::Bytes) and ~1 MiB of weight history, its planner's scratch
+// (MixturePlanner::ScratchBytes: the groups' states, 80 bytes per group each with their weights,
+// the window's shuffle scratch, and 8 M when b = 4), the ranks, and without --data_dir ~80 bytes
+// per group and a weight history per kept epoch start; its driving field
 // is spec.samples_per_epoch, or spec.mixture.group_sizes (its value K) when the groups weigh more.
 //
 // So a UNIFORM job with replacement needs 2 b M (8 kB for M = 1000, whatever N); a STATIC job

@@ -12,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu_backend.h"
+#include "server/mixture_planner.h"
 #include "kernels/testing/peak_memory.h"
 #include "server/job.h"
 #include "server/testing/loss_batches.h"
@@ -119,7 +120,7 @@ TEST_F(JobMemoryTest, AMixtureJobIsItsPlansAndItsGroups) {
   for (int k = 0; k < 10'000; ++k) spec.mutable_mixture()->add_group_sizes(100'000'000);
   const JobMemoryEstimate e = Estimate(spec);
   EXPECT_EQ(e.plans, 2 * 10'000'000 * 8u);
-  EXPECT_EQ(e.weights, 40 * 10'000u);
+  EXPECT_EQ(e.weights, 88 * 10'000u + MixturePlanner::kWeightHistoryBytes);
   EXPECT_EQ(e.loss_stats, 0u);
   EXPECT_GT(e.scratch, 6 * 32 * 10'000u);  // The groups' states and the shuffle's scratch.
   EXPECT_LT(e.scratch, 32u << 20);

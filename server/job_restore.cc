@@ -101,6 +101,11 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Restore(std::string name, JobConfig co
         weights.ok() ? job->planner_.Plan(header.epoch(), *std::move(weights))
                      : absl::StatusOr<PlannedEpoch>(weights.status());
     absl::Status s = planned.status();
+    if (s.ok()) {  // A mixture job's weight history, as the snapshot holds it.
+      const WeightHistory kept(header.mixture().history().begin(),
+                               header.mixture().history().end());
+      AddWeightHistory(&*planned, &kept);
+    }
     // The snapshot exists already: only the epoch's log is opened.
     if (s.ok()) s = journal.OpenEpoch(header.epoch());
     if (s.ok()) job->Publish(*planned, base);
@@ -138,6 +143,9 @@ absl::Status Job::Replay(JobJournal& journal, const JobJournal::Recovered& recov
   };
   handlers.resized = [this](uint64_t epoch, uint32_t world_size) {
     return Resize(epoch, world_size).status();
+  };
+  handlers.group_weights_set = [this](uint64_t, std::vector<double> weights) {
+    return SetGroupWeights(std::move(weights)).status();
   };
   if (absl::Status s = journal.Replay(recovered.records, handlers); !s.ok()) return s;
   return AwaitNotPlanning();

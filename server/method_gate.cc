@@ -14,7 +14,8 @@ constexpr const char* kMethodNames[kMethodCount] = {"CreateJob",     "GetJob",
                                                     "UploadWeights", "UploadLabels",
                                                     "StreamShard",   "ReportLosses",
                                                     "EndEpoch",      "GetJobStatus",
-                                                    "ClaimRank",     "UploadIrreducibleLosses"};
+                                                    "ClaimRank",     "UploadIrreducibleLosses",
+                                                    "SetGroupWeights"};
 
 const google::protobuf::ServiceDescriptor& SamplerDescriptor() {
   const google::protobuf::ServiceDescriptor* service =

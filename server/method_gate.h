@@ -35,6 +35,7 @@ enum SamplerMethod : int {
   kGetJobStatus,
   kClaimRank,
   kUploadIrreducibleLosses,
+  kSetGroupWeights,
   kMethodCount
 };
 

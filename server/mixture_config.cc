@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "kernels/mixture/apportion.h"
 #include "kernels/mixture/group_weights.h"
 
@@ -13,6 +14,59 @@ namespace {
 // spec.
 absl::Status InSpec(absl::string_view prefix, const absl::Status& s) {
   return absl::Status(s.code(), absl::StrCat(prefix, s.message()));
+}
+
+// The rule of spec.mixture.rule with spec.mixture.online's parameters (unset: the defaults of
+// group_weights.h) from the given `weights` (checked already). The kernels' errors name `eta`, `smoothing`,
+// ..., `bounds.min_ratio`: as fields of spec.mixture.online.
+absl::StatusOr<mixture::GroupWeights> MakeRule(const v1::MixtureSpec& spec,
+                                               const std::vector<double>& weights,
+                                               const std::vector<double>& reference) {
+  const v1::OnlineWeights& o = spec.online();
+  auto online_error = [](const absl::Status& s) {
+    absl::string_view message = s.message();
+    absl::ConsumePrefix(&message, "bounds.");
+    return absl::Status(s.code(), absl::StrCat("spec.mixture.online.", message));
+  };
+  mixture::WeightBounds bounds;
+  if (o.has_min_ratio()) bounds.min_ratio = o.min_ratio();
+  if (o.has_max_ratio()) bounds.max_ratio = o.max_ratio();
+  switch (spec.rule()) {
+    case v1::STATIC_WEIGHTS:
+      return mixture::GroupWeights::Static(weights);
+    case v1::EXCESS_LOSS: {
+      if (reference.empty()) {
+        return absl::InvalidArgumentError(
+            "spec.mixture.reference_losses: empty; rule = EXCESS_LOSS needs one reference loss "
+            "per group (e.g. each group's loss under a model trained on the uniform mixture)");
+      }
+      mixture::ExcessLossConfig c;
+      if (o.has_eta()) c.eta = o.eta();
+      if (o.has_smoothing()) c.smoothing = o.smoothing();
+      if (o.has_loss_decay()) c.loss_decay = o.loss_decay();
+      if (o.has_horizon()) c.horizon = o.horizon();
+      c.bounds = bounds;
+      absl::StatusOr<mixture::GroupWeights> made =
+          mixture::GroupWeights::ExcessLoss(weights, reference, c);
+      if (!made.ok()) return online_error(made.status());
+      return made;
+    }
+    case v1::EXP3: {
+      mixture::Exp3Config c;
+      if (o.has_eta()) c.eta = o.eta();
+      if (o.has_exploration()) c.exploration = o.exploration();
+      if (o.has_reward_decay()) c.reward_decay = o.reward_decay();
+      if (o.has_loss_decay()) c.loss_decay = o.loss_decay();
+      c.bounds = bounds;
+      absl::StatusOr<mixture::GroupWeights> made = mixture::GroupWeights::Exp3(weights, c);
+      if (!made.ok()) return online_error(made.status());
+      return made;
+    }
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("spec.mixture.rule = ", spec.rule(),
+                       ": not a GroupWeightRule (STATIC_WEIGHTS, EXCESS_LOSS or EXP3)"));
+  }
 }
 
 }  // namespace
@@ -35,16 +89,26 @@ absl::StatusOr<std::shared_ptr<const MixtureConfig>> MakeMixtureConfig(const v1:
   }
   absl::StatusOr<std::vector<double>> weights = mixture::NormalizeWeights(given, k_groups);
   if (!weights.ok()) return InSpec("spec.mixture.group_", weights.status());
-  absl::StatusOr<std::vector<uint64_t>> shares = mixture::SharesOf(*weights);
-  if (!shares.ok()) return InSpec("spec.mixture.group_", shares.status());
   std::vector<double> reference(spec.reference_losses().begin(), spec.reference_losses().end());
   if (!reference.empty()) {
     if (absl::Status s = mixture::ValidateReferenceLosses(reference, k_groups); !s.ok()) {
       return InSpec("spec.mixture.", s);
     }
   }
-  return std::make_shared<const MixtureConfig>(MixtureConfig{
-      *std::move(layout), *std::move(weights), *std::move(shares), std::move(reference)});
+  // From the given weights (normalised once, as NormalizeWeights did: the same bits).
+  absl::StatusOr<mixture::GroupWeights> rule = MakeRule(spec, given, reference);
+  if (!rule.ok()) return rule.status();
+  // Epoch 0's weights: an online rule's are projected onto its bounds.
+  *weights = rule->weights();
+  absl::StatusOr<std::vector<uint64_t>> shares = mixture::SharesOf(*weights);
+  if (!shares.ok()) return InSpec("spec.mixture.group_", shares.status());
+  auto config = std::make_shared<MixtureConfig>(MixtureConfig{*std::move(layout)});
+  config->weights = *std::move(weights);
+  config->shares = *std::move(shares);
+  config->reference_losses = std::move(reference);
+  config->rule = rule->rule();
+  config->initial = std::make_shared<const mixture::GroupWeights>(*std::move(rule));
+  return std::shared_ptr<const MixtureConfig>(std::move(config));
 }
 
 }  // namespace samplerd

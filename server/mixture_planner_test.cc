@@ -9,6 +9,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/mixture/apportion.h"
+#include "kernels/mixture/group_losses.h"
+#include "kernels/mixture/group_weights.h"
 
 namespace samplerd {
 namespace {
@@ -179,6 +181,62 @@ TEST(MixturePlannerTest, ADamagedStateIsDataLossAndNothingIsKept) {
   state::MixtureState ragged;
   ragged.add_lag_high(0);
   EXPECT_EQ(MixtureStateFromProto(ragged).status().code(), absl::StatusCode::kDataLoss);
+}
+
+// Static weights set for epoch 2 after epochs 0-3 were planned with the old ones: epoch 2 on is
+// apportioned by the new shares, the lags carried over; epochs 0-1 are as before.
+TEST(MixturePlannerTest, StaticWeightsSetForAnEpochApplyFromIt) {
+  std::shared_ptr<const MixtureConfig> config = Config({30, 7, 1000, 2}, {3, 1, 5, 0.5});
+  MixturePlanner planner(config, 7, 64, 1);
+  for (uint64_t e = 0; e < 4; ++e) ASSERT_TRUE(planner.PlanEpoch(e).ok());
+  EXPECT_EQ(planner.SetStaticFrom(2, {1, -1, 1, 1}).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(planner.SetStaticFrom(2, {1, 8, 1, 1}).ok());
+  const std::vector<uint64_t> new_shares =
+      *mixture::SharesOf(*mixture::NormalizeWeights({1, 8, 1, 1}, 4));
+  mixture::Apportioner check = *mixture::Apportioner::Create(4);
+  for (uint64_t e = 0; e < 5; ++e) {
+    absl::StatusOr<MixturePlan> p = planner.PlanEpoch(e);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ(p->epoch->counts, check.Next(e < 2 ? config->shares : new_shares, 64)->counts)
+        << "epoch " << e;
+    EXPECT_EQ(p->epoch->start->weights->shares, e < 2 ? config->shares : new_shares);
+  }
+  // The state carries its weights through the snapshot encoding.
+  std::shared_ptr<const MixtureState> at3 = *planner.StateAt(3);
+  MixtureState back = *MixtureStateFromProto(MixtureStateToProto(*at3));
+  EXPECT_EQ(back.weights->weights, at3->weights->weights);
+  EXPECT_EQ(back.weights->shares, new_shares);
+}
+
+// An online job's next epoch is planned only once its weights are known (UpdateOnline from the
+// epoch's statistics); a state without weights is refused.
+TEST(MixturePlannerTest, AnOnlineEpochWaitsForItsWeights) {
+  v1::MixtureSpec spec;
+  for (uint64_t n : {10, 20, 30}) spec.add_group_sizes(n);
+  spec.set_rule(v1::EXP3);
+  std::shared_ptr<const MixtureConfig> config = *MakeMixtureConfig(spec, 0);
+  MixturePlanner planner(config, 3, 12, 1);
+  ASSERT_TRUE(planner.PlanEpoch(0).ok());
+  absl::StatusOr<MixturePlan> early = planner.PlanEpoch(1);
+  EXPECT_EQ(early.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(early.status().message()),
+              ::testing::HasSubstr("the group weights of epoch 1 are not known yet"));
+  mixture::GroupLosses losses(3);
+  ASSERT_TRUE(losses.Add(config->layout, {0, 15, 40}, {3.0f, 1.0f, 2.0f}).ok());
+  mixture::GroupWeights by_hand = *config->initial;
+  ASSERT_TRUE(by_hand.Update(losses).ok());  // First epoch seen: tracks set, weights stay.
+  absl::StatusOr<std::shared_ptr<const MixtureWeights>> w = planner.UpdateOnline(0, losses);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ((*w)->weights, by_hand.weights());
+  EXPECT_TRUE((*w)->tracks[0].seen);
+  absl::StatusOr<MixturePlan> next = planner.PlanEpoch(1);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(next->epoch->start->weights, *w);
+  MixtureState no_weights = *next->epoch->start;
+  no_weights.weights = nullptr;
+  absl::Status refused = planner.Remember(no_weights);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(refused.message()), ::testing::HasSubstr("has no group weights"));
 }
 
 }  // namespace

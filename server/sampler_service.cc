@@ -151,6 +151,12 @@ grpc::ServerUnaryReactor* SamplerService::ResizeJob(grpc::CallbackServerContext*
                                                     grpc::ByteBuffer* response) {
   return Unary(kResizeJob, context, request, response, true, &SamplerService::DoResizeJob);
 }
+grpc::ServerUnaryReactor* SamplerService::SetGroupWeights(grpc::CallbackServerContext* context,
+                                                          const grpc::ByteBuffer* request,
+                                                          grpc::ByteBuffer* response) {
+  return Unary(kSetGroupWeights, context, request, response, true,
+               &SamplerService::DoSetGroupWeights);
+}
 grpc::ServerUnaryReactor* SamplerService::EndEpoch(grpc::CallbackServerContext* context,
                                                    const grpc::ByteBuffer* request,
                                                    grpc::ByteBuffer* response) {
@@ -275,6 +281,20 @@ grpc::Status SamplerService::DoResizeJob(absl::Time, const v1::ResizeJobRequest&
   return grpc::Status::OK;
 }
 
+grpc::Status SamplerService::DoSetGroupWeights(absl::Time,
+                                               const v1::SetGroupWeightsRequest& request,
+                                               v1::Job* response) {
+  absl::StatusOr<std::shared_ptr<Job>> job = registry_->Get(request.job());
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  absl::StatusOr<v1::Job> set = (*job)->SetGroupWeights(
+      std::vector<double>(request.group_weights().begin(), request.group_weights().end()));
+  if (!set.ok()) return ToGrpcStatus(set.status());
+  if (absl::Status s = (*job)->Sync(); !s.ok()) return ToGrpcStatus(s);  // Durable first.
+  for (uint64_t e : (*job)->RewindableEpochs()) set->add_rewindable_epochs(e);
+  *response = *std::move(set);
+  return grpc::Status::OK;
+}
+
 grpc::Status SamplerService::DoEndEpoch(absl::Time, const v1::EndEpochRequest& request,
                                         v1::EndEpochResponse* response) {
   absl::StatusOr<std::shared_ptr<Job>> job = registry_->Get(request.job());
@@ -290,7 +310,7 @@ grpc::Status SamplerService::DoGetJobStatus(absl::Time, const v1::GetJobStatusRe
                                             v1::JobStatus* response) {
   absl::StatusOr<std::shared_ptr<Job>> job = registry_->Get(request.name());
   if (!job.ok()) return ToGrpcStatus(job.status());
-  *response = (*job)->Status();
+  *response = (*job)->Status(request.weight_history());
   return grpc::Status::OK;
 }
 

@@ -69,7 +69,8 @@ using SamplerCallbackServiceBase = v1::Sampler::WithRawCallbackMethod_CreateJob<
                                     v1::Sampler::WithRawCallbackMethod_GetJobStatus<
                                         v1::Sampler::WithRawCallbackMethod_ClaimRank<
                                             v1::Sampler::WithRawCallbackMethod_UploadIrreducibleLosses<
-                                                v1::Sampler::Service>>>>>>>>>>>>>>;
+                                                v1::Sampler::WithRawCallbackMethod_SetGroupWeights<
+                                                    v1::Sampler::Service>>>>>>>>>>>>>>>;
 
 // Default of --max_server_threads / Options::max_server_threads: the WorkPool's threads.
 inline constexpr int kDefaultMaxHandlerThreads = 1024;
@@ -128,6 +129,9 @@ class SamplerService final : public SamplerCallbackServiceBase {
                                          grpc::ByteBuffer* response) override;
   grpc::ServerWriteReactor<grpc::ByteBuffer>* ClaimRank(grpc::CallbackServerContext* context,
                                                         const grpc::ByteBuffer* request) override;
+  grpc::ServerUnaryReactor* SetGroupWeights(grpc::CallbackServerContext* context,
+                                            const grpc::ByteBuffer* request,
+                                            grpc::ByteBuffer* response) override;
 
   // Calls this service holds now (from their arrival until their status is sent).
   int64_t CallsInFlight() const { return calls_.InFlight(); }
@@ -171,6 +175,8 @@ class SamplerService final : public SamplerCallbackServiceBase {
                            v1::DeleteJobResponse* response);
   grpc::Status DoRewindJob(absl::Time, const v1::RewindJobRequest& request, v1::Job* response);
   grpc::Status DoResizeJob(absl::Time, const v1::ResizeJobRequest& request, v1::Job* response);
+  grpc::Status DoSetGroupWeights(absl::Time, const v1::SetGroupWeightsRequest& request,
+                                 v1::Job* response);
   grpc::Status DoEndEpoch(absl::Time, const v1::EndEpochRequest& request,
                           v1::EndEpochResponse* response);
   grpc::Status DoGetJobStatus(absl::Time, const v1::GetJobStatusRequest& request,

@@ -340,6 +340,22 @@ void Server::AddStateGauges() {
                              {"job_name"}, per_job([](const Job& job, const v1::JobStatus&) {
                                return static_cast<double>(job.config().shard.world_size);
                              }));
+  // A mixture job's group weights in force: its MAX_STATUS_GROUPS heaviest groups only, so
+  // the series stay bounded whatever K (a group leaving the top 16 leaves the scrape).
+  metrics_->AddGaugeCallback(
+      "samplerd_mixture_group_weight",
+      "A mixture job's group weight in force at its current epoch (its 16 heaviest groups).",
+      {"job_name", "group"}, [jobs] {
+        std::vector<metrics::GaugeSample> samples;
+        for (const std::shared_ptr<Job>& job : jobs->List()) {
+          if (job->config().mixture == nullptr) continue;
+          const v1::JobStatus status = job->Status();
+          for (const v1::GroupStatus& g : status.mixture().top_groups()) {
+            samples.push_back({{job->name(), std::to_string(g.group())}, g.weight()});
+          }
+        }
+        return samples;
+      });
   const ComputeBackend* const backend = backend_.get();
   const bool persisted = !options_.data_dir.empty();
   metrics_->AddGaugeCallback(

@@ -207,6 +207,36 @@ TEST_F(ServerMetricsTest, ExportsRpcsJobsAndLossOutcomes) {
   EXPECT_THAT(text, HasSubstr("samplerd_jobs 0\n"));
 }
 
+// A mixture job's group weights: one series per group of its 16 heaviest (bounded whatever K),
+// the weights in force; a job that is not a mixture job has none.
+TEST_F(ServerMetricsTest, MixtureGroupWeightsOfTheHeaviestGroupsOnly) {
+  ASSERT_TRUE(CreateJob("plain", 10).ok());
+  grpc::ClientContext context;
+  v1::CreateJobRequest request;
+  request.set_name("mix");
+  request.mutable_spec()->set_world_size(1);
+  request.mutable_spec()->set_samples_per_epoch(40);
+  for (int k = 0; k < 20; ++k) {
+    request.mutable_spec()->mutable_mixture()->add_group_sizes(5);
+    // Weights 1..20 of total 210: group 19 the heaviest, groups 0-3 out of the top 16.
+    request.mutable_spec()->mutable_mixture()->add_group_weights(k + 1);
+  }
+  v1::Job job;
+  ASSERT_TRUE(stub_->CreateJob(&context, request, &job).ok());
+  const std::string text = Metrics();
+  int series = 0;
+  for (size_t at = 0; (at = text.find("samplerd_mixture_group_weight{", at)) != std::string::npos;
+       ++at) {
+    ++series;
+  }
+  EXPECT_EQ(series, 16);
+  EXPECT_THAT(text, HasSubstr("samplerd_mixture_group_weight{job_name=\"mix\",group=\"19\"} "
+                              "0.0952380952"));
+  EXPECT_THAT(text, HasSubstr("samplerd_mixture_group_weight{job_name=\"mix\",group=\"4\"} "));
+  EXPECT_THAT(text, Not(HasSubstr("group=\"3\"")));
+  EXPECT_THAT(text, Not(HasSubstr("samplerd_mixture_group_weight{job_name=\"plain\"")));
+}
+
 TEST_F(ServerMetricsTest, UnknownMethodsDoNotCreateSeries) {
   grpc::GenericStub generic(
       grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials()));

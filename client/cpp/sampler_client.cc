@@ -378,9 +378,23 @@ absl::StatusOr<v1::Job> SamplerClient::RewindJob(const std::string& name, uint64
   return job;
 }
 
-absl::StatusOr<v1::JobStatus> SamplerClient::GetJobStatus(const std::string& name) {
+absl::StatusOr<v1::Job> SamplerClient::SetGroupWeights(const std::string& job,
+                                                       absl::Span<const double> weights) {
+  v1::SetGroupWeightsRequest request;
+  request.set_job(job);
+  request.mutable_group_weights()->Add(weights.begin(), weights.end());
+  v1::Job out;
+  absl::Status s = WithRetries(
+      [&](grpc::ClientContext* c) { return stub_->SetGroupWeights(c, request, &out); });
+  if (!s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<v1::JobStatus> SamplerClient::GetJobStatus(const std::string& name,
+                                                          bool weight_history) {
   v1::GetJobStatusRequest request;
   request.set_name(name);
+  request.set_weight_history(weight_history);
   v1::JobStatus status;
   absl::Status s =
       WithRetries([&](grpc::ClientContext* c) { return stub_->GetJobStatus(c, request, &status); });

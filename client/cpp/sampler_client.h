@@ -187,7 +187,9 @@ class SamplerClient {
                                  std::optional<uint64_t> epoch = std::nullopt);
   absl::StatusOr<std::vector<v1::Job>> ListJobs();
   absl::Status DeleteJob(const std::string& name);
-  absl::StatusOr<v1::JobStatus> GetJobStatus(const std::string& name);
+  // `weight_history`: a mixture job's status also lists the group weights in force at each
+  // epoch (proto MixtureStatus.history).
+  absl::StatusOr<v1::JobStatus> GetJobStatus(const std::string& name, bool weight_history = false);
   // `deal`: the epoch's deal the rank read (v1::Job::deal). `claim`: the rank's claim (see
   // ClaimSource), or null.
   absl::StatusOr<v1::EndEpochResponse> EndEpoch(const std::string& job, uint64_t epoch,
@@ -200,6 +202,9 @@ class SamplerClient {
   // RewindJob; samplerctl rewind): called once, by one rank, before the ranks resume from
   // position 0 of that epoch. Returns the job as it is then.
   absl::StatusOr<v1::Job> RewindJob(const std::string& name, uint64_t epoch);
+  // A mixture job with static weights: `weights` (one per group) in force from the returned
+  // job's current_epoch + 1 (proto SetGroupWeights; samplerctl weights).
+  absl::StatusOr<v1::Job> SetGroupWeights(const std::string& job, absl::Span<const double> weights);
 
   // Uploads N static weights (or labels) in chunks of `chunk_size`. DATA_LOSS if the server
   // acknowledges another count of values than was sent.

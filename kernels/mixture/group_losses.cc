@@ -14,8 +14,8 @@ constexpr double kFixedUnit = 4294967296.0;  // 2^32: q(x) = floor(x 2^32).
 
 }  // namespace
 
-absl::Status GroupLosses::Add(const GroupLayout& layout, absl::Span<const uint64_t> indices,
-                              absl::Span<const float> losses) {
+absl::Status GroupLosses::Check(const GroupLayout& layout, absl::Span<const uint64_t> indices,
+                                absl::Span<const float> losses) {
   if (indices.size() != losses.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("losses: ", losses.size(), " losses for ", indices.size(), " indices"));
@@ -33,6 +33,12 @@ absl::Status GroupLosses::Add(const GroupLayout& layout, absl::Span<const uint64
                        "): a mixture job's losses are finite, >= 0 and below 2^32"));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status GroupLosses::Add(const GroupLayout& layout, absl::Span<const uint64_t> indices,
+                              absl::Span<const float> losses) {
+  if (absl::Status s = Check(layout, indices, losses); !s.ok()) return s;
   for (size_t i = 0; i < indices.size(); ++i) {
     const uint32_t k = layout.GroupOf(indices[i]);
     // x 2^32 is exact (a power-of-two scaling) and below 2^64; the conversion truncates.

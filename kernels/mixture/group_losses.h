@@ -41,6 +41,9 @@ class GroupLosses {
   // The layout must have groups() groups (a precondition).
   absl::Status Add(const GroupLayout& layout, absl::Span<const uint64_t> indices,
                    absl::Span<const float> losses);
+  // Add's checks alone (a caller that must refuse a bad batch before it records it).
+  static absl::Status Check(const GroupLayout& layout, absl::Span<const uint64_t> indices,
+                            absl::Span<const float> losses);
 
   // Merges another epoch's statistics of the same groups (e.g. a thread's): the same result as
   // adding its pairs here. Precondition: other.groups() == groups().

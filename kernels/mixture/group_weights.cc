@@ -211,6 +211,31 @@ absl::Status GroupWeights::SetStatic(absl::Span<const double> weights) {
   return absl::OkStatus();
 }
 
+absl::Status GroupWeights::Restore(absl::Span<const double> weights,
+                                   absl::Span<const GroupTrack> tracks) {
+  if (weights.size() != groups()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weights: ", weights.size(), " weights for ", groups(), " groups"));
+  }
+  if (tracks.size() != groups() && !(tracks.empty() && rule_ == GroupWeightRule::kStatic)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tracks: ", tracks.size(), " group tracks for ", groups(), " groups"));
+  }
+  for (size_t k = 0; k < weights.size(); ++k) {
+    if (!std::isfinite(weights[k]) || weights[k] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("weights[", k, "] = ", weights[k], ": weights are finite and >= 0"));
+    }
+  }
+  weights_.assign(weights.begin(), weights.end());
+  if (tracks.empty()) {
+    tracks_.assign(groups(), GroupTrack{});
+  } else {
+    tracks_.assign(tracks.begin(), tracks.end());
+  }
+  return absl::OkStatus();
+}
+
 std::vector<double> GroupWeights::Excess() const {
   std::vector<double> out;
   if (rule_ != GroupWeightRule::kExcessLoss) return out;

@@ -117,6 +117,12 @@ class GroupWeights {
   // (NormalizeWeights' errors; nothing changes on error).
   absl::Status SetStatic(absl::Span<const double> weights);
 
+  // The same rule and parameters with the weights and tracks of a saved state (a snapshot's, a
+  // kept epoch start's), bit for bit: replaying from it gives what the saved object would have.
+  // INVALID_ARGUMENT, nothing changed, unless there are groups() weights, each finite and >= 0,
+  // and groups() tracks (`tracks` may be empty for the static rule: none seen).
+  absl::Status Restore(absl::Span<const double> weights, absl::Span<const GroupTrack> tracks);
+
   // One epoch's statistics (the header's steps 1-4; the static rule ignores them).
   // INVALID_ARGUMENT when losses.groups() != groups() (nothing changes).
   absl::Status Update(const GroupLosses& losses);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -508,6 +509,38 @@ TEST(GroupWeightsTest, BadInputIsNamedAndChangesNothing) {
   ExpectError(online->Update(EpochOf({1, 2, 3})), bad, "losses: statistics of 3 groups");
   EXPECT_EQ(online->weights(), (std::vector<double>{0.5, 0.5}));
   EXPECT_FALSE(online->tracks()[0].seen);
+}
+
+// A state saved after some epochs and restored into a fresh object of the same rule continues
+// bit for bit (the server restores the weights and tracks of a snapshot this way); bad saved
+// states change nothing.
+TEST(GroupWeightsTest, RestoredStateContinuesBitForBit) {
+  for (int rule = 0; rule < 2; ++rule) {
+    auto make = [&] {
+      return rule == 0 ? GroupWeights::ExcessLoss({1, 1, 2}, {0.5, 0.5, 0.5}, ExcessLossConfig{})
+                       : GroupWeights::Exp3({1, 1, 2}, Exp3Config{});
+    };
+    absl::StatusOr<GroupWeights> run = make();
+    ASSERT_TRUE(run.ok());
+    ASSERT_TRUE(run->Update(EpochOf({3, 2, 1})).ok());
+    ASSERT_TRUE(run->Update(EpochOf({2.5, 1.5, 1})).ok());
+    absl::StatusOr<GroupWeights> resumed = make();
+    ASSERT_TRUE(resumed.ok());
+    const std::vector<double> before = resumed->weights();
+    ExpectError(resumed->Restore({0.5, 0.5}, run->tracks()), absl::StatusCode::kInvalidArgument,
+                "weights: 2 weights for 3 groups");
+    ExpectError(resumed->Restore({0.5, -0.5, 1}, run->tracks()),
+                absl::StatusCode::kInvalidArgument, "weights[1] = -0.5");
+    ExpectError(resumed->Restore(run->weights(), {}), absl::StatusCode::kInvalidArgument,
+                "tracks: 0 group tracks for 3 groups");
+    EXPECT_EQ(resumed->weights(), before);
+    ASSERT_TRUE(resumed->Restore(run->weights(), run->tracks()).ok());
+    ASSERT_TRUE(run->Update(EpochOf({2, 1.4, 1})).ok());
+    ASSERT_TRUE(resumed->Update(EpochOf({2, 1.4, 1})).ok());
+    for (int k = 0; k < 3; ++k) {
+      EXPECT_EQ(std::memcmp(&run->weights()[k], &resumed->weights()[k], sizeof(double)), 0) << k;
+    }
+  }
 }
 
 }  // namespace

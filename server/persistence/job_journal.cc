@@ -661,6 +661,14 @@ absl::Status JobJournal::LogResized(uint64_t epoch, uint32_t world_size) {
   return Log(record);
 }
 
+absl::Status JobJournal::LogGroupWeightsSet(uint64_t epoch, absl::Span<const double> weights) {
+  state::WalRecord record;
+  state::GroupWeightsSet* set = record.mutable_group_weights_set();
+  set->set_epoch(epoch);
+  set->mutable_weights()->Add(weights.begin(), weights.end());
+  return Log(record);
+}
+
 absl::Status JobJournal::Log(const state::WalRecord& record) {
   return AppendUnlessReplaying(record.SerializeAsString());
 }
@@ -691,6 +699,9 @@ absl::Status JobJournal::Replay(const std::vector<state::WalRecord>& records,
       case state::WalRecord::kResized:
         epoch = r.resized().epoch();
         break;
+      case state::WalRecord::kGroupWeightsSet:
+        epoch = r.group_weights_set().epoch();
+        break;
       default:
         return absl::DataLossError(absl::StrCat(dir_, ": log record ", i, " has no kind"));
     }
@@ -707,6 +718,12 @@ absl::Status JobJournal::Replay(const std::vector<state::WalRecord>& records,
         case state::WalRecord::kStreamed:
           s = handlers.streamed(r.streamed().epoch(), r.streamed().deal(), r.streamed().rank(),
                                 r.streamed().position());
+          break;
+        case state::WalRecord::kGroupWeightsSet:
+          s = handlers.group_weights_set(
+              r.group_weights_set().epoch(),
+              std::vector<double>(r.group_weights_set().weights().begin(),
+                                  r.group_weights_set().weights().end()));
           break;
         default:
           s = handlers.resized(r.resized().epoch(), r.resized().world_size());

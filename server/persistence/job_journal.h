@@ -4,7 +4,7 @@
 //                           weights, W_e, loss statistics (a mixture job: its groups' state).
 //   <dir>/wal-<e>.log       epoch e's state changes after the snapshot, in the order they were
 //                           applied (record_log.h; state.proto WalRecord): loss batches, ranks
-//                           that ended the epoch, stream progress.
+//                           that ended the epoch, stream progress, resizes, group weights set.
 //   <dir>/rewind-<e>        a rewind to the start of epoch e begun (Rewind); Recover finishes it.
 // The job's state is the newest snapshot plus its epoch's log and any later ones, replayed in
 // order through the job's own methods (plans and weights are deterministic, so replay gives back
@@ -140,6 +140,9 @@ class JobJournal {
   absl::Status LogStreamed(uint64_t epoch, uint32_t deal, uint32_t rank, uint64_t position)
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status LogResized(uint64_t epoch, uint32_t world_size) ABSL_LOCKS_EXCLUDED(mu_);
+  // SetGroupWeights during `epoch`: `weights` (as given) in force from epoch + 1.
+  absl::Status LogGroupWeightsSet(uint64_t epoch, absl::Span<const double> weights)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // What a recovered log says, one typed call per record, in order. `before_record` is called
   // first with the record's epoch (the job waits for that epoch's plan and checks it is current).
@@ -150,6 +153,7 @@ class JobJournal {
     std::function<absl::Status(uint64_t epoch, uint32_t deal, uint32_t rank, uint64_t position)>
         streamed;
     std::function<absl::Status(uint64_t epoch, uint32_t world_size)> resized;
+    std::function<absl::Status(uint64_t epoch, std::vector<double> weights)> group_weights_set;
   };
 
   struct Recovered {

@@ -2,9 +2,17 @@
 died and the others hang in a collective with a dead peer."""
 
 import multiprocessing.connection
+import socket
 import time
 
 import torch.multiprocessing as mp
+
+
+def free_port():
+    """A TCP port free on 127.0.0.1 now (the group's MASTER_PORT)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def run_group(worker, world, cfg, victim=None, timeout=180):

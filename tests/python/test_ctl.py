@@ -468,3 +468,31 @@ def test_status_of_a_mixture_job_lists_its_heaviest_groups(server, tmp_path):
     # Group 1 (40 samples) took 60: one pass and 20 into its second.
     assert human[at + 2].split() == ["1", "0.5", "60", "1", "20"]
     assert human[at + 3].split() == ["0", "0.25", "30", "0", "30"]
+
+
+def test_weights_sets_static_group_weights_and_shows_their_history(server, tmp_path):
+    target = server.address
+    spec = write(tmp_path / "mixture.yaml", MIXTURE_SPEC)
+    run_json(target, "create", "mixw", "--spec", spec)
+    done = run_ctl(target, "weights", "mixw", "--set", "1", "1", "2")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "job mixw: group weights set, in force from epoch 1"
+    assert lines[1] == "job mixw: 3 groups, rule STATIC_WEIGHTS; weights in force at epoch 0:"
+    # Epoch 0's weights: the spec's (the new ones apply from epoch 1).
+    assert lines[lines.index("history (the last 1 of 1 epochs kept):") + 1].split() == [
+        "EPOCH", "g1", "g0", "g2"]
+    history = run_json(target, "weights", "mixw")["history"]
+    assert [h.get("epoch", "0") for h in history] == ["0"]
+    assert history[0]["weights"] == [0.5, 0.25, 0.25]
+    bad = run_ctl(target, "weights", "mixw", "--set", "1", "-1", "1")
+    assert bad.returncode == 2 and "group_weights[1] = -1" in bad.stderr
+    plot = tmp_path / "w.png"
+    drawn = run_ctl(target, "weights", "mixw", "--plot", str(plot))
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert drawn.returncode == 2 and "needs matplotlib" in drawn.stderr
+    else:
+        assert drawn.returncode == 0, drawn.stderr
+        assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -6,7 +6,6 @@ of a domain appears once per pass over it (a domain smaller than the window wrap
 
 import json
 import os
-import socket
 
 import numpy as np
 import pytest
@@ -16,12 +15,6 @@ WEIGHTS = [1.0, 2.0, 1.0]
 WINDOW = 120
 EPOCHS = 6
 WORLD = 2
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _worker(rank, cfg):
@@ -72,13 +65,13 @@ def _worker(rank, cfg):
 def test_ddp_over_a_mixture_job_serves_disjoint_equal_shards(server, client, tmp_path):
     pytest.importorskip("torch")
     from samplerd._proto import samplerd_pb2 as pb
-    from ddp_group import run_group
+    from ddp_group import free_port, run_group
     spec = pb.JobSpec(world_size=WORLD, seed=11, samples_per_epoch=WINDOW,
                       mixture=pb.MixtureSpec(group_sizes=SIZES, group_weights=WEIGHTS))
     job = client.create_job_from_spec("mix", spec)
     assert job.spec.num_samples == sum(SIZES)
     out = tmp_path / "mixture.json"
-    cfg = {"address": server.address, "master_port": _free_port(), "out": str(out)}
+    cfg = {"address": server.address, "master_port": free_port(), "out": str(out)}
     assert run_group(_worker, WORLD, cfg) == [0] * WORLD
     report = json.loads(out.read_text())
     offsets = np.cumsum([0] + SIZES)

@@ -2,23 +2,57 @@
 delete, status, and the health check."""
 
 import dataclasses
-from typing import List, Optional
+from typing import Dict, List, Optional, Tuple
 
+from . import errors
 from ._client_checks import _bad, _unsigned_fields
 from ._client_connection import _Connection
 from ._client_policy import _ORDERS, _PARTITIONS, _POLICY_PARAMS, _UNEVEN, Policy, _choice
 from ._proto import samplerd_pb2 as pb
 
+# MixtureSpec.rule by its lower-case name.
+_RULES = {"static": pb.STATIC_WEIGHTS, "excess_loss": pb.EXCESS_LOSS, "exp3": pb.EXP3}
+_MIXTURE_KEYS = ("group_sizes", "group_weights", "reference_losses", "rule", "online")
+
+
+def _mixture_spec(mixture) -> pb.MixtureSpec:
+    """A MixtureSpec from a MixtureSpec or a dict {group_sizes, group_weights, reference_losses,
+    rule ("static", "excess_loss" or "exp3"), online: {eta, smoothing, ...}} (the server checks
+    the values)."""
+    if isinstance(mixture, pb.MixtureSpec):
+        return mixture
+    if not isinstance(mixture, dict):
+        raise _bad(f"mixture = {mixture!r}: expected a samplerd_pb2.MixtureSpec or a dict")
+    unknown = sorted(set(mixture) - set(_MIXTURE_KEYS))
+    if unknown:
+        raise _bad(f"mixture: unknown key(s) {unknown}; known: {list(_MIXTURE_KEYS)}")
+    online = mixture.get("online") or {}
+    if not isinstance(online, dict):
+        raise _bad(f"mixture.online = {online!r}: expected a dict")
+    fields = pb.OnlineWeights.DESCRIPTOR.fields_by_name
+    unknown = sorted(set(online) - set(fields))
+    if unknown:
+        raise _bad(f"mixture.online: unknown key(s) {unknown}; known: {sorted(fields)}")
+    try:
+        return pb.MixtureSpec(
+            group_sizes=[int(n) for n in mixture.get("group_sizes", ())],
+            group_weights=[float(w) for w in mixture.get("group_weights", ())],
+            reference_losses=[float(r) for r in mixture.get("reference_losses", ())],
+            rule=_choice("mixture.rule", mixture.get("rule", "static"), _RULES),
+            online=pb.OnlineWeights(**{k: float(v) for k, v in online.items()}))
+    except (TypeError, ValueError) as e:
+        raise _bad(f"mixture: {e}") from None
+
 
 class _Jobs(_Connection):
-    """The job RPCs (CreateJob, RewindJob, ResizeJob, GetJob, ListJobs, DeleteJob, GetJobStatus)
-    and grpc.health.v1.Health/Check."""
+    """The job RPCs (CreateJob, RewindJob, ResizeJob, SetGroupWeights, GetJob, ListJobs,
+    DeleteJob, GetJobStatus) and grpc.health.v1.Health/Check."""
 
     def create_job(self, name: str, num_samples: int, world_size: int, *, seed: int = 0,
                    samples_per_epoch: int = 0, replacement: bool = False,
                    order="weighted_random", partition="interleaved", uneven="pad",
                    policy: Optional[Policy] = None, base=None, loss=None,
-                   resume: bool = False, **policy_params) -> pb.Job:
+                   resume: bool = False, mixture=None, **policy_params) -> pb.Job:
         """Creates a job (idempotent for an identical spec while the job is in epoch 0).
 
         The weight policy is given either as `policy=Policy(...)` or flat as `base=`, `loss=`
@@ -44,6 +78,11 @@ class _Jobs(_Connection):
                 run). Without it such a job raises FailedPrecondition: a script run again
                 must say whether it resumes the job, rewinds it (rewind_job) or replaces it
                 (delete_job first).
+            mixture: a mixture job (docs/SAMPLING.md, "Mixture jobs"): a pb.MixtureSpec or a
+                dict {group_sizes, group_weights, reference_losses, rule ("static",
+                "excess_loss" or "exp3"), online: {eta, smoothing, exploration, loss_decay,
+                horizon, reward_decay, min_ratio, max_ratio}}. num_samples may then be 0 (the
+                sum of the sizes); samples_per_epoch is the window and must be given.
             **policy_params: class_balance_beta, ema_decay, alpha, epsilon, mix, clamp_lo,
                 clamp_hi, prior_loss, eta, loss_within_groups (see Policy and the .proto for
                 ranges and defaults).
@@ -81,7 +120,41 @@ class _Jobs(_Connection):
             partition=_choice("partition", partition, _PARTITIONS),
             uneven=_choice("uneven", uneven, _UNEVEN),
             policy=policy.to_proto())
+        if mixture is not None:
+            spec.mixture.CopyFrom(_mixture_spec(mixture))
         return self.create_job_from_spec(name, spec, resume=resume)
+
+    def set_group_weights(self, job: str, weights) -> pb.Job:
+        """Sets the group weights of a mixture job with static weights (rule "static"): one per
+        group, finite, >= 0, not all 0 (read as w / sum w). They take effect at the first epoch
+        not yet planned: the returned job's current_epoch + 1. Logged and replayed after a
+        server restart; a rewind to an earlier epoch's start forgets them.
+
+        Raises:
+            InvalidArgument: not one weight per group, or a bad weight (named).
+            FailedPrecondition: not a mixture job, or its weights are learned online.
+            NotFound, Unavailable.
+        """
+        try:
+            values = [float(w) for w in weights]
+        except (TypeError, ValueError):
+            raise _bad(f"group_weights = {weights!r}: expected a sequence of numbers") from None
+        return self._call(self._stub.SetGroupWeights,
+                          pb.SetGroupWeightsRequest(job=job, group_weights=values))
+
+    def group_weight_history(self, job: str) -> List[Tuple[int, Dict[int, float]]]:
+        """The group weights in force at each epoch of a mixture job, oldest first (the last
+        MAX_WEIGHT_HISTORY epochs; a rewind forgets the epochs after its start): a list of
+        (epoch, {group: weight}) of each epoch's MAX_STATUS_GROUPS heaviest groups (all of them
+        when K <= MAX_STATUS_GROUPS).
+
+        Raises:
+            FailedPrecondition: not a mixture job. NotFound, Unavailable.
+        """
+        status = self.status(job, weight_history=True)
+        if not status.HasField("mixture"):
+            raise errors.FailedPrecondition(f"job {job!r} is not a mixture job: no group weights")
+        return [(h.epoch, dict(zip(h.groups, h.weights))) for h in status.mixture.history]
 
     def rewind_job(self, name: str, epoch: int) -> pb.Job:
         """Puts the job back to the start of `epoch` (a run restored from a checkpoint taken
@@ -163,15 +236,17 @@ class _Jobs(_Connection):
         """
         self._call(self._stub.DeleteJob, pb.DeleteJobRequest(name=name))
 
-    def status(self, name: str) -> pb.JobStatus:
+    def status(self, name: str, *, weight_history: bool = False) -> pb.JobStatus:
         """Returns the job's status: per-rank progress of the current epoch (indices
         streamed, losses accepted, ended), weight statistics (min, max, mean, effective sample
-        size), samples seen, timings and backend.
+        size), samples seen, timings and backend; a mixture job's heaviest groups, and with
+        `weight_history` the group weights in force at each epoch (mixture.history).
 
         Raises:
             NotFound: no job of that name. Unavailable.
         """
-        return self._call(self._stub.GetJobStatus, pb.GetJobStatusRequest(name=name))
+        return self._call(self._stub.GetJobStatus,
+                          pb.GetJobStatusRequest(name=name, weight_history=bool(weight_history)))
 
     def health(self, service: str = "") -> str:
         """Asks the standard health service (grpc.health.v1.Health/Check) about `service`

@@ -468,6 +468,75 @@ def _cmd_health(ctx, args):
     return EXIT_OK if serving else EXIT_NOT_SERVING
 
 
+def _args_weights(parser):
+    _args_job(parser)
+    parser.add_argument("--set", type=float, nargs="+", metavar="W",
+                        help="a static mixture job's new group weights, one per group (in "
+                             "force from the next epoch; SetGroupWeights)")
+    parser.add_argument("--last", type=int, default=20, metavar="N",
+                        help="epochs shown in the table (default: 20; --json lists all kept)")
+    parser.add_argument("--plot", metavar="FILE.png",
+                        help="also draw the weight history of the current heaviest groups "
+                             "(needs matplotlib)")
+
+
+def _format_weights(job: str, status: pb.JobStatus, last: int) -> str:
+    mix = status.mixture
+    history = list(mix.history)
+    lines = [f"job {job}: {mix.groups} groups, rule {_enum(pb.GroupWeightRule, mix.rule)}; "
+             f"weights in force at epoch {status.job.current_epoch}:",
+             _table(("GROUP", "WEIGHT"), [(g.group, f"{g.weight:.6g}") for g in mix.top_groups])]
+    if history:
+        # The current heaviest groups' weights over the last epochs ("-": not among that
+        # epoch's heaviest).
+        groups = [g.group for g in mix.top_groups]
+        rows = []
+        for h in history[-max(last, 1):]:
+            of = dict(zip(h.groups, h.weights))
+            rows.append((h.epoch, *(f"{of[g]:.4g}" if g in of else "-" for g in groups)))
+        lines += ["", f"history (the last {len(rows)} of {len(history)} epochs kept):",
+                  _table(("EPOCH", *(f"g{g}" for g in groups)), rows)]
+    return "\n".join(lines)
+
+
+def _plot_weights(status: pb.JobStatus, path: str):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for g in (t.group for t in status.mixture.top_groups):
+        points = [(h.epoch, dict(zip(h.groups, h.weights)).get(g, float("nan")))
+                  for h in status.mixture.history]
+        ax.plot([e for e, _ in points], [w for _, w in points], marker=".", label=f"group {g}")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("group weight in force")
+    ax.set_title(f"{status.job.name}: {_enum(pb.GroupWeightRule, status.mixture.rule)}")
+    ax.legend(fontsize="small", ncol=2)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _cmd_weights(ctx, args):
+    if args.set is not None:
+        job = ctx.client.set_group_weights(args.job, args.set)
+        print(f"job {args.job}: group weights set, in force from epoch {job.current_epoch + 1}",
+              file=sys.stderr if args.json else sys.stdout, flush=True)
+    status = ctx.client.status(args.job, weight_history=True)
+    if not status.HasField("mixture"):
+        raise errors.FailedPrecondition(f"job {args.job!r} is not a mixture job: no group weights")
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            print(f"{PROG} weights --plot needs matplotlib, which is not importable here "
+                  f"(pip install matplotlib); nothing drawn", file=sys.stderr, flush=True)
+            return EXIT_BAD_INPUT
+        _plot_weights(status, args.plot)
+    ctx.emit(message_to_dict(status.mixture), _format_weights(args.job, status, args.last))
+    return EXIT_OK
+
+
 @dataclasses.dataclass(frozen=True)
 class Command:
     name: str
@@ -487,6 +556,9 @@ COMMANDS = (
             _args_rewind, _cmd_rewind),
     Command("resize", "deal the current epoch's rest to a group of another size (elastic)",
             _args_resize, _cmd_resize),
+    Command("weights", "a mixture job's group weights: in force now and their history "
+                       "(--set: new static weights; --plot: a chart)", _args_weights,
+            _cmd_weights),
     Command("upload-weights", "upload a STATIC job's per-sample weights from a .npy file",
             _args_upload, _cmd_upload_weights),
     Command("upload-labels", "upload a CLASS_BALANCED job's per-sample labels from a .npy file",

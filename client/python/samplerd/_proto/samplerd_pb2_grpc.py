@@ -84,6 +84,11 @@ class SamplerStub(object):
                 request_serializer=samplerd__pb2.UploadIrreducibleLossesChunk.SerializeToString,
                 response_deserializer=samplerd__pb2.UploadSummary.FromString,
                 )
+        self.SetGroupWeights = channel.unary_unary(
+                '/samplerd.v1.Sampler/SetGroupWeights',
+                request_serializer=samplerd__pb2.SetGroupWeightsRequest.SerializeToString,
+                response_deserializer=samplerd__pb2.Job.FromString,
+                )
 
 
 class SamplerServicer(object):
@@ -312,6 +317,25 @@ class SamplerServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetGroupWeights(self, request, context):
+        """Sets the group weights of a mixture job with static weights (MixtureSpec.rule =
+        STATIC_WEIGHTS) between epochs: they take effect at the first epoch not yet planned, which
+        is the returned Job's current_epoch + 1 (the call waits for an epoch being planned, so the
+        epoch it returns is served; a plan computed ahead of time for the next epoch is discarded).
+        Read as w / sum w, like MixtureSpec.group_weights; several calls in one epoch: the last one
+        counts. Logged (with --data_dir, durable when the call returns) and replayed after a
+        restart: the plan of every epoch is a function of (seed, epoch, the weights in force at
+        each epoch). A rewind to epoch r restores the weights in force at r and forgets the calls
+        made after r's start (as it forgets the losses reported since). Same access as RewindJob.
+        Errors: INVALID_ARGUMENT (not one weight per group; a weight negative, NaN or infinite; all
+        0: the message names `group_weights[k]` and its value; nothing changes),
+        FAILED_PRECONDITION (not a mixture job, or its weights are learned online), INTERNAL (the
+        job's planning failed: rewind it), NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SamplerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -384,6 +408,11 @@ def add_SamplerServicer_to_server(servicer, server):
                     servicer.UploadIrreducibleLosses,
                     request_deserializer=samplerd__pb2.UploadIrreducibleLossesChunk.FromString,
                     response_serializer=samplerd__pb2.UploadSummary.SerializeToString,
+            ),
+            'SetGroupWeights': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetGroupWeights,
+                    request_deserializer=samplerd__pb2.SetGroupWeightsRequest.FromString,
+                    response_serializer=samplerd__pb2.Job.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -630,5 +659,22 @@ class Sampler(object):
         return grpc.experimental.stream_unary(request_iterator, target, '/samplerd.v1.Sampler/UploadIrreducibleLosses',
             samplerd__pb2.UploadIrreducibleLossesChunk.SerializeToString,
             samplerd__pb2.UploadSummary.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def SetGroupWeights(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/samplerd.v1.Sampler/SetGroupWeights',
+            samplerd__pb2.SetGroupWeightsRequest.SerializeToString,
+            samplerd__pb2.Job.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
