@@ -44,6 +44,10 @@ APT_PACKAGES=(
   # scikit-learn's bundled load_digits and load_breast_cancer (the quick version), and
   # Fashion-MNIST (60,000 + 10,000 images in /usr/share/datasets/fashion-mnist, the full one).
   python3-sklearn dataset-fashion-mnist
+  # The text-mixture benchmark's domains (bench/text_mixture_data.py; no download at run time):
+  # C headers, the Python standard library (python3 above), licence texts and changelogs (every
+  # package's /usr/share/doc), manual pages (troff source).
+  libc6-dev manpages manpages-dev
   # Deploy checks (tests/python/test_deploy*.py): shellcheck for the scripts, systemd-analyze
   # for the unit, setpriv (util-linux) for the image-start check.
   shellcheck systemd util-linux
