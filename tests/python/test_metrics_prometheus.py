@@ -141,6 +141,9 @@ def test_prometheus_scrapes_the_job_series_with_their_values():
                 client.end_epoch("prom", 1, rank)
             with pytest.raises(samplerd.NotFound):
                 client.get_job("missing")
+            # A mixture job: its groups' weights in force (static 3 : 1).
+            client.create_job("mix", num_samples=0, world_size=1, samples_per_epoch=16,
+                              mixture={"group_sizes": [40, 24], "group_weights": [3.0, 1.0]})
         # A trainer process's claim of its rank, held while Prometheus scrapes.
         holder = samplerd.Client(server.address)
         claim = holder.claim_rank("prom", 1, world)
@@ -157,12 +160,15 @@ def test_prometheus_scrapes_the_job_series_with_their_values():
                 frozenset(job | {("outcome", "duplicate")}): 10,
                 frozenset(job | {("outcome", "stale")}): 3},
             'samplerd_rpcs_total{method=~"EndEpoch|GetJob|CreateJob"}': {
-                frozenset(sampler | {("method", "CreateJob"), ("code", "OK")}): 1,
+                frozenset(sampler | {("method", "CreateJob"), ("code", "OK")}): 2,  # prom, mix.
                 frozenset(sampler | {("method", "EndEpoch"), ("code", "OK")}): 4,
                 frozenset(sampler | {("method", "GetJob"), ("code", "NOT_FOUND")}): 1},
             'samplerd_rpc_duration_seconds_count{method="StreamShard"}': {
                 frozenset(sampler | {("method", "StreamShard")}): 4},
-            "samplerd_jobs": {frozenset(): 1},
+            'samplerd_mixture_group_weight{job_name="mix"}': {
+                frozenset({("job_name", "mix"), ("group", "0")}): 0.75,
+                frozenset({("job_name", "mix"), ("group", "1")}): 0.25},
+            "samplerd_jobs": {frozenset(): 2},
             "samplerd_memory_budget_bytes": {frozenset(): 4 << 30},
             "samplerd_memory_reserve_bytes": {frozenset({("use", "stream_buffers")}): 1 << 30,
                                               frozenset({("use", "transport_buffers")}): 1 << 30},
