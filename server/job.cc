@@ -621,10 +621,8 @@ absl::Status Job::ReportLosses(const LossBatchView& batch, v1::LossReportSummary
     accepted = *applied;
   }
   if (group_losses_ != nullptr) {
-    // Checked before it was recorded: cannot fail.
-    absl::Status added =
-        group_losses_->Add(config_.mixture->layout, pairs.indices(), pairs.losses());
-    CHECK(added.ok()) << added;
+    // The accepted pairs of a batch checked (GroupLosses::Check) before the lock was taken.
+    group_losses_->AddChecked(config_.mixture->layout, pairs.indices(), pairs.losses());
   }
   deal_.AddAccepted(batch.rank, accepted);
   summary->set_accepted(summary->accepted() + accepted);

@@ -39,13 +39,18 @@ absl::Status GroupLosses::Check(const GroupLayout& layout, absl::Span<const uint
 absl::Status GroupLosses::Add(const GroupLayout& layout, absl::Span<const uint64_t> indices,
                               absl::Span<const float> losses) {
   if (absl::Status s = Check(layout, indices, losses); !s.ok()) return s;
+  AddChecked(layout, indices, losses);
+  return absl::OkStatus();
+}
+
+void GroupLosses::AddChecked(const GroupLayout& layout, absl::Span<const uint64_t> indices,
+                             absl::Span<const float> losses) {
   for (size_t i = 0; i < indices.size(); ++i) {
     const uint32_t k = layout.GroupOf(indices[i]);
     // x 2^32 is exact (a power-of-two scaling) and below 2^64; the conversion truncates.
     sums_[k] += static_cast<uint64_t>(static_cast<double>(losses[i]) * kFixedUnit);
     ++counts_[k];
   }
-  return absl::OkStatus();
 }
 
 void GroupLosses::Merge(const GroupLosses& other) {

@@ -44,6 +44,10 @@ class GroupLosses {
   // Add's checks alone (a caller that must refuse a bad batch before it records it).
   static absl::Status Check(const GroupLayout& layout, absl::Span<const uint64_t> indices,
                             absl::Span<const float> losses);
+  // Add without its checks, for pairs that passed Check (a precondition): the job checks a batch
+  // before taking its lock and adds the accepted pairs under it, without a second pass.
+  void AddChecked(const GroupLayout& layout, absl::Span<const uint64_t> indices,
+                  absl::Span<const float> losses);
 
   // Merges another epoch's statistics of the same groups (e.g. a thread's): the same result as
   // adding its pairs here. Precondition: other.groups() == groups().
