@@ -45,7 +45,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "client", "python"))
 sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 sys.path.insert(0, HERE)
 from ddp_demo import start_samplerd  # noqa: E402
-from ddp_train import free_port  # noqa: E402
+from ddp_train import free_port, spawn_ranks  # noqa: E402
 import policy_arms  # noqa: E402
 import policy_data  # noqa: E402
 import policy_report  # noqa: E402
@@ -153,7 +153,6 @@ def run(binary, *, datasets, arms=ARMS, seeds, steps, eval_every, batch_size, wo
     """Runs the benchmark on a fresh samplerd. Returns (per-run results, {arm: why skipped}):
     the arms whose API this client or server lacks are skipped. budget_s > 0: no new seed
     starts after that many seconds (the results hold the seeds that ran)."""
-    import torch.multiprocessing as mp
     for d in datasets:
         reason = policy_data.available(d)
         if reason:
@@ -171,11 +170,7 @@ def run(binary, *, datasets, arms=ARMS, seeds, steps, eval_every, batch_size, wo
                "verbose": verbose,
                "master_port": free_port(), "partial": partial}
         with tempfile.TemporaryDirectory() as tmp:
-            cfg["report"] = os.path.join(tmp, "results.json")
-            mp.start_processes(worker, args=(world, cfg), nprocs=world, join=True,
-                               start_method="spawn")
-            with open(cfg["report"]) as f:
-                return json.load(f), skipped
+            return spawn_ranks(worker, world, cfg, os.path.join(tmp, "results.json")), skipped
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)

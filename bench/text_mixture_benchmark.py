@@ -58,7 +58,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 sys.path.insert(0, HERE)
 import samplerd  # noqa: E402
 from ddp_demo import start_samplerd  # noqa: E402
-from ddp_train import free_port  # noqa: E402
+from ddp_train import free_port, spawn_ranks  # noqa: E402
 from samplerd._proto import samplerd_pb2 as pb  # noqa: E402
 from samplerd.torch import DistributedWeightedSampler, IndexedDataset  # noqa: E402
 import text_mixture_data as tdata  # noqa: E402
@@ -274,7 +274,6 @@ def run(binary, *, seeds, epochs, window, batch_size, world, lr, eval_every, sca
     """Runs the benchmark on a fresh samplerd. Returns ({domain: sizes}, per-run results,
     {arm: why skipped}). `previous`: runs of an earlier invocation with the same settings,
     kept as they are (not run again; its uniform runs are the references)."""
-    import torch.multiprocessing as mp
     if "uniform" in arms and arms[0] != "uniform":
         arms = ("uniform",) + tuple(a for a in arms if a != "uniform")
     if any(a in ("hand", "excess") for a in arms) and "uniform" not in arms:
@@ -298,11 +297,7 @@ def run(binary, *, seeds, epochs, window, batch_size, world, lr, eval_every, sca
             if r["arm"] in cfg["arms"] and r["seed"] < seeds:
                 cfg["previous"].setdefault(str(r["seed"]), {})[r["arm"]] = r
         with tempfile.TemporaryDirectory() as tmp:
-            cfg["report"] = os.path.join(tmp, "results.json")
-            mp.start_processes(worker, args=(world, cfg), nprocs=world, join=True,
-                               start_method="spawn")
-            with open(cfg["report"]) as f:
-                out = json.load(f)
+            out = spawn_ranks(worker, world, cfg, os.path.join(tmp, "results.json"))
         return out["domains"], out["results"], skipped
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -241,22 +241,30 @@ def free_port():
         return s.getsockname()[1]
 
 
+def spawn_ranks(worker, world, cfg, report):
+    """Runs worker(rank, world, cfg) in `world` spawned processes (DDP ranks) and returns the
+    JSON that rank 0 wrote to cfg["report"] = `report` (the examples' and benchmarks' one way to
+    start a group and read its result)."""
+    import torch.multiprocessing as mp
+    cfg = dict(cfg, report=report)
+    mp.start_processes(worker, args=(world, cfg), nprocs=world, join=True, start_method="spawn")
+    with open(report) as f:
+        return json.load(f)
+
+
 def run(address, report, *, world=4, job="ddp", epochs=20, seed=7, num_workers=2,
         alternatives=()):
     """Spawns `world` DDP processes and returns the JSON report of rank 0. `alternatives`:
     also train these for the same steps ("wrs", "cb": train_alternative), reported as
     report["alternatives"][kind] = balanced accuracy."""
-    import torch.multiprocessing as mp
     per_rank_batch = 32
     samples_per_epoch = N // 10 // world * world
     cfg = {"address": address, "job": job, "seed": seed, "lr": 0.5,
            "batch_size": per_rank_batch, "epochs": epochs,
            "samples_per_epoch": samples_per_epoch, "num_workers": num_workers,
-           "report": report, "master_port": free_port(), "alternatives": list(alternatives)}
+           "master_port": free_port(), "alternatives": list(alternatives)}
     # Same optimizer steps: the baseline runs full epochs of N / world samples per rank.
     steps = epochs * (-(-samples_per_epoch // world // per_rank_batch))
     per_epoch = -(-(-(-N // world)) // per_rank_batch)
     cfg["baseline_epochs"] = max(1, steps // per_epoch)
-    mp.start_processes(worker, args=(world, cfg), nprocs=world, join=True, start_method="spawn")
-    with open(report) as f:
-        return json.load(f)
+    return spawn_ranks(worker, world, cfg, report)
