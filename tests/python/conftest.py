@@ -1,5 +1,6 @@
 """Fixtures: a real samplerd binary on a free port (no fakes)."""
 
+import multiprocessing
 import os
 import pathlib
 import signal
@@ -62,6 +63,29 @@ def process_dies(sampler):
     the rank is accepted; nothing else is sent (no EndEpoch, no losses still queued). The sampler
     must not be used again (a dead process cannot)."""
     sampler._claim.release()
+
+
+def run_in_fresh_process(fn, *args, timeout=180):
+    """Runs fn(*args) in a new interpreter (multiprocessing's spawn) and fails the test if it
+    raises there (its traceback goes to stderr, captured with the test's output) or does not
+    finish within `timeout` seconds. `fn` is a module-level function of the test file.
+
+    For the tests whose DataLoader forks worker processes inside the test: a forked worker
+    inherits the process that forks it, and the pytest process holds the threads, gRPC channels
+    and sockets of every test run before. A trainer's DataLoader forks a trainer. CI's run of
+    2026-11-29 failed both such tests in torch's transfer of a batch from a forked worker (the
+    resource-sharer handshake read "bad message length"), while the test between them, whose
+    workers are spawned, passed; two full runs and 25 runs of the two files here did not fail.
+    """
+    proc = multiprocessing.get_context("spawn").Process(target=fn, args=args)
+    proc.start()
+    proc.join(timeout)
+    if proc.is_alive():
+        proc.kill()
+        proc.join()
+        pytest.fail(f"{fn.__name__} did not finish in {timeout} s")
+    assert proc.exitcode == 0, (f"{fn.__name__} failed in its own process (exit code "
+                                f"{proc.exitcode}): its traceback is in the captured stderr")
 
 
 def run_samplerd_expecting_failure(*args, timeout=30, plaintext=True):

@@ -14,7 +14,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import samplerd
-from conftest import process_dies
+from conftest import process_dies, run_in_fresh_process
 from samplerd.torch import DistributedWeightedSampler
 
 CLIENT_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "client", "python")
@@ -119,10 +119,17 @@ class _Indices(Dataset):
 def test_state_dict_resumes_after_what_training_consumed_not_what_was_prefetched(client, server):
     """A DataLoader with worker processes draws indices ahead of training; the checkpoint taken
     after step k resumes at step k + 1 exactly, and the losses of the steps after it that the
-    first process reported too count once."""
+    first process reported too count once. The trainer runs in a process of its own (its
+    DataLoader forks workers: conftest.run_in_fresh_process)."""
     client.create_job("ck", num_samples=1000, world_size=2, loss="loss")
     shard = client.read_shard("ck", 0, 1, 2, observe=True)
-    first = DistributedWeightedSampler(server.address, "ck", rank=1, world_size=2)
+    run_in_fresh_process(_resume_after_prefetching_trainer, server.address, list(shard))
+    assert client.status("ck").ranks[1].losses_accepted == 500
+    assert client.status("ck").ranks[1].ended
+
+
+def _resume_after_prefetching_trainer(address, shard):
+    first = DistributedWeightedSampler(address, "ck", rank=1, world_size=2)
     loader = DataLoader(_Indices(), sampler=first, batch_size=10, num_workers=2)
     consumed, checkpoint = [], None
     for step, idx in enumerate(loader):
@@ -137,7 +144,7 @@ def test_state_dict_resumes_after_what_training_consumed_not_what_was_prefetched
     assert first.last_summary["accepted"] == 150
     process_dies(first)
 
-    second = DistributedWeightedSampler(server.address, "ck", rank=1, world_size=2)
+    second = DistributedWeightedSampler(address, "ck", rank=1, world_size=2)
     second.load_state_dict(checkpoint)
     resumed = []
     for idx in DataLoader(_Indices(), sampler=second, batch_size=10, num_workers=2):
@@ -146,12 +153,10 @@ def test_state_dict_resumes_after_what_training_consumed_not_what_was_prefetched
     second.flush()
     np.testing.assert_array_equal(consumed[:120] + resumed, shard)  # Nothing skipped or repeated.
     assert (second.last_summary["accepted"], second.last_summary["duplicates"]) == (350, 30)
-    assert client.status("ck").ranks[1].losses_accepted == 500
     # All acknowledged now: no `unacknowledged` (the checkpoint may have carried some).
     expected = {k: v for k, v in checkpoint.items() if k != "unacknowledged"}
     assert second.state_dict() == dict(expected, position=500)
     second.close()  # Ends epoch 0 for rank 1.
-    assert client.status("ck").ranks[1].ended
 
 
 def test_load_state_dict_refuses_another_ranks_state(client, server):

@@ -7,6 +7,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import samplerd
+from conftest import run_in_fresh_process
 from samplerd.torch import DistributedWeightedSampler, IndexedDataset
 
 
@@ -61,10 +62,19 @@ def test_rank_and_world_size_are_checked(client, server):
 
 
 def test_dataloader_with_workers_reports_under_true_indices(client, server):
+    """The trainer runs in a process of its own: its DataLoader forks workers
+    (conftest.run_in_fresh_process)."""
     n = 64
     client.create_job("dl", num_samples=n, world_size=1, loss="loss")
+    run_in_fresh_process(_trainer_with_forked_workers, server.address, n)
+    status = client.status("dl")
+    assert status.job.current_epoch == 1  # close() ended epoch 0 (the only rank).
+    assert status.samples_seen == n  # Every sample's loss arrived under its true index.
+
+
+def _trainer_with_forked_workers(address, n):
     data = TensorDataset(torch.arange(n, dtype=torch.float32) * 10)
-    sampler = DistributedWeightedSampler(server.address, "dl", rank=0, world_size=1,
+    sampler = DistributedWeightedSampler(address, "dl", rank=0, world_size=1,
                                          report_batch_size=8)
     loader = DataLoader(IndexedDataset(data), sampler=sampler, batch_size=8, num_workers=2)
     seen = []
@@ -74,8 +84,6 @@ def test_dataloader_with_workers_reports_under_true_indices(client, server):
         seen.extend(idx.tolist())
     sampler.close()  # Flushes the last batches (drawn ahead by the workers) and ends the epoch.
     assert sorted(seen) == list(range(n))
-    status = client.status("dl")
-    assert status.job.current_epoch == 1  # close() ended epoch 0 (the only rank).
     assert sampler.last_summary["accepted"] == n and sampler.last_summary["stale"] == 0
 
 
