@@ -75,7 +75,8 @@ def run_in_fresh_process(fn, *args, timeout=180):
     and sockets of every test run before. A trainer's DataLoader forks a trainer. CI's run of
     2026-11-29 failed both such tests in torch's transfer of a batch from a forked worker (the
     resource-sharer handshake read "bad message length"), while the test between them, whose
-    workers are spawned, passed; two full runs and 25 runs of the two files here did not fail.
+    workers are spawned, passed; here, two full runs of the suite (one at `ulimit -n 1024`) and
+    a run of the two files did not fail.
     """
     proc = multiprocessing.get_context("spawn").Process(target=fn, args=args)
     proc.start()
