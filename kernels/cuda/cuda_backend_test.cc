@@ -27,11 +27,14 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/compute_backend.h"
 #include "kernels/cpu_backend.h"
 #include "kernels/cuda/gpu_presence.h"
+#include "kernels/mixture/apportion.h"
+#include "kernels/mixture/window.h"
 #include "kernels/testing/policy_cases.h"
 #include "kernels/testing/test_util.h"
 #include "kernels/testing/weight_cases.h"
@@ -631,6 +634,78 @@ TEST_F(CudaVsCpuTest, BadPlanInputsSameError) {
   EXPECT_EQ(cuda_->PlanEpoch(ok, 0, cpu_w.get()).status().code(),
             absl::StatusCode::kInvalidArgument);
   ExpectSamePlan(ok, 0, cpu_w.get(), cuda_w.get(), "10 of 10 positive");
+}
+
+// A mixture job's window (ComputeBackend::PlanMixtureWindow) on the device == on the CPU, entry
+// for entry, and the cursors after it, window after window: K from 1 to 10^4, groups smaller
+// than the window (wrapping into several passes per window), windows smaller than K, M not a
+// multiple of anything, zero weights, N = 10^12; and the same errors for bad windows.
+TEST_F(CudaVsCpuTest, MixtureWindows) {
+  struct Mix {
+    std::vector<uint64_t> sizes;
+    std::vector<double> weights;
+    uint64_t m;
+    int windows;
+  } mixes[] = {
+      {{1, 2, 3, 50}, {1, 1, 1, 1}, 16, 20},
+      {{13}, {1}, 1000, 3},
+      {{5, 200, 31, 8, 999, 2}, {1, 4, 2, 0.1, 8, 0.5}, 257, 10},
+      {{1000, 17, 1, 333}, {0.5, 3, 0.25, 1}, 100003, 4},
+      {{7, 7, 7, 7, 7, 7, 7, 7, 7, 7}, {1, 0, 2, 0, 3, 0, 4, 0, 5, 6}, 3, 12},
+      {std::vector<uint64_t>(10000, 100000000), {}, 1000003, 2},
+      {{uint64_t{1} << 40, 3, (uint64_t{1} << 33) + 1}, {1, 1, 1}, 2999999, 2},
+  };
+  for (const Mix& mix : mixes) {
+    const uint64_t k_groups = mix.sizes.size();
+    std::vector<double> weights = mix.weights;
+    if (weights.empty()) weights.assign(k_groups, 1.0);
+    const mixture::GroupLayout layout = *mixture::GroupLayout::Create(mix.sizes);
+    const std::vector<uint64_t> shares = *mixture::SharesOf(weights);
+    mixture::Apportioner apportioner = *mixture::Apportioner::Create(k_groups);
+    std::vector<mixture::GroupCursor> cursors(k_groups);
+    for (int epoch = 0; epoch < mix.windows; ++epoch) {
+      const std::string what =
+          absl::StrCat("K = ", k_groups, " M = ", mix.m, " window ", epoch);
+      const std::vector<uint64_t> counts = apportioner.Next(shares, mix.m)->counts;
+      std::vector<uint64_t> cpu(mix.m), cuda(mix.m, ~uint64_t{0});
+      absl::StatusOr<std::vector<mixture::GroupCursor>> cpu_next =
+          cpu_->PlanMixtureWindow(5, epoch, layout, cursors, counts, absl::MakeSpan(cpu));
+      absl::StatusOr<std::vector<mixture::GroupCursor>> cuda_next =
+          cuda_->PlanMixtureWindow(5, epoch, layout, cursors, counts, absl::MakeSpan(cuda));
+      ASSERT_TRUE(cpu_next.ok()) << what << ": " << cpu_next.status();
+      ASSERT_TRUE(cuda_next.ok()) << what << ": " << cuda_next.status();
+      if (cpu != cuda) {
+        uint64_t k = 0;
+        while (cpu[k] == cuda[k]) ++k;
+        ADD_FAILURE() << what << ": windows differ first at position " << k << ": cpu "
+                      << cpu[k] << ", cuda " << cuda[k];
+      }
+      for (uint64_t k = 0; k < k_groups; ++k) {
+        ASSERT_EQ((*cuda_next)[k].position, (*cpu_next)[k].position) << what << " group " << k;
+        ASSERT_EQ((*cuda_next)[k].pass, (*cpu_next)[k].pass) << what << " group " << k;
+      }
+      cursors = *cpu_next;
+    }
+  }
+  // Bad windows: the same status, nothing written.
+  const mixture::GroupLayout layout = *mixture::GroupLayout::Create({4, 9});
+  const std::vector<mixture::GroupCursor> zero(2), past = {{0, 0}, {9, 0}};
+  const std::vector<uint64_t> counts = {2, 3};
+  std::vector<uint64_t> out(5, 77);
+  auto same_error = [&](absl::Span<const mixture::GroupCursor> c, absl::Span<const uint64_t> n,
+                        uint64_t out_size, const std::string& what) {
+    ExpectSameError(
+        cpu_->PlanMixtureWindow(1, 0, layout, c, n, absl::MakeSpan(out).subspan(0, out_size))
+            .status(),
+        cuda_->PlanMixtureWindow(1, 0, layout, c, n, absl::MakeSpan(out).subspan(0, out_size))
+            .status(),
+        what);
+    EXPECT_EQ(out, std::vector<uint64_t>(5, 77)) << what;
+  };
+  same_error(absl::MakeConstSpan(zero).subspan(0, 1), counts, 5, "one cursor for two groups");
+  same_error(zero, {5}, 5, "one count for two groups");
+  same_error(past, counts, 5, "a cursor past its group");
+  same_error(zero, counts, 4, "out of 4 for a window of 5");
 }
 
 // An out-of-memory fails its own call only: the runtime records the failed allocation as the
