@@ -11,7 +11,7 @@
 // backend (its time includes the O(K) upload and the copy of the window to the host), whose
 // anchor is PlanWindow on the CPU above, in the same run.
 //
-//   bazel run -c opt //bench:mixture_window_benchmark -- [groups] [group_size] [M] [threads] \
+//   bazel run -c opt //bench:mixture_window_benchmark -- [groups] [group_size] [M] [threads]
 //       [reps] [backend]
 //   (defaults: 10000 100000000 10000000 2 5 cpu: N = 10^12 in 10^4 groups, M = 10^7)
 // Exit status 2 (printing why) when `backend` is cuda and no GPU is usable.
