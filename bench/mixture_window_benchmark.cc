@@ -144,8 +144,8 @@ int Main(int argc, char** argv) {
   for (int rep = 0; rep < reps; ++rep) {
     std::vector<uint64_t> out(m);
     const auto start = std::chrono::steady_clock::now();
-    auto next = window_backend->PlanMixtureWindow(1, rep, *layout, backend_cursors,
-                                                  all_counts[rep], absl::MakeSpan(out));
+    auto next = window_backend->PlanMixtureWindow(1, rep, *layout, backend_cursors, all_counts[rep],
+                                                  absl::MakeSpan(out));
     CHECK_OK_OR_DIE(next.status());
     t_backend.push_back(Seconds(start));
     if (Checksum(out) != window_hashes[rep]) {
@@ -167,10 +167,11 @@ int Main(int argc, char** argv) {
   std::printf("boundary (shares+counts+window) %8.4f s\n", boundary);
   std::printf("anchor: uniform plan M = N = M  %8.4f s  (window / anchor = %.2fx)\n",
               bench::Median(t_anchor), bench::Median(t_window) / bench::Median(t_anchor));
-  std::printf("backend %-4s PlanMixtureWindow   %8.4f s  (equal to PlanWindow's; / PlanWindow "
-              "= %.2fx)\n",
-              backend_name.c_str(), bench::Median(t_backend),
-              bench::Median(t_backend) / bench::Median(t_window));
+  std::printf(
+      "backend %-4s PlanMixtureWindow   %8.4f s  (equal to PlanWindow's; / PlanWindow "
+      "= %.2fx)\n",
+      backend_name.c_str(), bench::Median(t_backend),
+      bench::Median(t_backend) / bench::Median(t_window));
   std::printf(
       "peak RSS after the windows (before the fill alone) %.1f MiB (one window: 8 B x M = "
       "%.1f MiB)\n",

@@ -15,9 +15,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/det_math.h"
-#include "kernels/mixture/apportion.h"
 #include "kernels/mixture/window.h"
 #include "kernels/testing/backend_state.h"
+#include "kernels/testing/mixture_cases.h"
 #include "kernels/testing/policy_cases.h"
 #include "kernels/testing/test_util.h"
 #include "kernels/testing/weight_cases.h"
@@ -1310,42 +1310,28 @@ TEST(WithinGroupsTest, BadInputsNameFieldAndValueAndChangeNothing) {
 }
 
 // A mixture job's window through the backend (ComputeBackend::PlanMixtureWindow) is
-// mixture::PlanWindowInto's, entry for entry, and so are the cursors after it: over several
-// windows of mixes with groups smaller than the window, a window smaller than K, and M not a
-// multiple of anything; on 1 and 3 threads (the reference on 1).
+// mixture::PlanWindowInto's, entry for entry, and so are the cursors after it, window after
+// window (testutil::WindowMixes); on 1 and 3 threads (the reference on 1).
 TEST(MixtureWindowTest, IsPlanWindowInto) {
-  struct Mix {
-    std::vector<uint64_t> sizes;
-    std::vector<double> weights;
-    uint64_t m;
-  } mixes[] = {
-      {{1, 2, 3, 50}, {1, 1, 1, 1}, 16},
-      {{5, 200, 31, 8, 999, 2}, {1, 4, 2, 0.1, 8, 0.5}, 257},
-      {{1000, 17, 1, 333}, {0.5, 3, 0.25, 1}, 100003},
-      {{7, 7, 7, 7, 7, 7, 7, 7, 7, 7}, {1, 0, 2, 0, 3, 0, 4, 0, 5, 6}, 3},
-  };
   for (int threads : {1, 3}) {
     std::unique_ptr<ComputeBackend> backend = NewCpuBackend(threads);
-    for (const Mix& mix : mixes) {
-      const mixture::GroupLayout layout = *mixture::GroupLayout::Create(mix.sizes);
-      const std::vector<uint64_t> shares = *mixture::SharesOf(mix.weights);
-      mixture::Apportioner apportioner = *mixture::Apportioner::Create(mix.sizes.size());
-      std::vector<mixture::GroupCursor> cursors(mix.sizes.size());
-      for (uint64_t epoch = 0; epoch < 5; ++epoch) {
-        const std::vector<uint64_t> counts = apportioner.Next(shares, mix.m)->counts;
+    for (const testutil::WindowMix& mix : testutil::WindowMixes(/*large=*/false)) {
+      testutil::ForEachWindow(mix, [&](const std::string& what, const mixture::GroupLayout& layout,
+                                       uint64_t epoch,
+                                       absl::Span<const mixture::GroupCursor> cursors,
+                                       absl::Span<const uint64_t> counts) {
         std::vector<uint64_t> want(mix.m), got(mix.m);
-        absl::StatusOr<std::vector<mixture::GroupCursor>> want_next = mixture::PlanWindowInto(
-            1, 11, epoch, layout, cursors, counts, absl::MakeSpan(want));
+        absl::StatusOr<std::vector<mixture::GroupCursor>> want_next =
+            mixture::PlanWindowInto(1, 11, epoch, layout, cursors, counts, absl::MakeSpan(want));
         absl::StatusOr<std::vector<mixture::GroupCursor>> got_next =
             backend->PlanMixtureWindow(11, epoch, layout, cursors, counts, absl::MakeSpan(got));
-        ASSERT_TRUE(want_next.ok() && got_next.ok()) << got_next.status();
-        EXPECT_EQ(got, want) << "threads " << threads << " m " << mix.m << " epoch " << epoch;
+        ASSERT_TRUE(want_next.ok() && got_next.ok()) << what << ": " << got_next.status();
+        EXPECT_EQ(got, want) << what << ", " << threads << " threads";
         for (size_t k = 0; k < cursors.size(); ++k) {
-          EXPECT_EQ((*got_next)[k].position, (*want_next)[k].position) << "group " << k;
-          EXPECT_EQ((*got_next)[k].pass, (*want_next)[k].pass) << "group " << k;
+          EXPECT_EQ((*got_next)[k].position, (*want_next)[k].position) << what << " group " << k;
+          EXPECT_EQ((*got_next)[k].pass, (*want_next)[k].pass) << what << " group " << k;
         }
-        cursors = *want_next;
-      }
+      });
     }
   }
 }

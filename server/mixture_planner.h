@@ -1,14 +1,15 @@
 // MixturePlanner: a mixture job's plans from epoch to epoch (docs/SAMPLING.md, "Mixture jobs").
 // The plan of epoch e is the window (kernels/mixture/window.h), computed by the job's compute
 // backend (ComputeBackend::PlanMixtureWindow: on the CPU backend's threads, or on the GPU with
-// --backend=cuda; bit-identical either way), from the state before it -- each group's apportionment lag and cursor, and the group weights in force at e
-// (MixtureState) -- with the counts of the apportionment of M = samples_per_epoch under those
-// weights' shares (kernels/mixture/apportion.h). The lags and cursors of epoch e + 1 follow from
-// e's window counts (no window need be computed for that: O(K) per epoch); its weights are e's
-// (static weights), unless they are set for e + 1 (SetStaticFrom: an admin's SetGroupWeights;
-// UpdateOnline: an online rule fed with epoch e's losses). An online job's state of e + 1 has no
-// weights until UpdateOnline(e) gives them: the planner advances only from states that carry
-// their weights, so it never plans an online epoch ahead of its losses.
+// --backend=cuda; bit-identical either way), from the state before it -- each group's apportionment
+// lag and cursor, and the group weights in force at e (MixtureState) -- with the counts of the
+// apportionment of M = samples_per_epoch under those weights' shares (kernels/mixture/apportion.h).
+// The lags and cursors of epoch e + 1 follow from e's window counts (no window need be computed for
+// that: O(K) per epoch); its weights are e's (static weights), unless they are set for e + 1
+// (SetStaticFrom: an admin's SetGroupWeights; UpdateOnline: an online rule fed with epoch e's
+// losses). An online job's state of e + 1 has no weights until UpdateOnline(e) gives them: the
+// planner advances only from states that carry their weights, so it never plans an online epoch
+// ahead of its losses.
 //
 // The planner keeps kKeptStates states: each state it reaches or is handed (Remember) is kept,
 // and the oldest others make room (never the one just kept). It advances from the nearest known

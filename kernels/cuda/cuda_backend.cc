@@ -371,8 +371,7 @@ absl::StatusOr<std::vector<mixture::GroupCursor>> CudaBackend::PlanMixtureWindow
     groups.sizes = device_words + k_groups;
     groups.cursors = reinterpret_cast<const mixture::GroupCursor*>(device_words + 2 * k_groups);
     groups.count_prefix = device_words + 4 * k_groups;
-    SAMPLERD_RETURN_IF_ERROR(
-        window.Allocate(*m * sizeof(uint64_t), stream, "the mixture window"));
+    SAMPLERD_RETURN_IF_ERROR(window.Allocate(*m * sizeof(uint64_t), stream, "the mixture window"));
     SAMPLERD_RETURN_IF_CUDA_ERROR(
         gpu::PlanMixtureWindow(seed, epoch, groups, *m, window.as<uint64_t>(), stream),
         "PlanMixtureWindow");

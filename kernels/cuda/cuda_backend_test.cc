@@ -33,8 +33,8 @@
 #include "kernels/compute_backend.h"
 #include "kernels/cpu_backend.h"
 #include "kernels/cuda/gpu_presence.h"
-#include "kernels/mixture/apportion.h"
 #include "kernels/mixture/window.h"
+#include "kernels/testing/mixture_cases.h"
 #include "kernels/testing/policy_cases.h"
 #include "kernels/testing/test_util.h"
 #include "kernels/testing/weight_cases.h"
@@ -637,36 +637,14 @@ TEST_F(CudaVsCpuTest, BadPlanInputsSameError) {
 }
 
 // A mixture job's window (ComputeBackend::PlanMixtureWindow) on the device == on the CPU, entry
-// for entry, and the cursors after it, window after window: K from 1 to 10^4, groups smaller
-// than the window (wrapping into several passes per window), windows smaller than K, M not a
-// multiple of anything, zero weights, N = 10^12; and the same errors for bad windows.
+// for entry, and the cursors after it, window after window (testutil::WindowMixes: K from 1 to
+// 10^4, groups smaller than the window, windows smaller than K, M a multiple of nothing in
+// particular, zero weights, N = 10^12); and the same errors for bad windows.
 TEST_F(CudaVsCpuTest, MixtureWindows) {
-  struct Mix {
-    std::vector<uint64_t> sizes;
-    std::vector<double> weights;
-    uint64_t m;
-    int windows;
-  } mixes[] = {
-      {{1, 2, 3, 50}, {1, 1, 1, 1}, 16, 20},
-      {{13}, {1}, 1000, 3},
-      {{5, 200, 31, 8, 999, 2}, {1, 4, 2, 0.1, 8, 0.5}, 257, 10},
-      {{1000, 17, 1, 333}, {0.5, 3, 0.25, 1}, 100003, 4},
-      {{7, 7, 7, 7, 7, 7, 7, 7, 7, 7}, {1, 0, 2, 0, 3, 0, 4, 0, 5, 6}, 3, 12},
-      {std::vector<uint64_t>(10000, 100000000), {}, 1000003, 2},
-      {{uint64_t{1} << 40, 3, (uint64_t{1} << 33) + 1}, {1, 1, 1}, 2999999, 2},
-  };
-  for (const Mix& mix : mixes) {
-    const uint64_t k_groups = mix.sizes.size();
-    std::vector<double> weights = mix.weights;
-    if (weights.empty()) weights.assign(k_groups, 1.0);
-    const mixture::GroupLayout layout = *mixture::GroupLayout::Create(mix.sizes);
-    const std::vector<uint64_t> shares = *mixture::SharesOf(weights);
-    mixture::Apportioner apportioner = *mixture::Apportioner::Create(k_groups);
-    std::vector<mixture::GroupCursor> cursors(k_groups);
-    for (int epoch = 0; epoch < mix.windows; ++epoch) {
-      const std::string what =
-          absl::StrCat("K = ", k_groups, " M = ", mix.m, " window ", epoch);
-      const std::vector<uint64_t> counts = apportioner.Next(shares, mix.m)->counts;
+  for (const testutil::WindowMix& mix : testutil::WindowMixes(/*large=*/true)) {
+    testutil::ForEachWindow(mix, [&](const std::string& what, const mixture::GroupLayout& layout,
+                                     uint64_t epoch, absl::Span<const mixture::GroupCursor> cursors,
+                                     absl::Span<const uint64_t> counts) {
       std::vector<uint64_t> cpu(mix.m), cuda(mix.m, ~uint64_t{0});
       absl::StatusOr<std::vector<mixture::GroupCursor>> cpu_next =
           cpu_->PlanMixtureWindow(5, epoch, layout, cursors, counts, absl::MakeSpan(cpu));
@@ -677,15 +655,14 @@ TEST_F(CudaVsCpuTest, MixtureWindows) {
       if (cpu != cuda) {
         uint64_t k = 0;
         while (cpu[k] == cuda[k]) ++k;
-        ADD_FAILURE() << what << ": windows differ first at position " << k << ": cpu "
-                      << cpu[k] << ", cuda " << cuda[k];
+        ADD_FAILURE() << what << ": windows differ first at position " << k << ": cpu " << cpu[k]
+                      << ", cuda " << cuda[k];
       }
-      for (uint64_t k = 0; k < k_groups; ++k) {
-        ASSERT_EQ((*cuda_next)[k].position, (*cpu_next)[k].position) << what << " group " << k;
-        ASSERT_EQ((*cuda_next)[k].pass, (*cpu_next)[k].pass) << what << " group " << k;
+      for (size_t k = 0; k < cursors.size(); ++k) {
+        EXPECT_EQ((*cuda_next)[k].position, (*cpu_next)[k].position) << what << " group " << k;
+        EXPECT_EQ((*cuda_next)[k].pass, (*cpu_next)[k].pass) << what << " group " << k;
       }
-      cursors = *cpu_next;
-    }
+    });
   }
   // Bad windows: the same status, nothing written.
   const mixture::GroupLayout layout = *mixture::GroupLayout::Create({4, 9});

@@ -234,8 +234,7 @@ std::string CompareStatus(const v1::JobStatus& a, const v1::JobStatus& b) {
         return absl::StrFormat("group=%d weight=%.17g count=%d pass=%d position=%d", x.group(),
                                x.weight(), x.window_count(), x.pass(), x.position());
       };
-      return absl::StrCat("JobStatus.mixture.top_groups[", g, "]: a ", text(ga), " | b ",
-                          text(gb));
+      return absl::StrCat("JobStatus.mixture.top_groups[", g, "]: a ", text(ga), " | b ", text(gb));
     }
   }
   return "";
@@ -359,8 +358,8 @@ absl::Status CompareJob(SamplerClient* clients[2], const JobCase& job,
         epoch == kReweightEpoch) {
       OnBoth([&](int s) {
         status[s] = Annotated(clients[s]->SetGroupWeights(job.name, kNewGroupWeights).status(),
-                              absl::StrCat("server ", side[s], ": job ", job.name, " epoch ",
-                                           epoch, ": SetGroupWeights"));
+                              absl::StrCat("server ", side[s], ": job ", job.name, " epoch ", epoch,
+                                           ": SetGroupWeights"));
       });
       if (absl::Status s = FirstError(status); !s.ok()) return s;
     }

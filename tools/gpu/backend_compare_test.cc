@@ -129,8 +129,9 @@ TEST_F(BackendCompareTest, OneChangedLossIsFoundInTheOnlineMixtureJob) {
   absl::StatusOr<CompareSummary> summary = CompareBackends(*a_, *b_, options);
   ASSERT_TRUE(summary.ok()) << summary.status();
   EXPECT_EQ(summary->jobs_compared, 1);  // The static job ignores losses.
-  EXPECT_THAT(summary->difference,
-              StartsWith("job=mixloss-n1000-mixture-exp3-w2 epoch=2 JobStatus.mixture.top_groups["));
+  EXPECT_THAT(
+      summary->difference,
+      StartsWith("job=mixloss-n1000-mixture-exp3-w2 epoch=2 JobStatus.mixture.top_groups["));
 }
 
 TEST_F(BackendCompareTest, OneChangedLossIsFoundAtTheNextEpoch) {

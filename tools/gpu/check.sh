@@ -389,19 +389,18 @@ stage_3() {
     done
   fi
   stop_servers 3.9
-  local window_test="$BUNDLE/runfiles/kernels/cuda/mixture_window_test"
-  if [[ -x "$window_test" ]]; then
-    step 3.7 "mixture_window_test" 60 "$LOGS/mixture_window_test.log" \
-      env TEST_TMPDIR="$WORK" "$window_test" && gtest_row 3.7 "mixture_window_test" "$LOGS/mixture_window_test.log"
-  else
-    row 3.7 "mixture_window_test" FAIL 0 "not in the bundle ($window_test)"
-  fi
-  local test="$BUNDLE/runfiles/kernels/cuda/cuda_backend_test"
+  kernel_test 3.7 mixture_window_test 60
+  kernel_test 3.8 cuda_backend_test 150
+}
+
+# kernel_test ID NAME LIMIT_S: the bundle's runfiles/kernels/cuda/NAME, a gtest binary.
+kernel_test() {
+  local id="$1" name="$2" test="$BUNDLE/runfiles/kernels/cuda/$2"
   if [[ -x "$test" ]]; then
-    step 3.8 "cuda_backend_test" 150 "$LOGS/cuda_backend_test.log" \
-      env TEST_TMPDIR="$WORK" "$test" && gtest_row 3.8 "cuda_backend_test" "$LOGS/cuda_backend_test.log"
+    step "$id" "$name" "$3" "$LOGS/$name.log" env TEST_TMPDIR="$WORK" "$test" &&
+      gtest_row "$id" "$name" "$LOGS/$name.log"
   else
-    row 3.8 "cuda_backend_test" FAIL 0 "not in the bundle ($test)"
+    row "$id" "$name" FAIL 0 "not in the bundle ($test)"
   fi
 }
 
@@ -440,7 +439,7 @@ mixture_windows() {
     step "4.4.$k" "mixture window $GPU_BACKEND M=$m" 120 "$log" \
       "$BUNDLE/bin/mixture_window_benchmark" 10000 100000000 "$m" "$threads" 3 "$GPU_BACKEND" || return
     row "4.4.$k" "mixture window $GPU_BACKEND M=$m" "$(step_result)" "$STEP_S" \
-      "$(last_line "$log" '^backend ' | sed -E 's/ +/ /g'); cpu $(last_line "$log" '^PlanWindow' | sed -E 's/ +/ /g; s/^PlanWindow //')$(failure_tail "$log")"
+      "$(last_line "$log" '^backend ' | sed -E 's/ +/ /g'); anchor: CPU PlanWindow $(last_line "$log" '^PlanWindow' | sed -E 's/^PlanWindow \(fill \+ shuffle\) +//')$(failure_tail "$log")"
   done
 }
 
