@@ -5,20 +5,28 @@
 // rest of the window's time goes), and the anchor measured in the same run: the CPU backend's
 // uniform plan of M samples without replacement and M = N (the shuffle of today's plans alone),
 // with the ratio. Peak RSS (VmHWM) after the windows (PlanWindow), before the fill alone (which
-// allocates M entries of its own) and the anchor run.
+// allocates M entries of its own) and the anchor run. Then the window as a server computes it,
+// through a compute backend (ComputeBackend::PlanMixtureWindow, the same windows as PlanWindow's:
+// checked equal): the CPU backend on `threads` threads, or with `backend` = cuda the CUDA
+// backend (its time includes the O(K) upload and the copy of the window to the host), whose
+// anchor is PlanWindow on the CPU above, in the same run.
 //
-//   bazel run -c opt //bench:mixture_window_benchmark -- [groups] [group_size] [M] [threads] [reps]
-//   (defaults: 10000 100000000 10000000 2 5: N = 10^12 in 10^4 groups, M = 10^7)
+//   bazel run -c opt //bench:mixture_window_benchmark -- [groups] [group_size] [M] [threads]
+//       [reps] [backend]
+//   (defaults: 10000 100000000 10000000 2 5 cpu: N = 10^12 in 10^4 groups, M = 10^7)
+// Exit status 2 (printing why) when `backend` is cuda and no GPU is usable.
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "bench/bench_util.h"
 #include "kernels/cpu_backend.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/internal/shuffle.h"
 #include "kernels/mixture/apportion.h"
 #include "kernels/mixture/window.h"
@@ -28,6 +36,13 @@ namespace {
 
 double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+// An order-sensitive checksum of a window (to compare two windows without keeping both).
+uint64_t Checksum(const std::vector<uint64_t>& v) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (uint64_t x : v) h = (h ^ x) * 0x100000001b3ull;
+  return h;
 }
 
 // A field of /proc/self/status in MiB (VmHWM: peak RSS, VmRSS: now).
@@ -46,10 +61,25 @@ int Main(int argc, char** argv) {
   const uint64_t m = argc > 3 ? std::strtoull(argv[3], nullptr, 10) : 10000000;
   const int threads = argc > 4 ? std::atoi(argv[4]) : 2;
   const int reps = argc > 5 ? std::atoi(argv[5]) : 5;
-  std::printf("N = %llu in %llu groups of %llu, M = %llu, %d threads, %d reps\n",
+  const std::string backend_name = argc > 6 ? argv[6] : "cpu";
+  std::printf("N = %llu in %llu groups of %llu, M = %llu, %d threads, %d reps, backend %s\n",
               static_cast<unsigned long long>(groups * group_size),
               static_cast<unsigned long long>(groups), static_cast<unsigned long long>(group_size),
-              static_cast<unsigned long long>(m), threads, reps);
+              static_cast<unsigned long long>(m), threads, reps, backend_name.c_str());
+  std::unique_ptr<ComputeBackend> window_backend;
+  if (backend_name == "cuda") {
+    absl::StatusOr<std::unique_ptr<ComputeBackend>> cuda = NewCudaBackend({});
+    if (!cuda.ok()) {
+      std::printf("no usable GPU: %s\n", cuda.status().ToString().c_str());
+      return 2;
+    }
+    window_backend = *std::move(cuda);
+  } else if (backend_name == "cpu") {
+    window_backend = NewCpuBackend(threads);
+  } else {
+    std::fprintf(stderr, "backend: '%s', expected cpu or cuda\n", backend_name.c_str());
+    return 1;
+  }
 
   auto layout = mixture::GroupLayout::Create(std::vector<uint64_t>(groups, group_size));
   CHECK_OK_OR_DIE(layout.status());
@@ -58,8 +88,9 @@ int Main(int argc, char** argv) {
   auto apportioner = mixture::Apportioner::Create(groups);
   CHECK_OK_OR_DIE(apportioner.status());
   std::vector<mixture::GroupCursor> cursors(groups);
-  std::vector<double> t_shares, t_counts, t_fill, t_window, t_shuffle, t_anchor;
+  std::vector<double> t_shares, t_counts, t_fill, t_window, t_shuffle, t_anchor, t_backend;
   std::vector<std::vector<uint64_t>> all_counts;  // Per rep, for the fill alone afterwards.
+  std::vector<uint64_t> window_hashes;            // Per rep, for the backend's windows.
   for (int rep = 0; rep < reps; ++rep) {
     auto start = std::chrono::steady_clock::now();
     auto shares = mixture::SharesOf(weights);
@@ -75,6 +106,7 @@ int Main(int argc, char** argv) {
     t_window.push_back(Seconds(start));
     cursors = window->cursors;
     all_counts.push_back(counts->counts);
+    window_hashes.push_back(Checksum(window->indices));
   }
   // Before the fill alone allocates its M entries: the peak of planning windows.
   const double peak_mixture = StatusMiB("VmHWM");
@@ -107,6 +139,22 @@ int Main(int argc, char** argv) {
     CHECK_OK_OR_DIE(plan.status());
     t_anchor.push_back(Seconds(start));
   }
+  // The backend's windows: the same (counts, cursors) rep by rep as PlanWindow's above.
+  std::vector<mixture::GroupCursor> backend_cursors(groups);
+  for (int rep = 0; rep < reps; ++rep) {
+    std::vector<uint64_t> out(m);
+    const auto start = std::chrono::steady_clock::now();
+    auto next = window_backend->PlanMixtureWindow(1, rep, *layout, backend_cursors, all_counts[rep],
+                                                  absl::MakeSpan(out));
+    CHECK_OK_OR_DIE(next.status());
+    t_backend.push_back(Seconds(start));
+    if (Checksum(out) != window_hashes[rep]) {
+      std::printf("FAIL: the %s backend's window %d differs from PlanWindow's\n",
+                  backend_name.c_str(), rep);
+      return 1;
+    }
+    backend_cursors = *std::move(next);
+  }
   const double boundary =
       bench::Median(t_shares) + bench::Median(t_counts) + bench::Median(t_window);
   std::printf("SharesOf (K = %llu)             %8.4f s\n", static_cast<unsigned long long>(groups),
@@ -119,6 +167,11 @@ int Main(int argc, char** argv) {
   std::printf("boundary (shares+counts+window) %8.4f s\n", boundary);
   std::printf("anchor: uniform plan M = N = M  %8.4f s  (window / anchor = %.2fx)\n",
               bench::Median(t_anchor), bench::Median(t_window) / bench::Median(t_anchor));
+  std::printf(
+      "backend %-4s PlanMixtureWindow   %8.4f s  (equal to PlanWindow's; / PlanWindow "
+      "= %.2fx)\n",
+      backend_name.c_str(), bench::Median(t_backend),
+      bench::Median(t_backend) / bench::Median(t_window));
   std::printf(
       "peak RSS after the windows (before the fill alone) %.1f MiB (one window: 8 B x M = "
       "%.1f MiB)\n",

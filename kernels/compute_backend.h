@@ -38,6 +38,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "kernels/loss_stats.h"
+#include "kernels/mixture/window.h"
 #include "kernels/plan.h"
 #include "kernels/shard.h"
 #include "kernels/weight_policy.h"
@@ -157,6 +158,24 @@ class ComputeBackend {
   // with weights (not null). The server admits a job by memory with it before allocating
   // anything (server/job_memory.h). Saturates at UINT64_MAX. Pure arithmetic.
   virtual uint64_t PlanScratchBytes(const PlanSpec& spec, bool weighted) const = 0;
+
+  // The window of epoch `epoch` of a mixture job (docs/SAMPLING.md, "Mixture jobs", "The
+  // window"): mixture::PlanWindowInto's contract (kernels/mixture/window.h). Each group k of
+  // `layout` contributes the next counts[k] entries of its pass order from cursors[k], and the
+  // M = sum of the counts entries are shuffled under (seed, epoch) into `out` (M entries, the
+  // caller's: e.g. a plan's indices). Returns the cursors after the window (O(K), on the host).
+  // Bit-identical on every backend. INVALID_ARGUMENT (mixture::ValidateWindowInto's, naming the
+  // field, the group and the value) with nothing written; a device failure as above.
+  virtual absl::StatusOr<std::vector<mixture::GroupCursor>> PlanMixtureWindow(
+      uint64_t seed, uint64_t epoch, const mixture::GroupLayout& layout,
+      absl::Span<const mixture::GroupCursor> cursors, absl::Span<const uint64_t> counts,
+      absl::Span<uint64_t> out) = 0;
+
+  // An upper bound on the host memory that PlanMixtureWindow allocates besides `out` and the
+  // cursors it returns, at its peak, for K = `groups` and a window of M = `window` (the
+  // PlanScratchBytes of mixture jobs: server/job_memory.h). Saturates at UINT64_MAX. Pure
+  // arithmetic.
+  virtual uint64_t MixtureWindowScratchBytes(uint64_t groups, uint64_t window) const = 0;
 
   // Copies rank `rank`'s shard positions [start, start + out.size()) of `plan` into `out`.
   // INVALID_ARGUMENT if rank >= world_size or the range passes the shard's end.

@@ -185,6 +185,15 @@ class CpuBackend final : public ComputeBackend {
                                  const BackendWeights* weights) override;
 
   uint64_t PlanScratchBytes(const PlanSpec& spec, bool weighted) const override;
+  absl::StatusOr<std::vector<mixture::GroupCursor>> PlanMixtureWindow(
+      uint64_t seed, uint64_t epoch, const mixture::GroupLayout& layout,
+      absl::Span<const mixture::GroupCursor> cursors, absl::Span<const uint64_t> counts,
+      absl::Span<uint64_t> out) override {
+    return mixture::PlanWindowInto(threads_, seed, epoch, layout, cursors, counts, out);
+  }
+  uint64_t MixtureWindowScratchBytes(uint64_t groups, uint64_t window) const override {
+    return mixture::PlanWindowScratchBytes(threads_, groups, window);
+  }
 
   absl::Status ExtractShard(const Plan& plan, const ShardSpec& shard, uint32_t rank, uint64_t start,
                             absl::Span<uint64_t> out) override;

@@ -1,5 +1,6 @@
 // The CPU ComputeBackend (compute_backend.h): multithreaded, vectorised where the CPU allows,
-// and bit-identical for any thread count and SIMD level (docs/SAMPLING.md).
+// and bit-identical for any thread count and SIMD level (docs/SAMPLING.md). A mixture job's
+// window is mixture::PlanWindowInto (kernels/mixture/window.h) on the backend's threads.
 //
 // Its state lives in host memory: weights as a shared std::vector<float> (ToHost hands out that
 // vector, no copy) with their summary computed when they are made; loss statistics as a

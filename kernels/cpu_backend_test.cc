@@ -15,7 +15,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/det_math.h"
+#include "kernels/mixture/window.h"
 #include "kernels/testing/backend_state.h"
+#include "kernels/testing/mixture_cases.h"
 #include "kernels/testing/policy_cases.h"
 #include "kernels/testing/test_util.h"
 #include "kernels/testing/weight_cases.h"
@@ -1305,6 +1307,57 @@ TEST(WithinGroupsTest, BadInputsNameFieldAndValueAndChangeNothing) {
                 big_out);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(big_out, std::vector<float>(many, 7.0f));
+}
+
+// A mixture job's window through the backend (ComputeBackend::PlanMixtureWindow) is
+// mixture::PlanWindowInto's, entry for entry, and so are the cursors after it, window after
+// window (testutil::WindowMixes); on 1 and 3 threads (the reference on 1).
+TEST(MixtureWindowTest, IsPlanWindowInto) {
+  for (int threads : {1, 3}) {
+    std::unique_ptr<ComputeBackend> backend = NewCpuBackend(threads);
+    for (const testutil::WindowMix& mix : testutil::WindowMixes(/*large=*/false)) {
+      testutil::ForEachWindow(mix, [&](const std::string& what, const mixture::GroupLayout& layout,
+                                       uint64_t epoch,
+                                       absl::Span<const mixture::GroupCursor> cursors,
+                                       absl::Span<const uint64_t> counts) {
+        std::vector<uint64_t> want(mix.m), got(mix.m);
+        absl::StatusOr<std::vector<mixture::GroupCursor>> want_next =
+            mixture::PlanWindowInto(1, 11, epoch, layout, cursors, counts, absl::MakeSpan(want));
+        absl::StatusOr<std::vector<mixture::GroupCursor>> got_next =
+            backend->PlanMixtureWindow(11, epoch, layout, cursors, counts, absl::MakeSpan(got));
+        ASSERT_TRUE(want_next.ok() && got_next.ok()) << what << ": " << got_next.status();
+        EXPECT_EQ(got, want) << what << ", " << threads << " threads";
+        for (size_t k = 0; k < cursors.size(); ++k) {
+          EXPECT_EQ((*got_next)[k].position, (*want_next)[k].position) << what << " group " << k;
+          EXPECT_EQ((*got_next)[k].pass, (*want_next)[k].pass) << what << " group " << k;
+        }
+      });
+    }
+  }
+}
+
+// A bad window is INVALID_ARGUMENT naming the field and the value, and nothing is written.
+TEST(MixtureWindowTest, BadInputNamesTheFieldAndWritesNothing) {
+  std::unique_ptr<ComputeBackend> backend = NewCpuBackend(2);
+  const mixture::GroupLayout layout = *mixture::GroupLayout::Create({4, 9});
+  const std::vector<mixture::GroupCursor> cursors(2);
+  std::vector<uint64_t> out(5, 77);
+  auto expect_refused = [&](absl::Span<const mixture::GroupCursor> c,
+                            absl::Span<const uint64_t> counts, absl::Span<uint64_t> o,
+                            const std::string& message) {
+    const absl::Status s = backend->PlanMixtureWindow(1, 0, layout, c, counts, o).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(message));
+    EXPECT_EQ(out, std::vector<uint64_t>(5, 77));
+  };
+  const std::vector<uint64_t> counts = {2, 3};
+  expect_refused(absl::MakeConstSpan(cursors).subspan(0, 1), counts, absl::MakeSpan(out),
+                 "cursors: 1 cursors for 2 groups");
+  expect_refused(cursors, {5}, absl::MakeSpan(out), "counts: 1 counts for 2 groups");
+  const std::vector<mixture::GroupCursor> past = {{0, 0}, {9, 0}};
+  expect_refused(past, counts, absl::MakeSpan(out), "cursors[1].position = 9");
+  expect_refused(cursors, counts, absl::MakeSpan(out).subspan(0, 4),
+                 "out: 4 entries for a window of 5");
 }
 
 }  // namespace

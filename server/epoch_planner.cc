@@ -25,8 +25,7 @@ EpochPlanner::EpochPlanner(const JobConfig& config, ComputeBackend* backend)
       mixture_(config.mixture == nullptr
                    ? nullptr
                    : std::make_unique<MixturePlanner>(config.mixture, config.plan.seed,
-                                                      config.plan.samples_per_epoch,
-                                                      MixturePlanner::DefaultThreads())) {}
+                                                      config.plan.samples_per_epoch, backend)) {}
 
 absl::StatusOr<EpochPlanner::Computed> EpochPlanner::Compute(uint64_t epoch,
                                                              const BackendWeights* weights) {

@@ -4,8 +4,9 @@
 //
 // It knows nothing of the job's phases, locks or persistence: the Job gives it inputs that stay
 // unchanged while it runs, and publishes what it returns (job.h). The backend does the numerics;
-// a mixture job's windows are its MixturePlanner's (mixture_planner.h, host code whatever the
-// backend), from the group weights in force at each epoch: after epoch e closed, an online
+// a mixture job's windows are its MixturePlanner's (mixture_planner.h: the states and counts on
+// the host, O(K); the window itself by the backend, ComputeBackend::PlanMixtureWindow), from the
+// group weights in force at each epoch: after epoch e closed, an online
 // rule's weights of e + 1 are updated from e's per-group losses where the per-sample policies
 // recompute W_{e+1} (StartNext), and static weights set during e take effect at e + 1.
 //

@@ -1,13 +1,16 @@
 #include "server/epoch_planner.h"
 
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu_backend.h"
 #include "kernels/testing/backend_state.h"
 #include "kernels/testing/test_util.h"
+#include "server/mixture_planner.h"
 #include "server/testing/gated_backend.h"
 
 namespace samplerd {
@@ -109,6 +112,38 @@ TEST_F(EpochPlannerTest, NothingStartsAfterStop) {
   EXPECT_FALSE(planner.StartNext(0, inputs, [&](absl::StatusOr<PlannedEpoch>) { ran = true; }));
   planner.Stop();
   EXPECT_FALSE(ran);
+}
+
+// A mixture job's window is the backend's (ComputeBackend::PlanMixtureWindow): a held backend
+// holds the mixture job's plan too (it was computed on the host whatever the backend before),
+// and the plan is the MixturePlanner's on that backend.
+TEST_F(EpochPlannerTest, AMixtureJobsWindowIsTheBackends) {
+  v1::JobSpec spec;
+  spec.set_samples_per_epoch(37);
+  spec.set_world_size(1);
+  spec.set_seed(11);
+  for (uint64_t n : {5, 17, 2, 1000}) spec.mutable_mixture()->add_group_sizes(n);
+  absl::StatusOr<JobConfig> config = MakeJobConfig(spec, JobLimits());
+  ASSERT_TRUE(config.ok()) << config.status();
+  testutil::GatedBackend gated(backend_.get());
+  EpochPlanner planner(*config, &gated);
+  gated.Hold();
+  absl::Notification planned;
+  absl::StatusOr<PlannedEpoch> result = absl::UnknownError("not run");
+  std::thread plan([&] {
+    result = planner.Plan(0, Uniform());
+    planned.Notify();
+  });
+  EXPECT_FALSE(planned.WaitForNotificationWithTimeout(absl::Milliseconds(300)))
+      << "the mixture job's plan did not wait for the held backend";
+  if (!planned.HasBeenNotified()) gated.AwaitHeldCall();
+  gated.Release();
+  plan.join();
+  ASSERT_TRUE(result.ok()) << result.status();
+  MixturePlanner direct(config->mixture, 11, 37, backend_.get());
+  absl::StatusOr<MixturePlan> want = direct.PlanEpoch(0);
+  ASSERT_TRUE(want.ok()) << want.status();
+  EXPECT_EQ(testutil::PlanIndices(*result->view.plan), testutil::PlanIndices(want->plan));
 }
 
 }  // namespace

@@ -46,13 +46,14 @@ uint64_t ReadCgroupLimit(const char* path) {
 }
 
 // A mixture job: nothing per sample (see job_memory.h).
-JobMemoryEstimate EstimateMixtureMemory(const JobConfig& config, bool persisted) {
+JobMemoryEstimate EstimateMixtureMemory(const JobConfig& config, const ComputeBackend& backend,
+                                        bool persisted) {
   const uint64_t n = config.plan.num_samples, m = config.plan.samples_per_epoch;
   const uint64_t k = config.mixture->layout.groups();
   JobMemoryEstimate e;
   e.plans = MulSat(MulSat(2, m), Plan::Narrow(n) ? sizeof(uint32_t) : sizeof(uint64_t));
   e.weights = AddSat(config.mixture->Bytes(), MixturePlanner::kWeightHistoryBytes);
-  e.scratch = MixturePlanner::ScratchBytes(k, m, n);
+  e.scratch = MixturePlanner::ScratchBytes(backend, k, m, n);
   const uint64_t shard_length = ShardLength(m, config.shard, 0).value_or(0);
   e.ranks =
       MulSat(config.shard.world_size, AddSat(kBytesPerRank, PositionSet::BytesFor(shard_length)));
@@ -85,7 +86,7 @@ std::string JobMemoryEstimate::ToString() const {
 
 JobMemoryEstimate EstimateJobMemory(const JobConfig& config, const ComputeBackend& backend,
                                     bool persisted) {
-  if (config.mixture != nullptr) return EstimateMixtureMemory(config, persisted);
+  if (config.mixture != nullptr) return EstimateMixtureMemory(config, backend, persisted);
   const PlanSpec& plan = config.plan;
   const uint64_t n = plan.num_samples, m = plan.samples_per_epoch;
   const bool weighted_base = config.policy.base != BaseWeightKind::kUniform;

@@ -28,9 +28,11 @@
 // A mixture job (spec.mixture) keeps nothing per sample: 2 b M for its plans, 88 bytes per group
 // for its config (MixtureConfig::Bytes) and ~1 MiB of weight history, its planner's scratch
 // (MixturePlanner::ScratchBytes: the groups' states, 80 bytes per group each with their weights,
-// the window's shuffle scratch, and 8 M when b = 4), the ranks, and without --data_dir ~80 bytes
-// per group and a weight history per kept epoch start; its driving field
-// is spec.samples_per_epoch, or spec.mixture.group_sizes (its value K) when the groups weigh more.
+// the backend's window scratch -- ComputeBackend::MixtureWindowScratchBytes: the CPU backend's
+// shuffle scratch, the CUDA backend's upload and staging -- and 8 M when b = 4), the ranks, and
+// without --data_dir ~80 bytes per group and a weight history per kept epoch start; its driving
+// field is spec.samples_per_epoch, or spec.mixture.group_sizes (its value K) when the groups weigh
+// more.
 //
 // So a UNIFORM job with replacement needs 2 b M (8 kB for M = 1000, whatever N); a STATIC job
 // with replacement 2 b M + 18 N; a LOSS job 2 b M + 16 N + its scratch. Not counted: the plan a

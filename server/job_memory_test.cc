@@ -124,6 +124,10 @@ TEST_F(JobMemoryTest, AMixtureJobIsItsPlansAndItsGroups) {
   EXPECT_EQ(e.loss_stats, 0u);
   EXPECT_GT(e.scratch, 6 * 32 * 10'000u);  // The groups' states and the shuffle's scratch.
   EXPECT_LT(e.scratch, 32u << 20);
+  // The window's scratch is the backend's (the CPU backend's shuffle scratch here).
+  EXPECT_EQ(e.scratch, MixturePlanner::ScratchBytes(*backend_, 10'000, 10'000'000,
+                                                    uint64_t{10'000} * 100'000'000));
+  EXPECT_GT(e.scratch, backend_->MixtureWindowScratchBytes(10'000, 10'000'000));
   EXPECT_LT(e.total(), 200u << 20);
   EXPECT_EQ(e.driving_field, "spec.samples_per_epoch");
   // Groups that weigh more than the plans drive it: K.

@@ -17,6 +17,7 @@
 #include "client/cpp/sampler_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu_backend.h"
 #include "kernels/mixture/apportion.h"
 #include "server/mixture_config.h"
 #include "server/mixture_planner.h"
@@ -27,6 +28,13 @@
 
 namespace samplerd {
 namespace {
+
+// The CPU backend on `threads` threads (1 or 2), made once: a planner's windows are its.
+ComputeBackend* CpuBackendOf(int threads) {
+  static ComputeBackend* const one = NewCpuBackend(1).release();
+  static ComputeBackend* const two = NewCpuBackend(2).release();
+  return threads == 1 ? one : two;
+}
 
 using ::testing::HasSubstr;
 
@@ -269,7 +277,7 @@ TEST_F(MixtureJobTest, PlansAreTheSameAcrossRestartRewindAndResize) {
     EXPECT_EQ(PlanOf(ReadAll(*client, "m", 4, 3)), want[4]);
   }  // The server goes (its snapshot of epoch 4 is on disk, with the groups' state).
   // Each snapshot holds the state its epoch's window starts from: the planner's own.
-  MixturePlanner reference(config, spec.seed(), 60, 1);
+  MixturePlanner reference(config, spec.seed(), 60, CpuBackendOf(1));
   const std::map<uint64_t, std::string> snapshots = Snapshots(dir.path(), "m");
   ASSERT_FALSE(snapshots.empty());
   EXPECT_EQ(snapshots.rbegin()->first, 4u);
@@ -359,7 +367,8 @@ TEST_F(MixtureJobTest, AGroupStateOfAnotherEpochInTheSnapshotIsDataLossAtRestart
   testutil::TestDir dir;
   std::shared_ptr<const MixtureConfig> config =
       *MakeMixtureConfig(SmallMixture().mixture(), /*num_samples=*/0);
-  MixturePlanner planner(config, SmallMixture().seed(), SmallMixture().samples_per_epoch(), 1);
+  MixturePlanner planner(config, SmallMixture().seed(), SmallMixture().samples_per_epoch(),
+                         CpuBackendOf(1));
   const std::shared_ptr<const MixtureState> at1 = *planner.StateAt(1);
   const absl::Status s = RestartWith(dir.path(), [&](state::MixtureState* m) {
     *m = MixtureStateToProto(*at1);

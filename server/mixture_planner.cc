@@ -1,7 +1,6 @@
 #include "server/mixture_planner.h"
 
 #include <algorithm>
-#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -10,10 +9,6 @@
 namespace samplerd {
 
 using mixture::int128;
-
-int MixturePlanner::DefaultThreads() {
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-}
 
 absl::StatusOr<std::shared_ptr<const MixtureWeights>> MakeMixtureWeights(
     std::vector<double> weights, std::vector<mixture::GroupTrack> tracks) {
@@ -26,21 +21,22 @@ absl::StatusOr<std::shared_ptr<const MixtureWeights>> MakeMixtureWeights(
   return std::shared_ptr<const MixtureWeights>(std::move(out));
 }
 
-uint64_t MixturePlanner::ScratchBytes(uint64_t groups, uint64_t window, uint64_t num_samples) {
+uint64_t MixturePlanner::ScratchBytes(const ComputeBackend& backend, uint64_t groups,
+                                      uint64_t window, uint64_t num_samples) {
   const uint64_t per_state =
       groups * (sizeof(int128) + sizeof(mixture::GroupCursor) + sizeof(double) + sizeof(uint64_t) +
                 sizeof(mixture::GroupTrack));
   return (kKeptStates + 2) * per_state + 2 * groups * sizeof(uint64_t) +
-         mixture::PlanWindowScratchBytes(DefaultThreads(), groups, window) +
+         backend.MixtureWindowScratchBytes(groups, window) +
          (Plan::Narrow(num_samples) ? window * sizeof(uint64_t) : 0);
 }
 
 MixturePlanner::MixturePlanner(std::shared_ptr<const MixtureConfig> config, uint64_t seed,
-                               uint64_t window, int threads)
+                               uint64_t window, ComputeBackend* backend)
     : config_(std::move(config)),
       seed_(seed),
       window_(window),
-      threads_(threads),
+      backend_(backend),
       initial_(std::make_shared<const MixtureWeights>(MixtureWeights{
           config_->weights, config_->shares,
           config_->online() ? std::vector<mixture::GroupTrack>(config_->layout.groups())
@@ -69,11 +65,7 @@ absl::StatusOr<std::shared_ptr<const MixtureState>> MixturePlanner::Advance(
   // Static weights stay; an online rule's next weights come from this epoch's losses.
   if (!config_->online()) next->weights = state.weights;
   next->lags = apportioner->lags();
-  next->cursors.resize(state.cursors.size());
-  const mixture::GroupLayout& layout = config_->layout;
-  for (uint32_t k = 0; k < layout.groups(); ++k) {
-    next->cursors[k] = mixture::AdvanceCursor(state.cursors[k], layout.size(k), window->counts[k]);
-  }
+  next->cursors = mixture::CursorsAfter(config_->layout, state.cursors, window->counts);
   if (counts != nullptr) *counts = std::move(window->counts);
   return next;
 }
@@ -239,15 +231,20 @@ absl::StatusOr<MixturePlan> MixturePlanner::PlanEpoch(uint64_t epoch) {
   absl::StatusOr<std::vector<mixture::GroupCursor>> cursors;
   if (Plan::Narrow(plan.num_samples)) {
     std::vector<uint64_t> wide(window_);
-    cursors = mixture::PlanWindowInto(threads_, seed_, epoch, layout, (*start)->cursors,
-                                      info->counts, absl::MakeSpan(wide));
+    cursors = backend_->PlanMixtureWindow(seed_, epoch, layout, (*start)->cursors, info->counts,
+                                          absl::MakeSpan(wide));
     if (cursors.ok()) plan.indices32.assign(wide.begin(), wide.end());  // Each < N <= 2^32.
   } else {
     plan.indices64.resize(window_);
-    cursors = mixture::PlanWindowInto(threads_, seed_, epoch, layout, (*start)->cursors,
-                                      info->counts, absl::MakeSpan(plan.indices64));
+    cursors = backend_->PlanMixtureWindow(seed_, epoch, layout, (*start)->cursors, info->counts,
+                                          absl::MakeSpan(plan.indices64));
   }
-  if (!cursors.ok()) return absl::InternalError(cursors.status().message());
+  // A refused window is the planner's bug (its states are checked); a device failure is the
+  // backend's status as it is.
+  if (absl::IsInvalidArgument(cursors.status())) {
+    return absl::InternalError(cursors.status().message());
+  }
+  if (!cursors.ok()) return cursors.status();
   out.epoch = std::move(info);
   return out;
 }

@@ -1,13 +1,15 @@
 // MixturePlanner: a mixture job's plans from epoch to epoch (docs/SAMPLING.md, "Mixture jobs").
-// The plan of epoch e is the window of PlanWindow (kernels/mixture/window.h) from the state
-// before it -- each group's apportionment lag and cursor, and the group weights in force at e
-// (MixtureState) -- with the counts of the apportionment of M = samples_per_epoch under those
-// weights' shares (kernels/mixture/apportion.h). The lags and cursors of epoch e + 1 follow from
-// e's window counts (no window need be computed for that: O(K) per epoch); its weights are e's
-// (static weights), unless they are set for e + 1 (SetStaticFrom: an admin's SetGroupWeights;
-// UpdateOnline: an online rule fed with epoch e's losses). An online job's state of e + 1 has no
-// weights until UpdateOnline(e) gives them: the planner advances only from states that carry
-// their weights, so it never plans an online epoch ahead of its losses.
+// The plan of epoch e is the window (kernels/mixture/window.h), computed by the job's compute
+// backend (ComputeBackend::PlanMixtureWindow: on the CPU backend's threads, or on the GPU with
+// --backend=cuda; bit-identical either way), from the state before it -- each group's apportionment
+// lag and cursor, and the group weights in force at e (MixtureState) -- with the counts of the
+// apportionment of M = samples_per_epoch under those weights' shares (kernels/mixture/apportion.h).
+// The lags and cursors of epoch e + 1 follow from e's window counts (no window need be computed for
+// that: O(K) per epoch); its weights are e's (static weights), unless they are set for e + 1
+// (SetStaticFrom: an admin's SetGroupWeights; UpdateOnline: an online rule fed with epoch e's
+// losses). An online job's state of e + 1 has no weights until UpdateOnline(e) gives them: the
+// planner advances only from states that carry their weights, so it never plans an online epoch
+// ahead of its losses.
 //
 // The planner keeps kKeptStates states: each state it reaches or is handed (Remember) is kept,
 // and the oldest others make room (never the one just kept). It advances from the nearest known
@@ -17,7 +19,8 @@
 // epoch 4 from the state handed to it, and epoch 5 from epoch 4's.
 //
 // Memory: O(K) per kept state (32 bytes per group, plus 48 per group for weights that differ
-// from the previous state's: static weights are shared), the window O(M): nothing per sample.
+// from the previous state's: static weights are shared), the window O(M) (and the backend's
+// scratch: ComputeBackend::MixtureWindowScratchBytes): nothing per sample.
 // Thread-safety: all methods may be called concurrently (the states under one mutex, held only
 // to look a state up or keep one; advancing states and computing windows run off it).
 #ifndef SAMPLERD_SERVER_MIXTURE_PLANNER_H_
@@ -31,6 +34,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "kernels/compute_backend.h"
 #include "kernels/mixture/apportion.h"
 #include "kernels/mixture/group_losses.h"
 #include "kernels/mixture/group_weights.h"
@@ -86,26 +90,24 @@ class MixturePlanner {
   static constexpr uint64_t kWeightHistoryBytes =
       uint64_t{v1::MAX_WEIGHT_HISTORY} * (uint64_t{v1::MAX_STATUS_GROUPS} * 12 + 64);
 
-  // The threads a job's window is computed on: the machine's cores (not yet the CPU backend's
-  // --planner_threads).
-  static int DefaultThreads();
-
-  // The memory of a job's planner besides its plans, at its peak, for K = `groups`, M =
+  // The host memory of a job's planner besides its plans, at its peak, for K = `groups`, M =
   // `window`: the kept states (kKeptStates + 2 alive while planning, 80 bytes per group each
-  // with their weights),
-  // the counts, PlanWindowInto's scratch, and a 64-bit copy of the window when plans are narrow
-  // (Plan::Narrow(num_samples)). The config's own arrays are MixtureConfig::Bytes.
-  static uint64_t ScratchBytes(uint64_t groups, uint64_t window, uint64_t num_samples);
+  // with their weights), the counts, the backend's window scratch
+  // (ComputeBackend::MixtureWindowScratchBytes), and a 64-bit copy of the window when plans are
+  // narrow (Plan::Narrow(num_samples)). The config's own arrays are MixtureConfig::Bytes.
+  static uint64_t ScratchBytes(const ComputeBackend& backend, uint64_t groups, uint64_t window,
+                               uint64_t num_samples);
 
-  // `config` validated (MakeMixtureConfig); M = `window` in [1, 2^34]; the window is computed on
-  // `threads` threads (changes only the speed).
+  // `config` validated (MakeMixtureConfig); M = `window` in [1, 2^34]; the windows are computed
+  // by `backend` (ComputeBackend::PlanMixtureWindow), which must outlive the planner.
   MixturePlanner(std::shared_ptr<const MixtureConfig> config, uint64_t seed, uint64_t window,
-                 int threads);
+                 ComputeBackend* backend);
 
   // The plan of `epoch` (its indices in 4 bytes each when N <= 2^32, else 8: Plan::Narrow), and
   // remembers the state of epoch + 1. FAILED_PRECONDITION if the weights of `epoch` (or of an
   // epoch advanced through) are not known yet (an online job: UpdateOnline first). INTERNAL if
-  // an invariant of the rules fails (a state that Remember accepted cannot).
+  // an invariant of the rules fails (a state that Remember accepted cannot); a device failure
+  // of the backend as it returns it (RESOURCE_EXHAUSTED or INTERNAL: compute_backend.h).
   absl::StatusOr<MixturePlan> PlanEpoch(uint64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
 
   // A state to start from (a snapshot's, a kept epoch start's); the states kept after it are
@@ -150,7 +152,7 @@ class MixturePlanner {
   const std::shared_ptr<const MixtureConfig> config_;
   const uint64_t seed_;
   const uint64_t window_;
-  const int threads_;
+  ComputeBackend* const backend_;
   const std::shared_ptr<const MixtureWeights> initial_;  // Epoch 0's (the config's).
 
   absl::Mutex mu_;

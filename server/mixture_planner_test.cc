@@ -8,12 +8,20 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu_backend.h"
 #include "kernels/mixture/apportion.h"
 #include "kernels/mixture/group_losses.h"
 #include "kernels/mixture/group_weights.h"
 
 namespace samplerd {
 namespace {
+
+// The CPU backend on `threads` threads (1 or 2), made once: a planner's windows are its.
+ComputeBackend* CpuBackendOf(int threads) {
+  static ComputeBackend* const one = NewCpuBackend(1).release();
+  static ComputeBackend* const two = NewCpuBackend(2).release();
+  return threads == 1 ? one : two;
+}
 
 std::shared_ptr<const MixtureConfig> Config(std::vector<uint64_t> sizes,
                                             std::vector<double> weights) {
@@ -47,7 +55,7 @@ TEST(MixturePlannerTest, EverySampleOncePerPassOverManyEpochs) {
   };
   for (const Mix& mix : mixes) {
     std::shared_ptr<const MixtureConfig> config = Config(mix.sizes, mix.weights);
-    MixturePlanner planner(config, /*seed=*/42, mix.window, /*threads=*/2);
+    MixturePlanner planner(config, /*seed=*/42, mix.window, CpuBackendOf(2));
     std::map<uint64_t, uint64_t> seen;
     std::vector<uint64_t> total(mix.sizes.size(), 0);
     mixture::Apportioner check = *mixture::Apportioner::Create(mix.sizes.size());
@@ -82,7 +90,7 @@ TEST(MixturePlannerTest, EverySampleOncePerPassOverManyEpochs) {
 
 TEST(MixturePlannerTest, AnEpochIsTheSameFromEpochZeroFromThePreviousAndFromASnapshot) {
   std::shared_ptr<const MixtureConfig> config = Config({30, 7, 1000, 2}, {3, 1, 5, 0.5});
-  MixturePlanner step(config, 7, 64, 2);
+  MixturePlanner step(config, 7, 64, CpuBackendOf(2));
   std::vector<std::vector<uint64_t>> plans;
   std::shared_ptr<const MixtureState> at6;
   for (uint64_t e = 0; e < 12; ++e) {
@@ -92,7 +100,7 @@ TEST(MixturePlannerTest, AnEpochIsTheSameFromEpochZeroFromThePreviousAndFromASna
     if (e == 6) at6 = p->epoch->start;
   }
   // Directly, from epoch 0.
-  MixturePlanner direct(config, 7, 64, 1);
+  MixturePlanner direct(config, 7, 64, CpuBackendOf(1));
   absl::StatusOr<MixturePlan> p11 = direct.PlanEpoch(11);
   ASSERT_TRUE(p11.ok());
   EXPECT_EQ(Indices(p11->plan), plans[11]);
@@ -104,7 +112,7 @@ TEST(MixturePlannerTest, AnEpochIsTheSameFromEpochZeroFromThePreviousAndFromASna
   absl::StatusOr<MixtureState> decoded = MixtureStateFromProto(MixtureStateToProto(*at6));
   ASSERT_TRUE(decoded.ok());
   EXPECT_EQ(decoded->lags, at6->lags);
-  MixturePlanner restored(config, 7, 64, 2);
+  MixturePlanner restored(config, 7, 64, CpuBackendOf(2));
   ASSERT_TRUE(restored.Remember(*decoded).ok());
   for (uint64_t e = 6; e < 12; ++e) {
     absl::StatusOr<MixturePlan> p = restored.PlanEpoch(e);
@@ -112,7 +120,7 @@ TEST(MixturePlannerTest, AnEpochIsTheSameFromEpochZeroFromThePreviousAndFromASna
     EXPECT_EQ(Indices(p->plan), plans[e]) << "epoch " << e;
   }
   // Another seed: another plan.
-  MixturePlanner other(config, 8, 64, 2);
+  MixturePlanner other(config, 8, 64, CpuBackendOf(2));
   EXPECT_NE(Indices(other.PlanEpoch(0)->plan), plans[0]);
 }
 
@@ -122,7 +130,7 @@ TEST(MixturePlannerTest, AnEpochIsTheSameFromEpochZeroFromThePreviousAndFromASna
 // it at once and advanced from epoch 0, would plan epoch 3 as `pure` does.
 TEST(MixturePlannerTest, ARememberedOlderStateIsKeptAndPlannedFrom) {
   std::shared_ptr<const MixtureConfig> config = Config({30, 7, 1000, 2}, {3, 1, 5, 0.5});
-  MixturePlanner pure(config, 7, 64, 1);
+  MixturePlanner pure(config, 7, 64, CpuBackendOf(1));
   absl::StatusOr<std::shared_ptr<const MixtureState>> at3 = pure.StateAt(3);
   ASSERT_TRUE(at3.ok()) << at3.status();
   MixtureState shifted = **at3;
@@ -130,13 +138,13 @@ TEST(MixturePlannerTest, ARememberedOlderStateIsKeptAndPlannedFrom) {
     shifted.cursors[k].position = (shifted.cursors[k].position + 1) % config->layout.size(k);
   }
   // The plan of epoch 3 from `shifted` on a planner that knows nothing else.
-  MixturePlanner fresh(config, 7, 64, 1);
+  MixturePlanner fresh(config, 7, 64, CpuBackendOf(1));
   ASSERT_TRUE(fresh.Remember(shifted).ok());
   absl::StatusOr<MixturePlan> want = fresh.PlanEpoch(3);
   ASSERT_TRUE(want.ok()) << want.status();
   ASSERT_NE(Indices(want->plan), Indices(pure.PlanEpoch(3)->plan));
 
-  MixturePlanner served(config, 7, 64, 2);
+  MixturePlanner served(config, 7, 64, CpuBackendOf(2));
   for (uint64_t e = 10; e < 14; ++e) ASSERT_TRUE(served.PlanEpoch(e).ok()) << "epoch " << e;
   ASSERT_TRUE(served.Remember(shifted).ok());
   absl::StatusOr<MixturePlan> got = served.PlanEpoch(3);
@@ -153,7 +161,8 @@ TEST(MixturePlannerTest, ARememberedOlderStateIsKeptAndPlannedFrom) {
 
 TEST(MixturePlannerTest, NegativeLagsSurviveTheSnapshotEncoding) {
   std::shared_ptr<const MixtureConfig> config = Config({10, 10, 10}, {1, 1, 1});
-  MixturePlanner planner(config, 1, 4, 1);  // 4 samples over 3 equal groups: lags of both signs.
+  // 4 samples over 3 equal groups: lags of both signs.
+  MixturePlanner planner(config, 1, 4, CpuBackendOf(1));
   ASSERT_TRUE(planner.PlanEpoch(0).ok());
   absl::StatusOr<std::shared_ptr<const MixtureState>> s = planner.StateAt(1);
   ASSERT_TRUE(s.ok());
@@ -167,7 +176,7 @@ TEST(MixturePlannerTest, NegativeLagsSurviveTheSnapshotEncoding) {
 
 TEST(MixturePlannerTest, ADamagedStateIsDataLossAndNothingIsKept) {
   std::shared_ptr<const MixtureConfig> config = Config({10, 20}, {1, 1});
-  MixturePlanner planner(config, 1, 8, 1);
+  MixturePlanner planner(config, 1, 8, CpuBackendOf(1));
   const std::vector<uint64_t> before = Indices(planner.PlanEpoch(3)->plan);
   MixtureState wrong_size{3, {0}, {{0, 0}}};
   EXPECT_EQ(planner.Remember(wrong_size).code(), absl::StatusCode::kDataLoss);
@@ -187,7 +196,7 @@ TEST(MixturePlannerTest, ADamagedStateIsDataLossAndNothingIsKept) {
 // apportioned by the new shares, the lags carried over; epochs 0-1 are as before.
 TEST(MixturePlannerTest, StaticWeightsSetForAnEpochApplyFromIt) {
   std::shared_ptr<const MixtureConfig> config = Config({30, 7, 1000, 2}, {3, 1, 5, 0.5});
-  MixturePlanner planner(config, 7, 64, 1);
+  MixturePlanner planner(config, 7, 64, CpuBackendOf(1));
   for (uint64_t e = 0; e < 4; ++e) ASSERT_TRUE(planner.PlanEpoch(e).ok());
   EXPECT_EQ(planner.SetStaticFrom(2, {1, -1, 1, 1}).code(), absl::StatusCode::kInvalidArgument);
   ASSERT_TRUE(planner.SetStaticFrom(2, {1, 8, 1, 1}).ok());
@@ -215,7 +224,7 @@ TEST(MixturePlannerTest, AnOnlineEpochWaitsForItsWeights) {
   for (uint64_t n : {10, 20, 30}) spec.add_group_sizes(n);
   spec.set_rule(v1::EXP3);
   std::shared_ptr<const MixtureConfig> config = *MakeMixtureConfig(spec, 0);
-  MixturePlanner planner(config, 3, 12, 1);
+  MixturePlanner planner(config, 3, 12, CpuBackendOf(1));
   ASSERT_TRUE(planner.PlanEpoch(0).ok());
   absl::StatusOr<MixturePlan> early = planner.PlanEpoch(1);
   EXPECT_EQ(early.status().code(), absl::StatusCode::kFailedPrecondition);

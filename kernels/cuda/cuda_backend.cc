@@ -24,9 +24,11 @@
 #include "kernels/cuda/device_plan.h"
 #include "kernels/cuda/device_weights.h"
 #include "kernels/cuda/gpu_presence.h"
+#include "kernels/cuda/mixture_window.h"
 #include "kernels/cuda/recompute_params.h"
 #include "kernels/loss_groups.h"
 #include "kernels/loss_policies.h"
+#include "kernels/mixture/window.h"
 #include "kernels/plan_shard.h"
 
 namespace samplerd {
@@ -116,6 +118,11 @@ class CudaBackend final : public ComputeBackend {
   absl::StatusOr<Plan> PlanEpoch(const PlanSpec& spec, uint64_t epoch,
                                  const BackendWeights* weights) override;
   uint64_t PlanScratchBytes(const PlanSpec& spec, bool weighted) const override;
+  absl::StatusOr<std::vector<mixture::GroupCursor>> PlanMixtureWindow(
+      uint64_t seed, uint64_t epoch, const mixture::GroupLayout& layout,
+      absl::Span<const mixture::GroupCursor> cursors, absl::Span<const uint64_t> counts,
+      absl::Span<uint64_t> out) override;
+  uint64_t MixtureWindowScratchBytes(uint64_t groups, uint64_t window) const override;
   absl::Status ExtractShard(const Plan& plan, const ShardSpec& shard, uint32_t rank, uint64_t start,
                             absl::Span<uint64_t> out) override;
   absl::Status ImportanceWeights(const BackendWeights& weights, absl::Span<const uint64_t> indices,
@@ -322,6 +329,65 @@ uint64_t CudaBackend::PlanScratchBytes(const PlanSpec& spec, bool weighted) cons
   static_cast<void>(spec);
   static_cast<void>(weighted);
   return 2 * cuda::kStagingBytes;
+}
+
+absl::StatusOr<std::vector<mixture::GroupCursor>> CudaBackend::PlanMixtureWindow(
+    uint64_t seed, uint64_t epoch, const mixture::GroupLayout& layout,
+    absl::Span<const mixture::GroupCursor> cursors, absl::Span<const uint64_t> counts,
+    absl::Span<uint64_t> out) {
+  // The host's checks, once (the CPU backend's are the same function: the same status).
+  absl::StatusOr<uint64_t> m = mixture::ValidateWindowInto(layout, cursors, counts, out.size());
+  if (!m.ok()) return m.status();
+  if (*m > 0) {
+    const CudaContext::OperationScope scope(context_.get(), &CudaMemoryPeaks::plan_epoch);
+    SAMPLERD_RETURN_IF_ERROR(context_->Enter());
+    absl::StatusOr<CudaContext::LaneLease> lane = context_->AcquireLane();
+    if (!lane.ok()) return lane.status();
+    const cudaStream_t stream = (*lane)->stream();
+    // The groups to the device, O(K): offsets, sizes, cursors and the counts' exclusive prefix
+    // sums (K + 1), in one buffer of 8-byte words (a cursor is two).
+    const uint64_t k_groups = layout.groups();
+    std::vector<uint64_t> words(k_groups + k_groups + 2 * k_groups + k_groups + 1);
+    uint64_t* offsets = words.data();
+    uint64_t* sizes = offsets + k_groups;
+    uint64_t* cursor_words = sizes + k_groups;
+    uint64_t* prefix = cursor_words + 2 * k_groups;
+    static_assert(sizeof(mixture::GroupCursor) == 2 * sizeof(uint64_t), "a cursor is two words");
+    std::memcpy(offsets, layout.offsets().data(), k_groups * sizeof(uint64_t));
+    std::memcpy(sizes, layout.sizes().data(), k_groups * sizeof(uint64_t));
+    std::memcpy(cursor_words, cursors.data(), k_groups * sizeof(mixture::GroupCursor));
+    prefix[0] = 0;
+    for (uint64_t k = 0; k < k_groups; ++k) prefix[k + 1] = prefix[k] + counts[k];
+    DeviceBuffer groups_buffer, window;
+    SAMPLERD_RETURN_IF_ERROR(groups_buffer.Allocate(words.size() * sizeof(uint64_t), stream,
+                                                    "the mixture window's groups"));
+    SAMPLERD_RETURN_IF_ERROR((*lane)->CopyToDevice(groups_buffer.as<void>(), words.data(),
+                                                   words.size() * sizeof(uint64_t),
+                                                   "the mixture window's groups"));
+    const uint64_t* device_words = groups_buffer.as<const uint64_t>();
+    gpu::DeviceMixtureGroups groups;
+    groups.groups = layout.groups();
+    groups.offsets = device_words;
+    groups.sizes = device_words + k_groups;
+    groups.cursors = reinterpret_cast<const mixture::GroupCursor*>(device_words + 2 * k_groups);
+    groups.count_prefix = device_words + 4 * k_groups;
+    SAMPLERD_RETURN_IF_ERROR(window.Allocate(*m * sizeof(uint64_t), stream, "the mixture window"));
+    SAMPLERD_RETURN_IF_CUDA_ERROR(
+        gpu::PlanMixtureWindow(seed, epoch, groups, *m, window.as<uint64_t>(), stream),
+        "PlanMixtureWindow");
+    SAMPLERD_RETURN_IF_ERROR((*lane)->CopyToHost(out.data(), window.as<const uint64_t>(),
+                                                 *m * sizeof(uint64_t), "the mixture window"));
+  }
+  // The cursors after the window: O(K) on the host.
+  return mixture::CursorsAfter(layout, cursors, counts);
+}
+
+uint64_t CudaBackend::MixtureWindowScratchBytes(uint64_t groups, uint64_t window) const {
+  // On the host: the groups' words to upload (5 K + 1) and, as for a plan, the staging buffers
+  // of a new lane. The window and its shuffle are device memory.
+  static_cast<void>(window);
+  if (groups >= ~uint64_t{0} / 64) return ~uint64_t{0};  // The count would overflow.
+  return (5 * groups + 1) * sizeof(uint64_t) + 2 * cuda::kStagingBytes;
 }
 
 absl::Status CudaBackend::ExtractShard(const Plan& plan, const ShardSpec& shard, uint32_t rank,

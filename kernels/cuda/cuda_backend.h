@@ -34,6 +34,11 @@
 //                    with CUB's radix sort); with replacement,
 //                    weighted, M = N: 16.25 + 4 + 1.1 = ~21.4 B (~28 B before 2026-11-23, with the
 //                    prefix sums of every sample).
+//   PlanMixtureWindow  nothing per sample: per window entry the window (8 B, copied to the host
+//                    and freed), its entries before the shuffle (8 B) and the shuffle's
+//                    partition (~8 B), plus 40 B per group (offsets, sizes, cursors, the counts'
+//                    prefix sums, uploaded); counted in CudaMemoryPeaks::plan_epoch. Not measured
+//                    on a GPU yet (cuda_backend_test's MixtureWindows checks the bits).
 //   Apply            0 B: the queued pairs are pinned host memory that the kernel reads
 //                    directly (mapped), 2 x 3 MiB per loss statistics object (not measured:
 //                    Apply allocates nothing on the device).
@@ -72,7 +77,7 @@ struct CudaMemoryPeaks {
   uint64_t make_weights = 0;
   uint64_t new_loss_stats = 0;
   uint64_t recompute_weights = 0;
-  uint64_t plan_epoch = 0;
+  uint64_t plan_epoch = 0;  // PlanEpoch and PlanMixtureWindow.
   uint64_t importance_weights = 0;
   uint64_t to_host = 0;  // ToHost of weights and of loss statistics.
   uint64_t restore = 0;

@@ -27,11 +27,14 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/compute_backend.h"
 #include "kernels/cpu_backend.h"
 #include "kernels/cuda/gpu_presence.h"
+#include "kernels/mixture/window.h"
+#include "kernels/testing/mixture_cases.h"
 #include "kernels/testing/policy_cases.h"
 #include "kernels/testing/test_util.h"
 #include "kernels/testing/weight_cases.h"
@@ -631,6 +634,55 @@ TEST_F(CudaVsCpuTest, BadPlanInputsSameError) {
   EXPECT_EQ(cuda_->PlanEpoch(ok, 0, cpu_w.get()).status().code(),
             absl::StatusCode::kInvalidArgument);
   ExpectSamePlan(ok, 0, cpu_w.get(), cuda_w.get(), "10 of 10 positive");
+}
+
+// A mixture job's window (ComputeBackend::PlanMixtureWindow) on the device == on the CPU, entry
+// for entry, and the cursors after it, window after window (testutil::WindowMixes: K from 1 to
+// 10^4, groups smaller than the window, windows smaller than K, M a multiple of nothing in
+// particular, zero weights, N = 10^12); and the same errors for bad windows.
+TEST_F(CudaVsCpuTest, MixtureWindows) {
+  for (const testutil::WindowMix& mix : testutil::WindowMixes(/*large=*/true)) {
+    testutil::ForEachWindow(mix, [&](const std::string& what, const mixture::GroupLayout& layout,
+                                     uint64_t epoch, absl::Span<const mixture::GroupCursor> cursors,
+                                     absl::Span<const uint64_t> counts) {
+      std::vector<uint64_t> cpu(mix.m), cuda(mix.m, ~uint64_t{0});
+      absl::StatusOr<std::vector<mixture::GroupCursor>> cpu_next =
+          cpu_->PlanMixtureWindow(5, epoch, layout, cursors, counts, absl::MakeSpan(cpu));
+      absl::StatusOr<std::vector<mixture::GroupCursor>> cuda_next =
+          cuda_->PlanMixtureWindow(5, epoch, layout, cursors, counts, absl::MakeSpan(cuda));
+      ASSERT_TRUE(cpu_next.ok()) << what << ": " << cpu_next.status();
+      ASSERT_TRUE(cuda_next.ok()) << what << ": " << cuda_next.status();
+      if (cpu != cuda) {
+        uint64_t k = 0;
+        while (cpu[k] == cuda[k]) ++k;
+        ADD_FAILURE() << what << ": windows differ first at position " << k << ": cpu " << cpu[k]
+                      << ", cuda " << cuda[k];
+      }
+      for (size_t k = 0; k < cursors.size(); ++k) {
+        EXPECT_EQ((*cuda_next)[k].position, (*cpu_next)[k].position) << what << " group " << k;
+        EXPECT_EQ((*cuda_next)[k].pass, (*cpu_next)[k].pass) << what << " group " << k;
+      }
+    });
+  }
+  // Bad windows: the same status, nothing written.
+  const mixture::GroupLayout layout = *mixture::GroupLayout::Create({4, 9});
+  const std::vector<mixture::GroupCursor> zero(2), past = {{0, 0}, {9, 0}};
+  const std::vector<uint64_t> counts = {2, 3};
+  std::vector<uint64_t> out(5, 77);
+  auto same_error = [&](absl::Span<const mixture::GroupCursor> c, absl::Span<const uint64_t> n,
+                        uint64_t out_size, const std::string& what) {
+    ExpectSameError(
+        cpu_->PlanMixtureWindow(1, 0, layout, c, n, absl::MakeSpan(out).subspan(0, out_size))
+            .status(),
+        cuda_->PlanMixtureWindow(1, 0, layout, c, n, absl::MakeSpan(out).subspan(0, out_size))
+            .status(),
+        what);
+    EXPECT_EQ(out, std::vector<uint64_t>(5, 77)) << what;
+  };
+  same_error(absl::MakeConstSpan(zero).subspan(0, 1), counts, 5, "one cursor for two groups");
+  same_error(zero, {5}, 5, "one count for two groups");
+  same_error(past, counts, 5, "a cursor past its group");
+  same_error(zero, counts, 4, "out of 4 for a window of 5");
 }
 
 // An out-of-memory fails its own call only: the runtime records the failed allocation as the

@@ -5,7 +5,8 @@
 // (device_plan.h's Shuffle). Host API without Abseil, like device_plan.h: device pointers and a
 // stream, the first CUDA error returned (cudaErrorInvalidValue for a violated precondition,
 // before anything is enqueued). The caller validates the window on the host first
-// (kernels/mixture/window.h's ValidateWindow) and computes the new cursors there (O(K)).
+// (kernels/mixture/window.h's ValidateWindowInto) and computes the new cursors there (O(K),
+// CursorsAfter): the CUDA backend's ComputeBackend::PlanMixtureWindow (cuda_backend.cc).
 // Thread-safe: no state besides the arguments.
 #ifndef SAMPLERD_KERNELS_CUDA_MIXTURE_WINDOW_H_
 #define SAMPLERD_KERNELS_CUDA_MIXTURE_WINDOW_H_

@@ -68,6 +68,29 @@ absl::Status ValidateWindow(const GroupLayout& layout, absl::Span<const GroupCur
   return absl::OkStatus();
 }
 
+absl::StatusOr<uint64_t> ValidateWindowInto(const GroupLayout& layout,
+                                            absl::Span<const GroupCursor> cursors,
+                                            absl::Span<const uint64_t> counts, uint64_t out_size) {
+  if (absl::Status status = ValidateWindow(layout, cursors, counts); !status.ok()) return status;
+  uint64_t m = 0;
+  for (uint64_t c : counts) m += c;  // ValidateWindow: at most 2^34.
+  if (out_size != m) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("out: ", out_size, " entries for a window of ", m));
+  }
+  return m;
+}
+
+std::vector<GroupCursor> CursorsAfter(const GroupLayout& layout,
+                                      absl::Span<const GroupCursor> cursors,
+                                      absl::Span<const uint64_t> counts) {
+  std::vector<GroupCursor> next(layout.groups());
+  for (uint32_t k = 0; k < layout.groups(); ++k) {
+    next[k] = AdvanceCursor(cursors[k], layout.size(k), counts[k]);
+  }
+  return next;
+}
+
 namespace {
 
 // Entries [first, first + count) of one pass of one group (n > 1), into out[0, count): what
@@ -195,12 +218,11 @@ absl::StatusOr<std::vector<GroupCursor>> PlanWindowInto(int threads, uint64_t se
                                                         absl::Span<const GroupCursor> cursors,
                                                         absl::Span<const uint64_t> counts,
                                                         absl::Span<uint64_t> out) {
-  if (absl::Status status = ValidateWindow(layout, cursors, counts); !status.ok()) return status;
-  const std::vector<uint64_t> starts = WindowStarts(counts);
-  if (out.size() != starts.back()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("out: ", out.size(), " entries for a window of ", starts.back()));
+  if (absl::StatusOr<uint64_t> m = ValidateWindowInto(layout, cursors, counts, out.size());
+      !m.ok()) {
+    return m.status();
   }
+  const std::vector<uint64_t> starts = WindowStarts(counts);
   // The entries are computed block by block as the shuffle scatters them (FillWindow's entries,
   // never held as a whole): the window costs 8 bytes per sample plus the shuffle's scratch, as
   // a plan of 64-bit indices does.
@@ -208,11 +230,7 @@ absl::StatusOr<std::vector<GroupCursor>> PlanWindowInto(int threads, uint64_t se
     FillRange(seed, layout, cursors, starts, k, k + count, values);
   };
   internal::ShuffleGenerated(threads, seed, epoch, entries, out);
-  std::vector<GroupCursor> next(layout.groups());
-  for (uint32_t k = 0; k < layout.groups(); ++k) {
-    next[k] = AdvanceCursor(cursors[k], layout.size(k), counts[k]);
-  }
-  return next;
+  return CursorsAfter(layout, cursors, counts);
 }
 
 absl::StatusOr<MixtureWindow> PlanWindow(int threads, uint64_t seed, uint64_t epoch,

@@ -33,6 +33,9 @@ class GroupLayout {
   uint64_t size(uint32_t k) const { return sizes_[k]; }
   uint64_t offset(uint32_t k) const { return offsets_[k]; }
   uint64_t total() const { return offsets_.back(); }  // N.
+  // The K sizes and the K + 1 offsets (offsets()[K] = N), e.g. to upload them to a device.
+  absl::Span<const uint64_t> sizes() const { return sizes_; }
+  absl::Span<const uint64_t> offsets() const { return offsets_; }
   // The group of global index i < total(): the k with offset(k) <= i < offset(k + 1) (a binary
   // search, window_math.h's GroupOfWindowPosition on the offsets). O(log K).
   uint32_t GroupOf(uint64_t i) const { return GroupOfWindowPosition(offsets_.data(), groups(), i); }
@@ -59,6 +62,19 @@ struct MixtureWindow {
 absl::Status ValidateWindow(const GroupLayout& layout, absl::Span<const GroupCursor> cursors,
                             absl::Span<const uint64_t> counts);
 
+// ValidateWindow, then INVALID_ARGUMENT naming `out` when `out_size` is not the sum of the counts
+// (the window's size M): the checks of PlanWindowInto and of a compute backend's window
+// (ComputeBackend::PlanMixtureWindow), in one place. Returns M.
+absl::StatusOr<uint64_t> ValidateWindowInto(const GroupLayout& layout,
+                                            absl::Span<const GroupCursor> cursors,
+                                            absl::Span<const uint64_t> counts, uint64_t out_size);
+
+// The cursors after a window of `counts` from `cursors` (AdvanceCursor by each count): O(K).
+// Preconditions: ValidateWindow passed.
+std::vector<GroupCursor> CursorsAfter(const GroupLayout& layout,
+                                      absl::Span<const GroupCursor> cursors,
+                                      absl::Span<const uint64_t> counts);
+
 // The window's entries before the shuffle, in group order (window_math.h's WindowEntry for
 // every group k and i < counts[k]), into `out` (sum of the counts entries). Preconditions:
 // ValidateWindow passed. `threads` changes only the speed.
@@ -81,8 +97,9 @@ absl::StatusOr<MixtureWindow> PlanWindow(int threads, uint64_t seed, uint64_t ep
 uint64_t PlanWindowScratchBytes(int threads, uint64_t groups, uint64_t m);
 
 // PlanWindow written into `out` (the caller's storage, e.g. a plan's indices: no other copy of
-// the window), returning the new cursors. ValidateWindow's errors, and INVALID_ARGUMENT when
-// out.size() is not the sum of the counts (`out`); nothing is written on error.
+// the window), returning the new cursors (CursorsAfter). ValidateWindowInto's errors (out.size()
+// not the sum of the counts: `out`); nothing is written on error. The CPU backend's
+// ComputeBackend::PlanMixtureWindow.
 absl::StatusOr<std::vector<GroupCursor>> PlanWindowInto(int threads, uint64_t seed, uint64_t epoch,
                                                         const GroupLayout& layout,
                                                         absl::Span<const GroupCursor> cursors,

@@ -50,8 +50,8 @@ class Gate {
 
 // The CPU backend (any inner backend: every call is forwarded to it, so the objects it makes go
 // back to it), except that two kinds of calls pass a Gate:
-//   - PlanEpoch: Hold() / AwaitHeldCall() / Release(), so a test can act while a plan is being
-//     computed;
+//   - PlanEpoch and PlanMixtureWindow: Hold() / AwaitHeldCall() / Release(), so a test can act
+//     while a plan (or a mixture job's window) is being computed;
 //   - ToHost of the weights RecomputeWeights made (to_host()), so a test can act while an epoch
 //     boundary copies them for its snapshot. Those weights are wrapped; every call unwraps them
 //     before forwarding.
@@ -90,6 +90,16 @@ class GatedBackend : public ComputeBackend {
   }
   uint64_t PlanScratchBytes(const PlanSpec& spec, bool weighted) const override {
     return inner_->PlanScratchBytes(spec, weighted);
+  }
+  absl::StatusOr<std::vector<mixture::GroupCursor>> PlanMixtureWindow(
+      uint64_t seed, uint64_t epoch, const mixture::GroupLayout& layout,
+      absl::Span<const mixture::GroupCursor> cursors, absl::Span<const uint64_t> counts,
+      absl::Span<uint64_t> out) override {
+    plans_.Pass();
+    return inner_->PlanMixtureWindow(seed, epoch, layout, cursors, counts, out);
+  }
+  uint64_t MixtureWindowScratchBytes(uint64_t groups, uint64_t window) const override {
+    return inner_->MixtureWindowScratchBytes(groups, window);
   }
   absl::Status ExtractShard(const Plan& plan, const ShardSpec& shard, uint32_t rank, uint64_t start,
                             absl::Span<uint64_t> out) override {

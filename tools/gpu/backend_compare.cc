@@ -48,7 +48,7 @@ const char* LossName(v1::LossPolicy loss) {
   }
 }
 
-// The 37 jobs of one N (see backend_compare.h); `k` numbers the variations that do not need a
+// The 39 jobs of one N (see backend_compare.h); `k` numbers the variations that do not need a
 // job of their own (world size, partition, uneven policy, policy parameters).
 std::vector<JobCase> JobsFor(uint64_t n, const std::string& prefix) {
   std::vector<JobCase> jobs;
@@ -95,8 +95,32 @@ std::vector<JobCase> JobsFor(uint64_t n, const std::string& prefix) {
       }
     }
   }
+  // Mixture jobs (docs/SAMPLING.md, "Mixture jobs"): each server's backend computes the windows.
+  // Groups of 1 and 3 samples (smaller than the window: several passes per window), a window
+  // of N / 10 + 3 (a multiple of nothing in particular); static weights changed by
+  // SetGroupWeights (CompareJob: in force from epoch 2), and EXP3 weights learned from the
+  // losses.
+  for (bool online : {false, true}) {
+    v1::JobSpec spec;
+    spec.set_samples_per_epoch(n / 10 + 3);
+    v1::MixtureSpec* mixture = spec.mutable_mixture();
+    uint64_t rest = n;
+    for (uint64_t size : {uint64_t{1}, uint64_t{3}, n / 100 + 1, n / 20 + 1}) {
+      mixture->add_group_sizes(size);
+      rest -= size;
+    }
+    mixture->add_group_sizes(rest);
+    for (double w : {0.5, 2.0, 1.0, 0.25, 3.0}) mixture->add_group_weights(w);
+    if (online) mixture->set_rule(v1::EXP3);
+    add(online ? "mixture-exp3" : "mixture-static", spec);
+  }
   return jobs;
 }
+
+// The static weights a mixture job is given by SetGroupWeights during epoch kReweightEpoch (so in
+// force from the next one).
+constexpr int kReweightEpoch = 1;
+const double kNewGroupWeights[] = {4.0, 0.0, 1.0, 2.0, 0.5};
 
 // Runs f(0) (server a) and f(1) (server b) at once: the two servers work in parallel.
 template <typename F>
@@ -192,6 +216,26 @@ std::string CompareStatus(const v1::JobStatus& a, const v1::JobStatus& b) {
   if (a.job().current_epoch() != b.job().current_epoch()) {
     return absl::StrCat("JobStatus.job.current_epoch: a ", a.job().current_epoch(), " | b ",
                         b.job().current_epoch());
+  }
+  // A mixture job's groups: weights, window counts and cursors.
+  const v1::MixtureStatus& ma = a.mixture();
+  const v1::MixtureStatus& mb = b.mixture();
+  if (ma.top_groups_size() != mb.top_groups_size()) {
+    return absl::StrCat("JobStatus.mixture.top_groups: a ", ma.top_groups_size(), " groups | b ",
+                        mb.top_groups_size());
+  }
+  for (int g = 0; g < ma.top_groups_size(); ++g) {
+    const v1::GroupStatus& ga = ma.top_groups(g);
+    const v1::GroupStatus& gb = mb.top_groups(g);
+    if (ga.group() != gb.group() || DoubleBits(ga.weight()) != DoubleBits(gb.weight()) ||
+        ga.window_count() != gb.window_count() || ga.pass() != gb.pass() ||
+        ga.position() != gb.position()) {
+      auto text = [](const v1::GroupStatus& x) {
+        return absl::StrFormat("group=%d weight=%.17g count=%d pass=%d position=%d", x.group(),
+                               x.weight(), x.window_count(), x.pass(), x.position());
+      };
+      return absl::StrCat("JobStatus.mixture.top_groups[", g, "]: a ", text(ga), " | b ", text(gb));
+    }
   }
   return "";
 }
@@ -310,6 +354,15 @@ absl::Status CompareJob(SamplerClient* clients[2], const JobCase& job,
       return absl::OkStatus();
     }
     if (epoch == options.epochs) break;  // Only compared: the recompute of the last epoch.
+    if (job.spec.has_mixture() && job.spec.mixture().rule() == v1::STATIC_WEIGHTS &&
+        epoch == kReweightEpoch) {
+      OnBoth([&](int s) {
+        status[s] = Annotated(clients[s]->SetGroupWeights(job.name, kNewGroupWeights).status(),
+                              absl::StrCat("server ", side[s], ": job ", job.name, " epoch ", epoch,
+                                           ": SetGroupWeights"));
+      });
+      if (absl::Status s = FirstError(status); !s.ok()) return s;
+    }
 
     // The same losses to both, rank by rank in the same order (so that "first arrival wins"
     // sees the same order), then every rank ends the epoch.

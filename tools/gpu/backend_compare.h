@@ -7,9 +7,12 @@
 //
 // The jobs: for each N of CompareOptions::sizes, one SEQUENTIAL job, and WEIGHTED_RANDOM jobs for
 // every base policy (UNIFORM, STATIC with uploaded weights, CLASS_BALANCED with uploaded labels)
-// x loss policy (NONE, LOSS, MULTIPLICATIVE) x replacement (with, without) x M (N / 10, N): 37
-// jobs per N, world sizes 2 and 3 alternating, partitions and uneven policies varied among them.
-// Inputs come from tools/gpu/synthetic_inputs.h.
+// x loss policy (NONE, LOSS, MULTIPLICATIVE) x replacement (with, without) x M (N / 10, N), and
+// two mixture jobs (five groups, two of them smaller than the window; static weights changed by
+// SetGroupWeights after epoch 1, and EXP3 weights learned from the losses; their GetJobStatus
+// groups -- weights, window counts, cursors -- compared too): 39 jobs per N, world sizes 2 and 3
+// alternating, partitions and uneven policies varied among them. Inputs come from
+// tools/gpu/synthetic_inputs.h.
 //
 // Not thread-safe; the servers must not be used by anyone else meanwhile (job names are
 // `job_prefix`-...: a job of the same name left over from an earlier run is an error).

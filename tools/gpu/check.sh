@@ -12,12 +12,15 @@
 #      every weight pattern, both index widths, every shard layout                       13
 #   2  compute-sanitizer memcheck of identity_test --quick (N <= 5000)                    3
 #   3  samplerd --backend=cuda against --backend=cpu through compare_backends at each N of
-#      COMPARE_SIZES (every shard, importance weight and weight summary, bit for bit), then
-#      cuda_backend_test (CudaBackend == CpuBackend in process)                            22
+#      COMPARE_SIZES (every shard, importance weight and weight summary, bit for bit; mixture
+#      jobs' windows and group status too), then mixture_window_test (the device window ==
+#      the CPU's) and cuda_backend_test (CudaBackend == CpuBackend in process)             22
 #   4  the N = 1e9 table: gpu_benchmark (three plan modes, three recomputes, the summary) and
 #      torch's anchors (bench/torch_anchors.py) at BENCH_SIZES, same GPU, same run; then
 #      where the time goes: each operation of PROFILE_OPS under ncu at PROFILE_N, one line
-#      per kernel (tools/gpu/profile_table.py)                                       16 + 57
+#      per kernel (tools/gpu/profile_table.py); then a mixture job's window (N = 1e12 in 1e4
+#      groups) through the CUDA backend at each M of MIXTURE_M, its CPU anchor (PlanWindow on
+#      every core) in the same run (bench/mixture_window_benchmark)          16 + 57 + ?
 #   5  the epoch boundary through samplerd --backend=cuda at BOUNDARY_N                   13
 #   6  the trainer library's device tests (TESTS.txt), ReportFromDevice's host cost
 #      (loss_reporter_bench), the DDP trainer at world size 1 (examples/cpp/run_on_gpu.sh)   41-59
@@ -42,7 +45,8 @@
 #                 SAMPLERD_BUNDLE)
 # Sizes (env): IDENTITY_SMALL_N (1000003), IDENTITY_LARGE_N (100000000), COMPARE_SIZES
 # (100000,1000000), BENCH_SIZES (10000000,100000000,1000000000), BOUNDARY_N (1000000000),
-# PROFILE_OPS (gpu_benchmark's names, comma-separated), PROFILE_N (100000000).
+# PROFILE_OPS (gpu_benchmark's names, comma-separated), PROFILE_N (100000000), MIXTURE_M
+# (10000000,100000000).
 # CHECK_TESTONLY_STAGE_S=S: each stage only waits S seconds (the test of the budget logic).
 #
 # Without a GPU (and without --rehearse) every stage is SKIP with the reason, at once.
@@ -95,10 +99,12 @@ if [[ $REHEARSE == 1 ]]; then
   COMPARE_SIZES="${COMPARE_SIZES:-1000,100000}"
   BENCH_SIZES="${BENCH_SIZES:-100000}"
   BOUNDARY_N="${BOUNDARY_N:-1000000}"
+  MIXTURE_M="${MIXTURE_M:-100000}"
 else
   COMPARE_SIZES="${COMPARE_SIZES:-100000,1000000}"
   BENCH_SIZES="${BENCH_SIZES:-10000000,100000000,1000000000}"
   BOUNDARY_N="${BOUNDARY_N:-1000000000}"
+  MIXTURE_M="${MIXTURE_M:-10000000,100000000}"
 fi
 # Step 4.3: the operations profiled under ncu (those that missed their target on the first run,
 # 2026-11-26), at PROFILE_N (1e8: a tenth of the table's N, kernels ~1/10 of the time; ncu
@@ -383,12 +389,18 @@ stage_3() {
     done
   fi
   stop_servers 3.9
-  local test="$BUNDLE/runfiles/kernels/cuda/cuda_backend_test"
+  kernel_test 3.7 mixture_window_test 60
+  kernel_test 3.8 cuda_backend_test 150
+}
+
+# kernel_test ID NAME LIMIT_S: the bundle's runfiles/kernels/cuda/NAME, a gtest binary.
+kernel_test() {
+  local id="$1" name="$2" test="$BUNDLE/runfiles/kernels/cuda/$2"
   if [[ -x "$test" ]]; then
-    step 3.8 "cuda_backend_test" 150 "$LOGS/cuda_backend_test.log" \
-      env TEST_TMPDIR="$WORK" "$test" && gtest_row 3.8 "cuda_backend_test" "$LOGS/cuda_backend_test.log"
+    step "$id" "$name" "$3" "$LOGS/$name.log" env TEST_TMPDIR="$WORK" "$test" &&
+      gtest_row "$id" "$name" "$LOGS/$name.log"
   else
-    row 3.8 "cuda_backend_test" FAIL 0 "not in the bundle ($test)"
+    row "$id" "$name" FAIL 0 "not in the bundle ($test)"
   fi
 }
 
@@ -412,6 +424,23 @@ stage_4() {
       "N=$BENCH_SIZES: $(grep -c '^RESULT' "$LOGS/torch.log") results, $(grep -c '^SKIP' "$LOGS/torch.log") skipped${device:+; $device}$(failure_tail "$LOGS/torch.log")"
   fi
   profile_ops
+  mixture_windows
+}
+
+# Step 4.4: a mixture job's window, N = 1e12 in 1e4 groups, through the $GPU_BACKEND backend at
+# each M of MIXTURE_M (3 reps), PlanWindow on the CPU's cores as the anchor in the same run.
+mixture_windows() {
+  local m k=0 log threads
+  threads="$(nproc)"
+  IFS=',' read -r -a ms <<<"$MIXTURE_M"
+  for m in "${ms[@]}"; do
+    k=$((k + 1))
+    log="$LOGS/mixture_window_$m.log"
+    step "4.4.$k" "mixture window $GPU_BACKEND M=$m" 120 "$log" \
+      "$BUNDLE/bin/mixture_window_benchmark" 10000 100000000 "$m" "$threads" 3 "$GPU_BACKEND" || return
+    row "4.4.$k" "mixture window $GPU_BACKEND M=$m" "$(step_result)" "$STEP_S" \
+      "$(last_line "$log" '^backend ' | sed -E 's/ +/ /g'); anchor: CPU PlanWindow $(last_line "$log" '^PlanWindow' | sed -E 's/^PlanWindow \(fill \+ shuffle\) +//')$(failure_tail "$log")"
+  done
 }
 
 # ncu (Nsight Compute): on the PATH, in CUDA's bin/, or where Nsight Compute installs itself.
@@ -551,7 +580,8 @@ if [[ -z "$NO_GPU" || $REHEARSE == 1 ]] && [[ -z "${CHECK_TESTONLY_STAGE_S:-}" ]
     BUNDLE="$WORK/$(basename "$BUNDLE")"
   fi
   for f in MANIFEST.txt TESTS.txt bin/samplerd bin/compare_backends bin/gpu_benchmark \
-           bin/ddp_trainer bin/loss_reporter_bench runfiles/kernels/cuda/identity_test; do
+           bin/ddp_trainer bin/loss_reporter_bench bin/mixture_window_benchmark \
+           runfiles/kernels/cuda/identity_test; do
     if [[ ! -e "$BUNDLE/$f" ]]; then
       echo "check.sh: $BUNDLE/$f missing: make the bundle on a build machine (bash tools/gpu/make_bundle.sh) and carry it (carry=[\"out/gpu_bundle.tgz\"])" | tee -a "$SUMMARY" >&2
       exit 2

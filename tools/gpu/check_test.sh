@@ -72,7 +72,7 @@ if ! command -v nvidia-smi >/dev/null; then
   # those into lib/; its check of them is not what this test is about).
   ln -s "$(realpath "$IDENTITY_TEST")" "$bundle/runfiles/kernels/cuda/identity_test"
   ln -s "$(realpath "$GPU_BENCHMARK")" "$bundle/bin/gpu_benchmark"
-  for f in samplerd compare_backends ddp_trainer loss_reporter_bench; do
+  for f in samplerd compare_backends ddp_trainer loss_reporter_bench mixture_window_benchmark; do
     printf '#!/bin/sh\nexit 1\n' >"$bundle/bin/$f"
     chmod +x "$bundle/bin/$f"
   done

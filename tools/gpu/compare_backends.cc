@@ -30,7 +30,7 @@ ABSL_FLAG(std::string, a, "", "Server a, HOST:PORT (plaintext).");
 ABSL_FLAG(std::string, b, "",
           "Server b, HOST:PORT: compared with a (not needed with --boundary_n).");
 ABSL_FLAG(std::string, sizes, "1000,100000",
-          "Dataset sizes N of the compared jobs, comma-separated (1e5 notation accepted); 37 "
+          "Dataset sizes N of the compared jobs, comma-separated (1e5 notation accepted); 39 "
           "jobs per N.");
 ABSL_FLAG(int, epochs, 3, "Epochs each compared job trains (its next epoch is compared too).");
 ABSL_FLAG(std::string, job_prefix, "cmp", "Prefix of the job names.");

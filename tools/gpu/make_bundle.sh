@@ -10,11 +10,13 @@
 # unpacks it when DEST/ is not there).
 # What goes in (the lists of targets are the arrays below, in one place):
 #   bin/        BINS: samplerd, ddp_trainer, compare_backends, loss_reporter_bench (its device_cost
-#               line is ReportFromDevice's host cost), gpu_benchmark
+#               line is ReportFromDevice's host cost), gpu_benchmark, mixture_window_benchmark
+#               (a mixture job's window through the CUDA backend, its CPU anchor beside it)
 #   runfiles/   KERNEL_TESTS and TRAINER_TESTS as standalone binaries, at their package paths, so
 #               that a test run from runfiles/ finds its data as under `bazel test`
 #               (tests/loss_reporter_test starts tests/loss_reporter_rank, a TEST_DATA target):
-#               kernels/cuda:{identity,cuda_backend}_test (check.sh stages 1-3 and 7, by path);
+#               kernels/cuda:{identity,cuda_backend,mixture_window}_test (check.sh stages 1-3
+#               and 7, by path);
 #               the trainer library's device tests (their device cases skip without a GPU, so a
 #               skip there is a failure), listed in TESTS.txt for check.sh stage 6
 #   lib/        every shared library those need (ldd), Bazel's own (_solib) included
@@ -37,8 +39,9 @@ ARCHIVE="$DEST.tgz"
 LIMIT_MIB=48
 
 BINS=(//server:samplerd //examples/cpp:ddp_trainer //tools/gpu:compare_backends
-      //bench:loss_reporter_bench //bench:gpu_benchmark)
-KERNEL_TESTS=(//kernels/cuda:identity_test //kernels/cuda:cuda_backend_test)
+      //bench:loss_reporter_bench //bench:gpu_benchmark //bench:mixture_window_benchmark)
+KERNEL_TESTS=(//kernels/cuda:identity_test //kernels/cuda:cuda_backend_test
+              //kernels/cuda:mixture_window_test)
 TRAINER_TESTS=(//client/cpp:cuda_support_test //client/cpp:device_uploader_test
                //tests:shard_reader_test //tests:loss_reporter_test //tests:epoch_loop_test)
 TEST_DATA=(//tests:loss_reporter_rank)
