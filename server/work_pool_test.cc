@@ -44,8 +44,11 @@ TEST(WorkPoolTest, ABurstOfShortWorkStartsFewThreads) {
 }
 
 TEST(WorkPoolTest, WorkBehindBlockedThreadsGetsAThread) {
-  WorkPool pool(WorkPool::kBurstThreads + 1);
+  // Declared before the pool, so that they outlive its threads: the pool's destructor joins them,
+  // and a thread woken by release.Notify() may still be inside WaitForNotification() when the
+  // test body ends (--config=tsan_deps reported the Notification destroyed under it).
   absl::Notification release, ran;
+  WorkPool pool(WorkPool::kBurstThreads + 1);
   for (int i = 0; i < WorkPool::kBurstThreads; ++i) {
     pool.Schedule([&] { release.WaitForNotification(); });
   }

@@ -35,6 +35,17 @@ const char* __tsan_default_options() {
 // --config=asan (//tests:tls_test, which resolves "localhost" for its certificates), 2026-11-29.
 const char* __lsan_default_suppressions() { return "leak:libcares.so\n"; }
 
-const char* __tsan_default_suppressions() { return ""; }
+// --config=tsan_deps (Abseil, protobuf and gRPC instrumented): the reports whose every frame is
+// in a library that stays uninstrumented, each with its reason in tsan_suppressions.txt.
+// --config=tsan: none.
+const char* __tsan_default_suppressions() {
+#if defined(SAMPLERD_TSAN_SUPPRESSIONS_FILE)
+  return
+#include "tools/sanitizers/tsan_suppressions.inc"
+      ;
+#else
+  return "";
+#endif
+}
 
 }  // extern "C"

@@ -20,7 +20,9 @@
 // treated as a writer's (two readers appear ordered, which can only hide a race, never invent
 // one). Races on data that no absl primitive guards are reported as usual.
 //
-// Only built with --config=tsan (the select() in tools/sanitizers/BUILD).
+// Only built with --config=tsan (the select() in tools/sanitizers/BUILD); not with
+// --config=tsan_deps, whose Abseil is built with -fsanitize=thread (build_tsan_deps.sh) and
+// annotates its own Mutex.
 #include <dlfcn.h>
 
 #include <cstdio>
