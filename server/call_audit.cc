@@ -1,6 +1,7 @@
 #include "server/call_audit.h"
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
 #include <memory>
 #include <utility>
@@ -9,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "glog/logging.h"
@@ -85,12 +87,19 @@ class CallAuditInterceptorFactory::Interceptor final : public grpc::experimental
   Interceptor(grpc::experimental::ServerRpcInfo* info, const MethodRule* rule)
       : info_(info), rule_(rule), start_(absl::Now()) {}
 
+  // gRPC runs the hooks of one batch at a time, but a stream's batches can be intercepted at
+  // once on different threads (a read's POST_RECV_MESSAGE beside the call's end, or a status
+  // sent while a read is pending): what two hooks share is atomic or guarded.
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
-    if (rule_ != nullptr && rule_->job_field != 0 && !job_read_ &&
-        methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_MESSAGE)) {
-      job_read_ = true;
+    if (rule_ != nullptr && rule_->job_field != 0 &&
+        methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_MESSAGE) &&
+        !first_message_seen_.exchange(true, std::memory_order_relaxed)) {
       const auto* raw = static_cast<const grpc::ByteBuffer*>(methods->GetRecvMessage());
-      if (raw != nullptr) job_ = StringField(*raw, rule_->job_field);
+      if (raw != nullptr) {
+        std::string job = StringField(*raw, rule_->job_field);  // Outside the lock.
+        absl::MutexLock lock(&mu_);
+        job_ = std::move(job);
+      }
     }
     if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
       Log(methods->GetSendStatus());
@@ -104,9 +113,14 @@ class CallAuditInterceptorFactory::Interceptor final : public grpc::experimental
     const bool audited = rule_ != nullptr && rule_->audited;
     if (!refused && !audited) return;
     grpc::ServerContextBase* context = info_->server_context();
-    const std::string who = absl::StrCat(" peer=", LogValue(context->peer()),
-                                         " client=", LogValue(ClientIdentity(*context)),
-                                         " job=", LogValue(job_.empty() ? "-" : job_));
+    std::string job;
+    {
+      absl::MutexLock lock(&mu_);
+      job = job_.empty() ? "-" : job_;
+    }
+    const std::string who =
+        absl::StrCat(" peer=", LogValue(context->peer()),
+                     " client=", LogValue(ClientIdentity(*context)), " job=", LogValue(job));
     const std::string code = CodeName(status.error_code());
     if (refused) {
       LOG(WARNING) << "event=call_refused method=" << LogValue(info_->method()) << " code=" << code
@@ -122,8 +136,10 @@ class CallAuditInterceptorFactory::Interceptor final : public grpc::experimental
   grpc::experimental::ServerRpcInfo* const info_;
   const MethodRule* const rule_;  // Null: not a method of samplerd.v1.Sampler.
   const absl::Time start_;
-  bool job_read_ = false;
-  std::string job_;
+  // Set by the first message's hook, which alone reads the job from it.
+  std::atomic<bool> first_message_seen_{false};
+  absl::Mutex mu_;
+  std::string job_ ABSL_GUARDED_BY(mu_);  // "" until the first message's job is read.
 };
 
 CallAuditInterceptorFactory::CallAuditInterceptorFactory() {

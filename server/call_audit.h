@@ -20,7 +20,8 @@
 // service registers raw methods, server/sampler_service.h): that is how the job is read without
 // parsing the whole request. Other services' messages are not looked at.
 //
-// Thread-safe; one interceptor per call, its hooks run one at a time.
+// Thread-safe; one interceptor per call, whose hooks may run at once for different batches of a
+// stream (what they share is guarded).
 #ifndef SAMPLERD_SERVER_CALL_AUDIT_H_
 #define SAMPLERD_SERVER_CALL_AUDIT_H_
 
