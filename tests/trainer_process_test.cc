@@ -37,7 +37,9 @@ using testutil::SamplerdProcess;
 constexpr char kSamplerd[] = "server/samplerd";
 constexpr char kReporterRank[] = "tests/loss_reporter_rank";
 constexpr char kLoopRank[] = "tests/epoch_loop_rank";
-constexpr char kRetries[] = "--max_retries=5";
+// Enough retries to ride through a samplerd restart, with a bound: 8 backoffs from 50 ms doubling
+// to 2 s are ~7 s. (5, ~1.5 s, did not cover a restart under ThreadSanitizer's slowdown.)
+constexpr char kRetries[] = "--max_retries=8";
 
 class TrainerProcessTest : public ::testing::Test {
  protected:
