@@ -60,6 +60,7 @@ class Connection:
         self.initial_stream_window = 65535
         self.goaway: Optional[bytes] = None
         self.rst: Dict[int, int] = {}
+        self.sent: Dict[int, int] = {}        # DATA bytes sent on each stream.
         self.headers: Dict[int, List[bytes]] = {}
         self.closed = False                   # The peer closed the connection.
 
@@ -120,6 +121,7 @@ class Connection:
         self.stream_windows[stream] = self.initial_stream_window
         self.sock.sendall(frame(HEADERS, END_HEADERS, stream, hpack_literals(headers)))
         offset = 0
+        self.sent[stream] = 0
         while offset < len(body):
             if stream in self.rst or self.closed:
                 return
@@ -131,6 +133,7 @@ class Connection:
             offset += len(part)
             self.send_window -= len(part)
             self.stream_windows[stream] -= len(part)
+            self.sent[stream] = offset
             self.sock.sendall(frame(DATA, END_STREAM if offset == len(body) else 0, stream,
                                     part))
 

@@ -288,20 +288,34 @@ def test_without_tls_a_streaming_upload_without_a_token_is_refused_within_one_wi
     refuse at the call's start, but gRPC's transport accepts the stream's data up to the
     initial stream window it announced (gRPC 1.51: just under 4 MiB, not HTTP/2's 64 KiB).
     An 8 MiB UploadWeights without a token: UNAUTHENTICATED after at most that window, the rest
-    never sent."""
+    never sent. The bytes are those the client wrote (DATA frames), not derived from the window
+    left: a server that read on would grant more credit and be sent more, as the same upload
+    with a token is (read whole, then refused for its content)."""
     server = SamplerdProcess(f"--auth_tokens_file={tokens_file}", "--backend=cpu")
-    connection = h2.Connection("127.0.0.1", port_of(server))
+    body = h2.grpc_message(b"\x0a" + b"\x80\x80\x80\x04" + bytes(8 * MIB), compressed=False)
+
+    def upload(*headers):
+        connection = h2.Connection("127.0.0.1", port_of(server))
+        try:
+            connection.send_preface()
+            connection.request(1, "/samplerd.v1.Sampler/UploadWeights", body, headers)
+            connection.await_end(1, timeout=30)
+            return connection.initial_stream_window, connection.sent[1], \
+                grpc_status(connection, 1)[0]
+        finally:
+            connection.close()
     try:
-        connection.send_preface()
-        body = h2.grpc_message(b"\x0a" + b"\x80\x80\x80\x04" + bytes(8 * MIB), compressed=False)
-        connection.request(1, "/samplerd.v1.Sampler/UploadWeights", body)
-        connection.await_end(1, timeout=30)
-        window = connection.initial_stream_window
-        sent = window - connection.stream_windows[1]
+        window, sent, code = upload()
         print(f"initial stream window {window} bytes; sent before the refusal {sent}")
-        assert grpc_status(connection, 1)[0] == grpc.StatusCode.UNAUTHENTICATED.value[0]
+        assert code == grpc.StatusCode.UNAUTHENTICATED.value[0]
         assert 64 << 10 <= window <= 4 * MIB  # gRPC 1.51's window, as the docs say.
-        assert sent <= window < len(body)
+        assert 0 < sent <= window < len(body)
+        # The control: with a token the transport reads the whole message (what the reactor
+        # then refuses is its content, not the caller).
+        _, sent_with_token, code = upload(("authorization", f"Bearer {TOKEN}"))
+        print(f"with a token: sent {sent_with_token} of {len(body)}; grpc-status {code}")
+        assert sent_with_token == len(body)
+        assert code not in (None, grpc.StatusCode.OK.value[0],
+                            grpc.StatusCode.UNAUTHENTICATED.value[0])
     finally:
-        connection.close()
         assert server.stop() == 0
