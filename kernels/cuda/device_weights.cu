@@ -73,7 +73,7 @@ constexpr unsigned kWarps = kSumBlock / 32;
 // thread). 4 (64 registers) where that costs no spills (ptxas -v, sm_90: bench/RESULTS.md,
 // "Where the time goes"), else 3 (80).
 constexpr unsigned kSumBlocksLight = 4;  // ScanKernel, ClampedSumKernel.
-constexpr unsigned kSumBlocks = 3;       // FactorKernel, FinalSumKernel, SummaryKernel.
+constexpr unsigned kSumBlocks = 3;       // FactorKernel, FinalSumKernel.
 static_assert(kSumBlock * kPerThread == exact_sum::kChunk, "a block covers one chunk");
 
 // exact_sum.h's bound on the number of terms (T stays below 2^103).
@@ -832,7 +832,7 @@ cudaError_t RulePasses(const Rule& r, const RecomputeParams& params, const Recom
 
 // The exact sums of w_i and w_i^2 (scalars->totals[0], [1]; chunk sums in chunk_sums[0, chunks)
 // and [chunks, 2 chunks)), min and max of SummaryBits, the zeros.
-__global__ void __launch_bounds__(kSumBlock, kSumBlocks)
+__global__ void __launch_bounds__(kSumBlock)
     SummaryKernel(const float* weights, uint64_t n, DeviceChunkSum* chunk_sums,
                   DeviceScalars* scalars) {
   uint32_t min_bits = ~uint32_t{0}, max_bits = 0;
