@@ -9,6 +9,10 @@ torch's own limits such as multinomial's 2^24 categories) prints "SKIP ..." with
 
 --device=cpu times the same operations on the CPU (wall clock): check.sh's rehearsal on a
 machine without a GPU, to run the table's plumbing; its figures are no anchor.
+
+The exponential-key anchors are not uniform permutations: float32 keys tie (at N = 1e9 ~12 draws
+per distinct key even after the division by w, ~29 for CUDA's exponential_ alone) and the sort
+keeps index order within a tie (bench/torch_key_ties.py; bench/RESULTS.md, next to the figures).
 """
 import sys
 import time

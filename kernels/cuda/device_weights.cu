@@ -4,14 +4,15 @@
 //
 // Exact sums: a persistent grid of blocks of kSumBlock threads walks the chunks of
 // exact_sum::kChunk samples (a block per chunk at a time, grid-stride). For a chunk, each thread
-// computes kPerThread terms into registers; the block finds the largest term's bits (warp
-// shuffles, then shared memory), quantises every term at that exponent and adds the integers
-// (two 64-bit halves, as the CPU: no carry is lost below 2^44), and stores the chunk's S_c and
-// B_c; each block folds its B_c into the pass's B with one atomicMax. A second, small kernel then
-// adds the chunks' floor(S_c / 2^(B - B_c)) into a 128-bit T with two 64-bit atomics (integer
-// additions: the order of the blocks does not matter). The host reads B and T (and the pass's
-// other findings, a few scalars) once per pass and rounds them with exact_sum::Total, as the
-// CPU does with its chunks.
+// keeps kPerThread items in registers (per sample a float or double that its terms are computed
+// from: not a double per series, so that 3-4 blocks fit a multiprocessor; SumChunksOfBlock); the
+// block finds the largest term's bits (warp shuffles, then shared memory), quantises every term
+// at that exponent and adds the integers (two 64-bit halves, as the CPU: no carry is lost below
+// 2^44), and stores the chunk's S_c and B_c; each block folds its B_c into the pass's B with one
+// atomicMax. A second, small kernel then adds the chunks' floor(S_c / 2^(B - B_c)) into a 128-bit
+// T with two 64-bit atomics (integer additions: the order of the blocks does not matter). The
+// host reads B and T (and the pass's other findings, a few scalars) once per pass and rounds them
+// with exact_sum::Total, as the CPU does with its chunks.
 //
 // The recompute's kernels are templates over the policy's rule (kernels/policy_rules.h; the
 // kind chooses it once, in VisitPolicyRule). Passes of a kFactor rule (LOSS, REDUCIBLE_LOSS): 1.
@@ -67,6 +68,12 @@ constexpr unsigned kBlock = 256;     // Element-wise kernels.
 constexpr unsigned kSumBlock = 256;  // Threads per chunk of an exact sum.
 constexpr unsigned kPerThread = static_cast<unsigned>(exact_sum::kChunk) / kSumBlock;
 constexpr unsigned kWarps = kSumBlock / 32;
+// Blocks of an exact-sum kernel that must fit a multiprocessor at once (__launch_bounds__'
+// second argument: ptxas then keeps the kernel within 65536 / (kSumBlock * blocks) registers per
+// thread). 4 (64 registers) where that costs no spills (ptxas -v, sm_90: bench/RESULTS.md,
+// "Where the time goes"), else 3 (80).
+constexpr unsigned kSumBlocksLight = 4;  // ScanKernel, ClampedSumKernel.
+constexpr unsigned kSumBlocks = 3;       // FactorKernel, FinalSumKernel.
 static_assert(kSumBlock * kPerThread == exact_sum::kChunk, "a block covers one chunk");
 
 // exact_sum.h's bound on the number of terms (T stays below 2^103).
@@ -175,18 +182,24 @@ struct ChunkSumStorage {
   uint64_t high[kWarps];
 };
 
-// The chunk's exact sum of the block's terms (kPerThread per thread; 0 beyond the data): every
-// thread of the block calls it. Thread 0 stores S_c and B_c to *out; returns B_c to every thread.
-// Two barriers; `storage` may be reused by the next call without one (the first barrier of the
-// next call orders thread 0's reads of low/high before anyone writes them again, and every
-// thread reads max_bits before the second barrier).
-__device__ __forceinline__ uint32_t SumChunkTerms(const double (&terms)[kPerThread],
+// The chunk's exact sum of the block's terms: thread t's term j is term_of(i, items[j]) for the
+// sample i = begin + j * kSumBlock + t, 0 for j >= count (beyond the data); every thread of the
+// block calls it. A term is computed from its item twice (for the largest bits, then to quantise
+// it), identically: the items (a float where the term is a double of one) are what stays in
+// registers across the barriers, not kPerThread doubles per series. Thread 0 stores S_c and B_c
+// to *out; returns B_c to every thread. Two barriers; `storage` may be reused by the next call
+// without one (the first barrier of the next call orders thread 0's reads of low/high before
+// anyone writes them again, and every thread reads max_bits before the second barrier).
+template <typename Item, typename TermOf>
+__device__ __forceinline__ uint32_t SumChunkTerms(uint64_t begin, const Item (&items)[kPerThread],
+                                                  unsigned count, const TermOf& term_of,
                                                   ChunkSumStorage& storage, DeviceChunkSum* out) {
   const unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   uint64_t max_bits = 0;
 #pragma unroll
   for (unsigned j = 0; j < kPerThread; ++j) {
-    const uint64_t bits = exact_sum::TermBits(terms[j]);
+    const uint64_t i = begin + j * kSumBlock + threadIdx.x;
+    const uint64_t bits = j < count ? exact_sum::TermBits(term_of(i, items[j])) : 0;
     max_bits = bits > max_bits ? bits : max_bits;
   }
   max_bits = WarpMax(max_bits);
@@ -201,7 +214,9 @@ __device__ __forceinline__ uint32_t SumChunkTerms(const double (&terms)[kPerThre
   uint64_t low = 0, high = 0;  // Each below 2^44 over a chunk.
 #pragma unroll
   for (unsigned j = 0; j < kPerThread; ++j) {
-    const uint64_t q = exact_sum::Quantise(exact_sum::TermBits(terms[j]), exponent);
+    const uint64_t i = begin + j * kSumBlock + threadIdx.x;
+    const uint64_t bits = j < count ? exact_sum::TermBits(term_of(i, items[j])) : 0;
+    const uint64_t q = exact_sum::Quantise(bits, exponent);
     low += q & 0xffffffffu;
     high += q >> 32;
   }
@@ -230,32 +245,42 @@ __device__ __forceinline__ void PublishExponent(uint32_t exponent, DeviceTotal* 
 }
 
 // The chunk loop of every exact-sum pass: this block's chunks of n samples (grid-stride).
-// term(i, t, t2) sets sample i's term of the first series, and of the second when `second` is
-// given (both start at 0, which is what samples beyond n add); the first series' chunk sums go
-// to chunk_sums[c], the second's to chunk_sums[chunks + c], the block's largest exponents to
-// *first and *second (PublishExponent). Every thread of the block calls it, with the same
-// `second` (SumChunkTerms' barriers).
-template <typename Term>
+// load(i) returns sample i's Item (called once per sample below n, in order of j for a thread:
+// it may gather findings); first_term(i, item) is the sample's term of the first series and
+// second_term(i, item) of the second, computed when `second` is given, twice each (pure: they
+// may read the inputs again, not what load wrote); terms are >= 0, samples beyond n add 0. The
+// first series' chunk sums go to chunk_sums[c], the second's to chunk_sums[chunks + c], the
+// block's largest exponents to *first and *second (PublishExponent). Every thread of the block
+// calls it, with the same `second` (SumChunkTerms' barriers).
+template <typename Load, typename First, typename Second>
 __device__ __forceinline__ void SumChunksOfBlock(uint64_t n, DeviceChunkSum* chunk_sums,
                                                  DeviceTotal* first, DeviceTotal* second,
-                                                 const Term& term) {
+                                                 const Load& load, const First& first_term,
+                                                 const Second& second_term) {
+  using Item = decltype(load(uint64_t{0}));
   __shared__ ChunkSumStorage storage;
   uint32_t top = 1, second_top = 1;
   const uint64_t chunks = NumChunks(n);
   for (uint64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
     const uint64_t begin = c * exact_sum::kChunk;
-    double terms[kPerThread], second_terms[kPerThread];
+    const uint64_t left = n - begin;  // > 0.
+    // This thread's samples below n: j * kSumBlock + threadIdx.x < left.
+    const unsigned count =
+        left >= exact_sum::kChunk
+            ? kPerThread
+            : static_cast<unsigned>((left + kSumBlock - 1 - threadIdx.x) / kSumBlock);
+    Item items[kPerThread];
 #pragma unroll
     for (unsigned j = 0; j < kPerThread; ++j) {
-      const uint64_t i = begin + j * kSumBlock + threadIdx.x;
-      terms[j] = 0.0;
-      second_terms[j] = 0.0;
-      if (i < n) term(i, terms[j], second_terms[j]);
+      items[j] = Item{};
+      if (j < count) items[j] = load(begin + j * kSumBlock + threadIdx.x);
     }
-    const uint32_t exponent = SumChunkTerms(terms, storage, chunk_sums + c);
+    const uint32_t exponent =
+        SumChunkTerms(begin, items, count, first_term, storage, chunk_sums + c);
     top = exponent > top ? exponent : top;
     if (second != nullptr) {
-      const uint32_t e = SumChunkTerms(second_terms, storage, chunk_sums + chunks + c);
+      const uint32_t e =
+          SumChunkTerms(begin, items, count, second_term, storage, chunk_sums + chunks + c);
       second_top = e > second_top ? e : second_top;
     }
   }
@@ -404,12 +429,18 @@ __device__ __forceinline__ float SignalAt(const Rule& r, const RecomputeInputs& 
   return r.Signal(__ldg(in.stats.ema + i), i);
 }
 
+// A sample's part of pass 1's first sum, kept across a chunk's barriers (SumChunksOfBlock):
+// kFactor its signal if seen, else +0 (the term double(seen_signal) is then the definition's
+// Select(seen, double(signal), 0.0)); kDirect raw_i.
+template <typename Rule>
+using ScanItem = std::conditional_t<kFactorRule<Rule>, float, double>;
+
 // Pass 1: validation (weight_math::SampleIsBad, the positive weights) and what the rule needs
 // from the statistics; the exact sums of the seen samples' signals (kFactor) or of raw_i
 // (kDirect) into scalars->totals[kScanTotal], and kFactor with base weights of base_i into
 // scalars->totals[kBaseTotal]. Writes nothing to `out`.
 template <typename Rule>
-__global__ void __launch_bounds__(kSumBlock)
+__global__ void __launch_bounds__(kSumBlock, kSumBlocksLight)
     ScanKernel(Rule r, RecomputeInputs in, DeviceChunkSum* chunk_sums, DeviceScalars* scalars) {
   uint64_t first_bad = ~uint64_t{0}, seen = 0;
   uint32_t base_positive = 0, current_positive = 0, unseen = 0, ema_max_bits = 0;
@@ -418,8 +449,8 @@ __global__ void __launch_bounds__(kSumBlock)
   SumChunksOfBlock(
       in.n, chunk_sums, &scalars->totals[kScanTotal],
       sum_base ? &scalars->totals[kBaseTotal] : nullptr,
-      [&](uint64_t i, double& term, double& base_term) {
-        if (sum_base) base_term = static_cast<double>(__ldg(in.base + i));
+      [&](uint64_t i) {
+        ScanItem<Rule> item = 0;
         // kFactor reads the EMA and the two bits only (not the counts and markers).
         const float ema = __ldg(in.stats.ema + i);
         if (weight_math::SampleIsBad(in.base, in.current, Bit(in.stats.defined, i), ema, i)) {
@@ -440,12 +471,16 @@ __global__ void __launch_bounds__(kSumBlock)
           // +0); a signal is read only for a seen sample.
           const uint32_t candidate = seen_i && v_bits != 0x80000000u ? v_bits : 0;
           ema_max_bits = candidate > ema_max_bits ? candidate : ema_max_bits;
-          term = weight_math::Select(seen_i, static_cast<double>(__uint_as_float(v_bits)), 0.0);
+          item = seen_i ? __uint_as_float(v_bits) : 0.0f;
         } else {
           bool excluded = false;
-          term = RawAt(r, in, i, &excluded);
+          item = RawAt(r, in, i, &excluded);
         }
-      });
+        return item;
+      },
+      [](uint64_t, ScanItem<Rule> item) { return static_cast<double>(item); },
+      // The base weights' sum (sum_base only): read again (L1 or L2), not kept.
+      [&](uint64_t i, ScanItem<Rule>) { return static_cast<double>(__ldg(in.base + i)); });
   // The findings: a warp's reduction, then one atomic per warp.
   for (int offset = 16; offset > 0; offset >>= 1) {
     const uint64_t other = __shfl_xor_sync(0xffffffffu, static_cast<ull>(first_bad), offset);
@@ -472,39 +507,42 @@ __global__ void __launch_bounds__(kSumBlock)
 // of f_i into totals[0] and, with base weights, of base_i f_i (weight_math::BaseFactorTerm) into
 // totals[1].
 template <typename Rule>
-__global__ void __launch_bounds__(kSumBlock)
+__global__ void __launch_bounds__(kSumBlock, kSumBlocks)
     FactorKernel(Rule r, RecomputeInputs in, DeviceChunkSum* chunk_sums, DeviceTotal* totals) {
   const bool with_base = in.base != nullptr;
-  SumChunksOfBlock(in.n, chunk_sums, &totals[0], with_base ? &totals[1] : nullptr,
-                   [&](uint64_t i, double& term, double& base_term) {
-                     const float f = weight_math::LossFactor(Bit(in.stats.seen, i),
-                                                             SignalAt(r, in, i), in.factors);
-                     in.out[i] = f;
-                     term = static_cast<double>(f);
-                     if (with_base) base_term = weight_math::BaseFactorTerm(__ldg(in.base + i), f);
-                   });
+  SumChunksOfBlock(
+      in.n, chunk_sums, &totals[0], with_base ? &totals[1] : nullptr,
+      [&](uint64_t i) {
+        const float f =
+            weight_math::LossFactor(Bit(in.stats.seen, i), SignalAt(r, in, i), in.factors);
+        in.out[i] = f;
+        return f;
+      },
+      [](uint64_t, float f) { return static_cast<double>(f); },
+      // base_i read again (L1 or L2), not kept.
+      [&](uint64_t i, float f) { return weight_math::BaseFactorTerm(__ldg(in.base + i), f); });
 }
 
 // The clamp pass: the exact sum of c_i into *total.
 template <typename Rule>
-__global__ void __launch_bounds__(kSumBlock)
+__global__ void __launch_bounds__(kSumBlock, kSumBlocksLight)
     ClampedSumKernel(Rule r, RecomputeInputs in, DeviceChunkSum* chunk_sums, DeviceTotal* total) {
-  SumChunksOfBlock(in.n, chunk_sums, total, nullptr,
-                   [&](uint64_t i, double& term, double&) { term = ClampedAt(r, in, i); });
+  SumChunksOfBlock(
+      in.n, chunk_sums, total, nullptr, [&](uint64_t i) { return ClampedAt(r, in, i); },
+      [](uint64_t, double c) { return c; }, [](uint64_t, double) { return 0.0; });
 }
 
 // The effective sample size floor's trial: the exact sums of w_i = FinalWeight(c_i,
 // mean_clamped) and of SquareTerm(w_i) into totals[0] and totals[1] (the weights WriteKernel
 // would write; nothing is written).
 template <typename Rule>
-__global__ void __launch_bounds__(kSumBlock)
+__global__ void __launch_bounds__(kSumBlock, kSumBlocks)
     FinalSumKernel(Rule r, RecomputeInputs in, DeviceChunkSum* chunk_sums, DeviceTotal* totals) {
-  SumChunksOfBlock(in.n, chunk_sums, &totals[0], &totals[1],
-                   [&](uint64_t i, double& term, double& square) {
-                     const float w = weight_math::FinalWeight(ClampedAt(r, in, i), in.mean_clamped);
-                     term = static_cast<double>(w);
-                     square = weight_math::SquareTerm(w);
-                   });
+  SumChunksOfBlock(
+      in.n, chunk_sums, &totals[0], &totals[1],
+      [&](uint64_t i) { return weight_math::FinalWeight(ClampedAt(r, in, i), in.mean_clamped); },
+      [](uint64_t, float w) { return static_cast<double>(w); },
+      [](uint64_t, float w) { return weight_math::SquareTerm(w); });
 }
 
 // The last pass: out[i] = c_i / mean_clamped (kFactor reads f_i from out[i] first).
@@ -799,16 +837,18 @@ __global__ void __launch_bounds__(kSumBlock)
                   DeviceScalars* scalars) {
   uint32_t min_bits = ~uint32_t{0}, max_bits = 0;
   uint64_t zeros = 0;
-  SumChunksOfBlock(n, chunk_sums, &scalars->totals[0], &scalars->totals[1],
-                   [&](uint64_t i, double& w, double& w2) {
-                     const float x = __ldg(weights + i);
-                     const uint32_t bits = weight_math::SummaryBits(x);
-                     min_bits = bits < min_bits ? bits : min_bits;
-                     max_bits = bits > max_bits ? bits : max_bits;
-                     zeros += bits == 0;
-                     w = static_cast<double>(x);
-                     w2 = weight_math::SquareTerm(x);
-                   });
+  SumChunksOfBlock(
+      n, chunk_sums, &scalars->totals[0], &scalars->totals[1],
+      [&](uint64_t i) {
+        const float x = __ldg(weights + i);
+        const uint32_t bits = weight_math::SummaryBits(x);
+        min_bits = bits < min_bits ? bits : min_bits;
+        max_bits = bits > max_bits ? bits : max_bits;
+        zeros += bits == 0;
+        return x;
+      },
+      [](uint64_t, float x) { return static_cast<double>(x); },
+      [](uint64_t, float x) { return weight_math::SquareTerm(x); });
   for (int offset = 16; offset > 0; offset >>= 1) {
     const uint32_t other_min = __shfl_xor_sync(0xffffffffu, min_bits, offset);
     const uint32_t other_max = __shfl_xor_sync(0xffffffffu, max_bits, offset);

@@ -8,8 +8,8 @@
 //
 // GoogleTest without Abseil. Without a usable GPU every test is skipped (GTEST_SKIP, with the
 // reason), so that CI and tools/run_tests.sh count it as skipped, never as passed. On the GPU
-// machine it runs from the bundle of tools/gpu/make_bundle.sh (tools/gpu/check.sh, stages 1, 2
-// and 7). A difference prints one line, "FAIL [kernel] case: index K: device X, reference Y"
+// machine it runs from the bundle of tools/gpu/make_bundle.sh (tools/gpu/check.sh, stages 1, 2,
+// 7 and 8). A difference prints one line, "FAIL [kernel] case: index K: device X, reference Y"
 // (the first difference of each case; the first kMaxPrintedFailures cases per test), and the
 // last line is "identity: P passed, F failed (S s)".
 // Flags (besides gtest's): --max_n=N (largest N, default 10000000), --min_n=N (smallest N of the

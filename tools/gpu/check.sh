@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# The GPU machine's one call: every check of the CUDA code, value first, within a time budget.
+# The GPU machine's calls: every check of the CUDA code, value first, within a time budget.
 # It compiles nothing: it runs the bundle tools/gpu/make_bundle.sh built on a build machine
 # (carried as out/gpu_bundle.tgz and unpacked under /tmp; tools/gpu/README.md gives the
 # device-tool call).
 #
 #   bash tools/gpu/check.sh [--stages=1,3] [--budget=360] [--rehearse] [--bundle=DIR]
 #
+# Two calls cover everything: the first (the default stages 1-7, budget 360 s, ~5-6 minutes)
+# is the full check; the second, at once after it (the machine still warm),
+# `--stages=8 --budget=450` (~5 minutes expected, 7.5 at most) runs the two long ones that a
+# first call cannot hold: identity at N = 1e8 and racecheck over all of --quick.
+#
 # Stages, in this order (seconds measured on the H200 machine, 2026-11-26; 1-6 came to ~160 s
-# with the ncu step, so stage 7 gets ~200 s of the default budget):
+# with the ncu step, leaving stage 7 ~200 s of the default budget):
 #   1  the GPU and driver; identity_test (device == host reference) for N <= IDENTITY_SMALL_N:
 #      every weight pattern, both index widths, every shard layout                       13
 #   2  compute-sanitizer memcheck of identity_test --quick (N <= 5000)                    3
@@ -24,9 +29,18 @@
 #   5  the epoch boundary through samplerd --backend=cuda at BOUNDARY_N                   13
 #   6  the trainer library's device tests (TESTS.txt), ReportFromDevice's host cost
 #      (loss_reporter_bench), the DDP trainer at world size 1 (examples/cpp/run_on_gpu.sh)   41-59
-#   7  with what time is left: racecheck of identity_test --quick --max_n=1000 (~135), then
-#      identity_test for IDENTITY_SMALL_N < N <= IDENTITY_LARGE_N (~300, the host references
-#      on one core; smallest N first, a cut run says how far it got)
+#   7  identity_test for IDENTITY_SMALL_N < N <= IDENTITY_MID_N (N = 1e7: 11 cases, done
+#      within 105 s on 2026-11-26, when N = 1e8 had also started in that time), own limit 150
+#   8  not in the default stages: the second call. Side by side (one GPU, 16 cores: the
+#      identity's host references run on one core, the racecheck mostly on the GPU), each
+#      under its own limit:
+#      8.1 compute-sanitizer racecheck of all of identity_test --quick (N <= 5000, 12 sizes):
+#          N <= 1000 (7 sizes) took 135 s, ~19 s a size, so ~250 s expected; limit 360
+#      8.2 identity_test for IDENTITY_MID_N < N <= IDENTITY_LARGE_N (N = 1e8 alone: 11 cases
+#          whose host references run on one core, ~1 s per 1e7 samples and pass, ~10x those of
+#          N = 1e7): ~300 s expected; limit 420 (a cut run says how far it got)
+#      So the second call: `--stages=8 --budget=450`, timeout_s 510; with the first call's
+#      ~7 minutes (start included) ~12-13 of the session's 15 minutes of device time.
 #
 # A stage starts only while at least MIN_START_S (10 s) of the budget is left; each of its steps
 # runs under its own limit, cut to what is left of the budget. A failure never stops the run:
@@ -36,14 +50,16 @@
 # reference Y"); every log goes into $OUT/logs.tgz after each stage (the device tool returns at
 # most 8 files). Printed last: the stages' results and the table of stages 4-6 (bench_table.py).
 #
-# --stages=LIST   only these stages (the short second call after a fix, e.g. --stages=1,3)
+# --stages=LIST   only these stages (default 1-7; the second call --stages=8; the re-run after
+#                 a fix, e.g. --stages=1,3)
 # --budget=S      the time budget in seconds (default 360; env CHECK_BUDGET_S)
 # --rehearse      on a machine without a GPU: every stage's plumbing with CPU stand-ins (two CPU
 #                 servers, torch on the CPU at small N) and small sizes; what needs the GPU says
 #                 SKIP with the reason, so that only the GPU is left to chance (env CHECK_REHEARSE=1)
 # --bundle=DIR    the bundle (default out/gpu_bundle, else out/gpu_bundle.tgz unpacked; env
 #                 SAMPLERD_BUNDLE)
-# Sizes (env): IDENTITY_SMALL_N (1000003), IDENTITY_LARGE_N (100000000), COMPARE_SIZES
+# Sizes (env): IDENTITY_SMALL_N (1000003), IDENTITY_MID_N (10000000), IDENTITY_LARGE_N
+# (100000000), COMPARE_SIZES
 # (100000,1000000), BENCH_SIZES (10000000,100000000,1000000000), BOUNDARY_N (1000000000),
 # PROFILE_OPS (gpu_benchmark's names, comma-separated), PROFILE_N (100000000), MIXTURE_M
 # (10000000,100000000).
@@ -72,8 +88,8 @@ for arg in "$@"; do
     *) echo "check.sh: unknown argument '$arg' (--stages=1,3 --budget=S --rehearse --bundle=DIR; --help)" >&2; exit 2 ;;
   esac
 done
-if ! [[ "$STAGES" =~ ^[1-7](,[1-7])*$ ]]; then
-  echo "check.sh: --stages=$STAGES: a comma-separated list of stage numbers 1 to 7" >&2
+if ! [[ "$STAGES" =~ ^[1-8](,[1-8])*$ ]]; then
+  echo "check.sh: --stages=$STAGES: a comma-separated list of stage numbers 1 to 8" >&2
   exit 2
 fi
 if ! [[ "$BUDGET_S" =~ ^[0-9]+$ ]]; then
@@ -94,6 +110,7 @@ START=$SECONDS
 
 # Sizes: the rehearsal's are small (a build machine's CPU stands in for the GPU).
 IDENTITY_SMALL_N="${IDENTITY_SMALL_N:-1000003}"
+IDENTITY_MID_N="${IDENTITY_MID_N:-10000000}"
 IDENTITY_LARGE_N="${IDENTITY_LARGE_N:-100000000}"
 if [[ $REHEARSE == 1 ]]; then
   COMPARE_SIZES="${COMPARE_SIZES:-1000,100000}"
@@ -158,26 +175,61 @@ row() {
 
 left() { echo $((BUDGET_S - (SECONDS - START))); }
 
-# step ID NAME LIMIT_S LOG CMD...: runs CMD (output in LOG) under min(LIMIT_S, the budget left).
-# Sets STEP_RC and STEP_S, and STEP_CUT=1 when the budget (not LIMIT_S) was the limit. Returns 1,
-# with a NOTRUN row, when less than MIN_START_S is left.
-step() {
-  local id="$1" name="$2" limit="$3" log="$4" t0
-  shift 4
+# step_limit ID NAME LIMIT_S: STEP_LIMIT = min(LIMIT_S, the budget left), STEP_CUT=1 when the
+# budget is the smaller. Returns 1, with a NOTRUN row, when less than MIN_START_S is left.
+step_limit() {
+  STEP_LIMIT="$3"
   STEP_CUT=0
   if (($(left) < MIN_START_S)); then
-    row "$id" "$name" NOTRUN 0 "budget spent ($BUDGET_S s)"
+    row "$1" "$2" NOTRUN 0 "budget spent ($BUDGET_S s)"
     return 1
   fi
-  if (($(left) < limit)); then
-    limit=$(left)
+  if (($(left) < STEP_LIMIT)); then
+    STEP_LIMIT=$(left)
     STEP_CUT=1
   fi
-  echo "== $id $name (limit $limit s, log $(basename "$log"))"
+}
+
+# step ID NAME LIMIT_S LOG CMD...: runs CMD (output in LOG) under step_limit's limit. Sets
+# STEP_RC and STEP_S, and STEP_CUT=1 when the budget (not LIMIT_S) was the limit. Returns 1,
+# with a NOTRUN row, when less than MIN_START_S is left.
+step() {
+  local id="$1" name="$2" log="$4" t0
+  step_limit "$1" "$2" "$3" || return 1
+  shift 4
+  echo "== $id $name (limit $STEP_LIMIT s, log $(basename "$log"))"
   t0=$SECONDS
-  timeout --kill-after=5 "$limit" "$@" >"$log" 2>&1 </dev/null
+  timeout --kill-after=5 "$STEP_LIMIT" "$@" >"$log" 2>&1 </dev/null
   STEP_RC=$?
   STEP_S=$((SECONDS - t0))
+  return 0
+}
+
+# step_start ID NAME LIMIT_S LOG CMD...: step's limit and NOTRUN, but CMD runs in the
+# background, beside what starts after it (stage 8); step_wait ID LOG then waits for it and sets
+# what step sets. Its exit status and seconds go to LOG.rc as it ends.
+declare -A BACKGROUND_PID BACKGROUND_CUT
+step_start() {
+  local id="$1" name="$2" log="$4"
+  step_limit "$1" "$2" "$3" || return 1
+  shift 4
+  echo "== $id $name (limit $STEP_LIMIT s, log $(basename "$log"); in the background)"
+  rm -f "$log.rc"
+  (
+    t0=$(date +%s)
+    timeout --kill-after=5 "$STEP_LIMIT" "$@" >"$log" 2>&1 </dev/null
+    rc=$?
+    echo "$rc $(($(date +%s) - t0))" >"$log.rc"
+  ) &
+  BACKGROUND_PID[$id]=$!
+  BACKGROUND_CUT[$id]=$STEP_CUT
+}
+
+step_wait() {
+  wait "${BACKGROUND_PID[$1]}"
+  STEP_RC=1 STEP_S=0
+  [[ -s "$2.rc" ]] && read -r STEP_RC STEP_S <"$2.rc"
+  STEP_CUT="${BACKGROUND_CUT[$1]}"
   return 0
 }
 
@@ -314,7 +366,8 @@ STAGE_NAMES=(""
   "the N = 1e9 table, torch, ncu per kernel"
   "epoch boundary, cuda server"
   "trainer library, ReportFromDevice, DDP"
-  "with what is left: racecheck, identity")
+  "identity at N = 1e7"
+  "racecheck --quick, identity 1e8 (call 2)")
 
 stage_1() {
   local detail result=PASS missing
@@ -343,20 +396,32 @@ stage_1() {
   fi
 }
 
-# sanitizer ID TOOL [ARGS...]: compute-sanitizer TOOL over identity_test --quick ARGS.
+# sanitizer ID TOOL LIMIT_S [ARGS...]: compute-sanitizer TOOL over identity_test --quick ARGS.
 sanitizer() {
-  local id="$1" tool="$2" log="$LOGS/$2.log" detail
-  shift 2
+  sanitizer_start "$@" && sanitizer_row "$1" "$2"
+}
+
+# sanitizer_start ID TOOL LIMIT_S [ARGS...]: the sanitizer's run in the background (step_start);
+# returns 1 when it did not start (its row written: not found, no budget).
+sanitizer_start() {
+  local id="$1" tool="$2" limit="$3"
+  shift 3
   if ! command -v compute-sanitizer >/dev/null; then
     if [[ -n "$NO_GPU" ]]; then
       row "$id" "$tool, identity --quick" SKIP 0 "no GPU: $NO_GPU; compute-sanitizer not found either"
     else
       row "$id" "$tool, identity --quick" FAIL 0 "compute-sanitizer not found"
     fi
-    return
+    return 1
   fi
-  step "$id" "$tool, identity --quick" 150 "$log" \
-    compute-sanitizer --tool "$tool" --error-exitcode 99 "$IDENTITY" --quick "$@" || return
+  step_start "$id" "$tool, identity --quick" "$limit" "$LOGS/$tool.log" \
+    compute-sanitizer --tool "$tool" --error-exitcode 99 "$IDENTITY" --quick "$@"
+}
+
+# sanitizer_row ID TOOL: waits for sanitizer_start's run, then its row.
+sanitizer_row() {
+  local id="$1" tool="$2" log="$LOGS/$2.log" detail
+  step_wait "$id" "$log"
   # The test's own verdict (a skip on a machine with a GPU is a failure), then the sanitizer's.
   gtest_verdict "$log"
   detail="$(last_line "$log" 'ERROR SUMMARY'); $DETAIL"
@@ -370,7 +435,7 @@ sanitizer() {
   fi
 }
 
-stage_2() { sanitizer 2.1 memcheck; }
+stage_2() { sanitizer 2.1 memcheck 150; }
 
 stage_3() {
   local a b n k=0
@@ -545,16 +610,36 @@ stage_6() {
   fi
 }
 
+# identity_sizes_start ID MIN_N MAX_N LIMIT_S LOG: identity_test's EverySize for
+# MIN_N <= N <= MAX_N in the background (step_start; a cut run says how far it got);
+# identity_sizes_row ID MIN_N MAX_N LOG waits for it and writes its row.
+identity_sizes_start() {
+  step_start "$1" "identity $(($2 - 1)) < N <= $3" "$4" "$5" "$IDENTITY" --min_n="$2" \
+    --max_n="$3" --gtest_filter=IdentityTest.EverySize
+}
+
+identity_sizes_row() {
+  step_wait "$1" "$4"
+  identity_row "$1" "identity $(($2 - 1)) < N <= $3" "$4"
+}
+
 stage_7() {
-  # N <= 1000: 135 s on the H200 (2026-11-26); all of --quick (N <= 5000) did not end in 150 s.
-  sanitizer 7.1 racecheck --max_n=1000
-  local name="identity $IDENTITY_SMALL_N < N <= $IDENTITY_LARGE_N"
-  # All that is left: a cut run is expected (CUT), and says how far it got.
-  if step 7.2 "$name" "$BUDGET_S" "$LOGS/identity_large.log" "$IDENTITY" \
-      --min_n=$((IDENTITY_SMALL_N + 1)) --max_n="$IDENTITY_LARGE_N" \
-      --gtest_filter=IdentityTest.EverySize; then
-    identity_row 7.2 "$name" "$LOGS/identity_large.log"
-  fi
+  identity_sizes_start 7.1 $((IDENTITY_SMALL_N + 1)) "$IDENTITY_MID_N" 150 \
+    "$LOGS/identity_mid.log" &&
+    identity_sizes_row 7.1 $((IDENTITY_SMALL_N + 1)) "$IDENTITY_MID_N" "$LOGS/identity_mid.log"
+}
+
+# The second call's stage: the racecheck and the largest identity side by side, each under its
+# own limit (the header gives the estimates).
+stage_8() {
+  local racecheck=0 identity=0
+  sanitizer_start 8.1 racecheck 360 && racecheck=1
+  identity_sizes_start 8.2 $((IDENTITY_MID_N + 1)) "$IDENTITY_LARGE_N" 420 \
+    "$LOGS/identity_large.log" && identity=1
+  ((racecheck)) && sanitizer_row 8.1 racecheck
+  ((identity)) &&
+    identity_sizes_row 8.2 $((IDENTITY_MID_N + 1)) "$IDENTITY_LARGE_N" "$LOGS/identity_large.log"
+  return 0
 }
 
 # The test of the budget logic: a stage that only takes time.

@@ -2,8 +2,9 @@
 # tools/gpu/check.sh's own logic, without a GPU: flags are checked (exit 2 naming the flag), a
 # missing bundle is named, every stage is SKIP with the reason when there is no GPU, --stages
 # picks stages, the budget stops starting stages (NOTRUN) while a stage that started finishes,
-# and on a machine that claims a GPU (a stand-in nvidia-smi) but cannot use it, the real
-# identity_test and gpu_benchmark are FAIL, never PASS or SKIP. The full rehearsal with the
+# stage 8 (the second call's) is not among the default stages, and on a machine that claims a
+# GPU (a stand-in nvidia-smi) but cannot use it, the real identity_test (also stage 8's two runs
+# side by side) and gpu_benchmark are FAIL, never PASS or SKIP. The full rehearsal with the
 # bundle (check.sh --rehearse) is run by hand; tools/gpu/README.md says how.
 set -uo pipefail
 CHECK="$1"
@@ -25,7 +26,7 @@ run() {  # NAME ARGS...: check.sh with OUT=$OUT_BASE/NAME; sets RC, SUMMARY (its
 # Bad flags: exit 2, naming the flag, before anything runs.
 run flags --stages=1,9
 [[ $RC -eq 2 ]] || fail "--stages=1,9: exit $RC, expected 2"
-grep -q -- '--stages=1,9: a comma-separated list of stage numbers 1 to 7' "$OUT_BASE/flags.log" ||
+grep -q -- '--stages=1,9: a comma-separated list of stage numbers 1 to 8' "$OUT_BASE/flags.log" ||
   fail "--stages=1,9: $(cat "$OUT_BASE/flags.log")"
 run flags --budget=6m
 [[ $RC -eq 2 ]] || fail "--budget=6m: exit $RC, expected 2"
@@ -78,11 +79,12 @@ if ! command -v nvidia-smi >/dev/null; then
   done
   echo "# test bundle" >"$bundle/MANIFEST.txt"
   : >"$bundle/TESTS.txt"
-  PATH="$fake:$PATH" BENCH_SIZES=1000 CHECK_PYTHON=/bin/false run claimed --stages=1,2,4 \
+  PATH="$fake:$PATH" BENCH_SIZES=1000 CHECK_PYTHON=/bin/false run claimed --stages=1,2,4,8 \
     --bundle="$bundle"
   [[ $RC -eq 1 ]] || fail "claimed GPU: exit $RC, expected 1: $(cat "$OUT_BASE/claimed.log")"
   grep -Eq '^1\.1 +GPU, driver, bundle +PASS' "$SUMMARY" || fail "claimed GPU: 1.1: $(cat "$SUMMARY")"
-  for id in 1.2 2.1; do
+  # 8.1 and 8.2 ran side by side (stage 8), each with its own row.
+  for id in 1.2 2.1 8.1 8.2; do
     grep -Eq "^$id +.* FAIL .*skipped on a machine with a GPU: no usable GPU" "$SUMMARY" ||
       fail "claimed GPU: $id not FAIL: $(cat "$SUMMARY")"
   done
@@ -101,6 +103,8 @@ for stage in 1 2 3 4 5 6 7; do
   grep -Eq "^$stage +.* SKIP +0  no GPU: nvidia-smi (not found|lists no GPU)" "$SUMMARY" ||
     fail "no GPU: stage $stage: $(cat "$SUMMARY")"
 done
+# Stage 8 is the second call's, never in the default stages.
+! grep -Eq '^8 ' "$SUMMARY" || fail "no GPU: stage 8 ran by default: $(cat "$SUMMARY")"
 run picked --stages=2,5
 [[ $RC -eq 3 ]] || fail "--stages=2,5: exit $RC"
 # The rows as they were written (the closing output repeats those that are not PASS).

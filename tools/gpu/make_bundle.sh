@@ -15,8 +15,8 @@
 #   runfiles/   KERNEL_TESTS and TRAINER_TESTS as standalone binaries, at their package paths, so
 #               that a test run from runfiles/ finds its data as under `bazel test`
 #               (tests/loss_reporter_test starts tests/loss_reporter_rank, a TEST_DATA target):
-#               kernels/cuda:{identity,cuda_backend,mixture_window}_test (check.sh stages 1-3
-#               and 7, by path);
+#               kernels/cuda:{identity,cuda_backend,mixture_window}_test (check.sh stages 1-3,
+#               7 and 8, by path);
 #               the trainer library's device tests (their device cases skip without a GPU, so a
 #               skip there is a failure), listed in TESTS.txt for check.sh stage 6
 #   lib/        every shared library those need (ldd), Bazel's own (_solib) included
