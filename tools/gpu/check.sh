@@ -8,7 +8,7 @@
 #
 # Two calls cover everything: the first (the default stages 1-7, budget 360 s, ~5-6 minutes)
 # is the full check; the second, at once after it (the machine still warm),
-# `--stages=8 --budget=450` (~5 minutes expected, 7.5 at most) runs the two long ones that a
+# `--stages=8 --budget=400` (~5 minutes expected, 6.7 at most) runs the two long ones that a
 # first call cannot hold: identity at N = 1e8 and racecheck over all of --quick.
 #
 # Stages, in this order (seconds measured on the H200 machine, 2026-11-26; 1-6 came to ~160 s
@@ -39,8 +39,9 @@
 #      8.2 identity_test for IDENTITY_MID_N < N <= IDENTITY_LARGE_N (N = 1e8 alone: 11 cases
 #          whose host references run on one core, ~1 s per 1e7 samples and pass, ~10x those of
 #          N = 1e7): ~300 s expected; limit 420 (a cut run says how far it got)
-#      So the second call: `--stages=8 --budget=450`, timeout_s 510; with the first call's
-#      ~7 minutes (start included) ~12-13 of the session's 15 minutes of device time.
+#      So the second call: `--stages=8 --budget=400`, timeout_s 440 (both steps' expected times
+#      fit; a longer one is cut at the budget, saying how far it got); with the first call's
+#      ~7 minutes (start included) ~14 of the session's 15 minutes of device time.
 #
 # A stage starts only while at least MIN_START_S (10 s) of the budget is left; each of its steps
 # runs under its own limit, cut to what is left of the budget. A failure never stops the run:
