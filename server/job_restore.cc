@@ -154,8 +154,8 @@ absl::Status Job::Replay(JobJournal& journal, const JobJournal::Recovered& recov
   absl::Status planned = AwaitNotPlanning();
   if (absl::IsInvalidArgument(planned)) {
     return absl::DataLossError(absl::StrCat(
-        journal.dir(), ": the planning after the log's replay refused the restored state: ",
-        planned.message()));
+        journal.dir(),
+        ": the planning after the log's replay refused the restored state: ", planned.message()));
   }
   return planned;
 }
