@@ -7,7 +7,9 @@
 // wal-0.log, wal-1.log, wal-2.log, rewind-1, rewind-2, its high 5 bits are checksum flags
 // (server/persistence/fuzz_checksums.h: the checksums recomputed before recovery reads the
 // file, so that mutations reach past them). The seeds are real directories: a job made
-// with JobRegistry, served, reported to, its epochs ended and rewound, copied at several points.
+// with JobRegistry, served, reported to, its epochs ended and rewound, copied at several points;
+// mixture jobs (static weights, changed by SetGroupWeights; online EXCESS_LOSS weights) and a
+// REDUCIBLE_LOSS job with its irreducible losses uploaded.
 //
 // Checks, beyond "no crash, no sanitizer report, no deadlock": recovery either fails with
 // DATA_LOSS, FAILED_PRECONDITION or NOT_FOUND (the codes JobRegistry::Recover and JobJournal::
@@ -130,19 +132,32 @@ void EndEpoch(Job& job) {
                              absl::Now() + absl::Seconds(30));
 }
 
-void WriteSeeds() {
+// `*registry` replaced by a registry on an empty data directory (the previous one, if any,
+// destroyed first).
+void FreshRegistry(std::unique_ptr<JobRegistry>* registry) {
+  registry->reset();
   fs::remove_all(DataDir());
-  JobRegistry registry(FuzzLimits(), &Backend(), DataDir());
-  SAMPLERD_FUZZ_CHECK(registry.Recover().ok(), "recover");
+  *registry = std::make_unique<JobRegistry>(FuzzLimits(), &Backend(), DataDir());
+  SAMPLERD_FUZZ_CHECK((*registry)->Recover().ok(), "recover");
+}
+
+// Job "j" of `spec`, created in `registry` (which holds it).
+Job& CreateJob(JobRegistry& registry, const v1::JobSpec& spec) {
+  absl::StatusOr<std::shared_ptr<Job>> created = registry.Create("j", spec);
+  SAMPLERD_FUZZ_CHECK(created.ok(), created.status().ToString());
+  return **created;
+}
+
+void WriteSeeds() {
+  std::unique_ptr<JobRegistry> registry;
+  FreshRegistry(&registry);
   v1::JobSpec spec;
   spec.set_num_samples(32);
   spec.set_world_size(2);
   spec.set_seed(3);
   spec.mutable_policy()->set_base(v1::UNIFORM);
   spec.mutable_policy()->set_loss(v1::LOSS);
-  auto created = registry.Create("j", spec);
-  SAMPLERD_FUZZ_CHECK(created.ok(), created.status().ToString());
-  Job& job = **created;
+  Job& job = CreateJob(*registry, spec);
   fuzz::WriteSeed("created", Pack());
   ReportServed(job, 0, 0, 4);
   ReportServed(job, 1, 2, 5);
@@ -158,25 +173,71 @@ void WriteSeeds() {
   fuzz::WriteSeed("epoch_2_opened", Pack());
   SAMPLERD_FUZZ_CHECK(job.Rewind(1).ok(), "rewind");
   fuzz::WriteSeed("rewound_to_1", Pack());
-  registry.CloseAll();
+  registry->CloseAll();
 
   // A mixture job: its snapshots hold the groups' state (state.proto MixtureState), restored
   // with the epoch it must be of.
-  fs::remove_all(DataDir());
-  JobRegistry mixed(FuzzLimits(), &Backend(), DataDir());
-  SAMPLERD_FUZZ_CHECK(mixed.Recover().ok(), "recover");
+  FreshRegistry(&registry);
   v1::JobSpec mixture;
   mixture.set_world_size(2);
   mixture.set_seed(5);
   mixture.set_samples_per_epoch(8);
   for (uint64_t n : {5, 3, 20}) mixture.mutable_mixture()->add_group_sizes(n);
   for (double w : {2.0, 1.0, 1.0}) mixture.mutable_mixture()->add_group_weights(w);
-  auto made = mixed.Create("j", mixture);
-  SAMPLERD_FUZZ_CHECK(made.ok(), made.status().ToString());
-  EndEpoch(**made);
-  EndEpoch(**made);
+  Job& made = CreateJob(*registry, mixture);
+  EndEpoch(made);
+  EndEpoch(made);
   fuzz::WriteSeed("mixture_epoch_2_opened", Pack());
-  mixed.CloseAll();
+  registry->CloseAll();
+
+  // The same mixture job whose weights SetGroupWeights changed in epoch 1: its log holds the
+  // group_weights_set record, then the snapshot of epoch 2 the weights it planned with.
+  FreshRegistry(&registry);
+  Job& static_job = CreateJob(*registry, mixture);
+  EndEpoch(static_job);
+  auto weights_set = static_job.SetGroupWeights({1.0, 4.0, 0.5});
+  SAMPLERD_FUZZ_CHECK(weights_set.ok(), weights_set.status().ToString());
+  SAMPLERD_FUZZ_CHECK(static_job.Sync().ok(), "sync");
+  fuzz::WriteSeed("mixture_group_weights_set", Pack());
+  EndEpoch(static_job);
+  fuzz::WriteSeed("mixture_group_weights_set_epoch_2_opened", Pack());
+  registry->CloseAll();
+
+  // A mixture job with online weights (EXCESS_LOSS): epoch 0's losses reported, so that the
+  // snapshot of epoch 1 holds the rule's state (the groups' loss averages and weights).
+  FreshRegistry(&registry);
+  v1::JobSpec excess = mixture;
+  excess.mutable_mixture()->set_rule(v1::EXCESS_LOSS);
+  for (double l : {0.5, 0.25, 1.0}) excess.mutable_mixture()->add_reference_losses(l);
+  excess.mutable_mixture()->mutable_online()->set_eta(0.5);
+  Job& online_job = CreateJob(*registry, excess);
+  ReportServed(online_job, 0, 0, 4);
+  ReportServed(online_job, 1, 0, 4);
+  fuzz::WriteSeed("mixture_online_losses_in_epoch_0", Pack());
+  EndEpoch(online_job);
+  ReportServed(online_job, 0, 0, 2);
+  fuzz::WriteSeed("mixture_online_epoch_1_opened", Pack());
+  registry->CloseAll();
+
+  // A REDUCIBLE_LOSS job: its irreducible losses uploaded (the snapshot of epoch 0 holds them),
+  // losses reported, an epoch ended.
+  FreshRegistry(&registry);
+  v1::JobSpec rho = spec;
+  rho.mutable_policy()->set_loss(v1::REDUCIBLE_LOSS);
+  Job& rho_job = CreateJob(*registry, rho);
+  fuzz::WriteSeed("reducible_loss_created", Pack());
+  std::vector<float> irreducible(32);
+  for (size_t i = 0; i < irreducible.size(); ++i) irreducible[i] = 0.0625f * (i % 7);
+  absl::Status uploaded = rho_job.UploadIrreducibleLosses(irreducible);
+  SAMPLERD_FUZZ_CHECK(uploaded.ok(), uploaded.ToString());
+  SAMPLERD_FUZZ_CHECK(rho_job.Sync().ok(), "sync");
+  fuzz::WriteSeed("reducible_loss_uploaded", Pack());
+  ReportServed(rho_job, 0, 0, 4);
+  ReportServed(rho_job, 1, 3, 5);
+  EndEpoch(rho_job);
+  ReportServed(rho_job, 1, 0, 2);
+  fuzz::WriteSeed("reducible_loss_epoch_1_opened", Pack());
+  registry->CloseAll();
 }
 
 }  // namespace

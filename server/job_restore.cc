@@ -148,7 +148,16 @@ absl::Status Job::Replay(JobJournal& journal, const JobJournal::Recovered& recov
     return SetGroupWeights(std::move(weights)).status();
   };
   if (absl::Status s = journal.Replay(recovered.records, handlers); !s.ok()) return s;
-  return AwaitNotPlanning();
+  // The planning the log's last record started (an epoch's end) plans from the restored state,
+  // which was valid when it was persisted: refused now (INVALID_ARGUMENT, e.g. a negative loss
+  // statistic in a snapshot whose checksum holds), the files are damaged.
+  absl::Status planned = AwaitNotPlanning();
+  if (absl::IsInvalidArgument(planned)) {
+    return absl::DataLossError(absl::StrCat(
+        journal.dir(),
+        ": the planning after the log's replay refused the restored state: ", planned.message()));
+  }
+  return planned;
 }
 
 }  // namespace samplerd
